@@ -1,0 +1,448 @@
+//! Typed verbs over any k8s-openapi resource: [`Client`] and [`Api`].
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Status};
+use k8s_openapi::apimachinery::pkg::version::Info;
+use k8s_openapi::{List, ListableResource, Metadata, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::backend::Backend;
+use crate::error::Error;
+use crate::request::{
+    ApiRequest, DeleteParams, ListParams, Operation, Patch, PostParams, WatchParams,
+};
+use crate::resource::{ResourceRef, Scope};
+use crate::watch::WatchEvent;
+
+/// A handle to one API server (or fake). Cheap to clone; clones share the backend, its
+/// connection pool and its rate limiter.
+#[derive(Clone)]
+pub struct Client {
+    backend: Arc<dyn Backend>,
+    default_namespace: Arc<str>,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("default_namespace", &self.default_namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// A client over any backend, e.g. an in-memory fake.
+    pub fn new(backend: impl Backend, default_namespace: impl Into<String>) -> Self {
+        Self::from_arc(Arc::new(backend), default_namespace)
+    }
+
+    /// A client over a shared backend.
+    pub fn from_arc(backend: Arc<dyn Backend>, default_namespace: impl Into<String>) -> Self {
+        Self {
+            backend,
+            default_namespace: Arc::from(default_namespace.into()),
+        }
+    }
+
+    /// The namespace used by [`Api::default_namespaced`].
+    pub fn default_namespace(&self) -> &str {
+        &self.default_namespace
+    }
+
+    /// The backend requests go to.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// The server's version (`GET /version`).
+    pub async fn server_version(&self) -> Result<Info, Error> {
+        self.backend.server_version().await
+    }
+
+    /// Whether the server serves `resource` (its group/version lists the plural name).
+    pub async fn is_served(&self, resource: &ResourceRef) -> Result<bool, Error> {
+        match self.backend.api_resources(&resource.api_version()).await {
+            Ok(list) => Ok(list.resources.iter().any(|r| r.name == resource.plural)),
+            Err(e) if e.is_not_found() => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// What a delete answered: the object (still present, e.g. waiting on finalizers or graceful
+/// termination) or a success Status (gone at once).
+#[derive(Clone, Debug, PartialEq)]
+pub enum DeleteOutcome<K> {
+    /// The object still exists, marked for deletion.
+    Pending(K),
+    /// The object is gone.
+    Deleted(Status),
+}
+
+/// Typed access to one resource, in one namespace or across all.
+///
+/// ```no_run
+/// # async fn demo(client: kctrl_client::Client) -> Result<(), kctrl_client::Error> {
+/// use k8s_openapi::api::apps::v1::Deployment;
+/// use kctrl_client::{Api, ListParams};
+///
+/// let deployments: Api<Deployment> = Api::namespaced(client, "default");
+/// let list = deployments.list(&ListParams::default()).await?;
+/// for d in &list.items {
+///     println!("{}", d.metadata.name.as_deref().unwrap_or_default());
+/// }
+/// # Ok(()) }
+/// ```
+pub struct Api<K> {
+    client: Client,
+    namespace: Option<String>,
+    resource: ResourceRef,
+    _kind: PhantomData<fn() -> K>,
+}
+
+impl<K> Clone for Api<K> {
+    fn clone(&self) -> Self {
+        Self {
+            client: self.client.clone(),
+            namespace: self.namespace.clone(),
+            resource: self.resource.clone(),
+            _kind: PhantomData,
+        }
+    }
+}
+
+impl<K> fmt::Debug for Api<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Api")
+            .field("resource", &self.resource.qualified_name())
+            .field("namespace", &self.namespace)
+            .finish()
+    }
+}
+
+impl<K> Api<K>
+where
+    K: Resource + Metadata<Ty = ObjectMeta> + Serialize + DeserializeOwned + Send + 'static,
+    K::Scope: 'static,
+{
+    /// Objects of a namespaced resource in `namespace`.
+    pub fn namespaced(client: Client, namespace: impl Into<String>) -> Self {
+        Self::with_namespace(client, Some(namespace.into()))
+    }
+
+    /// Objects in the client's default namespace.
+    pub fn default_namespaced(client: Client) -> Self {
+        let ns = client.default_namespace().to_owned();
+        Self::with_namespace(client, Some(ns))
+    }
+
+    /// All namespaces for a namespaced resource, or the cluster for a cluster-scoped one.
+    /// Calls naming one object then take the namespace from the object (create, update)
+    /// or fail with [`Error::InvalidRequest`] (get, patch, delete of a namespaced resource).
+    pub fn all(client: Client) -> Self {
+        Self::with_namespace(client, None)
+    }
+
+    fn with_namespace(client: Client, namespace: Option<String>) -> Self {
+        let resource = ResourceRef::of::<K>();
+        let namespace = namespace.filter(|_| resource.scope == Scope::Namespaced);
+        Self {
+            client,
+            namespace,
+            resource,
+            _kind: PhantomData,
+        }
+    }
+
+    /// The resource this handle addresses.
+    pub fn resource(&self) -> &ResourceRef {
+        &self.resource
+    }
+
+    /// The namespace, or `None` for all namespaces / cluster scope.
+    pub fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+
+    /// The client behind this handle.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    fn request(
+        &self,
+        namespace: Option<String>,
+        subresource: Option<&str>,
+        operation: Operation,
+    ) -> ApiRequest {
+        ApiRequest {
+            resource: self.resource.clone(),
+            namespace,
+            subresource: subresource.map(str::to_owned),
+            operation,
+        }
+    }
+
+    /// The namespace for a call naming one object.
+    fn namespace_for(&self, verb: &str, name: &str) -> Result<Option<String>, Error> {
+        match (&self.namespace, self.resource.scope) {
+            (_, Scope::Cluster) => Ok(None),
+            (Some(ns), Scope::Namespaced) => Ok(Some(ns.clone())),
+            (None, Scope::Namespaced) => Err(Error::InvalidRequest(format!(
+                "{verb} {} {name:?}: a namespace is required (this Api spans all namespaces)",
+                self.resource.qualified_name()
+            ))),
+        }
+    }
+
+    /// The namespace for a call carrying an object: the handle's, else the object's.
+    fn namespace_of_object(&self, verb: &str, obj: &K) -> Result<Option<String>, Error> {
+        if self.resource.scope == Scope::Cluster {
+            return Ok(None);
+        }
+        let from_obj = obj.metadata().namespace.as_ref();
+        match (&self.namespace, from_obj) {
+            (Some(ns), Some(obj_ns)) if !obj_ns.is_empty() && obj_ns != ns => {
+                Err(Error::InvalidRequest(format!(
+                    "{verb} {}: the object's namespace {obj_ns:?} differs from the request's {ns:?}",
+                    self.resource.qualified_name()
+                )))
+            }
+            (Some(ns), _) => Ok(Some(ns.clone())),
+            (None, Some(obj_ns)) if !obj_ns.is_empty() => Ok(Some(obj_ns.clone())),
+            (None, _) => Err(Error::InvalidRequest(format!(
+                "{verb} {}: the object has no namespace and this Api spans all namespaces",
+                self.resource.qualified_name()
+            ))),
+        }
+    }
+
+    fn name_of(&self, verb: &str, obj: &K) -> Result<String, Error> {
+        match obj.metadata().name.as_deref() {
+            Some(n) if !n.is_empty() => Ok(n.to_owned()),
+            _ => Err(Error::InvalidRequest(format!(
+                "{verb} {}: the object has no metadata.name",
+                self.resource.qualified_name()
+            ))),
+        }
+    }
+
+    fn encode(&self, verb: &str, obj: &K) -> Result<Bytes, Error> {
+        serde_json::to_vec(obj).map(Bytes::from).map_err(|source| Error::Decode {
+            what: format!("{} for {verb}", self.resource.kind),
+            source,
+        })
+    }
+
+    async fn send<T: DeserializeOwned>(&self, req: ApiRequest) -> Result<T, Error> {
+        let what = describe(&req);
+        let body = self.client.backend.call(req).await?;
+        serde_json::from_slice(&body).map_err(|source| Error::Decode { what, source })
+    }
+
+    /// Reads one object.
+    pub async fn get(&self, name: &str) -> Result<K, Error> {
+        let ns = self.namespace_for("get", name)?;
+        self.send(self.request(
+            ns,
+            None,
+            Operation::Get {
+                name: name.to_owned(),
+            },
+        ))
+        .await
+    }
+
+    /// Reads one object, mapping not-found to `None`.
+    pub async fn get_opt(&self, name: &str) -> Result<Option<K>, Error> {
+        match self.get(name).await {
+            Ok(obj) => Ok(Some(obj)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Creates an object.
+    pub async fn create(&self, params: &PostParams, obj: &K) -> Result<K, Error> {
+        let ns = self.namespace_of_object("create", obj)?;
+        let body = self.encode("create", obj)?;
+        self.send(self.request(
+            ns,
+            None,
+            Operation::Create {
+                body,
+                params: params.clone(),
+            },
+        ))
+        .await
+    }
+
+    /// Replaces an object; the server rejects a stale `metadata.resourceVersion` with 409.
+    pub async fn update(&self, params: &PostParams, obj: &K) -> Result<K, Error> {
+        self.update_subresource(None, params, obj).await
+    }
+
+    /// Replaces an object's status (the `status` subresource).
+    pub async fn update_status(&self, params: &PostParams, obj: &K) -> Result<K, Error> {
+        self.update_subresource(Some("status"), params, obj).await
+    }
+
+    async fn update_subresource(
+        &self,
+        subresource: Option<&str>,
+        params: &PostParams,
+        obj: &K,
+    ) -> Result<K, Error> {
+        let name = self.name_of("update", obj)?;
+        let ns = self.namespace_of_object("update", obj)?;
+        let body = self.encode("update", obj)?;
+        self.send(self.request(
+            ns,
+            subresource,
+            Operation::Update {
+                name,
+                body,
+                params: params.clone(),
+            },
+        ))
+        .await
+    }
+
+    /// Patches an object.
+    pub async fn patch(&self, name: &str, params: &PostParams, patch: &Patch) -> Result<K, Error> {
+        self.patch_subresource(None, name, params, patch).await
+    }
+
+    /// Patches an object's status.
+    pub async fn patch_status(
+        &self,
+        name: &str,
+        params: &PostParams,
+        patch: &Patch,
+    ) -> Result<K, Error> {
+        self.patch_subresource(Some("status"), name, params, patch)
+            .await
+    }
+
+    async fn patch_subresource(
+        &self,
+        subresource: Option<&str>,
+        name: &str,
+        params: &PostParams,
+        patch: &Patch,
+    ) -> Result<K, Error> {
+        let ns = self.namespace_for("patch", name)?;
+        self.send(self.request(
+            ns,
+            subresource,
+            Operation::Patch {
+                name: name.to_owned(),
+                patch: patch.clone(),
+                params: params.clone(),
+            },
+        ))
+        .await
+    }
+
+    /// Deletes an object.
+    pub async fn delete(
+        &self,
+        name: &str,
+        params: &DeleteParams,
+    ) -> Result<DeleteOutcome<K>, Error> {
+        let ns = self.namespace_for("delete", name)?;
+        let req = self.request(
+            ns,
+            None,
+            Operation::Delete {
+                name: name.to_owned(),
+                params: params.clone(),
+            },
+        );
+        let what = describe(&req);
+        let body = self.client.backend.call(req).await?;
+        #[derive(serde::Deserialize)]
+        struct Kind<'a> {
+            #[serde(borrow, default)]
+            kind: Option<&'a str>,
+        }
+        let decode = |source| Error::Decode {
+            what: what.clone(),
+            source,
+        };
+        let kind: Kind<'_> = serde_json::from_slice(&body).map_err(decode)?;
+        if kind.kind == Some("Status") && K::KIND != "Status" {
+            Ok(DeleteOutcome::Deleted(
+                serde_json::from_slice(&body).map_err(decode)?,
+            ))
+        } else {
+            Ok(DeleteOutcome::Pending(
+                serde_json::from_slice(&body).map_err(decode)?,
+            ))
+        }
+    }
+}
+
+impl<K> Api<K>
+where
+    K: Resource
+        + ListableResource
+        + Metadata<Ty = ObjectMeta>
+        + Serialize
+        + DeserializeOwned
+        + Send
+        + 'static,
+    K::Scope: 'static,
+{
+    /// Lists objects (one page when `params.limit` is set; see `metadata.continue`).
+    pub async fn list(&self, params: &ListParams) -> Result<List<K>, Error> {
+        self.send(self.request(
+            self.namespace.clone(),
+            None,
+            Operation::List(params.clone()),
+        ))
+        .await
+    }
+
+    /// Watches objects. The stream yields typed events until the server ends the watch;
+    /// transport and decode failures are yielded as `Err` items.
+    pub async fn watch(
+        &self,
+        params: &WatchParams,
+    ) -> Result<impl Stream<Item = Result<WatchEvent<K>, Error>> + Send + 'static, Error> {
+        let req = self.request(
+            self.namespace.clone(),
+            None,
+            Operation::Watch(params.clone()),
+        );
+        let frames = self.client.backend.watch(req).await?;
+        Ok(frames.map(|frame| frame.and_then(|f| WatchEvent::from_frame(&f))))
+    }
+}
+
+/// A short description of a request for error messages: `GET deployments.apps "web" in "default"`.
+fn describe(req: &ApiRequest) -> String {
+    let mut s = format!(
+        "{} {}",
+        req.verb().to_uppercase(),
+        req.resource.qualified_name()
+    );
+    if let Some(sub) = &req.subresource {
+        s.push('/');
+        s.push_str(sub);
+    }
+    if let Some(name) = req.name() {
+        s.push_str(&format!(" {name:?}"));
+    }
+    if let Some(ns) = &req.namespace {
+        s.push_str(&format!(" in {ns:?}"));
+    }
+    s.push_str(" response");
+    s
+}

@@ -1,0 +1,414 @@
+//! The semantic description of one API call, independent of HTTP.
+//!
+//! Typed [`Api`](crate::Api) methods build an [`ApiRequest`]; a [`Backend`](crate::Backend)
+//! carries it out. The HTTP backend turns it into a URL, query and body; an in-memory fake
+//! interprets it directly and can record it as an action for assertions, the way client-go's
+//! fake clientset records actions.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::resource::ResourceRef;
+
+/// One call against the Kubernetes API.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ApiRequest {
+    /// The resource addressed.
+    pub resource: ResourceRef,
+    /// Namespace, for namespaced resources; `None` means all namespaces (list and watch) or
+    /// a cluster-scoped resource.
+    pub namespace: Option<String>,
+    /// Subresource such as `status` or `scale`.
+    pub subresource: Option<String>,
+    /// What to do.
+    pub operation: Operation,
+}
+
+impl ApiRequest {
+    /// The verb as RBAC and audit logs name it (`get`, `list`, `watch`, `create`, ...).
+    pub fn verb(&self) -> &'static str {
+        self.operation.verb()
+    }
+
+    /// The object name the request addresses, if any.
+    pub fn name(&self) -> Option<&str> {
+        match &self.operation {
+            Operation::Get { name }
+            | Operation::Update { name, .. }
+            | Operation::Patch { name, .. }
+            | Operation::Delete { name, .. } => Some(name),
+            Operation::List(_) | Operation::Watch(_) | Operation::Create { .. } => None,
+        }
+    }
+}
+
+/// The verb of an [`ApiRequest`] and its verb-specific parameters.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Operation {
+    /// Read one object.
+    Get {
+        /// Object name.
+        name: String,
+    },
+    /// List objects.
+    List(ListParams),
+    /// Watch objects for changes.
+    Watch(WatchParams),
+    /// Create an object from a JSON body.
+    Create {
+        /// The serialized object.
+        body: Bytes,
+        /// Write options.
+        params: PostParams,
+    },
+    /// Replace an object (optimistic concurrency by `metadata.resourceVersion`).
+    Update {
+        /// Object name.
+        name: String,
+        /// The serialized object.
+        body: Bytes,
+        /// Write options.
+        params: PostParams,
+    },
+    /// Patch an object.
+    Patch {
+        /// Object name.
+        name: String,
+        /// The patch document and its type.
+        patch: Patch,
+        /// Write options.
+        params: PostParams,
+    },
+    /// Delete an object.
+    Delete {
+        /// Object name.
+        name: String,
+        /// Delete options.
+        params: DeleteParams,
+    },
+}
+
+impl Operation {
+    /// The verb as RBAC names it.
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Operation::Get { .. } => "get",
+            Operation::List(_) => "list",
+            Operation::Watch(_) => "watch",
+            Operation::Create { .. } => "create",
+            Operation::Update { .. } => "update",
+            Operation::Patch { .. } => "patch",
+            Operation::Delete { .. } => "delete",
+        }
+    }
+}
+
+/// How `resourceVersion` is interpreted by a list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResourceVersionMatch {
+    /// Data at least as new as the given resourceVersion.
+    NotOlderThan,
+    /// Data at exactly the given resourceVersion.
+    Exact,
+}
+
+impl ResourceVersionMatch {
+    /// The value of the `resourceVersionMatch` query parameter.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResourceVersionMatch::NotOlderThan => "NotOlderThan",
+            ResourceVersionMatch::Exact => "Exact",
+        }
+    }
+}
+
+/// Parameters of a list: selectors, paging and consistency.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListParams {
+    /// Label selector, e.g. `app=web,tier!=db`.
+    pub label_selector: Option<String>,
+    /// Field selector, e.g. `metadata.name=x`.
+    pub field_selector: Option<String>,
+    /// Page size; `None` lists everything in one response.
+    pub limit: Option<u32>,
+    /// Continue token from the previous page.
+    pub continue_token: Option<String>,
+    /// `resourceVersion`: `None` (or empty) is a consistent read, `"0"` any cached data.
+    pub resource_version: Option<String>,
+    /// How `resource_version` is matched.
+    pub resource_version_match: Option<ResourceVersionMatch>,
+    /// Server-side timeout of the call.
+    pub timeout_seconds: Option<u32>,
+}
+
+impl ListParams {
+    /// Query parameters in the order the HTTP backend sends them.
+    pub fn query_pairs(&self) -> Vec<(&'static str, String)> {
+        let mut q = Vec::new();
+        push_opt(&mut q, "labelSelector", &self.label_selector);
+        push_opt(&mut q, "fieldSelector", &self.field_selector);
+        if let Some(limit) = self.limit {
+            q.push(("limit", limit.to_string()));
+        }
+        push_opt(&mut q, "continue", &self.continue_token);
+        push_opt(&mut q, "resourceVersion", &self.resource_version);
+        if let Some(m) = self.resource_version_match {
+            q.push(("resourceVersionMatch", m.as_str().to_owned()));
+        }
+        if let Some(t) = self.timeout_seconds {
+            q.push(("timeoutSeconds", t.to_string()));
+        }
+        q
+    }
+}
+
+/// Parameters of a watch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchParams {
+    /// Label selector.
+    pub label_selector: Option<String>,
+    /// Field selector.
+    pub field_selector: Option<String>,
+    /// Start after this resourceVersion; `None` or `"0"` starts with synthetic ADDED events.
+    pub resource_version: Option<String>,
+    /// `resourceVersionMatch`; the API requires `NotOlderThan` with `send_initial_events`.
+    pub resource_version_match: Option<ResourceVersionMatch>,
+    /// Ask for BOOKMARK events (default true, as client-go's reflector always does).
+    pub allow_watch_bookmarks: bool,
+    /// Server-side watch timeout; the stream ends cleanly afterwards.
+    pub timeout_seconds: Option<u32>,
+    /// Streaming list: send the current state as ADDED events, then a bookmark marking the
+    /// end of the initial events.
+    pub send_initial_events: bool,
+}
+
+impl Default for WatchParams {
+    fn default() -> Self {
+        Self {
+            label_selector: None,
+            field_selector: None,
+            resource_version: None,
+            resource_version_match: None,
+            allow_watch_bookmarks: true,
+            timeout_seconds: None,
+            send_initial_events: false,
+        }
+    }
+}
+
+impl WatchParams {
+    /// Query parameters in the order the HTTP backend sends them (`watch=1` included).
+    pub fn query_pairs(&self) -> Vec<(&'static str, String)> {
+        let mut q = vec![("watch", "1".to_owned())];
+        push_opt(&mut q, "labelSelector", &self.label_selector);
+        push_opt(&mut q, "fieldSelector", &self.field_selector);
+        push_opt(&mut q, "resourceVersion", &self.resource_version);
+        if let Some(m) = self.resource_version_match {
+            q.push(("resourceVersionMatch", m.as_str().to_owned()));
+        }
+        if self.allow_watch_bookmarks {
+            q.push(("allowWatchBookmarks", "true".to_owned()));
+        }
+        if let Some(t) = self.timeout_seconds {
+            q.push(("timeoutSeconds", t.to_string()));
+        }
+        if self.send_initial_events {
+            q.push(("sendInitialEvents", "true".to_owned()));
+        }
+        q
+    }
+
+    /// The client-side deadline for the watch: the server timeout plus a grace period, if set.
+    pub fn client_deadline(&self) -> Option<Duration> {
+        self.timeout_seconds
+            .map(|t| Duration::from_secs(u64::from(t)) + Duration::from_secs(5))
+    }
+}
+
+/// Options shared by create, update and patch.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PostParams {
+    /// `fieldManager` recorded in managedFields.
+    pub field_manager: Option<String>,
+    /// Validate and default but do not persist (`dryRun=All`).
+    pub dry_run: bool,
+}
+
+impl PostParams {
+    /// Query parameters for these options.
+    pub fn query_pairs(&self) -> Vec<(&'static str, String)> {
+        let mut q = Vec::new();
+        push_opt(&mut q, "fieldManager", &self.field_manager);
+        if self.dry_run {
+            q.push(("dryRun", "All".to_owned()));
+        }
+        q
+    }
+}
+
+/// A patch document with its type.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Patch {
+    /// RFC 7386 JSON merge patch (`application/merge-patch+json`).
+    Merge(serde_json::Value),
+    /// Kubernetes strategic merge patch (`application/strategic-merge-patch+json`); only for
+    /// built-in types.
+    Strategic(serde_json::Value),
+    /// RFC 6902 JSON patch (`application/json-patch+json`): an array of operations.
+    Json(serde_json::Value),
+}
+
+impl Patch {
+    /// The request Content-Type of this patch type.
+    pub fn content_type(&self) -> &'static str {
+        match self {
+            Patch::Merge(_) => "application/merge-patch+json",
+            Patch::Strategic(_) => "application/strategic-merge-patch+json",
+            Patch::Json(_) => "application/json-patch+json",
+        }
+    }
+
+    /// The patch document.
+    pub fn body(&self) -> &serde_json::Value {
+        match self {
+            Patch::Merge(v) | Patch::Strategic(v) | Patch::Json(v) => v,
+        }
+    }
+}
+
+/// What happens to dependents of a deleted object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PropagationPolicy {
+    /// Dependents are orphaned.
+    Orphan,
+    /// Dependents are deleted in the background after the owner.
+    Background,
+    /// The owner stays (with a finalizer) until its dependents are deleted.
+    Foreground,
+}
+
+impl PropagationPolicy {
+    /// The wire value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PropagationPolicy::Orphan => "Orphan",
+            PropagationPolicy::Background => "Background",
+            PropagationPolicy::Foreground => "Foreground",
+        }
+    }
+}
+
+/// Preconditions a delete must meet; the server answers 409 Conflict otherwise.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Preconditions {
+    /// The object's UID must be this.
+    pub uid: Option<String>,
+    /// The object's resourceVersion must be this.
+    pub resource_version: Option<String>,
+}
+
+/// Options of a delete (the `DeleteOptions` body).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeleteParams {
+    /// Preconditions on UID and resourceVersion.
+    pub preconditions: Option<Preconditions>,
+    /// Dependent propagation.
+    pub propagation_policy: Option<PropagationPolicy>,
+    /// Grace period for pods; `Some(0)` deletes at once.
+    pub grace_period_seconds: Option<i64>,
+    /// Validate but do not persist.
+    pub dry_run: bool,
+}
+
+impl DeleteParams {
+    /// The `DeleteOptions` object sent as the request body.
+    pub fn to_body(&self) -> serde_json::Value {
+        let mut body = serde_json::json!({"kind": "DeleteOptions", "apiVersion": "v1"});
+        if let Some(p) = &self.preconditions {
+            let mut pre = serde_json::Map::new();
+            if let Some(uid) = &p.uid {
+                pre.insert("uid".into(), uid.clone().into());
+            }
+            if let Some(rv) = &p.resource_version {
+                pre.insert("resourceVersion".into(), rv.clone().into());
+            }
+            body["preconditions"] = pre.into();
+        }
+        if let Some(pp) = self.propagation_policy {
+            body["propagationPolicy"] = pp.as_str().into();
+        }
+        if let Some(g) = self.grace_period_seconds {
+            body["gracePeriodSeconds"] = g.into();
+        }
+        if self.dry_run {
+            body["dryRun"] = serde_json::json!(["All"]);
+        }
+        body
+    }
+}
+
+fn push_opt(q: &mut Vec<(&'static str, String)>, key: &'static str, value: &Option<String>) {
+    if let Some(v) = value {
+        q.push((key, v.clone()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_query_includes_only_set_fields() {
+        let p = ListParams {
+            label_selector: Some("app=web".into()),
+            limit: Some(2),
+            continue_token: Some("abc".into()),
+            resource_version: Some("0".into()),
+            resource_version_match: Some(ResourceVersionMatch::NotOlderThan),
+            ..Default::default()
+        };
+        assert_eq!(
+            p.query_pairs(),
+            vec![
+                ("labelSelector", "app=web".to_owned()),
+                ("limit", "2".to_owned()),
+                ("continue", "abc".to_owned()),
+                ("resourceVersion", "0".to_owned()),
+                ("resourceVersionMatch", "NotOlderThan".to_owned()),
+            ]
+        );
+        assert!(ListParams::default().query_pairs().is_empty());
+    }
+
+    #[test]
+    fn watch_query_asks_for_bookmarks_by_default() {
+        let q = WatchParams {
+            resource_version: Some("42".into()),
+            timeout_seconds: Some(300),
+            ..Default::default()
+        }
+        .query_pairs();
+        assert_eq!(q[0], ("watch", "1".to_owned()));
+        assert!(q.contains(&("allowWatchBookmarks", "true".to_owned())));
+        assert!(q.contains(&("timeoutSeconds", "300".to_owned())));
+        assert!(!q.iter().any(|(k, _)| *k == "sendInitialEvents"));
+    }
+
+    #[test]
+    fn delete_body_carries_preconditions_and_policy() {
+        let body = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some("u1".into()),
+                resource_version: None,
+            }),
+            propagation_policy: Some(PropagationPolicy::Foreground),
+            ..Default::default()
+        }
+        .to_body();
+        assert_eq!(body["preconditions"]["uid"], "u1");
+        assert!(body["preconditions"].get("resourceVersion").is_none());
+        assert_eq!(body["propagationPolicy"], "Foreground");
+        assert_eq!(body["kind"], "DeleteOptions");
+    }
+}

@@ -1,0 +1,1 @@
+//! A rate-limited work queue for Kubernetes controllers (work in progress).

@@ -1,0 +1,32 @@
+//! `cargo xtask`: the project's automation (local cluster, end-to-end tests, benchmarks).
+
+use clap::{Parser, Subcommand};
+
+mod bench;
+mod cluster;
+mod test;
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "Project automation for kctrl")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Benchmarks run side by side with their upstream anchors.
+    Bench(bench::BenchArgs),
+    /// The local Kubernetes control plane built from upstream's Go modules.
+    Cluster(cluster::ClusterArgs),
+    /// The whole test suite, as README.md and CI run it.
+    Test(test::TestArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Bench(args) => bench::run(args),
+        Command::Cluster(args) => cluster::run(args),
+        Command::Test(args) => test::run(args),
+    }
+}
