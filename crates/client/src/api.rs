@@ -78,6 +78,10 @@ impl Client {
 /// What a delete answered: the object (still present, e.g. waiting on finalizers or graceful
 /// termination) or a success Status (gone at once).
 #[derive(Clone, Debug, PartialEq)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "K is usually as large as Status; boxing would only add an allocation"
+)]
 pub enum DeleteOutcome<K> {
     /// The object still exists, marked for deletion.
     Pending(K),
@@ -234,10 +238,12 @@ where
     }
 
     fn encode(&self, verb: &str, obj: &K) -> Result<Bytes, Error> {
-        serde_json::to_vec(obj).map(Bytes::from).map_err(|source| Error::Decode {
-            what: format!("{} for {verb}", self.resource.kind),
-            source,
-        })
+        serde_json::to_vec(obj)
+            .map(Bytes::from)
+            .map_err(|source| Error::Decode {
+                what: format!("{} for {verb}", self.resource.kind),
+                source,
+            })
     }
 
     async fn send<T: DeserializeOwned>(&self, req: ApiRequest) -> Result<T, Error> {

@@ -51,6 +51,28 @@ pub enum Error {
     /// The request cannot be sent as asked (for example, a namespaced get with no namespace).
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    /// The request was retried and its last attempt failed too. Classifiers
+    /// ([`Error::is_not_found`], [`Error::status`], ...) look through to `last`.
+    #[error(
+        "{last} (after {attempts} attempt{}){}",
+        if *.attempts == 1 { "" } else { "s" },
+        previous_suffix(.previous.as_deref())
+    )]
+    Retried {
+        /// How many attempts were made.
+        attempts: u32,
+        /// The error of the last attempt.
+        #[source]
+        last: Box<Error>,
+        /// The error of the attempt before it, when it was a different one.
+        previous: Option<Box<Error>>,
+    },
+}
+
+fn previous_suffix(previous: Option<&Error>) -> String {
+    previous
+        .map(|p| format!(" - error from a previous attempt: {p}"))
+        .unwrap_or_default()
 }
 
 impl Error {
@@ -58,6 +80,7 @@ impl Error {
     pub fn api_error(&self) -> Option<&ApiError> {
         match self {
             Error::Api(e) => Some(e),
+            Error::Retried { last, .. } => last.api_error(),
             _ => None,
         }
     }
@@ -109,7 +132,11 @@ impl Error {
 
     /// Whether the error is a transport failure (no HTTP answer at all).
     pub fn is_transport(&self) -> bool {
-        matches!(self, Error::Transport { .. } | Error::Timeout { .. })
+        match self {
+            Error::Transport { .. } | Error::Timeout { .. } => true,
+            Error::Retried { last, .. } => last.is_transport(),
+            _ => false,
+        }
     }
 }
 
@@ -356,6 +383,20 @@ mod tests {
         assert!(e.to_string().contains("upstream connect error"));
         let e = ApiError::from_body(404, b"");
         assert!(Error::from(e).is_not_found());
+    }
+
+    #[test]
+    fn retried_errors_classify_by_their_last_attempt() {
+        let e = Error::Retried {
+            attempts: 3,
+            last: Box::new(err(404, "NotFound")),
+            previous: Some(Box::new(Error::InvalidRequest("first".into()))),
+        };
+        assert!(e.is_not_found());
+        assert!(!e.is_transport());
+        assert!(e.to_string().ends_with(
+            "(after 3 attempts) - error from a previous attempt: invalid request: first"
+        ));
     }
 
     #[test]

@@ -17,6 +17,9 @@
 //! | client-go                         | kctrl-client                        |
 //! |-----------------------------------|-------------------------------------|
 //! | `rest.Config`                     | [`kctrl_config::Config`]            |
+//! | `kubernetes.NewForConfig(cfg)`    | [`Client::try_from_config`]         |
+//! | `rest.RESTClient` (JSON only)     | [`HttpBackend`]                     |
+//! | `tools/metrics` hooks             | [`RestClientMetrics`]               |
 //! | `clientset.AppsV1().Deployments(ns)` | [`Api::<Deployment>::namespaced`] |
 //! | `Get` / `List` / `Watch`          | [`Api::get`] / [`Api::list`] / [`Api::watch`] |
 //! | `Create` / `Update` / `UpdateStatus` | [`Api::create`] / [`Api::update`] / [`Api::update_status`] |
@@ -28,6 +31,7 @@
 mod api;
 mod backend;
 mod error;
+mod http;
 mod request;
 mod resource;
 mod watch;
@@ -35,6 +39,7 @@ mod watch;
 pub use api::{Api, Client, DeleteOutcome};
 pub use backend::{Backend, WatchFrames};
 pub use error::{ApiError, Error};
+pub use http::{HttpBackend, NoopRestClientMetrics, RestClientMetrics};
 pub use kctrl_config as config;
 pub use request::{
     ApiRequest, DeleteParams, ListParams, Operation, Patch, PostParams, Preconditions,

@@ -13,6 +13,10 @@ pub const INITIAL_EVENTS_END_ANNOTATION: &str = "k8s.io/initial-events-end";
 
 /// One event of a watch.
 #[derive(Clone, Debug, PartialEq)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "objects are usually larger than ApiError; boxing would add an allocation per event"
+)]
 pub enum WatchEvent<K> {
     /// An object was created (or, at the start of a watch, already existed).
     Added(K),

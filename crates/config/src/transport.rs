@@ -1,0 +1,367 @@
+//! [`Transport`]: the HTTP client and per-request credentials for one [`Config`] (client-go's
+//! `transport.New` + `HTTPWrappersForConfig`).
+//!
+//! The REST layer calls [`Transport::prepare`] before every request and attaches the returned
+//! headers; on HTTP 401 it calls [`Transport::invalidate_credentials`] so a rotated token file
+//! is re-read and an exec plugin is run again before the next request.
+//!
+//! Connection defaults from client-go where reqwest can express them: connect timeout 30 s,
+//! TCP keep-alive 30 s, at most 25 idle connections per host, HTTP/2 (negotiated by ALPN) with
+//! a health-check ping after 30 s without traffic that fails the connection if unanswered for
+//! 15 s. The environment knobs `HTTP2_READ_IDLE_TIMEOUT_SECONDS` (0 disables the ping),
+//! `HTTP2_PING_TIMEOUT_SECONDS` and `DISABLE_HTTP2` work as in client-go. Not expressible:
+//! the TLS handshake timeout (10 s in Go) is covered only by the connect timeout.
+//!
+//! `disable_compression` turns off every response decompression reqwest may have been built
+//! with; without reqwest's compression features no compression is requested anyway.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::header::AUTHORIZATION;
+use http::{HeaderMap, HeaderValue};
+
+use crate::auth::exec::{ExecAuthenticator, ExecCluster, ExecCredentials};
+use crate::auth::token_file::TokenFileSource;
+use crate::auth::{Auth, basic_header, bearer_header};
+use crate::config::Config;
+use crate::error::ConfigError;
+use crate::tls::{ClientIdentity, ServerTrust, TlsConfig, rustls_config};
+
+/// Dial timeout (client-go: 30 s).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// TCP keep-alive (client-go: 30 s).
+pub const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
+/// Idle connections kept per host (client-go's `MaxIdleConnsPerHost`: 25).
+pub const MAX_IDLE_PER_HOST: usize = 25;
+/// HTTP/2 health-check ping after this long without frames (client-go's read-idle timeout).
+pub const HTTP2_READ_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// HTTP/2 ping answer deadline (client-go: 15 s).
+pub const HTTP2_PING_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The HTTP transport for one [`Config`]: the TLS-configured HTTP client and the
+/// credentials to attach to each request. Cheap to clone (shared state).
+#[derive(Clone)]
+pub struct Transport {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// The client for the configuration's own TLS identity.
+    client: reqwest::Client,
+    settings: ClientSettings,
+    /// Impersonation headers, sent with every request.
+    static_headers: HeaderMap,
+    credentials: Credentials,
+    /// The client built for the current exec-plugin certificate, with the run it came from.
+    exec_client: std::sync::Mutex<Option<(u64, reqwest::Client)>>,
+}
+
+enum Credentials {
+    None,
+    Static(HeaderValue),
+    TokenFile(TokenFileSource),
+    Exec(Box<ExecAuthenticator>),
+}
+
+/// What every client of a transport shares; only the TLS identity differs.
+struct ClientSettings {
+    tls: TlsConfig,
+    trust: ServerTrust,
+    proxy: Option<url::Url>,
+    user_agent: String,
+    disable_compression: bool,
+    http2: Http2Settings,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Http2Settings {
+    enabled: bool,
+    read_idle: Option<Duration>,
+    ping_timeout: Duration,
+}
+
+impl Http2Settings {
+    fn from_env() -> Self {
+        let seconds = |name: &str, default: Duration| match std::env::var(name) {
+            Ok(v) => match v.trim().parse::<u64>() {
+                Ok(s) => Duration::from_secs(s),
+                Err(_) => {
+                    tracing::warn!(variable = name, value = %v, "ignoring a malformed duration in seconds");
+                    default
+                }
+            },
+            Err(_) => default,
+        };
+        let read_idle = seconds("HTTP2_READ_IDLE_TIMEOUT_SECONDS", HTTP2_READ_IDLE_TIMEOUT);
+        Self {
+            enabled: std::env::var_os("DISABLE_HTTP2").is_none_or(|v| v.is_empty()),
+            read_idle: (!read_idle.is_zero()).then_some(read_idle),
+            ping_timeout: seconds("HTTP2_PING_TIMEOUT_SECONDS", HTTP2_PING_TIMEOUT),
+        }
+    }
+}
+
+impl ClientSettings {
+    fn build(&self, identity: Option<&ClientIdentity>) -> Result<reqwest::Client, ConfigError> {
+        let alpn: &[&[u8]] = if self.http2.enabled {
+            &[b"h2", b"http/1.1"]
+        } else {
+            &[b"http/1.1"]
+        };
+        let tls = rustls_config(&self.tls, identity, self.trust, alpn)?;
+        let mut builder = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_keepalive(TCP_KEEPALIVE)
+            .pool_max_idle_per_host(MAX_IDLE_PER_HOST)
+            .user_agent(self.user_agent.as_str());
+        if self.http2.enabled {
+            if let Some(idle) = self.http2.read_idle {
+                builder = builder
+                    .http2_keep_alive_interval(idle)
+                    .http2_keep_alive_timeout(self.http2.ping_timeout)
+                    .http2_keep_alive_while_idle(true);
+            }
+        } else {
+            builder = builder.http1_only();
+        }
+        if let Some(proxy) = &self.proxy {
+            builder = builder
+                .proxy(reqwest::Proxy::all(proxy.as_str()).map_err(ConfigError::HttpClient)?);
+        }
+        if self.disable_compression {
+            builder = builder.no_gzip().no_brotli().no_deflate().no_zstd();
+        }
+        builder.build().map_err(ConfigError::HttpClient)
+    }
+}
+
+impl Transport {
+    /// Builds the transport for `config`: parses its certificates and keys, builds the HTTP
+    /// client, and prepares its credentials. Nothing is read from disk or executed yet for
+    /// token files and exec plugins: that happens on the first [`prepare`](Self::prepare).
+    pub fn new(config: &Config) -> Result<Self, ConfigError> {
+        let settings = ClientSettings {
+            tls: config.tls.clone(),
+            trust: if config.is_https() {
+                ServerTrust::Verify
+            } else {
+                ServerTrust::NotUsed
+            },
+            proxy: config.proxy_url.clone(),
+            user_agent: config.user_agent.clone().unwrap_or_else(default_user_agent),
+            disable_compression: config.disable_compression,
+            http2: Http2Settings::from_env(),
+        };
+        let client = settings.build(config.tls.client_identity.as_ref())?;
+        let static_headers = match &config.impersonate {
+            Some(imp) => imp.headers()?,
+            None => HeaderMap::new(),
+        };
+        let credentials = match &config.auth {
+            Auth::None => Credentials::None,
+            Auth::BearerToken(token) => Credentials::Static(bearer_header(token.expose())?),
+            Auth::Basic { username, password } => {
+                Credentials::Static(basic_header(username, password.expose())?)
+            }
+            Auth::TokenFile { path, token } => {
+                Credentials::TokenFile(TokenFileSource::new(path.clone(), token.clone()))
+            }
+            Auth::Exec(provider) => {
+                let cluster = provider
+                    .provide_cluster_info
+                    .then(|| ExecCluster::for_config(config, provider));
+                Credentials::Exec(Box::new(ExecAuthenticator::new(provider.clone(), cluster)))
+            }
+        };
+        Ok(Self {
+            inner: Arc::new(Inner {
+                client,
+                settings,
+                static_headers,
+                credentials,
+                exec_client: std::sync::Mutex::new(None),
+            }),
+        })
+    }
+
+    /// The HTTP client and the authentication headers for the next request.
+    ///
+    /// Reads a token file that is due for re-reading, runs an exec plugin whose credential
+    /// is missing, expired or invalidated, and (when a plugin supplies a client certificate)
+    /// returns a client presenting that certificate, built once per certificate.
+    pub async fn prepare(&self) -> Result<(reqwest::Client, http::HeaderMap), ConfigError> {
+        let inner = &*self.inner;
+        let mut headers = inner.static_headers.clone();
+        let client = match &inner.credentials {
+            Credentials::None => inner.client.clone(),
+            Credentials::Static(value) => {
+                headers.insert(AUTHORIZATION, value.clone());
+                inner.client.clone()
+            }
+            Credentials::TokenFile(source) => {
+                let token = source.token().await?;
+                headers.insert(AUTHORIZATION, bearer_header(token.expose())?);
+                inner.client.clone()
+            }
+            Credentials::Exec(authenticator) => {
+                let creds = authenticator.credentials().await?;
+                if let Some(token) = &creds.token {
+                    headers.insert(AUTHORIZATION, bearer_header(token.expose())?);
+                }
+                match &creds.identity {
+                    Some(_) => self.client_for(&creds)?,
+                    None => inner.client.clone(),
+                }
+            }
+        };
+        Ok((client, headers))
+    }
+
+    /// Tells the transport the server answered 401, so cached credentials
+    /// (exec plugins, token files) are refreshed before the next request.
+    pub fn invalidate_credentials(&self) {
+        match &self.inner.credentials {
+            Credentials::TokenFile(source) => {
+                tracing::debug!(path = %source.path().display(), "credentials rejected: the token file will be re-read");
+                source.invalidate();
+            }
+            Credentials::Exec(authenticator) => {
+                tracing::debug!("credentials rejected: the exec plugin will run again");
+                authenticator.invalidate();
+            }
+            Credentials::None | Credentials::Static(_) => {}
+        }
+    }
+
+    /// The client for an exec-plugin certificate, reused while the plugin's answer is.
+    fn client_for(&self, creds: &ExecCredentials) -> Result<reqwest::Client, ConfigError> {
+        let mut cached = self
+            .inner
+            .exec_client
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((generation, client)) = cached.as_ref()
+            && *generation == creds.generation
+        {
+            return Ok(client.clone());
+        }
+        let client = self.inner.settings.build(creds.identity.as_ref())?;
+        *cached = Some((creds.generation, client.clone()));
+        Ok(client)
+    }
+}
+
+impl fmt::Debug for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let credentials = match &self.inner.credentials {
+            Credentials::None => "none",
+            Credentials::Static(_) => "static",
+            Credentials::TokenFile(_) => "token file",
+            Credentials::Exec(_) => "exec plugin",
+        };
+        f.debug_struct("Transport")
+            .field("credentials", &credentials)
+            .field("impersonating", &!self.inner.static_headers.is_empty())
+            .field("proxy", &self.inner.settings.proxy.is_some())
+            .field("http2", &self.inner.settings.http2)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `<program>/<version> (<os>/<arch>) kctrl`, after client-go's
+/// `<binary>/<version> (<os>/<arch>) kubernetes/<commit>`.
+pub fn default_user_agent() -> String {
+    let program = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .filter(|s| !s.is_empty() && s.is_ascii())
+        .unwrap_or_else(|| "kctrl".to_owned());
+    format!(
+        "{program}/v{} ({}/{}) kctrl",
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Secret;
+    use crate::auth::Impersonation;
+
+    fn config(server: &str) -> Config {
+        Config::new(url::Url::parse(server).unwrap())
+    }
+
+    #[tokio::test]
+    async fn static_credentials_and_impersonation_headers() {
+        let mut c = config("https://127.0.0.1:6443");
+        c.tls.ca_pem = Some(include_bytes!("../tests/fixtures/ca.crt").to_vec());
+        c.auth = Auth::BearerToken(Secret::from("abc"));
+        c.impersonate = Some(Impersonation {
+            user: "bob".into(),
+            groups: vec!["g".into()],
+            ..Impersonation::default()
+        });
+        let t = Transport::new(&c).unwrap();
+        let (_, headers) = t.prepare().await.unwrap();
+        assert_eq!(headers[AUTHORIZATION], "Bearer abc");
+        assert!(headers[AUTHORIZATION].is_sensitive());
+        assert_eq!(headers["impersonate-user"], "bob");
+        assert_eq!(headers["impersonate-group"], "g");
+
+        c.auth = Auth::Basic {
+            username: "u".into(),
+            password: Secret::from("p"),
+        };
+        let (_, headers) = Transport::new(&c).unwrap().prepare().await.unwrap();
+        assert_eq!(headers[AUTHORIZATION], "Basic dTpw");
+        let debug = format!("{t:?}");
+        assert!(!debug.contains("abc"), "{debug}");
+    }
+
+    #[tokio::test]
+    async fn plain_http_needs_no_trust_store_and_sends_no_auth_when_none() {
+        let t = Transport::new(&config("http://127.0.0.1:8080")).unwrap();
+        let (_, headers) = t.prepare().await.unwrap();
+        assert!(headers.is_empty());
+        t.invalidate_credentials();
+    }
+
+    #[test]
+    fn bad_pem_fails_at_construction() {
+        let mut c = config("https://127.0.0.1:6443");
+        c.tls.ca_pem = Some(b"ca-data".to_vec());
+        assert!(matches!(
+            Transport::new(&c),
+            Err(ConfigError::InvalidPem { .. })
+        ));
+    }
+
+    #[test]
+    fn proxy_urls_are_accepted() {
+        for proxy in [
+            "http://proxy:3128",
+            "https://proxy:443",
+            "socks5://proxy:1080",
+        ] {
+            let mut c = config("http://127.0.0.1:8080");
+            c.proxy_url = Some(url::Url::parse(proxy).unwrap());
+            Transport::new(&c).unwrap();
+        }
+    }
+
+    #[test]
+    fn default_user_agent_names_os_and_arch() {
+        let ua = default_user_agent();
+        assert!(
+            ua.contains(std::env::consts::OS) && ua.ends_with(" kctrl"),
+            "{ua}"
+        );
+        assert!(HeaderValue::from_str(&ua).is_ok());
+    }
+}
