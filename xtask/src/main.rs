@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod cluster;
+mod e2e;
 mod test;
 
 #[derive(Parser)]
@@ -19,6 +20,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// The local Kubernetes control plane built from upstream's Go modules.
     Cluster(cluster::ClusterArgs),
+    /// The end-to-end suite against a real cluster.
+    E2e(e2e::E2eArgs),
     /// The whole test suite, as README.md and CI run it.
     Test(test::TestArgs),
 }
@@ -27,6 +30,7 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Bench(args) => bench::run(args),
         Command::Cluster(args) => cluster::run(args),
+        Command::E2e(args) => e2e::run(args),
         Command::Test(args) => test::run(args),
     }
 }

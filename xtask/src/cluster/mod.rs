@@ -1,9 +1,259 @@
-//! `cargo xtask cluster <up|down|status|env>`.
+//! `cargo xtask cluster <up|down|status|env|compact|build|kind-plan>`: a real Kubernetes 1.36
+//! control plane on loopback, built from upstream's Go modules (see docs/local-cluster.md).
+//!
+//! Reusable entry points for other xtask commands (e.g. a future `cargo xtask e2e`):
+//! [`plane::ensure_up`] -> [`plane::ClusterInfo`] (kubeconfig paths, apiserver URL, etcd
+//! endpoint, [`plane::ClusterInfo::env_vars`]), [`plane::running_info`], [`down`],
+//! [`plane::compact`], and [`kind::KindCluster`] for the kind path.
+
+pub(crate) mod etcd;
+pub(crate) mod kind;
+pub(crate) mod pki;
+pub(crate) mod plane;
+pub(crate) mod process;
+pub(crate) mod toolchain;
+pub(crate) mod versions;
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+
+use self::plane::{Layout, Liveness, UpOptions};
+use self::toolchain::{Cache, fmt_duration};
 
 /// Arguments of `cargo xtask cluster`.
 #[derive(clap::Args)]
-pub(crate) struct ClusterArgs {}
+pub(crate) struct ClusterArgs {
+    /// Name of the cluster; several can run side by side (state in target/kctrl-cluster/<name>).
+    #[arg(long, global = true, env = "KCTRL_CLUSTER_NAME", default_value = "dev")]
+    name: String,
+    #[command(subcommand)]
+    command: ClusterCommand,
+}
 
-pub(crate) fn run(_args: ClusterArgs) -> anyhow::Result<()> {
-    anyhow::bail!("the local cluster is not implemented yet")
+#[derive(clap::Subcommand)]
+enum ClusterCommand {
+    /// Build the binaries (once, cached) and start the cluster; waits for /readyz, Ready nodes
+    /// and the default ServiceAccount. A no-op if the cluster already runs.
+    Up {
+        /// Number of fake (KWOK) nodes.
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+        /// Extra kube-apiserver flag, e.g. `--apiserver-arg=--watch-cache=false` (repeatable).
+        #[arg(
+            long = "apiserver-arg",
+            value_name = "FLAG",
+            allow_hyphen_values = true
+        )]
+        apiserver_args: Vec<String>,
+    },
+    /// Stop every process of the cluster (also after a crash) and remove its runtime state;
+    /// logs are kept.
+    Down,
+    /// Report each component, the apiserver, the nodes and the binary cache. Exits non-zero
+    /// unless the cluster is fully up.
+    Status,
+    /// Print `export …` lines for the running cluster: eval "$(cargo xtask cluster env)".
+    Env,
+    /// Compact etcd at its current revision (watches from older resourceVersions then get 410).
+    Compact,
+    /// Only build (or check) the cached binaries.
+    Build,
+    /// Print the kind configuration and commands of `cargo xtask e2e --cluster kind`.
+    KindPlan {
+        /// Where the configuration would be written.
+        #[arg(long, default_value = "target/kctrl-kind/kind.yaml")]
+        config_path: PathBuf,
+    },
+}
+
+pub(crate) fn run(args: ClusterArgs) -> Result<()> {
+    let name = args.name;
+    match args.command {
+        ClusterCommand::Up {
+            nodes,
+            apiserver_args,
+        } => {
+            let info = plane::ensure_up(&UpOptions {
+                name: name.clone(),
+                nodes,
+                apiserver_args,
+            })?;
+            eprintln!(
+                "  apiserver:  {} ({})",
+                info.apiserver_url, info.kubernetes_version
+            );
+            eprintln!("  admin:      {}", info.admin_kubeconfig.display());
+            eprintln!(
+                "  controller: {} ({}; authenticated, no RBAC grants)",
+                info.controller_kubeconfig.display(),
+                plane::CONTROLLER_SA_NAME
+            );
+            eprintln!("  etcd:       {}", info.etcd_endpoint);
+            eprintln!("  logs:       {}", info.dir.join("logs").display());
+            eprintln!("use it with: eval \"$(cargo xtask cluster env --name {name})\"");
+            Ok(())
+        }
+        ClusterCommand::Down => down(&name),
+        ClusterCommand::Status => status(&name),
+        ClusterCommand::Env => {
+            let info = plane::running_info(&name)?.ok_or_else(|| plane::not_running(&name))?;
+            for (key, value) in info.env_vars() {
+                println!("export {key}={}", shell_quote(&value));
+            }
+            Ok(())
+        }
+        ClusterCommand::Compact => {
+            let revision = plane::compact(&name)?;
+            println!("compacted etcd of cluster '{name}' at revision {revision}");
+            Ok(())
+        }
+        ClusterCommand::Build => {
+            let cache = Cache::locate()?;
+            let built = toolchain::ensure_built(&cache)?;
+            if built.is_empty() {
+                println!("all binaries are cached in {}", cache.bin_dir().display());
+            }
+            for (binary, took) in built {
+                println!("{:<24} {}", binary.file_name(), fmt_duration(took));
+            }
+            Ok(())
+        }
+        ClusterCommand::KindPlan { config_path } => {
+            let cluster = kind::KindCluster::new(&format!("kctrl-{name}"));
+            println!(
+                "# kind {} (needs Docker or Podman); {}:",
+                kind::KIND_VERSION,
+                config_path.display()
+            );
+            print!("{}", cluster.config());
+            println!("# commands:");
+            for cmd in cluster.plan(&config_path) {
+                println!("{}", cmd.join(" "));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Stops cluster `name` (no-op if nothing runs).
+pub(crate) fn down(name: &str) -> Result<()> {
+    plane::validate_name(name)?;
+    let cache = Cache::locate()?;
+    let layout = Layout::new(name);
+    let stopped = plane::stop(&layout, &cache)?;
+    if stopped == 0 {
+        eprintln!("cluster '{name}': no process was running");
+    } else {
+        eprintln!(
+            "cluster '{name}': stopped {stopped} process(es); logs kept in {}",
+            layout.logs().display()
+        );
+    }
+    Ok(())
+}
+
+fn status(name: &str) -> Result<()> {
+    let report = plane::status(name)?;
+    let layout = Layout::new(name);
+    println!("cluster '{name}' ({})", layout.dir.display());
+    for c in &report.components {
+        let state = match c.liveness {
+            Liveness::Running(pid) => format!("running (pid {pid})"),
+            Liveness::Stale(pid) => {
+                format!("not running (stale pid file: pid {pid} is gone or not ours)")
+            }
+            Liveness::Absent => "not running".to_owned(),
+        };
+        let port = match c.port {
+            Some(p) => format!(
+                "127.0.0.1:{p}{}",
+                if c.listening { "" } else { " (closed)" }
+            ),
+            None => "-".to_owned(),
+        };
+        println!(
+            "  {:<24} {:<48} {:<24} {}",
+            c.component.name(),
+            state,
+            port,
+            layout.log(c.component).display()
+        );
+    }
+    if let Some(info) = &report.info {
+        println!(
+            "  apiserver {} {}",
+            info.apiserver_url,
+            if report.apiserver_ready {
+                "ready"
+            } else {
+                "NOT ready"
+            }
+        );
+        if let Some((ready, total)) = report.nodes {
+            println!("  nodes: {ready}/{total} Ready");
+        }
+    }
+    println!(
+        "  binaries: {} ({})",
+        report.cache.0.display(),
+        if report.cache.1 {
+            "built"
+        } else {
+            "not (fully) built"
+        }
+    );
+    if !report.healthy() {
+        anyhow::bail!("cluster '{name}' is not (fully) running");
+    }
+    Ok(())
+}
+
+/// Single-quotes `s` for POSIX shells.
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-:,=+@".contains(&b))
+    {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quotes_for_the_shell() {
+        assert_eq!(shell_quote("/a/b.kubeconfig"), "/a/b.kubeconfig");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote(""), "''");
+    }
+
+    #[test]
+    fn cli_parses() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            cluster: ClusterArgs,
+        }
+        let cli = Cli::try_parse_from(["x", "up", "--name", "e2e", "--nodes", "2"]).unwrap();
+        assert_eq!(cli.cluster.name, "e2e");
+        assert!(matches!(
+            cli.cluster.command,
+            ClusterCommand::Up { nodes: 2, ref apiserver_args } if apiserver_args.is_empty()
+        ));
+        let cli =
+            Cli::try_parse_from(["x", "up", "--apiserver-arg", "--watch-cache=false"]).unwrap();
+        assert!(matches!(
+            cli.cluster.command,
+            ClusterCommand::Up { ref apiserver_args, .. } if apiserver_args == &["--watch-cache=false"]
+        ));
+        let cli = Cli::try_parse_from(["x", "--name", "a", "env"]).unwrap();
+        assert_eq!(cli.cluster.name, "a");
+    }
 }

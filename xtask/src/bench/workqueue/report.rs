@@ -1,0 +1,420 @@
+//! Medians, the comparison table, and docs/benchmarks/workqueue.md.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::Result;
+
+use super::{LATENESS_ITEMS, LATENESS_SPREAD, Measurement, TOTAL_ADDS};
+
+/// What a row is held to.
+#[derive(Clone, Copy)]
+pub(super) enum Goal {
+    /// ours / client-go at least this (higher is better).
+    RatioAtLeast(f64),
+    /// ours / client-go at most this (lower is better).
+    RatioAtMost(f64),
+    /// ours at most this, in the row's unit.
+    ValueAtMost(f64),
+    /// Reported only.
+    None,
+}
+
+impl Goal {
+    fn describe(self, unit: &str) -> String {
+        match self {
+            Goal::RatioAtLeast(ratio) => format!("≥ {ratio}×"),
+            Goal::RatioAtMost(ratio) => format!("≤ {ratio}×"),
+            Goal::ValueAtMost(value) => format!("≤ {value} {unit}"),
+            Goal::None => "—".into(),
+        }
+    }
+}
+
+/// One line of the comparison: medians over the repetitions.
+pub(super) struct Row {
+    pub(super) workload: String,
+    pub(super) unit: &'static str,
+    pub(super) client_go: f64,
+    pub(super) kctrl: f64,
+    pub(super) goal: Goal,
+    /// Items actually processed per round (throughput rows): collapsing depends on timing.
+    pub(super) processed: Option<(f64, f64)>,
+    /// kctrl with producers calling `add_ref(&key)` (throughput rows), for reference.
+    pub(super) kctrl_add_ref: Option<f64>,
+    /// kctrl with `&'static str` items instead of `Arc<str>` (throughput rows), for reference.
+    pub(super) kctrl_static_str: Option<f64>,
+}
+
+impl Row {
+    pub(super) fn ratio(&self) -> f64 {
+        self.kctrl / self.client_go
+    }
+
+    pub(super) fn met(&self) -> Option<bool> {
+        match self.goal {
+            Goal::RatioAtLeast(min) => Some(self.ratio() >= min),
+            Goal::RatioAtMost(max) => Some(self.ratio() <= max),
+            Goal::ValueAtMost(max) => Some(self.kctrl <= max),
+            Goal::None => None,
+        }
+    }
+
+    fn verdict(&self) -> &'static str {
+        match self.met() {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "",
+        }
+    }
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    if values.len() % 2 == 1 {
+        values[mid]
+    } else {
+        (values[mid - 1] + values[mid]) / 2.0
+    }
+}
+
+fn keys_label(keys: usize, adds: usize) -> String {
+    let short = |n: usize| match n {
+        n if n >= 1_000 && n % 1_000 == 0 => format!("{}k", n / 1_000),
+        n => n.to_string(),
+    };
+    if keys == adds {
+        format!("{} distinct keys", short(keys))
+    } else {
+        format!("{} adds over {} keys", short(adds), short(keys))
+    }
+}
+
+/// Medians per workload and implementation, in a fixed row order.
+pub(super) fn summarize(measurements: &[Measurement]) -> Vec<Row> {
+    let pick = |implementation: &str,
+                filter: &dyn Fn(&Measurement) -> bool,
+                value: &dyn Fn(&Measurement) -> f64| {
+        median(
+            measurements
+                .iter()
+                .filter(|m| m.implementation == implementation && filter(m))
+                .map(value)
+                .collect(),
+        )
+    };
+    let mut rows = Vec::new();
+    for (producers, consumers) in super::THREAD_MIXES {
+        for (keys, adds) in super::KEY_MIXES {
+            let same_shape = move |m: &Measurement| {
+                m.producers == producers
+                    && m.consumers == consumers
+                    && m.keys == keys
+                    && m.adds == adds
+            };
+            let filter = move |m: &Measurement| m.workload == "throughput" && same_shape(m);
+            let static_str =
+                move |m: &Measurement| m.workload == "throughput_static_str" && same_shape(m);
+            let add_ref =
+                move |m: &Measurement| m.workload == "throughput_add_ref" && same_shape(m);
+            let per_round = |m: &Measurement| m.processed as f64 / m.rounds.max(1) as f64;
+            rows.push(Row {
+                workload: format!(
+                    "add+get+done, {producers}P/{consumers}C, {}",
+                    keys_label(keys, adds)
+                ),
+                unit: "M adds/s",
+                client_go: pick("client-go", &filter, &|m| m.ops_per_sec / 1e6),
+                kctrl: pick("kctrl", &filter, &|m| m.ops_per_sec / 1e6),
+                goal: Goal::RatioAtLeast(2.0),
+                processed: Some((
+                    pick("client-go", &filter, &per_round),
+                    pick("kctrl", &filter, &per_round),
+                )),
+                kctrl_add_ref: Some(pick("kctrl", &add_ref, &|m| m.ops_per_sec / 1e6)),
+                kctrl_static_str: Some(pick("kctrl", &static_str, &|m| m.ops_per_sec / 1e6)),
+            });
+        }
+    }
+    let add_after = |m: &Measurement| m.workload == "add_after";
+    rows.push(Row {
+        workload: "add_after, random delays ≤ 10 min".into(),
+        unit: "ns/op",
+        client_go: pick("client-go", &add_after, &|m| m.ns_per_op),
+        kctrl: pick("kctrl", &add_after, &|m| m.ns_per_op),
+        goal: Goal::RatioAtMost(0.5),
+        processed: None,
+        kctrl_add_ref: None,
+        kctrl_static_str: None,
+    });
+    let lateness = |m: &Measurement| m.workload == "timer_lateness";
+    rows.push(Row {
+        workload: "timer lateness p50".into(),
+        unit: "µs",
+        client_go: pick("client-go", &lateness, &|m| m.p50_ns as f64 / 1e3),
+        kctrl: pick("kctrl", &lateness, &|m| m.p50_ns as f64 / 1e3),
+        goal: Goal::None,
+        processed: None,
+        kctrl_add_ref: None,
+        kctrl_static_str: None,
+    });
+    rows.push(Row {
+        workload: "timer lateness p99".into(),
+        unit: "µs",
+        client_go: pick("client-go", &lateness, &|m| m.p99_ns as f64 / 1e3),
+        kctrl: pick("kctrl", &lateness, &|m| m.p99_ns as f64 / 1e3),
+        goal: Goal::ValueAtMost(1000.0),
+        processed: None,
+        kctrl_add_ref: None,
+        kctrl_static_str: None,
+    });
+    rows
+}
+
+fn fmt_value(value: f64) -> String {
+    if value >= 100.0 {
+        format!("{value:.0}")
+    } else if value >= 10.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.2}")
+    }
+}
+
+/// The table printed on the terminal.
+pub(super) fn text_table(rows: &[Row]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<46} {:>10} {:>10} {:>10} {:>8}  {:<10} met  {:>12}",
+        "workload", "client-go", "kctrl", "unit", "ratio", "target", "add_ref"
+    );
+    for row in rows {
+        let _ = writeln!(
+            out,
+            "{:<46} {:>10} {:>10} {:>10} {:>7.2}×  {:<10} {:<4} {:>12}",
+            row.workload,
+            fmt_value(row.client_go),
+            fmt_value(row.kctrl),
+            row.unit,
+            row.ratio(),
+            row.goal.describe(row.unit),
+            row.verdict().trim_matches('*'),
+            row.kctrl_add_ref.map(fmt_value).unwrap_or_default(),
+        );
+    }
+    out
+}
+
+/// Facts about the machine, for the report.
+pub(super) struct Machine {
+    cpus: usize,
+    cpu_model: String,
+    os: String,
+    rustc: String,
+    go: String,
+    client_go: String,
+    date: String,
+    load_average: String,
+}
+
+fn command_output(program: &str, args: &[&str]) -> String {
+    Command::new(program)
+        .args(args)
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+impl Machine {
+    pub(super) fn detect(root: &Path, go: String) -> Result<Self> {
+        let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|info| {
+                info.lines()
+                    .find(|line| line.starts_with("model name"))
+                    .and_then(|line| line.split(':').nth(1))
+                    .map(|model| model.trim().to_string())
+            })
+            .unwrap_or_else(|| "unknown".into());
+        let go_mod = std::fs::read_to_string(root.join("bench/workqueue-go/go.mod"))?;
+        let client_go = go_mod
+            .lines()
+            .find_map(|line| {
+                let line = line.trim();
+                line.strip_prefix("require ")
+                    .unwrap_or(line)
+                    .strip_prefix("k8s.io/client-go ")
+            })
+            .map(|version| {
+                version
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or(version)
+                    .to_string()
+            })
+            .unwrap_or_else(|| "unknown".into());
+        Ok(Self {
+            cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            cpu_model,
+            os: command_output("uname", &["-sr"]),
+            rustc: command_output("rustc", &["--version"]),
+            go,
+            client_go,
+            date: command_output("date", &["-u", "+%Y-%m-%d"]),
+            load_average: std::fs::read_to_string("/proc/loadavg")
+                .map(|load| {
+                    load.split_whitespace()
+                        .take(3)
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .unwrap_or_else(|_| "unknown".into()),
+        })
+    }
+}
+
+/// docs/benchmarks/workqueue.md.
+pub(super) fn markdown(rows: &[Row], machine: &Machine, reps: usize, quick: bool) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "# Benchmark: kctrl-workqueue vs client-go workqueue\n");
+    let _ = writeln!(
+        out,
+        "Generated by `cargo xtask bench workqueue{}` on {}. Do not edit by hand; rerun the command.\n",
+        if quick { " --quick" } else { "" },
+        machine.date
+    );
+    if quick {
+        let _ = writeln!(
+            out,
+            "> **Quick run**: workloads are 10× smaller and there are fewer repetitions; these numbers are a smoke test, not a result.\n"
+        );
+    }
+    let _ = writeln!(out, "## Results\n");
+    let _ = writeln!(
+        out,
+        "Medians of {reps} runs of each program. Ratio = kctrl / client-go.\n"
+    );
+    let _ = writeln!(
+        out,
+        "| workload | unit | client-go | kctrl | ratio | target | met |\n|---|---|---:|---:|---:|---|---|"
+    );
+    for row in rows {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {:.2}× | {} | {} |",
+            row.workload,
+            row.unit,
+            fmt_value(row.client_go),
+            fmt_value(row.kctrl),
+            row.ratio(),
+            row.goal.describe(row.unit),
+            row.verdict()
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nMore about the throughput rows. *Processed*: items handed out per round (adds of a key \
+         that is already waiting collapse, so a queue whose consumers keep up processes *more* items \
+         for the same adds). *add_ref*: the same workload with producers calling \
+         `queue.add_ref(&key)`, which clones a key only when the queue keeps it. *&'static str*: \
+         `add` with items that, like Go strings, need no reference counting. Both are for \
+         reference; the results above use `add(key.clone())` with `Arc<str>` keys, the direct \
+         counterpart of client-go's `Add(key)`.\n"
+    );
+    let _ = writeln!(
+        out,
+        "| workload | processed, client-go | processed, kctrl | kctrl add_ref, M adds/s | vs client-go | kctrl `&'static str`, M adds/s | vs client-go |\n|---|---:|---:|---:|---:|---:|---:|"
+    );
+    for row in rows {
+        if let (Some((go, ours)), Some(add_ref), Some(static_str)) =
+            (row.processed, row.kctrl_add_ref, row.kctrl_static_str)
+        {
+            let _ = writeln!(
+                out,
+                "| {} | {:.0} | {:.0} | {} | {:.2}× | {} | {:.2}× |",
+                row.workload,
+                go,
+                ours,
+                fmt_value(add_ref),
+                add_ref / row.client_go,
+                fmt_value(static_str),
+                static_str / row.client_go
+            );
+        }
+    }
+    let missed: Vec<&Row> = rows.iter().filter(|row| row.met() == Some(false)).collect();
+    let _ = writeln!(out, "\n## Targets\n");
+    if missed.is_empty() {
+        let _ = writeln!(out, "All targets met in this run.");
+    } else {
+        for row in missed {
+            let by = match row.goal {
+                Goal::RatioAtLeast(min) => format!("{:.2}× instead of ≥ {min}×", row.ratio()),
+                Goal::RatioAtMost(max) => format!("{:.2}× instead of ≤ {max}×", row.ratio()),
+                Goal::ValueAtMost(max) => {
+                    format!(
+                        "{} {} instead of ≤ {max} {}",
+                        fmt_value(row.kctrl),
+                        row.unit,
+                        row.unit
+                    )
+                }
+                Goal::None => continue,
+            };
+            let _ = writeln!(out, "- Missed: {}: {by}.", row.workload);
+        }
+        let _ = writeln!(out, "\nSee *Analysis* below for why.");
+    }
+    let _ = writeln!(out, "\n## Machine\n");
+    let _ = writeln!(out, "- CPUs: {} ({})", machine.cpus, machine.cpu_model);
+    let _ = writeln!(out, "- OS: {}", machine.os);
+    let _ = writeln!(
+        out,
+        "- Rust: {} (release profile), Tokio multi-thread runtime with {} workers",
+        machine.rustc, machine.cpus
+    );
+    let _ = writeln!(
+        out,
+        "- Go: {}, k8s.io/client-go {} (GOMAXPROCS = {})",
+        machine.go, machine.client_go, machine.cpus
+    );
+    let _ = writeln!(
+        out,
+        "- The machine is shared: other builds may run at the same time (load average at the start of the run: {}). The two programs alternate, so such noise hits both.",
+        machine.load_average
+    );
+    out.push_str(&method_section());
+    out.push_str(super::ANALYSIS);
+    out
+}
+
+fn method_section() -> String {
+    format!(
+        "\n## Method\n\n\
+Two programs run identical workloads and print JSON lines: `bench/workqueue-go` (client-go's \
+`util/workqueue`, typed `string` items) and the hidden `cargo xtask bench workqueue-peer` in a \
+release build of xtask (kctrl-workqueue, `Arc<str>` items: both are immutable shared strings). \
+The driver runs them alternately and takes the median of each number. Keys look like \
+`namespace-N/object-M`. Neither queue has metrics (unnamed queues), as in client-go's own benchmarks.\n\n\
+- **add+get+done throughput**: a fresh queue per round; C consumer tasks/goroutines loop \
+  `get` → `done` until the queue reports shutdown; P producers add items `i = p, p+P, …` with key \
+  `i mod keys`; when the producers finish the queue is shut down and the consumers drain it. Rounds \
+  repeat until {TOTAL_ADDS} adds in total; the number is adds per second of wall time including \
+  task start-up and the drain. \"1k/100k distinct keys\" rounds add each key once; \"100k adds over \
+  100 keys\" is heavy duplication, where most adds collapse into an item already waiting.\n\
+- **add_after cost**: 200,000 `add_after` calls on distinct keys with random delays in (0, 10 min] \
+  (none fires), like client-go's `BenchmarkDelayingQueue_AddAfter`; total time / calls.\n\
+- **timer lateness**: {LATENESS_ITEMS} distinct keys added with `add_after` and delays of \
+  1 ms + uniform [0, {} ms); one consumer records, for each item, the time from its ready time \
+  (taken just before the call) to when `get` returned it. p50 and p99 over all items of a run.\n",
+        LATENESS_SPREAD.as_millis()
+    )
+}

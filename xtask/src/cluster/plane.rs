@@ -1,0 +1,1122 @@
+//! Starting, inspecting and stopping one local control plane: etcd, kube-apiserver,
+//! kube-controller-manager (deployment controller disabled), kube-scheduler and the KWOK
+//! controller, each a detached process supervised through pid files (see `process.rs`).
+//!
+//! Everything of cluster `<name>` lives in `target/kctrl-cluster/<name>/`:
+//! `state.json` (ports, versions), `pki/`, `kubeconfig/`, `etcd-data/`, `manifests/`,
+//! `run/<component>.pid` and `logs/<component>.log`.
+
+use std::fs;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use serde::{Deserialize, Serialize};
+
+use super::etcd;
+use super::pki::{self, Identity, Pki};
+use super::process::{self, ProcRecord};
+use super::toolchain::{Cache, fmt_duration};
+use super::versions::{Binary, ETCD_VERSION, K8S_VERSION, KWOK_VERSION};
+
+/// Namespace of the controller's identity.
+pub(crate) const CONTROLLER_SA_NAMESPACE: &str = "kube-system";
+/// Name of the controller's ServiceAccount. Deliberately *not* `deployment-controller`: the
+/// apiserver's bootstrap RBAC policy binds `kube-system:deployment-controller` to
+/// `system:controller:deployment-controller`, which would hide gaps in our own RBAC manifest.
+pub(crate) const CONTROLLER_SA_NAME: &str = "kctrl-deployment-controller";
+
+/// The cluster administrator (`system:masters`).
+const ADMIN: Identity = Identity {
+    file: "admin",
+    user: "kctrl-admin",
+    groups: &["system:masters"],
+};
+/// Our Deployment controller: a ServiceAccount identity with no RBAC grants yet.
+const CONTROLLER: Identity = Identity {
+    file: "deployment-controller",
+    user: "system:serviceaccount:kube-system:kctrl-deployment-controller",
+    groups: &[
+        "system:serviceaccounts",
+        "system:serviceaccounts:kube-system",
+    ],
+};
+const KCM: Identity = Identity {
+    file: "kube-controller-manager",
+    user: "system:kube-controller-manager",
+    groups: &[],
+};
+const SCHEDULER: Identity = Identity {
+    file: "kube-scheduler",
+    user: "system:kube-scheduler",
+    groups: &[],
+};
+/// KWOK updates node and pod status, leases and events of fake nodes: full rights, as kwokctl does.
+const KWOK: Identity = Identity {
+    file: "kwok-controller",
+    user: "kwok-controller",
+    groups: &["system:masters"],
+};
+const IDENTITIES: [Identity; 5] = [ADMIN, CONTROLLER, KCM, SCHEDULER, KWOK];
+
+/// Service CIDR (the serving certificate carries its first address, 10.0.0.1).
+const SERVICE_CIDR: &str = "10.0.0.0/24";
+/// Pod IPs handed out by KWOK.
+const POD_CIDR: &str = "10.244.0.0/16";
+/// Annotation KWOK manages nodes by.
+const KWOK_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
+
+/// The processes of a cluster, in start order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Component {
+    /// etcd.
+    Etcd,
+    /// kube-apiserver.
+    Apiserver,
+    /// kube-controller-manager.
+    ControllerManager,
+    /// kube-scheduler.
+    Scheduler,
+    /// KWOK controller.
+    Kwok,
+}
+
+impl Component {
+    /// Start order.
+    pub(crate) const ALL: [Component; 5] = [
+        Component::Etcd,
+        Component::Apiserver,
+        Component::ControllerManager,
+        Component::Scheduler,
+        Component::Kwok,
+    ];
+
+    /// Name used for the log and pid files.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Component::Etcd => "etcd",
+            Component::Apiserver => "kube-apiserver",
+            Component::ControllerManager => "kube-controller-manager",
+            Component::Scheduler => "kube-scheduler",
+            Component::Kwok => "kwok-controller",
+        }
+    }
+
+    /// The binary it runs.
+    pub(crate) fn binary(self) -> Binary {
+        match self {
+            Component::Etcd => Binary::Etcd,
+            Component::Apiserver => Binary::KubeApiserver,
+            Component::ControllerManager => Binary::KubeControllerManager,
+            Component::Scheduler => Binary::KubeScheduler,
+            Component::Kwok => Binary::Kwok,
+        }
+    }
+
+    fn port(self, p: &Ports) -> u16 {
+        match self {
+            Component::Etcd => p.etcd_client,
+            Component::Apiserver => p.apiserver,
+            Component::ControllerManager => p.controller_manager,
+            Component::Scheduler => p.scheduler,
+            Component::Kwok => p.kwok,
+        }
+    }
+}
+
+/// Loopback ports of one cluster, picked by a free-port probe at `up` and kept in the state file.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub(crate) struct Ports {
+    /// etcd clients (and its HTTP gateway).
+    pub(crate) etcd_client: u16,
+    /// etcd peers (single member, loopback).
+    pub(crate) etcd_peer: u16,
+    /// kube-apiserver HTTPS.
+    pub(crate) apiserver: u16,
+    /// kube-controller-manager HTTPS (health, metrics).
+    pub(crate) controller_manager: u16,
+    /// kube-scheduler HTTPS (health, metrics).
+    pub(crate) scheduler: u16,
+    /// KWOK's server (kubelet-like endpoints, metrics).
+    pub(crate) kwok: u16,
+}
+
+impl Ports {
+    /// Asks the kernel for six distinct free loopback ports (all listeners are held until every
+    /// port is chosen, so they differ; another process could still grab one before we bind it,
+    /// in which case the component fails to start and says so).
+    fn allocate() -> Result<Ports> {
+        let listeners: Vec<TcpListener> = (0..6)
+            .map(|_| TcpListener::bind("127.0.0.1:0"))
+            .collect::<std::io::Result<_>>()?;
+        let p: Vec<u16> = listeners
+            .iter()
+            .map(|l| l.local_addr().map(|a| a.port()))
+            .collect::<std::io::Result<_>>()?;
+        Ok(Ports {
+            etcd_client: p[0],
+            etcd_peer: p[1],
+            apiserver: p[2],
+            controller_manager: p[3],
+            scheduler: p[4],
+            kwok: p[5],
+        })
+    }
+}
+
+/// Contents of `state.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct State {
+    name: String,
+    kubernetes: String,
+    etcd: String,
+    kwok: String,
+    cache_dir: PathBuf,
+    nodes: usize,
+    #[serde(default)]
+    apiserver_args: Vec<String>,
+    ports: Ports,
+    started_at: String,
+}
+
+/// Files and directories of one cluster.
+#[derive(Clone, Debug)]
+pub(crate) struct Layout {
+    /// `target/kctrl-cluster/<name>`.
+    pub(crate) dir: PathBuf,
+}
+
+impl Layout {
+    /// Layout of cluster `name` under the workspace's target directory.
+    pub(crate) fn new(name: &str) -> Layout {
+        Layout {
+            dir: target_dir().join("kctrl-cluster").join(name),
+        }
+    }
+    fn state(&self) -> PathBuf {
+        self.dir.join("state.json")
+    }
+    /// Component logs.
+    pub(crate) fn logs(&self) -> PathBuf {
+        self.dir.join("logs")
+    }
+    /// Log of one component.
+    pub(crate) fn log(&self, c: Component) -> PathBuf {
+        self.logs().join(format!("{}.log", c.name()))
+    }
+    fn run(&self) -> PathBuf {
+        self.dir.join("run")
+    }
+    fn pid_file(&self, c: Component) -> PathBuf {
+        process::pid_file(&self.run(), c.name())
+    }
+    fn pki(&self) -> PathBuf {
+        self.dir.join("pki")
+    }
+    /// Kubeconfig of one identity.
+    fn kubeconfig(&self, id: &Identity) -> PathBuf {
+        self.dir
+            .join("kubeconfig")
+            .join(format!("{}.kubeconfig", id.file))
+    }
+    fn manifests(&self) -> PathBuf {
+        self.dir.join("manifests")
+    }
+}
+
+/// The workspace's target directory (`$CARGO_TARGET_DIR` or `<workspace>/target`).
+fn target_dir() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask is inside the workspace")
+        .to_path_buf();
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(t) if Path::new(&t).is_absolute() => PathBuf::from(t),
+        Some(t) => root.join(t),
+        None => root.join("target"),
+    }
+}
+
+/// What tests and tools need to use a running cluster.
+#[derive(Clone, Debug)]
+pub(crate) struct ClusterInfo {
+    /// Cluster name (`--name`).
+    pub(crate) name: String,
+    /// `target/kctrl-cluster/<name>`.
+    pub(crate) dir: PathBuf,
+    /// Kubeconfig of `kctrl-admin` (`system:masters`).
+    pub(crate) admin_kubeconfig: PathBuf,
+    /// Kubeconfig of the controller identity
+    /// (`system:serviceaccount:kube-system:kctrl-deployment-controller`, no grants yet).
+    pub(crate) controller_kubeconfig: PathBuf,
+    /// `https://127.0.0.1:<port>`.
+    pub(crate) apiserver_url: String,
+    /// `http://127.0.0.1:<port>` (etcd client URL; v3 JSON gateway for compaction).
+    pub(crate) etcd_endpoint: String,
+    /// kubectl of the same release.
+    pub(crate) kubectl: PathBuf,
+    /// Server version, e.g. `v1.36.5`.
+    pub(crate) kubernetes_version: String,
+}
+
+impl ClusterInfo {
+    fn from_state(layout: &Layout, state: &State, cache: &Cache) -> ClusterInfo {
+        ClusterInfo {
+            name: state.name.clone(),
+            dir: layout.dir.clone(),
+            admin_kubeconfig: layout.kubeconfig(&ADMIN),
+            controller_kubeconfig: layout.kubeconfig(&CONTROLLER),
+            apiserver_url: format!("https://127.0.0.1:{}", state.ports.apiserver),
+            etcd_endpoint: format!("http://127.0.0.1:{}", state.ports.etcd_client),
+            kubectl: cache.binary(Binary::Kubectl),
+            kubernetes_version: state.kubernetes.clone(),
+        }
+    }
+
+    /// Environment variables for tests, in `export` order.
+    pub(crate) fn env_vars(&self) -> Vec<(&'static str, String)> {
+        let p = |p: &Path| p.display().to_string();
+        vec![
+            ("KUBECONFIG", p(&self.admin_kubeconfig)),
+            ("KCTRL_CLUSTER_NAME", self.name.clone()),
+            ("KCTRL_ADMIN_KUBECONFIG", p(&self.admin_kubeconfig)),
+            (
+                "KCTRL_CONTROLLER_KUBECONFIG",
+                p(&self.controller_kubeconfig),
+            ),
+            ("KCTRL_CONTROLLER_USER", CONTROLLER.user.to_owned()),
+            ("KCTRL_APISERVER", self.apiserver_url.clone()),
+            ("KCTRL_ETCD_ENDPOINT", self.etcd_endpoint.clone()),
+            ("KCTRL_KUBECTL", p(&self.kubectl)),
+            ("KCTRL_K8S_VERSION", self.kubernetes_version.clone()),
+        ]
+    }
+}
+
+/// kubectl of the same release, as one identity.
+struct Kubectl {
+    bin: PathBuf,
+    kubeconfig: PathBuf,
+}
+
+impl Kubectl {
+    fn output(&self, args: &[&str], stdin: Option<&str>) -> Result<std::process::Output> {
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--request-timeout=10s")
+            .args(args);
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("running {}", self.bin.display()))?;
+        if let Some(input) = stdin {
+            use std::io::Write as _;
+            child
+                .stdin
+                .take()
+                .expect("piped stdin")
+                .write_all(input.as_bytes())?;
+        }
+        Ok(child.wait_with_output()?)
+    }
+
+    /// Runs kubectl; stdout on success, an error with stderr otherwise.
+    fn run(&self, args: &[&str], stdin: Option<&str>) -> Result<String> {
+        let out = self.output(args, stdin)?;
+        if !out.status.success() {
+            bail!(
+                "kubectl {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    fn ok(&self, args: &[&str]) -> bool {
+        self.output(args, None).is_ok_and(|o| o.status.success())
+    }
+}
+
+fn read_state(layout: &Layout) -> Option<State> {
+    serde_json::from_str(&fs::read_to_string(layout.state()).ok()?).ok()
+}
+
+/// Liveness of one component according to its pid file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Liveness {
+    /// Recorded process is ours and running.
+    Running(u32),
+    /// A pid file exists but its process is gone or is not ours (recycled pid).
+    Stale(u32),
+    /// No (readable) pid file.
+    Absent,
+}
+
+fn liveness(layout: &Layout, cache: &Cache, c: Component) -> Liveness {
+    match process::read_pid_file(&layout.pid_file(c)) {
+        Some(rec) if rec.is_ours_and_running(&cache.binary(c.binary())) => {
+            Liveness::Running(rec.pid)
+        }
+        Some(rec) => Liveness::Stale(rec.pid),
+        None => Liveness::Absent,
+    }
+}
+
+fn port_open(port: u16) -> bool {
+    TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(300)).is_ok()
+}
+
+/// Options of `up`.
+#[derive(Clone, Debug)]
+pub(crate) struct UpOptions {
+    /// Cluster name (directory and kubeconfig names; several clusters can run side by side).
+    pub(crate) name: String,
+    /// Number of KWOK nodes.
+    pub(crate) nodes: usize,
+    /// Extra kube-apiserver flags (`--flag=value`), appended after ours (later flags win).
+    pub(crate) apiserver_args: Vec<String>,
+}
+
+/// Checks a cluster name: it becomes a directory and part of kubeconfig names.
+pub(crate) fn validate_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 40
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-');
+    if !ok {
+        bail!(
+            "invalid cluster name {name:?}: use 1-40 characters of [a-z0-9-], not starting with '-'"
+        );
+    }
+    Ok(())
+}
+
+/// Returns the running cluster, if every component is up and the apiserver is ready.
+pub(crate) fn running_info(name: &str) -> Result<Option<ClusterInfo>> {
+    validate_name(name)?;
+    let cache = Cache::locate()?;
+    let layout = Layout::new(name);
+    let Some(state) = read_state(&layout) else {
+        return Ok(None);
+    };
+    if state.cache_dir != cache.root {
+        return Ok(None);
+    }
+    let all_up = Component::ALL
+        .iter()
+        .all(|c| matches!(liveness(&layout, &cache, *c), Liveness::Running(_)));
+    let info = ClusterInfo::from_state(&layout, &state, &cache);
+    let kubectl = Kubectl {
+        bin: info.kubectl.clone(),
+        kubeconfig: info.admin_kubeconfig.clone(),
+    };
+    Ok((all_up && kubectl.ok(&["get", "--raw", "/readyz"])).then_some(info))
+}
+
+/// Builds the binaries if needed and starts the cluster; a no-op (that says so) if it is
+/// already running. A partly running cluster (e.g. after a crash) is stopped and started afresh.
+pub(crate) fn ensure_up(opts: &UpOptions) -> Result<ClusterInfo> {
+    validate_name(&opts.name)?;
+    if opts.nodes == 0 {
+        bail!("--nodes must be at least 1");
+    }
+    let cache = Cache::locate()?;
+    super::toolchain::ensure_built(&cache)?;
+    if let Some(info) = running_info(&opts.name)? {
+        eprintln!(
+            "cluster '{}' is already running ({}); nothing to do",
+            opts.name, info.apiserver_url
+        );
+        return Ok(info);
+    }
+    let layout = Layout::new(&opts.name);
+    if read_state(&layout).is_some() || layout.run().exists() {
+        eprintln!(
+            "cluster '{}' is not (fully) running; cleaning up its leftovers first",
+            opts.name
+        );
+    }
+    // Even without any record, a crash could have left processes behind.
+    stop(&layout, &cache)?;
+    let started = Instant::now();
+    match start(&layout, &cache, opts) {
+        Ok(info) => {
+            eprintln!(
+                "cluster '{}' is up in {}: Kubernetes {}, etcd {}, kwok {}, {} KWOK node(s) Ready",
+                opts.name,
+                fmt_duration(started.elapsed()),
+                info.kubernetes_version,
+                ETCD_VERSION,
+                KWOK_VERSION,
+                opts.nodes
+            );
+            Ok(info)
+        }
+        Err(e) => {
+            eprintln!("start-up failed; stopping what was started");
+            if let Err(stop_err) = stop(&layout, &cache) {
+                eprintln!("  cleanup also failed: {stop_err:#}");
+            }
+            Err(e)
+        }
+    }
+}
+
+/// A component started by this `up`, kept to notice early exits.
+struct Started {
+    component: Component,
+    child: Child,
+    log: PathBuf,
+}
+
+fn check_alive(started: &mut [Started]) -> Result<()> {
+    for s in started.iter_mut() {
+        if let Some(status) = s.child.try_wait()? {
+            bail!(
+                "{} exited during start-up ({status}).\nLog: {}\n--- last lines ---\n{}",
+                s.component.name(),
+                s.log.display(),
+                process::tail(&s.log, 25)
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Polls `probe` until it returns true, failing early when a started component exits and on
+/// `timeout` (naming `blame`'s log).
+fn wait_for(
+    what: &str,
+    timeout: Duration,
+    started: &mut [Started],
+    blame: Component,
+    layout: &Layout,
+    mut probe: impl FnMut() -> bool,
+) -> Result<()> {
+    let t0 = Instant::now();
+    loop {
+        check_alive(started)?;
+        if probe() {
+            eprintln!("  {what} ({})", fmt_duration(t0.elapsed()));
+            return Ok(());
+        }
+        if t0.elapsed() > timeout {
+            let log = layout.log(blame);
+            bail!(
+                "timed out after {} waiting for {what}; {} may be unhealthy.\nLog: {}\n--- last lines ---\n{}",
+                fmt_duration(timeout),
+                blame.name(),
+                log.display(),
+                process::tail(&log, 25)
+            );
+        }
+        thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn start(layout: &Layout, cache: &Cache, opts: &UpOptions) -> Result<ClusterInfo> {
+    let name = &opts.name;
+    if layout.dir.exists() {
+        fs::remove_dir_all(&layout.dir)
+            .with_context(|| format!("removing {}", layout.dir.display()))?;
+    }
+    for d in [
+        layout.logs(),
+        layout.run(),
+        layout.manifests(),
+        layout.dir.join("kubeconfig"),
+    ] {
+        fs::create_dir_all(&d)?;
+    }
+    let ports = Ports::allocate()?;
+    let pki = Pki::generate(&layout.pki(), name, &IDENTITIES)?;
+    let server = format!("https://127.0.0.1:{}", ports.apiserver);
+    for id in &IDENTITIES {
+        fs::write(
+            layout.kubeconfig(id),
+            pki::kubeconfig(&pki, name, &server, id)?,
+        )?;
+    }
+    let state = State {
+        name: name.clone(),
+        kubernetes: K8S_VERSION.to_owned(),
+        etcd: ETCD_VERSION.to_owned(),
+        kwok: KWOK_VERSION.to_owned(),
+        cache_dir: cache.root.clone(),
+        nodes: opts.nodes,
+        apiserver_args: opts.apiserver_args.clone(),
+        ports,
+        started_at: super::toolchain::utc_now_rfc3339(),
+    };
+    // Written before anything starts, so `down` finds a half-started cluster after a crash.
+    fs::write(layout.state(), serde_json::to_string_pretty(&state)?)?;
+    let info = ClusterInfo::from_state(layout, &state, cache);
+    let admin = Kubectl {
+        bin: info.kubectl.clone(),
+        kubeconfig: info.admin_kubeconfig.clone(),
+    };
+    let mut started: Vec<Started> = Vec::new();
+    let launch = |c: Component, started: &mut Vec<Started>| -> Result<()> {
+        let mut args = args(c, layout, &pki, &ports, cache, name);
+        if c == Component::Apiserver {
+            args.extend(opts.apiserver_args.iter().cloned());
+        }
+        let log = layout.log(c);
+        let (child, ProcRecord { pid, .. }) =
+            process::spawn(&cache.binary(c.binary()), &args, &log, &layout.pid_file(c))?;
+        eprintln!(
+            "  started {} (pid {pid}, 127.0.0.1:{}), log: {}",
+            c.name(),
+            c.port(&ports),
+            log.display()
+        );
+        started.push(Started {
+            component: c,
+            child,
+            log,
+        });
+        Ok(())
+    };
+
+    launch(Component::Etcd, &mut started)?;
+    let etcd_endpoint = info.etcd_endpoint.clone();
+    wait_for(
+        "etcd is healthy",
+        Duration::from_secs(60),
+        &mut started,
+        Component::Etcd,
+        layout,
+        || etcd::healthy(&etcd_endpoint),
+    )?;
+
+    launch(Component::Apiserver, &mut started)?;
+    wait_for(
+        "kube-apiserver is ready (/readyz)",
+        Duration::from_secs(180),
+        &mut started,
+        Component::Apiserver,
+        layout,
+        || admin.ok(&["get", "--raw", "/readyz"]),
+    )?;
+    let version: serde_json::Value =
+        serde_json::from_str(&admin.run(&["get", "--raw", "/version"], None)?)?;
+    let git_version = version["gitVersion"].as_str().unwrap_or("?").to_owned();
+    if git_version != K8S_VERSION {
+        bail!(
+            "kube-apiserver reports version {git_version}, expected {K8S_VERSION} (version ldflags missing?)"
+        );
+    }
+
+    for c in [
+        Component::ControllerManager,
+        Component::Scheduler,
+        Component::Kwok,
+    ] {
+        launch(c, &mut started)?;
+    }
+    for c in [
+        Component::ControllerManager,
+        Component::Scheduler,
+        Component::Kwok,
+    ] {
+        let port = c.port(&ports);
+        wait_for(
+            &format!("{} is serving", c.name()),
+            Duration::from_secs(120),
+            &mut started,
+            c,
+            layout,
+            || port_open(port),
+        )?;
+    }
+
+    let nodes = nodes_manifest(opts.nodes);
+    let nodes_file = layout.manifests().join("nodes.yaml");
+    fs::write(&nodes_file, &nodes)?;
+    admin.run(&["apply", "-f", "-"], Some(&nodes))?;
+    let identity = identity_manifest();
+    fs::write(layout.manifests().join("identity.yaml"), &identity)?;
+    admin.run(&["apply", "-f", "-"], Some(&identity))?;
+
+    wait_for(
+        &format!("{} KWOK node(s) are Ready", opts.nodes),
+        Duration::from_secs(120),
+        &mut started,
+        Component::Kwok,
+        layout,
+        || ready_nodes(&admin).is_ok_and(|n| n >= opts.nodes),
+    )?;
+    wait_for(
+        "the default ServiceAccount exists",
+        Duration::from_secs(120),
+        &mut started,
+        Component::ControllerManager,
+        layout,
+        || {
+            admin.ok(&[
+                "-n",
+                "default",
+                "get",
+                "serviceaccount",
+                "default",
+                "-o",
+                "name",
+            ])
+        },
+    )?;
+    check_alive(&mut started)?;
+    Ok(info)
+}
+
+/// Number of nodes whose Ready condition is True.
+fn ready_nodes(kubectl: &Kubectl) -> Result<usize> {
+    let list: serde_json::Value =
+        serde_json::from_str(&kubectl.run(&["get", "nodes", "-o", "json"], None)?)?;
+    let items = list["items"]
+        .as_array()
+        .ok_or_else(|| anyhow!("no items in node list"))?;
+    Ok(items
+        .iter()
+        .filter(|n| {
+            n["status"]["conditions"].as_array().is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
+        })
+        .count())
+}
+
+/// Command-line flags of each component.
+fn args(
+    c: Component,
+    layout: &Layout,
+    pki: &Pki,
+    ports: &Ports,
+    cache: &Cache,
+    name: &str,
+) -> Vec<String> {
+    let p = |p: &Path| p.display().to_string();
+    let serving = pki.serving();
+    let kc = |id: &Identity| p(&layout.kubeconfig(id));
+    match c {
+        Component::Etcd => vec![
+            format!("--name=kctrl-{name}"),
+            format!("--data-dir={}", p(&layout.dir.join("etcd-data"))),
+            format!(
+                "--listen-client-urls=http://127.0.0.1:{}",
+                ports.etcd_client
+            ),
+            format!(
+                "--advertise-client-urls=http://127.0.0.1:{}",
+                ports.etcd_client
+            ),
+            format!("--listen-peer-urls=http://127.0.0.1:{}", ports.etcd_peer),
+            format!(
+                "--initial-advertise-peer-urls=http://127.0.0.1:{}",
+                ports.etcd_peer
+            ),
+            format!(
+                "--initial-cluster=kctrl-{name}=http://127.0.0.1:{}",
+                ports.etcd_peer
+            ),
+            "--initial-cluster-state=new".into(),
+            // Throw-away test data: no fsync (much faster on shared disks).
+            "--unsafe-no-fsync=true".into(),
+        ],
+        Component::Apiserver => vec![
+            format!("--etcd-servers=http://127.0.0.1:{}", ports.etcd_client),
+            "--bind-address=127.0.0.1".into(),
+            // Explicit, so start-up never depends on a default route.
+            "--advertise-address=127.0.0.1".into(),
+            format!("--secure-port={}", ports.apiserver),
+            format!("--tls-cert-file={}", p(&serving.cert)),
+            format!("--tls-private-key-file={}", p(&serving.key)),
+            format!("--client-ca-file={}", p(&pki.ca().cert)),
+            "--authorization-mode=Node,RBAC".into(),
+            format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+            format!("--service-account-key-file={}", p(&pki.sa_pub())),
+            format!("--service-account-signing-key-file={}", p(&pki.sa_key())),
+            "--allow-privileged=true".into(),
+            // The `kubernetes` Endpoints would point at 127.0.0.1, which validation rejects.
+            "--endpoint-reconciler-type=none".into(),
+            "--profiling=false".into(),
+        ],
+        Component::ControllerManager => vec![
+            format!("--kubeconfig={}", kc(&KCM)),
+            format!("--authentication-kubeconfig={}", kc(&KCM)),
+            format!("--authorization-kubeconfig={}", kc(&KCM)),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={}", ports.controller_manager),
+            format!("--tls-cert-file={}", p(&serving.cert)),
+            format!("--tls-private-key-file={}", p(&serving.key)),
+            "--leader-elect=false".into(),
+            // Everything that is on by default except the Deployment controller (ours replaces
+            // it); the ReplicaSet controller and the garbage collector stay on.
+            "--controllers=*,-deployment-controller".into(),
+            // Each controller acts as its own ServiceAccount, as in kubeadm clusters.
+            "--use-service-account-credentials=true".into(),
+            format!("--service-account-private-key-file={}", p(&pki.sa_key())),
+            format!("--root-ca-file={}", p(&pki.ca().cert)),
+            format!("--cluster-signing-cert-file={}", p(&pki.ca().cert)),
+            format!("--cluster-signing-key-file={}", p(&pki.ca().key)),
+            format!("--cluster-name=kctrl-{name}"),
+            "--profiling=false".into(),
+        ],
+        Component::Scheduler => vec![
+            format!("--kubeconfig={}", kc(&SCHEDULER)),
+            format!("--authentication-kubeconfig={}", kc(&SCHEDULER)),
+            format!("--authorization-kubeconfig={}", kc(&SCHEDULER)),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={}", ports.scheduler),
+            format!("--tls-cert-file={}", p(&serving.cert)),
+            format!("--tls-private-key-file={}", p(&serving.key)),
+            "--leader-elect=false".into(),
+            "--profiling=false".into(),
+        ],
+        Component::Kwok => vec![
+            format!("--kubeconfig={}", kc(&KWOK)),
+            format!(
+                "--config={}",
+                cache
+                    .kwok_stage_files()
+                    .iter()
+                    .map(|f| p(f))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            "--manage-all-nodes=false".into(),
+            format!("--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake"),
+            "--node-ip=127.0.0.1".into(),
+            format!("--node-port={}", ports.kwok),
+            format!("--server-address=127.0.0.1:{}", ports.kwok),
+            format!("--tls-cert-file={}", p(&serving.cert)),
+            format!("--tls-private-key-file={}", p(&serving.key)),
+            format!("--cidr={POD_CIDR}"),
+            "--node-lease-duration-seconds=40".into(),
+        ],
+    }
+}
+
+/// Fake nodes managed by KWOK (our own manifest: the annotation KWOK selects on, capacity for
+/// plenty of pods, no taints).
+fn nodes_manifest(count: usize) -> String {
+    let mut out = String::new();
+    for i in 0..count {
+        out.push_str(&format!(
+            "---
+apiVersion: v1
+kind: Node
+metadata:
+  name: kwok-node-{i}
+  annotations:
+    {KWOK_NODE_ANNOTATION}: fake
+    node.alpha.kubernetes.io/ttl: \"0\"
+  labels:
+    kubernetes.io/hostname: kwok-node-{i}
+    kubernetes.io/os: linux
+    kubernetes.io/arch: amd64
+    type: kwok
+status:
+  allocatable:
+    cpu: \"32\"
+    memory: 256Gi
+    pods: \"110\"
+  capacity:
+    cpu: \"32\"
+    memory: 256Gi
+    pods: \"110\"
+"
+        ));
+    }
+    out
+}
+
+/// The controller's ServiceAccount object (its client certificate already authenticates as
+/// this ServiceAccount; the object exists so RBAC bindings and in-cluster runs can refer to it).
+fn identity_manifest() -> String {
+    format!(
+        "apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {CONTROLLER_SA_NAME}
+  namespace: {CONTROLLER_SA_NAMESPACE}
+  labels:
+    app.kubernetes.io/part-of: kctrl
+"
+    )
+}
+
+/// Stops every process of the cluster (pid files first, then a `/proc` scan for strays) and
+/// removes its runtime state, keeping the logs. Returns the number of processes stopped.
+pub(crate) fn stop(layout: &Layout, cache: &Cache) -> Result<usize> {
+    let mut groups = Vec::new();
+    for c in Component::ALL.iter().rev() {
+        let pid_file = layout.pid_file(*c);
+        match process::read_pid_file(&pid_file) {
+            Some(rec) if rec.is_ours_and_running(&cache.binary(c.binary())) => groups.push(rec),
+            Some(rec) => eprintln!(
+                "  ignoring stale pid file of {} (pid {} is gone or not ours)",
+                c.name(),
+                rec.pid
+            ),
+            None => {}
+        }
+    }
+    // Only the server binaries: a user's `kubectl … -w` against this cluster is not ours to kill.
+    let names: Vec<&str> = Component::ALL
+        .iter()
+        .map(|c| c.binary().file_name())
+        .collect();
+    let strays: Vec<u32> = process::find_strays(&names, &layout.dir)
+        .into_iter()
+        .filter(|p| !groups.iter().any(|g| g.pid == *p))
+        .collect();
+    if !strays.is_empty() {
+        eprintln!("  found stray processes of this cluster without pid files: {strays:?}");
+    }
+    let stopped = process::stop_all(&groups, &strays, Duration::from_secs(15))?;
+    for entry in [
+        "run",
+        "etcd-data",
+        "state.json",
+        "pki",
+        "kubeconfig",
+        "manifests",
+    ] {
+        let path = layout.dir.join(entry);
+        let _ = if path.is_dir() {
+            fs::remove_dir_all(&path)
+        } else {
+            fs::remove_file(&path)
+        };
+    }
+    Ok(stopped)
+}
+
+/// One row of `status`.
+pub(crate) struct ComponentStatus {
+    /// Component.
+    pub(crate) component: Component,
+    /// Pid-file verdict.
+    pub(crate) liveness: Liveness,
+    /// Port it serves on, if the cluster has a state file.
+    pub(crate) port: Option<u16>,
+    /// Whether that port accepts connections.
+    pub(crate) listening: bool,
+}
+
+/// Report of `status`.
+pub(crate) struct StatusReport {
+    /// Per component.
+    pub(crate) components: Vec<ComponentStatus>,
+    /// Cluster info if a state file exists.
+    pub(crate) info: Option<ClusterInfo>,
+    /// `/readyz` of the apiserver.
+    pub(crate) apiserver_ready: bool,
+    /// Ready nodes / all nodes.
+    pub(crate) nodes: Option<(usize, usize)>,
+    /// Cache directory and whether every binary is built.
+    pub(crate) cache: (PathBuf, bool),
+}
+
+impl StatusReport {
+    /// Whether the cluster is fully up.
+    pub(crate) fn healthy(&self) -> bool {
+        self.apiserver_ready
+            && self
+                .components
+                .iter()
+                .all(|c| matches!(c.liveness, Liveness::Running(_)) && c.listening)
+    }
+}
+
+/// Inspects cluster `name` without changing anything.
+pub(crate) fn status(name: &str) -> Result<StatusReport> {
+    validate_name(name)?;
+    let cache = Cache::locate()?;
+    let layout = Layout::new(name);
+    let state = read_state(&layout);
+    let info = state
+        .as_ref()
+        .map(|s| ClusterInfo::from_state(&layout, s, &cache));
+    let components = Component::ALL
+        .iter()
+        .map(|c| {
+            let port = state.as_ref().map(|s| c.port(&s.ports));
+            ComponentStatus {
+                component: *c,
+                liveness: liveness(&layout, &cache, *c),
+                port,
+                listening: port.is_some_and(port_open),
+            }
+        })
+        .collect();
+    let (mut apiserver_ready, mut nodes) = (false, None);
+    if let Some(info) = &info {
+        let k = Kubectl {
+            bin: info.kubectl.clone(),
+            kubeconfig: info.admin_kubeconfig.clone(),
+        };
+        if info.kubectl.is_file() && k.ok(&["get", "--raw", "/readyz"]) {
+            apiserver_ready = true;
+            let total = k
+                .run(&["get", "nodes", "-o", "name"], None)
+                .map(|s| s.lines().filter(|l| !l.is_empty()).count())
+                .unwrap_or(0);
+            nodes = ready_nodes(&k).ok().map(|r| (r, total));
+        }
+    }
+    let built = cache.missing().is_empty();
+    Ok(StatusReport {
+        components,
+        info,
+        apiserver_ready,
+        nodes,
+        cache: (cache.root, built),
+    })
+}
+
+/// Compacts the etcd of cluster `name` at its current revision.
+pub(crate) fn compact(name: &str) -> Result<i64> {
+    let info = running_info(name)?.ok_or_else(|| not_running(name))?;
+    etcd::compact(&info.etcd_endpoint)
+}
+
+/// The error for commands that need a running cluster.
+pub(crate) fn not_running(name: &str) -> anyhow::Error {
+    anyhow!("cluster '{name}' is not running; start it with `cargo xtask cluster up --name {name}`")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_validated() {
+        assert!(validate_name("dev").is_ok());
+        assert!(validate_name("e2e-1").is_ok());
+        for bad in ["", "-x", "Dev", "a/b", "a b", &"x".repeat(41)] {
+            assert!(validate_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn ports_are_distinct() {
+        let p = Ports::allocate().unwrap();
+        let mut all = [
+            p.etcd_client,
+            p.etcd_peer,
+            p.apiserver,
+            p.controller_manager,
+            p.scheduler,
+            p.kwok,
+        ];
+        all.sort_unstable();
+        assert!(all.windows(2).all(|w| w[0] != w[1]), "{all:?}");
+    }
+
+    #[test]
+    fn controller_manager_runs_without_the_deployment_controller() {
+        let layout = Layout {
+            dir: PathBuf::from("/x/target/kctrl-cluster/t"),
+        };
+        let pki = Pki {
+            dir: PathBuf::from("/x/pki"),
+        };
+        let cache = Cache {
+            root: PathBuf::from("/c"),
+        };
+        let ports = Ports {
+            etcd_client: 1,
+            etcd_peer: 2,
+            apiserver: 3,
+            controller_manager: 4,
+            scheduler: 5,
+            kwok: 6,
+        };
+        let kcm = args(
+            Component::ControllerManager,
+            &layout,
+            &pki,
+            &ports,
+            &cache,
+            "t",
+        );
+        assert!(kcm.contains(&"--controllers=*,-deployment-controller".to_owned()));
+        let api = args(Component::Apiserver, &layout, &pki, &ports, &cache, "t");
+        assert!(api.contains(&"--authorization-mode=Node,RBAC".to_owned()));
+        assert!(api.contains(&"--bind-address=127.0.0.1".to_owned()));
+        // Every component's command line names the cluster directory (stray detection relies on it).
+        for c in Component::ALL {
+            assert!(
+                args(c, &layout, &pki, &ports, &cache, "t")
+                    .iter()
+                    .any(|a| a.contains("/x/")),
+                "{c:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn node_manifest_has_the_kwok_annotation() {
+        let m = nodes_manifest(3);
+        assert_eq!(m.matches("kind: Node").count(), 3);
+        assert_eq!(m.matches("kwok.x-k8s.io/node: fake").count(), 3);
+        assert!(m.contains("name: kwok-node-2"));
+    }
+
+    #[test]
+    fn env_lists_both_kubeconfigs_and_the_etcd_endpoint() {
+        let layout = Layout {
+            dir: PathBuf::from("/t/dev"),
+        };
+        let cache = Cache {
+            root: PathBuf::from("/c"),
+        };
+        let state = State {
+            name: "dev".into(),
+            kubernetes: K8S_VERSION.into(),
+            etcd: ETCD_VERSION.into(),
+            kwok: KWOK_VERSION.into(),
+            cache_dir: cache.root.clone(),
+            nodes: 3,
+            ports: Ports {
+                etcd_client: 2379,
+                etcd_peer: 2380,
+                apiserver: 6443,
+                controller_manager: 1,
+                scheduler: 2,
+                kwok: 3,
+            },
+            started_at: String::new(),
+            apiserver_args: Vec::new(),
+        };
+        let vars = ClusterInfo::from_state(&layout, &state, &cache).env_vars();
+        let get = |k: &str| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.clone())
+                .unwrap()
+        };
+        assert_eq!(get("KUBECONFIG"), "/t/dev/kubeconfig/admin.kubeconfig");
+        assert_eq!(
+            get("KCTRL_CONTROLLER_KUBECONFIG"),
+            "/t/dev/kubeconfig/deployment-controller.kubeconfig"
+        );
+        assert_eq!(get("KCTRL_ETCD_ENDPOINT"), "http://127.0.0.1:2379");
+        assert_eq!(get("KCTRL_APISERVER"), "https://127.0.0.1:6443");
+    }
+}

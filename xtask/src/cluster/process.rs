@@ -1,0 +1,298 @@
+//! Process supervision without `unsafe`: components run detached in their own process group,
+//! are recorded in pid files together with their kernel start time, and are stopped by signalling
+//! the whole group through `kill(1)`.
+//!
+//! A pid file is trusted only if `/proc/<pid>` exists, is not a zombie, has the recorded start
+//! time (so a recycled pid is not mistaken for ours) and runs the recorded binary. As a safety
+//! net for lost pid files, [`find_strays`] scans `/proc` for processes of a known component whose
+//! command line refers to the cluster's directory.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+/// A process we started, as recorded in its pid file (`<pid> <starttime>`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ProcRecord {
+    /// Process id, also the process group id (each component leads its own group).
+    pub(crate) pid: u32,
+    /// Field 22 of `/proc/<pid>/stat` (clock ticks since boot).
+    pub(crate) start_time: u64,
+}
+
+/// Parsed fields of `/proc/<pid>/stat` we care about.
+struct Stat {
+    state: char,
+    pgrp: u32,
+    start_time: u64,
+}
+
+fn stat(pid: u32) -> Option<Stat> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may contain spaces: split after the last ')'.
+    let rest = &text[text.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (state); field N is at index N - 3.
+    Some(Stat {
+        state: fields.first()?.chars().next()?,
+        pgrp: fields.get(2)?.parse().ok()?,
+        start_time: fields.get(19)?.parse().ok()?,
+    })
+}
+
+/// The command line of `pid` (empty for kernel threads or vanished processes).
+fn cmdline(pid: u32) -> Vec<String> {
+    fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|raw| {
+            raw.split(|b| *b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether `pid` is running (exists and is not a zombie).
+fn running(pid: u32) -> bool {
+    stat(pid).is_some_and(|s| s.state != 'Z' && s.state != 'X')
+}
+
+impl ProcRecord {
+    /// Whether the recorded process is still the one we started, running `binary`.
+    pub(crate) fn is_ours_and_running(&self, binary: &Path) -> bool {
+        let Some(st) = stat(self.pid) else {
+            return false;
+        };
+        if st.state == 'Z' || st.state == 'X' || st.start_time != self.start_time {
+            return false;
+        }
+        // The binary may have been replaced since (then the link ends in " (deleted)").
+        let exe = fs::read_link(format!("/proc/{}/exe", self.pid)).map(|p| {
+            p.to_string_lossy()
+                .trim_end_matches(" (deleted)")
+                .to_owned()
+        });
+        let expected = fs::canonicalize(binary).unwrap_or_else(|_| binary.to_path_buf());
+        match exe {
+            Ok(exe) => Path::new(&exe) == expected,
+            // Not allowed to read the link (not our process): not ours.
+            Err(_) => false,
+        }
+    }
+}
+
+/// Reads a pid file; `None` if it is missing or malformed.
+pub(crate) fn read_pid_file(path: &Path) -> Option<ProcRecord> {
+    let text = fs::read_to_string(path).ok()?;
+    let mut it = text.split_whitespace();
+    Some(ProcRecord {
+        pid: it.next()?.parse().ok()?,
+        start_time: it.next()?.parse().ok()?,
+    })
+}
+
+/// Starts `binary args…` detached in a new process group, stdout and stderr appended to `log`,
+/// and writes `pid_file`. The returned [`Child`] lets the caller notice an early exit.
+pub(crate) fn spawn(
+    binary: &Path,
+    args: &[String],
+    log: &Path,
+    pid_file: &Path,
+) -> Result<(Child, ProcRecord)> {
+    use std::os::unix::process::CommandExt;
+
+    let out = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .with_context(|| format!("opening {}", log.display()))?;
+    let err = out.try_clone()?;
+    let child = Command::new(binary)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(out))
+        .stderr(Stdio::from(err))
+        // Own process group: `down` signals the group, and a Ctrl-C in the terminal that ran
+        // `up` does not reach the components.
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("starting {}", binary.display()))?;
+    let pid = child.id();
+    let start_time = stat(pid).map(|s| s.start_time).unwrap_or(0);
+    let record = ProcRecord { pid, start_time };
+    fs::write(pid_file, format!("{pid} {start_time}\n"))?;
+    Ok((child, record))
+}
+
+/// Sends `signal` (e.g. `TERM`, `KILL`) to process group `pgid`, falling back to the single pid.
+fn signal_group(pgid: u32, signal: &str) {
+    let group = Command::new("kill")
+        .args([&format!("-{signal}"), "--", &format!("-{pgid}")])
+        .stderr(Stdio::null())
+        .status();
+    if !group.is_ok_and(|s| s.success()) {
+        let _ = Command::new("kill")
+            .args([&format!("-{signal}"), "--", &pgid.to_string()])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Processes of the given component binaries (by file name) whose command line mentions
+/// `marker_dir` (the cluster directory): leftovers whose pid file was lost.
+pub(crate) fn find_strays(component_names: &[&str], marker_dir: &Path) -> Vec<u32> {
+    let marker = format!("{}/", marker_dir.display());
+    let me = std::process::id();
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| *pid != me && running(*pid))
+        .filter(|pid| {
+            let args = cmdline(*pid);
+            let Some(argv0) = args.first() else {
+                return false;
+            };
+            let base = Path::new(argv0)
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("");
+            component_names.contains(&base) && args.iter().skip(1).any(|a| a.contains(&marker))
+        })
+        .collect()
+}
+
+/// Stops the given process groups and stray pids: TERM, wait up to `grace`, then KILL.
+/// Returns an error listing survivors.
+pub(crate) fn stop_all(groups: &[ProcRecord], strays: &[u32], grace: Duration) -> Result<usize> {
+    let mut pids: Vec<u32> = groups
+        .iter()
+        .map(|r| r.pid)
+        .chain(strays.iter().copied())
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    // Members of our groups that are not leaders (none of the components fork today, but be
+    // thorough): any live process whose pgrp is one of our group ids.
+    let group_ids: Vec<u32> = groups.iter().map(|r| r.pid).collect();
+    let members = |gids: &[u32]| -> Vec<u32> {
+        fs::read_dir("/proc")
+            .map(|rd| {
+                rd.flatten()
+                    .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                    .filter(|p| stat(*p).is_some_and(|s| gids.contains(&s.pgrp)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    pids.extend(members(&group_ids));
+    pids.sort_unstable();
+    pids.dedup();
+    let count = pids.iter().filter(|p| running(**p)).count();
+    for g in &group_ids {
+        signal_group(*g, "TERM");
+    }
+    for p in strays {
+        signal_group(*p, "TERM");
+    }
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline && pids.iter().any(|p| running(*p)) {
+        thread::sleep(Duration::from_millis(100));
+    }
+    let survivors: Vec<u32> = pids.iter().copied().filter(|p| running(*p)).collect();
+    for p in &survivors {
+        signal_group(*p, "KILL");
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline && pids.iter().any(|p| running(*p)) {
+        thread::sleep(Duration::from_millis(100));
+    }
+    let left: Vec<u32> = pids.iter().copied().filter(|p| running(*p)).collect();
+    if !left.is_empty() {
+        bail!("processes still running after SIGKILL: {left:?}");
+    }
+    Ok(count)
+}
+
+/// Last `n` lines of a log file, for error messages.
+pub(crate) fn tail(path: &Path, n: usize) -> String {
+    let text = fs::read(path)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Pid file path of a component.
+pub(crate) fn pid_file(run_dir: &Path, component: &str) -> PathBuf {
+    run_dir.join(format!("{component}.pid"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_process_is_recognised_and_a_recycled_pid_is_not() {
+        let me = std::process::id();
+        let st = stat(me).expect("own stat");
+        let exe = fs::read_link("/proc/self/exe").expect("own exe");
+        let rec = ProcRecord {
+            pid: me,
+            start_time: st.start_time,
+        };
+        assert!(rec.is_ours_and_running(&exe));
+        let recycled = ProcRecord {
+            pid: me,
+            start_time: st.start_time + 1,
+        };
+        assert!(!recycled.is_ours_and_running(&exe));
+        assert!(!rec.is_ours_and_running(Path::new("/usr/bin/some-other-binary")));
+    }
+
+    #[test]
+    fn malformed_pid_files_are_ignored() {
+        let dir = std::env::temp_dir().join(format!("kctrl-pid-test-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("x.pid");
+        fs::write(&f, "garbage").unwrap();
+        assert_eq!(read_pid_file(&f), None);
+        fs::write(&f, "123 456\n").unwrap();
+        assert_eq!(
+            read_pid_file(&f),
+            Some(ProcRecord {
+                pid: 123,
+                start_time: 456
+            })
+        );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn spawned_group_is_stopped() {
+        let dir = std::env::temp_dir().join(format!("kctrl-spawn-test-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let sleep = super::super::toolchain::which("sleep").expect("sleep on PATH");
+        let (mut child, rec) = spawn(
+            &sleep,
+            &["30".to_owned()],
+            &dir.join("s.log"),
+            &dir.join("s.pid"),
+        )
+        .unwrap();
+        assert_eq!(read_pid_file(&dir.join("s.pid")), Some(rec));
+        assert!(rec.is_ours_and_running(&fs::canonicalize(&sleep).unwrap()) || running(rec.pid));
+        // Reap in the background so the zombie does not linger while stop_all polls.
+        let reaper = thread::spawn(move || child.wait());
+        assert_eq!(stop_all(&[rec], &[], Duration::from_secs(5)).unwrap(), 1);
+        reaper.join().unwrap().unwrap();
+        assert!(!running(rec.pid));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

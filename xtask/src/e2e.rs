@@ -1,0 +1,295 @@
+//! `cargo xtask e2e [--cluster local|kind|existing] [--keep]`: the end-to-end suite in
+//! `tests/` against a real cluster.
+//!
+//! All three cluster kinds share one path: obtain a cluster, describe it to the suite through
+//! environment variables (see `kctrl-e2e`), run `cargo test -p kctrl-e2e`, tear down.
+//!
+//! * `local` (default): the control plane of `cargo xtask cluster`, built from upstream's Go
+//!   modules, with the apiserver's watch cache disabled for ConfigMaps only so compaction tests
+//!   can observe 410 Gone from etcd (every other resource is cached as in a real cluster).
+//! * `kind`: a kind cluster whose controller-manager runs without its deployment controller.
+//!   Needs `kind` and a container engine.
+//! * `existing`: whatever `$KUBECONFIG` points at, used as it is.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use crate::cluster::kind::KindCluster;
+use crate::cluster::plane::{self, UpOptions};
+
+/// Arguments of `cargo xtask e2e`.
+#[derive(clap::Args)]
+pub(crate) struct E2eArgs {
+    /// Which cluster to run against.
+    #[arg(long, value_enum, default_value_t = ClusterKind::Local)]
+    cluster: ClusterKind,
+    /// Leave the cluster running afterwards (local and kind).
+    #[arg(long)]
+    keep: bool,
+    /// Name of the local or kind cluster.
+    #[arg(long, default_value = "e2e")]
+    name: String,
+    /// Arguments passed to the test binaries (e.g. a test name filter).
+    #[arg(last = true)]
+    test_args: Vec<String>,
+}
+
+/// Where the suite runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ClusterKind {
+    /// The local control plane built from upstream's Go modules.
+    Local,
+    /// A kind cluster (needs kind and a container engine).
+    Kind,
+    /// The cluster `$KUBECONFIG` points at.
+    Existing,
+}
+
+/// What the suite needs to know about the cluster under test.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Target {
+    kubeconfig: PathBuf,
+    controller_kubeconfig: Option<PathBuf>,
+    compact_command: Option<String>,
+}
+
+impl Target {
+    /// The environment the `kctrl-e2e` crate reads.
+    pub(crate) fn env_vars(&self) -> Vec<(&'static str, String)> {
+        let mut vars = vec![(
+            "KCTRL_E2E_KUBECONFIG",
+            self.kubeconfig.display().to_string(),
+        )];
+        if let Some(p) = &self.controller_kubeconfig {
+            vars.push(("KCTRL_E2E_CONTROLLER_KUBECONFIG", p.display().to_string()));
+        }
+        if let Some(c) = &self.compact_command {
+            vars.push(("KCTRL_E2E_COMPACT_COMMAND", c.clone()));
+        }
+        vars
+    }
+}
+
+/// kube-apiserver flags of the local e2e cluster.
+pub(crate) const LOCAL_APISERVER_ARGS: &[&str] = &["--watch-cache-sizes=configmaps#0"];
+
+pub(crate) fn run(args: E2eArgs) -> Result<()> {
+    match args.cluster {
+        ClusterKind::Local => {
+            let info = plane::ensure_up(&UpOptions {
+                name: args.name.clone(),
+                nodes: 3,
+                apiserver_args: LOCAL_APISERVER_ARGS.iter().map(|s| s.to_string()).collect(),
+            })?;
+            let xtask = std::env::current_exe().context("locating the xtask binary")?;
+            let target = Target {
+                kubeconfig: info.admin_kubeconfig.clone(),
+                controller_kubeconfig: Some(info.controller_kubeconfig.clone()),
+                compact_command: Some(compact_command(&xtask, &args.name)),
+            };
+            let result = run_suite(&target, &args.test_args);
+            finish(result, args.keep, || crate::cluster::down(&args.name))
+        }
+        ClusterKind::Existing => {
+            let Some(kubeconfig) = std::env::var_os("KUBECONFIG") else {
+                bail!("--cluster existing uses $KUBECONFIG, which is not set");
+            };
+            let kubeconfig = PathBuf::from(kubeconfig);
+            if kubeconfig.to_string_lossy().contains(':') {
+                bail!(
+                    "--cluster existing needs $KUBECONFIG to name one file, not a list: {}",
+                    kubeconfig.display()
+                );
+            }
+            run_suite(
+                &Target {
+                    kubeconfig,
+                    controller_kubeconfig: None,
+                    compact_command: None,
+                },
+                &args.test_args,
+            )
+        }
+        ClusterKind::Kind => {
+            let cluster = KindCluster::new(&args.name);
+            require_tool("kind", "install kind v0.32+ (https://kind.sigs.k8s.io)")?;
+            require_tool("docker", "kind needs a container engine (Docker or Podman)")?;
+            let dir = Path::new("target/kctrl-kind").join(&args.name);
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            let config = dir.join("kind.yaml");
+            std::fs::write(&config, cluster.config())
+                .with_context(|| format!("writing {}", config.display()))?;
+            run_command(&cluster.create_command(&config))?;
+            let kubeconfig = dir.join("kubeconfig");
+            let result = (|| {
+                let out = output_of(&cluster.kubeconfig_command())?;
+                std::fs::write(&kubeconfig, out)
+                    .with_context(|| format!("writing {}", kubeconfig.display()))?;
+                run_suite(
+                    &Target {
+                        kubeconfig: kubeconfig.clone(),
+                        controller_kubeconfig: None,
+                        compact_command: None,
+                    },
+                    &args.test_args,
+                )
+            })();
+            finish(result, args.keep, || run_command(&cluster.delete_command()))
+        }
+    }
+}
+
+/// Tears down (unless `keep`) and returns the suite's result; a teardown failure is
+/// reported but never hides a test failure.
+fn finish(result: Result<()>, keep: bool, teardown: impl FnOnce() -> Result<()>) -> Result<()> {
+    if keep {
+        eprintln!("==> --keep: leaving the cluster running");
+        return result;
+    }
+    if let Err(e) = teardown() {
+        eprintln!("==> teardown failed: {e:#}");
+        if result.is_ok() {
+            return Err(e);
+        }
+    }
+    result
+}
+
+/// The shell command the suite runs to compact the local cluster's etcd.
+fn compact_command(xtask: &Path, name: &str) -> String {
+    format!(
+        "{} cluster compact --name {}",
+        shell_quote(&xtask.display().to_string()),
+        shell_quote(name)
+    )
+}
+
+fn shell_quote(s: &str) -> String {
+    if s.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"/._-+=:".contains(&b))
+    {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+fn run_suite(target: &Target, test_args: &[String]) -> Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let mut cmd = Command::new(&cargo);
+    cmd.args(["test", "-p", "kctrl-e2e", "--"]).args(test_args);
+    for (k, v) in target.env_vars() {
+        eprintln!("==> {k}={v}");
+        cmd.env(k, v);
+    }
+    eprintln!("==> cargo test -p kctrl-e2e -- {}", test_args.join(" "));
+    let status = cmd.status().with_context(|| format!("running {cargo}"))?;
+    if !status.success() {
+        bail!("the e2e suite failed ({status})");
+    }
+    Ok(())
+}
+
+fn require_tool(tool: &str, hint: &str) -> Result<()> {
+    match Command::new(tool).arg("version").output() {
+        Ok(out) if out.status.success() => Ok(()),
+        Ok(out) => bail!(
+            "`{tool} version` failed: {}; {hint}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+        Err(e) => bail!("{tool} is not usable ({e}); {hint}"),
+    }
+}
+
+fn run_command(argv: &[String]) -> Result<()> {
+    eprintln!("==> {}", argv.join(" "));
+    let (program, args) = argv.split_first().context("empty command")?;
+    let status = Command::new(program)
+        .args(args)
+        .status()
+        .with_context(|| format!("running {program}"))?;
+    if !status.success() {
+        bail!("{} failed ({status})", argv.join(" "));
+    }
+    Ok(())
+}
+
+fn output_of(argv: &[String]) -> Result<Vec<u8>> {
+    let (program, args) = argv.split_first().context("empty command")?;
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .with_context(|| format!("running {program}"))?;
+    if !out.status.success() {
+        bail!(
+            "{} failed ({}): {}",
+            argv.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(out.stdout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_env_names_match_the_suite() {
+        let t = Target {
+            kubeconfig: "/k/admin".into(),
+            controller_kubeconfig: Some("/k/ctrl".into()),
+            compact_command: Some("x cluster compact --name e2e".into()),
+        };
+        assert_eq!(
+            t.env_vars(),
+            vec![
+                ("KCTRL_E2E_KUBECONFIG", "/k/admin".to_owned()),
+                ("KCTRL_E2E_CONTROLLER_KUBECONFIG", "/k/ctrl".to_owned()),
+                (
+                    "KCTRL_E2E_COMPACT_COMMAND",
+                    "x cluster compact --name e2e".to_owned()
+                ),
+            ]
+        );
+        let bare = Target {
+            kubeconfig: "/k".into(),
+            controller_kubeconfig: None,
+            compact_command: None,
+        };
+        assert_eq!(bare.env_vars().len(), 1);
+    }
+
+    #[test]
+    fn compact_command_quotes_paths() {
+        assert_eq!(
+            compact_command(Path::new("/t/debug/xtask"), "e2e"),
+            "/t/debug/xtask cluster compact --name e2e"
+        );
+        assert_eq!(
+            compact_command(Path::new("/my dir/xtask"), "e2e"),
+            "'/my dir/xtask' cluster compact --name e2e"
+        );
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+    }
+
+    #[test]
+    fn teardown_never_hides_a_test_failure() {
+        let r = finish(Err(anyhow::anyhow!("tests failed")), false, || {
+            Err(anyhow::anyhow!("teardown failed"))
+        });
+        assert_eq!(r.unwrap_err().to_string(), "tests failed");
+        let r = finish(Ok(()), false, || Err(anyhow::anyhow!("teardown failed")));
+        assert_eq!(r.unwrap_err().to_string(), "teardown failed");
+        let mut torn_down = false;
+        finish(Ok(()), true, || {
+            torn_down = true;
+            Ok(())
+        })
+        .unwrap();
+        assert!(!torn_down, "--keep must not tear down");
+    }
+}
