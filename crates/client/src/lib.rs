@@ -32,6 +32,7 @@ mod api;
 mod backend;
 mod error;
 mod http;
+pub mod labels;
 mod request;
 mod resource;
 mod watch;
