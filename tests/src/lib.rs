@@ -154,3 +154,124 @@ fn rand_suffix() -> u32 {
     // RandomState is seeded randomly per process; mix in the time for uniqueness across tests.
     RandomState::new().hash_one(nanos) as u32
 }
+
+/// A TCP proxy in front of the API server whose connections a test can cut, to simulate a
+/// dropped watch or an unreachable server. TLS passes through untouched.
+pub struct CuttableProxy {
+    addr: std::net::SocketAddr,
+    state: std::sync::Arc<ProxyState>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Default)]
+struct ProxyState {
+    refusing: std::sync::atomic::AtomicBool,
+    connections: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl CuttableProxy {
+    /// Starts a proxy on 127.0.0.1 forwarding to `target` (`host:port`).
+    pub async fn start(target: String) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binding the proxy on loopback");
+        let addr = listener.local_addr().expect("proxy address");
+        let state = std::sync::Arc::new(ProxyState::default());
+        let accept_state = state.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if accept_state
+                    .refusing
+                    .load(std::sync::atomic::Ordering::SeqCst)
+                {
+                    drop(inbound);
+                    continue;
+                }
+                let target = target.clone();
+                let task = tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                let mut conns = accept_state
+                    .connections
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                conns.retain(|t| !t.is_finished());
+                conns.push(task);
+            }
+        });
+        Self {
+            addr,
+            state,
+            accept,
+        }
+    }
+
+    /// The proxy's `https://127.0.0.1:<port>` URL.
+    pub fn url(&self) -> String {
+        format!("https://{}", self.addr)
+    }
+
+    /// Drops every open connection and refuses new ones until [`CuttableProxy::restore`].
+    pub fn cut(&self) {
+        self.state
+            .refusing
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let conns = std::mem::take(
+            &mut *self
+                .state
+                .connections
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        for c in conns {
+            c.abort();
+        }
+    }
+
+    /// Accepts connections again.
+    pub fn restore(&self) {
+        self.state
+            .refusing
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for CuttableProxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.cut();
+    }
+}
+
+impl Cluster {
+    /// An admin client whose connections go through `proxy`.
+    pub fn admin_via(&self, proxy: &CuttableProxy) -> Client {
+        let url = proxy.url();
+        self.admin_with(|c| {
+            c.server = url.parse().expect("proxy URL");
+        })
+    }
+
+    /// `host:port` of the API server in the admin kubeconfig.
+    pub fn apiserver_host_port(&self) -> String {
+        let overrides = kctrl_config::ConfigOverrides::default();
+        let config = kctrl_config::Config::from_flags(Some(&self.kubeconfig), None, &overrides)
+            .unwrap_or_else(|e| panic!("loading {}: {e}", self.kubeconfig.display()));
+        let host = config.server.host_str().expect("server host").to_owned();
+        let port = config.server.port_or_known_default().expect("server port");
+        format!("{host}:{port}")
+    }
+}
+
+/// Polls `check` every 100 ms until it returns true or `timeout` passes; panics naming `what`.
+pub async fn wait_until(what: &str, timeout: std::time::Duration, mut check: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !check() {
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

@@ -1,0 +1,361 @@
+//! [`SharedInformerFactory`]: one [`SharedInformer`] per resource type for a whole process
+//! (client-go's `informers.SharedInformerFactory`).
+//!
+//! Every controller asks the factory for the informers it needs; asking twice for the same
+//! type returns the same informer, so a process lists and watches each resource once however
+//! many controllers use it. Informers are keyed by Rust type ([`TypeId`]), the way
+//! client-go keys them by Go type.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::future::{BoxFuture, join_all};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::{ListableResource, Metadata, Resource};
+use kctrl_client::{Api, Client, ListParams};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::fifo::Transform;
+use crate::list_watch::{ListWatch, TweakParams};
+use crate::lister::Lister;
+use crate::reflector::ReflectorOptions;
+use crate::shared_informer::{SharedInformer, SharedInformerOptions};
+use crate::sync::HasSynced;
+
+/// The type-erased side of a factory's informer: what `start` and `wait_for_cache_sync`
+/// need without knowing the object type.
+trait Managed: HasSynced {
+    fn start(&self, cancel: CancellationToken) -> JoinHandle<()>;
+}
+
+impl<K> Managed for SharedInformer<K>
+where
+    K: ListableResource + Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+{
+    fn start(&self, cancel: CancellationToken) -> JoinHandle<()> {
+        SharedInformer::start(self, cancel)
+    }
+}
+
+struct Entry {
+    /// The `SharedInformer<K>`, for typed access.
+    informer: Box<dyn Any + Send + Sync>,
+    managed: Arc<dyn Managed>,
+    type_name: &'static str,
+    started: bool,
+}
+
+#[derive(Default)]
+struct State {
+    informers: HashMap<TypeId, Entry>,
+    tasks: Vec<JoinHandle<()>>,
+    shutting_down: bool,
+}
+
+struct Inner {
+    client: Client,
+    default_resync: Duration,
+    namespace: Option<String>,
+    tweak: Option<TweakParams>,
+    custom_resync: HashMap<TypeId, Duration>,
+    /// `Transform<K>` per type.
+    transforms: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
+    reflector: ReflectorOptions,
+    state: Mutex<State>,
+}
+
+/// Hands out one shared informer per resource type, and starts, syncs and stops them
+/// together. Cheap to clone; clones share the informers.
+///
+/// ```no_run
+/// # async fn demo(client: kctrl_client::Client) {
+/// use std::time::Duration;
+/// use k8s_openapi::api::apps::v1::Deployment;
+/// use kctrl_informer::SharedInformerFactory;
+/// use tokio_util::sync::CancellationToken;
+///
+/// let factory = SharedInformerFactory::builder(client, Duration::from_secs(600))
+///     .namespace("prod")
+///     .tweak_list_params(|p| p.label_selector = Some("team=web".into()))
+///     .build();
+/// let deployments = factory.lister::<Deployment>();
+/// let cancel = CancellationToken::new();
+/// factory.start(&cancel);
+/// factory.wait_for_cache_sync(&cancel).await;
+/// let web = deployments.get("prod", "web");
+/// # let _ = web;
+/// cancel.cancel();
+/// factory.shutdown().await;
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct SharedInformerFactory {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SharedInformerFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedInformerFactory")
+            .field("default_resync", &self.inner.default_resync)
+            .field("namespace", &self.inner.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Options of a [`SharedInformerFactory`] (client-go's `SharedInformerOption`s).
+pub struct SharedInformerFactoryBuilder {
+    client: Client,
+    default_resync: Duration,
+    namespace: Option<String>,
+    tweak: Option<TweakParams>,
+    custom_resync: HashMap<TypeId, Duration>,
+    transforms: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
+    reflector: ReflectorOptions,
+}
+
+impl std::fmt::Debug for SharedInformerFactoryBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedInformerFactoryBuilder")
+            .field("default_resync", &self.default_resync)
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SharedInformerFactoryBuilder {
+    /// Only objects in `namespace` (client-go's `WithNamespace`); cluster-scoped resources
+    /// are unaffected.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into()).filter(|n: &String| !n.is_empty());
+        self
+    }
+
+    /// Adjusts every list and watch call of every informer, e.g. to set a label selector
+    /// (client-go's `WithTweakListOptions`).
+    pub fn tweak_list_params(
+        mut self,
+        f: impl Fn(&mut ListParams) + Send + Sync + 'static,
+    ) -> Self {
+        self.tweak = Some(Arc::new(f));
+        self
+    }
+
+    /// A resync period for the informer of `K` instead of the default (client-go's
+    /// `WithCustomResyncConfig`).
+    pub fn custom_resync<K: 'static>(mut self, period: Duration) -> Self {
+        self.custom_resync.insert(TypeId::of::<K>(), period);
+        self
+    }
+
+    /// A transform for the objects of `K`, applied before they are cached (client-go's
+    /// `WithTransform`, per type here).
+    pub fn transform<K: 'static>(mut self, transform: Transform<K>) -> Self {
+        self.transforms
+            .insert(TypeId::of::<K>(), Box::new(transform));
+        self
+    }
+
+    /// Reflector knobs for every informer (e.g. turning streaming lists off).
+    pub fn reflector_options(mut self, options: ReflectorOptions) -> Self {
+        self.reflector = options;
+        self
+    }
+
+    /// The factory.
+    pub fn build(self) -> SharedInformerFactory {
+        SharedInformerFactory {
+            inner: Arc::new(Inner {
+                client: self.client,
+                default_resync: self.default_resync,
+                namespace: self.namespace,
+                tweak: self.tweak,
+                custom_resync: self.custom_resync,
+                transforms: self.transforms,
+                reflector: self.reflector,
+                state: Mutex::new(State::default()),
+            }),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl SharedInformerFactory {
+    /// A factory over `client` whose informers resync every `default_resync` (zero: never)
+    /// (client-go's `NewSharedInformerFactory`).
+    pub fn new(client: Client, default_resync: Duration) -> Self {
+        Self::builder(client, default_resync).build()
+    }
+
+    /// A factory with options (client-go's `NewSharedInformerFactoryWithOptions`).
+    pub fn builder(client: Client, default_resync: Duration) -> SharedInformerFactoryBuilder {
+        SharedInformerFactoryBuilder {
+            client,
+            default_resync,
+            namespace: None,
+            tweak: None,
+            custom_resync: HashMap::new(),
+            transforms: HashMap::new(),
+            reflector: ReflectorOptions::default(),
+        }
+    }
+
+    /// The shared informer of `K`, created on first use with the `namespace` index (client-go's
+    /// `InformerFor`, `Core().V1().Pods().Informer()`). Informers created after
+    /// [`start`](Self::start) run from the next `start`.
+    pub fn informer<K>(&self) -> SharedInformer<K>
+    where
+        K: Resource
+            + ListableResource
+            + Metadata<Ty = ObjectMeta>
+            + Serialize
+            + DeserializeOwned
+            + Send
+            + Sync
+            + 'static,
+        K::Scope: 'static,
+    {
+        let id = TypeId::of::<K>();
+        let mut st = lock(&self.inner.state);
+        if let Some(entry) = st.informers.get(&id) {
+            return entry
+                .informer
+                .downcast_ref::<SharedInformer<K>>()
+                .expect("the informer stored under K's TypeId is a SharedInformer<K>")
+                .clone();
+        }
+        let informer = self.new_informer::<K>();
+        st.informers.insert(
+            id,
+            Entry {
+                informer: Box::new(informer.clone()),
+                managed: Arc::new(informer.clone()),
+                type_name: std::any::type_name::<K>(),
+                started: false,
+            },
+        );
+        informer
+    }
+
+    fn new_informer<K>(&self) -> SharedInformer<K>
+    where
+        K: Resource
+            + ListableResource
+            + Metadata<Ty = ObjectMeta>
+            + Serialize
+            + DeserializeOwned
+            + Send
+            + Sync
+            + 'static,
+        K::Scope: 'static,
+    {
+        let inner = &*self.inner;
+        let api = match &inner.namespace {
+            Some(ns) => Api::<K>::namespaced(inner.client.clone(), ns.clone()),
+            None => Api::<K>::all(inner.client.clone()),
+        };
+        let mut lw = ListWatch::new(api);
+        if let Some(tweak) = inner.tweak.clone() {
+            lw = lw.tweak(move |p| tweak(p));
+        }
+        let id = TypeId::of::<K>();
+        let transform = inner
+            .transforms
+            .get(&id)
+            .and_then(|t| t.downcast_ref::<Transform<K>>())
+            .cloned();
+        SharedInformer::new(
+            lw,
+            SharedInformerOptions {
+                resync_period: inner
+                    .custom_resync
+                    .get(&id)
+                    .copied()
+                    .unwrap_or(inner.default_resync),
+                transform,
+                reflector: inner.reflector.clone(),
+                ..SharedInformerOptions::default()
+            },
+        )
+    }
+
+    /// A lister over the cache of `K`'s shared informer.
+    pub fn lister<K>(&self) -> Lister<K>
+    where
+        K: Resource
+            + ListableResource
+            + Metadata<Ty = ObjectMeta>
+            + Serialize
+            + DeserializeOwned
+            + Send
+            + Sync
+            + 'static,
+        K::Scope: 'static,
+    {
+        self.informer::<K>().lister()
+    }
+
+    /// Starts every informer not started yet, on the current tokio runtime; returns at once.
+    /// They run until `cancel` fires. Does nothing after [`shutdown`](Self::shutdown).
+    pub fn start(&self, cancel: &CancellationToken) {
+        let mut st = lock(&self.inner.state);
+        if st.shutting_down {
+            return;
+        }
+        let mut tasks = Vec::new();
+        for entry in st.informers.values_mut().filter(|e| !e.started) {
+            entry.started = true;
+            tasks.push(entry.managed.start(cancel.clone()));
+        }
+        st.tasks.extend(tasks);
+    }
+
+    /// Waits until every started informer has synced or `cancel` fires; returns whether each
+    /// synced, keyed by Rust type name (e.g. `k8s_openapi::api::core::v1::Pod`).
+    pub async fn wait_for_cache_sync(
+        &self,
+        cancel: &CancellationToken,
+    ) -> HashMap<&'static str, bool> {
+        let started: Vec<(&'static str, Arc<dyn Managed>)> = lock(&self.inner.state)
+            .informers
+            .values()
+            .filter(|e| e.started)
+            .map(|e| (e.type_name, e.managed.clone()))
+            .collect();
+        let waits = started.iter().map(|(name, informer)| {
+            let wait: BoxFuture<'_, (&'static str, bool)> = Box::pin(async move {
+                let synced = tokio::select! {
+                    synced = informer.synced() => synced,
+                    () = cancel.cancelled() => informer.has_synced(),
+                };
+                (*name, synced)
+            });
+            wait
+        });
+        join_all(waits).await.into_iter().collect()
+    }
+
+    /// Waits for every informer task to end; cancel the token given to
+    /// [`start`](Self::start) first. Later `start` calls do nothing (client-go's `Shutdown`).
+    pub async fn shutdown(&self) {
+        let tasks = {
+            let mut st = lock(&self.inner.state);
+            st.shutting_down = true;
+            std::mem::take(&mut st.tasks)
+        };
+        for t in tasks {
+            if let Err(e) = t.await
+                && e.is_panic()
+            {
+                tracing::error!(error = %e, "a shared informer task panicked");
+            }
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! The informer cache of client-go's `tools/cache`, for Rust controllers.
+//!
+//! One object's path from the wire to a handler, file by file:
+//!
+//! ```text
+//! list_watch ─▶ reflector ─▶ fifo ─▶ controller ─▶ store (indexer) ─▶ shared_informer ─▶ handlers
+//!                                                                     └▶ lister
+//! ```
+//!
+//! A controller rarely touches the first stages. It asks a [`SharedInformerFactory`] for the
+//! [`SharedInformer`] of each resource it needs (one per type per process, however many
+//! controllers share it), registers a [`ResourceEventHandler`] that turns notifications into
+//! work-queue keys, starts the factory, waits for the caches with
+//! [`wait_for_cache_sync`], and then reads objects from a [`Lister`] while processing keys.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use k8s_openapi::api::apps::v1::Deployment;
+//! use kctrl_informer::{EventHandlerFns, SharedInformerFactory, key_of, wait_for_cache_sync};
+//! use kctrl_workqueue::{RateLimitingQueue, default_controller_rate_limiter};
+//! use tokio_util::sync::CancellationToken;
+//!
+//! # async fn demo(client: kctrl_client::Client) -> Result<(), Box<dyn std::error::Error>> {
+//! let factory = SharedInformerFactory::new(client, Duration::from_secs(10 * 60));
+//! let deployments = factory.informer::<Deployment>();
+//! let lister = factory.lister::<Deployment>();
+//!
+//! // Handlers only enqueue keys; the work happens in workers reading the cache.
+//! let queue = RateLimitingQueue::<String>::new(default_controller_rate_limiter());
+//! let (on_add, on_update, on_delete) = (queue.clone(), queue.clone(), queue.clone());
+//! let registration = deployments.add_event_handler(
+//!     EventHandlerFns::new()
+//!         .on_add(move |d: &std::sync::Arc<Deployment>, _initial| on_add.add(key_of(d.as_ref())))
+//!         .on_update(move |_old, new| on_update.add(key_of(new.as_ref())))
+//!         .on_delete(move |deleted| on_delete.add(key_of(deleted.object().as_ref()))),
+//! )?;
+//!
+//! let cancel = CancellationToken::new();
+//! factory.start(&cancel);
+//! if !wait_for_cache_sync("deployment-controller", &cancel, &[&registration]).await {
+//!     return Ok(()); // cancelled before the caches filled
+//! }
+//!
+//! while let Some(key) = queue.get().await {
+//!     let (ns, name) = key.split_once('/').unwrap_or(("", &key));
+//!     match lister.get(ns, name) {
+//!         Some(d) => println!("sync {key}: {:?} replicas", d.spec.as_ref().and_then(|s| s.replicas)),
+//!         None => println!("{key} was deleted"),
+//!     }
+//!     queue.forget(&key);
+//!     queue.done(&key);
+//! }
+//! cancel.cancel();
+//! factory.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! Guarantees worth knowing:
+//!
+//! * Each handler has its own unbounded buffer, drained by one job on tokio's blocking pool:
+//!   a slow handler delays only itself (and grows its buffer). A panic in a handler is
+//!   logged and skips that notification.
+//! * The store is written before handlers are told, so a handler never sees an object the
+//!   cache does not yet have.
+//! * A handler added to a running informer first gets `on_add(obj, true)` for every cached
+//!   object, then the events that follow — none lost, none repeated. Its
+//!   [`HandlerRegistration::has_synced`] turns true only once those replays were delivered.
+//! * An update that does not change the resourceVersion (a periodic resync, or a relist of
+//!   an unchanged object) goes only to handlers whose resync period is due.
+//! * A relist that finds objects gone reports them as [`DeletedObject::FinalStateUnknown`].
+//!
+//! | client-go                                            | kctrl-informer                                       |
+//! |------------------------------------------------------|------------------------------------------------------|
+//! | `informers.NewSharedInformerFactory(client, resync)` | [`SharedInformerFactory::new`]                       |
+//! | `NewSharedInformerFactoryWithOptions(WithNamespace, WithTweakListOptions, …)` | [`SharedInformerFactory::builder`] |
+//! | `factory.Core().V1().Pods().Informer()`              | [`SharedInformerFactory::informer::<Pod>()`](SharedInformerFactory::informer) |
+//! | `factory.Core().V1().Pods().Lister()`                | [`SharedInformerFactory::lister::<Pod>()`](SharedInformerFactory::lister) |
+//! | `factory.Start(stop)` / `WaitForCacheSync` / `Shutdown` | [`start`](SharedInformerFactory::start) / [`wait_for_cache_sync`](SharedInformerFactory::wait_for_cache_sync) / [`shutdown`](SharedInformerFactory::shutdown) |
+//! | `SharedIndexInformer`                                | [`SharedInformer`]                                   |
+//! | `NewSharedIndexInformerWithOptions(lw, obj, opts)`   | [`SharedInformer::new`] with [`SharedInformerOptions`] |
+//! | `AddEventHandler` / `AddEventHandlerWithResyncPeriod` | [`add_event_handler`](SharedInformer::add_event_handler) / [`add_event_handler_with_resync`](SharedInformer::add_event_handler_with_resync) |
+//! | `RemoveEventHandler(reg)`                            | [`SharedInformer::remove_event_handler`]             |
+//! | `ResourceEventHandlerRegistration.HasSynced()`       | [`HandlerRegistration::has_synced`]                  |
+//! | `informer.HasSynced()` / `InformerSynced`            | [`SharedInformer::has_synced`] / [`HasSynced`]       |
+//! | `cache.WaitForNamedCacheSync(name, stop, …)`         | [`wait_for_cache_sync`]                              |
+//! | `informer.Run(stop)`                                 | [`SharedInformer::run`] / [`SharedInformer::start`]  |
+//! | `GetStore()` / `GetIndexer()`                        | [`SharedInformer::store`]                            |
+//! | `AddIndexers` / `ByIndex`                            | [`SharedInformer::add_indexers`] / [`Store::by_index`] |
+//! | `SetTransform` / `SetWatchErrorHandler`              | [`SharedInformer::set_transform`] / [`SharedInformer::set_watch_error_handler`] |
+//! | `LastSyncResourceVersion()` / `IsStopped()`          | [`SharedInformer::last_sync_resource_version`] / [`SharedInformer::is_stopped`] |
+//! | `ResourceEventHandler{OnAdd, OnUpdate, OnDelete}`    | [`ResourceEventHandler`]                             |
+//! | `ResourceEventHandlerDetailedFuncs`                  | [`EventHandlerFns`]                                  |
+//! | `FilteringResourceEventHandler`                      | [`FilteringHandler`]                                 |
+//! | `DeletedFinalStateUnknown{Key, Obj}`                 | [`DeletedObject::FinalStateUnknown`]                 |
+//! | `Lister().Pods(ns).Get(name)`                        | [`Lister::get`]`(ns, name)` or [`Lister::namespaced`]`(ns).get(name)` |
+//! | `Lister().List(selector)`                            | [`Lister::list`]                                     |
+//! | `MetaNamespaceKeyFunc` / `SplitMetaNamespaceKey`     | [`key_of`] / [`split_key`]                           |
+//! | `NewListWatchFromClient` / `NewFilteredListWatchFromClient` | [`ListWatch::new`] (+ `labels`, `fields`, `tweak`) |
+//! | `NewReflectorWithOptions` / `RealFIFO`               | [`Reflector::new`] / [`Fifo`]                        |
+
+pub mod delta;
+pub mod keys;
+pub mod list_watch;
+pub mod store;
+
+pub use delta::{DeletedObject, Delta, ReflectorStore};
+pub use keys::{ObjectKey, key_of};
+pub use list_watch::ListerWatcher;
+pub use store::Store;
+
+pub mod handler;
+mod processor;
+
+pub use handler::{EventHandlerFns, FilteringHandler, ResourceEventHandler};
+
+pub mod fifo;
+pub mod lister;
+
+pub use fifo::{Fifo, Transform};
+pub use keys::{KeyError, key_for, split_key};
+pub use lister::{Lister, NamespacedLister};
+pub use store::{IndexFn, ReplaceDiff, StoreError, StoreTxn};
+pub mod reflector;
+pub use list_watch::{EventStream, ListWatch};
+pub use reflector::{BackoffOptions, Reflector, ReflectorOptions};
+
+mod controller;
+pub mod shared_informer;
+pub mod sync;
+
+pub use shared_informer::{
+    HandlerRegistration, InformerError, SharedInformer, SharedInformerOptions,
+};
+pub use sync::{HasSynced, wait_for_cache_sync};
+pub mod factory;
+
+pub use factory::{SharedInformerFactory, SharedInformerFactoryBuilder};

@@ -1,0 +1,555 @@
+//! Fan-out of notifications to the handlers of one shared informer (client-go's
+//! `sharedProcessor` and `processorListener`).
+//!
+//! Each handler gets a [`Listener`]: an unbounded buffer and a drain job that calls the handler
+//! sequentially on tokio's blocking pool. Adding a notification never waits, so a slow handler
+//! only grows its own buffer and never stalls the informer or the other handlers. Handlers are
+//! synchronous functions, which is why they run on the blocking pool rather than as async
+//! tasks: a handler that blocks for a while must not block a runtime worker.
+//!
+//! The processor also owns the per-handler resync bookkeeping: which listeners are due for a
+//! resync (and so receive resync updates) is decided each time the reflector asks
+//! [`Processor::should_resync`].
+
+use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+
+use crate::delta::DeletedObject;
+use crate::handler::ResourceEventHandler;
+
+/// Requested resync periods below this are raised to it (client-go's `minimumResyncPeriod`).
+pub(crate) const MINIMUM_RESYNC_PERIOD: Duration = Duration::from_secs(1);
+
+/// One notification for one handler.
+pub(crate) enum Notification<K> {
+    Add {
+        obj: Arc<K>,
+        is_in_initial_list: bool,
+    },
+    Update {
+        old: Arc<K>,
+        new: Arc<K>,
+    },
+    Delete(DeletedObject<K>),
+}
+
+impl<K> Clone for Notification<K> {
+    fn clone(&self) -> Self {
+        match self {
+            Notification::Add {
+                obj,
+                is_in_initial_list,
+            } => Notification::Add {
+                obj: obj.clone(),
+                is_in_initial_list: *is_in_initial_list,
+            },
+            Notification::Update { old, new } => Notification::Update {
+                old: old.clone(),
+                new: new.clone(),
+            },
+            Notification::Delete(d) => Notification::Delete(d.clone()),
+        }
+    }
+}
+
+impl<K> Notification<K> {
+    fn is_initial_add(&self) -> bool {
+        matches!(
+            self,
+            Notification::Add {
+                is_in_initial_list: true,
+                ..
+            }
+        )
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The effective resync period of a handler that asked for `desired` on an informer that
+/// checks every `check` (client-go's `determineResyncPeriod`).
+pub(crate) fn determine_resync_period(desired: Duration, check: Duration) -> Duration {
+    if desired.is_zero() {
+        return desired;
+    }
+    if check.is_zero() {
+        tracing::info!(
+            ?desired,
+            "the requested resync period is ignored: this shared informer does not resync"
+        );
+        return Duration::ZERO;
+    }
+    if desired < check {
+        tracing::info!(
+            ?desired,
+            resync_check_period = ?check,
+            "the requested resync period is raised to the informer's resync check period"
+        );
+        return check;
+    }
+    desired
+}
+
+struct Resync {
+    /// What the handler asked for (after the 1 s minimum).
+    requested: Duration,
+    /// What is used: `requested` adjusted to the informer's check period; zero = never.
+    period: Duration,
+    next: Instant,
+}
+
+/// The part of a listener a [`HandlerRegistration`](crate::HandlerRegistration) keeps: it does
+/// not depend on the object type.
+pub(crate) struct ListenerShared {
+    pub(crate) id: u64,
+    pub(crate) name: &'static str,
+    /// Initial-list adds queued but not yet delivered to the handler.
+    pending_initial: watch::Sender<usize>,
+    /// The informer's "initial list is in the store".
+    upstream: watch::Receiver<bool>,
+    resync: Mutex<Resync>,
+}
+
+impl ListenerShared {
+    /// Informer synced and every initial-list add delivered to this handler.
+    pub(crate) fn has_synced(&self) -> bool {
+        *self.upstream.borrow() && *self.pending_initial.borrow() == 0
+    }
+
+    /// Resolves to true once [`has_synced`](Self::has_synced) holds, or false if it never can
+    /// (the informer is gone).
+    pub(crate) async fn synced(&self) -> bool {
+        let mut upstream = self.upstream.clone();
+        if upstream.wait_for(|s| *s).await.is_err() {
+            return false;
+        }
+        // Once the informer has synced, initial-list adds are only ever queued before a
+        // registration is handed out, so the counter only goes down from here.
+        let mut pending = self.pending_initial.subscribe();
+        pending.wait_for(|n| *n == 0).await.is_ok()
+    }
+
+    pub(crate) fn resync_period(&self) -> Duration {
+        lock(&self.resync).period
+    }
+
+    fn should_resync(&self, now: Instant) -> bool {
+        let r = lock(&self.resync);
+        !r.period.is_zero() && now >= r.next
+    }
+
+    fn determine_next_resync(&self, now: Instant) {
+        let mut r = lock(&self.resync);
+        r.next = now + r.period;
+    }
+
+    fn set_check_period(&self, check: Duration) {
+        let mut r = lock(&self.resync);
+        r.period = determine_resync_period(r.requested, check);
+    }
+}
+
+struct Buffer<K> {
+    items: VecDeque<Notification<K>>,
+    /// Set once the processor runs: where drain jobs are spawned.
+    runtime: Option<Handle>,
+    /// A drain job is running (at most one: the handler is called sequentially).
+    draining: bool,
+    /// Removed or the informer stopped: notifications are dropped.
+    stopped: bool,
+}
+
+/// One handler with its own unbounded buffer.
+pub(crate) struct Listener<K> {
+    pub(crate) shared: Arc<ListenerShared>,
+    handler: Box<dyn ResourceEventHandler<K>>,
+    buffer: Mutex<Buffer<K>>,
+    /// Signalled when a drain job ends.
+    idle: Notify,
+}
+
+static NEXT_LISTENER_ID: AtomicU64 = AtomicU64::new(1);
+
+impl<K: Send + Sync + 'static> Listener<K> {
+    pub(crate) fn new<H: ResourceEventHandler<K>>(
+        handler: H,
+        requested_resync: Duration,
+        resync: Duration,
+        now: Instant,
+        upstream: watch::Receiver<bool>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            shared: Arc::new(ListenerShared {
+                id: NEXT_LISTENER_ID.fetch_add(1, Ordering::Relaxed),
+                name: std::any::type_name::<H>(),
+                pending_initial: watch::Sender::new(0),
+                upstream,
+                resync: Mutex::new(Resync {
+                    requested: requested_resync,
+                    period: resync,
+                    next: now + resync,
+                }),
+            }),
+            handler: Box::new(handler),
+            buffer: Mutex::new(Buffer {
+                items: VecDeque::new(),
+                runtime: None,
+                draining: false,
+                stopped: false,
+            }),
+            idle: Notify::new(),
+        })
+    }
+
+    /// Queues a notification; never blocks.
+    pub(crate) fn add(self: &Arc<Self>, n: Notification<K>) {
+        let mut buf = lock(&self.buffer);
+        if buf.stopped {
+            return;
+        }
+        if n.is_initial_add() {
+            self.shared.pending_initial.send_modify(|c| *c += 1);
+        }
+        buf.items.push_back(n);
+        self.spawn_drain_locked(&mut buf);
+    }
+
+    /// Starts delivering on `runtime`.
+    fn start(self: &Arc<Self>, runtime: Handle) {
+        let mut buf = lock(&self.buffer);
+        buf.runtime = Some(runtime);
+        self.spawn_drain_locked(&mut buf);
+    }
+
+    fn spawn_drain_locked(self: &Arc<Self>, buf: &mut Buffer<K>) {
+        if buf.draining || buf.stopped || buf.items.is_empty() {
+            return;
+        }
+        if let Some(rt) = &buf.runtime {
+            buf.draining = true;
+            let me = self.clone();
+            // The handle is deliberately dropped: `stop` waits through `idle`.
+            drop(rt.spawn_blocking(move || me.drain()));
+        }
+    }
+
+    /// Delivers queued notifications until the buffer is empty.
+    fn drain(&self) {
+        loop {
+            let next = {
+                let mut buf = lock(&self.buffer);
+                match buf.items.pop_front() {
+                    Some(n) if !buf.stopped => n,
+                    _ => {
+                        buf.draining = false;
+                        drop(buf);
+                        self.idle.notify_waiters();
+                        return;
+                    }
+                }
+            };
+            self.deliver(next);
+        }
+    }
+
+    fn deliver(&self, n: Notification<K>) {
+        let initial = n.is_initial_add();
+        let outcome = catch_unwind(AssertUnwindSafe(|| match &n {
+            Notification::Add {
+                obj,
+                is_in_initial_list,
+            } => self.handler.on_add(obj, *is_in_initial_list),
+            Notification::Update { old, new } => self.handler.on_update(old, new),
+            Notification::Delete(d) => self.handler.on_delete(d),
+        }));
+        if let Err(panic) = outcome {
+            let msg = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "non-string panic payload".to_owned());
+            tracing::error!(
+                handler = self.shared.name,
+                panic = %msg,
+                "Observed a panic in an event handler; the notification was skipped"
+            );
+        }
+        if initial {
+            // Counted as delivered even when the handler panicked: the handler was called.
+            self.shared
+                .pending_initial
+                .send_modify(|c| *c = c.saturating_sub(1));
+        }
+    }
+
+    /// Drops queued notifications; the one being delivered, if any, still completes.
+    fn close(&self) {
+        let mut buf = lock(&self.buffer);
+        buf.stopped = true;
+        buf.items.clear();
+    }
+
+    /// Closes and waits for the notification being delivered, if any.
+    async fn stop(&self) {
+        self.close();
+        loop {
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if !lock(&self.buffer).draining {
+                return;
+            }
+            idle.await;
+        }
+    }
+
+    /// Notifications queued and not yet taken by the handler.
+    #[cfg(test)]
+    fn pending(&self) -> usize {
+        lock(&self.buffer).items.len()
+    }
+}
+
+struct Entry<K> {
+    listener: Arc<Listener<K>>,
+    /// Due for a resync: receives resync updates (unchanged resourceVersion).
+    syncing: bool,
+}
+
+struct ProcessorState<K> {
+    listeners: Vec<Entry<K>>,
+    runtime: Option<Handle>,
+}
+
+/// The listeners of one informer.
+pub(crate) struct Processor<K> {
+    state: Mutex<ProcessorState<K>>,
+}
+
+impl<K: Send + Sync + 'static> Processor<K> {
+    pub(crate) fn new() -> Self {
+        Self {
+            state: Mutex::new(ProcessorState {
+                listeners: Vec::new(),
+                runtime: None,
+            }),
+        }
+    }
+
+    /// Registers a listener (started at once if the processor runs).
+    pub(crate) fn add_listener(&self, listener: Arc<Listener<K>>) {
+        let mut st = lock(&self.state);
+        if let Some(rt) = &st.runtime {
+            listener.start(rt.clone());
+        }
+        st.listeners.push(Entry {
+            listener,
+            syncing: true,
+        });
+    }
+
+    /// Unregisters and closes the listener `id`; false if it is not registered here.
+    pub(crate) fn remove_listener(&self, id: u64) -> bool {
+        let mut st = lock(&self.state);
+        let Some(pos) = st.listeners.iter().position(|e| e.listener.shared.id == id) else {
+            return false;
+        };
+        let entry = st.listeners.remove(pos);
+        entry.listener.close();
+        true
+    }
+
+    pub(crate) fn contains(&self, id: u64) -> bool {
+        lock(&self.state)
+            .listeners
+            .iter()
+            .any(|e| e.listener.shared.id == id)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.state).listeners.len()
+    }
+
+    /// Queues `n` for every listener, or, for a resync (`sync`), only for those due.
+    pub(crate) fn distribute(&self, n: &Notification<K>, sync: bool) {
+        let st = lock(&self.state);
+        for e in &st.listeners {
+            if !sync || e.syncing {
+                e.listener.add(n.clone());
+            }
+        }
+    }
+
+    /// Whether any listener is due for a resync; marks which ones are (client-go's
+    /// `shouldResync`, the reflector's `should_resync`).
+    pub(crate) fn should_resync(&self, now: Instant) -> bool {
+        let mut st = lock(&self.state);
+        let mut any = false;
+        for e in &mut st.listeners {
+            e.syncing = e.listener.shared.should_resync(now);
+            if e.syncing {
+                any = true;
+                e.listener.shared.determine_next_resync(now);
+            }
+        }
+        any
+    }
+
+    /// Re-derives every listener's period after the informer's check period changed.
+    pub(crate) fn resync_check_period_changed(&self, check: Duration) {
+        for e in &lock(&self.state).listeners {
+            e.listener.shared.set_check_period(check);
+        }
+    }
+
+    /// Starts delivering to every listener, now and as they are added.
+    pub(crate) fn run(&self, runtime: Handle) {
+        let mut st = lock(&self.state);
+        for e in &st.listeners {
+            e.listener.start(runtime.clone());
+        }
+        st.runtime = Some(runtime);
+    }
+
+    /// Closes every listener, forgets them, and waits for the deliveries in flight.
+    pub(crate) async fn stop(&self) {
+        let listeners: Vec<_> = {
+            let mut st = lock(&self.state);
+            st.runtime = None;
+            st.listeners.drain(..).map(|e| e.listener).collect()
+        };
+        for l in &listeners {
+            l.close();
+        }
+        for l in &listeners {
+            l.stop().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+
+    use super::*;
+    use crate::handler::EventHandlerFns;
+
+    fn upstream(synced: bool) -> (watch::Sender<bool>, watch::Receiver<bool>) {
+        let (tx, rx) = watch::channel(synced);
+        (tx, rx)
+    }
+
+    fn add(n: u32, initial: bool) -> Notification<u32> {
+        Notification::Add {
+            obj: Arc::new(n),
+            is_in_initial_list: initial,
+        }
+    }
+
+    #[test]
+    fn determine_resync_period_follows_client_go() {
+        let s = Duration::from_secs;
+        assert_eq!(determine_resync_period(s(0), s(5)), s(0));
+        assert_eq!(determine_resync_period(s(3), s(0)), s(0));
+        assert_eq!(determine_resync_period(s(3), s(5)), s(5));
+        assert_eq!(determine_resync_period(s(7), s(5)), s(7));
+    }
+
+    #[tokio::test]
+    async fn listener_delivers_in_order_and_buffers_before_start() {
+        let (tx, rx) = mpsc::channel();
+        let tx = Mutex::new(tx);
+        let h = EventHandlerFns::<u32>::new().on_add(move |o, _| {
+            let _ = lock(&tx).send(**o);
+        });
+        let (_up, up_rx) = upstream(true);
+        let l = Listener::new(h, Duration::ZERO, Duration::ZERO, Instant::now(), up_rx);
+        for i in 0..100 {
+            l.add(add(i, false));
+        }
+        assert_eq!(l.pending(), 100, "nothing is delivered before start");
+        l.start(Handle::current());
+        let got: Vec<u32> = tokio::task::spawn_blocking(move || rx.iter().take(100).collect())
+            .await
+            .unwrap();
+        assert_eq!(got, (0..100).collect::<Vec<_>>());
+        l.stop().await;
+    }
+
+    #[tokio::test]
+    async fn initial_adds_count_until_delivered() {
+        let (gate_tx, gate_rx) = mpsc::channel::<()>();
+        let gate_rx = Mutex::new(gate_rx);
+        let h = EventHandlerFns::<u32>::new().on_add(move |_, _| {
+            let _ = lock(&gate_rx).recv();
+        });
+        let (up, up_rx) = upstream(false);
+        let l = Listener::new(h, Duration::ZERO, Duration::ZERO, Instant::now(), up_rx);
+        l.add(add(1, true));
+        l.add(add(2, true));
+        l.start(Handle::current());
+        assert!(!l.shared.has_synced());
+        up.send_replace(true);
+        assert!(!l.shared.has_synced(), "initial adds not delivered yet");
+        gate_tx.send(()).unwrap();
+        gate_tx.send(()).unwrap();
+        assert!(l.shared.synced().await);
+        assert!(l.shared.has_synced());
+        l.stop().await;
+    }
+
+    #[tokio::test]
+    async fn panicking_handler_skips_the_notification() {
+        let (tx, rx) = mpsc::channel();
+        let tx = Mutex::new(tx);
+        let h = EventHandlerFns::<u32>::new().on_add(move |o, _| {
+            if **o == 2 {
+                panic!("fake panic");
+            }
+            let _ = lock(&tx).send(**o);
+        });
+        let (_up, up_rx) = upstream(true);
+        let l = Listener::new(h, Duration::ZERO, Duration::ZERO, Instant::now(), up_rx);
+        l.start(Handle::current());
+        for i in 1..=3 {
+            l.add(add(i, true));
+        }
+        assert!(l.shared.synced().await, "a panicking handler still syncs");
+        let got: Vec<u32> = rx.try_iter().collect();
+        assert_eq!(got, vec![1, 3]);
+        l.stop().await;
+    }
+
+    #[tokio::test]
+    async fn resync_notifications_reach_only_due_listeners() {
+        let p = Processor::<u32>::new();
+        let now = Instant::now();
+        let s = Duration::from_secs;
+        let (_up, up_rx) = upstream(true);
+        let never = Listener::new(EventHandlerFns::new(), s(0), s(0), now, up_rx.clone());
+        let every2 = Listener::new(EventHandlerFns::new(), s(2), s(2), now, up_rx);
+        p.add_listener(never.clone());
+        p.add_listener(every2.clone());
+        assert!(!p.should_resync(now + s(1)));
+        p.distribute(&add(1, false), true);
+        assert_eq!((never.pending(), every2.pending()), (0, 0));
+        assert!(p.should_resync(now + s(2)));
+        p.distribute(&add(1, false), true);
+        p.distribute(&add(2, false), false);
+        assert_eq!((never.pending(), every2.pending()), (1, 2));
+        assert!(
+            !p.should_resync(now + s(3)),
+            "next resync is 2 s after the last"
+        );
+        assert!(p.should_resync(now + s(4)));
+    }
+}

@@ -1,0 +1,821 @@
+//! The reflector (client-go's `Reflector`): keeps a [`ReflectorStore`] in step with the API
+//! server by listing once and then watching, relisting only when it must.
+//!
+//! One round of [`Reflector::list_and_watch`]:
+//!
+//! 1. **Get the whole state.** Either a *streaming list* (a watch with
+//!    `sendInitialEvents=true`: ADDED events up to a bookmark annotated
+//!    `k8s.io/initial-events-end`, whose stream then simply continues), or a (paged) *list*.
+//!    The result goes to [`ReflectorStore::replace`] at the list's resourceVersion.
+//! 2. **Watch from there**, applying events to the store, re-opening the watch where the last
+//!    one ended when it times out, and periodically asking the store to resync.
+//! 3. Return when the watch can't be resumed (e.g. 410 Expired); [`Reflector::run`] backs off
+//!    and starts the next round, which relists from the last resourceVersion seen.
+//!
+//! Which resourceVersion a request uses matters for the API server's load:
+//!
+//! | request                         | resourceVersion                        | paging         |
+//! |---------------------------------|----------------------------------------|----------------|
+//! | first list                      | `"0"` (any cached data)                | 500 per page   |
+//! | relist                          | last synced                            | off            |
+//! | after 410 / "too large" on list | `""` (consistent read)                 | as before      |
+//! | watch                           | last synced (+ bookmarks, 5–10 min timeout) | –         |
+//! | streaming list                  | last synced or `""`, `NotOlderThan`    | –              |
+
+mod backoff;
+mod errors;
+mod pager;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::{ListableResource, Metadata};
+use kctrl_client::{Error, ResourceVersionMatch, WatchEvent, WatchParams};
+use tokio::time::{Instant, sleep_until};
+use tokio_util::sync::CancellationToken;
+
+pub use backoff::BackoffOptions;
+
+use crate::delta::ReflectorStore;
+use crate::keys::{ObjectKey, key_of};
+use crate::list_watch::{EventStream, ListerWatcher};
+use backoff::{Backoff, RetryWithDeadline};
+use errors::{
+    is_expired, is_internal_error, is_too_large_resource_version, is_watch_error_retriable,
+    is_watch_list_unsupported,
+};
+
+/// Decides, each time the resync timer fires, whether to resync (client-go's `ShouldResync`).
+pub type ShouldResyncFn = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// Receives the error of each failed list-and-watch round, before the reflector backs off.
+pub type WatchErrorHandler = Arc<dyn Fn(&Error) + Send + Sync>;
+
+/// The shortest watch timeout the reflector asks for; smaller settings are ignored.
+pub const MIN_WATCH_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// A watch that ends sooner than this without a single event counts as failed.
+const VERY_SHORT_WATCH: Duration = Duration::from_secs(1);
+
+/// How often a streaming list still waiting for its end bookmark is reported.
+const INITIAL_EVENTS_WARNING_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Internal errors on a watch stop being retried after a minute without one.
+const INTERNAL_ERROR_RESET: Duration = Duration::from_secs(60);
+
+/// How a [`Reflector`] behaves (client-go's `ReflectorOptions` plus its public knobs).
+#[derive(Clone)]
+pub struct ReflectorOptions {
+    /// Name in logs. Empty: the caller's `file:line`.
+    pub name: String,
+    /// How often to call [`ReflectorStore::resync`]; zero never.
+    pub resync_period: Duration,
+    /// Consulted when the resync timer fires; `None` always resyncs.
+    pub should_resync: Option<ShouldResyncFn>,
+    /// List page size. `None`: 500 for lists at resourceVersion `""` or `"0"`, unpaged for
+    /// relists at a given resourceVersion (so the watch cache can serve them).
+    pub page_size: Option<u32>,
+    /// The watch timeout is uniformly random in `[min, 2 × min]`; values below 5 minutes are
+    /// raised to 5 minutes.
+    pub min_watch_timeout: Duration,
+    /// Try a streaming list (WatchList) before listing; falls back to a list when the server
+    /// can't stream, and stops trying once it rejects the parameters.
+    pub use_watch_list: bool,
+    /// Called with each failed round's error; `None` logs it (expired at debug, others at
+    /// warn).
+    pub watch_error_handler: Option<WatchErrorHandler>,
+    /// Backoff between rounds and on rejected watches.
+    pub backoff: BackoffOptions,
+    /// How long internal errors (500) ending a watch are retried by re-watching before the
+    /// reflector relists; zero relists at once (client-go's `MaxInternalErrorRetryDuration`).
+    pub max_internal_error_retry_duration: Duration,
+}
+
+impl Default for ReflectorOptions {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            resync_period: Duration::ZERO,
+            should_resync: None,
+            page_size: None,
+            min_watch_timeout: MIN_WATCH_TIMEOUT,
+            use_watch_list: true,
+            watch_error_handler: None,
+            backoff: BackoffOptions::default(),
+            max_internal_error_retry_duration: Duration::ZERO,
+        }
+    }
+}
+
+impl fmt::Debug for ReflectorOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReflectorOptions")
+            .field("name", &self.name)
+            .field("resync_period", &self.resync_period)
+            .field(
+                "should_resync",
+                &self.should_resync.as_ref().map(|_| "<fn>"),
+            )
+            .field("page_size", &self.page_size)
+            .field("min_watch_timeout", &self.min_watch_timeout)
+            .field("use_watch_list", &self.use_watch_list)
+            .field(
+                "watch_error_handler",
+                &self.watch_error_handler.as_ref().map(|_| "<fn>"),
+            )
+            .field("backoff", &self.backoff)
+            .field(
+                "max_internal_error_retry_duration",
+                &self.max_internal_error_retry_duration,
+            )
+            .finish()
+    }
+}
+
+/// Lists and watches one resource into a [`ReflectorStore`]. Cheap to clone: clones share
+/// state, so one clone can [`run`](Reflector::run) while another reads
+/// [`last_sync_resource_version`](Reflector::last_sync_resource_version).
+pub struct Reflector<K> {
+    inner: Arc<Inner<K>>,
+}
+
+impl<K> Clone for Reflector<K> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<K> fmt::Debug for Reflector<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reflector")
+            .field("name", &self.inner.name)
+            .field("type", &self.inner.type_description)
+            .field(
+                "last_sync_resource_version",
+                &self
+                    .inner
+                    .rv
+                    .lock()
+                    .map(|s| s.last_sync.clone())
+                    .unwrap_or_default(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner<K> {
+    name: String,
+    type_description: String,
+    lw: Arc<dyn ListerWatcher<K>>,
+    store: Arc<dyn ReflectorStore<K>>,
+    resync_period: Duration,
+    should_resync: Option<ShouldResyncFn>,
+    page_size: Option<u32>,
+    min_watch_timeout: Duration,
+    use_watch_list: AtomicBool,
+    watch_error_handler: Option<WatchErrorHandler>,
+    backoff: Backoff,
+    max_internal_error_retry_duration: Duration,
+    rv: Mutex<RvState>,
+}
+
+#[derive(Default)]
+struct RvState {
+    /// The resourceVersion the store is known to be current to.
+    last_sync: String,
+    /// The last list or streaming list found `last_sync` gone or too new: read consistently.
+    unavailable: bool,
+    /// The first list (at "0") came back in pages: the watch cache is off, keep paging.
+    paginated_result: bool,
+}
+
+/// Logs with the reflector's name and resource as fields.
+macro_rules! log {
+    ($level:ident, $inner:expr, $($rest:tt)+) => {
+        tracing::$level!(
+            reflector = %$inner.name,
+            kind = %$inner.type_description,
+            $($rest)+
+        )
+    };
+}
+
+impl<K> Reflector<K>
+where
+    K: ListableResource + Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+{
+    /// A reflector that fills `store` from `lister_watcher`. Nothing happens until
+    /// [`run`](Reflector::run) (or [`list_and_watch`](Reflector::list_and_watch)).
+    #[track_caller]
+    pub fn new(
+        lister_watcher: Arc<dyn ListerWatcher<K>>,
+        store: Arc<dyn ReflectorStore<K>>,
+        options: ReflectorOptions,
+    ) -> Self {
+        let name = if options.name.is_empty() {
+            let at = std::panic::Location::caller();
+            format!("{}:{}", at.file(), at.line())
+        } else {
+            options.name
+        };
+        let type_description = if K::GROUP.is_empty() {
+            format!("{}/{}", K::VERSION, K::KIND)
+        } else {
+            format!("{}/{}, Kind={}", K::GROUP, K::VERSION, K::KIND)
+        };
+        Self {
+            inner: Arc::new(Inner {
+                name,
+                type_description,
+                lw: lister_watcher,
+                store,
+                resync_period: options.resync_period,
+                should_resync: options.should_resync,
+                page_size: options.page_size.filter(|n| *n > 0),
+                min_watch_timeout: options.min_watch_timeout.max(MIN_WATCH_TIMEOUT),
+                use_watch_list: AtomicBool::new(options.use_watch_list),
+                watch_error_handler: options.watch_error_handler,
+                backoff: Backoff::new(options.backoff),
+                max_internal_error_retry_duration: options.max_internal_error_retry_duration,
+                rv: Mutex::new(RvState::default()),
+            }),
+        }
+    }
+
+    /// The reflector's name, as it appears in logs.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The resource reflected, e.g. `v1/Pod` or `apps/v1, Kind=Deployment`.
+    pub fn type_description(&self) -> &str {
+        &self.inner.type_description
+    }
+
+    /// The resourceVersion the store was last synced to by a list, streaming list or watch
+    /// event; empty before the first sync.
+    pub fn last_sync_resource_version(&self) -> String {
+        self.inner.state().last_sync.clone()
+    }
+
+    /// Whether the reflector still tries streaming lists (false once the server rejected
+    /// them, or when disabled in the options).
+    pub fn uses_watch_list(&self) -> bool {
+        self.inner.use_watch_list.load(Ordering::Relaxed)
+    }
+
+    /// Runs [`list_and_watch`](Reflector::list_and_watch) rounds until `cancel` fires,
+    /// reporting each round's error to the watch error handler and backing off between
+    /// rounds (800 ms doubling to 30 s, with jitter; reset after 2 healthy minutes).
+    pub async fn run(&self, cancel: CancellationToken) {
+        let inner = &*self.inner;
+        log!(debug, inner, resync_period = ?inner.resync_period, "starting reflector");
+        while !cancel.is_cancelled() {
+            if let Err(err) = inner.list_and_watch(&cancel).await {
+                inner.report(&err);
+            }
+            let delay = inner.backoff.next_delay();
+            if !pause(delay, &cancel, &mut Resync::off(), || {}).await {
+                break;
+            }
+        }
+        log!(debug, inner, "stopping reflector");
+    }
+
+    /// One round: get the whole state (streaming list or list) into the store, then watch
+    /// until the watch can't be resumed or `cancel` fires. Returns the error that ended the
+    /// round before any watch was running (a failed list or a rejected watch); errors ending
+    /// a running watch are logged and end the round without error, as in client-go.
+    pub async fn list_and_watch(&self, cancel: &CancellationToken) -> Result<(), Error> {
+        self.inner.list_and_watch(cancel).await
+    }
+}
+
+impl<K> Inner<K>
+where
+    K: ListableResource + Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+{
+    fn state(&self) -> MutexGuard<'_, RvState> {
+        self.rv.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set_last_sync(&self, rv: String) {
+        self.state().last_sync = rv;
+    }
+
+    fn set_unavailable(&self, unavailable: bool) {
+        self.state().unavailable = unavailable;
+    }
+
+    /// The resourceVersion to list at: a consistent read after the last one was unavailable,
+    /// else "0" at first (any cached data will do), else the last synced one.
+    fn relist_resource_version(&self) -> String {
+        let st = self.state();
+        if st.unavailable {
+            String::new()
+        } else if st.last_sync.is_empty() {
+            "0".to_owned()
+        } else {
+            st.last_sync.clone()
+        }
+    }
+
+    /// The resourceVersion to start a streaming list at.
+    fn rewatch_resource_version(&self) -> String {
+        let st = self.state();
+        if st.unavailable {
+            String::new()
+        } else {
+            st.last_sync.clone()
+        }
+    }
+
+    fn report(&self, err: &Error) {
+        match &self.watch_error_handler {
+            Some(handler) => handler(err),
+            None if is_expired(err) => log!(debug, self, %err, "watch closed"),
+            None => log!(warn, self, %err, "failed to list and watch"),
+        }
+    }
+
+    /// A watch timeout uniformly random in `[min, 2 × min]`, in seconds.
+    fn watch_timeout_seconds(&self) -> u32 {
+        let min = self.min_watch_timeout.as_secs_f64();
+        let secs = min + fastrand::f64() * min;
+        u32::try_from(secs as u64).unwrap_or(u32::MAX)
+    }
+
+    async fn list_and_watch(&self, cancel: &CancellationToken) -> Result<(), Error> {
+        log!(trace, self, "listing and watching");
+        let mut stream = None;
+        if self.use_watch_list.load(Ordering::Relaxed) {
+            match self.watch_list(cancel).await {
+                Ok(None) => return Ok(()),
+                Ok(Some(s)) => stream = Some(s),
+                Err(end) => {
+                    if let WatchEnd::Failed(e) = &end
+                        && is_watch_list_unsupported(e)
+                    {
+                        log!(info, self, err = %e, "the server does not support streaming lists; using lists from now on");
+                        self.use_watch_list.store(false, Ordering::Relaxed);
+                    } else {
+                        log!(debug, self, err = %end, "streaming list failed; falling back to a list");
+                    }
+                }
+            }
+        }
+        if stream.is_none() && !self.list(cancel).await? {
+            return Ok(());
+        }
+        log!(debug, self, "caches populated");
+        self.watch(stream, cancel).await
+    }
+
+    /// Lists (in pages) and replaces the store's content. `Ok(false)` if cancelled.
+    async fn list(&self, cancel: &CancellationToken) -> Result<bool, Error> {
+        let rv = self.relist_resource_version();
+        let page_size = match self.page_size {
+            Some(n) => n,
+            None if self.state().paginated_result => pager::DEFAULT_PAGE_SIZE,
+            // Unpaged, so the watch cache can serve it rather than etcd.
+            None if !rv.is_empty() && rv != "0" => 0,
+            None => pager::DEFAULT_PAGE_SIZE,
+        };
+        let listing = async {
+            match pager::list_all(&*self.lw, &rv, page_size).await {
+                Err(e) if is_expired(&e) || is_too_large_resource_version(&e) => {
+                    log!(debug, self, err = %e, resource_version = %rv, "list resourceVersion unavailable; listing consistently");
+                    self.set_unavailable(true);
+                    pager::list_all(&*self.lw, &self.relist_resource_version(), page_size).await
+                }
+                other => other,
+            }
+        };
+        let listed = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return Ok(false),
+            listed = listing => listed?,
+        };
+        {
+            let mut st = self.state();
+            if rv == "0" && listed.paginated {
+                st.paginated_result = true;
+            }
+            st.unavailable = false;
+        }
+        log!(debug, self, items = listed.items.len(), resource_version = %listed.resource_version, "listed");
+        self.store
+            .replace(listed.items, listed.resource_version.clone());
+        self.set_last_sync(listed.resource_version);
+        Ok(true)
+    }
+
+    /// A streaming list: collect the initial events until the end bookmark, replace the
+    /// store's content, and hand back the stream to keep watching. `Ok(None)` if cancelled.
+    async fn watch_list(
+        &self,
+        cancel: &CancellationToken,
+    ) -> Result<Option<EventStream<K>>, WatchEnd> {
+        loop {
+            if cancel.is_cancelled() {
+                return Ok(None);
+            }
+            let params = WatchParams {
+                resource_version: Some(self.rewatch_resource_version()).filter(|rv| !rv.is_empty()),
+                resource_version_match: Some(ResourceVersionMatch::NotOlderThan),
+                allow_watch_bookmarks: true,
+                send_initial_events: true,
+                timeout_seconds: Some(self.watch_timeout_seconds()),
+                ..WatchParams::default()
+            };
+            let start = Instant::now();
+            let opened = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Ok(None),
+                opened = self.lw.watch(&params) => opened,
+            };
+            let mut stream = match opened {
+                Ok(stream) => stream,
+                Err(e) => {
+                    if self.retry_watch_list(&e, cancel).await {
+                        continue;
+                    }
+                    return Err(WatchEnd::Failed(e));
+                }
+            };
+            let mut initial = BTreeMap::new();
+            let mut resource_version = String::new();
+            let end = self
+                .handle_watch(
+                    &mut stream,
+                    &mut Sink::Initial(&mut initial),
+                    start,
+                    true,
+                    |rv, past_added| {
+                        if past_added {
+                            resource_version = rv;
+                        }
+                    },
+                    cancel,
+                    &mut Resync::off(),
+                )
+                .await;
+            match end {
+                WatchEnd::Stopped => return Ok(None),
+                WatchEnd::InitialEventsEnd => {
+                    log!(debug, self, items = initial.len(), %resource_version, "streamed the initial events");
+                    self.set_unavailable(false);
+                    self.store
+                        .replace(initial.into_values().collect(), resource_version.clone());
+                    self.set_last_sync(resource_version);
+                    return Ok(Some(stream));
+                }
+                // Ended before the end bookmark: start over with a new streaming list.
+                WatchEnd::Closed => continue,
+                WatchEnd::Failed(e) => {
+                    drop(stream);
+                    if self.retry_watch_list(&e, cancel).await {
+                        continue;
+                    }
+                    return Err(WatchEnd::Failed(e));
+                }
+                WatchEnd::VeryShort => return Err(WatchEnd::VeryShort),
+            }
+        }
+    }
+
+    /// Whether a streaming list failing with `err` should be retried (after backing off for
+    /// a busy server; at once with a consistent read for an unavailable resourceVersion).
+    async fn retry_watch_list(&self, err: &Error, cancel: &CancellationToken) -> bool {
+        if is_watch_error_retriable(err) {
+            log!(debug, self, %err, "streaming list failed; backing off");
+            let delay = self.backoff.next_delay();
+            return pause(delay, cancel, &mut Resync::off(), || {}).await;
+        }
+        if is_expired(err) || is_too_large_resource_version(err) {
+            self.set_unavailable(true);
+            return true;
+        }
+        false
+    }
+
+    /// Watches from the last synced resourceVersion (or keeps consuming `stream`, a streaming
+    /// list's), re-opening the watch where it ended, while resyncing the store on schedule.
+    async fn watch(
+        &self,
+        mut stream: Option<EventStream<K>>,
+        cancel: &CancellationToken,
+    ) -> Result<(), Error> {
+        let mut resync = Resync::every(self.resync_period);
+        let mut internal_errors =
+            RetryWithDeadline::new(self.max_internal_error_retry_duration, INTERNAL_ERROR_RESET);
+        let do_resync = || self.resync();
+        loop {
+            if cancel.is_cancelled() {
+                return Ok(());
+            }
+            let start = Instant::now();
+            // A stream handed over is past its initial events; a watch started at ""/"0"
+            // begins with synthetic ADDED events in no particular order.
+            let mut propagate_rv_from_start = true;
+            let mut events = match stream.take() {
+                Some(s) => s,
+                None => {
+                    let rv = self.last_sync_resource_version_string();
+                    propagate_rv_from_start = !(rv.is_empty() || rv == "0");
+                    let params = WatchParams {
+                        resource_version: Some(rv).filter(|rv| !rv.is_empty()),
+                        allow_watch_bookmarks: true,
+                        timeout_seconds: Some(self.watch_timeout_seconds()),
+                        ..WatchParams::default()
+                    };
+                    let opened = tokio::select! {
+                        biased;
+                        _ = cancel.cancelled() => return Ok(()),
+                        opened = self.lw.watch(&params) => opened,
+                    };
+                    match opened {
+                        Ok(s) => s,
+                        Err(e) if is_watch_error_retriable(&e) => {
+                            log!(debug, self, err = %e, "watch failed; backing off");
+                            let delay = self.backoff.next_delay();
+                            if !pause(delay, cancel, &mut resync, do_resync).await {
+                                return Ok(());
+                            }
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            };
+            let end = self
+                .handle_watch(
+                    &mut events,
+                    &mut Sink::Store(&*self.store),
+                    start,
+                    false,
+                    |rv, past_added| {
+                        if propagate_rv_from_start || past_added {
+                            self.set_last_sync(rv);
+                        }
+                    },
+                    cancel,
+                    &mut resync,
+                )
+                .await;
+            drop(events);
+            internal_errors.after(matches!(&end, WatchEnd::Failed(e) if is_internal_error(e)));
+            match end {
+                WatchEnd::Stopped => return Ok(()),
+                WatchEnd::Closed | WatchEnd::InitialEventsEnd => continue,
+                WatchEnd::Failed(e) if is_expired(&e) => {
+                    // Relist at the last resourceVersion: a list at it returns data at least
+                    // as new, so there is no need for a consistent read yet.
+                    log!(debug, self, err = %e, "watch closed");
+                    return Ok(());
+                }
+                WatchEnd::Failed(e) if e.is_too_many_requests() => {
+                    log!(debug, self, "watch returned 429; backing off");
+                    let delay = self.backoff.next_delay();
+                    if !pause(delay, cancel, &mut resync, do_resync).await {
+                        return Ok(());
+                    }
+                }
+                WatchEnd::Failed(e) if is_internal_error(&e) && internal_errors.should_retry() => {
+                    log!(debug, self, err = %e, "retrying watch after internal error");
+                }
+                other => {
+                    log!(warn, self, err = %other, "watch ended with error");
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    fn last_sync_resource_version_string(&self) -> String {
+        self.state().last_sync.clone()
+    }
+
+    fn resync(&self) {
+        if self.should_resync.as_ref().is_none_or(|f| f()) {
+            log!(trace, self, "forcing resync");
+            self.store.resync();
+        }
+    }
+
+    /// Consumes one watch stream into `sink` until it ends, fails, `cancel` fires, or (with
+    /// `exit_on_initial_events_end`) the bookmark ending a streaming list's initial events
+    /// arrives; the stream is then left open for the caller.
+    #[allow(clippy::too_many_arguments, reason = "one internal call site per mode")]
+    async fn handle_watch(
+        &self,
+        stream: &mut EventStream<K>,
+        sink: &mut Sink<'_, K>,
+        start: Instant,
+        exit_on_initial_events_end: bool,
+        mut set_resource_version: impl FnMut(String, bool),
+        cancel: &CancellationToken,
+        resync: &mut Resync,
+    ) -> WatchEnd {
+        let mut events = 0usize;
+        let mut past_added = false;
+        let mut warn_at =
+            exit_on_initial_events_end.then(|| start + INITIAL_EVENTS_WARNING_INTERVAL);
+        loop {
+            let next = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return WatchEnd::Stopped,
+                _ = resync.tick() => { self.resync(); continue; }
+                _ = wait_until(warn_at) => {
+                    log!(warn, self, events, waited = ?start.elapsed(), "still waiting for the bookmark ending the initial events");
+                    warn_at = Some(Instant::now() + INITIAL_EVENTS_WARNING_INTERVAL);
+                    continue;
+                }
+                next = stream.next() => next,
+            };
+            let event = match next {
+                None => break,
+                Some(Err(e)) if e.is_transport() => {
+                    log!(debug, self, err = %e, "watch connection ended");
+                    break;
+                }
+                Some(Err(e)) => return WatchEnd::Failed(e),
+                Some(Ok(event)) => event,
+            };
+            let mut initial_events_end = false;
+            let rv = match event {
+                WatchEvent::Added(obj) => {
+                    let rv = resource_version_of(&obj);
+                    sink.add(obj);
+                    rv
+                }
+                WatchEvent::Modified(obj) => {
+                    past_added = true;
+                    let rv = resource_version_of(&obj);
+                    sink.update(obj);
+                    rv
+                }
+                WatchEvent::Deleted(obj) => {
+                    past_added = true;
+                    let rv = resource_version_of(&obj);
+                    sink.delete(obj);
+                    rv
+                }
+                WatchEvent::Bookmark(bookmark) => {
+                    past_added = true;
+                    initial_events_end = bookmark.is_initial_events_end();
+                    sink.bookmark(bookmark.resource_version.clone());
+                    bookmark.resource_version
+                }
+                WatchEvent::Error(e) => return WatchEnd::Failed(Error::from(e)),
+            };
+            set_resource_version(rv, past_added);
+            events += 1;
+            if exit_on_initial_events_end && initial_events_end {
+                return WatchEnd::InitialEventsEnd;
+            }
+            if let Some(at) = &mut warn_at {
+                *at = Instant::now() + INITIAL_EVENTS_WARNING_INTERVAL;
+            }
+        }
+        if events == 0 && start.elapsed() < VERY_SHORT_WATCH {
+            return WatchEnd::VeryShort;
+        }
+        log!(trace, self, events, "watch closed");
+        WatchEnd::Closed
+    }
+}
+
+/// How consuming one watch stream ended.
+#[derive(Debug)]
+enum WatchEnd {
+    /// Cancelled.
+    Stopped,
+    /// The server ended the stream (timeout): resume from the last resourceVersion.
+    Closed,
+    /// The bookmark ending a streaming list's initial events arrived; the stream is open.
+    InitialEventsEnd,
+    /// An ERROR event, or an undecodable one.
+    Failed(Error),
+    /// Closed within a second without any event: something is wrong with the server.
+    VeryShort,
+}
+
+impl fmt::Display for WatchEnd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WatchEnd::Stopped => f.write_str("stop requested"),
+            WatchEnd::Closed => f.write_str("watch closed"),
+            WatchEnd::InitialEventsEnd => f.write_str("initial events ended"),
+            WatchEnd::Failed(e) => e.fmt(f),
+            WatchEnd::VeryShort => f.write_str(
+                "very short watch: the watch closed within a second without receiving any event",
+            ),
+        }
+    }
+}
+
+/// Where watch events go: the reflector's store, or the initial state a streaming list is
+/// collecting (keyed, so updates and deletes during the stream apply).
+enum Sink<'a, K> {
+    Store(&'a dyn ReflectorStore<K>),
+    Initial(&'a mut BTreeMap<ObjectKey, K>),
+}
+
+impl<K: Metadata<Ty = ObjectMeta> + 'static> Sink<'_, K> {
+    fn add(&mut self, obj: K) {
+        match self {
+            Sink::Store(s) => s.add(obj),
+            Sink::Initial(m) => {
+                m.insert(key_of(&obj), obj);
+            }
+        }
+    }
+
+    fn update(&mut self, obj: K) {
+        match self {
+            Sink::Store(s) => s.update(obj),
+            Sink::Initial(m) => {
+                m.insert(key_of(&obj), obj);
+            }
+        }
+    }
+
+    fn delete(&mut self, obj: K) {
+        match self {
+            Sink::Store(s) => s.delete(obj),
+            Sink::Initial(m) => {
+                m.remove(&key_of(&obj));
+            }
+        }
+    }
+
+    fn bookmark(&mut self, resource_version: String) {
+        match self {
+            Sink::Store(s) => s.bookmark(resource_version),
+            Sink::Initial(_) => {}
+        }
+    }
+}
+
+fn resource_version_of<K: Metadata<Ty = ObjectMeta>>(obj: &K) -> String {
+    obj.metadata().resource_version.clone().unwrap_or_default()
+}
+
+/// The resync timer: fires every period (never when the period is zero).
+struct Resync {
+    period: Duration,
+    next: Option<Instant>,
+}
+
+impl Resync {
+    fn every(period: Duration) -> Self {
+        Self {
+            period,
+            next: (!period.is_zero()).then(|| Instant::now() + period),
+        }
+    }
+
+    fn off() -> Self {
+        Self::every(Duration::ZERO)
+    }
+
+    /// Completes when the timer fires, and re-arms it.
+    async fn tick(&mut self) {
+        wait_until(self.next).await;
+        self.next = Some(Instant::now() + self.period);
+    }
+}
+
+/// Sleeps until `at`, or forever when `None`.
+async fn wait_until(at: Option<Instant>) {
+    match at {
+        Some(at) => sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Sleeps for `delay`, resyncing on schedule meanwhile; false if cancelled.
+async fn pause(
+    delay: Duration,
+    cancel: &CancellationToken,
+    resync: &mut Resync,
+    mut on_resync: impl FnMut(),
+) -> bool {
+    let until = Instant::now() + delay;
+    loop {
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return false,
+            _ = sleep_until(until) => return true,
+            _ = resync.tick() => on_resync(),
+        }
+    }
+}

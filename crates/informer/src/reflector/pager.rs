@@ -1,0 +1,82 @@
+//! Paged lists (client-go's `tools/pager` as the reflector uses it): follow continue tokens,
+//! and when a continuation expires, fall back to one full list at the original
+//! resourceVersion (`FullListIfExpired`).
+
+use k8s_openapi::ListableResource;
+use kctrl_client::{Error, ListParams};
+
+use crate::list_watch::ListerWatcher;
+
+/// Page size when none is configured (client-go's `pager.defaultPageSize`).
+pub(crate) const DEFAULT_PAGE_SIZE: u32 = 500;
+
+/// A whole list gathered from one or more pages.
+pub(crate) struct Listed<K> {
+    /// The list's resourceVersion (from its first page).
+    pub(crate) resource_version: String,
+    /// Every item, owned.
+    pub(crate) items: Vec<K>,
+    /// Whether the server split the answer into pages.
+    pub(crate) paginated: bool,
+}
+
+/// Lists at `resource_version` (`""` = consistent read) in pages of `page_size` (0 = one
+/// unpaged request).
+pub(crate) async fn list_all<K: ListableResource + 'static>(
+    lw: &dyn ListerWatcher<K>,
+    resource_version: &str,
+    page_size: u32,
+) -> Result<Listed<K>, Error> {
+    let original_rv = (!resource_version.is_empty()).then(|| resource_version.to_owned());
+    let mut params = ListParams {
+        resource_version: original_rv.clone(),
+        limit: (page_size > 0).then_some(page_size),
+        ..ListParams::default()
+    };
+    let mut listed: Option<Listed<K>> = None;
+    loop {
+        let page = match lw.list(&params).await {
+            Ok(page) => page,
+            Err(e) if params.continue_token.is_some() && is_resource_expired(&e) => {
+                // The continuation expired: list everything at once at the original RV.
+                let full = lw
+                    .list(&ListParams {
+                        resource_version: original_rv,
+                        ..ListParams::default()
+                    })
+                    .await?;
+                return Ok(Listed {
+                    resource_version: full.metadata.resource_version.unwrap_or_default(),
+                    items: full.items,
+                    paginated: listed.is_some_and(|l| l.paginated),
+                });
+            }
+            Err(e) => return Err(e),
+        };
+        let next = page.metadata.continue_.filter(|c| !c.is_empty());
+        match &mut listed {
+            None => {
+                listed = Some(Listed {
+                    resource_version: page.metadata.resource_version.unwrap_or_default(),
+                    items: page.items,
+                    paginated: false,
+                });
+            }
+            Some(l) => l.items.extend(page.items),
+        }
+        let Some(token) = next else {
+            return Ok(listed.expect("set above"));
+        };
+        if let Some(l) = &mut listed {
+            l.paginated = true;
+        }
+        params.continue_token = Some(token);
+        params.resource_version = None;
+        params.resource_version_match = None;
+    }
+}
+
+/// Reason `Expired` (apimachinery's `IsResourceExpired`; a bare 410 counts too).
+fn is_resource_expired(err: &Error) -> bool {
+    err.is_gone()
+}

@@ -1,0 +1,537 @@
+//! [`SharedInformer`]: one reflector, one cache, many handlers (client-go's
+//! `sharedIndexInformer`).
+//!
+//! ```text
+//! ListerWatcher ─▶ Reflector ─▶ Fifo ─▶ controller::apply ─▶ Store
+//!                                              └─▶ Processor ─▶ listener ─▶ handler (×N)
+//! ```
+//!
+//! Deltas are applied and their notifications queued under one lock (`block_deltas`); a
+//! handler added while the informer runs takes the same lock to replay the cache to itself,
+//! so it sees every object exactly once: either in its replay or as a later event.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::{ListableResource, Metadata};
+use tokio::runtime::Handle;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::controller;
+use crate::delta::Delta;
+use crate::fifo::{Fifo, Transform};
+use crate::handler::ResourceEventHandler;
+use crate::list_watch::ListerWatcher;
+use crate::lister::Lister;
+use crate::processor::{
+    Listener, ListenerShared, MINIMUM_RESYNC_PERIOD, Notification, Processor,
+    determine_resync_period,
+};
+use crate::reflector::{Reflector, ReflectorOptions, WatchErrorHandler};
+use crate::store::{IndexFn, Store, StoreError};
+use crate::sync::HasSynced;
+
+/// Errors from configuring a [`SharedInformer`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InformerError {
+    /// A handler was added after the informer stopped.
+    #[error("handler {handler} was not added to shared informer because it has stopped already")]
+    Stopped {
+        /// The handler's type name.
+        handler: &'static str,
+    },
+    /// A setting that only applies before [`SharedInformer::run`] was changed after it.
+    #[error("informer has already started")]
+    AlreadyStarted,
+    /// Indexers were added after the informer stopped.
+    #[error("indexer was not added because the informer has stopped already")]
+    IndexersAfterStop,
+    /// The store refused the indexers (e.g. a name is taken).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// How a [`SharedInformer`] is built (client-go's `SharedIndexInformerOptions`).
+pub struct SharedInformerOptions<K> {
+    /// Default resync period of handlers added without one, and the initial resync check
+    /// period. Zero: the informer never resyncs.
+    pub resync_period: Duration,
+    /// Extra indexes, besides the built-in `namespace` index.
+    pub indexers: Vec<(String, IndexFn<K>)>,
+    /// Applied to every object before it is cached (e.g. to drop `managedFields`).
+    pub transform: Option<Transform<K>>,
+    /// Name in logs; empty: the resource's kind.
+    pub name: String,
+    /// Reflector knobs. `name`, `resync_period` and `should_resync` are set by the informer;
+    /// `watch_error_handler` is kept unless [`SharedInformer::set_watch_error_handler`] is
+    /// called.
+    pub reflector: ReflectorOptions,
+}
+
+impl<K> Default for SharedInformerOptions<K> {
+    fn default() -> Self {
+        Self {
+            resync_period: Duration::ZERO,
+            indexers: Vec::new(),
+            transform: None,
+            name: String::new(),
+            reflector: ReflectorOptions::default(),
+        }
+    }
+}
+
+impl<K> std::fmt::Debug for SharedInformerOptions<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedInformerOptions")
+            .field("resync_period", &self.resync_period)
+            .field(
+                "indexers",
+                &self.indexers.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            )
+            .field("transform", &self.transform.is_some())
+            .field("name", &self.name)
+            .field("reflector", &self.reflector)
+            .finish()
+    }
+}
+
+/// The handle of one handler added to a [`SharedInformer`] (client-go's
+/// `ResourceEventHandlerRegistration`). Cheap to clone.
+#[derive(Clone)]
+pub struct HandlerRegistration {
+    shared: Arc<ListenerShared>,
+}
+
+impl std::fmt::Debug for HandlerRegistration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandlerRegistration")
+            .field("id", &self.shared.id)
+            .field("handler", &self.shared.name)
+            .finish()
+    }
+}
+
+impl HandlerRegistration {
+    /// Whether the informer has synced **and** this handler has been called for every object
+    /// of the initial list (or, for a handler added late, of the cache replay).
+    pub fn has_synced(&self) -> bool {
+        self.shared.has_synced()
+    }
+
+    /// Resolves once [`has_synced`](Self::has_synced) holds (false if it never can).
+    pub async fn synced(&self) -> bool {
+        self.shared.synced().await
+    }
+
+    /// The resync period in effect for this handler (zero: never), after the adjustments to
+    /// the informer's resync check period.
+    pub fn resync_period(&self) -> Duration {
+        self.shared.resync_period()
+    }
+}
+
+impl HasSynced for HandlerRegistration {
+    fn has_synced(&self) -> bool {
+        self.shared.has_synced()
+    }
+
+    fn synced(&self) -> BoxFuture<'_, bool> {
+        Box::pin(self.shared.synced())
+    }
+}
+
+struct State<K> {
+    started: bool,
+    stopped: bool,
+    resync_check_period: Duration,
+    transform: Option<Transform<K>>,
+    watch_error_handler: Option<WatchErrorHandler>,
+    reflector_options: ReflectorOptions,
+    reflector: Option<Reflector<K>>,
+}
+
+struct Inner<K> {
+    name: String,
+    lw: Arc<dyn ListerWatcher<K>>,
+    store: Store<K>,
+    processor: Arc<Processor<K>>,
+    default_handler_resync: Duration,
+    /// Held while deltas are applied and their notifications queued, and while a late
+    /// handler replays the cache: the two never interleave.
+    block_deltas: Mutex<()>,
+    /// Lock order: `state`, then `block_deltas`.
+    state: Mutex<State<K>>,
+    /// The initial list has been applied to the store.
+    synced: watch::Sender<bool>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A cache of one resource kept current by list and watch, shared by any number of event
+/// handlers (client-go's `SharedIndexInformer`). Cheap to clone; clones share everything.
+///
+/// Add handlers with [`add_event_handler`](Self::add_event_handler) (before or after
+/// starting), start it with [`run`](Self::run) or [`start`](Self::start), wait with
+/// [`wait_for_cache_sync`](crate::wait_for_cache_sync), read through [`lister`](Self::lister)
+/// or [`store`](Self::store).
+pub struct SharedInformer<K> {
+    inner: Arc<Inner<K>>,
+}
+
+impl<K> Clone for SharedInformer<K> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<K> std::fmt::Debug for SharedInformer<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedInformer")
+            .field("name", &self.inner.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> SharedInformer<K>
+where
+    K: ListableResource + Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+{
+    /// An informer over `lister_watcher`; nothing happens until [`run`](Self::run).
+    pub fn new(lister_watcher: impl ListerWatcher<K>, options: SharedInformerOptions<K>) -> Self {
+        Self::from_arc(Arc::new(lister_watcher), options)
+    }
+
+    /// [`new`](Self::new) with a shared lister-watcher.
+    pub fn from_arc(
+        lister_watcher: Arc<dyn ListerWatcher<K>>,
+        options: SharedInformerOptions<K>,
+    ) -> Self {
+        let name = if options.name.is_empty() {
+            K::KIND.to_owned()
+        } else {
+            options.name
+        };
+        Self {
+            inner: Arc::new(Inner {
+                name,
+                lw: lister_watcher,
+                store: Store::with_indexers(options.indexers),
+                processor: Arc::new(Processor::new()),
+                default_handler_resync: options.resync_period,
+                block_deltas: Mutex::new(()),
+                state: Mutex::new(State {
+                    started: false,
+                    stopped: false,
+                    resync_check_period: options.resync_period,
+                    transform: options.transform,
+                    watch_error_handler: None,
+                    reflector_options: options.reflector,
+                    reflector: None,
+                }),
+                synced: watch::Sender::new(false),
+            }),
+        }
+    }
+
+    /// The informer's name in logs.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Adds a handler with the informer's default resync period; see
+    /// [`add_event_handler_with_resync`](Self::add_event_handler_with_resync).
+    pub fn add_event_handler(
+        &self,
+        handler: impl ResourceEventHandler<K>,
+    ) -> Result<HandlerRegistration, InformerError> {
+        self.add_event_handler_with_resync(handler, self.inner.default_handler_resync)
+    }
+
+    /// Adds a handler that also wants every cached object re-delivered as an update every
+    /// `resync_period` (zero: never; below 1 s: 1 s).
+    ///
+    /// Before the informer starts, a period shorter than the informer's resync check period
+    /// lowers the check period (and re-derives every handler's period); after, it is raised
+    /// to the check period. An informer created with a zero period never resyncs.
+    ///
+    /// A handler added while the informer runs is first called with `on_add(obj, true)` for
+    /// every cached object, then receives the events that follow, none lost or repeated.
+    /// Fails once the informer has stopped.
+    pub fn add_event_handler_with_resync<H: ResourceEventHandler<K>>(
+        &self,
+        handler: H,
+        resync_period: Duration,
+    ) -> Result<HandlerRegistration, InformerError> {
+        let inner = &*self.inner;
+        let mut st = lock(&inner.state);
+        if st.stopped {
+            return Err(InformerError::Stopped {
+                handler: std::any::type_name::<H>(),
+            });
+        }
+        let mut requested = resync_period;
+        if !requested.is_zero() {
+            if requested < MINIMUM_RESYNC_PERIOD {
+                tracing::info!(
+                    informer = %inner.name,
+                    ?requested,
+                    "resync period too small, raised to the minimum of 1s"
+                );
+                requested = MINIMUM_RESYNC_PERIOD;
+            }
+            if requested < st.resync_check_period {
+                if st.started {
+                    tracing::info!(
+                        informer = %inner.name,
+                        ?requested,
+                        resync_check_period = ?st.resync_check_period,
+                        "the informer has started: resync period raised to its resync check period"
+                    );
+                    requested = st.resync_check_period;
+                } else {
+                    st.resync_check_period = requested;
+                    inner.processor.resync_check_period_changed(requested);
+                }
+            }
+        }
+        let effective = determine_resync_period(requested, st.resync_check_period);
+        let listener = Listener::new(
+            handler,
+            requested,
+            effective,
+            Instant::now(),
+            inner.synced.subscribe(),
+        );
+        let registration = HandlerRegistration {
+            shared: listener.shared.clone(),
+        };
+        if !st.started {
+            inner.processor.add_listener(listener);
+            return Ok(registration);
+        }
+        // Join a running informer: no delta is applied while the cache is replayed.
+        let _blocked = lock(&inner.block_deltas);
+        inner.processor.add_listener(listener.clone());
+        for obj in inner.store.list() {
+            listener.add(Notification::Add {
+                obj,
+                is_in_initial_list: true,
+            });
+        }
+        Ok(registration)
+    }
+
+    /// Removes a handler. Idempotent; a registration of another informer is ignored.
+    /// Asynchronous: the notification the handler is processing completes, queued ones are
+    /// dropped. Returns whether the handler was registered here.
+    pub fn remove_event_handler(&self, registration: &HandlerRegistration) -> bool {
+        let _st = lock(&self.inner.state);
+        let _blocked = lock(&self.inner.block_deltas);
+        self.inner.processor.remove_listener(registration.shared.id)
+    }
+
+    /// Whether `registration` is a handler currently registered with this informer.
+    pub fn is_registered(&self, registration: &HandlerRegistration) -> bool {
+        self.inner.processor.contains(registration.shared.id)
+    }
+
+    /// Number of registered handlers.
+    pub fn handler_count(&self) -> usize {
+        self.inner.processor.len()
+    }
+
+    /// The informer's resync check period: how often the reflector asks whether a handler is
+    /// due for a resync (the smallest handler period requested before start).
+    pub fn resync_check_period(&self) -> Duration {
+        lock(&self.inner.state).resync_check_period
+    }
+
+    /// Adds indexes to the cache (existing objects are indexed). Fails once stopped.
+    pub fn add_indexers(
+        &self,
+        indexers: impl IntoIterator<Item = (String, IndexFn<K>)>,
+    ) -> Result<(), InformerError> {
+        let st = lock(&self.inner.state);
+        if st.stopped {
+            return Err(InformerError::IndexersAfterStop);
+        }
+        self.inner.store.add_indexers(indexers)?;
+        Ok(())
+    }
+
+    /// Sets the function applied to every object before it is cached. Fails once started.
+    pub fn set_transform(&self, transform: Transform<K>) -> Result<(), InformerError> {
+        let mut st = lock(&self.inner.state);
+        if st.started {
+            return Err(InformerError::AlreadyStarted);
+        }
+        st.transform = Some(transform);
+        Ok(())
+    }
+
+    /// Sets the function told of each failed list-and-watch round (the default logs it).
+    /// Fails once started.
+    pub fn set_watch_error_handler(
+        &self,
+        handler: impl Fn(&kctrl_client::Error) + Send + Sync + 'static,
+    ) -> Result<(), InformerError> {
+        let mut st = lock(&self.inner.state);
+        if st.started {
+            return Err(InformerError::AlreadyStarted);
+        }
+        st.watch_error_handler = Some(Arc::new(handler));
+        Ok(())
+    }
+
+    /// The cache. Read-only by convention: writing to it would desynchronise it from the
+    /// handlers' view.
+    pub fn store(&self) -> &Store<K> {
+        &self.inner.store
+    }
+
+    /// A lister over the cache.
+    pub fn lister(&self) -> Lister<K> {
+        Lister::new(self.inner.store.clone())
+    }
+
+    /// Whether the initial list has been applied to the cache.
+    pub fn has_synced(&self) -> bool {
+        *self.inner.synced.borrow()
+    }
+
+    /// Resolves once [`has_synced`](Self::has_synced) holds.
+    pub async fn synced(&self) -> bool {
+        let mut rx = self.inner.synced.subscribe();
+        rx.wait_for(|s| *s).await.is_ok()
+    }
+
+    /// The resourceVersion the reflector last synced to; empty before the first list.
+    pub fn last_sync_resource_version(&self) -> String {
+        lock(&self.inner.state)
+            .reflector
+            .as_ref()
+            .map(Reflector::last_sync_resource_version)
+            .unwrap_or_default()
+    }
+
+    /// Whether [`run`](Self::run) has been called.
+    pub fn has_started(&self) -> bool {
+        lock(&self.inner.state).started
+    }
+
+    /// Whether the informer ran and has stopped (no handler can be added any more).
+    pub fn is_stopped(&self) -> bool {
+        lock(&self.inner.state).stopped
+    }
+
+    /// Spawns [`run`](Self::run) on the current tokio runtime. The informer counts as
+    /// started when this returns.
+    pub fn start(&self, cancel: CancellationToken) -> JoinHandle<()> {
+        let me = self.clone();
+        let prepared = self.prepare();
+        tokio::spawn(async move {
+            if let Some(prepared) = prepared {
+                me.run_prepared(prepared, cancel).await;
+            }
+        })
+    }
+
+    /// Lists, watches and notifies handlers until `cancel` fires; then stops the handlers
+    /// (waiting for the notifications being delivered) and returns. Runs once: a second call
+    /// logs a warning and returns at once.
+    pub async fn run(&self, cancel: CancellationToken) {
+        if let Some(prepared) = self.prepare() {
+            self.run_prepared(prepared, cancel).await;
+        }
+    }
+
+    /// Marks the informer started and builds its queue and reflector; `None` if it had
+    /// already started. Must be called within a tokio runtime.
+    fn prepare(&self) -> Option<(Fifo<K>, Reflector<K>)> {
+        let inner = &*self.inner;
+        let mut st = lock(&inner.state);
+        if st.started {
+            tracing::warn!(
+                informer = %inner.name,
+                "the shared informer has already started; it runs only once"
+            );
+            return None;
+        }
+        st.started = true;
+        let fifo = Fifo::new(st.transform.clone());
+        let mut options = st.reflector_options.clone();
+        if options.name.is_empty() {
+            options.name = inner.name.clone();
+        }
+        options.resync_period = st.resync_check_period;
+        let processor = inner.processor.clone();
+        options.should_resync = Some(Arc::new(move || processor.should_resync(Instant::now())));
+        if let Some(h) = st.watch_error_handler.clone() {
+            options.watch_error_handler = Some(h);
+        }
+        let reflector = Reflector::new(inner.lw.clone(), Arc::new(fifo.clone()), options);
+        st.reflector = Some(reflector.clone());
+        inner.processor.run(Handle::current());
+        Some((fifo, reflector))
+    }
+
+    async fn run_prepared(
+        &self,
+        (fifo, reflector): (Fifo<K>, Reflector<K>),
+        cancel: CancellationToken,
+    ) {
+        let inner = &*self.inner;
+        let close_on_cancel = async {
+            cancel.cancelled().await;
+            fifo.close();
+        };
+        let mark_synced = async {
+            if fifo.synced().await {
+                inner.synced.send_replace(true);
+            }
+        };
+        let process = controller::process_loop(&fifo, |deltas, initial| {
+            self.handle_deltas(deltas, initial);
+        });
+        tokio::join!(
+            reflector.run(cancel.clone()),
+            close_on_cancel,
+            mark_synced,
+            process
+        );
+
+        lock(&inner.state).stopped = true;
+        inner.processor.stop().await;
+    }
+
+    fn handle_deltas(&self, deltas: Vec<Delta<K>>, is_in_initial_list: bool) {
+        let inner = &*self.inner;
+        let _blocked = lock(&inner.block_deltas);
+        for n in controller::apply(&inner.store, deltas, is_in_initial_list) {
+            inner.processor.distribute(&n, controller::is_resync(&n));
+        }
+    }
+}
+
+impl<K> HasSynced for SharedInformer<K>
+where
+    K: ListableResource + Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+{
+    fn has_synced(&self) -> bool {
+        SharedInformer::has_synced(self)
+    }
+
+    fn synced(&self) -> BoxFuture<'_, bool> {
+        Box::pin(SharedInformer::synced(self))
+    }
+}

@@ -1,0 +1,570 @@
+//! The thread-safe, indexed object cache (client-go's `ThreadSafeStore` + `Indexer`).
+//!
+//! Objects are held as `Arc<K>`: reads hand out shared references and never deep-copy.
+//! Treat them as immutable; clone the inner value to modify it.
+//!
+//! Indices are maintained on every write: for each index, `value → set of keys`. An
+//! update removes the object's old values before adding its new ones, and a value whose
+//! set becomes empty is dropped, so short-lived, high-cardinality values (pod IPs, UIDs)
+//! don't leak (kubernetes/kubernetes#84959). Keys are `Arc<str>` shared between the item
+//! map and every index.
+//!
+//! The store tracks the resourceVersion it is current to (client-go 1.36 with
+//! `AtomicFIFO`): a replace or bookmark sets it; so does every write carrying an object
+//! (the object's own `metadata.resourceVersion`).
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use k8s_openapi::Metadata;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::delta::ReflectorStore;
+use crate::fifo::Transform;
+use crate::keys::{ObjectKey, key_of};
+
+/// Name of the built-in index of objects by namespace.
+pub const NAMESPACE_INDEX: &str = "namespace";
+
+/// An index function: the index values of an object (e.g. its namespace, its owner's UID).
+pub type IndexFn<K> = Arc<dyn Fn(&K) -> Vec<String> + Send + Sync>;
+
+/// Errors from index operations.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum StoreError {
+    /// The named index does not exist.
+    #[error("index with name {0} does not exist")]
+    NoSuchIndex(String),
+    /// An index with this name already exists.
+    #[error("indexer conflict: index {0} already exists")]
+    IndexConflict(String),
+}
+
+/// The index function of [`NAMESPACE_INDEX`]: an object's namespace, none if cluster-scoped
+/// (client-go's `MetaNamespaceIndexFunc`).
+pub fn namespace_index_fn<K: Metadata<Ty = ObjectMeta>>() -> IndexFn<K> {
+    Arc::new(|o: &K| {
+        o.metadata()
+            .namespace
+            .iter()
+            .filter(|n| !n.is_empty())
+            .cloned()
+            .collect()
+    })
+}
+
+type Hasher = foldhash::fast::RandomState;
+type Key = Arc<str>;
+/// One index: value → keys of the objects having that value.
+type Index = HashMap<String, HashSet<Key, Hasher>, Hasher>;
+
+/// What a replace changed, for a consumer that must tell handlers (client-go's
+/// `processReplacedAllInfo`): deletions first, then every listed object in list order.
+#[derive(Debug)]
+pub struct ReplaceDiff<K> {
+    /// Cached objects absent from the new list, as `(key, last known state)`, sorted by
+    /// key. Their deletion was not observed (`DeletedObject::FinalStateUnknown`).
+    pub deleted: Vec<(ObjectKey, Arc<K>)>,
+    /// Every listed object in list order, with the object it replaced (`None`: added).
+    pub replaced: Vec<(Option<Arc<K>>, Arc<K>)>,
+}
+
+struct Inner<K> {
+    items: HashMap<Key, Arc<K>, Hasher>,
+    indexers: HashMap<String, IndexFn<K>, Hasher>,
+    indices: HashMap<String, Index, Hasher>,
+    resource_version: String,
+    transform: Option<Transform<K>>,
+}
+
+/// A thread-safe indexed cache of objects. Cheap to clone; clones share the cache.
+pub struct Store<K> {
+    inner: Arc<RwLock<Inner<K>>>,
+}
+
+impl<K> Clone for Store<K> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<K> std::fmt::Debug for Store<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").finish_non_exhaustive()
+    }
+}
+
+impl<K> Default for Store<K>
+where
+    K: Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+{
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn object_rv<K: Metadata<Ty = ObjectMeta>>(obj: &K) -> Option<&str> {
+    obj.metadata().resource_version.as_deref()
+}
+
+impl<K> Inner<K>
+where
+    K: Metadata<Ty = ObjectMeta>,
+{
+    /// Moves `key` from the index values of `old` to those of `new`, for every index.
+    fn update_indices(&mut self, key: &Key, old: Option<&K>, new: Option<&K>) {
+        for (name, index_fn) in &self.indexers {
+            let old_values = old.map(|o| index_fn(o)).unwrap_or_default();
+            let new_values = new.map(|o| index_fn(o)).unwrap_or_default();
+            // Fast path: one value, unchanged (the common case, e.g. the namespace).
+            if old_values.len() == 1 && new_values.len() == 1 && old_values[0] == new_values[0] {
+                continue;
+            }
+            // Every indexer has its index (built when the indexer was added).
+            let Some(index) = self.indices.get_mut(name) else {
+                continue;
+            };
+            remove_from_index(index, key, old_values);
+            for value in new_values {
+                index.entry(value).or_default().insert(key.clone());
+            }
+        }
+    }
+
+    fn insert(&mut self, obj: Arc<K>) -> Option<Arc<K>> {
+        let key: Key = key_of(obj.as_ref()).into();
+        if let Some(rv) = object_rv(obj.as_ref()) {
+            rv.clone_into(&mut self.resource_version);
+        }
+        let old = self.items.insert(key.clone(), obj.clone());
+        self.update_indices(&key, old.as_deref(), Some(&obj));
+        old
+    }
+
+    fn remove(&mut self, key: &str) -> Option<Arc<K>> {
+        let (key, old) = self.items.remove_entry(key)?;
+        self.update_indices(&key, Some(&old), None);
+        Some(old)
+    }
+
+    fn remove_object(&mut self, obj: &K) -> Option<Arc<K>> {
+        if let Some(rv) = object_rv(obj) {
+            rv.clone_into(&mut self.resource_version);
+        }
+        self.remove(&key_of(obj))
+    }
+
+    /// Swaps in `objects` (a later duplicate key wins) and rebuilds every index;
+    /// returns the previous items.
+    fn replace(
+        &mut self,
+        objects: Vec<Arc<K>>,
+        resource_version: String,
+    ) -> HashMap<Key, Arc<K>, Hasher> {
+        let mut items = HashMap::with_capacity_and_hasher(objects.len(), Hasher::default());
+        for o in objects {
+            items.insert(Key::from(key_of(o.as_ref())), o);
+        }
+        let old = std::mem::replace(&mut self.items, items);
+        self.resource_version = resource_version;
+        self.indices.clear();
+        let names: Vec<String> = self.indexers.keys().cloned().collect();
+        for name in names {
+            self.build_index(&name);
+        }
+        old
+    }
+
+    fn replace_with_diff(&mut self, objects: Vec<Arc<K>>, rv: String) -> ReplaceDiff<K> {
+        let listed = objects.clone();
+        let mut old = self.replace(objects, rv);
+        let replaced = listed
+            .into_iter()
+            .map(|new| (old.get(key_of(new.as_ref()).as_str()).cloned(), new))
+            .collect();
+        old.retain(|k, _| !self.items.contains_key(k));
+        let mut deleted: Vec<_> = old.into_iter().map(|(k, o)| (k.to_string(), o)).collect();
+        deleted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        ReplaceDiff { deleted, replaced }
+    }
+
+    /// (Re)computes index `name` over every item.
+    fn build_index(&mut self, name: &str) {
+        let Some(index_fn) = self.indexers.get(name) else {
+            return;
+        };
+        let mut index = Index::default();
+        for (key, obj) in &self.items {
+            for value in index_fn(obj) {
+                index.entry(value).or_default().insert(key.clone());
+            }
+        }
+        self.indices.insert(name.to_owned(), index);
+    }
+
+    /// The index `name` (every indexer has one: it is built when the indexer is added).
+    fn index(&self, name: &str) -> Result<&Index, StoreError> {
+        self.indices
+            .get(name)
+            .ok_or_else(|| StoreError::NoSuchIndex(name.to_owned()))
+    }
+
+    fn indexer(&self, name: &str) -> Result<&IndexFn<K>, StoreError> {
+        self.indexers
+            .get(name)
+            .ok_or_else(|| StoreError::NoSuchIndex(name.to_owned()))
+    }
+
+    /// The objects under `keys`.
+    fn objects<'a>(&'a self, keys: impl IntoIterator<Item = &'a Key>) -> Vec<Arc<K>> {
+        keys.into_iter()
+            .filter_map(|k| self.items.get(k).cloned())
+            .collect()
+    }
+}
+
+fn remove_from_index(index: &mut Index, key: &Key, values: Vec<String>) {
+    for value in values {
+        if let Some(keys) = index.get_mut(&value) {
+            keys.remove(key);
+            if keys.is_empty() {
+                index.remove(&value);
+            }
+        }
+    }
+}
+
+impl<K> Store<K>
+where
+    K: Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+{
+    /// An empty store with the namespace index.
+    pub fn new() -> Self {
+        Self::with_indexers(std::iter::empty())
+    }
+
+    /// An empty store with the namespace index and `indexers` (an indexer named
+    /// [`NAMESPACE_INDEX`] replaces the built-in one).
+    pub fn with_indexers(indexers: impl IntoIterator<Item = (String, IndexFn<K>)>) -> Self {
+        let mut inner = Inner {
+            items: HashMap::default(),
+            indexers: HashMap::default(),
+            indices: HashMap::default(),
+            resource_version: String::new(),
+            transform: None,
+        };
+        inner
+            .indexers
+            .insert(NAMESPACE_INDEX.to_owned(), namespace_index_fn());
+        inner.indexers.extend(indexers);
+        for name in inner.indexers.keys() {
+            inner.indices.insert(name.clone(), Index::default());
+        }
+        Self {
+            inner: Arc::new(RwLock::new(inner)),
+        }
+    }
+
+    /// Transforms every object written through [`ReflectorStore`] (add, update, replace;
+    /// not delete), for a reflector that fills this store directly (client-go's
+    /// `WithTransformer`). Objects written with [`insert`](Self::insert) are stored as given.
+    pub fn with_transform(self, transform: Transform<K>) -> Self {
+        self.write().transform = Some(transform);
+        self
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, Inner<K>> {
+        self.inner.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Inner<K>> {
+        self.inner.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds more indexes and indexes the objects already cached; fails, adding none, if
+    /// a name is taken (or given twice).
+    pub fn add_indexers(
+        &self,
+        indexers: impl IntoIterator<Item = (String, IndexFn<K>)>,
+    ) -> Result<(), StoreError> {
+        let new: Vec<_> = indexers.into_iter().collect();
+        let mut inner = self.write();
+        let mut seen = HashSet::new();
+        if let Some((name, _)) = new
+            .iter()
+            .find(|(n, _)| inner.indexers.contains_key(n) || !seen.insert(n))
+        {
+            return Err(StoreError::IndexConflict(name.clone()));
+        }
+        for (name, index_fn) in new {
+            inner.indexers.insert(name.clone(), index_fn);
+            inner.build_index(&name);
+        }
+        Ok(())
+    }
+
+    /// The names of the store's indexes, sorted.
+    pub fn index_names(&self) -> Vec<String> {
+        let mut names: Vec<_> = self.read().indexers.keys().cloned().collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// Adds or replaces an object; returns the previous one under the same key.
+    pub fn insert(&self, obj: Arc<K>) -> Option<Arc<K>> {
+        self.write().insert(obj)
+    }
+
+    /// Removes the object with `key`; returns it if it was cached.
+    pub fn remove(&self, key: &str) -> Option<Arc<K>> {
+        self.write().remove(key)
+    }
+
+    /// Removes the object under `obj`'s key, recording `obj`'s resourceVersion (a watch
+    /// DELETED event carries the object's final state); returns the cached one.
+    pub fn remove_object(&self, obj: &K) -> Option<Arc<K>> {
+        self.write().remove_object(obj)
+    }
+
+    /// Replaces the whole content and records `resource_version`. Every index is rebuilt.
+    pub fn replace(&self, objects: Vec<Arc<K>>, resource_version: String) {
+        let old = self.write().replace(objects, resource_version);
+        drop(old); // outside the lock: the last references may be freed here
+    }
+
+    /// Like [`replace`](Self::replace), and returns what changed.
+    pub fn replace_with_diff(
+        &self,
+        objects: Vec<Arc<K>>,
+        resource_version: String,
+    ) -> ReplaceDiff<K> {
+        self.write().replace_with_diff(objects, resource_version)
+    }
+
+    /// Runs `f` with exclusive access to the store: every write in it happens under one
+    /// write lock, so readers see all or none of them (client-go's `Transaction`, used
+    /// with the queue's `pop_batch`). Returns what `f` returns.
+    ///
+    /// `f` must not call into this store (or a clone): that would deadlock. Keep handler
+    /// calls outside; collect what they need from the transaction's return values.
+    pub fn transaction<R>(&self, f: impl FnOnce(&mut StoreTxn<'_, K>) -> R) -> R {
+        let mut guard = self.write();
+        f(&mut StoreTxn { inner: &mut guard })
+    }
+
+    /// Records the resourceVersion the cache is current to (after a bookmark or an event).
+    pub fn set_resource_version(&self, resource_version: String) {
+        self.write().resource_version = resource_version;
+    }
+
+    /// The resourceVersion the cache is current to: that of the last replace or bookmark,
+    /// or of the last object written since (client-go's `LastStoreSyncResourceVersion`).
+    pub fn resource_version(&self) -> String {
+        self.read().resource_version.clone()
+    }
+
+    /// The object with `key` (`namespace/name` or `name`).
+    pub fn get(&self, key: &str) -> Option<Arc<K>> {
+        self.read().items.get(key).cloned()
+    }
+
+    /// The object `name` in `namespace` (empty for cluster-scoped).
+    pub fn get_namespaced(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
+        if namespace.is_empty() {
+            self.get(name)
+        } else {
+            self.get(&format!("{namespace}/{name}"))
+        }
+    }
+
+    /// Whether an object with `key` is cached.
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.read().items.contains_key(key)
+    }
+
+    /// Every cached object, in no particular order.
+    pub fn list(&self) -> Vec<Arc<K>> {
+        self.read().items.values().cloned().collect()
+    }
+
+    /// Every cached key, in no particular order.
+    pub fn list_keys(&self) -> Vec<ObjectKey> {
+        self.read().items.keys().map(|k| k.to_string()).collect()
+    }
+
+    /// Number of cached objects.
+    pub fn len(&self) -> usize {
+        self.read().items.len()
+    }
+
+    /// Whether the cache is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Objects sharing at least one value of index `index` with `obj` (client-go's
+    /// `Index`), each once.
+    pub fn index(&self, index: &str, obj: &K) -> Result<Vec<Arc<K>>, StoreError> {
+        let inner = self.read();
+        let values = inner.indexer(index)?(obj);
+        let idx = inner.index(index)?;
+        let mut sets = values.iter().filter_map(|v| idx.get(v));
+        Ok(match values.len() {
+            1 => sets.next().map(|s| inner.objects(s)).unwrap_or_default(),
+            _ => {
+                let union: HashSet<&Key, Hasher> = sets.flatten().collect();
+                inner.objects(union)
+            }
+        })
+    }
+
+    /// Objects whose index `index` contains `value`.
+    pub fn by_index(&self, index: &str, value: &str) -> Result<Vec<Arc<K>>, StoreError> {
+        let inner = self.read();
+        let keys = inner.index(index)?.get(value);
+        Ok(keys.map(|s| inner.objects(s)).unwrap_or_default())
+    }
+
+    /// Keys (sorted) of objects whose index `index` contains `value`.
+    pub fn index_keys(&self, index: &str, value: &str) -> Result<Vec<ObjectKey>, StoreError> {
+        let inner = self.read();
+        let mut keys: Vec<ObjectKey> = inner
+            .index(index)?
+            .get(value)
+            .into_iter()
+            .flatten()
+            .map(|k| k.to_string())
+            .collect();
+        drop(inner);
+        keys.sort_unstable();
+        Ok(keys)
+    }
+
+    /// Every value the index `index` currently holds, sorted.
+    pub fn list_index_func_values(&self, index: &str) -> Result<Vec<String>, StoreError> {
+        let values: BTreeSet<String> = self.read().index(index)?.keys().cloned().collect();
+        Ok(values.into_iter().collect())
+    }
+
+    /// Number of objects under each value of index `index` (for tests and diagnostics).
+    pub fn index_value_counts(&self, index: &str) -> Result<HashMap<String, usize>, StoreError> {
+        Ok(self
+            .read()
+            .index(index)?
+            .iter()
+            .map(|(v, keys)| (v.clone(), keys.len()))
+            .collect())
+    }
+
+    fn transform(&self, obj: K) -> K {
+        let transform = self.read().transform.clone();
+        match transform {
+            Some(t) => t(obj),
+            None => obj,
+        }
+    }
+}
+
+/// Exclusive access to a [`Store`] inside [`Store::transaction`]. Writes take effect
+/// immediately (reads in the same transaction see them) and become visible to other
+/// readers together when the transaction ends.
+pub struct StoreTxn<'a, K> {
+    inner: &'a mut Inner<K>,
+}
+
+impl<K> std::fmt::Debug for StoreTxn<'_, K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreTxn").finish_non_exhaustive()
+    }
+}
+
+impl<K> StoreTxn<'_, K>
+where
+    K: Metadata<Ty = ObjectMeta>,
+{
+    /// The object with `key`.
+    pub fn get(&self, key: &str) -> Option<&Arc<K>> {
+        self.inner.items.get(key)
+    }
+
+    /// Adds or replaces an object; returns the previous one under the same key.
+    pub fn insert(&mut self, obj: Arc<K>) -> Option<Arc<K>> {
+        self.inner.insert(obj)
+    }
+
+    /// Removes the object with `key`; returns it if it was cached.
+    pub fn remove(&mut self, key: &str) -> Option<Arc<K>> {
+        self.inner.remove(key)
+    }
+
+    /// [`Store::remove_object`] inside the transaction.
+    pub fn remove_object(&mut self, obj: &K) -> Option<Arc<K>> {
+        self.inner.remove_object(obj)
+    }
+
+    /// [`Store::replace_with_diff`] inside the transaction.
+    pub fn replace(&mut self, objects: Vec<Arc<K>>, resource_version: String) -> ReplaceDiff<K> {
+        self.inner.replace_with_diff(objects, resource_version)
+    }
+
+    /// Records the resourceVersion the cache is current to.
+    pub fn set_resource_version(&mut self, resource_version: String) {
+        self.inner.resource_version = resource_version;
+    }
+
+    /// Every cached object, in no particular order.
+    pub fn list(&self) -> Vec<Arc<K>> {
+        self.inner.items.values().cloned().collect()
+    }
+
+    /// Number of cached objects.
+    pub fn len(&self) -> usize {
+        self.inner.items.len()
+    }
+
+    /// Whether the cache is empty.
+    pub fn is_empty(&self) -> bool {
+        self.inner.items.is_empty()
+    }
+}
+
+/// A reflector filling the store directly (kube-rs style, no handlers): events write
+/// through, a list replaces, a bookmark records its resourceVersion, resync does nothing.
+impl<K> ReflectorStore<K> for Store<K>
+where
+    K: Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+{
+    fn add(&self, obj: K) {
+        self.insert(Arc::new(self.transform(obj)));
+    }
+
+    fn update(&self, obj: K) {
+        self.insert(Arc::new(self.transform(obj)));
+    }
+
+    fn delete(&self, obj: K) {
+        self.remove_object(&obj);
+    }
+
+    fn replace(&self, objects: Vec<K>, resource_version: String) {
+        let transform = self.read().transform.clone();
+        let objects = objects
+            .into_iter()
+            .map(|o| {
+                Arc::new(match &transform {
+                    Some(t) => t(o),
+                    None => o,
+                })
+            })
+            .collect();
+        Store::replace(self, objects, resource_version);
+    }
+
+    fn resync(&self) {}
+
+    fn bookmark(&self, resource_version: String) {
+        self.set_resource_version(resource_version);
+    }
+}

@@ -1,0 +1,205 @@
+//! `SharedInformerFactory` over the in-memory fake API (client-go's `informers/factory.go`
+//! behaviour: one informer per type, namespace and list-option restrictions, start of
+//! not-yet-started informers only, sync map, shutdown).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kctrl_client::{Api, PostParams};
+use kctrl_fake::FakeApi;
+use kctrl_informer::{EventHandlerFns, ReflectorOptions, SharedInformerFactory, Transform};
+use tokio_util::sync::CancellationToken;
+
+fn pod(ns: &str, name: &str, app: &str) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            namespace: Some(ns.to_owned()),
+            name: Some(name.to_owned()),
+            labels: Some(BTreeMap::from([("app".to_owned(), app.to_owned())])),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+fn names(pods: Vec<Arc<Pod>>) -> Vec<String> {
+    let mut v: Vec<_> = pods
+        .iter()
+        .map(|p| kctrl_informer::key_of(p.as_ref()))
+        .collect();
+    v.sort();
+    v
+}
+
+fn no_watch_list() -> ReflectorOptions {
+    ReflectorOptions {
+        use_watch_list: false,
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn one_informer_per_type() {
+    let fake = FakeApi::new();
+    let factory = SharedInformerFactory::new(fake.client(), Duration::ZERO);
+    let a = factory.informer::<Pod>();
+    let b = factory.informer::<Pod>();
+    a.add_event_handler(EventHandlerFns::new()).unwrap();
+    assert_eq!(b.handler_count(), 1, "the same informer is returned");
+    assert_eq!(factory.informer::<ConfigMap>().handler_count(), 0);
+    assert!(
+        a.store().by_index("namespace", "x").is_ok(),
+        "the namespace index is there by default"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn namespace_and_tweak_restrict_the_cache() {
+    let fake = FakeApi::new();
+    for (ns, name, app) in [("a", "p1", "web"), ("a", "p2", "db"), ("b", "p3", "web")] {
+        fake.add(&pod(ns, name, app)).unwrap();
+    }
+    let factory = SharedInformerFactory::builder(fake.client(), Duration::ZERO)
+        .namespace("a")
+        .tweak_list_params(|p| p.label_selector = Some("app=web".to_owned()))
+        .reflector_options(no_watch_list())
+        .build();
+    let lister = factory.lister::<Pod>();
+    let added = Arc::new(Mutex::new(Vec::new()));
+    {
+        let added = added.clone();
+        factory
+            .informer::<Pod>()
+            .add_event_handler(EventHandlerFns::new().on_add(move |p: &Arc<Pod>, _| {
+                added
+                    .lock()
+                    .unwrap()
+                    .push(kctrl_informer::key_of(p.as_ref()));
+            }))
+            .unwrap();
+    }
+    let cancel = CancellationToken::new();
+    factory.start(&cancel);
+    let synced = factory.wait_for_cache_sync(&cancel).await;
+    assert_eq!(
+        synced,
+        [(std::any::type_name::<Pod>(), true)].into_iter().collect()
+    );
+    assert_eq!(names(lister.store().list()), ["a/p1"]);
+    assert!(lister.get("a", "p1").is_some());
+
+    // A new matching object in the namespace arrives by watch; others never do.
+    let pods = Api::<Pod>::all(fake.client());
+    for (ns, name, app) in [("a", "p4", "web"), ("a", "p5", "db"), ("b", "p6", "web")] {
+        pods.create(&PostParams::default(), &pod(ns, name, app))
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(names(lister.store().list()), ["a/p1", "a/p4"]);
+    assert_eq!(*added.lock().unwrap(), ["a/p1", "a/p4"]);
+
+    cancel.cancel();
+    factory.shutdown().await;
+    assert!(factory.informer::<Pod>().is_stopped());
+}
+
+#[tokio::test(start_paused = true)]
+async fn start_starts_only_new_informers_and_nothing_after_shutdown() {
+    let fake = FakeApi::new();
+    let factory = SharedInformerFactory::builder(fake.client(), Duration::from_secs(30))
+        .custom_resync::<ConfigMap>(Duration::from_secs(5))
+        .reflector_options(no_watch_list())
+        .build();
+    let pods = factory.informer::<Pod>();
+    let cancel = CancellationToken::new();
+    factory.start(&cancel);
+    assert!(pods.has_started());
+    assert_eq!(pods.resync_check_period(), Duration::from_secs(30));
+
+    // Created after start: runs from the next start; already running ones are untouched.
+    let config_maps = factory.informer::<ConfigMap>();
+    assert_eq!(config_maps.resync_check_period(), Duration::from_secs(5));
+    assert!(!config_maps.has_started());
+    factory.start(&cancel);
+    assert!(config_maps.has_started());
+    let synced = factory.wait_for_cache_sync(&cancel).await;
+    assert_eq!(synced.len(), 2);
+    assert!(synced.values().all(|s| *s));
+
+    cancel.cancel();
+    factory.shutdown().await;
+    assert!(pods.is_stopped() && config_maps.is_stopped());
+
+    // After shutdown, start does nothing.
+    factory.start(&CancellationToken::new());
+    assert!(
+        factory
+            .wait_for_cache_sync(&CancellationToken::new())
+            .await
+            .values()
+            .all(|s| *s)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn transform_applies_per_type() {
+    let fake = FakeApi::new();
+    fake.add(&pod("a", "p1", "web")).unwrap();
+    let strip: Transform<Pod> = Arc::new(|mut p: Pod| {
+        p.metadata.labels = None;
+        p.metadata.managed_fields = None;
+        p
+    });
+    let factory = SharedInformerFactory::builder(fake.client(), Duration::ZERO)
+        .transform::<Pod>(strip)
+        .reflector_options(no_watch_list())
+        .build();
+    let lister = factory.lister::<Pod>();
+    let cancel = CancellationToken::new();
+    factory.start(&cancel);
+    assert!(
+        factory
+            .wait_for_cache_sync(&cancel)
+            .await
+            .values()
+            .all(|s| *s)
+    );
+    assert_eq!(lister.get("a", "p1").unwrap().metadata.labels, None);
+    cancel.cancel();
+    factory.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn wait_for_cache_sync_reports_unsynced_on_cancel() {
+    let fake = FakeApi::new();
+    // Every list fails: the informer never syncs.
+    fake.prepend_reactor("list", "pods", |_| {
+        kctrl_fake::Reaction::Error(kctrl_fake::errors::internal_error("boom"))
+    });
+    let factory = SharedInformerFactory::builder(fake.client(), Duration::ZERO)
+        .reflector_options(no_watch_list())
+        .build();
+    factory.informer::<Pod>();
+    let run = CancellationToken::new();
+    factory.start(&run);
+    let wait = CancellationToken::new();
+    let waiter = {
+        let (factory, wait) = (factory.clone(), wait.clone());
+        tokio::spawn(async move { factory.wait_for_cache_sync(&wait).await })
+    };
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    wait.cancel();
+    let synced = waiter.await.unwrap();
+    assert_eq!(
+        synced,
+        [(std::any::type_name::<Pod>(), false)]
+            .into_iter()
+            .collect()
+    );
+    run.cancel();
+    factory.shutdown().await;
+}

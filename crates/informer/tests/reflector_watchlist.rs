@@ -1,0 +1,382 @@
+//! Ports of client-go's `tools/cache/reflector_watchlist_test.go` (`TestWatchList`): the
+//! streaming list, its fallback to a list, and what follows it.
+
+mod reflector_fakes;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kctrl_client::{Error, ListParams, ResourceVersionMatch, WatchParams};
+use kctrl_informer::{EventStream, Reflector};
+use reflector_fakes::*;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// The parameters of a streaming list (timeout aside).
+fn streaming() -> WatchParams {
+    WatchParams {
+        resource_version: None,
+        resource_version_match: Some(ResourceVersionMatch::NotOlderThan),
+        send_initial_events: true,
+        allow_watch_bookmarks: true,
+        ..Default::default()
+    }
+}
+
+/// The parameters of a plain watch from `rv` (timeout aside).
+fn plain(rv: &str) -> WatchParams {
+    WatchParams {
+        resource_version: Some(rv.into()),
+        allow_watch_bookmarks: true,
+        ..Default::default()
+    }
+}
+
+fn first_list() -> ListParams {
+    ListParams {
+        resource_version: Some("0".into()),
+        limit: Some(500),
+        ..Default::default()
+    }
+}
+
+/// The recorded calls, each watch checked for a timeout and then compared without it.
+fn calls_without_timeouts(lw: &ScriptedLw) -> Vec<Call> {
+    lw.calls()
+        .into_iter()
+        .map(|c| match c {
+            Call::Watch(w) => {
+                assert!(w.timeout_seconds.is_some(), "watch without timeout: {w:?}");
+                Call::Watch(WatchParams {
+                    timeout_seconds: None,
+                    ..w
+                })
+            }
+            list => list,
+        })
+        .collect()
+}
+
+type WatchResult = Result<EventStream<Pod>, Error>;
+
+/// A lister-watcher whose watches, unless `predicate` rejects them, are fed by the test.
+struct Harness {
+    lw: Arc<ScriptedLw>,
+    store: Arc<RecordingStore>,
+    reflector: Reflector<Pod>,
+    watchers: mpsc::UnboundedReceiver<FakeWatcher>,
+    cancel: CancellationToken,
+}
+
+fn harness(
+    use_watch_list: bool,
+    list: Option<k8s_openapi::List<Pod>>,
+    mut predicate: impl FnMut(&WatchParams) -> Option<Error> + Send + 'static,
+) -> Harness {
+    let (tx, watchers) = mpsc::unbounded_channel();
+    let lw = ScriptedLw::new(
+        move |_| {
+            list.clone()
+                .ok_or_else(|| Error::InvalidRequest("not implemented".into()))
+        },
+        move |p| -> WatchResult {
+            if let Some(e) = predicate(p) {
+                return Err(e);
+            }
+            let (fw, stream) = fake_watch();
+            let _ = tx.send(fw);
+            Ok(stream)
+        },
+    );
+    let store = RecordingStore::new();
+    let reflector = Reflector::new(lw.clone(), store.clone(), options(use_watch_list));
+    Harness {
+        lw,
+        store,
+        reflector,
+        watchers,
+        cancel: CancellationToken::new(),
+    }
+}
+
+impl Harness {
+    fn start(&self) -> JoinHandle<Result<(), Error>> {
+        let (r, cancel) = (self.reflector.clone(), self.cancel.clone());
+        tokio::spawn(async move { r.list_and_watch(&cancel).await })
+    }
+
+    async fn next_watch(&mut self) -> FakeWatcher {
+        self.watchers.recv().await.expect("a watch")
+    }
+
+    /// Stops the round once `fw`'s events were consumed, and returns the round's result.
+    async fn stop_after(
+        &self,
+        fw: &FakeWatcher,
+        task: JoinHandle<Result<(), Error>>,
+    ) -> Result<(), Error> {
+        fw.drained().await;
+        self.cancel.cancel();
+        task.await.unwrap()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn watch_list_not_synced_without_end_bookmark() {
+    let mut h = harness(true, None, |_| None);
+    let task = h.start();
+    let fw = h.next_watch().await;
+    fw.add(pod("p1", "1"));
+    h.stop_after(&fw, task).await.unwrap();
+    assert_eq!(calls_without_timeouts(&h.lw), [Call::Watch(streaming())]);
+    assert!(h.store.ops().is_empty());
+    assert_eq!(h.reflector.last_sync_resource_version(), "");
+}
+
+#[tokio::test(start_paused = true)]
+async fn watch_list_disabled_uses_list_and_watch() {
+    let mut h = harness(
+        false,
+        Some(pod_list("1", None, vec![pod("p1", "1")])),
+        |_| None,
+    );
+    let task = h.start();
+    let fw = h.next_watch().await;
+    h.stop_after(&fw, task).await.unwrap();
+    assert_eq!(
+        calls_without_timeouts(&h.lw),
+        [Call::List(first_list()), Call::Watch(plain("1"))]
+    );
+    assert_eq!(h.store.items(), pairs(&[("p1", "1")]));
+}
+
+async fn fallback_case(reject: fn() -> Error) -> Harness {
+    let mut h = harness(
+        true,
+        Some(pod_list("1", None, vec![pod("p1", "1")])),
+        move |p| p.send_initial_events.then(reject),
+    );
+    let task = h.start();
+    let fw = h.next_watch().await;
+    fw.add(pod("p2", "2"));
+    h.stop_after(&fw, task).await.unwrap();
+    assert_eq!(
+        calls_without_timeouts(&h.lw),
+        [
+            Call::Watch(streaming()),
+            Call::List(first_list()),
+            Call::Watch(plain("1")),
+        ]
+    );
+    assert_eq!(h.store.items(), pairs(&[("p1", "1"), ("p2", "2")]));
+    h
+}
+
+#[tokio::test(start_paused = true)]
+async fn watch_list_any_other_error_than_invalid_forces_fallback() {
+    let h = fallback_case(|| Error::InvalidRequest("dummy error".into())).await;
+    // Any error falls back for this round; only a rejection of the parameters sticks.
+    assert!(h.reflector.uses_watch_list());
+}
+
+#[tokio::test(start_paused = true)]
+async fn watch_list_falls_back_when_server_does_not_support_streaming() {
+    let mut h = fallback_case(|| api_error(422, "Invalid", "streaming is not allowed")).await;
+    assert!(!h.reflector.uses_watch_list());
+    // Later rounds list directly, from the last RV seen (p2's).
+    h.cancel = CancellationToken::new();
+    let task = h.start();
+    let fw = h.next_watch().await;
+    h.stop_after(&fw, task).await.unwrap();
+    let calls = calls_without_timeouts(&h.lw);
+    assert_eq!(
+        calls[3..],
+        [
+            Call::List(ListParams {
+                resource_version: Some("2".into()),
+                ..Default::default()
+            }),
+            Call::Watch(plain("1")),
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn watch_list_synced_after_end_bookmark() {
+    let mut h = harness(true, None, |_| None);
+    let task = h.start();
+    let fw = h.next_watch().await;
+    fw.add(pod("p1", "1"));
+    fw.add(pod("p2", "2"));
+    fw.send(end_bookmark("2", "true"));
+    h.stop_after(&fw, task).await.unwrap();
+    assert_eq!(calls_without_timeouts(&h.lw), [Call::Watch(streaming())]);
+    assert_eq!(
+        h.store.ops(),
+        [Op::Replace(pairs(&[("p1", "1"), ("p2", "2")]), "2".into())]
+    );
+    assert_eq!(h.reflector.last_sync_resource_version(), "2");
+}
+
+#[tokio::test(start_paused = true)]
+async fn watch_list_updates_and_deletes_during_streaming() {
+    let mut h = harness(true, None, |_| None);
+    let task = h.start();
+    let fw = h.next_watch().await;
+    fw.add(pod("p1", "1"));
+    fw.add(pod("p2", "2"));
+    let mut p1 = pod("p1", "3");
+    p1.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+        active_deadline_seconds: Some(12),
+        ..Default::default()
+    });
+    fw.modify(p1.clone());
+    fw.add(pod("p3", "4"));
+    fw.delete(pod("p3", "5"));
+    fw.send(end_bookmark("5", "true"));
+    h.stop_after(&fw, task).await.unwrap();
+    assert_eq!(calls_without_timeouts(&h.lw), [Call::Watch(streaming())]);
+    assert_eq!(h.store.items(), pairs(&[("p1", "3"), ("p2", "2")]));
+    assert_eq!(h.store.get("p1"), Some(p1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn watch_list_retries_429() {
+    let n = AtomicUsize::new(0);
+    let mut h = harness(true, None, move |_| {
+        (n.fetch_add(1, Ordering::SeqCst) < 2).then(too_many_requests)
+    });
+    let start = Instant::now();
+    let task = h.start();
+    let fw = h.next_watch().await;
+    assert_eq!(start.elapsed(), Duration::from_millis(800 + 1600));
+    fw.add(pod("p1", "1"));
+    fw.send(end_bookmark("2", "true"));
+    h.stop_after(&fw, task).await.unwrap();
+    assert_eq!(
+        calls_without_timeouts(&h.lw),
+        [
+            Call::Watch(streaming()),
+            Call::Watch(streaming()),
+            Call::Watch(streaming())
+        ]
+    );
+    assert_eq!(h.store.items(), pairs(&[("p1", "1")]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn watch_list_stopped_before_sync_starts_a_new_watch_list() {
+    let mut h = harness(true, None, |_| None);
+    let task = h.start();
+    let fw = h.next_watch().await;
+    fw.add(pod("p1", "1"));
+    fw.drained().await;
+    drop(fw);
+    let fw = h.next_watch().await;
+    fw.add(pod("p1", "1"));
+    fw.send(end_bookmark("1", "true"));
+    h.stop_after(&fw, task).await.unwrap();
+    assert_eq!(
+        calls_without_timeouts(&h.lw),
+        [Call::Watch(streaming()), Call::Watch(streaming())]
+    );
+    assert_eq!(h.store.items(), pairs(&[("p1", "1")]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn watch_list_stopped_after_sync_starts_a_plain_watch() {
+    let mut h = harness(true, None, |_| None);
+    let task = h.start();
+    let fw = h.next_watch().await;
+    fw.add(pod("p1", "1"));
+    fw.add(pod("p2", "2"));
+    fw.send(end_bookmark("2", "true"));
+    fw.add(pod("p3", "3"));
+    fw.drained().await;
+    drop(fw);
+    let fw = h.next_watch().await;
+    fw.add(pod("p4", "4"));
+    h.stop_after(&fw, task).await.unwrap();
+    assert_eq!(
+        calls_without_timeouts(&h.lw),
+        [Call::Watch(streaming()), Call::Watch(plain("3"))]
+    );
+    assert_eq!(
+        h.store.items(),
+        pairs(&[("p1", "1"), ("p2", "2"), ("p3", "3"), ("p4", "4")])
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn watch_list_expired_established_watcher_returns_error() {
+    let n = Arc::new(AtomicUsize::new(0));
+    let mut h = harness(true, None, {
+        let n = n.clone();
+        move |_| (n.fetch_add(1, Ordering::SeqCst) + 1 == 2).then(|| expired("rv already expired"))
+    });
+    let task = h.start();
+    let fw = h.next_watch().await;
+    fw.add(pod("p1", "1"));
+    fw.send(end_bookmark("2", "true"));
+    fw.add(pod("p3", "3"));
+    fw.drained().await;
+    drop(fw);
+    let err = task
+        .await
+        .unwrap()
+        .expect_err("an expired watch start ends the round");
+    assert_eq!(err.to_string(), "rv already expired");
+    assert_eq!(
+        calls_without_timeouts(&h.lw),
+        [Call::Watch(streaming()), Call::Watch(plain("3"))]
+    );
+    assert_eq!(h.store.items(), pairs(&[("p1", "1"), ("p3", "3")]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn watch_list_checks_the_initial_events_end_annotation_value() {
+    let mut h = harness(true, None, |_| None);
+    let task = h.start();
+    let fw = h.next_watch().await;
+    fw.add(pod("p1", "1"));
+    fw.add(pod("p2", "2"));
+    fw.send(end_bookmark("2", "false"));
+    h.stop_after(&fw, task).await.unwrap();
+    assert_eq!(calls_without_timeouts(&h.lw), [Call::Watch(streaming())]);
+    assert!(h.store.ops().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn watch_list_expired_resource_version_retries_with_a_consistent_read() {
+    // Synced once at RV 2, the next round streams from 2; that RV is gone, so the streaming
+    // list is retried at once from "" (most recent).
+    let n = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut h = harness(true, None, {
+        let (n, seen) = (n.clone(), seen.clone());
+        move |p| {
+            seen.lock().unwrap().push(p.resource_version.clone());
+            (n.fetch_add(1, Ordering::SeqCst) == 1)
+                .then(|| expired("too old resource version: 2 (9)"))
+        }
+    });
+    let task = h.start();
+    let fw = h.next_watch().await;
+    fw.add(pod("p1", "1"));
+    fw.send(end_bookmark("2", "true"));
+    h.stop_after(&fw, task).await.unwrap();
+
+    h.cancel = CancellationToken::new();
+    let task = h.start();
+    let fw = h.next_watch().await;
+    fw.add(pod("p9", "9"));
+    fw.send(end_bookmark("9", "true"));
+    h.stop_after(&fw, task).await.unwrap();
+    assert_eq!(*seen.lock().unwrap(), [None, Some("2".into()), None]);
+    assert_eq!(h.store.items(), pairs(&[("p9", "9")]));
+    assert!(h.lw.lists().is_empty());
+}

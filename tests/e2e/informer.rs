@@ -1,0 +1,347 @@
+//! Informers against a real kube-apiserver: initial sync at scale, event delivery, a cut
+//! connection, and a relist after etcd compaction that must surface deletions.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSchedulingGate, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kctrl_client::{Api, DeleteParams, ListParams, PostParams};
+use kctrl_e2e::{CuttableProxy, TestNamespace, require_cluster, wait_until};
+use kctrl_informer::{
+    DeletedObject, EventHandlerFns, ListWatch, SharedInformer, SharedInformerOptions,
+};
+use tokio_util::sync::CancellationToken;
+
+/// Every notification a handler received, as `ADD name`, `UPDATE name`, `DELETE name` (or
+/// `DELETE? name` for a deletion inferred by a relist).
+#[derive(Clone, Default)]
+struct Journal(Arc<Mutex<Vec<String>>>);
+
+impl Journal {
+    fn push(&self, s: String) {
+        self.0.lock().unwrap().push(s);
+    }
+    fn entries(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+    fn contains(&self, s: &str) -> bool {
+        self.0.lock().unwrap().iter().any(|e| e == s)
+    }
+    fn handler<K>(&self) -> EventHandlerFns<K>
+    where
+        K: k8s_openapi::Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+    {
+        let (a, u, d) = (self.clone(), self.clone(), self.clone());
+        let name = |m: &ObjectMeta| m.name.clone().unwrap_or_default();
+        EventHandlerFns::new()
+            .on_add(move |o: &Arc<K>, _| a.push(format!("ADD {}", name(o.metadata()))))
+            .on_update(move |_, n: &Arc<K>| u.push(format!("UPDATE {}", name(n.metadata()))))
+            .on_delete(move |o: &DeletedObject<K>| {
+                let tag = if o.is_final_state_unknown() {
+                    "DELETE?"
+                } else {
+                    "DELETE"
+                };
+                d.push(format!("{tag} {}", name(o.object().metadata())))
+            })
+    }
+}
+
+fn config_map(name: &str, value: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(BTreeMap::from([("e2e".to_owned(), "informer".to_owned())])),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([("v".to_owned(), value.to_owned())])),
+        ..Default::default()
+    }
+}
+
+fn informer_for<K>(api: Api<K>) -> SharedInformer<K>
+where
+    K: k8s_openapi::Resource
+        + k8s_openapi::ListableResource
+        + k8s_openapi::Metadata<Ty = ObjectMeta>
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + Clone
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    K::Scope: 'static,
+{
+    SharedInformer::new(ListWatch::new(api), SharedInformerOptions::default())
+}
+
+fn names<K: k8s_openapi::Metadata<Ty = ObjectMeta>>(objs: &[Arc<K>]) -> BTreeSet<String> {
+    objs.iter()
+        .map(|o| o.metadata().name.clone().unwrap_or_default())
+        .collect()
+}
+
+async fn fresh_names(cms: &Api<ConfigMap>) -> BTreeSet<String> {
+    cms.list(&ListParams {
+        label_selector: Some("e2e=informer".into()),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+    .items
+    .iter()
+    .map(|c| c.metadata.name.clone().unwrap_or_default())
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn informer_syncs_1000_pods() {
+    let cluster = require_cluster!();
+    // Creating 1,000 pods at client-go's default 5 QPS would take minutes; lift the limit.
+    let client = cluster.admin_with(|c| c.qps = -1.0);
+    let ns = TestNamespace::create(&client, "informer-scale").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    // A scheduling gate keeps the pods Pending and untouched by scheduler and nodes.
+    let pod = |i: usize| Pod {
+        metadata: ObjectMeta {
+            name: Some(format!("p-{i:04}")),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "c".into(),
+                image: Some("registry.k8s.io/pause:3.10".into()),
+                ..Default::default()
+            }],
+            scheduling_gates: Some(vec![PodSchedulingGate {
+                name: "kctrl.test/hold".into(),
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    futures::stream::iter(0..1000)
+        .map(|i| {
+            let pods = pods.clone();
+            async move { pods.create(&PostParams::default(), &pod(i)).await.unwrap() }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
+
+    let informer = informer_for(pods.clone());
+    let journal = Journal::default();
+    let reg = informer.add_event_handler(journal.handler()).unwrap();
+    let cancel = CancellationToken::new();
+    let task = informer.start(cancel.clone());
+    tokio::time::timeout(Duration::from_secs(60), informer.synced())
+        .await
+        .expect("informer synced within 60s");
+    assert!(informer.has_synced());
+    assert_eq!(informer.store().len(), 1000);
+    wait_until(
+        "the handler's initial adds",
+        Duration::from_secs(30),
+        || reg.has_synced(),
+    )
+    .await;
+    assert_eq!(journal.entries().len(), 1000, "one ADD per pod");
+    let lister = informer.lister();
+    assert!(lister.namespaced(&ns.name).get("p-0999").is_some());
+    assert!(!informer.last_sync_resource_version().is_empty());
+    cancel.cancel();
+    let _ = task.await;
+    ns.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn informer_observes_adds_updates_and_deletes() {
+    let cluster = require_cluster!();
+    let client = cluster.admin();
+    let ns = TestNamespace::create(&client, "informer-events").await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    cms.create(&PostParams::default(), &config_map("before", "1"))
+        .await
+        .unwrap();
+
+    let informer = informer_for(cms.clone());
+    let journal = Journal::default();
+    informer.add_event_handler(journal.handler()).unwrap();
+    let cancel = CancellationToken::new();
+    let task = informer.start(cancel.clone());
+    tokio::time::timeout(Duration::from_secs(30), informer.synced())
+        .await
+        .expect("synced");
+
+    cms.create(&PostParams::default(), &config_map("after", "1"))
+        .await
+        .unwrap();
+    let mut after = cms.get("after").await.unwrap();
+    after.data = Some(BTreeMap::from([("v".to_owned(), "2".to_owned())]));
+    cms.update(&PostParams::default(), &after).await.unwrap();
+    cms.delete("before", &DeleteParams::default())
+        .await
+        .unwrap();
+
+    wait_until("all four events", Duration::from_secs(30), || {
+        journal.contains("DELETE before")
+    })
+    .await;
+    // Only this namespace's objects are watched (kube-root-ca.crt included).
+    let seen: Vec<String> = journal
+        .entries()
+        .into_iter()
+        .filter(|e| !e.ends_with("kube-root-ca.crt"))
+        .collect();
+    assert_eq!(
+        seen,
+        vec!["ADD before", "ADD after", "UPDATE after", "DELETE before"]
+    );
+    let cached = informer.store().get(&format!("{}/after", ns.name)).unwrap();
+    assert_eq!(cached.data.as_ref().unwrap()["v"], "2");
+    assert!(
+        informer
+            .store()
+            .get(&format!("{}/before", ns.name))
+            .is_none()
+    );
+    cancel.cancel();
+    let _ = task.await;
+    ns.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn informer_recovers_from_a_cut_watch_without_losing_events() {
+    let cluster = require_cluster!();
+    let admin = cluster.admin();
+    let ns = TestNamespace::create(&admin, "informer-cut").await;
+    let direct: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns.name);
+    for i in 0..3 {
+        direct
+            .create(&PostParams::default(), &config_map(&format!("c-{i}"), "1"))
+            .await
+            .unwrap();
+    }
+    let proxy = CuttableProxy::start(cluster.apiserver_host_port()).await;
+    let proxied: Api<ConfigMap> = Api::namespaced(cluster.admin_via(&proxy), &ns.name);
+    let informer = SharedInformer::new(
+        ListWatch::new(proxied).labels("e2e=informer"),
+        SharedInformerOptions::default(),
+    );
+    let journal = Journal::default();
+    informer.add_event_handler(journal.handler()).unwrap();
+    let cancel = CancellationToken::new();
+    let task = informer.start(cancel.clone());
+    tokio::time::timeout(Duration::from_secs(30), informer.synced())
+        .await
+        .expect("synced");
+
+    // The watch connection dies; changes happen while the informer cannot see them.
+    proxy.cut();
+    direct
+        .create(&PostParams::default(), &config_map("c-new", "1"))
+        .await
+        .unwrap();
+    let mut c1 = direct.get("c-1").await.unwrap();
+    c1.data = Some(BTreeMap::from([("v".to_owned(), "2".to_owned())]));
+    direct.update(&PostParams::default(), &c1).await.unwrap();
+    direct
+        .delete("c-2", &DeleteParams::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    proxy.restore();
+
+    wait_until("the missed changes", Duration::from_secs(60), || {
+        journal.contains("ADD c-new")
+            && journal.contains("UPDATE c-1")
+            && (journal.contains("DELETE c-2") || journal.contains("DELETE? c-2"))
+    })
+    .await;
+    assert_eq!(names(&informer.store().list()), fresh_names(&direct).await);
+    cancel.cancel();
+    let _ = task.await;
+    ns.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relist_after_compaction_surfaces_deletions() {
+    let cluster = require_cluster!();
+    if cluster.compact_command.is_none() {
+        eprintln!(
+            "e2e: no compaction command; skipping relist_after_compaction_surfaces_deletions"
+        );
+        return;
+    }
+    let admin = cluster.admin();
+    let ns = TestNamespace::create(&admin, "informer-compact").await;
+    // ConfigMaps are served from etcd directly on the local e2e cluster, so a watch resumed
+    // from a compacted revision is refused with 410 and the informer must relist.
+    let direct: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns.name);
+    for i in 0..4 {
+        direct
+            .create(&PostParams::default(), &config_map(&format!("k-{i}"), "1"))
+            .await
+            .unwrap();
+    }
+    let proxy = CuttableProxy::start(cluster.apiserver_host_port()).await;
+    let proxied: Api<ConfigMap> = Api::namespaced(cluster.admin_via(&proxy), &ns.name);
+    let informer = SharedInformer::new(
+        ListWatch::new(proxied).labels("e2e=informer"),
+        SharedInformerOptions::default(),
+    );
+    let journal = Journal::default();
+    informer.add_event_handler(journal.handler()).unwrap();
+    let cancel = CancellationToken::new();
+    let task = informer.start(cancel.clone());
+    tokio::time::timeout(Duration::from_secs(30), informer.synced())
+        .await
+        .expect("synced");
+
+    proxy.cut();
+    direct
+        .delete("k-0", &DeleteParams::default())
+        .await
+        .unwrap();
+    direct
+        .delete("k-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    direct
+        .create(&PostParams::default(), &config_map("k-new", "1"))
+        .await
+        .unwrap();
+    let mut k2 = direct.get("k-2").await.unwrap();
+    k2.data = Some(BTreeMap::from([("v".to_owned(), "2".to_owned())]));
+    direct.update(&PostParams::default(), &k2).await.unwrap();
+    // One more write so the compaction point lies strictly after every change above.
+    direct
+        .create(&PostParams::default(), &config_map("k-last", "1"))
+        .await
+        .unwrap();
+    cluster.compact();
+    proxy.restore();
+
+    wait_until("the relist", Duration::from_secs(90), || {
+        journal.contains("DELETE? k-0") && journal.contains("DELETE? k-1")
+    })
+    .await;
+    wait_until(
+        "the store to equal a fresh list",
+        Duration::from_secs(30),
+        || names(&informer.store().list()).len() == 4,
+    )
+    .await;
+    assert_eq!(names(&informer.store().list()), fresh_names(&direct).await);
+    assert!(journal.contains("ADD k-new"));
+    assert!(journal.contains("UPDATE k-2"));
+    let cached = informer.store().get(&format!("{}/k-2", ns.name)).unwrap();
+    assert_eq!(cached.data.as_ref().unwrap()["v"], "2");
+    cancel.cancel();
+    let _ = task.await;
+    ns.delete().await;
+}
