@@ -227,18 +227,8 @@ async fn informer_recovers_from_a_cut_watch_without_losing_events() {
             .unwrap();
     }
     let proxy = CuttableProxy::start(cluster.apiserver_host_port()).await;
-    let proxied: Api<ConfigMap> = Api::namespaced(cluster.admin_via(&proxy), &ns.name);
-    let informer = SharedInformer::new(
-        ListWatch::new(proxied).labels("e2e=informer"),
-        SharedInformerOptions::default(),
-    );
-    let journal = Journal::default();
-    informer.add_event_handler(journal.handler()).unwrap();
-    let cancel = CancellationToken::new();
-    let task = informer.start(cancel.clone());
-    tokio::time::timeout(Duration::from_secs(30), informer.synced())
-        .await
-        .expect("synced");
+    let run = ProxiedInformer::start(&cluster, &proxy, &ns.name).await;
+    let (informer, journal) = (&run.informer, &run.journal);
 
     // The watch connection dies; changes happen while the informer cannot see them.
     proxy.cut();
@@ -263,8 +253,7 @@ async fn informer_recovers_from_a_cut_watch_without_losing_events() {
     })
     .await;
     assert_eq!(names(&informer.store().list()), fresh_names(&direct).await);
-    cancel.cancel();
-    let _ = task.await;
+    run.stop().await;
     ns.delete().await;
 }
 
@@ -289,18 +278,8 @@ async fn relist_after_compaction_surfaces_deletions() {
             .unwrap();
     }
     let proxy = CuttableProxy::start(cluster.apiserver_host_port()).await;
-    let proxied: Api<ConfigMap> = Api::namespaced(cluster.admin_via(&proxy), &ns.name);
-    let informer = SharedInformer::new(
-        ListWatch::new(proxied).labels("e2e=informer"),
-        SharedInformerOptions::default(),
-    );
-    let journal = Journal::default();
-    informer.add_event_handler(journal.handler()).unwrap();
-    let cancel = CancellationToken::new();
-    let task = informer.start(cancel.clone());
-    tokio::time::timeout(Duration::from_secs(30), informer.synced())
-        .await
-        .expect("synced");
+    let run = ProxiedInformer::start(&cluster, &proxy, &ns.name).await;
+    let (informer, journal) = (&run.informer, &run.journal);
 
     proxy.cut();
     direct
@@ -341,7 +320,43 @@ async fn relist_after_compaction_surfaces_deletions() {
     assert!(journal.contains("UPDATE k-2"));
     let cached = informer.store().get(&format!("{}/k-2", ns.name)).unwrap();
     assert_eq!(cached.data.as_ref().unwrap()["v"], "2");
-    cancel.cancel();
-    let _ = task.await;
+    run.stop().await;
     ns.delete().await;
+}
+
+/// A ConfigMap informer (label `e2e=informer`) whose connections go through a proxy the test
+/// can cut, with a journal of what its handler saw; started and synced.
+struct ProxiedInformer {
+    informer: SharedInformer<ConfigMap>,
+    journal: Journal,
+    cancel: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ProxiedInformer {
+    async fn start(cluster: &kctrl_e2e::Cluster, proxy: &CuttableProxy, namespace: &str) -> Self {
+        let proxied: Api<ConfigMap> = Api::namespaced(cluster.admin_via(proxy), namespace);
+        let informer = SharedInformer::new(
+            ListWatch::new(proxied).labels("e2e=informer"),
+            SharedInformerOptions::default(),
+        );
+        let journal = Journal::default();
+        informer.add_event_handler(journal.handler()).unwrap();
+        let cancel = CancellationToken::new();
+        let task = informer.start(cancel.clone());
+        tokio::time::timeout(Duration::from_secs(30), informer.synced())
+            .await
+            .expect("synced");
+        Self {
+            informer,
+            journal,
+            cancel,
+            task,
+        }
+    }
+
+    async fn stop(self) {
+        self.cancel.cancel();
+        let _ = self.task.await;
+    }
 }

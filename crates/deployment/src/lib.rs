@@ -1,0 +1,4 @@
+//! The Deployment controller (work in progress). Its files mirror upstream's
+//! `pkg/controller/deployment`: `util` holds the pure rollout arithmetic.
+
+pub mod util;
