@@ -1,10 +1,14 @@
 //! The Deployment controller (work in progress). Its files mirror upstream's
 //! `pkg/controller/deployment`: `util` holds the pure rollout arithmetic; `sync`, `rolling`,
 //! `recreate` and `progress` hold the strategies' decisions as pure functions returning the
-//! writes to perform, so upstream's table tests drive them without an API.
+//! writes to perform, so upstream's table tests drive them without an API. `controller` (with `rollback`) reads
+//! the caches and applies those decisions through the API, recording `events`.
 
+pub mod controller;
+pub mod events;
 pub mod progress;
 pub mod recreate;
+pub mod rollback;
 pub mod rolling;
 pub mod sync;
 pub mod util;

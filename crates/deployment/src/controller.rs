@@ -1,0 +1,943 @@
+//! The sync of one Deployment (upstream's `syncDeployment` and the API-writing halves of
+//! sync.go, rolling.go, recreate.go and progress.go): read the Deployment and its ReplicaSets
+//! and Pods from caches, take the pure decisions of [`crate::sync`], [`crate::rolling`],
+//! [`crate::recreate`] and [`crate::progress`], and apply them through the API.
+//!
+//! Reads come from [`Store`]s the caller fills: in the controller binary, the stores of the
+//! shared informers; in tests, stores seeded directly (so the cache can disagree with the API,
+//! as in upstream's tests). Writes go through a [`Client`]; events to an [`EventRecorder`].
+//! The informer handlers and the work queue are not here.
+//!
+//! Writes, as upstream performs them: ReplicaSet create (POST), ReplicaSet scaling and
+//! annotation refreshes (full PUT with the cached resourceVersion), adoption / release
+//! (strategic-merge PATCH, via [`ControllerRefManager`]), history cleanup (DELETE), the
+//! Deployment's status (PUT on `/status`) and the rollback (full Deployment PUT).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, ReplicaSetSpec};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kctrl_client::labels::{Selector, SelectorError};
+use kctrl_client::{Api, Client, DeleteParams, PostParams};
+use kctrl_controller_ref::{
+    CanAdopt, ClaimError, ControllerRefManager, Owner, RealReplicaSetControl,
+};
+use kctrl_informer::Store;
+use tracing::{debug, info};
+
+use crate::events::{EventRecorder, EventType};
+use crate::progress::{self, Requeue, RolloutStatus};
+use crate::recreate::{RecreatePlan, plan_recreate};
+use crate::rolling::{RollingPlan, plan_rolling};
+use crate::sync::{ScaleAction, calculate_status, scale};
+use crate::util::constants::{
+    CONDITION_FALSE, CONDITION_TRUE, CONDITION_UNKNOWN, DEFAULT_DEPLOYMENT_UNIQUE_LABEL_KEY,
+    DEPLOYMENT_PROGRESSING, FAILED_RS_CREATE_REASON, FOUND_NEW_RS_REASON, NEW_REPLICA_SET_REASON,
+    PAUSED_DEPLOY_REASON, RECREATE_DEPLOYMENT_STRATEGY_TYPE, RESUMED_DEPLOY_REASON,
+    REVISION_ANNOTATION, ROLLING_UPDATE_DEPLOYMENT_STRATEGY_TYPE, SCALING_REPLICA_SET_EVENT,
+    SELECTING_ALL_EVENT, TIMED_OUT_REASON,
+};
+use crate::util::fields::{deployment_replicas, rs_replicas, strategy_type};
+use crate::util::labels::{add_label, clone_selector_and_add_label};
+use crate::util::sort::sort_by_revision;
+use crate::util::{
+    NewReplicasError, compute_hash, deployment_complete, equal_ignore_hash,
+    filter_active_replica_sets, find_new_replica_set, find_old_replica_sets,
+    generate_replica_set_name, get_deployment_condition, get_desired_replicas_annotation,
+    has_progress_deadline, has_revision_history_limit, max_revision, max_surge,
+    new_deployment_condition, new_rs_new_replicas, replicas_annotations_need_update,
+    set_deployment_condition, set_deployment_revision, set_new_replica_set_annotations,
+    set_replicas_annotations,
+};
+
+/// Upstream's limit on the `revision-history` annotation of a ReplicaSet.
+const REVISION_HISTORY_LIMIT_IN_CHARS: usize = 2000;
+
+/// The clock: the current time (rounded down to whole seconds by the controller, as
+/// `metav1.Now()` is once serialised).
+pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+
+/// Why a sync failed; the caller retries the key (rate-limited).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SyncError {
+    /// `spec.selector` does not convert to a label selector.
+    #[error("deployment {namespace}/{name} has invalid label selector: {source}")]
+    InvalidSelector {
+        /// The Deployment's namespace.
+        namespace: String,
+        /// The Deployment's name.
+        name: String,
+        /// Why the selector is invalid.
+        #[source]
+        source: SelectorError,
+    },
+    /// Adopting or releasing ReplicaSets failed (the owner recheck refused, or a patch failed).
+    #[error(transparent)]
+    Claim(#[from] ClaimError<ReplicaSet>),
+    /// An API call failed.
+    #[error(transparent)]
+    Api(#[from] kctrl_client::Error),
+    /// The new ReplicaSet's size could not be computed (bad maxSurge, unknown strategy).
+    #[error(transparent)]
+    NewReplicas(#[from] NewReplicasError),
+    /// A create answered AlreadyExists but the ReplicaSet is not in the cache (yet).
+    #[error("replicaset {namespace}/{name} not found in the cache")]
+    NotInCache {
+        /// The ReplicaSet's namespace.
+        namespace: String,
+        /// The ReplicaSet's name.
+        name: String,
+    },
+    /// `spec.strategy.type` is neither Recreate nor RollingUpdate.
+    #[error("unexpected deployment strategy type: {0}")]
+    UnexpectedStrategy(String),
+}
+
+impl SyncError {
+    /// Whether the API refused because the namespace is being terminated (upstream forgets
+    /// such keys instead of retrying).
+    pub fn is_namespace_terminating(&self) -> bool {
+        match self {
+            SyncError::Api(e) => has_namespace_terminating_cause(e),
+            _ => false,
+        }
+    }
+}
+
+fn has_namespace_terminating_cause(e: &kctrl_client::Error) -> bool {
+    e.status()
+        .and_then(|s| s.details.as_ref())
+        .and_then(|d| d.causes.as_ref())
+        .is_some_and(|causes| {
+            causes
+                .iter()
+                .any(|c| c.reason.as_deref() == Some("NamespaceTerminating"))
+        })
+}
+
+/// What a successful sync asks of the caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SyncOutcome {
+    /// When to look at the Deployment again to notice a missed progress deadline
+    /// ([`Requeue::delay`] gives the enqueue delay).
+    pub requeue: Requeue,
+}
+
+impl SyncOutcome {
+    /// Nothing more to do.
+    pub const DONE: SyncOutcome = SyncOutcome {
+        requeue: Requeue::Never,
+    };
+}
+
+/// The Deployment controller's sync logic: caches to read, a client to write, a recorder for
+/// events, a clock.
+///
+/// ```
+/// # use std::sync::Arc;
+/// use kctrl_deployment::controller::DeploymentController;
+/// use kctrl_deployment::events::RecordingEventRecorder;
+/// use kctrl_informer::Store;
+///
+/// # fn demo(client: kctrl_client::Client) {
+/// let recorder = Arc::new(RecordingEventRecorder::new());
+/// let dc = DeploymentController::new(client, Store::new(), Store::new(), Store::new(), recorder)
+///     .with_clock(|| "2026-01-01T00:00:00Z".parse().unwrap());
+/// // dc.sync_deployment("default", "web").await
+/// # let _ = dc; }
+/// ```
+pub struct DeploymentController {
+    client: Client,
+    deployments: Store<Deployment>,
+    replica_sets: Store<ReplicaSet>,
+    pods: Store<Pod>,
+    recorder: Arc<dyn EventRecorder>,
+    clock: Clock,
+}
+
+impl fmt::Debug for DeploymentController {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeploymentController")
+            .field("client", &self.client)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DeploymentController {
+    /// A controller reading the given caches (filled by informers, or seeded by tests) and
+    /// writing through `client`. The clock is the system clock; see [`Self::with_clock`].
+    pub fn new(
+        client: Client,
+        deployments: Store<Deployment>,
+        replica_sets: Store<ReplicaSet>,
+        pods: Store<Pod>,
+        recorder: Arc<dyn EventRecorder>,
+    ) -> Self {
+        Self {
+            client,
+            deployments,
+            replica_sets,
+            pods,
+            recorder,
+            clock: Arc::new(Timestamp::now),
+        }
+    }
+
+    /// Replaces the clock.
+    pub fn with_clock(mut self, clock: impl Fn() -> Timestamp + Send + Sync + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// The current time, rounded down to whole seconds.
+    fn now(&self) -> Timestamp {
+        let t = (self.clock)();
+        Timestamp::from_second(t.as_second()).unwrap_or(t)
+    }
+
+    pub(crate) fn deployments_api(&self, namespace: &str) -> Api<Deployment> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    fn replica_sets_api(&self, namespace: &str) -> Api<ReplicaSet> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    /// Records an event about `d`.
+    pub(crate) fn event(&self, d: &Deployment, type_: EventType, reason: &str, message: &str) {
+        let object = ObjectReference {
+            api_version: Some("apps/v1".to_owned()),
+            kind: Some("Deployment".to_owned()),
+            namespace: d.metadata.namespace.clone(),
+            name: d.metadata.name.clone(),
+            uid: d.metadata.uid.clone(),
+            resource_version: d.metadata.resource_version.clone(),
+            ..Default::default()
+        };
+        self.recorder.event(&object, type_, reason, message);
+    }
+
+    /// `syncDeployment`: brings Deployment `namespace/name` one step closer to its spec.
+    pub async fn sync_deployment(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<SyncOutcome, SyncError> {
+        debug!(namespace, name, "started syncing deployment");
+        let Some(cached) = self.deployments.get_namespaced(namespace, name) else {
+            debug!(namespace, name, "deployment has been deleted");
+            return Ok(SyncOutcome::DONE);
+        };
+        let mut d = (*cached).clone();
+        let selector = d.spec.as_ref().map(|s| &s.selector);
+        if selector.is_none_or(|s| *s == LabelSelector::default()) {
+            self.event(
+                &d,
+                EventType::Warning,
+                SELECTING_ALL_EVENT,
+                "This deployment is selecting all pods. A non-empty selector is required.",
+            );
+            let generation = d.metadata.generation.unwrap_or(0);
+            let status = d.status.get_or_insert_default();
+            if status.observed_generation.unwrap_or(0) < generation {
+                status.observed_generation = Some(generation);
+                if let Err(err) = self.update_status(&mut d).await {
+                    debug!(namespace, name, %err, "failed to update observedGeneration");
+                }
+            }
+            return Ok(SyncOutcome::DONE);
+        }
+
+        let mut rs_list = self.get_replica_sets_for_deployment(&d).await?;
+        let pod_map = self.get_pod_map_for_deployment(&rs_list);
+
+        if d.metadata.deletion_timestamp.is_some() {
+            self.sync_status_only(&mut d, &mut rs_list).await?;
+            return Ok(SyncOutcome::DONE);
+        }
+
+        self.check_paused_conditions(&mut d).await?;
+
+        if d.spec.as_ref().and_then(|s| s.paused) == Some(true) {
+            self.sync(&mut d, &mut rs_list).await?;
+            return Ok(SyncOutcome::DONE);
+        }
+
+        if crate::rollback::get_rollback_to(&d).is_some() {
+            self.rollback(&mut d, &mut rs_list).await?;
+            return Ok(SyncOutcome::DONE);
+        }
+
+        if self.is_scaling_event(&mut d, &mut rs_list).await? {
+            self.sync(&mut d, &mut rs_list).await?;
+            return Ok(SyncOutcome::DONE);
+        }
+
+        match strategy_type(&d) {
+            RECREATE_DEPLOYMENT_STRATEGY_TYPE => {
+                self.rollout_recreate(&mut d, &mut rs_list, &pod_map).await
+            }
+            ROLLING_UPDATE_DEPLOYMENT_STRATEGY_TYPE => {
+                self.rollout_rolling(&mut d, &mut rs_list).await
+            }
+            other => Err(SyncError::UnexpectedStrategy(other.to_owned())),
+        }
+    }
+
+    /// `getReplicaSetsForDeployment`: every ReplicaSet of the namespace (from the cache) claimed
+    /// for `d` — matching orphans adopted (after one uncached recheck of `d`), owned ones that
+    /// no longer match released.
+    pub async fn get_replica_sets_for_deployment(
+        &self,
+        d: &Deployment,
+    ) -> Result<Vec<ReplicaSet>, SyncError> {
+        let namespace = d.metadata.namespace.clone().unwrap_or_default();
+        let label_selector = d
+            .spec
+            .as_ref()
+            .map(|s| s.selector.clone())
+            .unwrap_or_default();
+        let selector = Selector::from_label_selector(&label_selector).map_err(|source| {
+            SyncError::InvalidSelector {
+                namespace: namespace.clone(),
+                name: d.metadata.name.clone().unwrap_or_default(),
+                source,
+            }
+        })?;
+        let mut candidates = self.replica_sets.list();
+        candidates.retain(|rs| rs.metadata.namespace.as_deref() == Some(namespace.as_str()));
+        let owner = Owner::of(d);
+        let can_adopt = CanAdopt::recheck_owner(self.deployments_api(&namespace), &owner);
+        let manager = ControllerRefManager::new(
+            RealReplicaSetControl::new(self.client.clone()),
+            owner,
+            selector,
+            can_adopt,
+        );
+        let claimed = manager.claim_replica_sets(&candidates).await?;
+        Ok(claimed.iter().map(|rs| (**rs).clone()).collect())
+    }
+
+    /// `getPodMapForDeployment`: the Pods controlled by each ReplicaSet, keyed by the
+    /// ReplicaSet's uid (every ReplicaSet has an entry; inactive pods included).
+    pub fn get_pod_map_for_deployment(
+        &self,
+        rs_list: &[ReplicaSet],
+    ) -> BTreeMap<String, Vec<Arc<Pod>>> {
+        let mut map: BTreeMap<String, Vec<Arc<Pod>>> = BTreeMap::new();
+        let mut namespaces = Vec::new();
+        for rs in rs_list {
+            map.entry(rs.metadata.uid.clone().unwrap_or_default())
+                .or_default();
+            namespaces.push(rs.metadata.namespace.clone());
+        }
+        if map.is_empty() {
+            return map;
+        }
+        for pod in self.pods.list() {
+            if !namespaces.contains(&pod.metadata.namespace) {
+                continue;
+            }
+            let Some(owner) = kctrl_controller_ref::get_controller_of(&pod.metadata) else {
+                continue;
+            };
+            if let Some(pods) = map.get_mut(&owner.uid) {
+                pods.push(pod);
+            }
+        }
+        map
+    }
+
+    /// UpdateStatus of `d`. On success the working copy takes the new resourceVersion, so
+    /// the next write of this sync is not refused as stale.
+    pub(crate) async fn update_status(
+        &self,
+        d: &mut Deployment,
+    ) -> Result<(), kctrl_client::Error> {
+        let namespace = d.metadata.namespace.clone().unwrap_or_default();
+        let updated = self
+            .deployments_api(&namespace)
+            .update_status(&PostParams::default(), d)
+            .await?;
+        d.metadata.resource_version = updated.metadata.resource_version;
+        Ok(())
+    }
+
+    /// `checkPausedConditions`: with a progress deadline, records Progressing=Unknown
+    /// DeploymentPaused / DeploymentResumed when `spec.paused` changed (never over a timeout).
+    async fn check_paused_conditions(&self, d: &mut Deployment) -> Result<(), SyncError> {
+        if !has_progress_deadline(d) {
+            return Ok(());
+        }
+        let status = d.status.clone().unwrap_or_default();
+        let reason = get_deployment_condition(&status, DEPLOYMENT_PROGRESSING)
+            .and_then(|c| c.reason.clone());
+        if reason.as_deref() == Some(TIMED_OUT_REASON) {
+            return Ok(());
+        }
+        let paused_cond_exists = reason.as_deref() == Some(PAUSED_DEPLOY_REASON);
+        let paused = d.spec.as_ref().and_then(|s| s.paused) == Some(true);
+        let (reason, message) = if paused && !paused_cond_exists {
+            (PAUSED_DEPLOY_REASON, "Deployment is paused")
+        } else if !paused && paused_cond_exists {
+            (RESUMED_DEPLOY_REASON, "Deployment is resumed")
+        } else {
+            return Ok(());
+        };
+        let condition = new_deployment_condition(
+            DEPLOYMENT_PROGRESSING,
+            CONDITION_UNKNOWN,
+            reason,
+            message,
+            self.now(),
+        );
+        set_deployment_condition(d.status.get_or_insert_default(), condition);
+        self.update_status(d).await?;
+        Ok(())
+    }
+
+    /// `syncStatusOnly`: the status from the existing ReplicaSets; nothing is created or scaled.
+    async fn sync_status_only(
+        &self,
+        d: &mut Deployment,
+        rs_list: &mut Vec<ReplicaSet>,
+    ) -> Result<(), SyncError> {
+        let (new_rs, old_rss) = self
+            .get_all_replica_sets_and_sync_revision(d, rs_list, false)
+            .await?;
+        let mut all = old_rss;
+        all.extend(new_rs.clone());
+        self.sync_deployment_status(&all, new_rs.as_ref(), d).await
+    }
+
+    /// `sync`: proportional scaling (paused Deployments and scaling events), history cleanup
+    /// while paused, then the status.
+    async fn sync(
+        &self,
+        d: &mut Deployment,
+        rs_list: &mut Vec<ReplicaSet>,
+    ) -> Result<(), SyncError> {
+        let (new_rs, old_rss) = self
+            .get_all_replica_sets_and_sync_revision(d, rs_list, false)
+            .await?;
+        let mut all = old_rss.clone();
+        all.extend(new_rs.clone());
+        let mut latest = by_name(&all);
+        for action in scale(d, new_rs.as_ref(), &old_rss) {
+            // `scale` emits one action per active ReplicaSet when scaling proportionally
+            // (upstream's forceUpdate); its other actions all change the size.
+            self.apply_scale(d, &mut latest, &action, true).await?;
+        }
+        if d.spec.as_ref().and_then(|s| s.paused) == Some(true)
+            && crate::rollback::get_rollback_to(d).is_none()
+        {
+            self.cleanup_deployment(&old_rss, d).await?;
+        }
+        self.sync_deployment_status(&all, new_rs.as_ref(), d).await
+    }
+
+    /// `isScalingEvent`: an active ReplicaSet's desired-replicas annotation differs from
+    /// `spec.replicas`.
+    async fn is_scaling_event(
+        &self,
+        d: &mut Deployment,
+        rs_list: &mut Vec<ReplicaSet>,
+    ) -> Result<bool, SyncError> {
+        let (new_rs, old_rss) = self
+            .get_all_replica_sets_and_sync_revision(d, rs_list, false)
+            .await?;
+        let mut all = old_rss;
+        all.extend(new_rs);
+        let replicas = deployment_replicas(d);
+        Ok(filter_active_replica_sets(&all)
+            .iter()
+            .filter_map(get_desired_replicas_annotation)
+            .any(|desired| desired != replicas))
+    }
+
+    /// `rolloutRolling`: create the new ReplicaSet if needed, then either grow it or shrink
+    /// old ones; clean up history when complete; sync the rollout status.
+    async fn rollout_rolling(
+        &self,
+        d: &mut Deployment,
+        rs_list: &mut Vec<ReplicaSet>,
+    ) -> Result<SyncOutcome, SyncError> {
+        let (new_rs, old_rss) = self
+            .get_all_replica_sets_and_sync_revision(d, rs_list, true)
+            .await?;
+        let mut all = old_rss.clone();
+        all.extend(new_rs.clone());
+        let Some(new) = new_rs.as_ref() else {
+            return self.sync_rollout_status(&all, None, d).await;
+        };
+        let mut latest = by_name(&all);
+        match plan_rolling(&all, &filter_active_replica_sets(&old_rss), new, d)? {
+            RollingPlan::ScaleNew(action) => {
+                self.apply_scale(d, &mut latest, &action, false).await?;
+                return self.sync_rollout_status(&all, Some(new), d).await;
+            }
+            RollingPlan::ScaleOld(plan) => {
+                let mut written = true;
+                for action in plan.actions() {
+                    if let Err(err) = self.apply_scale(d, &mut latest, action, false).await {
+                        // Upstream swallows these errors: not scaled, carry on.
+                        debug!(
+                            namespace = d.metadata.namespace.as_deref().unwrap_or(""),
+                            name = d.metadata.name.as_deref().unwrap_or(""),
+                            %err,
+                            "scaling down old replica sets failed"
+                        );
+                        written = false;
+                        break;
+                    }
+                }
+                if written && plan.scaled() {
+                    return self.sync_rollout_status(&all, Some(new), d).await;
+                }
+            }
+        }
+        if deployment_complete(d, &d.status.clone().unwrap_or_default()) {
+            self.cleanup_deployment(&old_rss, d).await?;
+        }
+        self.sync_rollout_status(&all, Some(new), d).await
+    }
+
+    /// `rolloutRecreate`: scale every old ReplicaSet down, wait for their pods to be gone,
+    /// then create / scale up the new one; clean up history when complete; sync the rollout
+    /// status.
+    async fn rollout_recreate(
+        &self,
+        d: &mut Deployment,
+        rs_list: &mut Vec<ReplicaSet>,
+        pod_map: &BTreeMap<String, Vec<Arc<Pod>>>,
+    ) -> Result<SyncOutcome, SyncError> {
+        let (new_rs, old_rss) = self
+            .get_all_replica_sets_and_sync_revision(d, rs_list, false)
+            .await?;
+        let mut all = old_rss.clone();
+        all.extend(new_rs.clone());
+        match plan_recreate(d, new_rs.as_ref(), &old_rss, pod_map) {
+            RecreatePlan::ScaleDownOld(actions) => {
+                let mut latest = by_name(&all);
+                for action in &actions {
+                    self.apply_scale(d, &mut latest, action, false).await?;
+                }
+                self.sync_rollout_status(&all, new_rs.as_ref(), d).await
+            }
+            RecreatePlan::WaitForOldPods => {
+                self.sync_rollout_status(&all, new_rs.as_ref(), d).await
+            }
+            RecreatePlan::ScaleUpNew { replicas, .. } => {
+                let (new_rs, old_rss) = match new_rs {
+                    Some(rs) => (Some(rs), old_rss),
+                    None => {
+                        self.get_all_replica_sets_and_sync_revision(d, rs_list, true)
+                            .await?
+                    }
+                };
+                let mut all = old_rss.clone();
+                all.extend(new_rs.clone());
+                if let Some(new) = &new_rs {
+                    self.scale_replica_set(new, replicas, d, false).await?;
+                }
+                if deployment_complete(d, &d.status.clone().unwrap_or_default()) {
+                    self.cleanup_deployment(&old_rss, d).await?;
+                }
+                self.sync_rollout_status(&all, new_rs.as_ref(), d).await
+            }
+        }
+    }
+
+    /// `getAllReplicaSetsAndSyncRevision` → `(new, all old)`. An updated or created new
+    /// ReplicaSet replaces its cached copy in `rs_list`, so later steps of the sync write on
+    /// top of it.
+    pub(crate) async fn get_all_replica_sets_and_sync_revision(
+        &self,
+        d: &mut Deployment,
+        rs_list: &mut Vec<ReplicaSet>,
+        create: bool,
+    ) -> Result<(Option<ReplicaSet>, Vec<ReplicaSet>), SyncError> {
+        let (_, all_old) = find_old_replica_sets(d, &mut rs_list.clone());
+        let new_rs = self
+            .get_new_replica_set(d, rs_list, &all_old, create)
+            .await?;
+        if let Some(rs) = &new_rs {
+            match rs_list
+                .iter_mut()
+                .find(|cached| cached.metadata.uid == rs.metadata.uid)
+            {
+                Some(cached) => *cached = rs.clone(),
+                None => rs_list.push(rs.clone()),
+            }
+        }
+        Ok((new_rs, all_old))
+    }
+
+    /// `getNewReplicaSet`: the ReplicaSet running `d`'s template, its annotations brought up
+    /// to date and the Deployment's revision synced; created (when `create`) if missing.
+    async fn get_new_replica_set(
+        &self,
+        d: &mut Deployment,
+        rs_list: &[ReplicaSet],
+        old_rss: &[ReplicaSet],
+        create: bool,
+    ) -> Result<Option<ReplicaSet>, SyncError> {
+        let namespace = d.metadata.namespace.clone().unwrap_or_default();
+        let d_name = d.metadata.name.clone().unwrap_or_default();
+        let existing = find_new_replica_set(d, &mut rs_list.to_vec());
+        let new_revision = (max_revision(old_rss) + 1).to_string();
+        let min_ready_seconds = d.spec.as_ref().and_then(|s| s.min_ready_seconds);
+
+        if let Some(existing) = existing {
+            let mut rs = existing;
+            let annotations_updated = set_new_replica_set_annotations(
+                d,
+                &mut rs,
+                &new_revision,
+                true,
+                REVISION_HISTORY_LIMIT_IN_CHARS,
+            );
+            let spec = rs.spec.get_or_insert_default();
+            let min_ready_changed =
+                spec.min_ready_seconds.unwrap_or(0) != min_ready_seconds.unwrap_or(0);
+            if annotations_updated || min_ready_changed {
+                spec.min_ready_seconds = min_ready_seconds;
+                let updated = self
+                    .replica_sets_api(&namespace)
+                    .update(&PostParams::default(), &rs)
+                    .await?;
+                return Ok(Some(updated));
+            }
+            let rs_revision = rs
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(REVISION_ANNOTATION))
+                .cloned()
+                .unwrap_or_default();
+            let mut needs_update = set_deployment_revision(d, &rs_revision);
+            let has_progressing = d
+                .status
+                .as_ref()
+                .is_some_and(|s| get_deployment_condition(s, DEPLOYMENT_PROGRESSING).is_some());
+            if has_progress_deadline(d) && !has_progressing {
+                let condition = new_deployment_condition(
+                    DEPLOYMENT_PROGRESSING,
+                    CONDITION_TRUE,
+                    FOUND_NEW_RS_REASON,
+                    &format!(
+                        "Found new replica set {:?}",
+                        rs.metadata.name.as_deref().unwrap_or("")
+                    ),
+                    self.now(),
+                );
+                set_deployment_condition(d.status.get_or_insert_default(), condition);
+                needs_update = true;
+            }
+            if needs_update {
+                self.update_status(d).await?;
+            }
+            return Ok(Some(rs));
+        }
+        if !create {
+            return Ok(None);
+        }
+
+        let spec = d.spec.clone().unwrap_or_default();
+        let collision_count = d.status.as_ref().and_then(|s| s.collision_count);
+        let mut template = spec.template.clone();
+        let hash = compute_hash(&template, collision_count);
+        let template_meta = template.metadata.get_or_insert_default();
+        add_label(
+            &mut template_meta.labels,
+            DEFAULT_DEPLOYMENT_UNIQUE_LABEL_KEY,
+            &hash,
+        );
+        let labels = template_meta.labels.clone();
+        let selector = clone_selector_and_add_label(
+            &spec.selector,
+            DEFAULT_DEPLOYMENT_UNIQUE_LABEL_KEY,
+            &hash,
+        );
+        let rs_name = generate_replica_set_name(&d_name, &hash);
+        let mut new_rs = ReplicaSet {
+            metadata: ObjectMeta {
+                name: Some(rs_name.clone()),
+                namespace: Some(namespace.clone()),
+                owner_references: Some(vec![Owner::of(d).controller_ref()]),
+                labels,
+                ..Default::default()
+            },
+            spec: Some(ReplicaSetSpec {
+                replicas: Some(0),
+                min_ready_seconds,
+                selector,
+                template: Some(template),
+            }),
+            status: None,
+        };
+        let mut all = old_rss.to_vec();
+        all.push(new_rs.clone());
+        let new_replicas = new_rs_new_replicas(d, &all, &new_rs)?;
+        new_rs.spec.get_or_insert_default().replicas = Some(new_replicas);
+        set_new_replica_set_annotations(
+            d,
+            &mut new_rs,
+            &new_revision,
+            false,
+            REVISION_HISTORY_LIMIT_IN_CHARS,
+        );
+
+        let (created, already_exists) = match self
+            .replica_sets_api(&namespace)
+            .create(&PostParams::default(), &new_rs)
+            .await
+        {
+            Ok(created) => (created, false),
+            Err(err) if err.is_already_exists() => {
+                let Some(cached) = self.replica_sets.get_namespaced(&namespace, &rs_name) else {
+                    return Err(SyncError::NotInCache {
+                        namespace,
+                        name: rs_name,
+                    });
+                };
+                let controlled = kctrl_controller_ref::get_controller_of(&cached.metadata)
+                    .is_some_and(|r| Some(&r.uid) == d.metadata.uid.as_ref());
+                let cached_template = cached
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.template.clone())
+                    .unwrap_or_default();
+                if controlled && equal_ignore_hash(&cached_template, &spec.template) {
+                    ((*cached).clone(), true)
+                } else {
+                    // A hash collision: bump collisionCount so the next sync hashes anew.
+                    let status = d.status.get_or_insert_default();
+                    status.collision_count = Some(status.collision_count.unwrap_or(0) + 1);
+                    let count = status.collision_count;
+                    if self.update_status(d).await.is_ok() {
+                        info!(
+                            namespace,
+                            name = d_name,
+                            collision_count = count,
+                            "found a hash collision for deployment, bumped collisionCount to resolve it"
+                        );
+                    }
+                    return Err(err.into());
+                }
+            }
+            Err(err) if has_namespace_terminating_cause(&err) => return Err(err.into()),
+            Err(err) => {
+                let message = format!("Failed to create new replica set {rs_name:?}: {err}");
+                if has_progress_deadline(d) {
+                    let condition = new_deployment_condition(
+                        DEPLOYMENT_PROGRESSING,
+                        CONDITION_FALSE,
+                        FAILED_RS_CREATE_REASON,
+                        &message,
+                        self.now(),
+                    );
+                    set_deployment_condition(d.status.get_or_insert_default(), condition);
+                    let _ = self.update_status(d).await;
+                }
+                self.event(d, EventType::Warning, FAILED_RS_CREATE_REASON, &message);
+                return Err(err.into());
+            }
+        };
+        if !already_exists && new_replicas > 0 {
+            self.event(
+                d,
+                EventType::Normal,
+                SCALING_REPLICA_SET_EVENT,
+                &format!("Scaled up replica set {rs_name} from 0 to {new_replicas}"),
+            );
+        }
+        let mut needs_update = set_deployment_revision(d, &new_revision);
+        if !already_exists && has_progress_deadline(d) {
+            let condition = new_deployment_condition(
+                DEPLOYMENT_PROGRESSING,
+                CONDITION_TRUE,
+                NEW_REPLICA_SET_REASON,
+                &format!("Created new replica set {rs_name:?}"),
+                self.now(),
+            );
+            set_deployment_condition(d.status.get_or_insert_default(), condition);
+            needs_update = true;
+        }
+        if needs_update {
+            self.update_status(d).await?;
+        }
+        Ok(Some(created))
+    }
+
+    /// Applies one [`ScaleAction`] to the latest version of its ReplicaSet in `latest`.
+    async fn apply_scale(
+        &self,
+        d: &Deployment,
+        latest: &mut HashMap<String, ReplicaSet>,
+        action: &ScaleAction,
+        force: bool,
+    ) -> Result<(), SyncError> {
+        let Some(rs) = latest.get(&action.name) else {
+            return Ok(());
+        };
+        let (_, updated) = self.scale_replica_set(rs, action.to, d, force).await?;
+        latest.insert(action.name.clone(), updated);
+        Ok(())
+    }
+
+    /// `scaleReplicaSet`: a full Update setting `spec.replicas` to `new_scale` and the
+    /// desired/max-replicas annotations, when the size or the annotations need it (or
+    /// `force`); records `ScalingReplicaSet` when the size changed. Returns whether it scaled
+    /// and the ReplicaSet as written (or as given).
+    pub(crate) async fn scale_replica_set(
+        &self,
+        rs: &ReplicaSet,
+        new_scale: i32,
+        d: &Deployment,
+        force: bool,
+    ) -> Result<(bool, ReplicaSet), SyncError> {
+        let old_scale = rs_replicas(rs);
+        if !force && old_scale == new_scale {
+            return Ok((false, rs.clone()));
+        }
+        let desired = deployment_replicas(d);
+        let max = desired + max_surge(d);
+        let size_needs_update = old_scale != new_scale;
+        if !size_needs_update && !replicas_annotations_need_update(rs, desired, max) {
+            return Ok((false, rs.clone()));
+        }
+        let mut copy = rs.clone();
+        copy.spec.get_or_insert_default().replicas = Some(new_scale);
+        set_replicas_annotations(&mut copy, desired, max);
+        let namespace = rs.metadata.namespace.clone().unwrap_or_default();
+        let updated = self
+            .replica_sets_api(&namespace)
+            .update(&PostParams::default(), &copy)
+            .await?;
+        if size_needs_update {
+            let direction = if old_scale < new_scale { "up" } else { "down" };
+            self.event(
+                d,
+                EventType::Normal,
+                SCALING_REPLICA_SET_EVENT,
+                &format!(
+                    "Scaled {direction} replica set {} from {old_scale} to {new_scale}",
+                    updated.metadata.name.as_deref().unwrap_or("")
+                ),
+            );
+        }
+        Ok((size_needs_update, updated))
+    }
+
+    /// `cleanupDeployment`: deletes the oldest old ReplicaSets beyond `revisionHistoryLimit`
+    /// (lowest revision first), skipping those with replicas, not yet observed by the
+    /// ReplicaSet controller, or being deleted (a skipped one still uses its slot).
+    pub(crate) async fn cleanup_deployment(
+        &self,
+        old_rss: &[ReplicaSet],
+        d: &Deployment,
+    ) -> Result<(), SyncError> {
+        if !has_revision_history_limit(d) {
+            return Ok(());
+        }
+        let limit = d
+            .spec
+            .as_ref()
+            .and_then(|s| s.revision_history_limit)
+            .unwrap_or(0);
+        let mut cleanable: Vec<&ReplicaSet> = old_rss
+            .iter()
+            .filter(|rs| rs.metadata.deletion_timestamp.is_none())
+            .collect();
+        let diff = i64::try_from(cleanable.len()).unwrap_or(i64::MAX) - i64::from(limit);
+        if diff <= 0 {
+            return Ok(());
+        }
+        sort_by_revision(&mut cleanable);
+        debug!(
+            namespace = d.metadata.namespace.as_deref().unwrap_or(""),
+            name = d.metadata.name.as_deref().unwrap_or(""),
+            "looking to cleanup old replica sets for deployment"
+        );
+        for rs in cleanable
+            .into_iter()
+            .take(usize::try_from(diff).unwrap_or(0))
+        {
+            let status = rs.status.clone().unwrap_or_default();
+            if status.replicas != 0
+                || rs_replicas(rs) != 0
+                || rs.metadata.generation.unwrap_or(0) > status.observed_generation.unwrap_or(0)
+                || rs.metadata.deletion_timestamp.is_some()
+            {
+                continue;
+            }
+            let namespace = rs.metadata.namespace.clone().unwrap_or_default();
+            let name = rs.metadata.name.clone().unwrap_or_default();
+            debug!(
+                namespace,
+                name, "trying to cleanup replica set for deployment"
+            );
+            match self
+                .replica_sets_api(&namespace)
+                .delete(&name, &DeleteParams::default())
+                .await
+            {
+                Ok(_) => {}
+                Err(err) if err.is_not_found() => {}
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// `syncDeploymentStatus`: writes the status `calculateStatus` computes, if it changed.
+    async fn sync_deployment_status(
+        &self,
+        all_rss: &[ReplicaSet],
+        new_rs: Option<&ReplicaSet>,
+        d: &mut Deployment,
+    ) -> Result<(), SyncError> {
+        let new_status = calculate_status(all_rss, new_rs, d, self.now());
+        if d.status.clone().unwrap_or_default() == new_status {
+            return Ok(());
+        }
+        d.status = Some(new_status);
+        self.update_status(d).await?;
+        Ok(())
+    }
+
+    /// `syncRolloutStatus`: writes the rollout status if it changed, else says when to look
+    /// again for a progress deadline.
+    async fn sync_rollout_status(
+        &self,
+        all_rss: &[ReplicaSet],
+        new_rs: Option<&ReplicaSet>,
+        d: &mut Deployment,
+    ) -> Result<SyncOutcome, SyncError> {
+        match progress::sync_rollout_status(all_rss, new_rs, d, self.now()) {
+            RolloutStatus::Update(status) => {
+                d.status = Some(status);
+                self.update_status(d).await?;
+                Ok(SyncOutcome::DONE)
+            }
+            RolloutStatus::Unchanged(requeue) => Ok(SyncOutcome { requeue }),
+        }
+    }
+}
+
+/// The ReplicaSets by name, to apply [`ScaleAction`]s on their latest versions.
+fn by_name(rss: &[ReplicaSet]) -> HashMap<String, ReplicaSet> {
+    rss.iter()
+        .map(|rs| (rs.metadata.name.clone().unwrap_or_default(), rs.clone()))
+        .collect()
+}
+
+#[cfg(test)]
+#[path = "controller_tests.rs"]
+mod tests;

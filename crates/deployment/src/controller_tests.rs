@@ -1,0 +1,834 @@
+//! Ports of upstream's deployment_controller_test.go sync scenarios and sync_test.go's
+//! cleanupDeployment tables, against the in-memory fake API. Caches are stores seeded directly,
+//! so they can disagree with the API as in upstream's fixtures.
+//!
+//! Not ported here (they exercise the informer handlers and the work queue, which come with the
+//! controller wiring): TestPodDeletionEnqueuesRecreateDeployment,
+//! TestPodDeletionDoesntEnqueueRecreateDeployment,
+//! TestPodDeletionPartialReplicaSetOwnershipEnqueueRecreateDeployment,
+//! TestPodDeletionPartialReplicaSetOwnershipDoesntEnqueueRecreateDeployment, TestAddReplicaSet,
+//! TestAddReplicaSetOrphan, TestUpdateReplicaSet, TestUpdateReplicaSetOrphanWithNewLabels,
+//! TestUpdateReplicaSetChangeControllerRef, TestUpdateReplicaSetRelease, TestDeleteReplicaSet,
+//! TestDeleteReplicaSetOrphan.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, ReplicaSetSpec, ReplicaSetStatus};
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
+use kctrl_controller_ref::{Owner, get_controller_of};
+use kctrl_fake::FakeApi;
+use kctrl_informer::Store;
+
+use super::*;
+use crate::events::RecordingEventRecorder;
+use crate::fixtures::{map, new_deployment, ts};
+use crate::util::constants::DEPRECATED_ROLLBACK_TO;
+
+/// Upstream's test fixture: the fake API ("f.objects"), the caches ("f.dLister", ...) and the
+/// event recorder.
+struct Fixture {
+    fake: FakeApi,
+    deployments: Store<Deployment>,
+    replica_sets: Store<ReplicaSet>,
+    pods: Store<Pod>,
+    recorder: Arc<RecordingEventRecorder>,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        Self {
+            fake: FakeApi::new(),
+            deployments: Store::new(),
+            replica_sets: Store::new(),
+            pods: Store::new(),
+            recorder: Arc::new(RecordingEventRecorder::new()),
+        }
+    }
+
+    /// Seeds the API and the cache with the same object; returns it as stored.
+    fn add_deployment(&self, d: &Deployment) -> Deployment {
+        let stored = self.fake.add(d).unwrap();
+        self.deployments.insert(Arc::new(stored.clone()));
+        stored
+    }
+
+    fn add_rs(&self, rs: &ReplicaSet) -> ReplicaSet {
+        let stored = self.fake.add(rs).unwrap();
+        self.replica_sets.insert(Arc::new(stored.clone()));
+        stored
+    }
+
+    fn controller(&self) -> DeploymentController {
+        DeploymentController::new(
+            self.fake.client(),
+            self.deployments.clone(),
+            self.replica_sets.clone(),
+            self.pods.clone(),
+            self.recorder.clone(),
+        )
+        .with_clock(|| "2026-01-01T00:00:00.600Z".parse().unwrap())
+    }
+
+    /// The recorded actions as `verb resource[/subresource]`.
+    fn actions(&self) -> Vec<String> {
+        self.fake
+            .actions()
+            .iter()
+            .map(|a| match a.subresource() {
+                Some(sub) => format!("{} {}/{sub}", a.verb(), a.resource().plural),
+                None => format!("{} {}", a.verb(), a.resource().plural),
+            })
+            .collect()
+    }
+
+    fn events(&self) -> Vec<String> {
+        self.recorder.strings()
+    }
+}
+
+fn foo_bar() -> BTreeMap<String, String> {
+    map(&[("foo", "bar")])
+}
+
+/// `newReplicaSet(d, name, replicas)`: controlled by `d`, labels and selector from `d`'s
+/// selector, `d`'s template.
+fn new_replica_set(d: &Deployment, name: &str, replicas: i32) -> ReplicaSet {
+    let spec = d.spec.clone().unwrap();
+    ReplicaSet {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some("default".to_owned()),
+            labels: spec.selector.match_labels.clone(),
+            owner_references: Some(vec![Owner::of(d).controller_ref()]),
+            ..Default::default()
+        },
+        spec: Some(ReplicaSetSpec {
+            replicas: Some(replicas),
+            selector: spec.selector.clone(),
+            template: Some(spec.template.clone()),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// `generatePodFromRS(rs)`.
+fn pod_from_rs(rs: &ReplicaSet) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(format!("{}-pod", rs.metadata.name.as_deref().unwrap())),
+            namespace: Some("default".to_owned()),
+            labels: rs.spec.as_ref().unwrap().selector.match_labels.clone(),
+            owner_references: Some(vec![Owner::of(rs).controller_ref()]),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn sync_deployment_creates_replica_set() {
+    let f = Fixture::new();
+    let d = f.add_deployment(&new_deployment("foo", 1, None, None, None, Some(foo_bar())));
+
+    let outcome = f
+        .controller()
+        .sync_deployment("default", "foo")
+        .await
+        .unwrap();
+
+    assert_eq!(outcome, SyncOutcome::DONE);
+    assert_eq!(
+        f.actions(),
+        [
+            "create replicasets",
+            "update deployments/status",
+            "update deployments/status"
+        ]
+    );
+    let actions = f.fake.actions();
+    let created: ReplicaSet = actions[0].object_as().unwrap();
+    let name = created.metadata.name.clone().unwrap();
+    let hash = name.strip_prefix("foo-").unwrap();
+    let labels = created.metadata.labels.clone().unwrap();
+    assert_eq!(
+        labels.get("pod-template-hash").map(String::as_str),
+        Some(hash)
+    );
+    let rs_spec = created.spec.clone().unwrap();
+    assert_eq!(rs_spec.replicas, Some(1));
+    assert_eq!(
+        rs_spec
+            .selector
+            .match_labels
+            .unwrap()
+            .get("pod-template-hash")
+            .map(String::as_str),
+        Some(hash)
+    );
+    assert_eq!(
+        get_controller_of(&created.metadata).unwrap().uid,
+        d.metadata.uid.clone().unwrap()
+    );
+    let rs_annotations = created.metadata.annotations.clone().unwrap();
+    assert_eq!(
+        rs_annotations.get(REVISION_ANNOTATION).map(String::as_str),
+        Some("1")
+    );
+    assert_eq!(
+        rs_annotations
+            .get("deployment.kubernetes.io/desired-replicas")
+            .map(String::as_str),
+        Some("1")
+    );
+    // First status write: the revision; second: the rollout status.
+    let first: Deployment = actions[1].object_as().unwrap();
+    assert_eq!(
+        first
+            .metadata
+            .annotations
+            .unwrap()
+            .get(REVISION_ANNOTATION)
+            .map(String::as_str),
+        Some("1")
+    );
+    let second: Deployment = actions[2].object_as().unwrap();
+    let status = second.status.unwrap();
+    assert_eq!(status.observed_generation, Some(1));
+    let available = &status.conditions.unwrap()[0];
+    assert_eq!(available.type_, "Available");
+    // The clock is rounded down to whole seconds.
+    assert_eq!(
+        available.last_update_time,
+        Some(Time(ts("2026-01-01T00:00:00Z")))
+    );
+    assert_eq!(
+        f.events(),
+        [format!(
+            "Normal ScalingReplicaSet Scaled up replica set {name} from 0 to 1"
+        )]
+    );
+    assert!(
+        f.fake
+            .object::<ReplicaSet>(Some("default"), &name)
+            .is_some()
+    );
+}
+
+#[tokio::test]
+async fn sync_deployment_dont_do_anything_during_deletion() {
+    let f = Fixture::new();
+    let mut d = new_deployment("foo", 1, None, None, None, Some(foo_bar()));
+    d.metadata.deletion_timestamp = Some(Time(ts("2026-01-01T00:00:00Z")));
+    f.add_deployment(&d);
+
+    f.controller()
+        .sync_deployment("default", "foo")
+        .await
+        .unwrap();
+
+    assert_eq!(f.actions(), ["update deployments/status"]);
+    assert!(f.events().is_empty());
+}
+
+#[tokio::test]
+async fn sync_deployment_deletion_race() {
+    let f = Fixture::new();
+    let mut deleted = new_deployment("foo", 1, None, None, None, Some(foo_bar()));
+    deleted.metadata.deletion_timestamp = Some(Time(ts("2026-01-01T00:00:00Z")));
+    // The API says deleted; the cache does not.
+    let mut cached = f.fake.add(&deleted).unwrap();
+    cached.metadata.deletion_timestamp = None;
+    f.deployments.insert(Arc::new(cached.clone()));
+    // The recheck is only triggered if a matching orphan exists.
+    let mut rs = new_replica_set(&cached, "rs1", 1);
+    rs.metadata.owner_references = None;
+    f.add_rs(&rs);
+
+    let err = f
+        .controller()
+        .sync_deployment("default", "foo")
+        .await
+        .unwrap_err();
+
+    assert!(matches!(err, SyncError::Claim(_)), "{err}");
+    assert!(err.to_string().contains("has just been deleted"), "{err}");
+    assert_eq!(f.actions(), ["get deployments"]);
+}
+
+#[tokio::test]
+async fn dont_sync_deployments_with_empty_pod_selector() {
+    let f = Fixture::new();
+    let mut d = new_deployment("foo", 1, None, None, None, Some(foo_bar()));
+    d.spec.as_mut().unwrap().selector = LabelSelector::default();
+    f.fake.add(&d).unwrap();
+    // The cached copy has no generation, so there is no observedGeneration to sync.
+    f.deployments.insert(Arc::new(d));
+
+    let outcome = f
+        .controller()
+        .sync_deployment("default", "foo")
+        .await
+        .unwrap();
+
+    assert_eq!(outcome, SyncOutcome::DONE);
+    assert!(f.actions().is_empty(), "{:?}", f.actions());
+    assert_eq!(
+        f.events(),
+        [
+            "Warning SelectingAll This deployment is selecting all pods. A non-empty selector is \
+          required."
+        ]
+    );
+}
+
+/// Not upstream: with a generation ahead of observedGeneration, only observedGeneration is
+/// written.
+#[tokio::test]
+async fn empty_pod_selector_syncs_observed_generation_only() {
+    let f = Fixture::new();
+    let mut d = new_deployment("foo", 3, None, None, None, Some(foo_bar()));
+    d.spec.as_mut().unwrap().selector = LabelSelector::default();
+    let stored = f.add_deployment(&d);
+    f.add_rs(&new_replica_set(&stored, "foo-1", 1));
+
+    f.controller()
+        .sync_deployment("default", "foo")
+        .await
+        .unwrap();
+
+    assert_eq!(f.actions(), ["update deployments/status"]);
+    let written: Deployment = f.fake.actions()[0].object_as().unwrap();
+    let status = written.status.unwrap();
+    assert_eq!(status.observed_generation, Some(1));
+    assert_eq!(status.replicas, None);
+}
+
+#[tokio::test]
+async fn sync_deployment_not_found_is_done() {
+    let f = Fixture::new();
+    let outcome = f
+        .controller()
+        .sync_deployment("default", "gone")
+        .await
+        .unwrap();
+    assert_eq!(outcome, SyncOutcome::DONE);
+    assert!(f.actions().is_empty());
+}
+
+/// A Deployment at revision 2 asking for the previous revision, whose ReplicaSets selectors
+/// carry the hash label.
+fn reentrant_rollback_fixture(rollback_to: &str) -> (Fixture, Deployment) {
+    let f = Fixture::new();
+    let mut d = new_deployment("foo", 1, None, None, None, Some(foo_bar()));
+    d.metadata.annotations = Some(BTreeMap::from([
+        (REVISION_ANNOTATION.to_owned(), "2".to_owned()),
+        (DEPRECATED_ROLLBACK_TO.to_owned(), rollback_to.to_owned()),
+    ]));
+    let d = f.add_deployment(&d);
+    let with_hash = |mut rs: ReplicaSet, revision: &str| {
+        rs.metadata.annotations = Some(BTreeMap::from([(
+            REVISION_ANNOTATION.to_owned(),
+            revision.to_owned(),
+        )]));
+        rs.spec
+            .as_mut()
+            .unwrap()
+            .selector
+            .match_labels
+            .as_mut()
+            .unwrap()
+            .insert("pod-template-hash".to_owned(), "hash".to_owned());
+        rs
+    };
+    let mut rs1 = with_hash(new_replica_set(&d, "deploymentrs-old", 0), "1");
+    rs1.spec
+        .as_mut()
+        .unwrap()
+        .template
+        .as_mut()
+        .unwrap()
+        .spec
+        .as_mut()
+        .unwrap()
+        .termination_grace_period_seconds = Some(1);
+    let rs2 = with_hash(new_replica_set(&d, "deploymentrs-new", 1), "2");
+    f.add_rs(&rs1);
+    f.add_rs(&rs2);
+    (f, d)
+}
+
+#[tokio::test]
+async fn reentrant_rollback() {
+    let (f, _) = reentrant_rollback_fixture("0");
+
+    f.controller()
+        .sync_deployment("default", "foo")
+        .await
+        .unwrap();
+
+    // The rollback is one Deployment update; no ReplicaSet is written.
+    assert_eq!(f.actions(), ["update deployments"]);
+    let written: Deployment = f.fake.actions()[0].object_as().unwrap();
+    assert_eq!(crate::rollback::get_rollback_to(&written), None);
+    let template = written.spec.unwrap().template;
+    assert_eq!(
+        template.spec.unwrap().termination_grace_period_seconds,
+        Some(1)
+    );
+    assert_eq!(
+        f.events(),
+        ["Normal DeploymentRollback Rolled back deployment \"foo\" to revision 1"]
+    );
+}
+
+/// Not upstream: an unknown revision clears the annotation with a warning.
+#[tokio::test]
+async fn rollback_revision_not_found() {
+    let (f, _) = reentrant_rollback_fixture("7");
+
+    f.controller()
+        .sync_deployment("default", "foo")
+        .await
+        .unwrap();
+
+    assert_eq!(f.actions(), ["update deployments"]);
+    let written: Deployment = f.fake.actions()[0].object_as().unwrap();
+    assert_eq!(crate::rollback::get_rollback_to(&written), None);
+    assert_eq!(
+        written
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap()
+            .termination_grace_period_seconds,
+        None
+    );
+    assert_eq!(
+        f.events(),
+        ["Warning DeploymentRollbackRevisionNotFound Unable to find the revision to rollback to."]
+    );
+}
+
+/// Not upstream: rolling back to the current template only clears the annotation.
+#[tokio::test]
+async fn rollback_template_unchanged() {
+    let (f, _) = reentrant_rollback_fixture("2");
+
+    f.controller()
+        .sync_deployment("default", "foo")
+        .await
+        .unwrap();
+
+    assert_eq!(f.actions(), ["update deployments"]);
+    assert_eq!(
+        f.events(),
+        [
+            "Warning DeploymentRollbackTemplateUnchanged The rollback revision contains the same \
+          template as current deployment \"foo\""
+        ]
+    );
+}
+
+#[tokio::test]
+async fn get_replica_sets_for_deployment() {
+    let f = Fixture::new();
+    let d1 = f.add_deployment(&new_deployment("foo", 1, None, None, None, Some(foo_bar())));
+    let d2 = f.add_deployment(&new_deployment("bar", 1, None, None, None, Some(foo_bar())));
+    f.add_rs(&new_replica_set(&d1, "rs1", 1));
+    f.add_rs(&new_replica_set(&d2, "rs2", 1));
+    let dc = f.controller();
+
+    for (d, want) in [(&d1, "rs1"), (&d2, "rs2")] {
+        let got = dc.get_replica_sets_for_deployment(d).await.unwrap();
+        let names: Vec<_> = got
+            .iter()
+            .map(|rs| rs.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(names, [want]);
+    }
+    assert!(f.actions().is_empty());
+}
+
+#[tokio::test]
+async fn get_replica_sets_for_deployment_adopt_release() {
+    let f = Fixture::new();
+    let d = f.add_deployment(&new_deployment("foo", 1, None, None, None, Some(foo_bar())));
+    let mut adopt = new_replica_set(&d, "rsAdopt", 1);
+    adopt.metadata.owner_references = None;
+    let mut release = new_replica_set(&d, "rsRelease", 1);
+    release.metadata.labels = Some(map(&[("foo", "notbar")]));
+    f.add_rs(&adopt);
+    f.add_rs(&release);
+
+    let got = f
+        .controller()
+        .get_replica_sets_for_deployment(&d)
+        .await
+        .unwrap();
+
+    let names: Vec<_> = got
+        .iter()
+        .map(|rs| rs.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(names, ["rsAdopt"]);
+    let adopted: ReplicaSet = f.fake.object(Some("default"), "rsAdopt").unwrap();
+    assert_eq!(
+        get_controller_of(&adopted.metadata).unwrap().uid,
+        d.metadata.uid.clone().unwrap()
+    );
+    let released: ReplicaSet = f.fake.object(Some("default"), "rsRelease").unwrap();
+    assert!(get_controller_of(&released.metadata).is_none());
+    let mut actions = f.actions();
+    actions.sort();
+    assert_eq!(
+        actions,
+        ["get deployments", "patch replicasets", "patch replicasets"]
+    );
+}
+
+#[tokio::test]
+async fn get_pod_map_for_replica_sets() {
+    let f = Fixture::new();
+    let d = f.add_deployment(&new_deployment("foo", 1, None, None, None, Some(foo_bar())));
+    let rs1 = f.add_rs(&new_replica_set(&d, "rs1", 1));
+    let rs2 = f.add_rs(&new_replica_set(&d, "rs2", 1));
+    let pod1 = pod_from_rs(&rs1);
+    let pod2 = pod_from_rs(&rs2);
+    let mut pod3 = pod_from_rs(&rs1);
+    pod3.metadata.name = Some("pod3".to_owned());
+    pod3.metadata.owner_references = None;
+    let mut pod4 = pod_from_rs(&rs1);
+    pod4.metadata.name = Some("pod4".to_owned());
+    pod4.status = Some(PodStatus {
+        phase: Some("Failed".to_owned()),
+        ..Default::default()
+    });
+    for pod in [pod1, pod2, pod3, pod4] {
+        f.pods.insert(Arc::new(pod));
+    }
+
+    let pod_map = f
+        .controller()
+        .get_pod_map_for_deployment(&[rs1.clone(), rs2.clone()]);
+
+    assert_eq!(pod_map.len(), 2);
+    assert_eq!(pod_map.values().map(Vec::len).sum::<usize>(), 3);
+    let names = |rs: &ReplicaSet| -> BTreeSet<String> {
+        pod_map[rs.metadata.uid.as_deref().unwrap()]
+            .iter()
+            .map(|p| p.metadata.name.clone().unwrap())
+            .collect()
+    };
+    assert_eq!(
+        names(&rs1),
+        BTreeSet::from(["rs1-pod".to_owned(), "pod4".to_owned()])
+    );
+    assert_eq!(names(&rs2), BTreeSet::from(["rs2-pod".to_owned()]));
+}
+
+/// `newRSWithStatus(name, spec, status, selector)`.
+fn rs_with_status(name: &str, spec: i32, status: i32) -> ReplicaSet {
+    ReplicaSet {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some("default".to_owned()),
+            ..Default::default()
+        },
+        spec: Some(ReplicaSetSpec {
+            replicas: Some(spec),
+            selector: LabelSelector {
+                match_labels: Some(foo_bar()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }),
+        status: Some(ReplicaSetStatus {
+            replicas: status,
+            ..Default::default()
+        }),
+    }
+}
+
+/// Runs `cleanupDeployment` on `old_rss` (also present in the API) and returns the deleted
+/// names, in order.
+async fn run_cleanup(old_rss: &[ReplicaSet], limit: i32) -> Vec<String> {
+    let f = Fixture::new();
+    let d = f.add_deployment(&new_deployment(
+        "foo",
+        1,
+        Some(limit),
+        None,
+        None,
+        Some(foo_bar()),
+    ));
+    for rs in old_rss {
+        f.fake.add(rs).unwrap();
+    }
+    f.controller()
+        .cleanup_deployment(old_rss, &d)
+        .await
+        .unwrap();
+    let deleted: Vec<String> = f
+        .fake
+        .actions()
+        .iter()
+        .filter(|a| a.matches("delete", "replicasets"))
+        .map(|a| a.name().unwrap())
+        .collect();
+    assert_eq!(
+        f.actions().len(),
+        deleted.len(),
+        "only deletes: {:?}",
+        f.actions()
+    );
+    deleted
+}
+
+#[tokio::test]
+async fn cleanup_deployment() {
+    let mut being_deleted = rs_with_status("foo-1", 0, 0);
+    being_deleted.metadata.deletion_timestamp = Some(Time(ts("2026-01-01T00:00:00Z")));
+    let cases: Vec<(Vec<ReplicaSet>, i32, usize)> = vec![
+        (
+            vec![
+                rs_with_status("foo-1", 0, 0),
+                rs_with_status("foo-2", 0, 0),
+                rs_with_status("foo-3", 0, 0),
+            ],
+            1,
+            2,
+        ),
+        (
+            // Only one ReplicaSet is cleanable (no replicas wanted or running).
+            vec![
+                rs_with_status("foo-1", 0, 0),
+                rs_with_status("foo-2", 0, 1),
+                rs_with_status("foo-3", 1, 0),
+                rs_with_status("foo-4", 1, 1),
+            ],
+            0,
+            1,
+        ),
+        (
+            vec![rs_with_status("foo-1", 0, 0), rs_with_status("foo-2", 0, 0)],
+            0,
+            2,
+        ),
+        (
+            vec![rs_with_status("foo-1", 1, 1), rs_with_status("foo-2", 1, 1)],
+            0,
+            0,
+        ),
+        (vec![being_deleted], 0, 0),
+        (
+            // An "infinite" limit keeps everything.
+            vec![
+                rs_with_status("foo-1", 0, 0),
+                rs_with_status("foo-2", 0, 0),
+                rs_with_status("foo-3", 0, 0),
+            ],
+            i32::MAX,
+            0,
+        ),
+    ];
+    for (n, (old_rss, limit, expected)) in cases.into_iter().enumerate() {
+        let deleted = run_cleanup(&old_rss, limit).await;
+        assert_eq!(deleted.len(), expected, "case {n}: deleted {deleted:?}");
+    }
+}
+
+#[tokio::test]
+async fn cleanup_deployment_order() {
+    let t = [
+        "2026-01-01T00:00:01Z",
+        "2026-01-01T00:00:02Z",
+        "2026-01-01T00:00:03Z",
+        "2026-01-01T00:00:04Z",
+    ];
+    let rs = |n: usize, replicas: i32, revision: Option<&str>| {
+        let mut rs = rs_with_status(&format!("foo-{n}"), replicas, replicas);
+        rs.metadata.creation_timestamp = Some(Time(ts(t[n - 1])));
+        rs.metadata.annotations =
+            revision.map(|r| BTreeMap::from([(REVISION_ANNOTATION.to_owned(), r.to_owned())]));
+        rs
+    };
+    let cases: Vec<(&str, Vec<ReplicaSet>, i32, &[&str])> = vec![
+        (
+            "oldest revision first",
+            vec![rs(1, 0, Some("1")), rs(2, 0, Some("2"))],
+            1,
+            &["foo-1"],
+        ),
+        (
+            "revision, not creation time",
+            vec![rs(1, 0, Some("2")), rs(2, 0, Some("1"))],
+            1,
+            &["foo-2"],
+        ),
+        (
+            "no revision is revision 0",
+            vec![rs(1, 0, Some("1")), rs(2, 0, None)],
+            1,
+            &["foo-2"],
+        ),
+        (
+            "no revision first",
+            vec![rs(1, 0, None), rs(2, 0, Some("2"))],
+            1,
+            &["foo-1"],
+        ),
+        (
+            "skip a ReplicaSet with replicas",
+            vec![
+                rs(1, 1, Some("1")),
+                rs(2, 0, Some("2")),
+                rs(3, 0, Some("3")),
+            ],
+            1,
+            &["foo-2"],
+        ),
+        (
+            "skipped ones keep their slot",
+            vec![
+                rs(1, 1, Some("1")),
+                rs(2, 1, Some("2")),
+                rs(3, 0, Some("3")),
+            ],
+            1,
+            &[],
+        ),
+        (
+            "several, by revision",
+            vec![
+                rs(1, 0, Some("3")),
+                rs(2, 0, Some("1")),
+                rs(3, 0, Some("4")),
+                rs(4, 0, Some("2")),
+            ],
+            2,
+            &["foo-2", "foo-4"],
+        ),
+    ];
+    for (name, old_rss, limit, expected) in cases {
+        let deleted: BTreeSet<String> = run_cleanup(&old_rss, limit).await.into_iter().collect();
+        let expected: BTreeSet<String> = expected.iter().map(|s| (*s).to_owned()).collect();
+        assert_eq!(deleted, expected, "{name}");
+    }
+}
+
+/// Not upstream: a ReplicaSet of the generated name that is not ours is a hash collision —
+/// collisionCount is bumped and the AlreadyExists error returned for a retry.
+#[tokio::test]
+async fn create_hash_collision_bumps_collision_count() {
+    let f = Fixture::new();
+    let d = f.add_deployment(&new_deployment("foo", 1, None, None, None, Some(foo_bar())));
+    let template = d.spec.clone().unwrap().template;
+    let name = generate_replica_set_name("foo", &compute_hash(&template, None));
+    let mut squatter = rs_with_status(&name, 0, 0);
+    squatter.metadata.labels = Some(map(&[("other", "x")]));
+    f.add_rs(&squatter);
+
+    let err = f
+        .controller()
+        .sync_deployment("default", "foo")
+        .await
+        .unwrap_err();
+
+    assert!(
+        matches!(&err, SyncError::Api(e) if e.is_already_exists()),
+        "{err}"
+    );
+    assert_eq!(
+        f.actions(),
+        ["create replicasets", "update deployments/status"]
+    );
+    let written: Deployment = f.fake.actions()[1].object_as().unwrap();
+    assert_eq!(written.status.unwrap().collision_count, Some(1));
+    assert!(f.events().is_empty());
+}
+
+/// Not upstream (TestScale covers the arithmetic): a changed `spec.replicas` is a scaling
+/// event, applied with a full ReplicaSet update, then the status.
+#[tokio::test]
+async fn scaling_event_scales_the_new_replica_set() {
+    let f = Fixture::new();
+    let mut d = new_deployment("foo", 5, None, None, None, Some(foo_bar()));
+    d.metadata.annotations = Some(BTreeMap::from([(
+        REVISION_ANNOTATION.to_owned(),
+        "1".to_owned(),
+    )]));
+    let d = f.add_deployment(&d);
+    let mut rs = new_replica_set(&d, "foo-1", 3);
+    rs.metadata.annotations = Some(BTreeMap::from([(
+        REVISION_ANNOTATION.to_owned(),
+        "1".to_owned(),
+    )]));
+    set_replicas_annotations(&mut rs, 3, 3);
+    f.add_rs(&rs);
+
+    f.controller()
+        .sync_deployment("default", "foo")
+        .await
+        .unwrap();
+
+    assert_eq!(
+        f.actions(),
+        ["update replicasets", "update deployments/status"]
+    );
+    let scaled: ReplicaSet = f.fake.object(Some("default"), "foo-1").unwrap();
+    assert_eq!(scaled.spec.as_ref().unwrap().replicas, Some(5));
+    assert_eq!(
+        crate::util::get_desired_replicas_annotation(&scaled),
+        Some(5)
+    );
+    assert_eq!(
+        f.events(),
+        ["Normal ScalingReplicaSet Scaled up replica set foo-1 from 3 to 5"]
+    );
+}
+
+/// Not upstream: Recreate first scales old ReplicaSets to 0, without creating the new one.
+#[tokio::test]
+async fn recreate_scales_old_replica_sets_down_first() {
+    let f = Fixture::new();
+    let mut d = new_deployment("foo", 1, None, None, None, Some(foo_bar()));
+    d.spec.as_mut().unwrap().strategy = Some(k8s_openapi::api::apps::v1::DeploymentStrategy {
+        type_: Some("Recreate".to_owned()),
+        rolling_update: None,
+    });
+    let d = f.add_deployment(&d);
+    let mut old = new_replica_set(&d, "foo-old", 1);
+    old.spec
+        .as_mut()
+        .unwrap()
+        .template
+        .as_mut()
+        .unwrap()
+        .spec
+        .as_mut()
+        .unwrap()
+        .containers[0]
+        .image = Some("foo/old".to_owned());
+    let old = f.add_rs(&old);
+    f.pods.insert(Arc::new(pod_from_rs(&old)));
+
+    f.controller()
+        .sync_deployment("default", "foo")
+        .await
+        .unwrap();
+
+    assert_eq!(
+        f.actions(),
+        ["update replicasets", "update deployments/status"]
+    );
+    let scaled: ReplicaSet = f.fake.object(Some("default"), "foo-old").unwrap();
+    assert_eq!(scaled.spec.unwrap().replicas, Some(0));
+    assert_eq!(
+        f.events(),
+        ["Normal ScalingReplicaSet Scaled down replica set foo-old from 1 to 0"]
+    );
+}
