@@ -2,14 +2,7 @@
 //! cleanupDeployment tables, against the in-memory fake API. Caches are stores seeded directly,
 //! so they can disagree with the API as in upstream's fixtures.
 //!
-//! Not ported here (they exercise the informer handlers and the work queue, which come with the
-//! controller wiring): TestPodDeletionEnqueuesRecreateDeployment,
-//! TestPodDeletionDoesntEnqueueRecreateDeployment,
-//! TestPodDeletionPartialReplicaSetOwnershipEnqueueRecreateDeployment,
-//! TestPodDeletionPartialReplicaSetOwnershipDoesntEnqueueRecreateDeployment, TestAddReplicaSet,
-//! TestAddReplicaSetOrphan, TestUpdateReplicaSet, TestUpdateReplicaSetOrphanWithNewLabels,
-//! TestUpdateReplicaSetChangeControllerRef, TestUpdateReplicaSetRelease, TestDeleteReplicaSet,
-//! TestDeleteReplicaSetOrphan.
+//! The handler scenarios (pod deletion, ReplicaSet add/update/delete) are in `wiring_tests.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

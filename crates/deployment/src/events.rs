@@ -90,3 +90,25 @@ impl EventRecorder for RecordingEventRecorder {
             });
     }
 }
+
+/// An [`EventRecorder`] that only logs each event through `tracing` (Normal at INFO, Warning
+/// at WARN, with the object's namespace and name): a stand-in until events are written to
+/// the API.
+#[derive(Debug, Default)]
+pub struct TracingEventRecorder;
+
+impl EventRecorder for TracingEventRecorder {
+    fn event(&self, object: &ObjectReference, type_: EventType, reason: &str, message: &str) {
+        let namespace = object.namespace.as_deref().unwrap_or("");
+        let name = object.name.as_deref().unwrap_or("");
+        let kind = object.kind.as_deref().unwrap_or("");
+        match type_ {
+            EventType::Normal => {
+                tracing::info!(namespace, name, kind, reason, "event: {message}");
+            }
+            EventType::Warning => {
+                tracing::warn!(namespace, name, kind, reason, "event: {message}");
+            }
+        }
+    }
+}

@@ -1,8 +1,9 @@
 //! The Deployment controller (work in progress). Its files mirror upstream's
 //! `pkg/controller/deployment`: `util` holds the pure rollout arithmetic; `sync`, `rolling`,
 //! `recreate` and `progress` hold the strategies' decisions as pure functions returning the
-//! writes to perform, so upstream's table tests drive them without an API. `controller` (with `rollback`) reads
-//! the caches and applies those decisions through the API, recording `events`.
+//! writes to perform, so upstream's table tests drive them without an API. `controller` (with
+//! `rollback`) reads the caches and applies those decisions through the API, recording
+//! `events`; `wiring` turns informer notifications into work-queue keys and runs the workers.
 
 pub mod controller;
 pub mod events;
@@ -12,6 +13,7 @@ pub mod rollback;
 pub mod rolling;
 pub mod sync;
 pub mod util;
+pub mod wiring;
 
 #[cfg(test)]
 mod fixtures;

@@ -1,0 +1,581 @@
+//! The controller's wiring (upstream's `deployment_controller.go` outside `syncDeployment`):
+//! which Deployment keys the informer notifications enqueue, and the workers that take keys
+//! from the work queue, call [`DeploymentController::sync_deployment`] and handle its result.
+//!
+//! The handler rules are pure functions over the caches ([`keys_for_replica_set_add`],
+//! [`keys_for_replica_set_update`], [`keys_for_replica_set_delete`], [`deployment_for_pod`]
+//! and the one API read of [`recreate_deployment_has_no_pods`]), so upstream's handler tests
+//! drive them directly; [`EnqueueHandlers`] adapts them to [`ResourceEventHandler`]s, and
+//! [`DeploymentControllerRunner`] puts informers, handlers, queue and workers together.
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! # use std::time::Duration;
+//! use kctrl_deployment::events::RecordingEventRecorder;
+//! use kctrl_deployment::wiring::DeploymentControllerRunner;
+//! use kctrl_informer::SharedInformerFactory;
+//! use tokio_util::sync::CancellationToken;
+//!
+//! # async fn demo(client: kctrl_client::Client) -> Result<(), Box<dyn std::error::Error>> {
+//! let factory = SharedInformerFactory::new(client.clone(), Duration::from_secs(12 * 3600));
+//! let recorder = Arc::new(RecordingEventRecorder::new());
+//! let runner = DeploymentControllerRunner::new(client, &factory, recorder)?;
+//! let cancel = CancellationToken::new();
+//! // Returns once `cancel` fires and the in-flight syncs have finished.
+//! runner.run(5, &cancel).await?;
+//! factory.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kctrl_client::labels::Selector;
+use kctrl_client::{Api, Client, ListParams};
+use kctrl_controller_ref::get_controller_of;
+use kctrl_informer::{
+    DeletedObject, HandlerRegistration, InformerError, ResourceEventHandler, SharedInformerFactory,
+    Store, key_of, wait_for_cache_sync,
+};
+use kctrl_workqueue::{QueueConfig, RateLimitingQueue, default_controller_rate_limiter};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use crate::controller::{DeploymentController, SyncError};
+use crate::events::EventRecorder;
+use crate::progress::Requeue;
+use crate::util::constants::RECREATE_DEPLOYMENT_STRATEGY_TYPE;
+use crate::util::fields::strategy_type;
+use crate::util::get_deployments_for_replica_set;
+
+/// The work queue's name (its metrics carry it) and the name caches are awaited under.
+pub const QUEUE_NAME: &str = "deployment";
+
+/// How many times a failing key is retried (rate-limited) before it is dropped until the next
+/// event about it (upstream's `maxRetries`).
+pub const MAX_RETRIES: usize = 15;
+
+/// `resolveControllerRef`: the Deployment `controller_ref` names in `namespace`, if the ref's
+/// kind is `Deployment` and the cached Deployment of that name has the ref's uid.
+pub fn resolve_controller_ref(
+    deployments: &Store<Deployment>,
+    namespace: &str,
+    controller_ref: &OwnerReference,
+) -> Option<Arc<Deployment>> {
+    if controller_ref.kind != "Deployment" {
+        return None;
+    }
+    let d = deployments.get_namespaced(namespace, &controller_ref.name)?;
+    (d.metadata.uid.as_deref() == Some(controller_ref.uid.as_str())).then_some(d)
+}
+
+fn namespace_of(rs: &ReplicaSet) -> &str {
+    rs.metadata.namespace.as_deref().unwrap_or("")
+}
+
+/// The keys of the cached Deployments whose selector matches `rs`'s labels
+/// (`getDeploymentsForReplicaSet`; nothing when none match or `rs` has no labels).
+fn keys_of_matching_deployments(deployments: &Store<Deployment>, rs: &ReplicaSet) -> Vec<String> {
+    let found = get_deployments_for_replica_set(&deployments.list(), rs).unwrap_or_default();
+    if found.len() > 1 {
+        debug!(
+            namespace = namespace_of(rs),
+            name = rs.metadata.name.as_deref().unwrap_or(""),
+            count = found.len(),
+            "user error! more than one deployment is selecting replica set"
+        );
+    }
+    found.iter().map(|d| key_of(d.as_ref())).collect()
+}
+
+/// `addReplicaSet`: a ReplicaSet being deleted is handled as a delete; one with a controller
+/// reference wakes its (resolvable) owner; an orphan wakes every Deployment selecting it, so
+/// they can try to adopt it.
+pub fn keys_for_replica_set_add(deployments: &Store<Deployment>, rs: &ReplicaSet) -> Vec<String> {
+    if rs.metadata.deletion_timestamp.is_some() {
+        return keys_for_deleted_replica_set(deployments, rs);
+    }
+    if let Some(controller_ref) = get_controller_of(&rs.metadata) {
+        return resolve_controller_ref(deployments, namespace_of(rs), controller_ref)
+            .map(|d| vec![key_of(d.as_ref())])
+            .unwrap_or_default();
+    }
+    keys_of_matching_deployments(deployments, rs)
+}
+
+/// `updateReplicaSet`: nothing for a resync (same resourceVersion). A changed controller
+/// reference wakes the old owner; a controlled ReplicaSet wakes its owner; an orphan whose
+/// labels or controller reference changed wakes every Deployment selecting it.
+pub fn keys_for_replica_set_update(
+    deployments: &Store<Deployment>,
+    old: &ReplicaSet,
+    cur: &ReplicaSet,
+) -> Vec<String> {
+    if cur.metadata.resource_version == old.metadata.resource_version {
+        return Vec::new();
+    }
+    let mut keys = Vec::new();
+    let cur_ref = get_controller_of(&cur.metadata);
+    let old_ref = get_controller_of(&old.metadata);
+    let controller_ref_changed = cur_ref != old_ref;
+    if controller_ref_changed
+        && let Some(old_ref) = old_ref
+        && let Some(d) = resolve_controller_ref(deployments, namespace_of(old), old_ref)
+    {
+        keys.push(key_of(d.as_ref()));
+    }
+    if let Some(cur_ref) = cur_ref {
+        if let Some(d) = resolve_controller_ref(deployments, namespace_of(cur), cur_ref) {
+            keys.push(key_of(d.as_ref()));
+        }
+        return keys;
+    }
+    if cur.metadata.labels != old.metadata.labels || controller_ref_changed {
+        keys.extend(keys_of_matching_deployments(deployments, cur));
+    }
+    keys
+}
+
+/// `deleteReplicaSet`: an orphan wakes nobody; a controlled ReplicaSet wakes its (resolvable)
+/// owner. Deletions found by a relist are handled alike, from the last known state.
+pub fn keys_for_replica_set_delete(
+    deployments: &Store<Deployment>,
+    deleted: &DeletedObject<ReplicaSet>,
+) -> Vec<String> {
+    keys_for_deleted_replica_set(deployments, deleted.object())
+}
+
+fn keys_for_deleted_replica_set(deployments: &Store<Deployment>, rs: &ReplicaSet) -> Vec<String> {
+    let Some(controller_ref) = get_controller_of(&rs.metadata) else {
+        return Vec::new();
+    };
+    resolve_controller_ref(deployments, namespace_of(rs), controller_ref)
+        .map(|d| vec![key_of(d.as_ref())])
+        .unwrap_or_default()
+}
+
+/// `getDeploymentForPod`: the Deployment controlling the cached ReplicaSet (same name and uid)
+/// that controls `pod`, if any.
+pub fn deployment_for_pod(
+    deployments: &Store<Deployment>,
+    replica_sets: &Store<ReplicaSet>,
+    pod: &Pod,
+) -> Option<Arc<Deployment>> {
+    let pod_ref = get_controller_of(&pod.metadata)?;
+    if pod_ref.kind != "ReplicaSet" {
+        return None;
+    }
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("");
+    let rs = replica_sets.get_namespaced(namespace, &pod_ref.name)?;
+    if rs.metadata.uid.as_deref() != Some(pod_ref.uid.as_str()) {
+        debug!(namespace, name = %pod_ref.name, pod = pod.metadata.name.as_deref().unwrap_or(""),
+            "cannot get replicaset for pod");
+        return None;
+    }
+    let rs_ref = get_controller_of(&rs.metadata)?;
+    resolve_controller_ref(deployments, namespace_of(&rs), rs_ref)
+}
+
+/// The second half of `deletePod`, for a Recreate Deployment: whether none of its
+/// ReplicaSets (listed from the API with its selector, keeping those it controls) controls a
+/// cached Pod any more. Recreate waits for the old Pods to be gone; this wakes it up.
+pub async fn recreate_deployment_has_no_pods(
+    client: &Client,
+    pods: &Store<Pod>,
+    d: &Deployment,
+) -> Result<bool, SyncError> {
+    let namespace = d.metadata.namespace.clone().unwrap_or_default();
+    let label_selector = d
+        .spec
+        .as_ref()
+        .map(|s| s.selector.clone())
+        .unwrap_or_default();
+    let selector = Selector::from_label_selector(&label_selector).map_err(|source| {
+        SyncError::InvalidSelector {
+            namespace: namespace.clone(),
+            name: d.metadata.name.clone().unwrap_or_default(),
+            source,
+        }
+    })?;
+    let params = ListParams {
+        label_selector: Some(selector.to_string()),
+        ..Default::default()
+    };
+    let listed = Api::<ReplicaSet>::namespaced(client.clone(), &namespace)
+        .list(&params)
+        .await?;
+    let d_uid = d.metadata.uid.as_deref().unwrap_or("");
+    let rs_uids: BTreeSet<String> = listed
+        .items
+        .iter()
+        .filter(|rs| get_controller_of(&rs.metadata).is_some_and(|r| r.uid == d_uid))
+        .filter_map(|rs| rs.metadata.uid.clone())
+        .collect();
+    if rs_uids.is_empty() {
+        return Ok(true);
+    }
+    let any_pod = pods.list().iter().any(|pod| {
+        pod.metadata.namespace.as_deref() == Some(namespace.as_str())
+            && get_controller_of(&pod.metadata).is_some_and(|r| rs_uids.contains(&r.uid))
+    });
+    Ok(!any_pod)
+}
+
+/// `deletePod`: the key of the Deployment to wake for a deleted Pod — only a Recreate
+/// Deployment, and only once it has no Pods left.
+pub async fn key_for_pod_delete(
+    client: &Client,
+    deployments: &Store<Deployment>,
+    replica_sets: &Store<ReplicaSet>,
+    pods: &Store<Pod>,
+    deleted: &DeletedObject<Pod>,
+) -> Option<String> {
+    let pod = deleted.object();
+    let d = deployment_for_pod(deployments, replica_sets, pod)?;
+    if strategy_type(&d) != RECREATE_DEPLOYMENT_STRATEGY_TYPE {
+        return None;
+    }
+    match recreate_deployment_has_no_pods(client, pods, &d).await {
+        Ok(true) => Some(key_of(d.as_ref())),
+        Ok(false) => None,
+        Err(err) => {
+            debug!(
+                namespace = d.metadata.namespace.as_deref().unwrap_or(""),
+                name = d.metadata.name.as_deref().unwrap_or(""),
+                %err,
+                "listing replica sets after a pod deletion failed"
+            );
+            None
+        }
+    }
+}
+
+/// The informer handlers of the controller: each notification becomes the Deployment keys
+/// the rules above name, added to the queue. Registered (in an [`Arc`]) on the Deployment,
+/// ReplicaSet and Pod informers. The Pod rule needs one API list, run as a task on the tokio
+/// runtime the handlers were created on.
+#[derive(Clone)]
+pub struct EnqueueHandlers {
+    client: Client,
+    queue: RateLimitingQueue<String>,
+    deployments: Store<Deployment>,
+    replica_sets: Store<ReplicaSet>,
+    pods: Store<Pod>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl std::fmt::Debug for EnqueueHandlers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnqueueHandlers").finish_non_exhaustive()
+    }
+}
+
+impl EnqueueHandlers {
+    /// Handlers adding to `queue`, reading the given caches. Must be called inside a tokio
+    /// runtime.
+    pub fn new(
+        client: Client,
+        queue: RateLimitingQueue<String>,
+        deployments: Store<Deployment>,
+        replica_sets: Store<ReplicaSet>,
+        pods: Store<Pod>,
+    ) -> Self {
+        Self {
+            client,
+            queue,
+            deployments,
+            replica_sets,
+            pods,
+            runtime: tokio::runtime::Handle::current(),
+        }
+    }
+
+    fn enqueue_all(&self, keys: Vec<String>) {
+        for key in keys {
+            self.queue.add(key);
+        }
+    }
+}
+
+impl ResourceEventHandler<Deployment> for EnqueueHandlers {
+    fn on_add(&self, d: &Arc<Deployment>, _is_in_initial_list: bool) {
+        debug!(
+            namespace = d.metadata.namespace.as_deref().unwrap_or(""),
+            name = d.metadata.name.as_deref().unwrap_or(""),
+            "adding deployment"
+        );
+        self.queue.add(key_of(d.as_ref()));
+    }
+
+    fn on_update(&self, _old: &Arc<Deployment>, cur: &Arc<Deployment>) {
+        debug!(
+            namespace = cur.metadata.namespace.as_deref().unwrap_or(""),
+            name = cur.metadata.name.as_deref().unwrap_or(""),
+            "updating deployment"
+        );
+        self.queue.add(key_of(cur.as_ref()));
+    }
+
+    fn on_delete(&self, deleted: &DeletedObject<Deployment>) {
+        let d = deleted.object();
+        debug!(
+            namespace = d.metadata.namespace.as_deref().unwrap_or(""),
+            name = d.metadata.name.as_deref().unwrap_or(""),
+            "deleting deployment"
+        );
+        self.queue.add(key_of(d.as_ref()));
+    }
+}
+
+impl ResourceEventHandler<ReplicaSet> for EnqueueHandlers {
+    fn on_add(&self, rs: &Arc<ReplicaSet>, _is_in_initial_list: bool) {
+        self.enqueue_all(keys_for_replica_set_add(&self.deployments, rs));
+    }
+
+    fn on_update(&self, old: &Arc<ReplicaSet>, cur: &Arc<ReplicaSet>) {
+        self.enqueue_all(keys_for_replica_set_update(&self.deployments, old, cur));
+    }
+
+    fn on_delete(&self, deleted: &DeletedObject<ReplicaSet>) {
+        self.enqueue_all(keys_for_replica_set_delete(&self.deployments, deleted));
+    }
+}
+
+impl ResourceEventHandler<Pod> for EnqueueHandlers {
+    fn on_add(&self, _pod: &Arc<Pod>, _is_in_initial_list: bool) {}
+
+    fn on_update(&self, _old: &Arc<Pod>, _cur: &Arc<Pod>) {}
+
+    fn on_delete(&self, deleted: &DeletedObject<Pod>) {
+        // Cheap cache checks here; the API list only for Recreate Deployments.
+        let Some(d) = deployment_for_pod(&self.deployments, &self.replica_sets, deleted.object())
+        else {
+            return;
+        };
+        if strategy_type(&d) != RECREATE_DEPLOYMENT_STRATEGY_TYPE {
+            return;
+        }
+        let this = self.clone();
+        let deleted = deleted.clone();
+        self.runtime.spawn(async move {
+            if let Some(key) = key_for_pod_delete(
+                &this.client,
+                &this.deployments,
+                &this.replica_sets,
+                &this.pods,
+                &deleted,
+            )
+            .await
+            {
+                this.queue.add(key);
+            }
+        });
+    }
+}
+
+/// Why [`DeploymentControllerRunner::run`] returned early.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// The caches did not sync (cancelled first, or an informer stopped).
+    #[error("caches for {QUEUE_NAME} did not sync")]
+    CachesNotSynced,
+}
+
+/// The running controller: the Deployment, ReplicaSet and Pod informers of a
+/// [`SharedInformerFactory`] with [`EnqueueHandlers`] registered, the `deployment` work queue
+/// (with [`default_controller_rate_limiter`]) and the [`DeploymentController`] its workers call.
+pub struct DeploymentControllerRunner {
+    factory: SharedInformerFactory,
+    controller: Arc<DeploymentController>,
+    queue: RateLimitingQueue<String>,
+    registrations: Vec<HandlerRegistration>,
+}
+
+impl std::fmt::Debug for DeploymentControllerRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeploymentControllerRunner")
+            .field("controller", &self.controller)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DeploymentControllerRunner {
+    /// Creates the informers (from `factory`), the queue and the handlers. Must be called
+    /// inside a tokio runtime.
+    pub fn new(
+        client: Client,
+        factory: &SharedInformerFactory,
+        recorder: Arc<dyn EventRecorder>,
+    ) -> Result<Self, InformerError> {
+        let d_informer = factory.informer::<Deployment>();
+        let rs_informer = factory.informer::<ReplicaSet>();
+        let pod_informer = factory.informer::<Pod>();
+        let queue = RateLimitingQueue::with_config(
+            default_controller_rate_limiter(),
+            QueueConfig::new().name(QUEUE_NAME),
+        );
+        let handlers = Arc::new(EnqueueHandlers::new(
+            client.clone(),
+            queue.clone(),
+            d_informer.store().clone(),
+            rs_informer.store().clone(),
+            pod_informer.store().clone(),
+        ));
+        let registrations = vec![
+            d_informer.add_event_handler(handlers.clone())?,
+            rs_informer.add_event_handler(handlers.clone())?,
+            pod_informer.add_event_handler(handlers)?,
+        ];
+        let controller = Arc::new(DeploymentController::new(
+            client,
+            d_informer.store().clone(),
+            rs_informer.store().clone(),
+            pod_informer.store().clone(),
+            recorder,
+        ));
+        Ok(Self {
+            factory: factory.clone(),
+            controller,
+            queue,
+            registrations,
+        })
+    }
+
+    /// The work queue (e.g. to enqueue a key by hand, or to watch its length).
+    pub fn queue(&self) -> &RateLimitingQueue<String> {
+        &self.queue
+    }
+
+    /// The sync logic the workers call.
+    pub fn controller(&self) -> &Arc<DeploymentController> {
+        &self.controller
+    }
+
+    /// `Run(workers)`: starts the factory's informers, waits for the caches, runs `workers`
+    /// workers until `cancel` fires, then stops taking keys, lets the syncs in flight finish
+    /// and returns. The factory is left running: the caller shuts it down (it may be shared).
+    pub async fn run(&self, workers: usize, cancel: &CancellationToken) -> Result<(), RunError> {
+        info!(controller = QUEUE_NAME, "starting controller");
+        self.factory.start(cancel);
+        let synced: Vec<&dyn kctrl_informer::HasSynced> = self
+            .registrations
+            .iter()
+            .map(|r| r as &dyn kctrl_informer::HasSynced)
+            .collect();
+        if !wait_for_cache_sync(QUEUE_NAME, cancel, &synced).await {
+            self.queue.shut_down();
+            return Err(RunError::CachesNotSynced);
+        }
+        let tasks: Vec<_> = (0..workers.max(1))
+            .map(|_| tokio::spawn(worker(self.controller.clone(), self.queue.clone())))
+            .collect();
+        cancel.cancelled().await;
+        info!(controller = QUEUE_NAME, "shutting down controller");
+        self.queue.shut_down_with_drain().await;
+        for task in tasks {
+            if let Err(err) = task.await {
+                error!(%err, "deployment worker ended abnormally");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One worker: takes keys until the queue shuts down.
+async fn worker(controller: Arc<DeploymentController>, queue: RateLimitingQueue<String>) {
+    while let Some(key) = queue.get().await {
+        process_key(&controller, &queue, &key).await;
+        queue.done(&key);
+    }
+}
+
+/// How a finished sync leaves its key (`handleErr` plus the requeue of stuck rollouts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyDisposition {
+    /// Synced; come back after this long (`enqueueAfter`), or never.
+    Done(Option<Duration>),
+    /// Synced; come back soon, rate-limited (`enqueueRateLimited`: the deadline is now).
+    DoneRequeueRateLimited,
+    /// Failed; retry rate-limited.
+    Retry,
+    /// Failed for the last time, or for a terminating namespace: forget it.
+    Drop,
+}
+
+/// Decides what happens to a key after a sync, given how often it was retried already.
+pub fn disposition(result: &Result<Requeue, SyncError>, num_requeues: usize) -> KeyDisposition {
+    match result {
+        Ok(Requeue::Never) => KeyDisposition::Done(None),
+        Ok(Requeue::Now) => KeyDisposition::DoneRequeueRateLimited,
+        Ok(requeue @ Requeue::After(_)) => KeyDisposition::Done(
+            requeue
+                .delay()
+                .and_then(|d| Duration::try_from(d).ok())
+                .or(Some(Duration::ZERO)),
+        ),
+        Err(err) if err.is_namespace_terminating() => KeyDisposition::Drop,
+        Err(_) if num_requeues < MAX_RETRIES => KeyDisposition::Retry,
+        Err(_) => KeyDisposition::Drop,
+    }
+}
+
+async fn process_key(
+    controller: &Arc<DeploymentController>,
+    queue: &RateLimitingQueue<String>,
+    key: &String,
+) {
+    let (namespace, name) = key.split_once('/').unwrap_or(("", key.as_str()));
+    // A task of its own, so a panicking sync fails this key instead of the worker.
+    let task = {
+        let controller = controller.clone();
+        let (namespace, name) = (namespace.to_owned(), name.to_owned());
+        tokio::spawn(async move { controller.sync_deployment(&namespace, &name).await })
+    };
+    let result = match task.await {
+        Ok(result) => result.map(|outcome| outcome.requeue),
+        Err(join_err) => {
+            error!(namespace, name, %join_err, "syncing deployment panicked");
+            queue.add_rate_limited(key.clone());
+            return;
+        }
+    };
+    let retries = queue.num_requeues(key);
+    match disposition(&result, retries) {
+        KeyDisposition::Done(after) => {
+            queue.forget(key);
+            if let Some(after) = after {
+                queue.add_after(key.clone(), after);
+            }
+        }
+        KeyDisposition::DoneRequeueRateLimited => {
+            // Upstream enqueues rate-limited during the sync, then forgets the key's failures.
+            queue.add_rate_limited(key.clone());
+            queue.forget(key);
+        }
+        KeyDisposition::Retry => {
+            if let Err(err) = &result {
+                info!(namespace, name, %err, retries, "error syncing deployment");
+            }
+            queue.add_rate_limited(key.clone());
+        }
+        KeyDisposition::Drop => {
+            if let Err(err) = &result {
+                if err.is_namespace_terminating() {
+                    debug!(namespace, name, %err, "namespace is terminating; not retrying");
+                } else {
+                    warn!(namespace, name, %err, "dropping deployment out of the queue");
+                }
+            }
+            queue.forget(key);
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "wiring_tests.rs"]
+mod tests;

@@ -1,0 +1,415 @@
+//! Ports of upstream's handler tests (deployment_controller_test.go: the pod-deletion,
+//! add/update/delete ReplicaSet scenarios) against the pure enqueue rules, plus the
+//! disposition of sync results and a wiring test of the running controller on the fake API.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, ReplicaSetSpec};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::SignedDuration;
+use kctrl_client::{Api, PostParams};
+use kctrl_controller_ref::{Owner, get_controller_of};
+use kctrl_fake::FakeApi;
+use kctrl_informer::{DeletedObject, SharedInformerFactory, Store};
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::events::RecordingEventRecorder;
+use crate::fixtures::{map, new_deployment};
+
+fn foo_bar() -> BTreeMap<String, String> {
+    map(&[("foo", "bar")])
+}
+
+fn deployment(name: &str, selector: BTreeMap<String, String>) -> Deployment {
+    new_deployment(name, 1, None, None, None, Some(selector))
+}
+
+fn recreate(mut d: Deployment) -> Deployment {
+    let strategy = d.spec.as_mut().unwrap().strategy.as_mut().unwrap();
+    strategy.type_ = Some("Recreate".to_owned());
+    strategy.rolling_update = None;
+    d
+}
+
+/// `newReplicaSet(d, name, replicas)`: controlled by `d`, labelled with `d`'s selector.
+fn new_replica_set(d: &Deployment, name: &str, replicas: i32) -> ReplicaSet {
+    let spec = d.spec.clone().unwrap();
+    ReplicaSet {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some("default".to_owned()),
+            uid: Some(format!("uid-{name}")),
+            resource_version: Some("1".to_owned()),
+            labels: spec.selector.match_labels.clone(),
+            owner_references: Some(vec![Owner::of(d).controller_ref()]),
+            ..Default::default()
+        },
+        spec: Some(ReplicaSetSpec {
+            replicas: Some(replicas),
+            selector: spec.selector.clone(),
+            template: Some(spec.template.clone()),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// `generatePodFromRS(rs)`.
+fn pod_from_rs(rs: &ReplicaSet) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(format!("{}-pod", rs.metadata.name.as_deref().unwrap())),
+            namespace: Some("default".to_owned()),
+            labels: rs.spec.as_ref().unwrap().selector.match_labels.clone(),
+            owner_references: Some(vec![Owner::of(rs).controller_ref()]),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+fn store_of<K>(objects: &[&K]) -> Store<K>
+where
+    K: Clone + k8s_openapi::Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+{
+    let store = Store::new();
+    for o in objects {
+        store.insert(Arc::new((*o).clone()));
+    }
+    store
+}
+
+fn set(keys: Vec<String>) -> BTreeSet<String> {
+    keys.into_iter().collect()
+}
+
+fn keys(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|n| format!("default/{n}")).collect()
+}
+
+fn bump(rs: &ReplicaSet, rv: &str) -> ReplicaSet {
+    let mut rs = rs.clone();
+    rs.metadata.resource_version = Some(rv.to_owned());
+    rs
+}
+
+/// Two Deployments selecting `foo=bar`, each with a ReplicaSet.
+fn two_deployments() -> (Deployment, Deployment, ReplicaSet, ReplicaSet) {
+    let d1 = deployment("d1", foo_bar());
+    let d2 = deployment("d2", foo_bar());
+    let rs1 = new_replica_set(&d1, "rs1", 1);
+    let rs2 = new_replica_set(&d2, "rs2", 1);
+    (d1, d2, rs1, rs2)
+}
+
+#[test]
+fn add_replica_set() {
+    let (d1, d2, rs1, rs2) = two_deployments();
+    let ds = store_of(&[&d1, &d2]);
+    assert_eq!(keys_for_replica_set_add(&ds, &rs1), ["default/d1"]);
+    assert_eq!(keys_for_replica_set_add(&ds, &rs2), ["default/d2"]);
+}
+
+#[test]
+fn add_replica_set_orphan() {
+    let (d1, d2, _, _) = two_deployments();
+    let d3 = deployment("d3", map(&[("foo", "notbar")]));
+    let mut rs = new_replica_set(&d1, "rs1", 1);
+    rs.metadata.owner_references = None;
+    let ds = store_of(&[&d1, &d2, &d3]);
+    assert_eq!(set(keys_for_replica_set_add(&ds, &rs)), keys(&["d1", "d2"]));
+}
+
+#[test]
+fn add_replica_set_being_deleted_is_a_delete() {
+    let (d1, d2, rs1, _) = two_deployments();
+    let ds = store_of(&[&d1, &d2]);
+    let mut orphan = rs1.clone();
+    orphan.metadata.owner_references = None;
+    orphan.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            "2026-01-01T00:00:00Z".parse().unwrap(),
+        ));
+    // An orphan being deleted wakes nobody (an orphan add would wake d1 and d2).
+    assert!(keys_for_replica_set_add(&ds, &orphan).is_empty());
+}
+
+#[test]
+fn add_replica_set_with_unresolvable_owner() {
+    let (d1, d2, mut rs1, _) = two_deployments();
+    // The name resolves, the uid does not: not d1's ReplicaSet after all.
+    rs1.metadata.owner_references.as_mut().unwrap()[0].uid = "other".to_owned();
+    let ds = store_of(&[&d1, &d2]);
+    assert!(keys_for_replica_set_add(&ds, &rs1).is_empty());
+}
+
+#[test]
+fn update_replica_set() {
+    let (d1, d2, rs1, rs2) = two_deployments();
+    let ds = store_of(&[&d1, &d2]);
+    assert_eq!(
+        set(keys_for_replica_set_update(&ds, &rs1, &bump(&rs1, "2"))),
+        keys(&["d1"])
+    );
+    assert_eq!(
+        set(keys_for_replica_set_update(&ds, &rs2, &bump(&rs2, "2"))),
+        keys(&["d2"])
+    );
+    // A resync (same resourceVersion) enqueues nothing.
+    assert!(keys_for_replica_set_update(&ds, &rs1, &rs1).is_empty());
+}
+
+#[test]
+fn update_replica_set_orphan_with_new_labels() {
+    let (d1, d2, _, _) = two_deployments();
+    let ds = store_of(&[&d1, &d2]);
+    let mut prev = new_replica_set(&d1, "rs", 1);
+    prev.metadata.owner_references = None;
+    prev.metadata.labels = Some(map(&[("foo", "notbar")]));
+    let mut next = bump(&prev, "2");
+    next.metadata.labels = Some(foo_bar());
+    assert_eq!(
+        set(keys_for_replica_set_update(&ds, &prev, &next)),
+        keys(&["d1", "d2"])
+    );
+    // Unchanged labels on an orphan: nothing.
+    assert!(keys_for_replica_set_update(&ds, &next, &bump(&next, "3")).is_empty());
+}
+
+#[test]
+fn update_replica_set_change_controller_ref() {
+    let (d1, d2, _, _) = two_deployments();
+    let ds = store_of(&[&d1, &d2]);
+    let next = bump(&new_replica_set(&d1, "rs", 1), "2");
+    let mut prev = next.clone();
+    prev.metadata.resource_version = Some("1".to_owned());
+    prev.metadata.owner_references = Some(vec![Owner::of(&d2).controller_ref()]);
+    assert_eq!(
+        set(keys_for_replica_set_update(&ds, &prev, &next)),
+        keys(&["d1", "d2"])
+    );
+}
+
+#[test]
+fn update_replica_set_release() {
+    let (d1, d2, _, _) = two_deployments();
+    let ds = store_of(&[&d1, &d2]);
+    let prev = new_replica_set(&d1, "rs", 1);
+    let mut next = bump(&prev, "2");
+    next.metadata.owner_references = None;
+    assert_eq!(
+        set(keys_for_replica_set_update(&ds, &prev, &next)),
+        keys(&["d1", "d2"])
+    );
+}
+
+#[test]
+fn delete_replica_set() {
+    let (d1, d2, rs1, rs2) = two_deployments();
+    let ds = store_of(&[&d1, &d2]);
+    let deleted = DeletedObject::Known(Arc::new(rs1.clone()));
+    assert_eq!(keys_for_replica_set_delete(&ds, &deleted), ["default/d1"]);
+    // A tombstone from a relist is handled alike.
+    let tombstone = DeletedObject::FinalStateUnknown {
+        key: "default/rs2".to_owned(),
+        last_known: Arc::new(rs2),
+    };
+    assert_eq!(keys_for_replica_set_delete(&ds, &tombstone), ["default/d2"]);
+}
+
+#[test]
+fn delete_replica_set_orphan() {
+    let (d1, d2, mut rs, _) = two_deployments();
+    rs.metadata.owner_references = None;
+    let ds = store_of(&[&d1, &d2]);
+    assert!(keys_for_replica_set_delete(&ds, &DeletedObject::Known(Arc::new(rs))).is_empty());
+}
+
+/// Upstream's pod-deletion fixture: `foo` (Recreate) in the cache and the API, the given
+/// ReplicaSets in the API and (if `cached`) the cache, the given pods in the pod cache.
+struct PodFixture {
+    fake: FakeApi,
+    deployments: Store<Deployment>,
+    replica_sets: Store<ReplicaSet>,
+    pods: Store<Pod>,
+}
+
+impl PodFixture {
+    fn new(foo: &Deployment, rss: &[&ReplicaSet], cached_rss: bool, pods: &[&Pod]) -> Self {
+        let fake = FakeApi::new();
+        fake.add(foo).unwrap();
+        let replica_sets = Store::new();
+        for rs in rss {
+            let stored = fake.add(*rs).unwrap();
+            if cached_rss {
+                replica_sets.insert(Arc::new(stored));
+            }
+        }
+        Self {
+            fake,
+            deployments: store_of(&[foo]),
+            replica_sets,
+            pods: store_of(pods),
+        }
+    }
+
+    async fn delete_pod(&self, pod: &Pod) -> Option<String> {
+        key_for_pod_delete(
+            &self.fake.client(),
+            &self.deployments,
+            &self.replica_sets,
+            &self.pods,
+            &DeletedObject::Known(Arc::new(pod.clone())),
+        )
+        .await
+    }
+}
+
+#[tokio::test]
+async fn pod_deletion_enqueues_recreate_deployment() {
+    let foo = recreate(deployment("foo", foo_bar()));
+    let rs = new_replica_set(&foo, "foo-1", 1);
+    let pod = pod_from_rs(&rs);
+    let f = PodFixture::new(&foo, &[&rs], true, &[]);
+    assert_eq!(f.delete_pod(&pod).await.as_deref(), Some("default/foo"));
+
+    // The same deletion for a RollingUpdate Deployment enqueues nothing.
+    let rolling = deployment("foo", foo_bar());
+    let f = PodFixture::new(&rolling, &[&rs], true, &[]);
+    assert_eq!(f.delete_pod(&pod).await, None);
+}
+
+#[tokio::test]
+async fn pod_deletion_doesnt_enqueue_recreate_deployment() {
+    let foo = recreate(deployment("foo", foo_bar()));
+    let rs1 = new_replica_set(&foo, "foo-1", 1);
+    let rs2 = new_replica_set(&foo, "foo-2", 1);
+    let (pod1, pod2) = (pod_from_rs(&rs1), pod_from_rs(&rs2));
+    // The ReplicaSets are in the API but not in the cache: the pod's owner cannot be found.
+    let f = PodFixture::new(&foo, &[&rs1, &rs2], false, &[&pod1, &pod2]);
+    assert_eq!(f.delete_pod(&pod1).await, None);
+}
+
+#[tokio::test]
+async fn pod_deletion_partial_replica_set_ownership_enqueue_recreate_deployment() {
+    let foo = recreate(deployment("foo", foo_bar()));
+    let rs1 = new_replica_set(&foo, "foo-1", 1);
+    let mut rs2 = new_replica_set(&foo, "foo-2", 2);
+    rs2.metadata.owner_references = None;
+    let pod = pod_from_rs(&rs1);
+    let f = PodFixture::new(&foo, &[&rs1, &rs2], true, &[]);
+    assert_eq!(f.delete_pod(&pod).await.as_deref(), Some("default/foo"));
+}
+
+#[tokio::test]
+async fn pod_deletion_partial_replica_set_ownership_doesnt_enqueue_recreate_deployment() {
+    let foo = recreate(deployment("foo", foo_bar()));
+    let rs1 = new_replica_set(&foo, "foo-1", 1);
+    let mut rs2 = new_replica_set(&foo, "foo-2", 2);
+    rs2.metadata.owner_references = None;
+    let pod = pod_from_rs(&rs1);
+    // The pod is still in the cache: the Deployment still has a pod.
+    let f = PodFixture::new(&foo, &[&rs1, &rs2], true, &[&pod]);
+    assert_eq!(f.delete_pod(&pod).await, None);
+}
+
+#[test]
+fn dispositions() {
+    assert_eq!(
+        disposition(&Ok(Requeue::Never), 3),
+        KeyDisposition::Done(None)
+    );
+    assert_eq!(
+        disposition(&Ok(Requeue::Now), 0),
+        KeyDisposition::DoneRequeueRateLimited
+    );
+    assert_eq!(
+        disposition(&Ok(Requeue::After(SignedDuration::from_secs(10))), 0),
+        KeyDisposition::Done(Some(Duration::from_secs(11)))
+    );
+    let err = || Err(SyncError::UnexpectedStrategy("Bogus".to_owned()));
+    assert_eq!(disposition(&err(), 0), KeyDisposition::Retry);
+    assert_eq!(disposition(&err(), MAX_RETRIES - 1), KeyDisposition::Retry);
+    assert_eq!(disposition(&err(), MAX_RETRIES), KeyDisposition::Drop);
+}
+
+/// Waits (real clock) until `cond` holds, at most `deadline`.
+async fn wait_until(deadline: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    tokio::time::timeout(deadline, async {
+        while !cond() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_controller_creates_the_replica_set() {
+    let fake = FakeApi::new();
+    let factory = SharedInformerFactory::new(fake.client(), Duration::ZERO);
+    let recorder = Arc::new(RecordingEventRecorder::new());
+    let runner = Arc::new(
+        DeploymentControllerRunner::new(fake.client(), &factory, recorder.clone()).unwrap(),
+    );
+    let cancel = CancellationToken::new();
+    let run = tokio::spawn({
+        let (runner, cancel) = (runner.clone(), cancel.clone());
+        async move { runner.run(2, &cancel).await }
+    });
+
+    let mut web = deployment("web", map(&[("app", "web")]));
+    web.metadata.uid = None;
+    web.spec.as_mut().unwrap().replicas = Some(3);
+    let created = Api::<Deployment>::namespaced(fake.client(), "default")
+        .create(&PostParams::default(), &web)
+        .await
+        .unwrap();
+    let uid = created.metadata.uid.clone().unwrap();
+
+    let owned_rs = || {
+        fake.objects::<ReplicaSet>().into_iter().find(|rs| {
+            get_controller_of(&rs.metadata).is_some_and(|r| r.uid == uid)
+                && rs.spec.as_ref().and_then(|s| s.replicas) == Some(3)
+        })
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), || owned_rs().is_some()).await,
+        "no ReplicaSet of 3 replicas owned by web; actions: {:?}",
+        fake.actions()
+            .iter()
+            .map(|a| format!("{} {}", a.verb(), a.resource().plural))
+            .collect::<Vec<_>>()
+    );
+    // The status tells of the new ReplicaSet too (observedGeneration caught up).
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            fake.object::<Deployment>(Some("default"), "web")
+                .and_then(|d| d.status)
+                .and_then(|s| s.observed_generation)
+                == Some(1)
+        })
+        .await
+    );
+    assert!(
+        recorder
+            .strings()
+            .iter()
+            .any(|e| e.starts_with("Normal ScalingReplicaSet")),
+        "{:?}",
+        recorder.strings()
+    );
+
+    cancel.cancel();
+    tokio::time::timeout(Duration::from_secs(20), run)
+        .await
+        .expect("run returns after cancel")
+        .unwrap()
+        .unwrap();
+    assert!(runner.queue().shutting_down());
+    factory.shutdown().await;
+}
