@@ -19,6 +19,8 @@ pub const KUBECONFIG_ENV: &str = "KCTRL_E2E_KUBECONFIG";
 pub const CONTROLLER_KUBECONFIG_ENV: &str = "KCTRL_E2E_CONTROLLER_KUBECONFIG";
 /// Command that compacts etcd (optional; local clusters only).
 pub const COMPACT_COMMAND_ENV: &str = "KCTRL_E2E_COMPACT_COMMAND";
+/// Log of our deployment-controller, set when `cargo xtask e2e` runs it against the cluster.
+pub const DEPLOYMENT_CONTROLLER_LOG_ENV: &str = "KCTRL_E2E_DEPLOYMENT_CONTROLLER_LOG";
 
 /// The cluster the suite runs against.
 #[derive(Clone, Debug)]
@@ -29,6 +31,8 @@ pub struct Cluster {
     pub controller_kubeconfig: Option<PathBuf>,
     /// A shell command that compacts etcd at its current revision, when available.
     pub compact_command: Option<String>,
+    /// Log of our deployment-controller, when one runs against the cluster.
+    pub deployment_controller_log: Option<PathBuf>,
 }
 
 static SKIP_NOTICE: Once = Once::new();
@@ -51,6 +55,8 @@ pub fn cluster() -> Option<Cluster> {
         kubeconfig: PathBuf::from(kubeconfig),
         controller_kubeconfig: std::env::var_os(CONTROLLER_KUBECONFIG_ENV).map(PathBuf::from),
         compact_command: std::env::var(COMPACT_COMMAND_ENV).ok(),
+        deployment_controller_log: std::env::var_os(DEPLOYMENT_CONTROLLER_LOG_ENV)
+            .map(PathBuf::from),
     })
 }
 
@@ -262,6 +268,31 @@ impl Cluster {
         let host = config.server.host_str().expect("server host").to_owned();
         let port = config.server.port_or_known_default().expect("server port");
         format!("{host}:{port}")
+    }
+}
+
+/// Polls the async `check` every 200 ms until it returns `Some`, and returns that value; panics
+/// naming `what` (and the last value seen, via `Debug` of the `Err` side) after `timeout`.
+pub async fn eventually<T, E: std::fmt::Debug, F, Fut>(
+    what: &str,
+    timeout: std::time::Duration,
+    mut check: F,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match check().await {
+            Ok(v) => return v,
+            Err(last) => {
+                if tokio::time::Instant::now() > deadline {
+                    panic!("timed out after {timeout:?} waiting for {what}; last seen: {last:?}");
+                }
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
 }
 

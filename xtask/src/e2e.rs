@@ -2,7 +2,11 @@
 //! `tests/` against a real cluster.
 //!
 //! All three cluster kinds share one path: obtain a cluster, describe it to the suite through
-//! environment variables (see `kctrl-e2e`), run `cargo test -p kctrl-e2e`, tear down.
+//! environment variables (see `kctrl-e2e`), run `cargo test -p kctrl-e2e` in two phases, tear
+//! down. First the test targets that must not see a deployment controller (all but
+//! [`CONTROLLER_TEST_TARGETS`]); then our `deployment-controller` is started against the cluster
+//! (out of cluster, admin kubeconfig for now), the targets that need it run, and it is stopped
+//! (also when they fail).
 //!
 //! * `local` (default): the control plane of `cargo xtask cluster`, built from upstream's Go
 //!   modules, with the apiserver's watch cache disabled for ConfigMaps only so compaction tests
@@ -17,7 +21,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 use crate::cluster::kind::KindCluster;
-use crate::cluster::plane::{self, UpOptions};
+use crate::cluster::plane::{self, Layout, UpOptions};
 
 /// Arguments of `cargo xtask e2e`.
 #[derive(clap::Args)]
@@ -48,11 +52,12 @@ pub(crate) enum ClusterKind {
 }
 
 /// What the suite needs to know about the cluster under test.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Target {
     kubeconfig: PathBuf,
     controller_kubeconfig: Option<PathBuf>,
     compact_command: Option<String>,
+    controller_log: Option<PathBuf>,
 }
 
 impl Target {
@@ -68,6 +73,12 @@ impl Target {
         if let Some(c) = &self.compact_command {
             vars.push(("KCTRL_E2E_COMPACT_COMMAND", c.clone()));
         }
+        if let Some(l) = &self.controller_log {
+            vars.push((
+                "KCTRL_E2E_DEPLOYMENT_CONTROLLER_LOG",
+                l.display().to_string(),
+            ));
+        }
         vars
     }
 }
@@ -76,6 +87,8 @@ impl Target {
 pub(crate) const LOCAL_APISERVER_ARGS: &[&str] = &["--watch-cache-sizes=configmaps#0"];
 
 pub(crate) fn run(args: E2eArgs) -> Result<()> {
+    // Build first: a compile error should not cost a cluster start.
+    let controller = crate::controller_process::build()?;
     match args.cluster {
         ClusterKind::Local => {
             let info = plane::ensure_up(&UpOptions {
@@ -88,8 +101,9 @@ pub(crate) fn run(args: E2eArgs) -> Result<()> {
                 kubeconfig: info.admin_kubeconfig.clone(),
                 controller_kubeconfig: Some(info.controller_kubeconfig.clone()),
                 compact_command: Some(compact_command(&xtask, &args.name)),
+                controller_log: Some(Layout::new(&args.name).logs().join(CONTROLLER_LOG)),
             };
-            let result = run_suite(&target, &args.test_args);
+            let result = run_suite_with_controller(&controller, &target, &args.test_args);
             finish(result, args.keep, || crate::cluster::down(&args.name))
         }
         ClusterKind::Existing => {
@@ -103,11 +117,16 @@ pub(crate) fn run(args: E2eArgs) -> Result<()> {
                     kubeconfig.display()
                 );
             }
-            run_suite(
+            let log = Path::new("target/kctrl-existing")
+                .join(&args.name)
+                .join(CONTROLLER_LOG);
+            run_suite_with_controller(
+                &controller,
                 &Target {
                     kubeconfig,
                     controller_kubeconfig: None,
                     compact_command: None,
+                    controller_log: Some(log),
                 },
                 &args.test_args,
             )
@@ -127,11 +146,14 @@ pub(crate) fn run(args: E2eArgs) -> Result<()> {
                 let out = output_of(&cluster.kubeconfig_command())?;
                 std::fs::write(&kubeconfig, out)
                     .with_context(|| format!("writing {}", kubeconfig.display()))?;
-                run_suite(
+                // Out of cluster, against the kind kubeconfig.
+                run_suite_with_controller(
+                    &controller,
                     &Target {
                         kubeconfig: kubeconfig.clone(),
                         controller_kubeconfig: None,
                         compact_command: None,
+                        controller_log: Some(dir.join(CONTROLLER_LOG)),
                     },
                     &args.test_args,
                 )
@@ -176,15 +198,118 @@ fn shell_quote(s: &str) -> String {
     }
 }
 
-fn run_suite(target: &Target, test_args: &[String]) -> Result<()> {
+/// File name of our controller's log.
+const CONTROLLER_LOG: &str = "deployment-controller.log";
+
+/// Starts our deployment-controller against the target (admin kubeconfig for now), runs the
+/// suite, and stops the controller whatever the suite's outcome.
+fn run_suite_with_controller(binary: &Path, target: &Target, test_args: &[String]) -> Result<()> {
+    let log = target
+        .controller_log
+        .as_deref()
+        .context("no controller log path")?;
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/Cargo.toml");
+    let text = std::fs::read_to_string(&manifest)
+        .with_context(|| format!("reading {}", manifest.display()))?;
+    let (without, with) = split_targets(&test_targets(&text));
+    // First the tests that must not see a deployment controller (controller_ref uses
+    // Deployments as mere owners of ReplicaSets it claims itself).
+    let bare = Target {
+        controller_log: None,
+        ..target.clone()
+    };
+    let mut selection = vec!["--lib".to_owned()];
+    selection.extend(
+        without
+            .iter()
+            .flat_map(|t| ["--test".to_owned(), t.clone()]),
+    );
+    let first = run_suite(&bare, &selection, test_args);
+    if with.is_empty() {
+        return first;
+    }
+    let controller = crate::controller_process::start(binary, &target.kubeconfig, log, &[])?;
+    let selection: Vec<String> = with
+        .iter()
+        .flat_map(|t| ["--test".to_owned(), t.clone()])
+        .collect();
+    let second = run_suite(target, &selection, test_args);
+    let log = controller.log_path().to_path_buf();
+    let stopped = controller.stop();
+    let second = combine(second, stopped, &log);
+    match (first, second) {
+        (Err(e), Err(e2)) => {
+            eprintln!("==> the tests with the controller failed too: {e2:#}");
+            Err(e)
+        }
+        (r1, r2) => r1.and(r2),
+    }
+}
+
+/// Test targets of `kctrl-e2e` that need our deployment-controller running. All others run
+/// before it starts, with no deployment controller in the cluster.
+const CONTROLLER_TEST_TARGETS: &[&str] = &["deployment"];
+
+/// Names of the `[[test]]` targets in a Cargo manifest.
+fn test_targets(manifest: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut in_test = false;
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_test = line == "[[test]]";
+        } else if in_test
+            && let Some((key, value)) = line.split_once('=')
+            && key.trim() == "name"
+        {
+            names.push(value.trim().trim_matches('"').to_owned());
+        }
+    }
+    names
+}
+
+/// Splits test targets into (without the controller, with it).
+fn split_targets(targets: &[String]) -> (Vec<String>, Vec<String>) {
+    targets
+        .iter()
+        .cloned()
+        .partition(|t| !CONTROLLER_TEST_TARGETS.contains(&t.as_str()))
+}
+
+/// The suite's result, unless it passed and stopping the controller failed (a failed stop
+/// never hides a test failure, but is reported).
+fn combine(suite: Result<()>, stopped: Result<()>, log: &Path) -> Result<()> {
+    match (suite, stopped) {
+        (Ok(()), Ok(())) => Ok(()),
+        (Err(e), Ok(())) => {
+            eprintln!("==> deployment-controller log: {}", log.display());
+            Err(e)
+        }
+        (Ok(()), Err(e)) => Err(e.context("stopping the deployment-controller")),
+        (Err(e), Err(stop)) => {
+            eprintln!("==> stopping the deployment-controller failed too: {stop:#}");
+            eprintln!("==> deployment-controller log: {}", log.display());
+            Err(e)
+        }
+    }
+}
+
+/// `cargo test -p kctrl-e2e <selection…> -- <test_args…>` against `target`.
+fn run_suite(target: &Target, selection: &[String], test_args: &[String]) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let mut cmd = Command::new(&cargo);
-    cmd.args(["test", "-p", "kctrl-e2e", "--"]).args(test_args);
+    cmd.args(["test", "-p", "kctrl-e2e"])
+        .args(selection)
+        .arg("--")
+        .args(test_args);
     for (k, v) in target.env_vars() {
         eprintln!("==> {k}={v}");
         cmd.env(k, v);
     }
-    eprintln!("==> cargo test -p kctrl-e2e -- {}", test_args.join(" "));
+    eprintln!(
+        "==> cargo test -p kctrl-e2e {} -- {}",
+        selection.join(" "),
+        test_args.join(" ")
+    );
     let status = cmd.status().with_context(|| format!("running {cargo}"))?;
     if !status.success() {
         bail!("the e2e suite failed ({status})");
@@ -243,6 +368,7 @@ mod tests {
             kubeconfig: "/k/admin".into(),
             controller_kubeconfig: Some("/k/ctrl".into()),
             compact_command: Some("x cluster compact --name e2e".into()),
+            controller_log: Some("/l/deployment-controller.log".into()),
         };
         assert_eq!(
             t.env_vars(),
@@ -253,12 +379,17 @@ mod tests {
                     "KCTRL_E2E_COMPACT_COMMAND",
                     "x cluster compact --name e2e".to_owned()
                 ),
+                (
+                    "KCTRL_E2E_DEPLOYMENT_CONTROLLER_LOG",
+                    "/l/deployment-controller.log".to_owned()
+                ),
             ]
         );
         let bare = Target {
             kubeconfig: "/k".into(),
             controller_kubeconfig: None,
             compact_command: None,
+            controller_log: None,
         };
         assert_eq!(bare.env_vars().len(), 1);
     }
@@ -274,6 +405,56 @@ mod tests {
             "'/my dir/xtask' cluster compact --name e2e"
         );
         assert_eq!(shell_quote("it's"), r"'it'\''s'");
+    }
+
+    #[test]
+    fn a_failed_controller_stop_never_hides_a_test_failure() {
+        let log = Path::new("/l");
+        let r = combine(
+            Err(anyhow::anyhow!("tests failed")),
+            Err(anyhow::anyhow!("x")),
+            log,
+        );
+        assert_eq!(r.unwrap_err().to_string(), "tests failed");
+        let r = combine(Ok(()), Err(anyhow::anyhow!("exit 1")), log);
+        assert!(format!("{:#}", r.unwrap_err()).contains("exit 1"));
+        assert!(combine(Ok(()), Ok(()), log).is_ok());
+    }
+
+    #[test]
+    fn test_targets_are_read_from_the_manifest_and_split() {
+        let manifest = r#"[package]
+name = "kctrl-e2e"
+
+[dependencies]
+name = { path = "x" }
+
+[[test]]
+name = "client"
+path = "e2e/client.rs"
+
+[[test]]
+path = "e2e/deployment.rs"
+name = "deployment"
+
+[lints]
+workspace = true
+"#;
+        let targets = test_targets(manifest);
+        assert_eq!(targets, ["client", "deployment"]);
+        assert_eq!(
+            split_targets(&targets),
+            (vec!["client".to_owned()], vec!["deployment".to_owned()])
+        );
+        // The real manifest: every controller target exists.
+        let real = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/Cargo.toml"),
+        )
+        .unwrap();
+        let real = test_targets(&real);
+        for t in CONTROLLER_TEST_TARGETS {
+            assert!(real.iter().any(|r| r == t), "{t} in {real:?}");
+        }
     }
 
     #[test]

@@ -4,6 +4,8 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod cluster;
+mod controller_process;
+mod demo;
 mod e2e;
 mod test;
 
@@ -20,6 +22,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// The local Kubernetes control plane built from upstream's Go modules.
     Cluster(cluster::ClusterArgs),
+    /// Local cluster + our deployment-controller + a live rolling update, drawn as an SVG.
+    Demo(demo::DemoArgs),
     /// The end-to-end suite against a real cluster.
     E2e(e2e::E2eArgs),
     /// The whole test suite, as README.md and CI run it.
@@ -30,6 +34,7 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Bench(args) => bench::run(args),
         Command::Cluster(args) => cluster::run(args),
+        Command::Demo(args) => demo::run(args),
         Command::E2e(args) => e2e::run(args),
         Command::Test(args) => test::run(args),
     }

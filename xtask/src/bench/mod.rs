@@ -1,6 +1,7 @@
 //! `cargo xtask bench <target>`: benchmarks that run our crates side by side with the upstream Go
 //! code they reimplement, and write the comparison to docs/benchmarks/.
 
+mod informer;
 mod workqueue;
 
 /// Arguments of `cargo xtask bench`.
@@ -18,11 +19,20 @@ enum Target {
     /// The Rust side of `bench workqueue`, run as a release build by that command.
     #[command(hide = true)]
     WorkqueuePeer(workqueue::peer::PeerArgs),
+    /// kctrl-informer against client-go's SharedInformer and kube-rs's reflector on a local
+    /// control plane: time to synced, RSS, bytes per object, update events/s. Writes
+    /// docs/benchmarks/informer.md.
+    Informer(informer::InformerArgs),
+    /// The kctrl side of `bench informer`, run as a release build by that command.
+    #[command(hide = true)]
+    InformerPeer(informer::peer::PeerArgs),
 }
 
 pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.target {
         Target::Workqueue(args) => workqueue::run(args),
         Target::WorkqueuePeer(args) => workqueue::peer::run(args),
+        Target::Informer(args) => informer::run(args),
+        Target::InformerPeer(args) => informer::peer::run(args),
     }
 }

@@ -1,0 +1,972 @@
+//! Our deployment-controller against a real cluster (`cargo xtask e2e` starts it): the
+//! kube-apiserver, kube-controller-manager's ReplicaSet controller and garbage collector, and
+//! KWOK nodes on which pods become Running and Ready at once.
+//!
+//! Every test runs in its own namespace and waits with deadlines, never fixed sleeps. Tests that
+//! need the controller return early when `cargo xtask e2e` did not start one.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{
+    Deployment, DeploymentCondition, DeploymentSpec, DeploymentStrategy, ReplicaSet,
+    ReplicaSetSpec, RollingUpdateDeployment,
+};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kctrl_client::{
+    Api, Client, DeleteParams, ListParams, Patch, PostParams, PropagationPolicy, WatchEvent,
+    WatchParams,
+};
+use kctrl_e2e::{Cluster, TestNamespace, eventually, require_cluster};
+use serde_json::json;
+
+const IMAGE_1: &str = "registry.k8s.io/pause:3.10";
+const IMAGE_2: &str = "registry.k8s.io/pause:3.9";
+const IMAGE_3: &str = "registry.k8s.io/pause:3.8";
+const IMAGE_4: &str = "registry.k8s.io/pause:3.7";
+const HASH_LABEL: &str = "pod-template-hash";
+const REVISION: &str = "deployment.kubernetes.io/revision";
+const REVISION_HISTORY: &str = "deployment.kubernetes.io/revision-history";
+const DESIRED_REPLICAS: &str = "deployment.kubernetes.io/desired-replicas";
+const MAX_REPLICAS: &str = "deployment.kubernetes.io/max-replicas";
+/// A nodeSelector no KWOK node matches: such pods stay Pending (never available).
+const NO_NODE: (&str, &str) = ("kctrl-e2e/no-such-node", "true");
+/// Deadline for a rollout of a few pods on KWOK nodes.
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The namespace and clients of one test.
+struct Env {
+    cluster: Cluster,
+    ns: TestNamespace,
+    deployments: Api<Deployment>,
+    sets: Api<ReplicaSet>,
+    pods: Api<Pod>,
+}
+
+/// An [`Env`], or return from the test when there is no cluster or no controller.
+macro_rules! env {
+    ($prefix:expr) => {{
+        let cluster = require_cluster!();
+        if cluster.deployment_controller_log.is_none() {
+            eprintln!(
+                "e2e: no deployment-controller runs against the cluster (run `cargo xtask e2e`); \
+                 skipping"
+            );
+            return;
+        }
+        Env::new(cluster, $prefix).await
+    }};
+}
+
+impl Env {
+    async fn new(cluster: Cluster, prefix: &str) -> Self {
+        let client: Client = cluster.admin();
+        let ns = TestNamespace::create(&client, prefix).await;
+        Self {
+            deployments: Api::namespaced(client.clone(), &ns.name),
+            sets: Api::namespaced(client.clone(), &ns.name),
+            pods: Api::namespaced(client.clone(), &ns.name),
+            cluster,
+            ns,
+        }
+    }
+
+    /// Where to look when something goes wrong.
+    fn log_hint(&self) -> String {
+        format!(
+            "namespace {}, controller log {}",
+            self.ns.name,
+            self.cluster
+                .deployment_controller_log
+                .as_deref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()
+        )
+    }
+
+    async fn create(&self, d: &Deployment) -> Deployment {
+        self.deployments
+            .create(&PostParams::default(), d)
+            .await
+            .unwrap_or_else(|e| panic!("creating {:?}: {e}", d.metadata.name))
+    }
+
+    async fn get(&self, name: &str) -> Deployment {
+        self.deployments.get(name).await.unwrap()
+    }
+
+    async fn patch(&self, name: &str, patch: Patch) -> Deployment {
+        self.deployments
+            .patch(name, &PostParams::default(), &patch)
+            .await
+            .unwrap_or_else(|e| panic!("patching deployment {name}: {e}"))
+    }
+
+    async fn set_image(&self, name: &str, image: &str) -> Deployment {
+        self.patch(
+            name,
+            Patch::Strategic(json!({"spec": {"template": {"spec": {
+                "containers": [{"name": "main", "image": image}]
+            }}}})),
+        )
+        .await
+    }
+
+    async fn all_sets(&self) -> Vec<ReplicaSet> {
+        self.sets.list(&ListParams::default()).await.unwrap().items
+    }
+
+    /// ReplicaSets whose controllerRef is `d`, oldest revision first.
+    async fn owned_sets(&self, d: &Deployment) -> Vec<ReplicaSet> {
+        let uid = d.metadata.uid.clone();
+        let mut sets: Vec<ReplicaSet> = self
+            .all_sets()
+            .await
+            .into_iter()
+            .filter(|rs| controller_uid(rs) == uid)
+            .collect();
+        sets.sort_by_key(|rs| revision(rs).unwrap_or(0));
+        sets
+    }
+
+    /// Waits until `name` is complete (upstream's `DeploymentComplete`, at its latest generation).
+    async fn wait_complete(&self, name: &str) -> Deployment {
+        let what = format!("deployment {name} to complete ({})", self.log_hint());
+        eventually(&what, TIMEOUT, || async {
+            let d = self.get(name).await;
+            if complete(&d) { Ok(d) } else { Err(d.status) }
+        })
+        .await
+    }
+
+    /// Waits until the controller has observed the latest generation of `name`.
+    async fn wait_observed(&self, name: &str) -> Deployment {
+        let what = format!("deployment {name} to be observed ({})", self.log_hint());
+        eventually(&what, TIMEOUT, || async {
+            let d = self.get(name).await;
+            if observed(&d) { Ok(d) } else { Err(d.status) }
+        })
+        .await
+    }
+}
+
+fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+fn template(app: &str, image: &str) -> PodTemplateSpec {
+    PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(labels(&[("app", app)])),
+            ..Default::default()
+        }),
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "main".into(),
+                image: Some(image.into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+    }
+}
+
+/// A RollingUpdate Deployment `name` selecting and labelling its pods `app=<name>`.
+fn deployment(name: &str, replicas: i32) -> Deployment {
+    Deployment {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: Some(DeploymentSpec {
+            replicas: Some(replicas),
+            selector: LabelSelector {
+                match_labels: Some(labels(&[("app", name)])),
+                ..Default::default()
+            },
+            template: template(name, IMAGE_1),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn rolling(d: &mut Deployment, max_surge: i32, max_unavailable: i32) {
+    d.spec.as_mut().unwrap().strategy = Some(DeploymentStrategy {
+        type_: Some("RollingUpdate".into()),
+        rolling_update: Some(RollingUpdateDeployment {
+            max_surge: Some(IntOrString::Int(max_surge)),
+            max_unavailable: Some(IntOrString::Int(max_unavailable)),
+        }),
+    });
+}
+
+fn spec(d: &Deployment) -> &DeploymentSpec {
+    d.spec.as_ref().unwrap()
+}
+
+fn name(meta: &ObjectMeta) -> &str {
+    meta.name.as_deref().unwrap_or_default()
+}
+
+fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+    meta.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+fn label<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+    meta.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+fn revision(rs: &ReplicaSet) -> Option<i64> {
+    annotation(&rs.metadata, REVISION)?.parse().ok()
+}
+
+fn controller_uid(rs: &ReplicaSet) -> Option<String> {
+    rs.metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|r| r.controller == Some(true))
+        .map(|r| r.uid.clone())
+}
+
+fn rs_spec(rs: &ReplicaSet) -> i32 {
+    rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1)
+}
+
+fn rs_available(rs: &ReplicaSet) -> i32 {
+    rs.status
+        .as_ref()
+        .and_then(|s| s.available_replicas)
+        .unwrap_or(0)
+}
+
+fn rs_image(rs: &ReplicaSet) -> Option<&str> {
+    rs.spec
+        .as_ref()?
+        .template
+        .as_ref()?
+        .spec
+        .as_ref()?
+        .containers[0]
+        .image
+        .as_deref()
+}
+
+fn condition<'a>(d: &'a Deployment, type_: &str) -> Option<&'a DeploymentCondition> {
+    d.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+}
+
+/// `(status, reason)` of a condition.
+fn cond(d: &Deployment, type_: &str) -> Option<(String, String)> {
+    condition(d, type_).map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()))
+}
+
+fn observed(d: &Deployment) -> bool {
+    d.status.as_ref().and_then(|s| s.observed_generation) >= d.metadata.generation
+}
+
+/// Upstream's `DeploymentComplete` plus the generation check of `WaitForDeploymentComplete`.
+fn complete(d: &Deployment) -> bool {
+    let want = spec(d).replicas.unwrap_or(1);
+    let Some(s) = d.status.as_ref() else {
+        return false;
+    };
+    observed(d)
+        && s.updated_replicas.unwrap_or(0) == want
+        && s.replicas.unwrap_or(0) == want
+        && s.available_replicas.unwrap_or(0) == want
+}
+
+fn owned_by(rs: &ReplicaSet, d: &Deployment) -> bool {
+    controller_uid(rs) == d.metadata.uid
+}
+
+/// 1. Create → all replicas available, status and conditions right, the ReplicaSet named and
+///    labelled as upstream names and labels it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_makes_all_replicas_available() {
+    let env = env!("deploy-create");
+    env.create(&deployment("web", 3)).await;
+    let d = env.wait_complete("web").await;
+    let s = d.status.as_ref().unwrap();
+    assert_eq!(s.replicas, Some(3));
+    assert_eq!(s.updated_replicas, Some(3));
+    assert_eq!(s.ready_replicas, Some(3));
+    assert_eq!(s.available_replicas, Some(3));
+    assert_eq!(s.unavailable_replicas.unwrap_or(0), 0);
+    assert_eq!(s.observed_generation, d.metadata.generation);
+    assert_eq!(
+        cond(&d, "Available"),
+        Some(("True".into(), "MinimumReplicasAvailable".into()))
+    );
+    assert_eq!(
+        cond(&d, "Progressing"),
+        Some(("True".into(), "NewReplicaSetAvailable".into()))
+    );
+    assert_eq!(annotation(&d.metadata, REVISION), Some("1"));
+
+    let sets = env.owned_sets(&d).await;
+    assert_eq!(sets.len(), 1, "one ReplicaSet ({})", env.log_hint());
+    let rs = &sets[0];
+    let hash = label(&rs.metadata, HASH_LABEL)
+        .expect("the ReplicaSet has the pod-template-hash label")
+        .to_owned();
+    assert!(!hash.is_empty());
+    assert_eq!(name(&rs.metadata), format!("web-{hash}"));
+    assert_eq!(annotation(&rs.metadata, REVISION), Some("1"));
+    let rs_spec = rs.spec.as_ref().unwrap();
+    assert_eq!(rs_spec.replicas, Some(3));
+    assert_eq!(
+        rs_spec.selector.match_labels,
+        Some(labels(&[("app", "web"), (HASH_LABEL, &hash)]))
+    );
+    let template_labels = rs_spec.template.as_ref().unwrap().metadata.as_ref();
+    assert_eq!(
+        template_labels.and_then(|m| label(m, HASH_LABEL)),
+        Some(hash.as_str())
+    );
+    let pods = env.pods.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(pods.len(), 3);
+    assert!(
+        pods.iter()
+            .all(|p| label(&p.metadata, HASH_LABEL) == Some(hash.as_str()))
+    );
+    env.ns.delete().await;
+}
+
+/// Either stream of the rolling-update watch.
+enum Seen {
+    Set(Result<WatchEvent<ReplicaSet>, kctrl_client::Error>),
+    Deployment(Result<WatchEvent<Deployment>, kctrl_client::Error>),
+}
+
+/// 2. Rolling update, 4 replicas, maxSurge 1, maxUnavailable 1, watched from before the change:
+///    the ReplicaSets' spec replicas never sum to more than 5 (the controller only scales the new
+///    ReplicaSet up within the surge, and old ones only down), and the availability the
+///    controller publishes never drops below 3. (The pods' own counts may briefly exceed 5 while
+///    the ReplicaSet controller deletes old pods, so that is not asserted.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_update_respects_surge_and_unavailability() {
+    let env = env!("deploy-rolling");
+    let mut d = deployment("web", 4);
+    rolling(&mut d, 1, 1);
+    env.create(&d).await;
+    let before = env.wait_complete("web").await;
+    let old = env.owned_sets(&before).await;
+    assert_eq!(old.len(), 1);
+    let old_name = name(&old[0].metadata).to_owned();
+
+    let rs_list = env.sets.list(&ListParams::default()).await.unwrap();
+    let d_list = env.deployments.list(&ListParams::default()).await.unwrap();
+    let rs_watch = env
+        .sets
+        .watch(&WatchParams {
+            resource_version: rs_list.metadata.resource_version.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let d_watch = env
+        .deployments
+        .watch(&WatchParams {
+            resource_version: d_list.metadata.resource_version.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut events = futures::stream::select(
+        rs_watch.map(Seen::Set).boxed(),
+        d_watch.map(Seen::Deployment).boxed(),
+    );
+    let mut sets: HashMap<String, ReplicaSet> = rs_list
+        .items
+        .into_iter()
+        .map(|rs| (name(&rs.metadata).to_owned(), rs))
+        .collect();
+
+    env.set_image("web", IMAGE_2).await;
+
+    let mut violations = Vec::new();
+    let (mut max_spec_sum, mut min_available) = (0, i32::MAX);
+    let mut done = false;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while !done {
+        let event = tokio::time::timeout_at(deadline, events.next())
+            .await
+            .unwrap_or_else(|_| {
+                panic!("rollout did not finish in {TIMEOUT:?} ({})", env.log_hint())
+            })
+            .expect("watch ended");
+        match event {
+            Seen::Set(ev) => {
+                match ev.unwrap() {
+                    WatchEvent::Added(rs) | WatchEvent::Modified(rs) => {
+                        sets.insert(name(&rs.metadata).to_owned(), rs);
+                    }
+                    WatchEvent::Deleted(rs) => {
+                        sets.remove(name(&rs.metadata));
+                    }
+                    WatchEvent::Bookmark(_) => continue,
+                    WatchEvent::Error(e) => panic!("ReplicaSet watch error: {e:?}"),
+                }
+                let sum: i32 = sets.values().map(rs_spec).sum();
+                max_spec_sum = max_spec_sum.max(sum);
+                if sum > 5 {
+                    let state: Vec<_> = sets
+                        .values()
+                        .map(|rs| (name(&rs.metadata).to_owned(), rs_spec(rs)))
+                        .collect();
+                    violations.push(format!("ReplicaSet specs sum to {sum} > 5: {state:?}"));
+                }
+            }
+            Seen::Deployment(ev) => match ev.unwrap() {
+                WatchEvent::Added(d) | WatchEvent::Modified(d) => {
+                    let s = d.status.clone().unwrap_or_default();
+                    let available = s.available_replicas.unwrap_or(0);
+                    min_available = min_available.min(available);
+                    if available < 3 {
+                        violations.push(format!("published availableReplicas {available} < 3"));
+                    }
+                    done = d.metadata.generation == Some(2)
+                        && complete(&d)
+                        && sets.get(&old_name).is_some_and(|rs| rs_spec(rs) == 0);
+                }
+                WatchEvent::Deleted(_) => panic!("the deployment was deleted"),
+                WatchEvent::Bookmark(_) => {}
+                WatchEvent::Error(e) => panic!("Deployment watch error: {e:?}"),
+            },
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "{violations:#?} ({})",
+        env.log_hint()
+    );
+    eprintln!(
+        "rolling update: max spec sum {max_spec_sum}, min published available {min_available}"
+    );
+
+    let d = env.wait_complete("web").await;
+    assert_eq!(annotation(&d.metadata, REVISION), Some("2"));
+    let sets = env.owned_sets(&d).await;
+    assert_eq!(sets.len(), 2);
+    assert_eq!(name(&sets[0].metadata), old_name);
+    assert_eq!(rs_spec(&sets[0]), 0);
+    assert_eq!(revision(&sets[1]), Some(2));
+    assert_eq!(rs_spec(&sets[1]), 4);
+    assert_eq!(rs_image(&sets[1]), Some(IMAGE_2));
+    env.ns.delete().await;
+}
+
+/// 3. Recreate: old and new pods never exist at the same time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recreate_never_runs_old_and_new_pods_together() {
+    let env = env!("deploy-recreate");
+    let mut d = deployment("web", 3);
+    d.spec.as_mut().unwrap().strategy = Some(DeploymentStrategy {
+        type_: Some("Recreate".into()),
+        rolling_update: None,
+    });
+    env.create(&d).await;
+    let before = env.wait_complete("web").await;
+    let old_hash = label(&env.owned_sets(&before).await[0].metadata, HASH_LABEL)
+        .unwrap()
+        .to_owned();
+
+    let list = env.pods.list(&ListParams::default()).await.unwrap();
+    let mut pods: HashMap<String, Pod> = list
+        .items
+        .into_iter()
+        .map(|p| (name(&p.metadata).to_owned(), p))
+        .collect();
+    let mut watch = env
+        .pods
+        .watch(&WatchParams {
+            resource_version: list.metadata.resource_version.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .boxed();
+    env.set_image("web", IMAGE_2).await;
+
+    let is_live = |p: &Pod| {
+        !matches!(
+            p.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        )
+    };
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let ev = tokio::time::timeout_at(deadline, watch.next())
+            .await
+            .unwrap_or_else(|_| panic!("recreate did not finish ({})", env.log_hint()))
+            .expect("watch ended")
+            .unwrap();
+        match ev {
+            WatchEvent::Added(p) | WatchEvent::Modified(p) => {
+                pods.insert(name(&p.metadata).to_owned(), p);
+            }
+            WatchEvent::Deleted(p) => {
+                pods.remove(name(&p.metadata));
+            }
+            WatchEvent::Bookmark(_) => continue,
+            WatchEvent::Error(e) => panic!("pod watch error: {e:?}"),
+        }
+        let live: Vec<&Pod> = pods.values().filter(|p| is_live(p)).collect();
+        let old = live
+            .iter()
+            .filter(|p| label(&p.metadata, HASH_LABEL) == Some(old_hash.as_str()))
+            .count();
+        let new = live.len() - old;
+        assert!(
+            old == 0 || new == 0,
+            "{old} old and {new} new pods at once ({})",
+            env.log_hint()
+        );
+        if old == 0 && new == 3 {
+            break;
+        }
+    }
+    let d = env.wait_complete("web").await;
+    assert_eq!(annotation(&d.metadata, REVISION), Some("2"));
+    env.ns.delete().await;
+}
+
+/// 4. Proportional scaling mid-rollout (upstream's "deployment should support proportional
+///    scaling"): 10 replicas, maxSurge 3, maxUnavailable 2, a new template whose pods never
+///    become available → old 8 / new 5; scaling to 30 → old 20 / new 13, annotations updated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scaling_mid_rollout_is_proportional() {
+    let env = env!("deploy-proportional");
+    let mut d = deployment("web", 10);
+    rolling(&mut d, 3, 2);
+    env.create(&d).await;
+    let d = env.wait_complete("web").await;
+    let old_name = name(&env.owned_sets(&d).await[0].metadata).to_owned();
+    env.patch(
+        "web",
+        Patch::Strategic(json!({"spec": {"template": {"spec": {
+            "nodeSelector": {NO_NODE.0: NO_NODE.1}
+        }}}})),
+    )
+    .await;
+
+    let sizes = |sets: &[ReplicaSet]| -> Vec<(String, i32, i32)> {
+        sets.iter()
+            .map(|rs| (name(&rs.metadata).to_owned(), rs_spec(rs), rs_available(rs)))
+            .collect()
+    };
+    let what = format!("old 8 (available) / new 5 ({})", env.log_hint());
+    let new_name = eventually(&what, TIMEOUT, || async {
+        let sets = env.owned_sets(&d).await;
+        let state = sizes(&sets);
+        match state.as_slice() {
+            [(o, 8, 8), (n, 5, 0)] if *o == old_name => Ok(n.clone()),
+            _ => Err(state),
+        }
+    })
+    .await;
+
+    env.patch("web", Patch::Merge(json!({"spec": {"replicas": 30}})))
+        .await;
+    let what = format!(
+        "old 20 / new 13 with annotations 30/33 ({})",
+        env.log_hint()
+    );
+    eventually(&what, TIMEOUT, || async {
+        let sets = env.owned_sets(&d).await;
+        let state: Vec<_> = sets
+            .iter()
+            .map(|rs| {
+                (
+                    name(&rs.metadata).to_owned(),
+                    rs_spec(rs),
+                    annotation(&rs.metadata, DESIRED_REPLICAS).map(str::to_owned),
+                    annotation(&rs.metadata, MAX_REPLICAS).map(str::to_owned),
+                )
+            })
+            .collect();
+        let annotated = |s: &(String, i32, Option<String>, Option<String>)| {
+            s.2.as_deref() == Some("30") && s.3.as_deref() == Some("33")
+        };
+        match state.as_slice() {
+            [o, n]
+                if o.0 == old_name
+                    && o.1 == 20
+                    && n.0 == new_name
+                    && n.1 == 13
+                    && annotated(o)
+                    && annotated(n) =>
+            {
+                Ok(())
+            }
+            _ => Err(state),
+        }
+    })
+    .await;
+    env.ns.delete().await;
+}
+
+/// 5. Pause → template change → no new ReplicaSet → resume → rollout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_deployment_does_not_roll_out_until_resumed() {
+    let env = env!("deploy-pause");
+    env.create(&deployment("web", 2)).await;
+    let d = env.wait_complete("web").await;
+    env.patch("web", Patch::Merge(json!({"spec": {"paused": true}})))
+        .await;
+    let what = format!("Progressing reason DeploymentPaused ({})", env.log_hint());
+    eventually(&what, TIMEOUT, || async {
+        let d = env.get("web").await;
+        let c = cond(&d, "Progressing");
+        if observed(&d) && c.as_ref().is_some_and(|c| c.1 == "DeploymentPaused") {
+            Ok(())
+        } else {
+            Err(c)
+        }
+    })
+    .await;
+    env.set_image("web", IMAGE_2).await;
+    let paused = env.wait_observed("web").await;
+    let sets = env.all_sets().await;
+    assert_eq!(
+        sets.len(),
+        1,
+        "no new ReplicaSet while paused ({})",
+        env.log_hint()
+    );
+    assert_eq!(rs_image(&sets[0]), Some(IMAGE_1));
+    assert_eq!(annotation(&paused.metadata, REVISION), Some("1"));
+
+    env.patch("web", Patch::Merge(json!({"spec": {"paused": false}})))
+        .await;
+    let d2 = env.wait_complete("web").await;
+    assert_eq!(annotation(&d2.metadata, REVISION), Some("2"));
+    let sets = env.owned_sets(&d).await;
+    assert_eq!(sets.len(), 2);
+    assert_eq!(rs_spec(&sets[0]), 0);
+    assert_eq!(rs_image(&sets[1]), Some(IMAGE_2));
+    assert_eq!(
+        cond(&d2, "Progressing"),
+        Some(("True".into(), "NewReplicaSetAvailable".into()))
+    );
+    env.ns.delete().await;
+}
+
+/// 6. Rollback as `kubectl rollout undo` does it: the Deployment's template is replaced by the
+///    previous ReplicaSet's (minus pod-template-hash), and that ReplicaSet is reused with a new
+///    revision, remembering the old one in revision-history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_reuses_the_old_replica_set() {
+    let env = env!("deploy-rollback");
+    env.create(&deployment("web", 2)).await;
+    let d = env.wait_complete("web").await;
+    let first = env.owned_sets(&d).await.remove(0);
+    env.set_image("web", IMAGE_2).await;
+    let d = env.wait_complete("web").await;
+    assert_eq!(annotation(&d.metadata, REVISION), Some("2"));
+
+    // kubectl's DeploymentRollbacker: template of the target revision without the hash label.
+    let mut template = first.spec.as_ref().unwrap().template.clone().unwrap();
+    if let Some(l) = template.metadata.as_mut().and_then(|m| m.labels.as_mut()) {
+        l.remove(HASH_LABEL);
+    }
+    env.patch(
+        "web",
+        Patch::Json(json!([{"op": "replace", "path": "/spec/template", "value": template}])),
+    )
+    .await;
+    let d = env.wait_complete("web").await;
+    let sets = env.owned_sets(&d).await;
+    assert_eq!(
+        annotation(&d.metadata, REVISION),
+        Some("3"),
+        "({})",
+        env.log_hint()
+    );
+    assert_eq!(sets.len(), 2, "no new ReplicaSet: {sets:#?}");
+    let reused = &sets[1];
+    assert_eq!(reused.metadata.uid, first.metadata.uid);
+    assert_eq!(annotation(&reused.metadata, REVISION), Some("3"));
+    assert_eq!(annotation(&reused.metadata, REVISION_HISTORY), Some("1"));
+    assert_eq!(rs_spec(reused), 2);
+    assert_eq!(revision(&sets[0]), Some(2));
+    assert_eq!(rs_spec(&sets[0]), 0);
+    env.ns.delete().await;
+}
+
+/// 7. revisionHistoryLimit 1: after three more rollouts only the new and one old ReplicaSet
+///    remain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revision_history_limit_cleans_up_old_replica_sets() {
+    let env = env!("deploy-history");
+    let mut d = deployment("web", 1);
+    d.spec.as_mut().unwrap().revision_history_limit = Some(1);
+    env.create(&d).await;
+    let d = env.wait_complete("web").await;
+    for image in [IMAGE_2, IMAGE_3, IMAGE_4] {
+        env.set_image("web", image).await;
+        env.wait_complete("web").await;
+    }
+    let what = format!("revisions 3 and 4 only ({})", env.log_hint());
+    eventually(&what, TIMEOUT, || async {
+        let revisions: Vec<_> = env.all_sets().await.iter().map(revision).collect();
+        if revisions == [Some(3), Some(4)] || revisions == [Some(4), Some(3)] {
+            Ok(())
+        } else {
+            Err(revisions)
+        }
+    })
+    .await;
+    let sets = env.owned_sets(&d).await;
+    assert_eq!(rs_image(&sets[1]), Some(IMAGE_4));
+    assert_eq!(rs_spec(&sets[0]), 0);
+    env.ns.delete().await;
+}
+
+/// 8. An orphan ReplicaSet matching the selector is adopted; once its labels stop matching it
+///    is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn matching_orphan_is_adopted_and_released_when_labels_change() {
+    let env = env!("deploy-adopt");
+    env.create(&deployment("web", 2)).await;
+    let d = env.wait_complete("web").await;
+    let own = [("app", "web"), ("orphan", "yes")];
+    let mut t = template("web", IMAGE_2);
+    t.metadata.as_mut().unwrap().labels = Some(labels(&own));
+    let orphan = ReplicaSet {
+        metadata: ObjectMeta {
+            name: Some("orphan".into()),
+            labels: Some(labels(&own)),
+            ..Default::default()
+        },
+        spec: Some(ReplicaSetSpec {
+            replicas: Some(0),
+            selector: LabelSelector {
+                match_labels: Some(labels(&own)),
+                ..Default::default()
+            },
+            template: Some(t),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    env.sets
+        .create(&PostParams::default(), &orphan)
+        .await
+        .unwrap();
+    let what = format!("the orphan to be adopted ({})", env.log_hint());
+    eventually(&what, TIMEOUT, || async {
+        let rs = env.sets.get("orphan").await.unwrap();
+        if owned_by(&rs, &d) {
+            Ok(())
+        } else {
+            Err(rs.metadata.owner_references)
+        }
+    })
+    .await;
+
+    env.sets
+        .patch(
+            "orphan",
+            &PostParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"app": "elsewhere"}}})),
+        )
+        .await
+        .unwrap();
+    let what = format!("the orphan to be released ({})", env.log_hint());
+    eventually(&what, TIMEOUT, || async {
+        let rs = env.sets.get("orphan").await.unwrap();
+        if controller_uid(&rs).is_none() {
+            Ok(())
+        } else {
+            Err(rs.metadata.owner_references)
+        }
+    })
+    .await;
+    let d = env.wait_complete("web").await;
+    assert_eq!(env.owned_sets(&d).await.len(), 1);
+    env.ns.delete().await;
+}
+
+/// 9. Deleting the Deployment cascades through the garbage collector to ReplicaSets and pods.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletion_cascades_through_the_garbage_collector() {
+    let env = env!("deploy-gc");
+    env.create(&deployment("web", 3)).await;
+    env.wait_complete("web").await;
+    assert_eq!(env.all_sets().await.len(), 1);
+    assert_eq!(
+        env.pods
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        3
+    );
+    env.deployments
+        .delete(
+            "web",
+            &DeleteParams {
+                propagation_policy: Some(PropagationPolicy::Background),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    eventually("ReplicaSets and pods to be collected", TIMEOUT, || async {
+        let sets = env.all_sets().await.len();
+        let pods = env
+            .pods
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len();
+        let gone = env.deployments.get_opt("web").await.unwrap().is_none();
+        if gone && sets == 0 && pods == 0 {
+            Ok(())
+        } else {
+            Err((gone, sets, pods))
+        }
+    })
+    .await;
+    env.ns.delete().await;
+}
+
+/// 10. A ReplicaSet as upstream's controller would have left it (`<name>-<hash>` with the
+///     pod-template-hash label, same template; upstream's hash differs from ours) is adopted
+///     and reused, not duplicated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_named_replica_set_is_adopted_and_reused() {
+    let env = env!("deploy-upstream");
+    // A hash in upstream's alphabet, as `rand.SafeEncodeString` produces.
+    let hash = "5d8f9b6c4z";
+    let sel = [("app", "web"), (HASH_LABEL, hash)];
+    let mut t = template("web", IMAGE_1);
+    t.metadata.as_mut().unwrap().labels = Some(labels(&sel));
+    let upstream = ReplicaSet {
+        metadata: ObjectMeta {
+            name: Some(format!("web-{hash}")),
+            labels: Some(labels(&sel)),
+            ..Default::default()
+        },
+        spec: Some(ReplicaSetSpec {
+            replicas: Some(1),
+            selector: LabelSelector {
+                match_labels: Some(labels(&sel)),
+                ..Default::default()
+            },
+            template: Some(t),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let upstream = env
+        .sets
+        .create(&PostParams::default(), &upstream)
+        .await
+        .unwrap();
+    env.create(&deployment("web", 3)).await;
+    let d = env.wait_complete("web").await;
+    let sets = env.all_sets().await;
+    assert_eq!(
+        sets.len(),
+        1,
+        "reused, not duplicated: {sets:#?} ({})",
+        env.log_hint()
+    );
+    assert_eq!(sets[0].metadata.uid, upstream.metadata.uid);
+    assert!(owned_by(&sets[0], &d));
+    assert_eq!(rs_spec(&sets[0]), 3);
+    assert_eq!(annotation(&sets[0].metadata, REVISION), Some("1"));
+    assert_eq!(annotation(&d.metadata, REVISION), Some("1"));
+    env.ns.delete().await;
+}
+
+/// 11. progressDeadlineSeconds exceeded while pods cannot become available.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_deadline_exceeded_is_reported() {
+    let env = env!("deploy-deadline");
+    let mut d = deployment("web", 1);
+    let s = d.spec.as_mut().unwrap();
+    s.progress_deadline_seconds = Some(10);
+    s.template.spec.as_mut().unwrap().node_selector = Some(labels(&[NO_NODE]));
+    env.create(&d).await;
+    let what = format!(
+        "Progressing=False ProgressDeadlineExceeded ({})",
+        env.log_hint()
+    );
+    let d = eventually(&what, Duration::from_secs(60), || async {
+        let d = env.get("web").await;
+        let c = cond(&d, "Progressing");
+        if c == Some(("False".into(), "ProgressDeadlineExceeded".into())) {
+            Ok(d)
+        } else {
+            Err(c)
+        }
+    })
+    .await;
+    assert_eq!(
+        cond(&d, "Available"),
+        Some(("False".into(), "MinimumReplicasUnavailable".into()))
+    );
+    assert_eq!(
+        d.status.as_ref().unwrap().unavailable_replicas,
+        Some(1),
+        "({})",
+        env.log_hint()
+    );
+    env.ns.delete().await;
+}
+
+/// 12. Two Deployments with the same selector keep their own ReplicaSets; scaling one does not
+///     touch the other's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_deployments_keep_their_own_replica_sets() {
+    let env = env!("deploy-overlap");
+    let mut a = deployment("a", 2);
+    let mut b = deployment("b", 2);
+    for (d, image) in [(&mut a, IMAGE_1), (&mut b, IMAGE_2)] {
+        let s = d.spec.as_mut().unwrap();
+        s.selector.match_labels = Some(labels(&[("app", "shared")]));
+        s.template = template("shared", image);
+    }
+    env.create(&a).await;
+    env.create(&b).await;
+    let a = env.wait_complete("a").await;
+    let b = env.wait_complete("b").await;
+    let (a_sets, b_sets) = (env.owned_sets(&a).await, env.owned_sets(&b).await);
+    assert_eq!((a_sets.len(), b_sets.len()), (1, 1), "({})", env.log_hint());
+    assert_eq!(env.all_sets().await.len(), 2);
+    assert_eq!(rs_image(&a_sets[0]), Some(IMAGE_1));
+    assert_eq!(rs_image(&b_sets[0]), Some(IMAGE_2));
+
+    env.patch("a", Patch::Merge(json!({"spec": {"replicas": 4}})))
+        .await;
+    let a = env.wait_complete("a").await;
+    let a_after = env.owned_sets(&a).await;
+    assert_eq!(a_after.len(), 1);
+    assert_eq!(a_after[0].metadata.uid, a_sets[0].metadata.uid);
+    assert_eq!(rs_spec(&a_after[0]), 4);
+    let b_after = env.owned_sets(&b).await;
+    assert_eq!(b_after.len(), 1);
+    assert_eq!(b_after[0].metadata.uid, b_sets[0].metadata.uid);
+    assert_eq!(rs_spec(&b_after[0]), 2);
+    assert!(complete(&env.get("b").await));
+    env.ns.delete().await;
+}

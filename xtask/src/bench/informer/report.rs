@@ -1,0 +1,459 @@
+//! Medians, ratios and the markdown report of `cargo xtask bench informer`.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::Result;
+
+use super::{Impl, Run, Variant};
+
+/// Medians of one (size, variant, program).
+#[derive(Clone, Debug, Default)]
+pub(super) struct Cell {
+    runs: usize,
+    sync_ms: f64,
+    peak_rss: f64,
+    steady_rss: f64,
+    /// `None` without a baseline.
+    bytes_per_object: Option<f64>,
+    events_per_sec: f64,
+    patches_per_sec: f64,
+}
+
+/// One (size, variant): the three programs.
+#[derive(Clone, Debug)]
+pub(super) struct Group {
+    pods: usize,
+    variant: Variant,
+    cells: Vec<(Impl, Cell)>,
+}
+
+/// Everything the report shows.
+#[derive(Clone, Debug)]
+pub(super) struct Table {
+    /// Median steady RSS with 0 pods, per (program, variant).
+    baselines: Vec<(Impl, Variant, f64)>,
+    groups: Vec<Group>,
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
+pub(super) fn summarize(runs: &[Run], sizes: &[usize]) -> Table {
+    let select = |implementation: Impl, variant: Variant, pods: usize| -> Vec<&Run> {
+        runs.iter()
+            .filter(|r| {
+                r.implementation == implementation && r.variant == variant && r.pods == pods
+            })
+            .collect()
+    };
+    let mut baselines = Vec::new();
+    for implementation in Impl::ALL {
+        for variant in Variant::ALL {
+            let rs = select(implementation, variant, 0);
+            if !rs.is_empty() {
+                let steady = median(rs.iter().map(|r| r.steady_rss as f64).collect());
+                baselines.push((implementation, variant, steady));
+            }
+        }
+    }
+    let mut groups = Vec::new();
+    for &pods in sizes {
+        for variant in Variant::ALL {
+            let mut cells = Vec::new();
+            for implementation in Impl::ALL {
+                let rs = select(implementation, variant, pods);
+                if rs.is_empty() {
+                    continue;
+                }
+                let base = baselines
+                    .iter()
+                    .find(|(i, v, _)| *i == implementation && *v == variant)
+                    .map(|(_, _, b)| *b);
+                let steady = median(rs.iter().map(|r| r.steady_rss as f64).collect());
+                cells.push((
+                    implementation,
+                    Cell {
+                        runs: rs.len(),
+                        sync_ms: median(rs.iter().map(|r| r.sync_ms).collect()),
+                        peak_rss: median(rs.iter().map(|r| r.peak_rss as f64).collect()),
+                        steady_rss: steady,
+                        bytes_per_object: base.map(|b| (steady - b) / pods as f64),
+                        events_per_sec: median(
+                            rs.iter()
+                                .filter(|r| r.events > 0)
+                                .map(|r| r.events_per_sec)
+                                .collect(),
+                        ),
+                        patches_per_sec: median(rs.iter().map(|r| r.patches_per_sec).collect()),
+                    },
+                ));
+            }
+            if !cells.is_empty() {
+                groups.push(Group {
+                    pods,
+                    variant,
+                    cells,
+                });
+            }
+        }
+    }
+    Table { baselines, groups }
+}
+
+fn mib(bytes: f64) -> String {
+    format!("{:.1} MiB", bytes / (1024.0 * 1024.0))
+}
+
+fn ratio(ours: f64, theirs: f64) -> String {
+    if ours.is_finite() && theirs.is_finite() && theirs != 0.0 {
+        format!("{:.2}", ours / theirs)
+    } else {
+        "–".into()
+    }
+}
+
+fn variant_label(variant: Variant) -> &'static str {
+    match variant {
+        Variant::None => "no transform",
+        Variant::Transform => "transform: drop managedFields",
+    }
+}
+
+/// Markdown tables, one per (size, variant): rows are metrics, columns the programs' medians
+/// and kctrl's ratio to each peer.
+pub(super) fn text_table(table: &Table) -> String {
+    let mut out = String::new();
+    for group in &table.groups {
+        let cell = |i: Impl| group.cells.iter().find(|(c, _)| *c == i).map(|(_, c)| c);
+        let (Some(k), Some(g), Some(r)) =
+            (cell(Impl::Kctrl), cell(Impl::ClientGo), cell(Impl::KubeRs))
+        else {
+            continue;
+        };
+        let _ = writeln!(
+            out,
+            "### {} pods, {} ({} runs each)\n",
+            group.pods,
+            variant_label(group.variant),
+            k.runs.min(g.runs).min(r.runs)
+        );
+        let _ = writeln!(
+            out,
+            "| metric (median) | kctrl | client-go | kube-rs | kctrl ÷ client-go | kctrl ÷ kube-rs |"
+        );
+        let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|");
+        let row = |out: &mut String,
+                   name: &str,
+                   f: &dyn Fn(&Cell) -> f64,
+                   fmt: &dyn Fn(f64) -> String| {
+            let _ = writeln!(
+                out,
+                "| {name} | {} | {} | {} | {} | {} |",
+                fmt(f(k)),
+                fmt(f(g)),
+                fmt(f(r)),
+                ratio(f(k), f(g)),
+                ratio(f(k), f(r))
+            );
+        };
+        row(&mut out, "time to synced (ms) ↓", &|c| c.sync_ms, &|v| {
+            format!("{v:.0}")
+        });
+        row(&mut out, "peak RSS (VmHWM) ↓", &|c| c.peak_rss, &|v| {
+            mib(v)
+        });
+        row(&mut out, "steady RSS ↓", &|c| c.steady_rss, &|v| mib(v));
+        row(
+            &mut out,
+            "bytes per object (steady − 0-pod baseline) ↓",
+            &|c| c.bytes_per_object.unwrap_or(f64::NAN),
+            &|v| {
+                if v.is_finite() {
+                    format!("{v:.0}")
+                } else {
+                    "–".into()
+                }
+            },
+        );
+        row(
+            &mut out,
+            "update events/s through a handler ↑",
+            &|c| c.events_per_sec,
+            &|v| {
+                if v.is_finite() {
+                    format!("{v:.0}")
+                } else {
+                    "–".into()
+                }
+            },
+        );
+        row(
+            &mut out,
+            "driver's patch rate in that run (/s)",
+            &|c| c.patches_per_sec,
+            &|v| {
+                if v.is_finite() {
+                    format!("{v:.0}")
+                } else {
+                    "–".into()
+                }
+            },
+        );
+        out.push('\n');
+    }
+    if !table.baselines.is_empty() {
+        let _ = writeln!(out, "### 0-pod baseline (steady RSS, median)\n");
+        let _ = writeln!(out, "| program | no transform | transform |");
+        let _ = writeln!(out, "|---|---:|---:|");
+        for implementation in Impl::ALL {
+            let get = |variant: Variant| {
+                table
+                    .baselines
+                    .iter()
+                    .find(|(i, v, _)| *i == implementation && *v == variant)
+                    .map_or_else(|| "–".into(), |(_, _, b)| mib(*b))
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} |",
+                implementation.name(),
+                get(Variant::None),
+                get(Variant::Transform)
+            );
+        }
+    }
+    out
+}
+
+/// Facts about the machine and the software compared.
+pub(super) struct Machine {
+    cpus: usize,
+    cpu_model: String,
+    memory: String,
+    os: String,
+    rustc: String,
+    go: String,
+    client_go: String,
+    kube_rs: String,
+    kubernetes: String,
+    date: String,
+    load_average: String,
+}
+
+fn command_output(program: &str, args: &[&str]) -> String {
+    Command::new(program)
+        .args(args)
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+impl Machine {
+    pub(super) fn detect(root: &Path, go: String, kubernetes: &str) -> Result<Self> {
+        let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|info| {
+                info.lines()
+                    .find(|line| line.starts_with("model name"))
+                    .and_then(|line| line.split(':').nth(1))
+                    .map(|model| model.trim().to_string())
+            })
+            .unwrap_or_else(|| "unknown".into());
+        let memory = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|info| {
+                info.lines()
+                    .find_map(|line| line.strip_prefix("MemTotal:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            })
+            .map_or_else(
+                || "unknown".into(),
+                |kb| format!("{:.1} GiB", kb / 1024.0 / 1024.0),
+            );
+        let go_mod = std::fs::read_to_string(root.join("bench/informer-go/go.mod"))?;
+        let client_go = go_mod
+            .lines()
+            .find_map(|line| line.trim().strip_prefix("k8s.io/client-go "))
+            .map(|v| v.split_whitespace().next().unwrap_or(v).to_string())
+            .unwrap_or_else(|| "unknown".into());
+        let lock = std::fs::read_to_string(root.join("bench/informer-kube-rs/Cargo.lock"))
+            .unwrap_or_default();
+        let locked = |name: &str| {
+            let header = format!("name = \"{name}\"");
+            let mut lines = lock.lines();
+            while let Some(line) = lines.next() {
+                if line.trim() == header {
+                    return lines
+                        .next()
+                        .and_then(|v| v.trim().strip_prefix("version = "))
+                        .map(|v| v.trim_matches('"').to_string());
+                }
+            }
+            None
+        };
+        let kube_rs = format!(
+            "kube {} (k8s-openapi {}, feature v1_36)",
+            locked("kube").unwrap_or_else(|| "unknown".into()),
+            locked("k8s-openapi").unwrap_or_else(|| "unknown".into())
+        );
+        Ok(Self {
+            cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            cpu_model,
+            memory,
+            os: command_output("uname", &["-sr"]),
+            rustc: command_output("rustc", &["--version"]),
+            go,
+            client_go,
+            kube_rs,
+            kubernetes: kubernetes.to_string(),
+            date: command_output("date", &["-u", "+%Y-%m-%d"]),
+            load_average: std::fs::read_to_string("/proc/loadavg")
+                .map(|load| {
+                    load.split_whitespace()
+                        .take(3)
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .unwrap_or_else(|_| "unknown".into()),
+        })
+    }
+}
+
+/// Run settings shown in the report.
+pub(super) struct Settings {
+    pub(super) sizes: Vec<usize>,
+    pub(super) reps: usize,
+    pub(super) quick: bool,
+    pub(super) settle_ms: u64,
+    pub(super) updates: Option<usize>,
+}
+
+pub(super) fn markdown(table: &Table, machine: &Machine, settings: &Settings) -> String {
+    let mut out = String::new();
+    let sizes = settings
+        .sizes
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let _ = writeln!(
+        out,
+        "# Benchmark: kctrl-informer vs client-go SharedInformer vs kube-rs reflector\n"
+    );
+    let _ = writeln!(
+        out,
+        "Generated by `cargo xtask bench informer --pods {sizes} --reps {}{}{}{}` on {}. Do not \
+         edit by hand; rerun the command.\n",
+        settings.reps,
+        settings
+            .updates
+            .map_or_else(String::new, |n| format!(" --updates {n}")),
+        if settings.settle_ms == super::DEFAULT_SETTLE_MS {
+            String::new()
+        } else {
+            format!(" --settle-ms {}", settings.settle_ms)
+        },
+        if settings.quick { " --quick" } else { "" },
+        machine.date
+    );
+    if settings.quick {
+        let _ = writeln!(
+            out,
+            "> **Quick run**: small sizes and one repetition; these numbers are a smoke test, not a result.\n"
+        );
+    }
+    let _ = writeln!(out, "## Results\n");
+    let _ = writeln!(
+        out,
+        "Medians over the runs. Ratios are kctrl's median divided by the peer's: below 1 is better \
+         for the rows marked ↓, above 1 for the row marked ↑. Absolute times mean little on a \
+         shared 2-CPU VM that also runs the API server and etcd; compare the columns.\n"
+    );
+    out.push_str(&text_table(table));
+    let _ = writeln!(out, "\n## Machine\n");
+    let _ = writeln!(out, "| | |\n|---|---|");
+    let _ = writeln!(out, "| CPUs | {} × {} |", machine.cpus, machine.cpu_model);
+    let _ = writeln!(out, "| memory | {} |", machine.memory);
+    let _ = writeln!(out, "| OS | {} |", machine.os);
+    let _ = writeln!(out, "| Rust | {} |", machine.rustc);
+    let _ = writeln!(out, "| Go | {} |", machine.go);
+    let _ = writeln!(out, "| client-go | {} |", machine.client_go);
+    let _ = writeln!(out, "| kube-rs | {} |", machine.kube_rs);
+    let _ = writeln!(
+        out,
+        "| control plane | `cargo xtask cluster` ({}; etcd, kube-apiserver, controller-manager, scheduler, kwok on the same machine) |",
+        machine.kubernetes
+    );
+    let _ = writeln!(
+        out,
+        "| load average at the start | {} |",
+        machine.load_average
+    );
+    let _ = writeln!(out, "\n## Method\n");
+    let updates = settings
+        .updates
+        .map_or_else(|| "all pods, at most 5000".to_string(), |n| n.to_string());
+    let _ = write!(
+        out,
+        r#"
+* **Programs.** Three standalone programs watch the pods of one namespace and speak the same
+  protocol (arguments: kubeconfig, namespace, expected pods, variant, expected updates, settle
+  time; JSON lines on stdout):
+  * *kctrl*: `SharedInformer::new(ListWatch::new(Api::<Pod>::namespaced(..)), SharedInformerOptions {{ transform, .. }})`
+    with an `on_update` handler — the hidden subcommand `cargo xtask bench informer-peer` of a
+    release build of xtask (xtask/src/bench/informer/peer.rs).
+  * *client-go*: `informers.NewSharedInformerFactoryWithOptions(client, 0, WithNamespace(ns)[, WithTransform(cache.TransformStripManagedFields())])`,
+    `Core().V1().Pods().Informer()` with an `UpdateFunc` handler (bench/informer-go; built with
+    `go build -trimpath`, default GOGC).
+  * *kube-rs*: `watcher(api, watcher::Config::default()).default_backoff()`, `.modify()` dropping
+    managedFields for the transform variant, `.reflect(writer)` into a `reflector::store()`; the
+    stream consumer counts `Apply` events as updates (bench/informer-kube-rs, its own Cargo
+    project and lock file).
+  * Each library runs with its defaults for the initial list: client-go 1.36 and kctrl use a
+    streaming list (WatchList, `sendInitialEvents=true`), kube-rs lists in pages of 500. All three
+    disable client-side rate limiting (client-go `QPS = -1`, kctrl `qps = -1`; kube-rs has none).
+* **Variants.** Every program runs once with a transform that drops `metadata.managedFields`
+  before caching and once without, in every repetition.
+* **Pods.** Created once per size through the API ({CONCURRENCY} concurrent creates, no client rate
+  limit), one namespace per size: one container with args, a port, env, requests/limits and a
+  readiness probe, three labels, an annotation, and the scheduling gate `{SCHEDULING_GATE}`, so
+  they stay Pending and neither the scheduler nor kwok writes to them. The ServiceAccount
+  admission plugin adds its projected token volume, so a stored pod is about what a real
+  unscheduled pod is; each carries one managedFields entry.
+* **Time to synced**: from starting the informer (after the client is built) to `synced()` /
+  `HasSynced()` (polled every 1 ms in Go rather than `WaitForCacheSync`'s 100 ms) /
+  `Store::wait_until_ready()`.
+* **Peak RSS**: VmHWM read from /proc/self/status after the settle time (includes the list).
+  **Steady RSS**: VmRSS after a {settle} ms settle following the sync; no GC or allocator trim
+  is forced in any program. **Bytes per object** = (steady RSS − median steady RSS of the same
+  program and variant synced on an empty namespace) / pods.
+* **Update burst**: after the steady reading the driver tells the peer to start counting, then
+  merge-patches a label on {updates} pods ({CONCURRENCY} concurrent patches through kctrl-client,
+  the same load for every program and run). The peer counts handler update events and reports
+  (events − 1) / (time from first to last event). The driver's own patch completion rate is shown
+  beside it: when the two are close, the rate is bounded by the API server and the load generator
+  (all on the same 2 CPUs), not by the informer.
+* **Order**: per repetition every (program, variant) runs once; the program order rotates
+  between repetitions and reverses on odd ones, so no program always runs first. Peers run one
+  at a time. The 0-pod baseline runs first, then each size.
+"#,
+        settle = settings.settle_ms,
+        CONCURRENCY = super::CONCURRENCY,
+        SCHEDULING_GATE = super::SCHEDULING_GATE,
+    );
+    out
+}

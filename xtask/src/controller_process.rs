@@ -1,0 +1,301 @@
+//! Our `deployment-controller` binary as a supervised child process of xtask (e2e suite, demo).
+//!
+//! The process runs in its own process group (see [`crate::cluster::process::spawn`]), so a
+//! Ctrl-C in the terminal does not reach it directly; [`ControllerProcess::stop`] stops it
+//! gracefully (SIGTERM, then SIGKILL after 15 s) and dropping a [`ControllerProcess`] kills it.
+
+use std::fs;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use crate::cluster::process::{self, ProcRecord};
+
+/// Cargo package of the binary.
+const PACKAGE: &str = "kctrl-deployment-controller";
+/// Name of the binary target.
+const BINARY: &str = "deployment-controller";
+/// What the controller logs once its informer caches are synced (`kctrl_informer`'s
+/// `wait_for_cache_sync`, as client-go's `cache.WaitForNamedCacheSync`).
+const SYNCED_MARKER: &str = "Caches are synced for";
+/// How long `start` waits for the caches to sync.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// Grace period between SIGTERM and SIGKILL in `stop`.
+const STOP_GRACE: Duration = Duration::from_secs(15);
+/// Lines of the log shown in error messages.
+const TAIL_LINES: usize = 30;
+
+/// Builds the deployment-controller binary (`cargo build -p kctrl-deployment-controller`) and
+/// returns its path.
+pub(crate) fn build() -> Result<PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    eprintln!("==> cargo build -p {PACKAGE} --bin {BINARY}");
+    let out = Command::new(&cargo)
+        .args([
+            "build",
+            "-p",
+            PACKAGE,
+            "--bin",
+            BINARY,
+            "--message-format=json-render-diagnostics",
+        ])
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {cargo} build -p {PACKAGE}"))?;
+    if !out.status.success() {
+        bail!("cargo build -p {PACKAGE} failed ({})", out.status);
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    executable_from_messages(&stdout).with_context(|| {
+        format!("cargo build -p {PACKAGE} succeeded but reported no `{BINARY}` executable")
+    })
+}
+
+/// The path of the `deployment-controller` executable in cargo's JSON messages.
+fn executable_from_messages(messages: &str) -> Option<PathBuf> {
+    messages
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == BINARY)
+        .filter_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .next_back()
+}
+
+/// A running deployment-controller started by [`start`].
+pub(crate) struct ControllerProcess {
+    /// `None` once stopped (so `Drop` has nothing left to do).
+    child: Option<Child>,
+    record: ProcRecord,
+    log: PathBuf,
+    pid_file: PathBuf,
+}
+
+/// Starts `binary --kubeconfig <kubeconfig> <extra_args…>`, stdout and stderr appended to `log`,
+/// and waits until it logs that its caches are synced. On failure (early exit, timeout) the
+/// process is killed and the error names the log and shows its tail.
+pub(crate) fn start(
+    binary: &Path,
+    kubeconfig: &Path,
+    log: &Path,
+    extra_args: &[&str],
+) -> Result<ControllerProcess> {
+    if let Some(dir) = log.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    // Earlier runs may have appended to the same log: look for the marker only after this point.
+    let offset = fs::metadata(log).map(|m| m.len()).unwrap_or(0);
+    let mut args = vec!["--kubeconfig".to_owned(), kubeconfig.display().to_string()];
+    args.extend(extra_args.iter().map(|a| (*a).to_owned()));
+    let pid_file = log.with_extension("pid");
+    // A controller left behind by an interrupted run (xtask killed before it could stop it;
+    // the controller has its own process group, so a Ctrl-C does not reach it).
+    if let Some(stale) = process::read_pid_file(&pid_file)
+        && stale.is_ours_and_running(binary)
+    {
+        eprintln!(
+            "==> stopping a deployment-controller left running by an earlier run (pid {})",
+            stale.pid
+        );
+        process::stop_all(&[stale], &[], STOP_GRACE)?;
+    }
+    eprintln!(
+        "==> starting {} {} (log: {})",
+        binary.display(),
+        args.join(" "),
+        log.display()
+    );
+    let (child, record) = process::spawn(binary, &args, log, &pid_file)?;
+    let mut proc = ControllerProcess {
+        child: Some(child),
+        record,
+        log: log.to_path_buf(),
+        pid_file,
+    };
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if log_since(log, offset).contains(SYNCED_MARKER) {
+            eprintln!("==> deployment-controller is running (pid {})", record.pid);
+            return Ok(proc);
+        }
+        let exited = proc
+            .child
+            .as_mut()
+            .map(|c| c.try_wait())
+            .transpose()
+            .context("waiting for the deployment-controller")?
+            .flatten();
+        if let Some(status) = exited {
+            bail!(
+                "the deployment-controller exited ({status}) before its caches synced; \
+                 log {}:\n{}",
+                log.display(),
+                process::tail(log, TAIL_LINES)
+            );
+        }
+        if Instant::now() > deadline {
+            drop(proc);
+            bail!(
+                "the deployment-controller did not log {SYNCED_MARKER:?} within {START_TIMEOUT:?}; \
+                 log {}:\n{}",
+                log.display(),
+                process::tail(log, TAIL_LINES)
+            );
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The log's text from byte `offset` on (empty if unreadable).
+fn log_since(log: &Path, offset: u64) -> String {
+    let mut text = Vec::new();
+    if let Ok(mut f) = fs::File::open(log)
+        && f.seek(SeekFrom::Start(offset)).is_ok()
+    {
+        let _ = f.read_to_end(&mut text);
+    }
+    String::from_utf8_lossy(&text).into_owned()
+}
+
+impl ControllerProcess {
+    /// Where the process logs.
+    pub(crate) fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    /// SIGTERM, wait up to 15 s, then SIGKILL; `Ok` if it exited with status 0.
+    pub(crate) fn stop(mut self) -> Result<()> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
+        eprintln!(
+            "==> stopping the deployment-controller (pid {})",
+            self.record.pid
+        );
+        let stopped = if child.try_wait()?.is_none() {
+            process::stop_all(&[self.record], &[], STOP_GRACE).map(|_| ())
+        } else {
+            Ok(())
+        };
+        let status = child
+            .wait()
+            .context("waiting for the deployment-controller")?;
+        let _ = fs::remove_file(&self.pid_file);
+        stopped?;
+        if !status.success() {
+            bail!(
+                "the deployment-controller exited with {status}; log {}:\n{}",
+                self.log.display(),
+                process::tail(&self.log, TAIL_LINES)
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            if matches!(child.try_wait(), Ok(None)) {
+                let _ = child.kill();
+            }
+            let _ = child.wait();
+            let _ = fs::remove_file(&self.pid_file);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "kctrl-controller-process-{name}-{}",
+            std::process::id()
+        ));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// A stand-in for the controller: logs its arguments, then `body`.
+    fn fake_binary(dir: &Path, body: &str) -> PathBuf {
+        let path = dir.join("fake-controller");
+        fs::write(&path, format!("#!/bin/sh\necho \"args: $*\"\n{body}\n")).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    #[test]
+    fn executable_is_found_in_cargo_messages() {
+        let messages = r#"{"reason":"compiler-artifact","target":{"name":"kctrl_deployment"},"executable":null}
+{"reason":"compiler-artifact","target":{"name":"deployment-controller"},"executable":"/t/debug/deployment-controller"}
+{"reason":"build-finished","success":true}"#;
+        assert_eq!(
+            executable_from_messages(messages),
+            Some(PathBuf::from("/t/debug/deployment-controller"))
+        );
+        assert_eq!(executable_from_messages("not json\n"), None);
+    }
+
+    #[test]
+    fn starts_after_sync_and_stops_gracefully() {
+        let dir = scratch("graceful");
+        let bin = fake_binary(
+            &dir,
+            "trap 'echo stopping; exit 0' TERM\necho 'INFO Caches are synced for deployment'\n\
+             while :; do sleep 0.1; done",
+        );
+        let log = dir.join("logs/c.log");
+        fs::create_dir_all(log.parent().unwrap()).unwrap();
+        fs::write(&log, "Caches are synced for an earlier run\n").unwrap();
+        let p = start(&bin, Path::new("/k/admin"), &log, &["--v", "2"]).unwrap();
+        assert_eq!(p.log_path(), log);
+        assert!(log.with_extension("pid").exists());
+        p.stop().unwrap();
+        let text = fs::read_to_string(&log).unwrap();
+        assert!(text.contains("args: --kubeconfig /k/admin --v 2"), "{text}");
+        assert!(text.contains("stopping"), "{text}");
+        assert!(!log.with_extension("pid").exists());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn early_exit_names_the_log() {
+        let dir = scratch("early");
+        let bin = fake_binary(&dir, "echo 'cannot reach the API server'; exit 1");
+        let log = dir.join("c.log");
+        let err = start(&bin, Path::new("/k"), &log, &[])
+            .err()
+            .expect("start must fail")
+            .to_string();
+        assert!(err.contains("exited"), "{err}");
+        assert!(err.contains(&log.display().to_string()), "{err}");
+        assert!(err.contains("cannot reach the API server"), "{err}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_nonzero_exit_on_stop_is_an_error_and_drop_kills() {
+        let dir = scratch("nonzero");
+        let bin = fake_binary(
+            &dir,
+            "trap 'exit 3' TERM\necho 'Caches are synced for deployment'\n\
+             while :; do sleep 0.1; done",
+        );
+        let log = dir.join("c.log");
+        let p = start(&bin, Path::new("/k"), &log, &[]).unwrap();
+        assert!(p.stop().is_err());
+        let p = start(&bin, Path::new("/k"), &log, &[]).unwrap();
+        let pid = p.record.pid;
+        drop(p);
+        assert!(!Path::new(&format!("/proc/{pid}")).exists());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}
