@@ -167,7 +167,9 @@ impl<K> Drop for Processed<'_, K> {
 
 impl<K> Fifo<K> {
     /// An empty queue; `transform`, if any, is applied to every incoming object (also each
-    /// object of a replace) before it is queued.
+    /// object of a replace) before it is queued. A queue fed by a reflector that already
+    /// transforms ([`Reflector::with_transform`](crate::Reflector::with_transform), as
+    /// [`SharedInformer`](crate::SharedInformer) does) should be built with `None`.
     pub fn new(transform: Option<Transform<K>>) -> Self {
         Self {
             shared: Arc::new(Shared {

@@ -64,7 +64,9 @@ pub struct SharedInformerOptions<K> {
     pub resync_period: Duration,
     /// Extra indexes, besides the built-in `namespace` index.
     pub indexers: Vec<(String, IndexFn<K>)>,
-    /// Applied to every object before it is cached (e.g. to drop `managedFields`).
+    /// Applied to every object before it is cached (e.g. to drop `managedFields`). The
+    /// reflector applies it as soon as an object is decoded, so the initial list is never
+    /// accumulated untransformed; each object is transformed exactly once.
     pub transform: Option<Transform<K>>,
     /// Name in logs; empty: the resource's kind.
     pub name: String,
@@ -369,7 +371,8 @@ where
         Ok(())
     }
 
-    /// Sets the function applied to every object before it is cached. Fails once started.
+    /// Sets the function applied to every object before it is cached (by the reflector, as
+    /// soon as the object is decoded). Fails once started.
     pub fn set_transform(&self, transform: Transform<K>) -> Result<(), InformerError> {
         let mut st = lock(&self.inner.state);
         if st.started {
@@ -468,7 +471,9 @@ where
             return None;
         }
         st.started = true;
-        let fifo = Fifo::new(st.transform.clone());
+        // The reflector transforms each object as it is decoded, so nothing untransformed is
+        // accumulated during the initial list; the queue must not transform again.
+        let fifo = Fifo::new(None);
         let mut options = st.reflector_options.clone();
         if options.name.is_empty() {
             options.name = inner.name.clone();
@@ -479,7 +484,12 @@ where
         if let Some(h) = st.watch_error_handler.clone() {
             options.watch_error_handler = Some(h);
         }
-        let reflector = Reflector::new(inner.lw.clone(), Arc::new(fifo.clone()), options);
+        let reflector = Reflector::with_transform(
+            inner.lw.clone(),
+            Arc::new(fifo.clone()),
+            options,
+            st.transform.clone(),
+        );
         st.reflector = Some(reflector.clone());
         inner.processor.run(Handle::current());
         Some((fifo, reflector))

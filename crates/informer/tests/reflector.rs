@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
 use kctrl_client::{Error, ListParams, WatchParams};
 use kctrl_informer::{BackoffOptions, Reflector, ReflectorOptions};
 use reflector_fakes::*;
@@ -977,4 +978,95 @@ async fn run_reports_round_errors_and_backs_off() {
     assert_eq!(errors.lock().unwrap().len(), 4);
     assert!(errors.lock().unwrap()[0].contains("forbidden"));
     assert_eq!(start.elapsed(), Duration::from_millis(800 + 1600 + 3200));
+}
+
+/// A transform that marks each pod once (panicking if it sees a mark: applied twice) and
+/// counts its calls.
+fn marking_transform(calls: Arc<AtomicUsize>) -> kctrl_informer::Transform<Pod> {
+    Arc::new(move |mut p: Pod| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        let labels = p.metadata.labels.get_or_insert_with(Default::default);
+        assert!(
+            labels.insert("transformed".into(), "yes".into()).is_none(),
+            "transformed twice: {:?}",
+            p.metadata.name
+        );
+        p
+    })
+}
+
+fn is_marked(p: &Pod) -> bool {
+    p.metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.get("transformed").is_some_and(|v| v == "yes"))
+}
+
+/// `Reflector::with_transform` hands the store only transformed objects, on the paged list
+/// and streaming list paths and for watch events afterwards.
+#[tokio::test(start_paused = true)]
+async fn reflector_transforms_before_the_store() {
+    for use_watch_list in [false, true] {
+        let (tx, mut watchers) = mpsc::unbounded_channel();
+        let lw = ScriptedLw::new(
+            |p: &ListParams| {
+                Ok(match p.continue_token.as_deref() {
+                    None => pod_list("2", Some("next"), vec![pod("bar", "1")]),
+                    Some(_) => pod_list("2", None, vec![pod("foo", "2")]),
+                })
+            },
+            watch_via(tx),
+        );
+        let store = RecordingStore::new();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let r: PodReflector = Reflector::with_transform(
+            lw.clone(),
+            store.clone(),
+            ReflectorOptions {
+                page_size: Some(1),
+                ..options(use_watch_list)
+            },
+            Some(marking_transform(calls.clone())),
+        );
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn({
+            let (r, cancel) = (r.clone(), cancel.clone());
+            async move { r.list_and_watch(&cancel).await }
+        });
+        let fw = watchers.recv().await.unwrap();
+        if use_watch_list {
+            fw.add(pod("bar", "1"));
+            fw.add(pod("gone", "2"));
+            fw.delete(pod("gone", "3"));
+            fw.add(pod("foo", "2"));
+            fw.send(end_bookmark("3", "true"));
+        }
+        fw.modify(pod("foo", "4"));
+        fw.add(pod("baz", "5"));
+        store.wait_ops(3).await;
+        cancel.cancel();
+        task.await.unwrap().unwrap();
+
+        assert!(
+            matches!(&store.ops()[0], Op::Replace(items, _) if items.len() == 2),
+            "{:?}",
+            store.ops()
+        );
+        assert_eq!(
+            store.items(),
+            pairs(&[("bar", "1"), ("baz", "5"), ("foo", "4")])
+        );
+        for name in ["bar", "baz", "foo"] {
+            assert!(is_marked(&store.get(name).unwrap()), "{name} untransformed");
+        }
+        let decoded = if use_watch_list { 6 } else { 4 };
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            decoded,
+            "watch list: {use_watch_list}"
+        );
+        if !use_watch_list {
+            assert_eq!(lw.lists().len(), 2, "paged");
+        }
+    }
 }

@@ -12,6 +12,11 @@
 //! 3. Return when the watch can't be resumed (e.g. 410 Expired); [`Reflector::run`] backs off
 //!    and starts the next round, which relists from the last resourceVersion seen.
 //!
+//! A reflector built with [`Reflector::with_transform`] applies its [`Transform`] to every
+//! object as soon as it is decoded (list pages, a streaming list's initial events, watch
+//! events), so the initial state is never held untransformed (as client-go applies the
+//! informer's transformer in its watch-list temporary store).
+//!
 //! Which resourceVersion a request uses matters for the API server's load:
 //!
 //! | request                         | resourceVersion                        | paging         |
@@ -42,6 +47,7 @@ use tokio_util::sync::CancellationToken;
 pub use backoff::BackoffOptions;
 
 use crate::delta::ReflectorStore;
+use crate::fifo::Transform;
 use crate::keys::{ObjectKey, key_of};
 use crate::list_watch::{EventStream, ListerWatcher};
 use backoff::{Backoff, RetryWithDeadline};
@@ -183,6 +189,7 @@ struct Inner<K> {
     watch_error_handler: Option<WatchErrorHandler>,
     backoff: Backoff,
     max_internal_error_retry_duration: Duration,
+    transform: Option<Transform<K>>,
     rv: Mutex<RvState>,
 }
 
@@ -219,6 +226,22 @@ where
         store: Arc<dyn ReflectorStore<K>>,
         options: ReflectorOptions,
     ) -> Self {
+        Self::with_transform(lister_watcher, store, options, None)
+    }
+
+    /// Like [`new`](Reflector::new), but `transform`, if any, is applied to every listed or
+    /// watched object as soon as it is decoded, before it is collected (list pages, a
+    /// streaming list's initial events) or handed to `store`. The store then receives only
+    /// transformed objects, so it should not transform them again (a [`Fifo`](crate::Fifo)
+    /// fed by such a reflector is built with `Fifo::new(None)`). This is how
+    /// [`SharedInformer`](crate::SharedInformer) applies its transform.
+    #[track_caller]
+    pub fn with_transform(
+        lister_watcher: Arc<dyn ListerWatcher<K>>,
+        store: Arc<dyn ReflectorStore<K>>,
+        options: ReflectorOptions,
+        transform: Option<Transform<K>>,
+    ) -> Self {
         let name = if options.name.is_empty() {
             let at = std::panic::Location::caller();
             format!("{}:{}", at.file(), at.line())
@@ -244,6 +267,7 @@ where
                 watch_error_handler: options.watch_error_handler,
                 backoff: Backoff::new(options.backoff),
                 max_internal_error_retry_duration: options.max_internal_error_retry_duration,
+                transform,
                 rv: Mutex::new(RvState::default()),
             }),
         }
@@ -304,6 +328,14 @@ where
 {
     fn state(&self) -> MutexGuard<'_, RvState> {
         self.rv.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Applies the transform, if any, to a freshly decoded object.
+    fn transform(&self, obj: K) -> K {
+        match &self.transform {
+            Some(t) => t(obj),
+            None => obj,
+        }
     }
 
     fn set_last_sync(&self, rv: String) {
@@ -389,11 +421,17 @@ where
             None => pager::DEFAULT_PAGE_SIZE,
         };
         let listing = async {
-            match pager::list_all(&*self.lw, &rv, page_size).await {
+            match pager::list_all(&*self.lw, &rv, page_size, self.transform.as_ref()).await {
                 Err(e) if is_expired(&e) || is_too_large_resource_version(&e) => {
                     log!(debug, self, err = %e, resource_version = %rv, "list resourceVersion unavailable; listing consistently");
                     self.set_unavailable(true);
-                    pager::list_all(&*self.lw, &self.relist_resource_version(), page_size).await
+                    pager::list_all(
+                        &*self.lw,
+                        &self.relist_resource_version(),
+                        page_size,
+                        self.transform.as_ref(),
+                    )
+                    .await
                 }
                 other => other,
             }
@@ -653,19 +691,19 @@ where
             let rv = match event {
                 WatchEvent::Added(obj) => {
                     let rv = resource_version_of(&obj);
-                    sink.add(obj);
+                    sink.add(self.transform(obj));
                     rv
                 }
                 WatchEvent::Modified(obj) => {
                     past_added = true;
                     let rv = resource_version_of(&obj);
-                    sink.update(obj);
+                    sink.update(self.transform(obj));
                     rv
                 }
                 WatchEvent::Deleted(obj) => {
                     past_added = true;
                     let rv = resource_version_of(&obj);
-                    sink.delete(obj);
+                    sink.delete(self.transform(obj));
                     rv
                 }
                 WatchEvent::Bookmark(bookmark) => {

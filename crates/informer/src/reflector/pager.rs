@@ -5,6 +5,7 @@
 use k8s_openapi::ListableResource;
 use kctrl_client::{Error, ListParams};
 
+use crate::fifo::Transform;
 use crate::list_watch::ListerWatcher;
 
 /// Page size when none is configured (client-go's `pager.defaultPageSize`).
@@ -21,12 +22,20 @@ pub(crate) struct Listed<K> {
 }
 
 /// Lists at `resource_version` (`""` = consistent read) in pages of `page_size` (0 = one
-/// unpaged request).
+/// unpaged request). `transform`, if any, is applied to each page's items as it arrives, so
+/// only transformed items are accumulated.
 pub(crate) async fn list_all<K: ListableResource + 'static>(
     lw: &dyn ListerWatcher<K>,
     resource_version: &str,
     page_size: u32,
+    transform: Option<&Transform<K>>,
 ) -> Result<Listed<K>, Error> {
+    let transform_all = |items: Vec<K>| -> Vec<K> {
+        match transform {
+            Some(t) => items.into_iter().map(|o| t(o)).collect(),
+            None => items,
+        }
+    };
     let original_rv = (!resource_version.is_empty()).then(|| resource_version.to_owned());
     let mut params = ListParams {
         resource_version: original_rv.clone(),
@@ -47,7 +56,7 @@ pub(crate) async fn list_all<K: ListableResource + 'static>(
                     .await?;
                 return Ok(Listed {
                     resource_version: full.metadata.resource_version.unwrap_or_default(),
-                    items: full.items,
+                    items: transform_all(full.items),
                     paginated: listed.is_some_and(|l| l.paginated),
                 });
             }
@@ -58,11 +67,11 @@ pub(crate) async fn list_all<K: ListableResource + 'static>(
             None => {
                 listed = Some(Listed {
                     resource_version: page.metadata.resource_version.unwrap_or_default(),
-                    items: page.items,
+                    items: transform_all(page.items),
                     paginated: false,
                 });
             }
-            Some(l) => l.items.extend(page.items),
+            Some(l) => l.items.extend(transform_all(page.items)),
         }
         let Some(token) = next else {
             return Ok(listed.expect("set above"));
