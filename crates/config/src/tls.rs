@@ -132,7 +132,8 @@ fn server_verifier(
                         .to_owned(),
             });
         }
-        return Ok(Arc::new(InsecureVerifier {
+        return Ok(Arc::new(FixedVerdict {
+            accept: true,
             algorithms: provider.signature_verification_algorithms,
         }));
     }
@@ -160,7 +161,8 @@ fn server_verifier(
         (None, ServerTrust::Verify) => Arc::new(
             rustls_platform_verifier::Verifier::new(provider.clone()).map_err(ConfigError::Tls)?,
         ),
-        (None, ServerTrust::NotUsed) => Arc::new(RejectAll {
+        (None, ServerTrust::NotUsed) => Arc::new(FixedVerdict {
+            accept: false,
             algorithms: provider.signature_verification_algorithms,
         }),
     };
@@ -271,14 +273,18 @@ impl ServerCertVerifier for ServerNameOverride {
     }
 }
 
-/// `insecure-skip-tls-verify`: any certificate is accepted, but the handshake signatures are
-/// still checked, so the peer must hold the key of the certificate it shows.
+/// A verifier whose verdict on the certificate is fixed; handshake signatures are still
+/// checked, so the peer must hold the key of the certificate it shows.
+///
+/// * `accept: true` — `insecure-skip-tls-verify`: any certificate is accepted.
+/// * `accept: false` — plain-http servers: TLS is never expected, so any certificate is refused.
 #[derive(Debug)]
-struct InsecureVerifier {
+struct FixedVerdict {
+    accept: bool,
     algorithms: WebPkiSupportedAlgorithms,
 }
 
-impl ServerCertVerifier for InsecureVerifier {
+impl ServerCertVerifier for FixedVerdict {
     fn verify_server_cert(
         &self,
         _end_entity: &CertificateDer<'_>,
@@ -287,50 +293,13 @@ impl ServerCertVerifier for InsecureVerifier {
         _ocsp_response: &[u8],
         _now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.algorithms.supported_schemes()
-    }
-}
-
-/// For plain-HTTP servers: TLS is never expected, so any certificate is refused.
-#[derive(Debug)]
-struct RejectAll {
-    algorithms: WebPkiSupportedAlgorithms,
-}
-
-impl ServerCertVerifier for RejectAll {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Err(rustls::Error::General(
-            "TLS is not configured for a plain-http server".to_owned(),
-        ))
+        if self.accept {
+            Ok(ServerCertVerified::assertion())
+        } else {
+            Err(rustls::Error::General(
+                "TLS is not configured for a plain-http server".to_owned(),
+            ))
+        }
     }
 
     fn verify_tls12_signature(
