@@ -1,7 +1,6 @@
 //! The REST client against a real kube-apiserver: CRUD, subresources, patches, paging,
 //! watches, error classification, client-side rate limiting and RBAC.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -14,14 +13,7 @@ use kctrl_client::{
     Api, DeleteOutcome, DeleteParams, ListParams, Patch, PostParams, ResourceVersionMatch,
     WatchEvent, WatchParams,
 };
-use kctrl_e2e::{TestNamespace, require_cluster};
-
-fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
+use kctrl_e2e::{TestNamespace, labels, require_cluster};
 
 fn meta(name: &str, lbls: &[(&str, &str)]) -> ObjectMeta {
     ObjectMeta {

@@ -5,7 +5,7 @@
 //! Every test runs in its own namespace and waits with deadlines, never fixed sleeps. Tests that
 //! need the controller return early when `cargo xtask e2e` did not start one.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -20,7 +20,7 @@ use kctrl_client::{
     Api, Client, DeleteParams, ListParams, Patch, PostParams, PropagationPolicy, WatchEvent,
     WatchParams,
 };
-use kctrl_e2e::{Cluster, TestNamespace, eventually, require_cluster};
+use kctrl_e2e::{Cluster, TestNamespace, eventually, labels, require_cluster};
 use serde_json::json;
 
 const IMAGE_1: &str = "registry.k8s.io/pause:3.10";
@@ -151,13 +151,6 @@ impl Env {
         })
         .await
     }
-}
-
-fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
 }
 
 fn template(app: &str, image: &str) -> PodTemplateSpec {

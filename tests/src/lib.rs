@@ -306,3 +306,11 @@ pub async fn wait_until(what: &str, timeout: std::time::Duration, mut check: imp
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
+
+/// A label map from `(key, value)` pairs.
+pub fn labels(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
