@@ -20,6 +20,7 @@
 //! | `kubernetes.NewForConfig(cfg)`    | [`Client::try_from_config`]         |
 //! | `rest.RESTClient` (JSON only)     | [`HttpBackend`]                     |
 //! | `tools/metrics` hooks             | [`RestClientMetrics`]               |
+//! | component-base's `rest_client_*` Prometheus series | [`prometheus::PrometheusRestClientMetrics`] |
 //! | `clientset.AppsV1().Deployments(ns)` | [`Api::<Deployment>::namespaced`] |
 //! | `Get` / `List` / `Watch`          | [`Api::get`] / [`Api::list`] / [`Api::watch`] |
 //! | `Create` / `Update` / `UpdateStatus` | [`Api::create`] / [`Api::update`] / [`Api::update_status`] |
@@ -33,6 +34,7 @@ mod backend;
 mod error;
 mod http;
 pub mod labels;
+pub mod prometheus;
 mod request;
 mod resource;
 mod watch;

@@ -5,64 +5,36 @@
 //! `--concurrent-deployment-syncs` workers, as kube-controller-manager does. Run it against a
 //! cluster whose kube-controller-manager has `--controllers=*,-deployment-controller`.
 //!
-//! Not yet: events are only logged (no Event objects are written to the API), and there is no
-//! leader election, no serving of /healthz or /metrics.
+//! Modules: [`flags`] (the command line), [`metrics`] (the Prometheus registry), [`serve`]
+//! (/healthz, /livez, /readyz, /metrics over HTTPS).
 
-use std::path::PathBuf;
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
 use k8s_openapi::api::apps::v1::Deployment;
-use kctrl_client::{Api, Client, ListParams, ResourceRef};
+use kctrl_client::{Api, Client, HttpBackend, ListParams, ResourceRef};
 use kctrl_config::{Config, ConfigOverrides};
 use kctrl_deployment::events::TracingEventRecorder;
-use kctrl_deployment::wiring::{DeploymentControllerRunner, RunError};
+use kctrl_deployment::wiring::{DeploymentControllerRunner, RunError, RunnerOptions};
 use kctrl_informer::SharedInformerFactory;
+use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
 
+mod flags;
+mod metrics;
+mod serve;
+
+use flags::Flags;
+
 /// Informer resync period: kube-controller-manager's `--min-resync-period` default (12h; it
 /// randomises between 12h and 24h, this uses the lower bound).
 const RESYNC_PERIOD: Duration = Duration::from_secs(12 * 60 * 60);
-
-/// The Kubernetes Deployment controller, standalone (kube-controller-manager's
-/// deployment-controller).
-///
-/// Flags follow kube-controller-manager where they apply. Events are only logged for now
-/// (writing Event objects to the API comes later). Stops on SIGTERM or SIGINT after the syncs
-/// in flight finish.
-#[derive(Debug, Parser)]
-#[command(name = "deployment-controller", version)]
-struct Flags {
-    /// Path to a kubeconfig file. Without it (and without --master), the in-cluster service
-    /// account is used, then $KUBECONFIG / ~/.kube/config.
-    #[arg(long, value_name = "PATH")]
-    kubeconfig: Option<PathBuf>,
-
-    /// The address of the Kubernetes API server (overrides any value in the kubeconfig).
-    #[arg(long, value_name = "URL")]
-    master: Option<String>,
-
-    /// The number of Deployments allowed to sync concurrently.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
-    concurrent_deployment_syncs: u32,
-
-    /// Queries per second to use while talking with the API server.
-    #[arg(long, default_value_t = 20.0)]
-    kube_api_qps: f32,
-
-    /// Burst to use while talking with the API server.
-    #[arg(long, default_value_t = 30)]
-    kube_api_burst: u32,
-
-    /// Log verbosity, as klog's: 0–2 info, 3–4 debug, 5 and above trace. RUST_LOG, when set,
-    /// takes precedence.
-    #[arg(short = 'v', long = "v", default_value_t = 0, value_name = "LEVEL")]
-    verbosity: u8,
-}
 
 fn init_logging(verbosity: u8) {
     let level = match verbosity {
@@ -147,7 +119,14 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         env!("CARGO_PKG_VERSION")
     ));
     let server = config.server.to_string();
-    let client = Client::try_from_config(config).context("building the API client")?;
+    let namespace = config.default_namespace.clone();
+
+    let mut registry = Registry::default();
+    let metrics = metrics::register(&mut registry);
+    let backend = HttpBackend::new(config)
+        .context("building the API client")?
+        .with_metrics(Arc::new(metrics.rest_client.clone()));
+    let client = Client::new(backend, namespace);
     check_deployments_served(&client, &server).await?;
     info!(
         server,
@@ -156,15 +135,56 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
 
     let cancel = CancellationToken::new();
     let signals = tokio::spawn(cancel_on_signal(cancel.clone()));
+    let serving = CancellationToken::new();
 
     let factory = SharedInformerFactory::new(client.clone(), RESYNC_PERIOD);
-    let runner = DeploymentControllerRunner::new(client, &factory, Arc::new(TracingEventRecorder))
-        .context("registering the informer handlers")?;
+    let options = RunnerOptions {
+        queue_metrics: Some(Arc::new(metrics.workqueue.clone())),
+        sync_observer: Some(metrics.sync_observer.clone()),
+    };
+    let runner = DeploymentControllerRunner::with_options(
+        client,
+        &factory,
+        Arc::new(TracingEventRecorder),
+        options,
+    )
+    .context("registering the informer handlers")?;
+
+    if flags.secure_port != 0 {
+        let synced = runner.caches_synced_flag();
+        let caches_synced: serve::Check = Arc::new(move || {
+            if synced.load(Ordering::Acquire) {
+                Ok(())
+            } else {
+                Err("the Deployment, ReplicaSet and Pod caches have not synced yet".to_owned())
+            }
+        });
+        let endpoints = serve::Endpoints {
+            healthz: Vec::new(),
+            readyz: vec![("caches-synced", caches_synced)],
+            registry: Arc::new(registry),
+        };
+        let (chain, key) = serve::load_or_generate_identity(
+            flags.tls_cert_file.as_deref(),
+            flags.tls_private_key_file.as_deref(),
+            flags.bind_address,
+        )?;
+        serve::start(
+            SocketAddr::new(flags.bind_address, flags.secure_port),
+            chain,
+            key,
+            endpoints,
+            serving.clone(),
+        )
+        .await?;
+    }
+
     let workers = usize::try_from(flags.concurrent_deployment_syncs).unwrap_or(1);
     let result = runner.run(workers, &cancel).await;
     let stopped_by_signal = cancel.is_cancelled();
     cancel.cancel();
     factory.shutdown().await;
+    serving.cancel();
     if let Ok(Err(e)) = signals.await {
         error!(%e, "signal handling failed");
     }

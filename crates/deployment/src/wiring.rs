@@ -29,6 +29,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
@@ -41,7 +42,9 @@ use kctrl_informer::{
     DeletedObject, HandlerRegistration, InformerError, ResourceEventHandler, SharedInformerFactory,
     Store, key_of, wait_for_cache_sync,
 };
-use kctrl_workqueue::{QueueConfig, RateLimitingQueue, default_controller_rate_limiter};
+use kctrl_workqueue::{
+    MetricsProvider, QueueConfig, RateLimitingQueue, default_controller_rate_limiter,
+};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
@@ -386,6 +389,27 @@ pub enum RunError {
     CachesNotSynced,
 }
 
+/// Called after each sync with how long it took and whether it succeeded.
+pub type SyncObserver = Arc<dyn Fn(Duration, bool) + Send + Sync>;
+
+/// Optional instrumentation of a [`DeploymentControllerRunner`].
+#[derive(Clone, Default)]
+pub struct RunnerOptions {
+    /// Receives the `deployment` work queue's metrics (client-go's `workqueue_*` series).
+    pub queue_metrics: Option<Arc<dyn MetricsProvider>>,
+    /// Told the duration and success of every sync.
+    pub sync_observer: Option<SyncObserver>,
+}
+
+impl std::fmt::Debug for RunnerOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunnerOptions")
+            .field("queue_metrics", &self.queue_metrics.is_some())
+            .field("sync_observer", &self.sync_observer.is_some())
+            .finish()
+    }
+}
+
 /// The running controller: the Deployment, ReplicaSet and Pod informers of a
 /// [`SharedInformerFactory`] with [`EnqueueHandlers`] registered, the `deployment` work queue
 /// (with [`default_controller_rate_limiter`]) and the [`DeploymentController`] its workers call.
@@ -394,6 +418,8 @@ pub struct DeploymentControllerRunner {
     controller: Arc<DeploymentController>,
     queue: RateLimitingQueue<String>,
     registrations: Vec<HandlerRegistration>,
+    sync_observer: Option<SyncObserver>,
+    caches_synced: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for DeploymentControllerRunner {
@@ -412,13 +438,24 @@ impl DeploymentControllerRunner {
         factory: &SharedInformerFactory,
         recorder: Arc<dyn EventRecorder>,
     ) -> Result<Self, InformerError> {
+        Self::with_options(client, factory, recorder, RunnerOptions::default())
+    }
+
+    /// Like [`new`](Self::new), with metrics and a sync observer.
+    pub fn with_options(
+        client: Client,
+        factory: &SharedInformerFactory,
+        recorder: Arc<dyn EventRecorder>,
+        options: RunnerOptions,
+    ) -> Result<Self, InformerError> {
         let d_informer = factory.informer::<Deployment>();
         let rs_informer = factory.informer::<ReplicaSet>();
         let pod_informer = factory.informer::<Pod>();
-        let queue = RateLimitingQueue::with_config(
-            default_controller_rate_limiter(),
-            QueueConfig::new().name(QUEUE_NAME),
-        );
+        let mut queue_config = QueueConfig::new().name(QUEUE_NAME);
+        if let Some(metrics) = options.queue_metrics {
+            queue_config = queue_config.shared_metrics_provider(metrics);
+        }
+        let queue = RateLimitingQueue::with_config(default_controller_rate_limiter(), queue_config);
         let handlers = Arc::new(EnqueueHandlers::new(
             client.clone(),
             queue.clone(),
@@ -443,7 +480,21 @@ impl DeploymentControllerRunner {
             controller,
             queue,
             registrations,
+            sync_observer: options.sync_observer,
+            caches_synced: Arc::new(AtomicBool::new(false)),
         })
+    }
+
+    /// Whether [`run`](Self::run) has seen the Deployment, ReplicaSet and Pod caches synced
+    /// (and started its workers).
+    pub fn caches_synced(&self) -> bool {
+        self.caches_synced.load(Ordering::Acquire)
+    }
+
+    /// A flag that turns true when the caches have synced, for health endpoints that outlive
+    /// a borrow of the runner.
+    pub fn caches_synced_flag(&self) -> Arc<AtomicBool> {
+        self.caches_synced.clone()
     }
 
     /// The work queue (e.g. to enqueue a key by hand, or to watch its length).
@@ -471,8 +522,15 @@ impl DeploymentControllerRunner {
             self.queue.shut_down();
             return Err(RunError::CachesNotSynced);
         }
+        self.caches_synced.store(true, Ordering::Release);
         let tasks: Vec<_> = (0..workers.max(1))
-            .map(|_| tokio::spawn(worker(self.controller.clone(), self.queue.clone())))
+            .map(|_| {
+                tokio::spawn(worker(
+                    self.controller.clone(),
+                    self.queue.clone(),
+                    self.sync_observer.clone(),
+                ))
+            })
             .collect();
         cancel.cancelled().await;
         info!(controller = QUEUE_NAME, "shutting down controller");
@@ -487,9 +545,17 @@ impl DeploymentControllerRunner {
 }
 
 /// One worker: takes keys until the queue shuts down.
-async fn worker(controller: Arc<DeploymentController>, queue: RateLimitingQueue<String>) {
+async fn worker(
+    controller: Arc<DeploymentController>,
+    queue: RateLimitingQueue<String>,
+    observer: Option<SyncObserver>,
+) {
     while let Some(key) = queue.get().await {
-        process_key(&controller, &queue, &key).await;
+        let started = tokio::time::Instant::now();
+        let ok = process_key(&controller, &queue, &key).await;
+        if let Some(observe) = &observer {
+            observe(started.elapsed(), ok);
+        }
         queue.done(&key);
     }
 }
@@ -524,11 +590,12 @@ pub fn disposition(result: &Result<Requeue, SyncError>, num_requeues: usize) -> 
     }
 }
 
+/// Syncs one key and files it according to the result; returns whether the sync succeeded.
 async fn process_key(
     controller: &Arc<DeploymentController>,
     queue: &RateLimitingQueue<String>,
     key: &String,
-) {
+) -> bool {
     let (namespace, name) = key.split_once('/').unwrap_or(("", key.as_str()));
     // A task of its own, so a panicking sync fails this key instead of the worker.
     let task = {
@@ -541,9 +608,10 @@ async fn process_key(
         Err(join_err) => {
             error!(namespace, name, %join_err, "syncing deployment panicked");
             queue.add_rate_limited(key.clone());
-            return;
+            return false;
         }
     };
+    let ok = result.is_ok();
     let retries = queue.num_requeues(key);
     match disposition(&result, retries) {
         KeyDisposition::Done(after) => {
@@ -574,6 +642,7 @@ async fn process_key(
             queue.forget(key);
         }
     }
+    ok
 }
 
 #[cfg(test)]

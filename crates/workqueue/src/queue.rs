@@ -138,6 +138,13 @@ impl<T: Item> QueueConfig<T> {
         self
     }
 
+    /// Like [`metrics_provider`](Self::metrics_provider), for a provider already shared
+    /// behind an `Arc` (e.g. one chosen at run time).
+    pub fn shared_metrics_provider(mut self, provider: Arc<dyn MetricsProvider>) -> Self {
+        self.metrics_provider = Some(provider);
+        self
+    }
+
     /// Replaces the FIFO order, e.g. with a priority order.
     pub fn order(mut self, order: impl QueueOrder<T> + 'static) -> Self {
         self.order = Some(Box::new(order));

@@ -1,0 +1,218 @@
+//! Command-line flags, named and defaulted as kube-controller-manager's where they apply.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+/// The Kubernetes Deployment controller, standalone (kube-controller-manager's
+/// deployment-controller).
+///
+/// Flags follow kube-controller-manager where they apply. With --leader-elect (the default)
+/// only the instance holding the Lease reconciles; the others wait. Stops on SIGTERM or
+/// SIGINT after the syncs in flight finish; exits non-zero if it loses the lease.
+#[derive(Debug, Parser)]
+#[command(name = "deployment-controller", version)]
+pub(crate) struct Flags {
+    /// Path to a kubeconfig file. Without it (and without --master), the in-cluster service
+    /// account is used, then $KUBECONFIG / ~/.kube/config.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) kubeconfig: Option<PathBuf>,
+
+    /// The address of the Kubernetes API server (overrides any value in the kubeconfig).
+    #[arg(long, value_name = "URL")]
+    pub(crate) master: Option<String>,
+
+    /// The number of Deployments allowed to sync concurrently.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) concurrent_deployment_syncs: u32,
+
+    /// Queries per second to use while talking with the API server.
+    #[arg(long, default_value_t = 20.0)]
+    pub(crate) kube_api_qps: f32,
+
+    /// Burst to use while talking with the API server.
+    #[arg(long, default_value_t = 30)]
+    pub(crate) kube_api_burst: u32,
+
+    /// Start a leader election client and gain leadership before reconciling. Enable it
+    /// whenever more than one instance may run.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL",
+          num_args = 0..=1, default_missing_value = "true")]
+    pub(crate) leader_elect: bool,
+
+    /// How long a standby waits, after it last saw the lease change, before it may take
+    /// over (a Go duration such as 15s or 1m30s).
+    #[arg(long, default_value = "15s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub(crate) leader_elect_lease_duration: Duration,
+
+    /// How long the leader keeps trying to renew before it gives up leading. Must be shorter
+    /// than the lease duration.
+    #[arg(long, default_value = "10s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub(crate) leader_elect_renew_deadline: Duration,
+
+    /// How long clients wait between attempts to acquire or renew the lease.
+    #[arg(long, default_value = "2s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub(crate) leader_elect_retry_period: Duration,
+
+    /// The kind of lock object used for leader election. Only `leases` exists.
+    #[arg(long, default_value = "leases", value_parser = ["leases"])]
+    pub(crate) leader_elect_resource_lock: String,
+
+    /// The name of the Lease used for leader election. Differs from kube-controller-manager's
+    /// own lease on purpose: both run side by side.
+    #[arg(long, default_value = "kctrl-deployment-controller")]
+    pub(crate) leader_elect_resource_name: String,
+
+    /// The namespace of the Lease used for leader election.
+    #[arg(long, default_value = "kube-system")]
+    pub(crate) leader_elect_resource_namespace: String,
+
+    /// The address /healthz, /livez, /readyz and /metrics are served on. Loopback by default;
+    /// the in-cluster manifest sets 0.0.0.0 so the kubelet's probes reach it.
+    #[arg(long, default_value = "127.0.0.1", value_name = "IP")]
+    pub(crate) bind_address: IpAddr,
+
+    /// The port to serve HTTPS on (0 turns serving off).
+    #[arg(long, default_value_t = 10257, value_name = "PORT")]
+    pub(crate) secure_port: u16,
+
+    /// PEM certificate (chain) to serve HTTPS with. Without it (and --tls-private-key-file),
+    /// a self-signed certificate is generated in memory at start.
+    #[arg(long, value_name = "PATH", requires = "tls_private_key_file")]
+    pub(crate) tls_cert_file: Option<PathBuf>,
+
+    /// PEM private key matching --tls-cert-file.
+    #[arg(long, value_name = "PATH", requires = "tls_cert_file")]
+    pub(crate) tls_private_key_file: Option<PathBuf>,
+
+    /// Log verbosity, as klog's: 0–2 info, 3–4 debug, 5 and above trace. RUST_LOG, when set,
+    /// takes precedence.
+    #[arg(short = 'v', long = "v", default_value_t = 0, value_name = "LEVEL")]
+    pub(crate) verbosity: u8,
+}
+
+/// Parses a Go `time.Duration` string: a sequence of decimal numbers, each with an optional
+/// fraction and a unit (`ns`, `us`, `µs`, `ms`, `s`, `m`, `h`), e.g. `15s`, `1m30s`, `1.5h`,
+/// `250ms`; `0` alone is also accepted. Negative durations are refused.
+pub(crate) fn parse_go_duration(text: &str) -> Result<Duration, String> {
+    let invalid = || format!("invalid duration {text:?} (expected e.g. 15s, 1m30s, 250ms)");
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if text.is_empty() || text.starts_with('-') {
+        return Err(invalid());
+    }
+    let rest = text.strip_prefix('+').unwrap_or(text);
+    let mut total = 0f64;
+    let mut rest = rest;
+    if rest.is_empty() {
+        return Err(invalid());
+    }
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let number = &rest[..number_len];
+        if number.is_empty() || number == "." || number.matches('.').count() > 1 {
+            return Err(invalid());
+        }
+        let value: f64 = number.parse().map_err(|_| invalid())?;
+        rest = &rest[number_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let seconds_per_unit = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            "" => return Err(format!("{}: missing unit", invalid())),
+            unit => return Err(format!("{}: unknown unit {unit:?}", invalid())),
+        };
+        total += value * seconds_per_unit;
+        rest = &rest[unit_len..];
+    }
+    Duration::try_from_secs_f64(total).map_err(|_| invalid())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations() {
+        let cases = [
+            ("15s", Duration::from_secs(15)),
+            ("1m30s", Duration::from_secs(90)),
+            ("1.5h", Duration::from_secs(5400)),
+            ("250ms", Duration::from_millis(250)),
+            ("10us", Duration::from_micros(10)),
+            ("10µs", Duration::from_micros(10)),
+            ("7ns", Duration::from_nanos(7)),
+            ("0", Duration::ZERO),
+            ("+2s", Duration::from_secs(2)),
+            ("1h2m3s", Duration::from_secs(3723)),
+        ];
+        for (text, want) in cases {
+            let got = parse_go_duration(text).unwrap();
+            let diff = got.abs_diff(want);
+            assert!(
+                diff < Duration::from_nanos(2),
+                "{text}: {got:?} != {want:?}"
+            );
+        }
+        for bad in ["", "15", "s", "-1s", "1.2.3s", "5d", "1m30", ".s", "+"] {
+            let err = parse_go_duration(bad).unwrap_err();
+            assert!(err.contains(&format!("{bad:?}")), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn defaults_match_kube_controller_manager() {
+        let flags = Flags::try_parse_from(["deployment-controller"]).unwrap();
+        assert_eq!(flags.concurrent_deployment_syncs, 5);
+        assert_eq!(flags.kube_api_qps, 20.0);
+        assert_eq!(flags.kube_api_burst, 30);
+        assert!(flags.leader_elect);
+        assert_eq!(flags.leader_elect_lease_duration, Duration::from_secs(15));
+        assert_eq!(flags.leader_elect_renew_deadline, Duration::from_secs(10));
+        assert_eq!(flags.leader_elect_retry_period, Duration::from_secs(2));
+        assert_eq!(flags.leader_elect_resource_lock, "leases");
+        assert_eq!(flags.leader_elect_resource_namespace, "kube-system");
+        assert_eq!(flags.secure_port, 10257);
+        assert_eq!(flags.bind_address.to_string(), "127.0.0.1");
+    }
+
+    #[test]
+    fn leader_elect_takes_an_explicit_value_as_kcm_does() {
+        let off = Flags::try_parse_from(["deployment-controller", "--leader-elect=false"]).unwrap();
+        assert!(!off.leader_elect);
+        let on = Flags::try_parse_from(["deployment-controller", "--leader-elect"]).unwrap();
+        assert!(on.leader_elect);
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_the_flag_named() {
+        for args in [
+            vec!["--leader-elect-resource-lock", "endpoints"],
+            vec!["--leader-elect-lease-duration", "15"],
+            vec!["--concurrent-deployment-syncs", "0"],
+            vec!["--tls-cert-file", "/x.pem"],
+            vec!["--bind-address", "localhost"],
+        ] {
+            let flag = args[0];
+            let err = Flags::try_parse_from(std::iter::once("deployment-controller").chain(args))
+                .unwrap_err()
+                .to_string();
+            let named = flag.trim_start_matches("--");
+            assert!(
+                err.contains(named) || err.contains("tls-private-key-file"),
+                "{flag}: {err}"
+            );
+        }
+    }
+}
