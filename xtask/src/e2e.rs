@@ -12,15 +12,21 @@
 //!   modules, with the apiserver's watch cache disabled for ConfigMaps only so compaction tests
 //!   can observe 410 Gone from etcd (every other resource is cached as in a real cluster).
 //! * `kind`: a kind cluster whose controller-manager runs without its deployment controller.
-//!   Needs `kind` and a container engine.
+//!   Needs `kind` and a container engine (Docker or Podman). By default our controller runs
+//!   *in* the cluster, as users run it: the image is built from `deploy/Containerfile`, loaded
+//!   into the nodes, `deploy/` is applied and bootstrapped (see `cluster::kind`), and the
+//!   targets that need the controller run once a pod of its Deployment holds the lease; its
+//!   logs are collected afterwards. `--controller host` runs it out of cluster instead, as for
+//!   the other kinds.
 //! * `existing`: whatever `$KUBECONFIG` points at, used as it is.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use crate::cluster::kind::KindCluster;
+use crate::cluster::kind::{self, Engine, InClusterController, KindCluster};
 use crate::cluster::plane::{self, Layout, UpOptions};
 
 /// Arguments of `cargo xtask e2e`.
@@ -35,6 +41,11 @@ pub(crate) struct E2eArgs {
     /// Name of the local or kind cluster.
     #[arg(long, default_value = "e2e")]
     name: String,
+    /// Where our deployment-controller runs: `in-cluster` (kind only, its default: the image
+    /// from deploy/Containerfile, installed with deploy/) or `host` (a local process; the
+    /// default of the other clusters).
+    #[arg(long, value_enum)]
+    controller: Option<ControllerPlacement>,
     /// Arguments passed to the test binaries (e.g. a test name filter).
     #[arg(last = true)]
     test_args: Vec<String>,
@@ -49,6 +60,15 @@ pub(crate) enum ClusterKind {
     Kind,
     /// The cluster `$KUBECONFIG` points at.
     Existing,
+}
+
+/// Where our deployment-controller runs during the suite.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ControllerPlacement {
+    /// A process on this machine, out of cluster.
+    Host,
+    /// Pods in the cluster, from deploy/ and the image (kind only).
+    InCluster,
 }
 
 /// What the suite needs to know about the cluster under test.
@@ -86,9 +106,23 @@ impl Target {
 /// kube-apiserver flags of the local e2e cluster.
 pub(crate) const LOCAL_APISERVER_ARGS: &[&str] = &["--watch-cache-sizes=configmaps#0"];
 
+/// The `deployment-controller` executable this run built, for the suite's own processes.
+static CONTROLLER_BINARY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// The variable naming that executable (read by `kctrl-e2e`'s `process` module).
+const CONTROLLER_BINARY_ENV: &str = "KCTRL_E2E_CONTROLLER_BINARY";
+
 pub(crate) fn run(args: E2eArgs) -> Result<()> {
+    if args.cluster != ClusterKind::Kind && args.controller == Some(ControllerPlacement::InCluster)
+    {
+        bail!(
+            "--controller in-cluster needs --cluster kind (it loads the image into kind's nodes)"
+        );
+    }
     // Build first: a compile error should not cost a cluster start.
     let controller = crate::controller_process::build()?;
+    // Tests that start controller processes of their own (tests/e2e/production.rs) run it.
+    let _ = CONTROLLER_BINARY.set(controller.clone());
     match args.cluster {
         ClusterKind::Local => {
             let info = plane::ensure_up(&UpOptions {
@@ -134,32 +168,228 @@ pub(crate) fn run(args: E2eArgs) -> Result<()> {
         ClusterKind::Kind => {
             let cluster = KindCluster::new(&args.name);
             require_tool("kind", "install kind v0.32+ (https://kind.sigs.k8s.io)")?;
-            require_tool("docker", "kind needs a container engine (Docker or Podman)")?;
+            let engine = container_engine()?;
             let dir = Path::new("target/kctrl-kind").join(&args.name);
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            let kubeconfig = dir.join("kubeconfig");
+            let in_cluster = match args.controller.unwrap_or(ControllerPlacement::InCluster) {
+                ControllerPlacement::Host => None,
+                ControllerPlacement::InCluster => {
+                    let kubectl = kubectl_program();
+                    require_command(
+                        &[kubectl.as_str(), "version", "--client"],
+                        "the in-cluster controller is installed with kubectl (or set \
+                         KCTRL_KUBECTL); `--controller host` runs it out of cluster instead",
+                    )?;
+                    let ctl = InClusterController::new(&cluster, engine, &repo_root(), &dir)
+                        .with_kubeconfig(&kubeconfig)
+                        .with_kubectl(&kubectl);
+                    // Like the binary above, before any cluster exists.
+                    run_command(&ctl.build_image_command())?;
+                    Some(ctl)
+                }
+            };
             let config = dir.join("kind.yaml");
             std::fs::write(&config, cluster.config())
                 .with_context(|| format!("writing {}", config.display()))?;
             run_command(&cluster.create_command(&config))?;
-            let kubeconfig = dir.join("kubeconfig");
             let result = (|| {
                 let out = output_of(&cluster.kubeconfig_command())?;
                 std::fs::write(&kubeconfig, out)
                     .with_context(|| format!("writing {}", kubeconfig.display()))?;
-                // Out of cluster, against the kind kubeconfig.
-                run_suite_with_controller(
-                    &controller,
-                    &Target {
-                        kubeconfig: kubeconfig.clone(),
-                        controller_kubeconfig: None,
-                        compact_command: None,
-                        controller_log: Some(dir.join(CONTROLLER_LOG)),
-                    },
-                    &args.test_args,
-                )
+                match &in_cluster {
+                    Some(ctl) => {
+                        for cmd in ctl.load_image_commands() {
+                            run_command(&cmd)?;
+                        }
+                        run_suite_with_in_cluster_controller(
+                            ctl,
+                            &Target {
+                                kubeconfig: kubeconfig.clone(),
+                                controller_kubeconfig: None,
+                                compact_command: None,
+                                controller_log: Some(ctl.log_path()),
+                            },
+                            &args.test_args,
+                        )
+                    }
+                    // Out of cluster, against the kind kubeconfig.
+                    None => run_suite_with_controller(
+                        &controller,
+                        &Target {
+                            kubeconfig: kubeconfig.clone(),
+                            controller_kubeconfig: None,
+                            compact_command: None,
+                            controller_log: Some(dir.join(CONTROLLER_LOG)),
+                        },
+                        &args.test_args,
+                    ),
+                }
             })();
             finish(result, args.keep, || run_command(&cluster.delete_command()))
         }
+    }
+}
+
+/// How long the Deployment's pods may take to get the lease once the bootstrap Pod is gone: the
+/// lease duration (15 s) and retry period (2 s) of a lease that was not released, with margin.
+const HANDOVER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The repository root (the image's build context, the base of `deploy/`).
+fn repo_root() -> PathBuf {
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir.parent().unwrap_or(manifest_dir).to_path_buf()
+}
+
+/// The kubectl to run: `$KCTRL_KUBECTL` (which `cargo xtask cluster env` exports), else the
+/// one on `PATH`.
+fn kubectl_program() -> String {
+    std::env::var("KCTRL_KUBECTL")
+        .ok()
+        .filter(|k| !k.is_empty())
+        .unwrap_or_else(|| "kubectl".to_owned())
+}
+
+/// Docker if its daemon answers, else Podman.
+fn container_engine() -> Result<Engine> {
+    let answers = |engine: Engine| {
+        Command::new(engine.program())
+            .arg("version")
+            .output()
+            .is_ok_and(|out| out.status.success())
+    };
+    [Engine::Docker, Engine::Podman]
+        .into_iter()
+        .find(|e| answers(*e))
+        .context(
+            "kind needs a container engine: neither `docker version` nor `podman version` \
+             succeeded",
+        )
+}
+
+/// The test targets of `kctrl-e2e`, split into (without the controller, with it).
+fn suite_targets() -> Result<(Vec<String>, Vec<String>)> {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/Cargo.toml");
+    let text = std::fs::read_to_string(&manifest)
+        .with_context(|| format!("reading {}", manifest.display()))?;
+    Ok(split_targets(&test_targets(&text)))
+}
+
+/// `--test <t>` for each target, after `first`.
+fn selection(first: &[&str], targets: &[String]) -> Vec<String> {
+    first
+        .iter()
+        .map(|s| (*s).to_owned())
+        .chain(
+            targets
+                .iter()
+                .flat_map(|t| ["--test".to_owned(), t.clone()]),
+        )
+        .collect()
+}
+
+/// The suite with our controller running in the kind cluster: first the targets that must not
+/// see a deployment controller, then the controller is installed from `deploy/` (applied,
+/// bootstrapped, rolled out, its lease handed over to its own pods), the targets that need it
+/// run, and its pods' logs are written to the target's log file (also when something failed).
+/// The controller is left running; tearing the cluster down removes it.
+fn run_suite_with_in_cluster_controller(
+    ctl: &InClusterController,
+    target: &Target,
+    test_args: &[String],
+) -> Result<()> {
+    let (without, with) = suite_targets()?;
+    let bare = Target {
+        controller_log: None,
+        ..target.clone()
+    };
+    let first = run_suite(&bare, &selection(&["--lib"], &without), test_args);
+    if with.is_empty() {
+        return first;
+    }
+    let second = match install_in_cluster(ctl) {
+        Ok(()) => run_suite(target, &selection(&[], &with), test_args),
+        Err(e) => {
+            for cmd in ctl.diagnostics_commands() {
+                if let Err(d) = run_command(&cmd) {
+                    eprintln!("==> {d:#}");
+                }
+            }
+            Err(e.context("installing the deployment-controller in the cluster"))
+        }
+    };
+    match collect_logs(ctl) {
+        Ok(()) => eprintln!(
+            "==> deployment-controller log: {}",
+            ctl.log_path().display()
+        ),
+        Err(e) => eprintln!("==> collecting the deployment-controller's logs failed: {e:#}"),
+    }
+    match (first, second) {
+        (Err(e), Err(e2)) => {
+            eprintln!("==> the tests with the controller failed too: {e2:#}");
+            Err(e)
+        }
+        (r1, r2) => r1.and(r2),
+    }
+}
+
+/// Applies `deploy/`, bootstraps the controller, waits for its rollout, removes the bootstrap
+/// Pod and waits until one of the Deployment's pods leads.
+fn install_in_cluster(ctl: &InClusterController) -> Result<()> {
+    run_command(&ctl.apply_command())?;
+    run_command(&ctl.bootstrap_command())?;
+    run_command(&ctl.rollout_status_command())?;
+    run_command(&ctl.remove_bootstrap_command())?;
+    let command = ctl.lease_holder_command();
+    eprintln!(
+        "==> waiting up to {}s for a pod of deployment/{} to hold the lease: {}",
+        HANDOVER_TIMEOUT.as_secs(),
+        kind::CONTROLLER_NAME,
+        command.join(" ")
+    );
+    let deadline = Instant::now() + HANDOVER_TIMEOUT;
+    let mut holder = String::new();
+    loop {
+        // A failed read (e.g. a transient API error) is retried like an unsuitable holder.
+        if let Ok(out) = output_of(&command) {
+            holder = String::from_utf8_lossy(&out).trim().to_owned();
+            if kind::held_by_deployment_pod(&holder) {
+                eprintln!("==> leader: {holder}");
+                return Ok(());
+            }
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "after {}s the lease {}/{} is held by {:?}, not by a pod of the Deployment",
+                HANDOVER_TIMEOUT.as_secs(),
+                kind::CONTROLLER_NAMESPACE,
+                kind::CONTROLLER_NAME,
+                holder
+            );
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// Writes the logs of the controller's pods to the target's log file.
+fn collect_logs(ctl: &InClusterController) -> Result<()> {
+    let logs = output_of(&ctl.logs_command())?;
+    let path = ctl.log_path();
+    std::fs::write(&path, logs).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Fails with `hint` unless `argv` runs and succeeds.
+fn require_command(argv: &[&str], hint: &str) -> Result<()> {
+    let (program, args) = argv.split_first().context("empty command")?;
+    match Command::new(program).args(args).output() {
+        Ok(out) if out.status.success() => Ok(()),
+        Ok(out) => bail!(
+            "`{}` failed: {}; {hint}",
+            argv.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+        Err(e) => bail!("{program} is not usable ({e}); {hint}"),
     }
 }
 
@@ -304,6 +534,10 @@ fn run_suite(target: &Target, selection: &[String], test_args: &[String]) -> Res
     for (k, v) in target.env_vars() {
         eprintln!("==> {k}={v}");
         cmd.env(k, v);
+    }
+    if let Some(binary) = CONTROLLER_BINARY.get() {
+        eprintln!("==> {CONTROLLER_BINARY_ENV}={}", binary.display());
+        cmd.env(CONTROLLER_BINARY_ENV, binary);
     }
     eprintln!(
         "==> cargo test -p kctrl-e2e {} -- {}",
@@ -454,6 +688,51 @@ workspace = true
         let real = test_targets(&real);
         for t in CONTROLLER_TEST_TARGETS {
             assert!(real.iter().any(|r| r == t), "{t} in {real:?}");
+        }
+    }
+
+    #[test]
+    fn selection_lists_each_target() {
+        let targets = ["client".to_owned(), "informer".to_owned()];
+        assert_eq!(
+            selection(&["--lib"], &targets),
+            ["--lib", "--test", "client", "--test", "informer"]
+        );
+        assert!(selection(&[], &[]).is_empty());
+    }
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        e2e: E2eArgs,
+    }
+
+    fn parse(args: &[&str]) -> E2eArgs {
+        use clap::Parser;
+        Cli::try_parse_from(std::iter::once("e2e").chain(args.iter().copied()))
+            .unwrap()
+            .e2e
+    }
+
+    #[test]
+    fn controller_placement_is_parsed() {
+        let a = parse(&["--cluster", "kind"]);
+        assert_eq!((a.cluster, a.controller), (ClusterKind::Kind, None));
+        let a = parse(&["--cluster", "kind", "--controller", "host", "--", "scale"]);
+        assert_eq!(a.controller, Some(ControllerPlacement::Host));
+        assert_eq!(a.test_args, ["scale"]);
+        let a = parse(&["--controller", "in-cluster"]);
+        assert_eq!(a.controller, Some(ControllerPlacement::InCluster));
+    }
+
+    #[test]
+    fn in_cluster_needs_kind() {
+        // Refused before anything is built or started.
+        for cluster in ["local", "existing"] {
+            let err = run(parse(&["--cluster", cluster, "--controller", "in-cluster"]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("needs --cluster kind"), "{err}");
         }
     }
 

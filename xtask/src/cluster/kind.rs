@@ -1,6 +1,8 @@
-//! The kind path of the future `cargo xtask e2e --cluster kind` (users' machines with Docker or
-//! Podman; it cannot run on the project's container-less machines): the cluster configuration
-//! and the commands to create it, fetch its kubeconfig and delete it.
+//! The kind path of `cargo xtask e2e --cluster kind` (users' machines with Docker or Podman; it
+//! cannot run on the project's container-less machines): the cluster configuration, the
+//! commands to create it, fetch its kubeconfig and delete it, and — for the in-cluster
+//! controller — the commands that build our image, load it into the nodes, apply `deploy/`,
+//! bootstrap the controller and hand its lease over to the Deployment's own pods.
 //!
 //! Facts the configuration relies on:
 //! * kind v0.32.0 is the first release whose default node image is Kubernetes 1.36
@@ -11,8 +13,20 @@
 //! * kubeadm starts kube-controller-manager with `--controllers=*,bootstrapsigner,tokencleaner`;
 //!   an `extraArgs` entry replaces that flag as a whole, so both extra controllers are repeated
 //!   and only the Deployment controller (canonical name `deployment-controller`) is removed.
+//! * `kind load docker-image` always shells out to the `docker` CLI; with Podman the image is
+//!   saved to an archive and loaded with `kind load image-archive`. Podman names a local build
+//!   `localhost/<name>` unless the name carries a registry, while the nodes' containerd resolves
+//!   `kctrl/deployment-controller:dev` as `docker.io/kctrl/deployment-controller:dev`, so the
+//!   Podman build is tagged with that full name.
+//!
+//! Why a bootstrap Pod: with kube-controller-manager's Deployment controller disabled, nothing
+//! creates the ReplicaSet of *our* Deployment until our controller runs. `deploy/bootstrap/`
+//! holds a bare Pod (no controller owns it) running the same container with the same lease: it
+//! becomes leader, creates the ReplicaSet of `kube-system/kctrl-deployment-controller`, and once
+//! that Deployment has rolled out it is deleted; a Deployment pod takes the lease over. The
+//! lease guarantees that only one of them reconciles at any time.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// kind release whose default node image is Kubernetes 1.36.
 pub(crate) const KIND_VERSION: &str = "v0.32.0";
@@ -21,6 +35,28 @@ pub(crate) const KIND_VERSION: &str = "v0.32.0";
 pub(crate) const KIND_NODE_IMAGE: &str = "kindest/node:v1.36.1";
 /// The controller-manager's `--controllers` value: kubeadm's default minus our controller.
 pub(crate) const KIND_CONTROLLERS: &str = "*,bootstrapsigner,tokencleaner,-deployment-controller";
+
+/// The image `deploy/` runs (built from [`CONTAINERFILE`]).
+pub(crate) const CONTROLLER_IMAGE: &str = "kctrl/deployment-controller:dev";
+/// The container recipe, relative to the repository root (the build context).
+pub(crate) const CONTAINERFILE: &str = "deploy/Containerfile";
+/// The recipe's own ignore file (BuildKit finds it by name; Podman is given it explicitly).
+pub(crate) const CONTAINERFILE_IGNORE: &str = "deploy/Containerfile.dockerignore";
+/// The manifests `kubectl apply -f` installs (not recursive: `bootstrap/` is separate).
+pub(crate) const MANIFEST_DIR: &str = "deploy";
+/// The one-off bootstrap Pod (see the module docs).
+pub(crate) const BOOTSTRAP_DIR: &str = "deploy/bootstrap";
+/// Namespace of everything in `deploy/`.
+pub(crate) const CONTROLLER_NAMESPACE: &str = "kube-system";
+/// Name of our Deployment, ServiceAccount and leader-election Lease.
+pub(crate) const CONTROLLER_NAME: &str = "kctrl-deployment-controller";
+/// Name of the bootstrap Pod.
+pub(crate) const BOOTSTRAP_POD: &str = "kctrl-deployment-controller-bootstrap";
+/// Label selector matching the Deployment's pods and the bootstrap Pod (for their logs).
+pub(crate) const CONTROLLER_POD_SELECTOR: &str =
+    "app.kubernetes.io/name=kctrl-deployment-controller";
+/// How long `kubectl rollout status` waits for our Deployment.
+pub(crate) const ROLLOUT_TIMEOUT: &str = "5m";
 
 /// A kind cluster to create.
 #[derive(Clone, Debug)]
@@ -67,50 +103,331 @@ nodes:
 
     /// `kind create cluster …` (waits for the control plane to be Ready).
     pub(crate) fn create_command(&self, config_path: &Path) -> Vec<String> {
-        vec![
-            "kind".into(),
-            "create".into(),
-            "cluster".into(),
-            "--name".into(),
-            self.name.clone(),
-            "--config".into(),
-            config_path.display().to_string(),
-            "--wait".into(),
-            "5m".into(),
-        ]
+        argv(&[
+            "kind",
+            "create",
+            "cluster",
+            "--name",
+            &self.name,
+            "--config",
+            &config_path.display().to_string(),
+            "--wait",
+            "5m",
+        ])
     }
 
     /// `kind get kubeconfig …` (prints the admin kubeconfig on stdout).
     pub(crate) fn kubeconfig_command(&self) -> Vec<String> {
-        vec![
-            "kind".into(),
-            "get".into(),
-            "kubeconfig".into(),
-            "--name".into(),
-            self.name.clone(),
-        ]
+        argv(&["kind", "get", "kubeconfig", "--name", &self.name])
     }
 
     /// `kind delete cluster …`.
     pub(crate) fn delete_command(&self) -> Vec<String> {
-        vec![
-            "kind".into(),
-            "delete".into(),
-            "cluster".into(),
-            "--name".into(),
-            self.name.clone(),
-        ]
+        argv(&["kind", "delete", "cluster", "--name", &self.name])
     }
 
-    /// The commands of one e2e run, in order, for display (`kind-plan`).
+    /// One e2e run with the in-cluster controller, as lines of a shell script for display
+    /// (`cargo xtask cluster kind-plan`): each line is a command's arguments, except lines
+    /// whose first element is `#`, which are notes (where the suite runs, what is polled).
+    /// The kubeconfig is written next to the configuration; paths are relative to the
+    /// repository root. These are the commands `cargo xtask e2e --cluster kind` runs.
     pub(crate) fn plan(&self, config_path: &Path) -> Vec<Vec<String>> {
+        let kubeconfig = config_path.with_file_name("kubeconfig");
+        let work_dir = config_path.parent().unwrap_or(Path::new("")).to_path_buf();
+        let ctl = InClusterController::new(self, Engine::Docker, Path::new(""), &work_dir)
+            .with_kubeconfig(&kubeconfig);
+        let podman = InClusterController::new(self, Engine::Podman, Path::new(""), &work_dir);
+        let note = |text: &str| vec!["#".to_owned(), text.to_owned()];
+        let mut lines = vec![note("1. build the controller image (Podman: see below)")];
+        lines.push(ctl.build_image_command());
+        lines.push(note("2. create the cluster and write its kubeconfig"));
+        lines.push(self.create_command(config_path));
+        let mut kubeconfig_line = self.kubeconfig_command();
+        kubeconfig_line.extend([">".to_owned(), kubeconfig.display().to_string()]);
+        lines.push(kubeconfig_line);
+        lines.push(note("3. load the image into every node"));
+        lines.extend(ctl.load_image_commands());
+        lines.push(note(
+            "4. the e2e targets that must not see a deployment controller run here \
+             (cargo test -p kctrl-e2e --lib --test …, KCTRL_E2E_KUBECONFIG=<kubeconfig>)",
+        ));
+        lines.push(note(
+            "5. install the controller, bootstrap it and wait for its rollout",
+        ));
+        lines.push(ctl.apply_command());
+        lines.push(ctl.bootstrap_command());
+        lines.push(ctl.rollout_status_command());
+        lines.push(ctl.remove_bootstrap_command());
+        lines.push(note(
+            "6. poll until the lease holder is a pod of the Deployment (<pod name>_<suffix>)",
+        ));
+        lines.push(ctl.lease_holder_command());
+        lines.push(note(
+            "7. the e2e targets that need the controller run here \
+             (KCTRL_E2E_DEPLOYMENT_CONTROLLER_LOG=<work dir>/deployment-controller.log)",
+        ));
+        lines.push(note(
+            "8. collect the controller's logs into that file, then tear down",
+        ));
+        let mut logs_line = ctl.logs_command();
+        logs_line.extend([">".to_owned(), ctl.log_path().display().to_string()]);
+        lines.push(logs_line);
+        lines.push(self.delete_command());
+        lines.push(note("with Podman, steps 1 and 3 are instead:"));
+        for cmd in std::iter::once(podman.build_image_command()).chain(podman.load_image_commands())
+        {
+            let mut line = vec!["#".to_owned()];
+            line.extend(cmd);
+            lines.push(line);
+        }
+        lines
+    }
+}
+
+/// The container engine that builds our image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Engine {
+    /// Docker (BuildKit reads the recipe's own ignore file).
+    Docker,
+    /// Podman (kind's `load docker-image` cannot read its images, see the module docs).
+    Podman,
+}
+
+impl Engine {
+    /// The engine's command.
+    pub(crate) fn program(self) -> &'static str {
+        match self {
+            Engine::Docker => "docker",
+            Engine::Podman => "podman",
+        }
+    }
+
+    /// The name the image is built under: with Podman, [`CONTROLLER_IMAGE`] qualified with the
+    /// registry containerd resolves it to.
+    pub(crate) fn image_name(self) -> String {
+        match self {
+            Engine::Docker => CONTROLLER_IMAGE.to_owned(),
+            Engine::Podman => format!("docker.io/{CONTROLLER_IMAGE}"),
+        }
+    }
+}
+
+/// Our controller running inside a kind cluster from `deploy/`: the commands of each step.
+#[derive(Clone, Debug)]
+pub(crate) struct InClusterController {
+    cluster: String,
+    engine: Engine,
+    /// The repository root (build context, base of `deploy/`); empty for relative paths.
+    root: PathBuf,
+    /// Where the image archive (Podman) and the collected logs go.
+    work_dir: PathBuf,
+    /// The admin kubeconfig kubectl uses; `None` leaves kubectl to its default.
+    kubeconfig: Option<PathBuf>,
+    /// The kubectl to run.
+    kubectl: String,
+}
+
+impl InClusterController {
+    /// The controller of `cluster`, built with `engine` from the repository at `root`.
+    pub(crate) fn new(
+        cluster: &KindCluster,
+        engine: Engine,
+        root: &Path,
+        work_dir: &Path,
+    ) -> InClusterController {
+        InClusterController {
+            cluster: cluster.name.clone(),
+            engine,
+            root: root.to_path_buf(),
+            work_dir: work_dir.to_path_buf(),
+            kubeconfig: None,
+            kubectl: "kubectl".to_owned(),
+        }
+    }
+
+    /// kubectl talks to the cluster through `kubeconfig`.
+    pub(crate) fn with_kubeconfig(mut self, kubeconfig: &Path) -> InClusterController {
+        self.kubeconfig = Some(kubeconfig.to_path_buf());
+        self
+    }
+
+    /// Runs `kubectl` as `program` (e.g. `$KCTRL_KUBECTL`).
+    pub(crate) fn with_kubectl(mut self, program: &str) -> InClusterController {
+        program.clone_into(&mut self.kubectl);
+        self
+    }
+
+    fn path(&self, relative: &str) -> String {
+        self.root.join(relative).display().to_string()
+    }
+
+    /// A directory argument with a trailing `/`, so it reads as a directory.
+    fn dir(&self, relative: &str) -> String {
+        format!("{}/", self.path(relative))
+    }
+
+    /// Where the image is saved for `kind load image-archive` (Podman only).
+    pub(crate) fn archive_path(&self) -> PathBuf {
+        self.work_dir.join("deployment-controller-image.tar")
+    }
+
+    /// Where the controller's logs are collected after the suite.
+    pub(crate) fn log_path(&self) -> PathBuf {
+        self.work_dir.join("deployment-controller.log")
+    }
+
+    /// `docker build …` / `podman build …` of [`CONTAINERFILE`], with the repository root as
+    /// the context.
+    pub(crate) fn build_image_command(&self) -> Vec<String> {
+        let mut cmd = argv(&[
+            self.engine.program(),
+            "build",
+            "-f",
+            &self.path(CONTAINERFILE),
+        ]);
+        if self.engine == Engine::Podman {
+            cmd.extend(argv(&["--ignorefile", &self.path(CONTAINERFILE_IGNORE)]));
+        }
+        let context = if self.root.as_os_str().is_empty() {
+            ".".to_owned()
+        } else {
+            self.root.display().to_string()
+        };
+        cmd.extend(argv(&["-t", &self.engine.image_name(), &context]));
+        cmd
+    }
+
+    /// The commands that copy the image into every node of the cluster.
+    pub(crate) fn load_image_commands(&self) -> Vec<Vec<String>> {
+        match self.engine {
+            Engine::Docker => vec![argv(&[
+                "kind",
+                "load",
+                "docker-image",
+                CONTROLLER_IMAGE,
+                "--name",
+                &self.cluster,
+            ])],
+            Engine::Podman => {
+                let archive = self.archive_path().display().to_string();
+                vec![
+                    argv(&["podman", "save", "-o", &archive, &self.engine.image_name()]),
+                    argv(&[
+                        "kind",
+                        "load",
+                        "image-archive",
+                        &archive,
+                        "--name",
+                        &self.cluster,
+                    ]),
+                ]
+            }
+        }
+    }
+
+    fn kubectl(&self, args: &[&str]) -> Vec<String> {
+        let mut cmd = vec![self.kubectl.clone()];
+        if let Some(k) = &self.kubeconfig {
+            cmd.extend(["--kubeconfig".to_owned(), k.display().to_string()]);
+        }
+        cmd.extend(argv(args));
+        cmd
+    }
+
+    /// `kubectl apply -f deploy/`: ServiceAccount, RBAC and the Deployment.
+    pub(crate) fn apply_command(&self) -> Vec<String> {
+        self.kubectl(&["apply", "-f", &self.dir(MANIFEST_DIR)])
+    }
+
+    /// `kubectl apply -f deploy/bootstrap/`: the bootstrap Pod.
+    pub(crate) fn bootstrap_command(&self) -> Vec<String> {
+        self.kubectl(&["apply", "-f", &self.dir(BOOTSTRAP_DIR)])
+    }
+
+    /// `kubectl rollout status` of our Deployment (all replicas updated and available).
+    pub(crate) fn rollout_status_command(&self) -> Vec<String> {
+        self.kubectl(&[
+            "-n",
+            CONTROLLER_NAMESPACE,
+            "rollout",
+            "status",
+            &format!("deployment/{CONTROLLER_NAME}"),
+            &format!("--timeout={ROLLOUT_TIMEOUT}"),
+        ])
+    }
+
+    /// `kubectl delete -f deploy/bootstrap/` (waits until the Pod is gone).
+    pub(crate) fn remove_bootstrap_command(&self) -> Vec<String> {
+        self.kubectl(&["delete", "-f", &self.dir(BOOTSTRAP_DIR), "--wait=true"])
+    }
+
+    /// Prints the holder of our leader-election Lease.
+    pub(crate) fn lease_holder_command(&self) -> Vec<String> {
+        self.kubectl(&[
+            "-n",
+            CONTROLLER_NAMESPACE,
+            "get",
+            "lease",
+            CONTROLLER_NAME,
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ])
+    }
+
+    /// The logs of every controller pod still present, each line prefixed with its pod.
+    pub(crate) fn logs_command(&self) -> Vec<String> {
+        self.kubectl(&[
+            "-n",
+            CONTROLLER_NAMESPACE,
+            "logs",
+            "-l",
+            CONTROLLER_POD_SELECTOR,
+            "--all-containers",
+            "--prefix",
+            "--tail=-1",
+        ])
+    }
+
+    /// What to show when the installation fails: the Deployment, its pods and their events.
+    pub(crate) fn diagnostics_commands(&self) -> Vec<Vec<String>> {
         vec![
-            self.create_command(config_path),
-            self.kubeconfig_command(),
-            self.delete_command(),
+            self.kubectl(&[
+                "-n",
+                CONTROLLER_NAMESPACE,
+                "get",
+                "deployment,replicaset,pod,lease",
+                "-o",
+                "wide",
+            ]),
+            self.kubectl(&[
+                "-n",
+                CONTROLLER_NAMESPACE,
+                "describe",
+                "pod",
+                "-l",
+                CONTROLLER_POD_SELECTOR,
+            ]),
         ]
     }
 }
+
+/// Whether a Lease `holderIdentity` (`<hostname>_<suffix>`) names one of our Deployment's pods
+/// (pod name = hostname), not the bootstrap Pod and not nobody.
+pub(crate) fn held_by_deployment_pod(holder: &str) -> bool {
+    let host = holder.trim().split('_').next().unwrap_or("");
+    host != BOOTSTRAP_POD
+        && host
+            .strip_prefix(CONTROLLER_NAME)
+            .and_then(|rest| rest.strip_prefix('-'))
+            .is_some_and(|rest| !rest.is_empty())
+}
+
+fn argv(args: &[&str]) -> Vec<String> {
+    args.iter().map(|a| (*a).to_owned()).collect()
+}
+
+#[cfg(test)]
+mod deploy_tests;
 
 #[cfg(test)]
 mod tests {
@@ -169,9 +486,194 @@ mod tests {
             k.delete_command().join(" "),
             "kind delete cluster --name kctrl-e2e"
         );
-        let plan = k.plan(Path::new("/tmp/kind.yaml"));
-        assert_eq!(plan.len(), 3);
-        assert_eq!(plan[0][1], "create");
-        assert_eq!(plan[2][1], "delete");
+    }
+
+    fn docker_controller() -> InClusterController {
+        InClusterController::new(
+            &KindCluster::new("e2e"),
+            Engine::Docker,
+            Path::new("/repo"),
+            Path::new("/repo/target/kctrl-kind/e2e"),
+        )
+        .with_kubeconfig(Path::new("/repo/target/kctrl-kind/e2e/kubeconfig"))
+    }
+
+    #[test]
+    fn image_is_built_and_loaded_with_docker() {
+        let c = docker_controller();
+        assert_eq!(
+            c.build_image_command().join(" "),
+            "docker build -f /repo/deploy/Containerfile -t kctrl/deployment-controller:dev /repo"
+        );
+        let load: Vec<String> = c
+            .load_image_commands()
+            .iter()
+            .map(|c| c.join(" "))
+            .collect();
+        assert_eq!(
+            load,
+            ["kind load docker-image kctrl/deployment-controller:dev --name e2e"]
+        );
+    }
+
+    #[test]
+    fn image_is_built_and_loaded_with_podman() {
+        let c = InClusterController::new(
+            &KindCluster::new("e2e"),
+            Engine::Podman,
+            Path::new("/repo"),
+            Path::new("/w"),
+        );
+        assert_eq!(
+            c.build_image_command().join(" "),
+            "podman build -f /repo/deploy/Containerfile \
+             --ignorefile /repo/deploy/Containerfile.dockerignore \
+             -t docker.io/kctrl/deployment-controller:dev /repo"
+        );
+        let load: Vec<String> = c
+            .load_image_commands()
+            .iter()
+            .map(|c| c.join(" "))
+            .collect();
+        assert_eq!(
+            load,
+            [
+                "podman save -o /w/deployment-controller-image.tar \
+                 docker.io/kctrl/deployment-controller:dev",
+                "kind load image-archive /w/deployment-controller-image.tar --name e2e",
+            ]
+        );
+    }
+
+    #[test]
+    fn kubectl_steps_install_bootstrap_and_hand_over() {
+        let c = docker_controller();
+        let k = "kubectl --kubeconfig /repo/target/kctrl-kind/e2e/kubeconfig";
+        assert_eq!(
+            c.apply_command().join(" "),
+            format!("{k} apply -f /repo/deploy/")
+        );
+        assert_eq!(
+            c.bootstrap_command().join(" "),
+            format!("{k} apply -f /repo/deploy/bootstrap/")
+        );
+        assert_eq!(
+            c.rollout_status_command().join(" "),
+            format!(
+                "{k} -n kube-system rollout status deployment/kctrl-deployment-controller \
+                 --timeout=5m"
+            )
+        );
+        assert_eq!(
+            c.remove_bootstrap_command().join(" "),
+            format!("{k} delete -f /repo/deploy/bootstrap/ --wait=true")
+        );
+        assert_eq!(
+            c.lease_holder_command().join(" "),
+            format!(
+                "{k} -n kube-system get lease kctrl-deployment-controller \
+                 -o jsonpath={{.spec.holderIdentity}}"
+            )
+        );
+        assert_eq!(
+            c.logs_command().join(" "),
+            format!(
+                "{k} -n kube-system logs -l app.kubernetes.io/name=kctrl-deployment-controller \
+                 --all-containers --prefix --tail=-1"
+            )
+        );
+        assert_eq!(
+            c.log_path(),
+            Path::new("/repo/target/kctrl-kind/e2e/deployment-controller.log")
+        );
+        // Without a kubeconfig kubectl uses its default; another kubectl can be chosen.
+        let bare = InClusterController::new(
+            &KindCluster::new("e2e"),
+            Engine::Docker,
+            Path::new(""),
+            Path::new("w"),
+        )
+        .with_kubectl("/cache/kubectl");
+        assert_eq!(
+            bare.apply_command().join(" "),
+            "/cache/kubectl apply -f deploy/"
+        );
+        assert_eq!(
+            bare.build_image_command().join(" "),
+            "docker build -f deploy/Containerfile -t kctrl/deployment-controller:dev ."
+        );
+        assert!(
+            c.diagnostics_commands()
+                .iter()
+                .all(|d| d.join(" ").starts_with(&format!("{k} -n kube-system ")))
+        );
+    }
+
+    #[test]
+    fn the_lease_must_be_held_by_a_deployment_pod() {
+        assert!(held_by_deployment_pod(
+            "kctrl-deployment-controller-6d9f7c8b4-x2x7q_3f2a9c1e"
+        ));
+        assert!(held_by_deployment_pod(
+            "kctrl-deployment-controller-6d9f7c8b4-x2x7q_3f2a9c1e\n"
+        ));
+        assert!(!held_by_deployment_pod(
+            "kctrl-deployment-controller-bootstrap_3f2a9c1e"
+        ));
+        assert!(!held_by_deployment_pod(""));
+        assert!(!held_by_deployment_pod("kctrl-deployment-controller_1"));
+        assert!(!held_by_deployment_pod("other-host_1"));
+    }
+
+    #[test]
+    fn plan_lists_the_exact_commands_in_order() {
+        let k = KindCluster::new("kctrl-dev");
+        let plan = k.plan(Path::new("target/kctrl-kind/kind.yaml"));
+        let commands: Vec<String> = plan
+            .iter()
+            .filter(|l| l[0] != "#")
+            .map(|l| l.join(" "))
+            .collect();
+        let kc = "kubectl --kubeconfig target/kctrl-kind/kubeconfig";
+        assert_eq!(
+            commands,
+            [
+                "docker build -f deploy/Containerfile -t kctrl/deployment-controller:dev .".to_owned(),
+                "kind create cluster --name kctrl-dev --config target/kctrl-kind/kind.yaml --wait 5m"
+                    .to_owned(),
+                "kind get kubeconfig --name kctrl-dev > target/kctrl-kind/kubeconfig".to_owned(),
+                "kind load docker-image kctrl/deployment-controller:dev --name kctrl-dev".to_owned(),
+                format!("{kc} apply -f deploy/"),
+                format!("{kc} apply -f deploy/bootstrap/"),
+                format!(
+                    "{kc} -n kube-system rollout status deployment/kctrl-deployment-controller \
+                     --timeout=5m"
+                ),
+                format!("{kc} delete -f deploy/bootstrap/ --wait=true"),
+                format!(
+                    "{kc} -n kube-system get lease kctrl-deployment-controller \
+                     -o jsonpath={{.spec.holderIdentity}}"
+                ),
+                format!(
+                    "{kc} -n kube-system logs -l app.kubernetes.io/name=kctrl-deployment-controller \
+                     --all-containers --prefix --tail=-1 > target/kctrl-kind/deployment-controller.log"
+                ),
+                "kind delete cluster --name kctrl-dev".to_owned(),
+            ]
+        );
+        // The Podman variants are shown as notes.
+        let notes: Vec<String> = plan
+            .iter()
+            .filter(|l| l[0] == "#")
+            .map(|l| l.join(" "))
+            .collect();
+        assert!(notes.iter().any(|n| n.starts_with(
+            "# podman build -f deploy/Containerfile --ignorefile deploy/Containerfile.dockerignore"
+        )));
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.starts_with("# kind load image-archive"))
+        );
     }
 }
