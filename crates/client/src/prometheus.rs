@@ -86,22 +86,22 @@ impl PrometheusRestClientMetrics {
         };
         registry.register(
             "rest_client_requests",
-            "Number of HTTP requests, partitioned by status code, method, and host.",
+            "Number of HTTP requests, partitioned by status code, method, and host",
             metrics.requests.clone(),
         );
         registry.register(
             "rest_client_request_retries",
-            "Number of request retries, partitioned by status code, method, and host.",
+            "Number of request retries, partitioned by status code, method, and host",
             metrics.retries.clone(),
         );
         registry.register(
             "rest_client_request_duration_seconds",
-            "Request latency in seconds, broken down by verb and host.",
+            "Request latency in seconds, broken down by verb and host",
             metrics.request_duration.clone(),
         );
         registry.register(
             "rest_client_rate_limiter_duration_seconds",
-            "Client-side rate limiter latency in seconds, broken down by verb and host.",
+            "Client-side rate limiter latency in seconds, broken down by verb and host",
             metrics.rate_limiter_duration.clone(),
         );
         metrics

@@ -18,12 +18,12 @@ use clap::Parser;
 use k8s_openapi::api::apps::v1::Deployment;
 use kctrl_client::{Api, Client, HttpBackend, ListParams, ResourceRef};
 use kctrl_config::{Config, ConfigOverrides};
-use kctrl_deployment::events::TracingEventRecorder;
 use kctrl_deployment::wiring::{DeploymentControllerRunner, RunError, RunnerOptions};
+use kctrl_events::{ApiEventSink, EventBroadcaster, EventSource};
 use kctrl_informer::SharedInformerFactory;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
 
 mod flags;
@@ -43,7 +43,12 @@ fn init_logging(verbosity: u8) {
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    // Colours only on a terminal: container runtimes and log files get plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .init();
 }
 
 /// Checks that apps/v1 deployments is served and can be listed, with a message naming what
@@ -57,7 +62,7 @@ async fn check_deployments_served(client: &Client, server: &str) -> anyhow::Resu
                 "forbidden: the API server at {server} refused {verb} on {what}; the controller \
                  needs get/list/watch/update on deployments.apps, update on \
                  deployments.apps/status, get/list/watch/create/update/patch/delete on \
-                 replicasets.apps and get/list/watch on pods"
+                 replicasets.apps, get/list/watch on pods and create/patch on events"
             )
         } else if e.is_unauthorized() {
             format!("unauthorized: the API server at {server} rejected the credentials")
@@ -87,6 +92,35 @@ async fn check_deployments_served(client: &Client, server: &str) -> anyhow::Resu
         .await
         .map_err(|e| explain(e, "list", "deployments.apps at the cluster scope"))?;
     Ok(())
+}
+
+/// How long to wait between checks while the API server forbids what the controller needs.
+const FORBIDDEN_RETRY: Duration = Duration::from_secs(10);
+
+/// [`check_deployments_served`] until it passes: a refusal (403) is logged with what was
+/// refused and retried every [`FORBIDDEN_RETRY`] (RBAC may be granted later); any other
+/// failure ends the start. Returns `Ok(false)` when `cancel` fires first.
+async fn wait_for_deployments_served(
+    client: &Client,
+    server: &str,
+    cancel: &CancellationToken,
+) -> anyhow::Result<bool> {
+    loop {
+        let Err(e) = check_deployments_served(client, server).await else {
+            return Ok(true);
+        };
+        let forbidden = e
+            .downcast_ref::<kctrl_client::Error>()
+            .is_some_and(kctrl_client::Error::is_forbidden);
+        if !forbidden {
+            return Err(e);
+        }
+        error!("{e:#}; retrying in {}s", FORBIDDEN_RETRY.as_secs());
+        tokio::select! {
+            () = cancel.cancelled() => return Ok(false),
+            () = tokio::time::sleep(FORBIDDEN_RETRY) => {}
+        }
+    }
 }
 
 /// Cancels `cancel` on the first SIGTERM or SIGINT.
@@ -127,14 +161,15 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         .context("building the API client")?
         .with_metrics(Arc::new(metrics.rest_client.clone()));
     let client = Client::new(backend, namespace);
-    check_deployments_served(&client, &server).await?;
+    let cancel = CancellationToken::new();
+    let signals = tokio::spawn(cancel_on_signal(cancel.clone()));
+    if !wait_for_deployments_served(&client, &server, &cancel).await? {
+        return Ok(());
+    }
     info!(
         server,
         "API server serves apps/v1 deployments and lets us list them"
     );
-
-    let cancel = CancellationToken::new();
-    let signals = tokio::spawn(cancel_on_signal(cancel.clone()));
     let serving = CancellationToken::new();
 
     let factory = SharedInformerFactory::new(client.clone(), RESYNC_PERIOD);
@@ -142,13 +177,18 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         queue_metrics: Some(Arc::new(metrics.workqueue.clone())),
         sync_observer: Some(metrics.sync_observer.clone()),
     };
-    let runner = DeploymentControllerRunner::with_options(
-        client,
-        &factory,
-        Arc::new(TracingEventRecorder),
-        options,
-    )
-    .context("registering the informer handlers")?;
+    // Events: written to the API (core/v1, as kube-controller-manager's recorder does) and
+    // logged at debug.
+    let broadcaster = EventBroadcaster::new();
+    broadcaster
+        .start_logging(tracing::Level::DEBUG)
+        .context("starting event logging")?;
+    broadcaster
+        .start_recording_to_sink(ApiEventSink::new(client.clone()))
+        .context("starting the event sink")?;
+    let recorder = Arc::new(broadcaster.new_recorder(EventSource::new("deployment-controller")));
+    let runner = DeploymentControllerRunner::with_options(client, &factory, recorder, options)
+        .context("registering the informer handlers")?;
 
     if flags.secure_port != 0 {
         let synced = runner.caches_synced_flag();
@@ -184,6 +224,12 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
     let stopped_by_signal = cancel.is_cancelled();
     cancel.cancel();
     factory.shutdown().await;
+    if tokio::time::timeout(Duration::from_secs(10), broadcaster.shutdown())
+        .await
+        .is_err()
+    {
+        warn!("timed out writing the queued events");
+    }
     serving.cancel();
     if let Ok(Err(e)) = signals.await {
         error!(%e, "signal handling failed");

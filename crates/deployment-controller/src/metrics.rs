@@ -42,7 +42,7 @@ pub(crate) fn register(registry: &mut Registry) -> Metrics {
         Family::new_with_constructor(sync_histogram);
     registry.register(
         "deployment_controller_sync_duration_seconds",
-        "How long syncing one Deployment took, by result (success or error).",
+        "How long syncing one Deployment took, by result (success or error)",
         syncs.clone(),
     );
     let sync_observer: SyncObserver = Arc::new(move |took: Duration, ok: bool| {
