@@ -963,3 +963,484 @@ async fn overlapping_deployments_keep_their_own_replica_sets() {
     assert!(complete(&env.get("b").await));
     env.ns.delete().await;
 }
+
+/// The deprecated rollback request annotation (extensions/v1beta1's `spec.rollbackTo`).
+const ROLLBACK_TO: &str = "deprecated.deployment.rollback.to";
+/// The annotation `kubectl rollout restart` sets on the pod template.
+const RESTARTED_AT: &str = "kubectl.kubernetes.io/restartedAt";
+/// kubectl's `--record` annotation, copied between Deployments and their ReplicaSets.
+const CHANGE_CAUSE: &str = "kubernetes.io/change-cause";
+
+/// One event about an object: `(type, reason, message)`.
+type EventSeen = (String, String, String);
+
+impl Env {
+    /// Events about Deployment `name`: the Event objects in the namespace and the events our
+    /// controller logged (its recorder may log them instead of writing them to the API).
+    async fn events(&self, name: &str) -> Vec<EventSeen> {
+        let api: Api<k8s_openapi::api::core::v1::Event> =
+            Api::namespaced(self.cluster.admin(), &self.ns.name);
+        let mut seen: Vec<EventSeen> = api
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.involved_object.kind.as_deref() == Some("Deployment")
+                    && e.involved_object.name.as_deref() == Some(name)
+            })
+            .map(|e| {
+                (
+                    e.type_.unwrap_or_default(),
+                    e.reason.unwrap_or_default(),
+                    e.message.unwrap_or_default(),
+                )
+            })
+            .collect();
+        if let Some(log) = &self.cluster.deployment_controller_log {
+            let text = std::fs::read(log).unwrap_or_default();
+            seen.extend(logged_events(
+                &strip_ansi(&String::from_utf8_lossy(&text)),
+                &self.ns.name,
+                name,
+            ));
+        }
+        seen
+    }
+
+    /// Waits until an event `(type, reason, message)` about Deployment `name` is seen.
+    async fn wait_event(&self, name: &str, type_: &str, reason: &str, message: &str) {
+        let what = format!(
+            "event {type_} {reason} {message:?} on {name} ({})",
+            self.log_hint()
+        );
+        eventually(&what, TIMEOUT, || async {
+            let events = self.events(name).await;
+            if events
+                .iter()
+                .any(|(t, r, m)| t == type_ && r == reason && m == message)
+            {
+                Ok(())
+            } else {
+                Err(events)
+            }
+        })
+        .await
+    }
+
+    /// Sets the rollback annotation on `name` and waits until the controller has acted on it
+    /// (the annotation is gone again); returns the Deployment as it was then.
+    async fn request_rollback(&self, name: &str, revision: &str) -> Deployment {
+        let requested = self
+            .patch(
+                name,
+                Patch::Merge(json!({"metadata": {"annotations": {ROLLBACK_TO: revision}}})),
+            )
+            .await;
+        assert_eq!(annotation(&requested.metadata, ROLLBACK_TO), Some(revision));
+        let what = format!(
+            "the {ROLLBACK_TO}={revision} annotation to be cleared ({})",
+            self.log_hint()
+        );
+        eventually(&what, TIMEOUT, || async {
+            let d = self.get(name).await;
+            if annotation(&d.metadata, ROLLBACK_TO).is_none() {
+                Ok(d)
+            } else {
+                Err(d.metadata.annotations)
+            }
+        })
+        .await
+    }
+
+    /// Runs `kubectl -n <namespace> <args>` with the suite's admin kubeconfig; its stdout, or
+    /// a panic with its stderr.
+    async fn kubectl(&self, kubectl: &std::path::Path, args: &[&str]) -> String {
+        let out = tokio::process::Command::new(kubectl)
+            .arg("--kubeconfig")
+            .arg(&self.cluster.kubeconfig)
+            .args(["--namespace", &self.ns.name])
+            .args(args)
+            .kill_on_drop(true)
+            .output()
+            .await
+            .unwrap_or_else(|e| panic!("running {}: {e}", kubectl.display()));
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed ({}): stdout {stdout:?}, stderr {:?} ({})",
+            out.status,
+            String::from_utf8_lossy(&out.stderr),
+            self.log_hint()
+        );
+        stdout
+    }
+}
+
+/// `text` without ANSI escape sequences (`ESC [ ... <letter>`), as terminal-coloured logs
+/// carry them.
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Events in our controller's log about Deployment `namespace/name`: lines of the form
+/// `<time> <LEVEL> <target>: event: <message> namespace="…" name="…" kind="Deployment"
+/// reason="…"` (INFO for Normal, WARN for Warning).
+fn logged_events(log: &str, namespace: &str, name: &str) -> Vec<EventSeen> {
+    let ns_field = format!(" namespace={namespace:?} ");
+    let name_field = format!(" name={name:?} ");
+    log.lines()
+        .filter_map(|line| {
+            let (head, rest) = line.split_once(": event: ")?;
+            let (message, fields) = rest.split_once(&ns_field)?;
+            let fields = format!(" {fields} ");
+            if !fields.contains(&name_field) || !fields.contains(" kind=\"Deployment\" ") {
+                return None;
+            }
+            let reason = fields.split_once(" reason=\"")?.1.split_once('"')?.0;
+            let type_ = if head.contains(" WARN ") {
+                "Warning"
+            } else {
+                "Normal"
+            };
+            Some((type_.to_owned(), reason.to_owned(), message.to_owned()))
+        })
+        .collect()
+}
+
+/// kubectl: `$KCTRL_KUBECTL` (the one `cargo xtask cluster env` names, of the cluster's
+/// release), else the first `kubectl` on `$PATH`.
+fn kubectl_binary() -> Option<std::path::PathBuf> {
+    if let Some(p) = std::env::var_os("KCTRL_KUBECTL").map(std::path::PathBuf::from) {
+        return p.is_file().then_some(p);
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join("kubectl"))
+        .find(|p| p.is_file())
+}
+
+fn template_image(d: &Deployment) -> Option<&str> {
+    spec(d).template.spec.as_ref()?.containers[0]
+        .image
+        .as_deref()
+}
+
+fn template_annotation<'a>(rs: &'a ReplicaSet, key: &str) -> Option<&'a str> {
+    annotation(rs.spec.as_ref()?.template.as_ref()?.metadata.as_ref()?, key)
+}
+
+/// `(name, revision, spec replicas)` of each ReplicaSet, for messages and comparisons.
+fn revisions(sets: &[ReplicaSet]) -> Vec<(String, Option<i64>, i32)> {
+    sets.iter()
+        .map(|rs| (name(&rs.metadata).to_owned(), revision(rs), rs_spec(rs)))
+        .collect()
+}
+
+/// `(uid, revision, spec replicas)` of each ReplicaSet.
+fn uid_revision_size(sets: &[ReplicaSet]) -> Vec<(Option<String>, Option<i64>, i32)> {
+    sets.iter()
+        .map(|rs| (rs.metadata.uid.clone(), revision(rs), rs_spec(rs)))
+        .collect()
+}
+
+/// 13. Rollback through the deprecated `deprecated.deployment.rollback.to` annotation (upstream's
+///     rollback.go): to a given revision, to revision 0 (the previous one), to the current
+///     template and to an unknown revision. The target ReplicaSet's template (without
+///     pod-template-hash) and annotations go back into the Deployment, the annotation is
+///     removed in the same write, and the old ReplicaSet is reused under the next revision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_to_annotation_restores_old_revisions() {
+    let env = env!("deploy-rollback-to");
+    let mut d = deployment("web", 2);
+    d.metadata.annotations = Some(labels(&[(CHANGE_CAUSE, "create")]));
+    env.create(&d).await;
+    let d = env.wait_complete("web").await;
+    for (image, cause) in [(IMAGE_2, "image 2"), (IMAGE_3, "image 3")] {
+        env.patch(
+            "web",
+            Patch::Strategic(json!({
+                "metadata": {"annotations": {CHANGE_CAUSE: cause}},
+                "spec": {"template": {"spec": {"containers": [{"name": "main", "image": image}]}}}
+            })),
+        )
+        .await;
+        env.wait_complete("web").await;
+    }
+    let sets = env.owned_sets(&d).await;
+    assert_eq!(
+        sets.iter().map(revision).collect::<Vec<_>>(),
+        [Some(1), Some(2), Some(3)],
+        "({})",
+        env.log_hint()
+    );
+    let uids: Vec<_> = sets.iter().map(|rs| rs.metadata.uid.clone()).collect();
+    assert_eq!(annotation(&sets[0].metadata, CHANGE_CAUSE), Some("create"));
+
+    // Revision 1: the first template and its change-cause come back; the first ReplicaSet
+    // becomes revision 4.
+    let rolled = env.request_rollback("web", "1").await;
+    assert_eq!(
+        template_image(&rolled),
+        Some(IMAGE_1),
+        "({})",
+        env.log_hint()
+    );
+    assert_eq!(
+        label(
+            spec(&rolled).template.metadata.as_ref().unwrap(),
+            HASH_LABEL
+        ),
+        None,
+        "pod-template-hash is not copied into the Deployment"
+    );
+    assert_eq!(annotation(&rolled.metadata, CHANGE_CAUSE), Some("create"));
+    let d = env.wait_complete("web").await;
+    assert_eq!(annotation(&d.metadata, REVISION), Some("4"));
+    let sets = env.owned_sets(&d).await;
+    assert_eq!(
+        uid_revision_size(&sets),
+        [
+            (uids[1].clone(), Some(2), 0),
+            (uids[2].clone(), Some(3), 0),
+            (uids[0].clone(), Some(4), 2),
+        ],
+        "the first ReplicaSet is reused as revision 4 ({})",
+        env.log_hint()
+    );
+    assert_eq!(annotation(&sets[2].metadata, REVISION_HISTORY), Some("1"));
+    assert_eq!(annotation(&sets[2].metadata, CHANGE_CAUSE), Some("create"));
+    env.wait_event(
+        "web",
+        "Normal",
+        "DeploymentRollback",
+        "Rolled back deployment \"web\" to revision 1",
+    )
+    .await;
+
+    // Revision 0: the previous revision, 3 (the highest but one of 2, 3 and 4), becomes 5.
+    let rolled = env.request_rollback("web", "0").await;
+    assert_eq!(
+        template_image(&rolled),
+        Some(IMAGE_3),
+        "({})",
+        env.log_hint()
+    );
+    assert_eq!(annotation(&rolled.metadata, CHANGE_CAUSE), Some("image 3"));
+    let d = env.wait_complete("web").await;
+    assert_eq!(annotation(&d.metadata, REVISION), Some("5"));
+    let sets = env.owned_sets(&d).await;
+    assert_eq!(
+        uid_revision_size(&sets),
+        [
+            (uids[1].clone(), Some(2), 0),
+            (uids[0].clone(), Some(4), 0),
+            (uids[2].clone(), Some(5), 2),
+        ],
+        "({})",
+        env.log_hint()
+    );
+    assert_eq!(annotation(&sets[2].metadata, REVISION_HISTORY), Some("3"));
+    env.wait_event(
+        "web",
+        "Normal",
+        "DeploymentRollback",
+        "Rolled back deployment \"web\" to revision 3",
+    )
+    .await;
+
+    // The current revision: nothing to roll back to; the annotation is still removed.
+    let rolled = env.request_rollback("web", "5").await;
+    assert_eq!(template_image(&rolled), Some(IMAGE_3));
+    env.wait_event(
+        "web",
+        "Warning",
+        "DeploymentRollbackTemplateUnchanged",
+        "The rollback revision contains the same template as current deployment \"web\"",
+    )
+    .await;
+
+    // An unknown revision: the annotation is removed, nothing else changes.
+    let rolled = env.request_rollback("web", "42").await;
+    assert_eq!(template_image(&rolled), Some(IMAGE_3));
+    assert_eq!(annotation(&rolled.metadata, CHANGE_CAUSE), Some("image 3"));
+    env.wait_event(
+        "web",
+        "Warning",
+        "DeploymentRollbackRevisionNotFound",
+        "Unable to find the revision to rollback to.",
+    )
+    .await;
+    let d = env.wait_complete("web").await;
+    assert_eq!(annotation(&d.metadata, REVISION), Some("5"));
+    let after = env.owned_sets(&d).await;
+    assert_eq!(
+        uid_revision_size(&after),
+        uid_revision_size(&sets),
+        "no ReplicaSet changes revision or size ({})",
+        env.log_hint()
+    );
+    assert_eq!(env.all_sets().await.len(), 3, "no ReplicaSet is created");
+    env.ns.delete().await;
+}
+
+/// 14. Restart as `kubectl rollout restart` does it: a `kubectl.kubernetes.io/restartedAt`
+///     pod-template annotation with the time in RFC 3339 → a new ReplicaSet under the next
+///     revision carrying the annotation, the old one scaled to 0, every replica available.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_annotation_rolls_out_a_new_replica_set() {
+    let env = env!("deploy-restart");
+    let mut d = deployment("web", 3);
+    rolling(&mut d, 1, 0);
+    env.create(&d).await;
+    let d = env.wait_complete("web").await;
+    let old = env.owned_sets(&d).await.remove(0);
+    let old_hash = label(&old.metadata, HASH_LABEL).unwrap().to_owned();
+
+    // kubectl formats the time with Go's time.RFC3339: whole seconds.
+    let at = k8s_openapi::jiff::Timestamp::now()
+        .round(k8s_openapi::jiff::Unit::Second)
+        .unwrap()
+        .to_string();
+    env.patch(
+        "web",
+        Patch::Strategic(json!({"spec": {"template": {"metadata": {
+            "annotations": {RESTARTED_AT: at}
+        }}}})),
+    )
+    .await;
+    let d = env.wait_complete("web").await;
+    assert_eq!(annotation(&d.metadata, REVISION), Some("2"));
+    let s = d.status.as_ref().unwrap();
+    assert_eq!(s.available_replicas, Some(3));
+    assert_eq!(s.unavailable_replicas.unwrap_or(0), 0);
+    let what = format!(
+        "the old ReplicaSet at 0, the new at 3 available ({})",
+        env.log_hint()
+    );
+    let sets = eventually(&what, TIMEOUT, || async {
+        let sets = env.owned_sets(&d).await;
+        match sets.as_slice() {
+            [o, n]
+                if o.metadata.uid == old.metadata.uid
+                    && rs_spec(o) == 0
+                    && rs_spec(n) == 3
+                    && rs_available(n) == 3 =>
+            {
+                Ok(sets)
+            }
+            _ => Err(revisions(&sets)),
+        }
+    })
+    .await;
+    let new = &sets[1];
+    assert_eq!(revision(new), Some(2));
+    assert_eq!(template_annotation(new, RESTARTED_AT), Some(at.as_str()));
+    assert_eq!(template_annotation(&sets[0], RESTARTED_AT), None);
+    assert_eq!(rs_image(new), Some(IMAGE_1), "only the annotation changed");
+    let new_hash = label(&new.metadata, HASH_LABEL).unwrap().to_owned();
+    assert_ne!(new_hash, old_hash);
+    assert_eq!(name(&new.metadata), format!("web-{new_hash}"));
+    assert_eq!(
+        cond(&d, "Progressing"),
+        Some(("True".into(), "NewReplicaSetAvailable".into()))
+    );
+    env.ns.delete().await;
+}
+
+/// 15. The same restart through kubectl itself: `kubectl rollout restart`, then
+///     `kubectl rollout status` until it reports success (it reads our status and conditions),
+///     and `kubectl rollout history` listing both revisions (it reads our ReplicaSets'
+///     revision annotations and controller references). Skipped when there is no kubectl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_rollout_restart_status_and_history() {
+    let env = env!("deploy-kubectl");
+    let Some(kubectl) = kubectl_binary() else {
+        eprintln!(
+            "e2e: no kubectl found (set KCTRL_KUBECTL or put kubectl on PATH); skipping \
+             kubectl rollout restart/status/history"
+        );
+        env.ns.delete().await;
+        return;
+    };
+    env.create(&deployment("web", 2)).await;
+    let d = env.wait_complete("web").await;
+    let old = env.owned_sets(&d).await.remove(0);
+
+    let out = env
+        .kubectl(&kubectl, &["rollout", "restart", "deployment/web"])
+        .await;
+    assert_eq!(out.trim(), "deployment.apps/web restarted");
+    let out = env
+        .kubectl(
+            &kubectl,
+            &["rollout", "status", "deployment/web", "--timeout=90s"],
+        )
+        .await;
+    assert_eq!(
+        out.lines().last(),
+        Some("deployment \"web\" successfully rolled out"),
+        "kubectl rollout status printed {out:?}"
+    );
+
+    let d = env.wait_complete("web").await;
+    assert_eq!(annotation(&d.metadata, REVISION), Some("2"));
+    let sets = env.owned_sets(&d).await;
+    assert_eq!(sets.len(), 2, "{:?} ({})", revisions(&sets), env.log_hint());
+    assert_eq!(sets[0].metadata.uid, old.metadata.uid);
+    assert_eq!(rs_spec(&sets[0]), 0);
+    let new = &sets[1];
+    assert_eq!(revision(new), Some(2));
+    let at = template_annotation(new, RESTARTED_AT)
+        .expect("kubectl set the restartedAt annotation")
+        .to_owned();
+    at.parse::<k8s_openapi::jiff::Timestamp>()
+        .unwrap_or_else(|e| panic!("restartedAt {at:?} is not RFC 3339: {e}"));
+
+    let out = env
+        .kubectl(&kubectl, &["rollout", "history", "deployment/web"])
+        .await;
+    let listed: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("REVISION"))
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(
+        listed,
+        ["1", "2"],
+        "kubectl rollout history printed {out:?}"
+    );
+
+    let out = env
+        .kubectl(
+            &kubectl,
+            &["rollout", "history", "deployment/web", "--revision=2"],
+        )
+        .await;
+    let new_hash = label(&new.metadata, HASH_LABEL).unwrap();
+    for want in [
+        "deployment.apps/web with revision #2".to_owned(),
+        format!("pod-template-hash={new_hash}"),
+        format!("{RESTARTED_AT}: {at}"),
+    ] {
+        assert!(
+            out.contains(&want),
+            "kubectl rollout history --revision=2 lacks {want:?}: {out:?}"
+        );
+    }
+    env.ns.delete().await;
+}

@@ -118,8 +118,12 @@ fn demo(info: &ClusterInfo, started: Instant) -> Result<Option<ControllerProcess
     }
     // The controller identity of the local cluster has no RBAC grants yet; the demo runs the
     // controller as the cluster admin.
-    let controller =
-        controller_process::start(&binary, &info.admin_kubeconfig, &log, &["--v", "2"])?;
+    let controller = controller_process::start(
+        &binary,
+        &info.admin_kubeconfig,
+        &log,
+        &["--v", "2", "--secure-port", "0"],
+    )?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

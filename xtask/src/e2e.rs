@@ -109,6 +109,9 @@ pub(crate) const LOCAL_APISERVER_ARGS: &[&str] = &["--watch-cache-sizes=configma
 /// The `deployment-controller` executable this run built, for the suite's own processes.
 static CONTROLLER_BINARY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 
+/// kubectl of the local cluster's release, for tests that drive kubectl.
+static KUBECTL: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
 /// The variable naming that executable (read by `kctrl-e2e`'s `process` module).
 const CONTROLLER_BINARY_ENV: &str = "KCTRL_E2E_CONTROLLER_BINARY";
 
@@ -130,6 +133,7 @@ pub(crate) fn run(args: E2eArgs) -> Result<()> {
                 nodes: 3,
                 apiserver_args: LOCAL_APISERVER_ARGS.iter().map(|s| s.to_string()).collect(),
             })?;
+            let _ = KUBECTL.set(info.kubectl.clone());
             let xtask = std::env::current_exe().context("locating the xtask binary")?;
             let target = Target {
                 kubeconfig: info.admin_kubeconfig.clone(),
@@ -458,7 +462,10 @@ fn run_suite_with_controller(binary: &Path, target: &Target, test_args: &[String
     if with.is_empty() {
         return first;
     }
-    let controller = crate::controller_process::start(binary, &target.kubeconfig, log, &[])?;
+    // No endpoints: several e2e runs may share the machine (tests/e2e/production.rs covers
+    // them with processes of its own).
+    let controller =
+        crate::controller_process::start(binary, &target.kubeconfig, log, &["--secure-port", "0"])?;
     let selection: Vec<String> = with
         .iter()
         .flat_map(|t| ["--test".to_owned(), t.clone()])
@@ -534,6 +541,10 @@ fn run_suite(target: &Target, selection: &[String], test_args: &[String]) -> Res
     for (k, v) in target.env_vars() {
         eprintln!("==> {k}={v}");
         cmd.env(k, v);
+    }
+    if let Some(kubectl) = KUBECTL.get() {
+        eprintln!("==> KCTRL_KUBECTL={}", kubectl.display());
+        cmd.env("KCTRL_KUBECTL", kubectl);
     }
     if let Some(binary) = CONTROLLER_BINARY.get() {
         eprintln!("==> {CONTROLLER_BINARY_ENV}={}", binary.display());

@@ -713,6 +713,138 @@ async fn cleanup_deployment_order() {
     }
 }
 
+/// TestDeploymentController_generateReplicaSetName: the ReplicaSet `getNewReplicaSet` creates
+/// has a name of at most 253 characters whose part before the last `-` is the Deployment's
+/// name, cut to 242 characters (253 less the separator and a 10-character hash) only when
+/// longer.
+#[tokio::test]
+async fn generate_replica_set_name_on_create() {
+    let cases = [
+        (
+            "short name",
+            "my-deployment".to_owned(),
+            "my-deployment".to_owned(),
+        ),
+        ("very long name truncated", "a".repeat(250), "a".repeat(242)),
+        (
+            "very long name not truncated",
+            "a".repeat(242),
+            "a".repeat(242),
+        ),
+    ];
+    for (case, d_name, want_portion) in cases {
+        let f = Fixture::new();
+        let mut d = f.add_deployment(&new_deployment(
+            &d_name,
+            1,
+            None,
+            None,
+            None,
+            Some(foo_bar()),
+        ));
+
+        let new_rs = f
+            .controller()
+            .get_new_replica_set(&mut d, &[], &[], true)
+            .await
+            .unwrap_or_else(|e| panic!("{case}: creating the new ReplicaSet: {e}"));
+
+        let created: Vec<ReplicaSet> = f
+            .fake
+            .actions()
+            .iter()
+            .filter(|a| a.verb() == "create" && a.resource().plural == "replicasets")
+            .filter_map(|a| a.object_as())
+            .collect();
+        assert_eq!(created.len(), 1, "{case}: one ReplicaSet created");
+        let rs_name = created[0].metadata.name.clone().unwrap_or_default();
+        assert!(
+            rs_name.len() <= 253,
+            "{case}: ReplicaSet name length {} > 253",
+            rs_name.len()
+        );
+        let (portion, hash) = rs_name
+            .rsplit_once('-')
+            .unwrap_or_else(|| panic!("{case}: no '-' in {rs_name:?}"));
+        assert_eq!(portion, want_portion, "{case}: Deployment part of the name");
+        assert_eq!(
+            created[0]
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(DEFAULT_DEPLOYMENT_UNIQUE_LABEL_KEY))
+                .map(String::as_str),
+            Some(hash),
+            "{case}: the name ends in the pod-template-hash"
+        );
+        assert_eq!(
+            new_rs.and_then(|rs| rs.metadata.name),
+            Some(rs_name),
+            "{case}: the created ReplicaSet is returned"
+        );
+    }
+}
+
+/// Not upstream: after a status write, the next write of the same sync goes out with the
+/// resourceVersion that write returned (upstream keeps the one it read, so its second write
+/// answers 409 and the key is retried). That is still an optimistic write: a change made by
+/// someone else in between moves the resourceVersion, the write answers 409 and the change
+/// survives.
+#[tokio::test]
+async fn status_writes_never_overwrite_a_concurrent_change() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let f = Fixture::new();
+    f.add_deployment(&new_deployment("foo", 1, None, None, None, Some(foo_bar())));
+    let fake = f.fake.clone();
+    let writes = AtomicUsize::new(0);
+    f.fake
+        .prepend_reactor("update", "deployments/status", move |_| {
+            if writes.fetch_add(1, Ordering::SeqCst) == 1 {
+                // Someone else changes the Deployment between our two status writes.
+                let mut stored: Deployment = fake.object(Some("default"), "foo").unwrap();
+                stored
+                    .metadata
+                    .annotations
+                    .get_or_insert_default()
+                    .insert("concurrent".to_owned(), "change".to_owned());
+                fake.add(&stored).unwrap();
+            }
+            kctrl_fake::Reaction::Continue
+        });
+
+    let err = f
+        .controller()
+        .sync_deployment("default", "foo")
+        .await
+        .unwrap_err();
+
+    assert!(
+        matches!(&err, SyncError::Api(e) if e.is_conflict()),
+        "{err}"
+    );
+    assert_eq!(
+        f.actions(),
+        [
+            "create replicasets",
+            "update deployments/status",
+            "update deployments/status"
+        ]
+    );
+    let stored: Deployment = f.fake.object(Some("default"), "foo").unwrap();
+    let annotations = stored.metadata.annotations.unwrap();
+    assert_eq!(
+        annotations.get("concurrent").map(String::as_str),
+        Some("change")
+    );
+    // The first write (the revision) went through; the second (the rollout status) did not.
+    assert_eq!(
+        annotations.get(REVISION_ANNOTATION).map(String::as_str),
+        Some("1")
+    );
+    assert_eq!(stored.status.and_then(|s| s.observed_generation), None);
+}
+
 /// Not upstream: a ReplicaSet of the generated name that is not ours is a hash collision —
 /// collisionCount is bumped and the AlreadyExists error returned for a retry.
 #[tokio::test]

@@ -29,6 +29,7 @@ pub fn generate_replica_set_name(deployment_name: &str, pod_template_spec_hash: 
 mod tests {
     use super::*;
 
+    /// TestGenerateReplicaSetName.
     #[test]
     fn generate_replica_set_name_table() {
         let (a, b, d, h) = (
@@ -70,8 +71,9 @@ mod tests {
 
     #[test]
     fn names_fit_for_real_hashes() {
-        // TestDeploymentController_generateReplicaSetName's name-length checks, minus the
-        // controller: a 10-character hash leaves 242 characters of Deployment name.
+        // Not upstream: the arithmetic behind TestDeploymentController_generateReplicaSetName
+        // (ported through the controller in controller_tests.rs): a hash of the length
+        // `compute_hash` produces leaves 242 characters of Deployment name.
         let name = generate_replica_set_name(&"a".repeat(250), "5d4b9c8f7c");
         assert_eq!(name.len(), DNS1123_SUBDOMAIN_MAX_LENGTH);
         assert_eq!(name.rsplit_once('-').unwrap().0, "a".repeat(242));
