@@ -13,6 +13,8 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kctrl_client::{Api, Client, DeleteParams, PostParams};
 
+pub mod process;
+
 /// Admin kubeconfig of the cluster under test.
 pub const KUBECONFIG_ENV: &str = "KCTRL_E2E_KUBECONFIG";
 /// Kubeconfig of the `deployment-controller` identity (optional).

@@ -10,7 +10,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -19,8 +19,12 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kctrl_client::{Api, Client, HttpBackend, ListParams, ResourceRef};
 use kctrl_config::{Config, ConfigOverrides};
 use kctrl_deployment::wiring::{DeploymentControllerRunner, RunError, RunnerOptions};
-use kctrl_events::{ApiEventSink, EventBroadcaster, EventSource};
+use kctrl_events::{ApiEventSink, EventBroadcaster, EventRecorder, EventSource, EventType};
 use kctrl_informer::SharedInformerFactory;
+use kctrl_leader_election::{
+    DEFAULT_HEALTHZ_TIMEOUT, HEALTHZ_NAME, HealthzAdaptor, LeaderCallbacks, LeaderElectionConfig,
+    LeaderElector, LeaderEvent, LeaseLock, PrometheusLeaderMetrics, lock_client_config,
+};
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
@@ -139,7 +143,30 @@ async fn cancel_on_signal(cancel: CancellationToken) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn run(flags: Flags) -> anyhow::Result<()> {
+/// `<host name>_<random UUID>`, the form kube-controller-manager's leader identities take.
+fn leader_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "unknown-host".to_owned());
+    let r = fastrand::u128(..);
+    // A version-4 UUID: the random bits with the version and variant fields set.
+    let r = (r & !(0xf << 76) | (0x4 << 76)) & !(0x3 << 62) | (0x2 << 62);
+    let hex = format!("{r:032x}");
+    format!(
+        "{host}_{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+/// The API client of the controller (flags applied), and its configuration.
+fn client_config(flags: &Flags) -> anyhow::Result<Config> {
     let mut config = Config::from_flags(
         flags.kubeconfig.as_deref(),
         flags.master.as_deref(),
@@ -152,31 +179,29 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         "deployment-controller/{}",
         env!("CARGO_PKG_VERSION")
     ));
+    Ok(config)
+}
+
+async fn run(flags: Flags) -> anyhow::Result<()> {
+    let config = client_config(&flags)?;
     let server = config.server.to_string();
     let namespace = config.default_namespace.clone();
 
     let mut registry = Registry::default();
     let metrics = metrics::register(&mut registry);
-    let backend = HttpBackend::new(config)
+    let rest_metrics: Arc<dyn kctrl_client::RestClientMetrics> =
+        Arc::new(metrics.rest_client.clone());
+    let backend = HttpBackend::new(config.clone())
         .context("building the API client")?
-        .with_metrics(Arc::new(metrics.rest_client.clone()));
-    let client = Client::new(backend, namespace);
+        .with_metrics(rest_metrics.clone());
+    let client = Client::new(backend, namespace.clone());
+    let leader_metrics = flags
+        .leader_elect
+        .then(|| PrometheusLeaderMetrics::new(&mut registry));
+
     let cancel = CancellationToken::new();
     let signals = tokio::spawn(cancel_on_signal(cancel.clone()));
-    if !wait_for_deployments_served(&client, &server, &cancel).await? {
-        return Ok(());
-    }
-    info!(
-        server,
-        "API server serves apps/v1 deployments and lets us list them"
-    );
-    let serving = CancellationToken::new();
 
-    let factory = SharedInformerFactory::new(client.clone(), RESYNC_PERIOD);
-    let options = RunnerOptions {
-        queue_metrics: Some(Arc::new(metrics.workqueue.clone())),
-        sync_observer: Some(metrics.sync_observer.clone()),
-    };
     // Events: written to the API (core/v1, as kube-controller-manager's recorder does) and
     // logged at debug.
     let broadcaster = EventBroadcaster::new();
@@ -187,21 +212,82 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         .start_recording_to_sink(ApiEventSink::new(client.clone()))
         .context("starting the event sink")?;
     let recorder = Arc::new(broadcaster.new_recorder(EventSource::new("deployment-controller")));
-    let runner = DeploymentControllerRunner::with_options(client, &factory, recorder, options)
-        .context("registering the informer handlers")?;
 
+    let factory = SharedInformerFactory::new(client.clone(), RESYNC_PERIOD);
+    let options = RunnerOptions {
+        queue_metrics: Some(Arc::new(metrics.workqueue.clone())),
+        sync_observer: Some(metrics.sync_observer.clone()),
+    };
+    let runner = Arc::new(
+        DeploymentControllerRunner::with_options(
+            client.clone(),
+            &factory,
+            recorder.clone(),
+            options,
+        )
+        .context("registering the informer handlers")?,
+    );
+
+    // The election (built now so that the endpoints can report on it; run below).
+    let watchdog = HealthzAdaptor::new(DEFAULT_HEALTHZ_TIMEOUT);
+    let elector = match leader_metrics {
+        None => None,
+        Some(leader_metrics) => {
+            let lock_client = Client::new(
+                HttpBackend::new(lock_client_config(
+                    &config,
+                    flags.leader_elect_renew_deadline,
+                ))
+                .context("building the leader election client")?
+                .with_metrics(rest_metrics.clone()),
+                namespace.clone(),
+            );
+            let events = recorder.clone();
+            let lock = LeaseLock::for_lock_type(
+                &flags.leader_elect_resource_lock,
+                lock_client,
+                flags.leader_elect_resource_namespace.clone(),
+                flags.leader_elect_resource_name.clone(),
+                leader_identity(),
+            )
+            .context("--leader-elect-resource-lock")?
+            .with_event_hook(move |e: LeaderEvent| {
+                let type_ = if e.event_type == "Warning" {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                };
+                events.event(&e.regarding, type_, e.reason, &e.message);
+            });
+            Some((lock, leader_metrics))
+        }
+    };
+
+    let serving = CancellationToken::new();
+    let leading = Arc::new(AtomicBool::new(false));
     if flags.secure_port != 0 {
         let synced = runner.caches_synced_flag();
-        let caches_synced: serve::Check = Arc::new(move || {
+        let leads = leading.clone();
+        let election = flags.leader_elect;
+        let ready: serve::Check = Arc::new(move || {
             if synced.load(Ordering::Acquire) {
+                Ok(())
+            } else if election && !leads.load(Ordering::Acquire) {
+                // A standby has nothing to sync: it is ready to take over.
                 Ok(())
             } else {
                 Err("the Deployment, ReplicaSet and Pod caches have not synced yet".to_owned())
             }
         });
+        let mut healthz = Vec::new();
+        if flags.leader_elect {
+            let watchdog = watchdog.clone();
+            let check: serve::Check = Arc::new(move || watchdog.check().map_err(|e| e.to_string()));
+            healthz.push((HEALTHZ_NAME, check));
+        }
         let endpoints = serve::Endpoints {
-            healthz: Vec::new(),
-            readyz: vec![("caches-synced", caches_synced)],
+            healthz,
+            readyz: vec![("caches-synced", ready)],
             registry: Arc::new(registry),
         };
         let (chain, key) = serve::load_or_generate_identity(
@@ -219,9 +305,34 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         .await?;
     }
 
-    let workers = usize::try_from(flags.concurrent_deployment_syncs).unwrap_or(1);
-    let result = runner.run(workers, &cancel).await;
-    let stopped_by_signal = cancel.is_cancelled();
+    let result = async {
+        if !wait_for_deployments_served(&client, &server, &cancel).await? {
+            return Ok(());
+        }
+        info!(
+            server,
+            "API server serves apps/v1 deployments and lets us list them"
+        );
+        let workers = usize::try_from(flags.concurrent_deployment_syncs).unwrap_or(1);
+        match elector {
+            None => run_controller(&runner, workers, &cancel).await,
+            Some((lock, leader_metrics)) => {
+                let mut election =
+                    LeaderElectionConfig::new(LeaderCallbacks::new(|_| async {}, || {}));
+                election.lease_duration = flags.leader_elect_lease_duration;
+                election.renew_deadline = flags.leader_elect_renew_deadline;
+                election.retry_period = flags.leader_elect_retry_period;
+                election.name = flags.leader_elect_resource_name.clone();
+                election.release_on_cancel = true;
+                election.watchdog = Some(watchdog.clone());
+                election.metrics = Arc::new(leader_metrics);
+                run_with_leader_election(lock, election, runner.clone(), workers, leading, &cancel)
+                    .await
+            }
+        }
+    }
+    .await;
+
     cancel.cancel();
     factory.shutdown().await;
     if tokio::time::timeout(Duration::from_secs(10), broadcaster.shutdown())
@@ -234,12 +345,100 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
     if let Ok(Err(e)) = signals.await {
         error!(%e, "signal handling failed");
     }
-    match result {
+    result
+}
+
+/// Runs the controller until `cancel` fires and its in-flight syncs finish.
+async fn run_controller(
+    runner: &DeploymentControllerRunner,
+    workers: usize,
+    cancel: &CancellationToken,
+) -> anyhow::Result<()> {
+    match runner.run(workers, cancel).await {
         Ok(()) => Ok(()),
         // Cancelled while waiting for the caches: a normal shutdown.
-        Err(RunError::CachesNotSynced) if stopped_by_signal => Ok(()),
+        Err(RunError::CachesNotSynced) if cancel.is_cancelled() => Ok(()),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Campaigns for the lease and runs the controller while leading.
+///
+/// On SIGTERM/SIGINT (`shutdown`): the controller stops taking keys and finishes its
+/// in-flight syncs, and only then is the election cancelled, which releases the lease — so
+/// a successor never overlaps with a sync of ours. Losing the lease ends the process at
+/// once with status 1, as kube-controller-manager does.
+async fn run_with_leader_election(
+    lock: LeaseLock,
+    mut election: LeaderElectionConfig,
+    runner: Arc<DeploymentControllerRunner>,
+    workers: usize,
+    leading: Arc<AtomicBool>,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<anyhow::Result<()>>();
+    let done_tx = Arc::new(std::sync::Mutex::new(Some(done_tx)));
+    let on_shutdown = shutdown.clone();
+    let lease = format!("{}/{}", lock.namespace(), lock.name());
+    let lost_lease = lease.clone();
+    let started_leading = leading.clone();
+    election.callbacks = LeaderCallbacks::new(
+        move |leader_scope: CancellationToken| {
+            let runner = runner.clone();
+            let done_tx = done_tx.clone();
+            let shutdown = on_shutdown.clone();
+            let lease = lost_lease.clone();
+            started_leading.store(true, Ordering::Release);
+            async move {
+                info!(lease, "became leader; starting the controller");
+                let stop = CancellationToken::new();
+                let watch = {
+                    let stop = stop.clone();
+                    let shutdown = shutdown.clone();
+                    tokio::spawn(async move {
+                        tokio::select! {
+                            () = shutdown.cancelled() => stop.cancel(),
+                            () = leader_scope.cancelled() => {
+                                if !shutdown.is_cancelled() {
+                                    error!(lease, "leaderelection lost");
+                                    eprintln!("deployment-controller: leaderelection lost ({lease})");
+                                    std::process::exit(1);
+                                }
+                                stop.cancel();
+                            }
+                        }
+                    })
+                };
+                let result = run_controller(&runner, workers, &stop).await;
+                watch.abort();
+                if let Some(tx) = done_tx.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                    let _ = tx.send(result);
+                }
+            }
+        },
+        || {},
+    )
+    .on_new_leader(move |holder| info!(lease, holder, "new leader observed"));
+    let elector = LeaderElector::new(lock, election).context("configuring leader election")?;
+    let election_cancel = CancellationToken::new();
+    let campaign = tokio::spawn({
+        let elector = elector.clone();
+        let election_cancel = election_cancel.clone();
+        async move { elector.run(election_cancel).await }
+    });
+    info!(identity = elector.identity(), "campaigning for the lease");
+    shutdown.cancelled().await;
+    // Finish the controller's work (when we led) before releasing the lease.
+    let result = if leading.load(Ordering::Acquire) {
+        done_rx.await.unwrap_or(Ok(()))
+    } else {
+        Ok(())
+    };
+    election_cancel.cancel();
+    if let Err(e) = campaign.await {
+        error!(%e, "the leader election task ended abnormally");
+    }
+    result
 }
 
 #[tokio::main]
@@ -256,5 +455,26 @@ async fn main() -> std::process::ExitCode {
             eprintln!("deployment-controller: {e:#}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leader_identities_are_host_and_uuid_and_unique() {
+        let a = leader_identity();
+        let b = leader_identity();
+        assert_ne!(a, b);
+        let (host, uuid) = a.rsplit_once('_').unwrap();
+        assert!(!host.is_empty());
+        let groups: Vec<&str> = uuid.split('-').collect();
+        assert_eq!(
+            groups.iter().map(|g| g.len()).collect::<Vec<_>>(),
+            [8, 4, 4, 4, 12]
+        );
+        assert!(groups[2].starts_with('4'), "{uuid}");
+        assert!(matches!(&groups[3][..1], "8" | "9" | "a" | "b"), "{uuid}");
     }
 }
