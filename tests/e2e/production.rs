@@ -617,3 +617,80 @@ fn deploy_manifest_arguments_are_accepted_by_the_binary() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_the_lease_stops_the_process_with_status_1() {
+    let cluster = require_cluster!();
+    let _serial = SERIAL.lock().await;
+    let admin = cluster.admin();
+    let ns = TestNamespace::create(&admin, "lost").await;
+    let mut c = ControllerProcess::start(
+        "lost",
+        &cluster.kubeconfig,
+        &[
+            "--leader-elect-resource-namespace",
+            ns.name.as_str(),
+            "--leader-elect-resource-name",
+            "lost",
+            "--leader-elect-lease-duration",
+            "4s",
+            "--leader-elect-renew-deadline",
+            "3s",
+            "--leader-elect-retry-period",
+            "500ms",
+        ],
+    )
+    .await;
+    eventually("the controller to lead", TIMEOUT, || async {
+        match master_status(&c.metrics().await) {
+            Some(1.0) => Ok(()),
+            other => Err(other),
+        }
+    })
+    .await;
+
+    // Another holder takes the Lease behind the leader's back (as after a partition).
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), &ns.name);
+    eventually("the Lease to be taken over", TIMEOUT, || async {
+        let mut lease = leases.get("lost").await.map_err(|e| e.to_string())?;
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        spec.holder_identity = Some("intruder".to_owned());
+        spec.lease_duration_seconds = Some(600);
+        spec.renew_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+            k8s_openapi::jiff::Timestamp::now(),
+        ));
+        leases
+            .update(&PostParams::default(), &lease)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .await;
+    let taken = Instant::now();
+
+    // It cannot renew within the renew deadline (3 s): it must stop, at once and non-zero.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = c.try_wait() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the controller still runs 30 s after losing the Lease; log:\n{}",
+            c.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!(
+        "exited {status} {:?} after the Lease was taken",
+        taken.elapsed()
+    );
+    assert_eq!(status.code(), Some(1), "log:\n{}", c.log_text());
+    assert!(
+        c.log_text().contains("leaderelection lost"),
+        "log:\n{}",
+        c.log_text()
+    );
+    assert_eq!(holder(&leases, "lost").await.as_deref(), Some("intruder"));
+    ns.delete().await;
+}
