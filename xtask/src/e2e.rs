@@ -5,7 +5,7 @@
 //! environment variables (see `kctrl-e2e`), run `cargo test -p kctrl-e2e` in two phases, tear
 //! down. First the test targets that must not see a deployment controller (all but
 //! [`CONTROLLER_TEST_TARGETS`]); then our `deployment-controller` is started against the cluster
-//! (out of cluster, admin kubeconfig for now), the targets that need it run, and it is stopped
+//! (out of cluster; on the local cluster as its own identity with exactly `deploy/`'s RBAC), the targets that need it run, and it is stopped
 //! (also when they fail).
 //!
 //! * `local` (default): the control plane of `cargo xtask cluster`, built from upstream's Go
@@ -432,11 +432,38 @@ fn shell_quote(s: &str) -> String {
     }
 }
 
+/// The objects of `deploy/` that give the controller's identity its permissions.
+const DEPLOY_RBAC: &[&str] = &[
+    "00-serviceaccount.yaml",
+    "01-clusterrole.yaml",
+    "02-clusterrolebinding.yaml",
+    "03-role-leader-election.yaml",
+    "04-rolebinding-leader-election.yaml",
+];
+
+/// `kubectl apply` of [`DEPLOY_RBAC`] as the admin.
+fn grant_deploy_rbac(kubectl: &Path, admin_kubeconfig: &Path) -> Result<()> {
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+    let mut argv = vec![
+        kubectl.display().to_string(),
+        "--kubeconfig".to_owned(),
+        admin_kubeconfig.display().to_string(),
+        "apply".to_owned(),
+    ];
+    for file in DEPLOY_RBAC {
+        argv.push("-f".to_owned());
+        argv.push(deploy.join(file).display().to_string());
+    }
+    eprintln!("==> granting the controller identity deploy/'s RBAC");
+    run_command(&argv)
+}
+
 /// File name of our controller's log.
 const CONTROLLER_LOG: &str = "deployment-controller.log";
 
-/// Starts our deployment-controller against the target (admin kubeconfig for now), runs the
-/// suite, and stops the controller whatever the suite's outcome.
+/// Starts our deployment-controller against the target (as the controller identity bound to
+/// deploy/'s RBAC on the local cluster), runs the suite, and stops the controller whatever
+/// the suite's outcome.
 fn run_suite_with_controller(binary: &Path, target: &Target, test_args: &[String]) -> Result<()> {
     let log = target
         .controller_log
@@ -462,10 +489,19 @@ fn run_suite_with_controller(binary: &Path, target: &Target, test_args: &[String
     if with.is_empty() {
         return first;
     }
+    // The controller runs as its own identity with exactly deploy/'s RBAC when the cluster
+    // has one (local), else with the target's kubeconfig.
+    let kubeconfig = match (&target.controller_kubeconfig, KUBECTL.get()) {
+        (Some(identity), Some(kubectl)) => {
+            grant_deploy_rbac(kubectl, &target.kubeconfig)?;
+            identity.clone()
+        }
+        _ => target.kubeconfig.clone(),
+    };
     // No endpoints: several e2e runs may share the machine (tests/e2e/production.rs covers
     // them with processes of its own).
     let controller =
-        crate::controller_process::start(binary, &target.kubeconfig, log, &["--secure-port", "0"])?;
+        crate::controller_process::start(binary, &kubeconfig, log, &["--secure-port", "0"])?;
     let selection: Vec<String> = with
         .iter()
         .flat_map(|t| ["--test".to_owned(), t.clone()])
