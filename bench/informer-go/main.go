@@ -2,7 +2,9 @@
 // (informers.SharedInformerFactory, Kubernetes 1.36 client-go) on the pods of one namespace.
 //
 // Protocol (same for the three peers): arguments
-// <kubeconfig> <namespace> <expected pods> <transform|none> <expected updates> <settle ms>;
+// <kubeconfig> <namespace> <expected pods> <transform|none> <expected updates> <settle ms>
+// [protobuf|json] (this peer only: the wire format; default protobuf, which client-go's typed
+// Pod client asks for on its own);
 // JSON lines on stdout: "synced" (time from starting the informer to HasSynced, RSS), "steady"
 // (RSS after the settle time), then, after a line on stdin, "burst" (update events counted by an
 // OnUpdate handler and their first-to-last rate).
@@ -70,8 +72,8 @@ func fail(format string, args ...any) {
 }
 
 func main() {
-	if len(os.Args) != 7 {
-		fail("usage: %s <kubeconfig> <namespace> <pods> <transform|none> <updates> <settle-ms>", os.Args[0])
+	if len(os.Args) != 7 && len(os.Args) != 8 {
+		fail("usage: %s <kubeconfig> <namespace> <pods> <transform|none> <updates> <settle-ms> [protobuf|json]", os.Args[0])
 	}
 	kubeconfig, namespace := os.Args[1], os.Args[2]
 	expected, err := strconv.Atoi(os.Args[3])
@@ -101,6 +103,19 @@ func main() {
 	}
 	// No client-side rate limit, as for the other peers (paged lists would otherwise wait on it).
 	config.QPS = -1
+	if len(os.Args) == 8 {
+		switch os.Args[7] {
+		case "protobuf":
+			// client-go's default for built-in types: the typed client asks for
+			// "application/vnd.kubernetes.protobuf,application/json" unless a content type is set.
+		case "json":
+			// The wire format the Rust peers use (k8s-openapi types have no protobuf codec).
+			config.ContentType = "application/json"
+			config.AcceptContentTypes = "application/json"
+		default:
+			fail("wire format must be protobuf or json, not %s", os.Args[7])
+		}
+	}
 	client, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		fail("client: %v", err)

@@ -2,8 +2,12 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
-use serde::de::DeserializeOwned;
+use std::fmt;
+use std::marker::PhantomData;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
+use serde::de::{self, DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
 use crate::error::{ApiError, Error};
@@ -49,14 +53,6 @@ impl Bookmark {
 }
 
 #[derive(Deserialize)]
-struct RawFrame<'a> {
-    #[serde(rename = "type")]
-    kind: &'a str,
-    #[serde(borrow)]
-    object: &'a RawValue,
-}
-
-#[derive(Deserialize)]
 struct BookmarkObject {
     metadata: BookmarkMeta,
 }
@@ -70,43 +66,206 @@ struct BookmarkMeta {
     annotations: Option<BTreeMap<String, String>>,
 }
 
-impl<K: DeserializeOwned> WatchEvent<K> {
-    /// Decodes one frame. An unknown event type is an error naming it, as in client-go.
-    pub fn from_frame(frame: &[u8]) -> Result<Self, Error> {
-        let decode_err = |what: &str, source| Error::Decode {
-            what: what.to_owned(),
-            source,
-        };
-        let raw: RawFrame<'_> =
-            serde_json::from_slice(frame).map_err(|e| decode_err("watch event", e))?;
-        let object = |what: &str| -> Result<K, Error> {
-            serde_json::from_str(raw.object.get()).map_err(|e| decode_err(what, e))
-        };
-        Ok(match raw.kind {
-            "ADDED" => WatchEvent::Added(object("object of ADDED watch event")?),
-            "MODIFIED" => WatchEvent::Modified(object("object of MODIFIED watch event")?),
-            "DELETED" => WatchEvent::Deleted(object("object of DELETED watch event")?),
-            "BOOKMARK" => {
-                let b: BookmarkObject = serde_json::from_str(raw.object.get())
-                    .map_err(|e| decode_err("object of BOOKMARK watch event", e))?;
+/// The event types a frame can carry.
+#[derive(Clone, Copy)]
+enum Kind {
+    Added,
+    Modified,
+    Deleted,
+    Bookmark,
+    Error,
+}
+
+impl Kind {
+    fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "ADDED" => Kind::Added,
+            "MODIFIED" => Kind::Modified,
+            "DELETED" => Kind::Deleted,
+            "BOOKMARK" => Kind::Bookmark,
+            "ERROR" => Kind::Error,
+            _ => return None,
+        })
+    }
+
+    /// What a failure to decode this event's object is reported as.
+    fn object_description(self) -> &'static str {
+        match self {
+            Kind::Added => "object of ADDED watch event",
+            Kind::Modified => "object of MODIFIED watch event",
+            Kind::Deleted => "object of DELETED watch event",
+            Kind::Bookmark => "object of BOOKMARK watch event",
+            Kind::Error => "Status of ERROR watch event",
+        }
+    }
+}
+
+/// How far decoding a frame got, so a failure can name the part that was wrong.
+enum Progress {
+    /// Reading the envelope (`type`, `object`).
+    Envelope,
+    /// Decoding the object of an event of this type.
+    Object(Kind),
+    /// The type is not one of the five known ones.
+    UnknownType(String),
+}
+
+/// Decodes a frame in one pass: the API server writes `type` before `object`, so the object
+/// is decoded straight into its final type from the frame's bytes. Should `object` come
+/// first, it is kept as a borrowed raw slice and decoded once the type is known.
+struct FrameVisitor<'p, K> {
+    progress: &'p mut Progress,
+    _object: PhantomData<fn() -> K>,
+}
+
+impl<'de, K: DeserializeOwned> Visitor<'de> for FrameVisitor<'_, K> {
+    type Value = WatchEvent<K>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a watch event object with \"type\" and \"object\"")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut kind: Option<Kind> = None;
+        let mut event: Option<WatchEvent<K>> = None;
+        let mut deferred: Option<&'de RawValue> = None;
+        while let Some(field) = map.next_key::<Field>()? {
+            match field {
+                Field::Type => {
+                    if kind.is_some() || matches!(self.progress, Progress::UnknownType(_)) {
+                        return Err(de::Error::duplicate_field("type"));
+                    }
+                    let name: String = map.next_value()?;
+                    match Kind::parse(&name) {
+                        Some(k) => kind = Some(k),
+                        None => *self.progress = Progress::UnknownType(name),
+                    }
+                }
+                Field::Object => {
+                    if event.is_some() || deferred.is_some() {
+                        return Err(de::Error::duplicate_field("object"));
+                    }
+                    match kind {
+                        Some(k) => {
+                            *self.progress = Progress::Object(k);
+                            event = Some(map.next_value_seed(ObjectSeed::<K>::new(k))?);
+                            *self.progress = Progress::Envelope;
+                        }
+                        None => deferred = Some(map.next_value()?),
+                    }
+                }
+                Field::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        if matches!(self.progress, Progress::UnknownType(_)) {
+            return Err(de::Error::custom("unknown watch event type"));
+        }
+        let kind = kind.ok_or_else(|| de::Error::missing_field("type"))?;
+        if let Some(event) = event {
+            return Ok(event);
+        }
+        let raw = deferred.ok_or_else(|| de::Error::missing_field("object"))?;
+        *self.progress = Progress::Object(kind);
+        let mut de = serde_json::Deserializer::from_str(raw.get());
+        let event = ObjectSeed::<K>::new(kind)
+            .deserialize(&mut de)
+            .map_err(de::Error::custom)?;
+        *self.progress = Progress::Envelope;
+        Ok(event)
+    }
+}
+
+/// The envelope's field names.
+enum Field {
+    Type,
+    Object,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Field {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct FieldVisitor;
+        impl Visitor<'_> for FieldVisitor {
+            type Value = Field;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Field, E> {
+                Ok(match v {
+                    "type" => Field::Type,
+                    "object" => Field::Object,
+                    _ => Field::Other,
+                })
+            }
+        }
+        d.deserialize_identifier(FieldVisitor)
+    }
+}
+
+/// Decodes an event's object according to the event's type.
+struct ObjectSeed<K> {
+    kind: Kind,
+    _object: PhantomData<fn() -> K>,
+}
+
+impl<K> ObjectSeed<K> {
+    fn new(kind: Kind) -> Self {
+        Self {
+            kind,
+            _object: PhantomData,
+        }
+    }
+}
+
+impl<'de, K: DeserializeOwned> DeserializeSeed<'de> for ObjectSeed<K> {
+    type Value = WatchEvent<K>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        Ok(match self.kind {
+            Kind::Added => WatchEvent::Added(K::deserialize(d)?),
+            Kind::Modified => WatchEvent::Modified(K::deserialize(d)?),
+            Kind::Deleted => WatchEvent::Deleted(K::deserialize(d)?),
+            Kind::Bookmark => {
+                let b = BookmarkObject::deserialize(d)?;
                 WatchEvent::Bookmark(Bookmark {
                     resource_version: b.metadata.resource_version,
                     annotations: b.metadata.annotations.unwrap_or_default(),
                 })
             }
-            "ERROR" => {
-                let status = serde_json::from_str(raw.object.get())
-                    .map_err(|e| decode_err("Status of ERROR watch event", e))?;
-                WatchEvent::Error(ApiError::from_status(500, status))
-            }
-            other => {
-                return Err(Error::Decode {
-                    what: format!("watch event type {other:?}"),
-                    source: serde::de::Error::custom(
-                        "expected ADDED, MODIFIED, DELETED, BOOKMARK or ERROR",
-                    ),
-                });
-            }
+            Kind::Error => WatchEvent::Error(ApiError::from_status(500, Status::deserialize(d)?)),
+        })
+    }
+}
+
+impl<K: DeserializeOwned> WatchEvent<K> {
+    /// Decodes one frame. An unknown event type is an error naming it, as in client-go.
+    ///
+    /// The object is decoded directly from the frame's bytes into `K` (no intermediate
+    /// value, one pass over the frame).
+    pub fn from_frame(frame: &[u8]) -> Result<Self, Error> {
+        let mut progress = Progress::Envelope;
+        let mut de = serde_json::Deserializer::from_slice(frame);
+        let decoded = de
+            .deserialize_map(FrameVisitor::<K> {
+                progress: &mut progress,
+                _object: PhantomData,
+            })
+            .and_then(|event| de.end().map(|()| event));
+        decoded.map_err(|source| match progress {
+            Progress::Envelope => Error::Decode {
+                what: "watch event".to_owned(),
+                source,
+            },
+            Progress::Object(kind) => Error::Decode {
+                what: kind.object_description().to_owned(),
+                source,
+            },
+            Progress::UnknownType(other) => Error::Decode {
+                what: format!("watch event type {other:?}"),
+                source: de::Error::custom("expected ADDED, MODIFIED, DELETED, BOOKMARK or ERROR"),
+            },
         })
     }
 }
@@ -162,5 +321,40 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, Error::Decode { .. }));
         assert!(err.to_string().contains("ADDED"));
+    }
+
+    #[test]
+    fn object_before_type_is_decoded_once_the_type_is_known() {
+        let ev: WatchEvent<Pod> = WatchEvent::from_frame(
+            br#"{"object":{"metadata":{"name":"b","resourceVersion":"7"}},"type":"MODIFIED"}"#,
+        )
+        .unwrap();
+        match ev {
+            WatchEvent::Modified(p) => {
+                assert_eq!(p.metadata.name.as_deref(), Some("b"));
+                assert_eq!(p.metadata.resource_version.as_deref(), Some("7"));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        let err = WatchEvent::<Pod>::from_frame(br#"{"object":{"metadata":[]},"type":"DELETED"}"#)
+            .unwrap_err();
+        assert!(err.to_string().contains("DELETED"), "{err}");
+    }
+
+    #[test]
+    fn envelope_errors_are_reported_as_such() {
+        for frame in [
+            &br#"{"object":{}}"#[..],
+            br#"{"type":"ADDED"}"#,
+            br#"{"type":"ADDED","type":"ADDED","object":{}}"#,
+            br#"{"type":"ADDED","object":{}} x"#,
+            br#"[1]"#,
+        ] {
+            let err = WatchEvent::<Pod>::from_frame(frame).unwrap_err();
+            match &err {
+                Error::Decode { what, .. } => assert_eq!(what, "watch event", "{err}"),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
     }
 }

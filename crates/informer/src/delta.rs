@@ -7,16 +7,21 @@ use crate::keys::ObjectKey;
 /// Where a reflector writes what it lists and watches. Implemented by the in-order queue
 /// (`fifo`) that feeds shared informers, and by [`Store`](crate::Store) for a reflector that
 /// fills a cache directly.
+///
+/// Objects arrive already in the `Arc` they will be cached in: a reflector allocates each
+/// decoded object once, so a list of thousands is never held as a contiguous run of inline
+/// structs and nothing is moved again on its way to the cache. The `Arc`s a reflector hands
+/// over are not shared with anything else.
 pub trait ReflectorStore<K>: Send + Sync + 'static {
     /// A watch ADDED event.
-    fn add(&self, obj: K);
+    fn add(&self, obj: Arc<K>);
     /// A watch MODIFIED event.
-    fn update(&self, obj: K);
+    fn update(&self, obj: Arc<K>);
     /// A watch DELETED event (the object's last state).
-    fn delete(&self, obj: K);
+    fn delete(&self, obj: Arc<K>);
     /// A complete list at `resource_version`: the new whole state. Objects absent from it
     /// were deleted while we were not watching.
-    fn replace(&self, objects: Vec<K>, resource_version: String);
+    fn replace(&self, objects: Vec<Arc<K>>, resource_version: String);
     /// A periodic resync: re-deliver the cached state to handlers that asked for it.
     fn resync(&self);
     /// A BOOKMARK: nothing changed, but the store is now current up to `resource_version`.

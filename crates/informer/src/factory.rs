@@ -35,7 +35,7 @@ trait Managed: HasSynced {
 
 impl<K> Managed for SharedInformer<K>
 where
-    K: ListableResource + Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+    K: ListableResource + Metadata<Ty = ObjectMeta> + Clone + Send + Sync + 'static,
 {
     fn start(&self, cancel: CancellationToken) -> JoinHandle<()> {
         SharedInformer::start(self, cancel)
@@ -217,6 +217,7 @@ impl SharedInformerFactory {
             + Metadata<Ty = ObjectMeta>
             + Serialize
             + DeserializeOwned
+            + Clone
             + Send
             + Sync
             + 'static,
@@ -251,6 +252,7 @@ impl SharedInformerFactory {
             + Metadata<Ty = ObjectMeta>
             + Serialize
             + DeserializeOwned
+            + Clone
             + Send
             + Sync
             + 'static,
@@ -294,6 +296,7 @@ impl SharedInformerFactory {
             + Metadata<Ty = ObjectMeta>
             + Serialize
             + DeserializeOwned
+            + Clone
             + Send
             + Sync
             + 'static,

@@ -187,9 +187,14 @@ impl<K> Fifo<K> {
         }
     }
 
-    fn transform(&self, obj: K) -> K {
+    /// Applies the transform, if any, to an incoming object: in place when the queue holds
+    /// the only reference (as a reflector's objects are), else to a copy.
+    fn transform_shared(&self, obj: Arc<K>) -> Arc<K>
+    where
+        K: Clone,
+    {
         match &self.shared.transform {
-            Some(t) => t(obj),
+            Some(t) => Arc::new(t(Arc::unwrap_or_clone(obj))),
             None => obj,
         }
     }
@@ -321,28 +326,32 @@ fn batch_len<K: Metadata<Ty = ObjectMeta>>(st: &State<K>, max: usize) -> usize {
 
 impl<K> ReflectorStore<K> for Fifo<K>
 where
-    K: Send + Sync + 'static,
+    K: Clone + Send + Sync + 'static,
 {
-    fn add(&self, obj: K) {
-        let obj = Arc::new(self.transform(obj));
+    fn add(&self, obj: Arc<K>) {
+        let obj = self.transform_shared(obj);
         self.shared.push(Delta::Added(obj), PushKind::Event);
     }
 
-    fn update(&self, obj: K) {
-        let obj = Arc::new(self.transform(obj));
+    fn update(&self, obj: Arc<K>) {
+        let obj = self.transform_shared(obj);
         self.shared.push(Delta::Updated(obj), PushKind::Event);
     }
 
-    fn delete(&self, obj: K) {
-        let obj = Arc::new(self.transform(obj));
+    fn delete(&self, obj: Arc<K>) {
+        let obj = self.transform_shared(obj);
         self.shared.push(Delta::Deleted(obj), PushKind::Event);
     }
 
-    fn replace(&self, objects: Vec<K>, resource_version: String) {
-        let objects = objects
-            .into_iter()
-            .map(|o| Arc::new(self.transform(o)))
-            .collect();
+    fn replace(&self, objects: Vec<Arc<K>>, resource_version: String) {
+        let objects = if self.shared.transform.is_some() {
+            objects
+                .into_iter()
+                .map(|o| self.transform_shared(o))
+                .collect()
+        } else {
+            objects
+        };
         self.shared.push(
             Delta::ReplacedAll {
                 objects,

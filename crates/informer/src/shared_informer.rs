@@ -206,7 +206,7 @@ impl<K> std::fmt::Debug for SharedInformer<K> {
 
 impl<K> SharedInformer<K>
 where
-    K: ListableResource + Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+    K: ListableResource + Metadata<Ty = ObjectMeta> + Clone + Send + Sync + 'static,
 {
     /// An informer over `lister_watcher`; nothing happens until [`run`](Self::run).
     pub fn new(lister_watcher: impl ListerWatcher<K>, options: SharedInformerOptions<K>) -> Self {
@@ -535,7 +535,7 @@ where
 
 impl<K> HasSynced for SharedInformer<K>
 where
-    K: ListableResource + Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+    K: ListableResource + Metadata<Ty = ObjectMeta> + Clone + Send + Sync + 'static,
 {
     fn has_synced(&self) -> bool {
         SharedInformer::has_synced(self)

@@ -458,10 +458,16 @@ where
             .collect())
     }
 
-    fn transform(&self, obj: K) -> K {
+    /// Applies the transform, if any, to an object written through [`ReflectorStore`]: in
+    /// place when the store holds the only reference (as a reflector's objects are), else to
+    /// a copy.
+    fn transform_shared(&self, obj: Arc<K>) -> Arc<K>
+    where
+        K: Clone,
+    {
         let transform = self.read().transform.clone();
         match transform {
-            Some(t) => t(obj),
+            Some(t) => Arc::new(t(Arc::unwrap_or_clone(obj))),
             None => obj,
         }
     }
@@ -534,31 +540,28 @@ where
 /// through, a list replaces, a bookmark records its resourceVersion, resync does nothing.
 impl<K> ReflectorStore<K> for Store<K>
 where
-    K: Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+    K: Metadata<Ty = ObjectMeta> + Clone + Send + Sync + 'static,
 {
-    fn add(&self, obj: K) {
-        self.insert(Arc::new(self.transform(obj)));
+    fn add(&self, obj: Arc<K>) {
+        self.insert(self.transform_shared(obj));
     }
 
-    fn update(&self, obj: K) {
-        self.insert(Arc::new(self.transform(obj)));
+    fn update(&self, obj: Arc<K>) {
+        self.insert(self.transform_shared(obj));
     }
 
-    fn delete(&self, obj: K) {
+    fn delete(&self, obj: Arc<K>) {
         self.remove_object(&obj);
     }
 
-    fn replace(&self, objects: Vec<K>, resource_version: String) {
-        let transform = self.read().transform.clone();
-        let objects = objects
-            .into_iter()
-            .map(|o| {
-                Arc::new(match &transform {
-                    Some(t) => t(o),
-                    None => o,
-                })
-            })
-            .collect();
+    fn replace(&self, objects: Vec<Arc<K>>, resource_version: String) {
+        let objects = match self.read().transform.clone() {
+            Some(t) => objects
+                .into_iter()
+                .map(|o| Arc::new(t(Arc::unwrap_or_clone(o))))
+                .collect(),
+            None => objects,
+        };
         Store::replace(self, objects, resource_version);
     }
 

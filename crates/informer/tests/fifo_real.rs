@@ -11,8 +11,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kctrl_informer::fifo::{DEFAULT_BATCH_SIZE, Fifo, Transform};
 use kctrl_informer::{Delta, ReflectorStore, Store};
 
-fn obj(name: &str, val: u64) -> ConfigMap {
-    ConfigMap {
+fn obj(name: &str, val: u64) -> Arc<ConfigMap> {
+    Arc::new(ConfigMap {
         metadata: ObjectMeta {
             name: Some(name.into()),
             namespace: Some("ns".into()),
@@ -20,7 +20,7 @@ fn obj(name: &str, val: u64) -> ConfigMap {
         },
         data: Some(BTreeMap::from([("val".into(), val.to_string())])),
         ..Default::default()
-    }
+    })
 }
 
 fn val(o: &ConfigMap) -> u64 {
@@ -398,7 +398,13 @@ async fn test_real_fifo_pop_multiple_delta_in_batch() {
     const UNLIMITED: usize = 999_999;
     let u = |n: &str| obj(n, 5);
     // (case, initial list, then actions, max batch, expected batches)
-    type Case = (&'static str, Vec<ConfigMap>, Vec<Action>, usize, Batches);
+    type Case = (
+        &'static str,
+        Vec<Arc<ConfigMap>>,
+        Vec<Action>,
+        usize,
+        Batches,
+    );
     type Batches = Vec<Vec<&'static str>>;
     let cases: Vec<Case> = vec![
         (

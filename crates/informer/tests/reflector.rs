@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use kctrl_client::{Error, ListParams, WatchParams};
 use kctrl_informer::{BackoffOptions, Reflector, ReflectorOptions};
 use reflector_fakes::*;
@@ -107,6 +107,50 @@ async fn run_until() {
         "watch left open after stopping the reflector"
     );
     assert_eq!(store.items(), pairs(&[("bar", "2")]));
+}
+
+/// Listed and watched objects reach the store re-packed: no list in them keeps the spare
+/// capacity a decoder's growth leaves behind.
+#[tokio::test(start_paused = true)]
+async fn objects_are_stored_without_spare_capacity() {
+    fn roomy(name: &str, rv: &str) -> Pod {
+        let mut containers = Vec::with_capacity(16);
+        containers.push(Container {
+            name: "app".into(),
+            ..Default::default()
+        });
+        Pod {
+            spec: Some(PodSpec {
+                containers,
+                ..Default::default()
+            }),
+            ..pod(name, rv)
+        }
+    }
+    let (tx, mut watchers) = mpsc::unbounded_channel();
+    let lw = ScriptedLw::new(
+        |_| Ok(pod_list("1", None, vec![roomy("listed", "1")])),
+        watch_via(tx),
+    );
+    let store = RecordingStore::new();
+    let r = reflector(&lw, &store, options(false));
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn({
+        let r = r.clone();
+        let cancel = cancel.clone();
+        async move { r.run(cancel).await }
+    });
+    let fw = watchers.recv().await.unwrap();
+    fw.add(roomy("watched", "2"));
+    store.wait_ops(2).await;
+    cancel.cancel();
+    task.await.unwrap();
+    for name in ["listed", "watched"] {
+        let capacity = store
+            .inspect(name, |p| p.spec.as_ref().unwrap().containers.capacity())
+            .unwrap_or_else(|| panic!("{name} not stored"));
+        assert_eq!(capacity, 1, "{name}");
+    }
 }
 
 #[tokio::test(start_paused = true)]

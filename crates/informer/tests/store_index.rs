@@ -80,20 +80,24 @@ fn set(items: &[&str]) -> BTreeSet<String> {
 
 /// client-go's `doTestStore`, through the reflector-facing API (add/update/delete/replace).
 fn do_test_store(store: &Store<ConfigMap>) {
-    store.add(mk("foo", "bar"));
+    store.add(Arc::new(mk("foo", "bar")));
     assert_eq!(val_of(&store.get("foo").expect("inserted item")), "bar");
-    store.update(mk("foo", "baz"));
+    store.update(Arc::new(mk("foo", "baz")));
     assert_eq!(val_of(&store.get("foo").expect("updated item")), "baz");
-    store.delete(mk("foo", ""));
+    store.delete(Arc::new(mk("foo", "")));
     assert!(store.get("foo").is_none(), "found deleted item");
 
-    store.add(mk("a", "b"));
-    store.add(mk("c", "d"));
-    store.add(mk("e", "e"));
+    store.add(Arc::new(mk("a", "b")));
+    store.add(Arc::new(mk("c", "d")));
+    store.add(Arc::new(mk("e", "e")));
     assert_eq!(vals(&store.list()), set(&["b", "d", "e"]));
     assert_eq!(store.len(), 3);
 
-    ReflectorStore::replace(store, vec![mk("foo", "foo"), mk("bar", "bar")], "0".into());
+    ReflectorStore::replace(
+        store,
+        vec![Arc::new(mk("foo", "foo")), Arc::new(mk("bar", "bar"))],
+        "0".into(),
+    );
     assert_eq!(vals(&store.list()), set(&["foo", "bar"]));
     assert_eq!(store.len(), 2);
     assert_eq!(store.resource_version(), "0");
@@ -291,7 +295,7 @@ fn test_thread_safe_store_rv() {
     // Delete.
     let store: Store<ConfigMap> = Store::new();
     store.insert(Arc::new(with_rv("key1", Some("10"))));
-    store.delete(with_rv("key1", Some("20")));
+    store.delete(Arc::new(with_rv("key1", Some("20"))));
     assert_eq!(store.resource_version(), "20");
     assert!(store.is_empty());
 

@@ -2,10 +2,11 @@
 //! and when a continuation expires, fall back to one full list at the original
 //! resourceVersion (`FullListIfExpired`).
 
+use std::sync::Arc;
+
 use k8s_openapi::ListableResource;
 use kctrl_client::{Error, ListParams};
 
-use crate::fifo::Transform;
 use crate::list_watch::ListerWatcher;
 
 /// Page size when none is configured (client-go's `pager.defaultPageSize`).
@@ -15,27 +16,23 @@ pub(crate) const DEFAULT_PAGE_SIZE: u32 = 500;
 pub(crate) struct Listed<K> {
     /// The list's resourceVersion (from its first page).
     pub(crate) resource_version: String,
-    /// Every item, owned.
-    pub(crate) items: Vec<K>,
+    /// Every item, as the reflector admitted it.
+    pub(crate) items: Vec<Arc<K>>,
     /// Whether the server split the answer into pages.
     pub(crate) paginated: bool,
 }
 
 /// Lists at `resource_version` (`""` = consistent read) in pages of `page_size` (0 = one
-/// unpaged request). `transform`, if any, is applied to each page's items as it arrives, so
-/// only transformed items are accumulated.
+/// unpaged request). `admit` (transform and move into an `Arc`) is applied to each page's
+/// items as it arrives, so only admitted items are accumulated and each page is freed as soon
+/// as it is taken apart.
 pub(crate) async fn list_all<K: ListableResource + 'static>(
     lw: &dyn ListerWatcher<K>,
     resource_version: &str,
     page_size: u32,
-    transform: Option<&Transform<K>>,
+    admit: &(dyn Fn(K) -> Arc<K> + Sync),
 ) -> Result<Listed<K>, Error> {
-    let transform_all = |items: Vec<K>| -> Vec<K> {
-        match transform {
-            Some(t) => items.into_iter().map(|o| t(o)).collect(),
-            None => items,
-        }
-    };
+    let transform_all = |items: Vec<K>| -> Vec<Arc<K>> { items.into_iter().map(admit).collect() };
     let original_rv = (!resource_version.is_empty()).then(|| resource_version.to_owned());
     let mut params = ListParams {
         resource_version: original_rv.clone(),

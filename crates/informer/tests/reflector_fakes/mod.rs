@@ -332,6 +332,11 @@ impl RecordingStore {
         self.items.lock().unwrap().get(name).cloned()
     }
 
+    /// Looks at a stored item in place (a clone would not show its allocations).
+    pub fn inspect<R>(&self, name: &str, f: impl FnOnce(&Pod) -> R) -> Option<R> {
+        self.items.lock().unwrap().get(name).map(f)
+    }
+
     pub fn len(&self) -> usize {
         self.items.lock().unwrap().len()
     }
@@ -364,22 +369,25 @@ impl RecordingStore {
 }
 
 impl ReflectorStore<Pod> for RecordingStore {
-    fn add(&self, obj: Pod) {
+    fn add(&self, obj: Arc<Pod>) {
+        let obj = Arc::unwrap_or_clone(obj);
         let (n, rv) = name_rv(&obj);
         self.items.lock().unwrap().insert(Self::key(&obj), obj);
         self.record(Op::Add(n, rv));
     }
-    fn update(&self, obj: Pod) {
+    fn update(&self, obj: Arc<Pod>) {
+        let obj = Arc::unwrap_or_clone(obj);
         let (n, rv) = name_rv(&obj);
         self.items.lock().unwrap().insert(Self::key(&obj), obj);
         self.record(Op::Update(n, rv));
     }
-    fn delete(&self, obj: Pod) {
+    fn delete(&self, obj: Arc<Pod>) {
         let (n, rv) = name_rv(&obj);
         self.items.lock().unwrap().remove(&Self::key(&obj));
         self.record(Op::Delete(n, rv));
     }
-    fn replace(&self, objects: Vec<Pod>, resource_version: String) {
+    fn replace(&self, objects: Vec<Arc<Pod>>, resource_version: String) {
+        let objects: Vec<Pod> = objects.into_iter().map(Arc::unwrap_or_clone).collect();
         let listed = objects.iter().map(name_rv).collect();
         *self.items.lock().unwrap() = objects.into_iter().map(|p| (Self::key(&p), p)).collect();
         self.record(Op::Replace(listed, resource_version));

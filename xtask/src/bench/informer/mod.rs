@@ -62,18 +62,46 @@ impl Variant {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Impl {
     Kctrl,
+    /// client-go as it comes: its typed Pod client asks for protobuf.
     ClientGo,
+    /// client-go told to speak JSON, the wire format of the two Rust programs.
+    ClientGoJson,
     KubeRs,
 }
 
 impl Impl {
-    const ALL: [Impl; 3] = [Impl::Kctrl, Impl::ClientGo, Impl::KubeRs];
+    const ALL: [Impl; 4] = [
+        Impl::Kctrl,
+        Impl::ClientGo,
+        Impl::ClientGoJson,
+        Impl::KubeRs,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Impl::Kctrl => "kctrl",
             Impl::ClientGo => "client-go",
+            Impl::ClientGoJson => "client-go (JSON)",
             Impl::KubeRs => "kube-rs",
+        }
+    }
+
+    /// The name as a label value (the update burst's label records which run wrote it).
+    fn slug(self) -> &'static str {
+        match self {
+            Impl::Kctrl => "kctrl",
+            Impl::ClientGo => "client-go",
+            Impl::ClientGoJson => "client-go-json",
+            Impl::KubeRs => "kube-rs",
+        }
+    }
+
+    /// Arguments after the common protocol's six.
+    fn extra_args(self) -> &'static [&'static str] {
+        match self {
+            Impl::ClientGo => &["protobuf"],
+            Impl::ClientGoJson => &["json"],
+            Impl::Kctrl | Impl::KubeRs => &[],
         }
     }
 }
@@ -160,7 +188,7 @@ impl Peers {
                 c.args(["bench", "informer-peer"]);
                 c
             }
-            Impl::ClientGo => Command::new(&self.client_go),
+            Impl::ClientGo | Impl::ClientGoJson => Command::new(&self.client_go),
             Impl::KubeRs => Command::new(&self.kube_rs),
         }
     }
@@ -301,7 +329,7 @@ async fn measure(
                     implementation.name(),
                     variant.arg()
                 );
-                let tag = format!("{rep}-{}-{}", implementation.name(), variant.arg());
+                let tag = format!("{rep}-{}-{}", implementation.slug(), variant.arg());
                 let run = run_peer(
                     peers,
                     &client,
@@ -585,6 +613,7 @@ async fn run_peer(
         .arg(variant.arg())
         .arg(updates.to_string())
         .arg(settle_ms.to_string())
+        .args(implementation.extra_args())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
