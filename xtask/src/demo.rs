@@ -116,11 +116,11 @@ fn demo(info: &ClusterInfo, started: Instant) -> Result<Option<ControllerProcess
         );
         process::stop_all(&[old], &[], Duration::from_secs(15))?;
     }
-    // The controller identity of the local cluster has no RBAC grants yet; the demo runs the
-    // controller as the cluster admin.
+    // As an operator would run it: its own identity, with exactly deploy/'s RBAC.
+    crate::e2e::grant_deploy_rbac(&info.kubectl, &info.admin_kubeconfig)?;
     let controller = controller_process::start(
         &binary,
-        &info.admin_kubeconfig,
+        &info.controller_kubeconfig,
         &log,
         &["--v", "2", "--secure-port", "0"],
     )?;

@@ -442,7 +442,7 @@ const DEPLOY_RBAC: &[&str] = &[
 ];
 
 /// `kubectl apply` of [`DEPLOY_RBAC`] as the admin.
-fn grant_deploy_rbac(kubectl: &Path, admin_kubeconfig: &Path) -> Result<()> {
+pub(crate) fn grant_deploy_rbac(kubectl: &Path, admin_kubeconfig: &Path) -> Result<()> {
     let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
     let mut argv = vec![
         kubectl.display().to_string(),
