@@ -16,7 +16,7 @@ use kctrl_informer::Store;
 
 use super::*;
 use crate::events::RecordingEventRecorder;
-use crate::fixtures::{map, new_deployment, ts};
+use crate::fixtures::{map, new_deployment, pod_from_rs, ts};
 use crate::util::constants::DEPRECATED_ROLLBACK_TO;
 
 /// Upstream's test fixture: the fake API ("f.objects"), the caches ("f.dLister", ...) and the
@@ -104,20 +104,6 @@ fn new_replica_set(d: &Deployment, name: &str, replicas: i32) -> ReplicaSet {
             ..Default::default()
         }),
         status: None,
-    }
-}
-
-/// `generatePodFromRS(rs)`.
-fn pod_from_rs(rs: &ReplicaSet) -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(format!("{}-pod", rs.metadata.name.as_deref().unwrap())),
-            namespace: Some("default".to_owned()),
-            labels: rs.spec.as_ref().unwrap().selector.match_labels.clone(),
-            owner_references: Some(vec![Owner::of(rs).controller_ref()]),
-            ..Default::default()
-        },
-        ..Default::default()
     }
 }
 

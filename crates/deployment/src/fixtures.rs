@@ -8,10 +8,11 @@ use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentCondition, DeploymentSpec, DeploymentStatus, DeploymentStrategy,
     ReplicaSet, ReplicaSetSpec, ReplicaSetStatus, RollingUpdateDeployment,
 };
-use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
+use kctrl_controller_ref::Owner;
 
 /// A string map from pairs.
 pub(crate) fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -152,5 +153,19 @@ pub(crate) fn current_deployment(
             conditions: (!conditions.is_empty()).then_some(conditions),
             ..Default::default()
         }),
+    }
+}
+
+/// `generatePodFromRS(rs)`: a pod in `default` with the ReplicaSet's selector labels, owned by it.
+pub(crate) fn pod_from_rs(rs: &ReplicaSet) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(format!("{}-pod", rs.metadata.name.as_deref().unwrap())),
+            namespace: Some("default".to_owned()),
+            labels: rs.spec.as_ref().unwrap().selector.match_labels.clone(),
+            owner_references: Some(vec![Owner::of(rs).controller_ref()]),
+            ..Default::default()
+        },
+        ..Default::default()
     }
 }

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::*;
 use crate::events::RecordingEventRecorder;
-use crate::fixtures::{map, new_deployment};
+use crate::fixtures::{map, new_deployment, pod_from_rs};
 
 fn foo_bar() -> BTreeMap<String, String> {
     map(&[("foo", "bar")])
@@ -55,20 +55,6 @@ fn new_replica_set(d: &Deployment, name: &str, replicas: i32) -> ReplicaSet {
             ..Default::default()
         }),
         status: None,
-    }
-}
-
-/// `generatePodFromRS(rs)`.
-fn pod_from_rs(rs: &ReplicaSet) -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(format!("{}-pod", rs.metadata.name.as_deref().unwrap())),
-            namespace: Some("default".to_owned()),
-            labels: rs.spec.as_ref().unwrap().selector.match_labels.clone(),
-            owner_references: Some(vec![Owner::of(rs).controller_ref()]),
-            ..Default::default()
-        },
-        ..Default::default()
     }
 }
 
