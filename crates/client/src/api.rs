@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 use crate::backend::Backend;
 use crate::error::Error;
 use crate::request::{
-    ApiRequest, DeleteParams, ListParams, Operation, Patch, PostParams, WatchParams,
+    ApiRequest, DeleteParams, ListParams, Operation, Patch, PostParams, Representation, WatchParams,
 };
 use crate::resource::{ResourceRef, Scope};
 use crate::watch::WatchEvent;
@@ -107,6 +107,7 @@ pub struct Api<K> {
     client: Client,
     namespace: Option<String>,
     resource: ResourceRef,
+    representation: Representation,
     _kind: PhantomData<fn() -> K>,
 }
 
@@ -116,6 +117,7 @@ impl<K> Clone for Api<K> {
             client: self.client.clone(),
             namespace: self.namespace.clone(),
             resource: self.resource.clone(),
+            representation: self.representation,
             _kind: PhantomData,
         }
     }
@@ -132,7 +134,7 @@ impl<K> fmt::Debug for Api<K> {
 
 impl<K> Api<K>
 where
-    K: Resource + Metadata<Ty = ObjectMeta> + Serialize + DeserializeOwned + Send + 'static,
+    K: Resource + Metadata<Ty = ObjectMeta> + DeserializeOwned + Send + 'static,
     K::Scope: 'static,
 {
     /// Objects of a namespaced resource in `namespace`.
@@ -160,6 +162,7 @@ where
             client,
             namespace,
             resource,
+            representation: crate::metadata::representation_of::<K>(),
             _kind: PhantomData,
         }
     }
@@ -185,12 +188,14 @@ where
         subresource: Option<&str>,
         operation: Operation,
     ) -> ApiRequest {
-        ApiRequest {
-            resource: self.resource.clone(),
+        let mut req = ApiRequest::new(
+            self.resource.clone(),
             namespace,
-            subresource: subresource.map(str::to_owned),
+            subresource.map(str::to_owned),
             operation,
-        }
+        );
+        req.representation = self.representation;
+        req
     }
 
     /// The namespace for a call naming one object.
@@ -237,15 +242,6 @@ where
         }
     }
 
-    fn encode(&self, verb: &str, obj: &K) -> Result<Bytes, Error> {
-        serde_json::to_vec(obj)
-            .map(Bytes::from)
-            .map_err(|source| Error::Decode {
-                what: format!("{} for {verb}", self.resource.kind),
-                source,
-            })
-    }
-
     async fn send<T: DeserializeOwned>(&self, req: ApiRequest) -> Result<T, Error> {
         let what = describe(&req);
         let body = self.client.backend.call(req).await?;
@@ -272,52 +268,6 @@ where
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),
         }
-    }
-
-    /// Creates an object.
-    pub async fn create(&self, params: &PostParams, obj: &K) -> Result<K, Error> {
-        let ns = self.namespace_of_object("create", obj)?;
-        let body = self.encode("create", obj)?;
-        self.send(self.request(
-            ns,
-            None,
-            Operation::Create {
-                body,
-                params: params.clone(),
-            },
-        ))
-        .await
-    }
-
-    /// Replaces an object; the server rejects a stale `metadata.resourceVersion` with 409.
-    pub async fn update(&self, params: &PostParams, obj: &K) -> Result<K, Error> {
-        self.update_subresource(None, params, obj).await
-    }
-
-    /// Replaces an object's status (the `status` subresource).
-    pub async fn update_status(&self, params: &PostParams, obj: &K) -> Result<K, Error> {
-        self.update_subresource(Some("status"), params, obj).await
-    }
-
-    async fn update_subresource(
-        &self,
-        subresource: Option<&str>,
-        params: &PostParams,
-        obj: &K,
-    ) -> Result<K, Error> {
-        let name = self.name_of("update", obj)?;
-        let ns = self.namespace_of_object("update", obj)?;
-        let body = self.encode("update", obj)?;
-        self.send(self.request(
-            ns,
-            subresource,
-            Operation::Update {
-                name,
-                body,
-                params: params.clone(),
-            },
-        ))
-        .await
     }
 
     /// Patches an object.
@@ -395,15 +345,73 @@ where
     }
 }
 
+/// Writes that send a whole object. Only types that serialize are writable: a view or
+/// [`PartialObjectMetadata`](crate::PartialObjectMetadata), which hold part of an object,
+/// cannot be sent back (it would erase the fields they leave out).
 impl<K> Api<K>
 where
-    K: Resource
-        + ListableResource
-        + Metadata<Ty = ObjectMeta>
-        + Serialize
-        + DeserializeOwned
-        + Send
-        + 'static,
+    K: Resource + Metadata<Ty = ObjectMeta> + Serialize + DeserializeOwned + Send + 'static,
+    K::Scope: 'static,
+{
+    fn encode(&self, verb: &str, obj: &K) -> Result<Bytes, Error> {
+        serde_json::to_vec(obj)
+            .map(Bytes::from)
+            .map_err(|source| Error::Decode {
+                what: format!("{} for {verb}", self.resource.kind),
+                source,
+            })
+    }
+
+    /// Creates an object.
+    pub async fn create(&self, params: &PostParams, obj: &K) -> Result<K, Error> {
+        let ns = self.namespace_of_object("create", obj)?;
+        let body = self.encode("create", obj)?;
+        self.send(self.request(
+            ns,
+            None,
+            Operation::Create {
+                body,
+                params: params.clone(),
+            },
+        ))
+        .await
+    }
+
+    /// Replaces an object; the server rejects a stale `metadata.resourceVersion` with 409.
+    pub async fn update(&self, params: &PostParams, obj: &K) -> Result<K, Error> {
+        self.update_subresource(None, params, obj).await
+    }
+
+    /// Replaces an object's status (the `status` subresource).
+    pub async fn update_status(&self, params: &PostParams, obj: &K) -> Result<K, Error> {
+        self.update_subresource(Some("status"), params, obj).await
+    }
+
+    async fn update_subresource(
+        &self,
+        subresource: Option<&str>,
+        params: &PostParams,
+        obj: &K,
+    ) -> Result<K, Error> {
+        let name = self.name_of("update", obj)?;
+        let ns = self.namespace_of_object("update", obj)?;
+        let body = self.encode("update", obj)?;
+        self.send(self.request(
+            ns,
+            subresource,
+            Operation::Update {
+                name,
+                body,
+                params: params.clone(),
+            },
+        ))
+        .await
+    }
+}
+
+impl<K> Api<K>
+where
+    K: Resource + ListableResource + Metadata<Ty = ObjectMeta> + DeserializeOwned + Send + 'static,
     K::Scope: 'static,
 {
     /// Lists objects (one page when `params.limit` is set; see `metadata.continue`).

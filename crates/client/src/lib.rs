@@ -34,6 +34,7 @@ mod backend;
 mod error;
 mod http;
 pub mod labels;
+mod metadata;
 pub mod prometheus;
 mod request;
 mod resource;
@@ -44,9 +45,16 @@ pub use backend::{Backend, WatchFrames};
 pub use error::{ApiError, Error};
 pub use http::{HttpBackend, NoopRestClientMetrics, RestClientMetrics};
 pub use kctrl_config as config;
+pub use metadata::{PartialObjectMetadata, metadata_without_managed_fields};
 pub use request::{
     ApiRequest, DeleteParams, ListParams, Operation, Patch, PostParams, Preconditions,
-    PropagationPolicy, ResourceVersionMatch, WatchParams,
+    PropagationPolicy, Representation, ResourceVersionMatch, WatchParams,
 };
 pub use resource::{ResourceRef, Scope};
 pub use watch::{Bookmark, INITIAL_EVENTS_END_ANNOTATION, WatchEvent};
+
+/// What [`resource_view!`] expands to refers to; not part of the API.
+#[doc(hidden)]
+pub mod __private {
+    pub use k8s_openapi;
+}

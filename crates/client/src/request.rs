@@ -23,9 +23,42 @@ pub struct ApiRequest {
     pub subresource: Option<String>,
     /// What to do.
     pub operation: Operation,
+    /// The form the server is asked to answer in: whole objects, or only their metadata.
+    pub representation: Representation,
+}
+
+/// The form of the objects a read returns.
+///
+/// The API server converts any resource to `meta.k8s.io/v1` `PartialObjectMetadata` when the
+/// client asks for it in its `Accept` header (client-go's metadata client does so): only
+/// `metadata` crosses the wire, whatever the resource. Writes always send and receive whole
+/// objects.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Representation {
+    /// The resource's own kind, e.g. `Pod` and `PodList`.
+    #[default]
+    Full,
+    /// `PartialObjectMetadata` (get, watch) and `PartialObjectMetadataList` (list).
+    PartialObjectMetadata,
 }
 
 impl ApiRequest {
+    /// A request for whole objects (the usual case).
+    pub fn new(
+        resource: ResourceRef,
+        namespace: Option<String>,
+        subresource: Option<String>,
+        operation: Operation,
+    ) -> Self {
+        Self {
+            resource,
+            namespace,
+            subresource,
+            operation,
+            representation: Representation::Full,
+        }
+    }
+
     /// The verb as RBAC and audit logs name it (`get`, `list`, `watch`, `create`, ...).
     pub fn verb(&self) -> &'static str {
         self.operation.verb()

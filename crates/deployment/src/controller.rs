@@ -18,7 +18,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, ReplicaSetSpec};
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kctrl_client::labels::{Selector, SelectorError};
@@ -30,6 +30,7 @@ use kctrl_informer::Store;
 use tracing::{debug, info};
 
 use crate::events::{EventRecorder, EventType};
+use crate::pod_view::{CONTROLLER_UID_INDEX, PodView, controller_uid_index};
 use crate::progress::{self, Requeue, RolloutStatus};
 use crate::recreate::{RecreatePlan, plan_recreate};
 use crate::rolling::{RollingPlan, plan_rolling};
@@ -155,7 +156,7 @@ pub struct DeploymentController {
     client: Client,
     deployments: Store<Deployment>,
     replica_sets: Store<ReplicaSet>,
-    pods: Store<Pod>,
+    pods: Store<PodView>,
     recorder: Arc<dyn EventRecorder>,
     clock: Clock,
 }
@@ -175,9 +176,17 @@ impl DeploymentController {
         client: Client,
         deployments: Store<Deployment>,
         replica_sets: Store<ReplicaSet>,
-        pods: Store<Pod>,
+        pods: Store<PodView>,
         recorder: Arc<dyn EventRecorder>,
     ) -> Self {
+        // Pods are looked up by their controller's UID; a store shared with an informer that
+        // already has the index keeps it.
+        if let Err(err) =
+            pods.add_indexers([(CONTROLLER_UID_INDEX.to_owned(), controller_uid_index())])
+            && !matches!(err, kctrl_informer::StoreError::IndexConflict(_))
+        {
+            debug!(%err, "adding the pod index failed; pods will be scanned");
+        }
         Self {
             client,
             deployments,
@@ -328,27 +337,22 @@ impl DeploymentController {
     pub fn get_pod_map_for_deployment(
         &self,
         rs_list: &[ReplicaSet],
-    ) -> BTreeMap<String, Vec<Arc<Pod>>> {
-        let mut map: BTreeMap<String, Vec<Arc<Pod>>> = BTreeMap::new();
-        let mut namespaces = Vec::new();
+    ) -> BTreeMap<String, Vec<Arc<PodView>>> {
+        let mut map: BTreeMap<String, Vec<Arc<PodView>>> = BTreeMap::new();
         for rs in rs_list {
-            map.entry(rs.metadata.uid.clone().unwrap_or_default())
-                .or_default();
-            namespaces.push(rs.metadata.namespace.clone());
-        }
-        if map.is_empty() {
-            return map;
-        }
-        for pod in self.pods.list() {
-            if !namespaces.contains(&pod.metadata.namespace) {
-                continue;
-            }
-            let Some(owner) = kctrl_controller_ref::get_controller_of(&pod.metadata) else {
-                continue;
+            let uid = rs.metadata.uid.clone().unwrap_or_default();
+            // The owner index answers without scanning the cache; a UID names one object, but
+            // the namespace is checked as well, as a lookup by namespace would.
+            let pods = match self.pods.by_index(CONTROLLER_UID_INDEX, &uid) {
+                Ok(pods) => pods,
+                Err(_) => self.pods.list(),
             };
-            if let Some(pods) = map.get_mut(&owner.uid) {
-                pods.push(pod);
-            }
+            let owned = pods.into_iter().filter(|pod| {
+                pod.metadata.namespace == rs.metadata.namespace
+                    && kctrl_controller_ref::get_controller_of(&pod.metadata)
+                        .is_some_and(|owner| owner.uid == uid)
+            });
+            map.entry(uid.clone()).or_default().extend(owned);
         }
         map
     }
@@ -514,7 +518,7 @@ impl DeploymentController {
         &self,
         d: &mut Deployment,
         rs_list: &mut Vec<ReplicaSet>,
-        pod_map: &BTreeMap<String, Vec<Arc<Pod>>>,
+        pod_map: &BTreeMap<String, Vec<Arc<PodView>>>,
     ) -> Result<SyncOutcome, SyncError> {
         let (new_rs, old_rss) = self
             .get_all_replica_sets_and_sync_revision(d, rs_list, false)

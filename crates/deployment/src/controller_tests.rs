@@ -8,7 +8,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, ReplicaSetSpec, ReplicaSetStatus};
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::PodStatus;
+
+use crate::pod_view::PodView;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 use kctrl_controller_ref::{Owner, get_controller_of};
 use kctrl_fake::FakeApi;
@@ -25,7 +27,7 @@ struct Fixture {
     fake: FakeApi,
     deployments: Store<Deployment>,
     replica_sets: Store<ReplicaSet>,
-    pods: Store<Pod>,
+    pods: Store<PodView>,
     recorder: Arc<RecordingEventRecorder>,
 }
 
@@ -487,7 +489,7 @@ async fn get_pod_map_for_replica_sets() {
         ..Default::default()
     });
     for pod in [pod1, pod2, pod3, pod4] {
-        f.pods.insert(Arc::new(pod));
+        f.pods.insert(Arc::new(PodView::from(&pod)));
     }
 
     let pod_map = f
@@ -925,7 +927,7 @@ async fn recreate_scales_old_replica_sets_down_first() {
         .containers[0]
         .image = Some("foo/old".to_owned());
     let old = f.add_rs(&old);
-    f.pods.insert(Arc::new(pod_from_rs(&old)));
+    f.pods.insert(Arc::new(PodView::from(&pod_from_rs(&old))));
 
     f.controller()
         .sync_deployment("default", "foo")

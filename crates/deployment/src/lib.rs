@@ -7,6 +7,7 @@
 
 pub mod controller;
 pub mod events;
+pub mod pod_view;
 pub mod progress;
 pub mod recreate;
 pub mod rollback;

@@ -7,8 +7,8 @@ use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::Pod;
 
+use crate::pod_view::PodView;
 use crate::sync::ScaleAction;
 use crate::util::fields::{deployment_replicas, rs_replicas};
 use crate::util::{filter_active_replica_sets, get_actual_replica_count_for_replica_sets};
@@ -25,7 +25,7 @@ pub fn scale_down_old_replica_sets_for_recreate(old_rss: &[ReplicaSet]) -> Vec<S
 /// `oldPodsRunning`: old ReplicaSets still report pods, or a pod owned by anything but the new
 /// ReplicaSet (`pod_map` is keyed by owner UID) is not yet Failed or Succeeded — Pending,
 /// Running, Unknown and phase-less pods count, even while terminating.
-pub fn old_pods_running<P: Borrow<Pod>>(
+pub fn old_pods_running<P: Borrow<PodView>>(
     new_rs: Option<&ReplicaSet>,
     old_rss: &[ReplicaSet],
     pod_map: &BTreeMap<String, Vec<P>>,
@@ -38,14 +38,7 @@ pub fn old_pods_running<P: Borrow<Pod>>(
         .iter()
         .filter(|(uid, _)| Some(uid.as_str()) != new_uid)
         .flat_map(|(_, pods)| pods)
-        .any(|pod| {
-            let phase = pod
-                .borrow()
-                .status
-                .as_ref()
-                .and_then(|s| s.phase.as_deref());
-            !matches!(phase, Some("Failed" | "Succeeded"))
-        })
+        .any(|pod| !matches!(pod.borrow().phase(), Some("Failed" | "Succeeded")))
 }
 
 /// One Recreate pass (`rolloutRecreate` steps 2–5). Every variant ends with a rollout-status
@@ -70,7 +63,7 @@ pub enum RecreatePlan {
 
 /// `rolloutRecreate`'s decision. `new_rs` is the existing new ReplicaSet (never created before
 /// the old pods are gone), `old_rss` all old ReplicaSets.
-pub fn plan_recreate<P: Borrow<Pod>>(
+pub fn plan_recreate<P: Borrow<PodView>>(
     d: &Deployment,
     new_rs: Option<&ReplicaSet>,
     old_rss: &[ReplicaSet],
@@ -94,16 +87,15 @@ pub fn plan_recreate<P: Borrow<Pod>>(
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::PodStatus;
+    use crate::pod_view::PodViewStatus;
 
     use super::*;
     use crate::fixtures::{map, new_deployment, rs};
 
-    fn pod(phase: Option<&str>) -> Pod {
-        Pod {
-            status: Some(PodStatus {
+    fn pod(phase: Option<&str>) -> PodView {
+        PodView {
+            status: Some(PodViewStatus {
                 phase: phase.map(str::to_owned),
-                ..Default::default()
             }),
             ..Default::default()
         }
@@ -136,7 +128,7 @@ mod tests {
                 assert_eq!(action, &ScaleAction::new(rs, 0));
             }
             assert!(matches!(
-                plan_recreate::<Pod>(&d, None, &old, &BTreeMap::new()),
+                plan_recreate::<PodView>(&d, None, &old, &BTreeMap::new()),
                 RecreatePlan::ScaleDownOld(a) if a == actions
             ));
         }
@@ -146,14 +138,14 @@ mod tests {
     type Case = (
         &'static str,
         Vec<ReplicaSet>,
-        BTreeMap<String, Vec<Pod>>,
+        BTreeMap<String, Vec<PodView>>,
         bool,
     );
 
     #[test]
     fn old_pods_running() {
         let zero = || vec![new_rs_with_status("rs-1", 0, 0)];
-        let pods = |entries: &[(&str, &[Option<&str>])]| -> BTreeMap<String, Vec<Pod>> {
+        let pods = |entries: &[(&str, &[Option<&str>])]| -> BTreeMap<String, Vec<PodView>> {
             entries
                 .iter()
                 .map(|(uid, phases)| ((*uid).to_owned(), phases.iter().map(|p| pod(*p)).collect()))
@@ -237,7 +229,7 @@ mod tests {
     fn plan_recreate_waits_then_scales_up() {
         let d = new_deployment("foo", 3, None, None, None, None);
         let old = [new_rs_with_status("rs-1", 0, 1)];
-        let none: BTreeMap<String, Vec<Pod>> = BTreeMap::new();
+        let none: BTreeMap<String, Vec<PodView>> = BTreeMap::new();
         assert_eq!(
             plan_recreate(&d, None, &old, &none),
             RecreatePlan::WaitForOldPods

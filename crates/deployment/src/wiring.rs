@@ -33,7 +33,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kctrl_client::labels::Selector;
 use kctrl_client::{Api, Client, ListParams};
@@ -50,6 +49,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::controller::{DeploymentController, SyncError};
 use crate::events::EventRecorder;
+use crate::pod_view::{CONTROLLER_UID_INDEX, PodView};
 use crate::progress::Requeue;
 use crate::util::constants::RECREATE_DEPLOYMENT_STRATEGY_TYPE;
 use crate::util::fields::strategy_type;
@@ -166,7 +166,7 @@ fn keys_for_deleted_replica_set(deployments: &Store<Deployment>, rs: &ReplicaSet
 pub fn deployment_for_pod(
     deployments: &Store<Deployment>,
     replica_sets: &Store<ReplicaSet>,
-    pod: &Pod,
+    pod: &PodView,
 ) -> Option<Arc<Deployment>> {
     let pod_ref = get_controller_of(&pod.metadata)?;
     if pod_ref.kind != "ReplicaSet" {
@@ -188,7 +188,7 @@ pub fn deployment_for_pod(
 /// cached Pod any more. Recreate waits for the old Pods to be gone; this wakes it up.
 pub async fn recreate_deployment_has_no_pods(
     client: &Client,
-    pods: &Store<Pod>,
+    pods: &Store<PodView>,
     d: &Deployment,
 ) -> Result<bool, SyncError> {
     let namespace = d.metadata.namespace.clone().unwrap_or_default();
@@ -221,9 +221,14 @@ pub async fn recreate_deployment_has_no_pods(
     if rs_uids.is_empty() {
         return Ok(true);
     }
-    let any_pod = pods.list().iter().any(|pod| {
-        pod.metadata.namespace.as_deref() == Some(namespace.as_str())
-            && get_controller_of(&pod.metadata).is_some_and(|r| rs_uids.contains(&r.uid))
+    let any_pod = rs_uids.iter().any(|uid| {
+        let pods = pods
+            .by_index(CONTROLLER_UID_INDEX, uid)
+            .unwrap_or_else(|_| pods.list());
+        pods.iter().any(|pod| {
+            pod.metadata.namespace.as_deref() == Some(namespace.as_str())
+                && get_controller_of(&pod.metadata).is_some_and(|r| &r.uid == uid)
+        })
     });
     Ok(!any_pod)
 }
@@ -234,8 +239,8 @@ pub async fn key_for_pod_delete(
     client: &Client,
     deployments: &Store<Deployment>,
     replica_sets: &Store<ReplicaSet>,
-    pods: &Store<Pod>,
-    deleted: &DeletedObject<Pod>,
+    pods: &Store<PodView>,
+    deleted: &DeletedObject<PodView>,
 ) -> Option<String> {
     let pod = deleted.object();
     let d = deployment_for_pod(deployments, replica_sets, pod)?;
@@ -267,7 +272,7 @@ pub struct EnqueueHandlers {
     queue: RateLimitingQueue<String>,
     deployments: Store<Deployment>,
     replica_sets: Store<ReplicaSet>,
-    pods: Store<Pod>,
+    pods: Store<PodView>,
     runtime: tokio::runtime::Handle,
 }
 
@@ -285,7 +290,7 @@ impl EnqueueHandlers {
         queue: RateLimitingQueue<String>,
         deployments: Store<Deployment>,
         replica_sets: Store<ReplicaSet>,
-        pods: Store<Pod>,
+        pods: Store<PodView>,
     ) -> Self {
         Self {
             client,
@@ -348,12 +353,12 @@ impl ResourceEventHandler<ReplicaSet> for EnqueueHandlers {
     }
 }
 
-impl ResourceEventHandler<Pod> for EnqueueHandlers {
-    fn on_add(&self, _pod: &Arc<Pod>, _is_in_initial_list: bool) {}
+impl ResourceEventHandler<PodView> for EnqueueHandlers {
+    fn on_add(&self, _pod: &Arc<PodView>, _is_in_initial_list: bool) {}
 
-    fn on_update(&self, _old: &Arc<Pod>, _cur: &Arc<Pod>) {}
+    fn on_update(&self, _old: &Arc<PodView>, _cur: &Arc<PodView>) {}
 
-    fn on_delete(&self, deleted: &DeletedObject<Pod>) {
+    fn on_delete(&self, deleted: &DeletedObject<PodView>) {
         // Cheap cache checks here; the API list only for Recreate Deployments.
         let Some(d) = deployment_for_pod(&self.deployments, &self.replica_sets, deleted.object())
         else {
@@ -450,7 +455,7 @@ impl DeploymentControllerRunner {
     ) -> Result<Self, InformerError> {
         let d_informer = factory.informer::<Deployment>();
         let rs_informer = factory.informer::<ReplicaSet>();
-        let pod_informer = factory.informer::<Pod>();
+        let pod_informer = factory.informer::<PodView>();
         let mut queue_config = QueueConfig::new().name(QUEUE_NAME);
         if let Some(metrics) = options.queue_metrics {
             queue_config = queue_config.shared_metrics_provider(metrics);

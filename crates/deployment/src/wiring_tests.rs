@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::api::core::v1::Pod;
+
+use crate::pod_view::{CONTROLLER_UID_INDEX, PodView, controller_uid_index};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::SignedDuration;
 use kctrl_client::{Api, PostParams};
@@ -221,7 +223,16 @@ struct PodFixture {
     fake: FakeApi,
     deployments: Store<Deployment>,
     replica_sets: Store<ReplicaSet>,
-    pods: Store<Pod>,
+    pods: Store<PodView>,
+}
+
+/// A Pod cache as the controller has it: views, indexed by controller UID.
+fn pod_store(pods: &[&Pod]) -> Store<PodView> {
+    let store = Store::with_indexers([(CONTROLLER_UID_INDEX.to_owned(), controller_uid_index())]);
+    for pod in pods {
+        store.insert(Arc::new(PodView::from(*pod)));
+    }
+    store
 }
 
 impl PodFixture {
@@ -239,7 +250,7 @@ impl PodFixture {
             fake,
             deployments: store_of(&[foo]),
             replica_sets,
-            pods: store_of(pods),
+            pods: pod_store(pods),
         }
     }
 
@@ -249,7 +260,7 @@ impl PodFixture {
             &self.deployments,
             &self.replica_sets,
             &self.pods,
-            &DeletedObject::Known(Arc::new(pod.clone())),
+            &DeletedObject::Known(Arc::new(PodView::from(pod))),
         )
         .await
     }

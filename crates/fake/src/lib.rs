@@ -123,6 +123,7 @@
 
 mod action;
 pub mod errors;
+mod metadata;
 mod patch;
 mod registry;
 mod select;
@@ -443,7 +444,12 @@ impl Backend for FakeApi {
                 Some(Reaction::Watch(_)) => Err(Error::InvalidRequest(
                     "a reactor answered a non-watch request with watch frames".to_owned(),
                 )),
-                Some(Reaction::Continue) | None => self.execute(request).map(|v| to_bytes(&v)),
+                Some(Reaction::Continue) | None => {
+                    let representation = request.representation;
+                    let verb = request.verb();
+                    self.execute(request)
+                        .map(|v| to_bytes(&metadata::convert(v, representation, verb)))
+                }
             }
         }
         .boxed()
@@ -455,7 +461,11 @@ impl Backend for FakeApi {
                 Some(Reaction::Watch(frames)) => Ok(frames),
                 Some(Reaction::Error(e)) => Err(e),
                 Some(Reaction::Respond(v)) => Ok(futures::stream::iter([Ok(to_bytes(&v))]).boxed()),
-                Some(Reaction::Continue) | None => self.watch_frames(request),
+                Some(Reaction::Continue) | None => {
+                    let representation = request.representation;
+                    let frames = self.watch_frames(request)?;
+                    Ok(metadata::convert_frames(frames, representation))
+                }
             }
         }
         .boxed()

@@ -456,16 +456,16 @@ async fn custom_resources_reject_strategic_merge() {
         .unwrap();
     assert_eq!(stored["apiVersion"], "example.com/v1");
     assert_eq!(stored["metadata"]["generation"], 1);
-    let req = kctrl_client::ApiRequest {
-        resource: widgets.clone(),
-        namespace: Some("default".into()),
-        subresource: None,
-        operation: kctrl_client::Operation::Patch {
+    let req = kctrl_client::ApiRequest::new(
+        widgets.clone(),
+        Some("default".into()),
+        None,
+        kctrl_client::Operation::Patch {
             name: "w".into(),
             patch: Patch::Strategic(json!({"spec": {"size": 2}})),
             params: pp(),
         },
-    };
+    );
     use kctrl_client::Backend;
     let err = fake.call(req).await.unwrap_err();
     assert_eq!(err.status().unwrap().code, Some(415));

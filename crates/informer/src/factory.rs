@@ -14,8 +14,7 @@ use std::time::Duration;
 use futures::future::{BoxFuture, join_all};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{ListableResource, Metadata, Resource};
-use kctrl_client::{Api, Client, ListParams};
-use serde::Serialize;
+use kctrl_client::{Api, Client, ListParams, PartialObjectMetadata};
 use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -215,7 +214,6 @@ impl SharedInformerFactory {
         K: Resource
             + ListableResource
             + Metadata<Ty = ObjectMeta>
-            + Serialize
             + DeserializeOwned
             + Clone
             + Send
@@ -250,7 +248,6 @@ impl SharedInformerFactory {
         K: Resource
             + ListableResource
             + Metadata<Ty = ObjectMeta>
-            + Serialize
             + DeserializeOwned
             + Clone
             + Send
@@ -294,7 +291,6 @@ impl SharedInformerFactory {
         K: Resource
             + ListableResource
             + Metadata<Ty = ObjectMeta>
-            + Serialize
             + DeserializeOwned
             + Clone
             + Send
@@ -303,6 +299,29 @@ impl SharedInformerFactory {
         K::Scope: 'static,
     {
         self.informer::<K>().lister()
+    }
+
+    /// The shared informer of `K`'s metadata alone (client-go's `metadatainformer`): the API
+    /// server sends `PartialObjectMetadata` for list and watch, so nothing but `metadata` is
+    /// transferred, decoded or cached. It is a separate informer from [`informer::<K>`]
+    /// (another cache, another watch), started, synced and shut down with the others.
+    ///
+    /// [`informer::<K>`]: Self::informer
+    pub fn metadata_informer<K>(&self) -> SharedInformer<PartialObjectMetadata<K>>
+    where
+        K: ListableResource + Send + Sync + 'static,
+        K::Scope: 'static,
+    {
+        self.informer::<PartialObjectMetadata<K>>()
+    }
+
+    /// A lister over the cache of [`metadata_informer::<K>`](Self::metadata_informer).
+    pub fn metadata_lister<K>(&self) -> Lister<PartialObjectMetadata<K>>
+    where
+        K: ListableResource + Send + Sync + 'static,
+        K::Scope: 'static,
+    {
+        self.metadata_informer::<K>().lister()
     }
 
     /// Starts every informer not started yet, on the current tokio runtime; returns at once.

@@ -10,7 +10,6 @@ use futures::{FutureExt, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{ListableResource, Metadata};
 use kctrl_client::{Api, Error, ListParams, WatchEvent, WatchParams};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 /// A stream of typed watch events.
@@ -151,13 +150,7 @@ impl<K> ListWatch<K> {
 
 impl<K> ListerWatcher<K> for ListWatch<K>
 where
-    K: ListableResource
-        + Metadata<Ty = ObjectMeta>
-        + Serialize
-        + DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: ListableResource + Metadata<Ty = ObjectMeta> + DeserializeOwned + Send + Sync + 'static,
     K::Scope: 'static,
 {
     fn list(&self, params: &ListParams) -> BoxFuture<'_, Result<k8s_openapi::List<K>, Error>> {

@@ -217,14 +217,16 @@ impl HttpBackend {
                 )
             }
         };
-        Ok(Prepared::new(method, url, body, kind))
+        let mut prepared = Prepared::new(method, url, body, kind);
+        prepared.accept = crate::metadata::accept_header(req.representation, req.verb());
+        Ok(prepared)
     }
 
     /// Sends one attempt.
     async fn send(&self, p: &Prepared) -> Result<reqwest::Response, SendError> {
         let (client, auth) = self.transport.prepare().await.map_err(SendError::Config)?;
         let mut headers = HeaderMap::with_capacity(4 + auth.len());
-        headers.insert(ACCEPT, HeaderValue::from_static(JSON));
+        headers.insert(ACCEPT, HeaderValue::from_static(p.accept));
         headers.insert(USER_AGENT, self.user_agent.clone());
         if let Some((_, content_type)) = &p.body {
             headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
@@ -567,6 +569,8 @@ struct Prepared {
     url_str: String,
     body: Option<(Bytes, &'static str)>,
     kind: RequestKind,
+    /// The `Accept` header: JSON, or JSON as `PartialObjectMetadata`.
+    accept: &'static str,
 }
 
 impl Prepared {
@@ -582,6 +586,7 @@ impl Prepared {
             url,
             body,
             kind,
+            accept: JSON,
         }
     }
 

@@ -150,12 +150,7 @@ mod tests {
     }
 
     fn req(resource: ResourceRef, ns: Option<&str>, op: Operation) -> ApiRequest {
-        ApiRequest {
-            resource,
-            namespace: ns.map(str::to_owned),
-            subresource: None,
-            operation: op,
-        }
+        ApiRequest::new(resource, ns.map(str::to_owned), None, op)
     }
 
     fn get(name: &str) -> Operation {

@@ -19,12 +19,7 @@ fn pod_json() -> serde_json::Value {
 }
 
 fn pod_request(operation: Operation) -> ApiRequest {
-    ApiRequest {
-        resource: ResourceRef::of::<Pod>(),
-        namespace: Some("ns".into()),
-        subresource: None,
-        operation,
-    }
+    ApiRequest::new(ResourceRef::of::<Pod>(), Some("ns".into()), None, operation)
 }
 
 fn get_p() -> ApiRequest {

@@ -1,0 +1,148 @@
+//! What the controller reads of a Pod, and the Pod cache's owner index.
+//!
+//! The Deployment controller never writes Pods and reads only a few of their fields, so its Pod
+//! informer caches a [`PodView`] instead of a whole `Pod`: the decoder skips the spec, most of
+//! the status and `managedFields` while parsing, which is most of a Pod's size. The fields kept
+//! are exactly those the controller's logic reads (upstream's Deployment controller reads the
+//! same ones); the compiler enforces it, since the controller has no other Pod type to read.
+//!
+//! | field | read by |
+//! |---|---|
+//! | `metadata.namespace`, `metadata.name` | cache keys, logs |
+//! | `metadata.ownerReferences` (controller) | `getPodMapForDeployment`, `getDeploymentForPod` (pod deletion) |
+//! | `metadata.uid`, `metadata.resourceVersion` | identity and cache bookkeeping |
+//! | `metadata.deletionTimestamp` | terminating pods still count as running for Recreate |
+//! | `status.phase` | `oldPodsRunning` (Recreate waits for pods not yet Failed or Succeeded) |
+//!
+//! The rest of `metadata` (labels, annotations, timestamps) is kept as well: it is small, and
+//! keeps the view a faithful subset of the Pod for anyone reading the cache.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kctrl_informer::IndexFn;
+use serde::Deserialize;
+
+/// A Pod as the Deployment controller reads it (see the [module docs](self) for why each field
+/// is here). Decoded straight from a Pod's JSON; `managedFields` are skipped.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct PodView {
+    /// The Pod's metadata, without `managedFields`.
+    #[serde(
+        default,
+        deserialize_with = "kctrl_client::metadata_without_managed_fields"
+    )]
+    pub metadata: ObjectMeta,
+    /// The part of the status the controller reads.
+    #[serde(default)]
+    pub status: Option<PodViewStatus>,
+}
+
+/// The part of a Pod's status the controller reads.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct PodViewStatus {
+    /// `status.phase`: Pending, Running, Succeeded, Failed or Unknown.
+    #[serde(default)]
+    pub phase: Option<String>,
+}
+
+kctrl_client::resource_view!(PodView => Pod);
+
+impl PodView {
+    /// The Pod's phase, if reported.
+    pub fn phase(&self) -> Option<&str> {
+        self.status.as_ref().and_then(|s| s.phase.as_deref())
+    }
+}
+
+impl From<&Pod> for PodView {
+    fn from(pod: &Pod) -> Self {
+        Self {
+            metadata: ObjectMeta {
+                managed_fields: None,
+                ..pod.metadata.clone()
+            },
+            status: pod.status.as_ref().map(|s| PodViewStatus {
+                phase: s.phase.clone(),
+            }),
+        }
+    }
+}
+
+/// Name of the Pod cache's index by the UID of each Pod's controller (its controlling owner
+/// reference), which maps a ReplicaSet to its Pods without scanning the cache.
+pub const CONTROLLER_UID_INDEX: &str = "controller-uid";
+
+/// The index function of [`CONTROLLER_UID_INDEX`].
+pub fn controller_uid_index() -> IndexFn<PodView> {
+    Arc::new(|pod: &PodView| {
+        kctrl_controller_ref::get_controller_of(&pod.metadata)
+            .map(|owner| vec![owner.uid.clone()])
+            .unwrap_or_default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Pod as a kubelet and the API server report it, with every field the controller
+    /// reads set, and much that it does not.
+    const POD: &str = r#"{
+      "apiVersion": "v1", "kind": "Pod",
+      "metadata": {
+        "name": "web-7d4b9c-x2x9z", "generateName": "web-7d4b9c-", "namespace": "prod",
+        "uid": "pod-uid", "resourceVersion": "4711",
+        "creationTimestamp": "2026-11-24T01:00:00Z",
+        "deletionTimestamp": "2026-11-24T02:00:00Z", "deletionGracePeriodSeconds": 30,
+        "labels": {"app": "web", "pod-template-hash": "7d4b9c"},
+        "annotations": {"kubectl.kubernetes.io/restartedAt": "2026-11-24T00:59:00Z"},
+        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d4b9c",
+          "uid": "rs-uid", "controller": true, "blockOwnerDeletion": true}],
+        "managedFields": [{"manager": "kube-controller-manager", "operation": "Update",
+          "apiVersion": "v1", "fieldsType": "FieldsV1",
+          "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:app": {}}}}}]
+      },
+      "spec": {"containers": [{"name": "web", "image": "nginx:1.27",
+        "ports": [{"containerPort": 80}]}], "nodeName": "kwok-node-0"},
+      "status": {"phase": "Running", "podIP": "10.0.0.7",
+        "conditions": [{"type": "Ready", "status": "True"}],
+        "containerStatuses": [{"name": "web", "ready": true, "restartCount": 0,
+          "image": "nginx:1.27", "imageID": "", "state": {"running": {}}}]}
+    }"#;
+
+    #[test]
+    fn the_view_carries_every_field_the_controller_reads() {
+        let view: PodView = serde_json::from_str(POD).unwrap();
+        let full: Pod = serde_json::from_str(POD).unwrap();
+        let m = &view.metadata;
+        assert_eq!(m.name.as_deref(), Some("web-7d4b9c-x2x9z"));
+        assert_eq!(m.namespace.as_deref(), Some("prod"));
+        assert_eq!(m.uid.as_deref(), Some("pod-uid"));
+        assert_eq!(m.resource_version.as_deref(), Some("4711"));
+        assert_eq!(m.labels, full.metadata.labels);
+        assert_eq!(m.owner_references, full.metadata.owner_references);
+        assert_eq!(m.deletion_timestamp, full.metadata.deletion_timestamp);
+        assert_eq!(view.phase(), Some("Running"));
+        // Everything in metadata but managedFields is kept, so From<&Pod> and decoding agree.
+        assert!(m.managed_fields.is_none());
+        assert_eq!(view, PodView::from(&full));
+    }
+
+    #[test]
+    fn the_owner_index_names_the_controller_only() {
+        let view: PodView = serde_json::from_str(POD).unwrap();
+        assert_eq!(controller_uid_index()(&view), vec!["rs-uid".to_owned()]);
+        let mut orphan = view.clone();
+        orphan.metadata.owner_references.as_mut().unwrap()[0].controller = Some(false);
+        assert!(controller_uid_index()(&orphan).is_empty());
+    }
+
+    #[test]
+    fn a_pod_without_status_or_metadata_decodes() {
+        let view: PodView = serde_json::from_str(r#"{"kind":"Pod"}"#).unwrap();
+        assert_eq!(view.phase(), None);
+        assert_eq!(view.metadata, ObjectMeta::default());
+    }
+}
