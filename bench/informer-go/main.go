@@ -2,7 +2,7 @@
 // (informers.SharedInformerFactory, Kubernetes 1.36 client-go) on the pods of one namespace.
 //
 // Protocol (same for the three peers): arguments
-// <kubeconfig> <namespace> <expected pods> <transform|none> <expected updates> <settle ms>
+// <kubeconfig> <namespace> <expected pods> <none|transform|metadata> <expected updates> <settle ms>
 // [protobuf|json] (this peer only: the wire format; default protobuf, which client-go's typed
 // Pod client asks for on its own);
 // JSON lines on stdout: "synced" (time from starting the informer to HasSynced, RSS), "steady"
@@ -24,6 +24,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -80,13 +82,15 @@ func main() {
 	if err != nil {
 		fail("pods: %v", err)
 	}
-	var transform bool
+	var transform, metadataOnly bool
 	switch os.Args[4] {
 	case "transform":
 		transform = true
+	case "metadata":
+		metadataOnly = true
 	case "none":
 	default:
-		fail("variant must be transform or none, not %s", os.Args[4])
+		fail("variant must be none, transform or metadata, not %s", os.Args[4])
 	}
 	updates, err := strconv.ParseInt(os.Args[5], 10, 64)
 	if err != nil {
@@ -116,16 +120,28 @@ func main() {
 			fail("wire format must be protobuf or json, not %s", os.Args[7])
 		}
 	}
-	client, err := kubernetes.NewForConfig(config)
-	if err != nil {
-		fail("client: %v", err)
+	var informer cache.SharedIndexInformer
+	if metadataOnly {
+		// client-go's metadata client asks for PartialObjectMetadata, protobuf first, whatever
+		// the config's content type.
+		client, err := metadata.NewForConfig(config)
+		if err != nil {
+			fail("metadata client: %v", err)
+		}
+		factory := metadatainformer.NewFilteredSharedInformerFactory(client, 0, namespace, nil)
+		informer = factory.ForResource(corev1.SchemeGroupVersion.WithResource("pods")).Informer()
+	} else {
+		client, err := kubernetes.NewForConfig(config)
+		if err != nil {
+			fail("client: %v", err)
+		}
+		options := []informers.SharedInformerOption{informers.WithNamespace(namespace)}
+		if transform {
+			options = append(options, informers.WithTransform(stripManagedFields))
+		}
+		factory := informers.NewSharedInformerFactoryWithOptions(client, 0, options...)
+		informer = factory.Core().V1().Pods().Informer()
 	}
-	options := []informers.SharedInformerOption{informers.WithNamespace(namespace)}
-	if transform {
-		options = append(options, informers.WithTransform(stripManagedFields))
-	}
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, options...)
-	informer := factory.Core().V1().Pods().Informer()
 
 	var counting atomic.Bool
 	var seen atomic.Int64
@@ -133,7 +149,7 @@ func main() {
 	epoch := time.Now()
 	_, err = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(_, newObj any) {
-			if _, ok := newObj.(*corev1.Pod); !ok || !counting.Load() {
+			if !counting.Load() {
 				return
 			}
 			now := time.Since(epoch).Nanoseconds()
@@ -149,7 +165,7 @@ func main() {
 
 	stop := make(chan struct{})
 	start := time.Now()
-	factory.Start(stop)
+	go informer.Run(stop)
 	// Poll every millisecond rather than WaitForCacheSync's 100 ms, so the time is not rounded up.
 	for !informer.HasSynced() {
 		time.Sleep(time.Millisecond)

@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSchedulingGate, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kctrl_client::{Api, DeleteParams, ListParams, PostParams};
+use kctrl_client::{Api, DeleteParams, ListParams, PartialObjectMetadata, PostParams};
 use kctrl_e2e::{CuttableProxy, TestNamespace, require_cluster, wait_until};
 use kctrl_informer::{
     DeletedObject, EventHandlerFns, ListWatch, SharedInformer, SharedInformerOptions,
@@ -67,10 +67,8 @@ where
     K: k8s_openapi::Resource
         + k8s_openapi::ListableResource
         + k8s_openapi::Metadata<Ty = ObjectMeta>
-        + serde::Serialize
         + serde::de::DeserializeOwned
         + Clone
-        + std::fmt::Debug
         + Send
         + Sync
         + 'static,
@@ -155,8 +153,59 @@ async fn informer_syncs_1000_pods() {
     assert!(!informer.last_sync_resource_version().is_empty());
     cancel.cancel();
     let _ = task.await;
+
+    // The same pods through metadata-only and view informers: the server answers in the
+    // PartialObjectMetadata form (a PodList would not decode as one), the view skips the rest.
+    let meta = informer_for(Api::<PartialObjectMetadata<Pod>>::namespaced(
+        client.clone(),
+        &ns.name,
+    ));
+    let view = informer_for(Api::<PodPhase>::namespaced(client.clone(), &ns.name));
+    let cancel = CancellationToken::new();
+    let tasks = [meta.start(cancel.clone()), view.start(cancel.clone())];
+    tokio::time::timeout(Duration::from_secs(60), async {
+        meta.synced().await;
+        view.synced().await;
+    })
+    .await
+    .expect("metadata and view informers synced within 60s");
+    assert_eq!((meta.store().len(), view.store().len()), (1000, 1000));
+    let key = format!("{}/p-0999", ns.name);
+    let (m, v) = (
+        meta.store().get(&key).unwrap(),
+        view.store().get(&key).unwrap(),
+    );
+    assert!(
+        m.metadata.managed_fields.is_some(),
+        "metadata is kept whole"
+    );
+    assert!(v.metadata.managed_fields.is_none());
+    assert_eq!(
+        v.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Pending")
+    );
+    assert_eq!(m.metadata.uid, v.metadata.uid);
+    cancel.cancel();
+    for t in tasks {
+        let _ = t.await;
+    }
     ns.delete().await;
 }
+
+/// A view of Pods: metadata without managedFields, and the phase.
+#[derive(Clone, Debug, serde::Deserialize)]
+struct PodPhase {
+    #[serde(deserialize_with = "kctrl_client::metadata_without_managed_fields")]
+    metadata: ObjectMeta,
+    status: Option<PodPhaseStatus>,
+}
+
+#[derive(Clone, Debug, serde::Deserialize)]
+struct PodPhaseStatus {
+    phase: Option<String>,
+}
+
+kctrl_client::resource_view!(PodPhase => Pod);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn informer_observes_adds_updates_and_deletes() {
@@ -227,7 +276,7 @@ async fn informer_recovers_from_a_cut_watch_without_losing_events() {
             .unwrap();
     }
     let proxy = CuttableProxy::start(cluster.apiserver_host_port()).await;
-    let run = ProxiedInformer::start(&cluster, &proxy, &ns.name).await;
+    let run = ProxiedInformer::<ConfigMap>::start(&cluster, &proxy, &ns.name).await;
     let (informer, journal) = (&run.informer, &run.journal);
 
     // The watch connection dies; changes happen while the informer cannot see them.
@@ -259,15 +308,62 @@ async fn informer_recovers_from_a_cut_watch_without_losing_events() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relist_after_compaction_surfaces_deletions() {
-    let cluster = require_cluster!();
+    if let Some(k2) = relist_after_compaction::<ConfigMap>("informer-compact").await {
+        assert_eq!(k2.data.as_ref().unwrap()["v"], "2");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relist_after_compaction_surfaces_deletions_through_a_view() {
+    if let Some(k2) = relist_after_compaction::<ConfigMapData>("informer-compact-view").await {
+        assert_eq!(k2.data.as_ref().unwrap()["v"], "2");
+        assert!(k2.metadata.managed_fields.is_none());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relist_after_compaction_surfaces_deletions_through_metadata_only() {
+    if let Some(k2) =
+        relist_after_compaction::<PartialObjectMetadata<ConfigMap>>("informer-compact-meta").await
+    {
+        assert!(k2.metadata.managed_fields.is_some());
+    }
+}
+
+/// A view of ConfigMaps: metadata without managedFields, and the data.
+#[derive(Clone, Debug, serde::Deserialize)]
+struct ConfigMapData {
+    #[serde(deserialize_with = "kctrl_client::metadata_without_managed_fields")]
+    metadata: ObjectMeta,
+    data: Option<BTreeMap<String, String>>,
+}
+
+kctrl_client::resource_view!(ConfigMapData => ConfigMap);
+
+/// ConfigMaps change and disappear while the informer's connection is cut; etcd is compacted
+/// past the changes, so resuming the watch gets 410 and the informer must relist, reporting
+/// the deletions it missed as final state unknown. Run for the full type, a view and
+/// metadata only: all must end with the same cache as a fresh list. Returns the cached `k-2`
+/// (changed while cut), or `None` when the cluster cannot compact.
+async fn relist_after_compaction<K>(namespace: &str) -> Option<Arc<K>>
+where
+    K: k8s_openapi::Resource
+        + k8s_openapi::ListableResource
+        + k8s_openapi::Metadata<Ty = ObjectMeta>
+        + serde::de::DeserializeOwned
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    K::Scope: 'static,
+{
+    let cluster = require_cluster!(None);
     if cluster.compact_command.is_none() {
-        eprintln!(
-            "e2e: no compaction command; skipping relist_after_compaction_surfaces_deletions"
-        );
-        return;
+        eprintln!("e2e: no compaction command; skipping the relist after compaction");
+        return None;
     }
     let admin = cluster.admin();
-    let ns = TestNamespace::create(&admin, "informer-compact").await;
+    let ns = TestNamespace::create(&admin, namespace).await;
     // ConfigMaps are served from etcd directly on the local e2e cluster, so a watch resumed
     // from a compacted revision is refused with 410 and the informer must relist.
     let direct: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns.name);
@@ -278,7 +374,7 @@ async fn relist_after_compaction_surfaces_deletions() {
             .unwrap();
     }
     let proxy = CuttableProxy::start(cluster.apiserver_host_port()).await;
-    let run = ProxiedInformer::start(&cluster, &proxy, &ns.name).await;
+    let run = ProxiedInformer::<K>::start(&cluster, &proxy, &ns.name).await;
     let (informer, journal) = (&run.informer, &run.journal);
 
     proxy.cut();
@@ -296,7 +392,7 @@ async fn relist_after_compaction_surfaces_deletions() {
         .unwrap();
     let mut k2 = direct.get("k-2").await.unwrap();
     k2.data = Some(BTreeMap::from([("v".to_owned(), "2".to_owned())]));
-    direct.update(&PostParams::default(), &k2).await.unwrap();
+    let k2 = direct.update(&PostParams::default(), &k2).await.unwrap();
     // One more write so the compaction point lies strictly after every change above.
     direct
         .create(&PostParams::default(), &config_map("k-last", "1"))
@@ -319,23 +415,39 @@ async fn relist_after_compaction_surfaces_deletions() {
     assert!(journal.contains("ADD k-new"));
     assert!(journal.contains("UPDATE k-2"));
     let cached = informer.store().get(&format!("{}/k-2", ns.name)).unwrap();
-    assert_eq!(cached.data.as_ref().unwrap()["v"], "2");
+    assert_eq!(
+        cached.metadata().resource_version,
+        k2.metadata.resource_version
+    );
     run.stop().await;
     ns.delete().await;
+    Some(cached)
 }
 
-/// A ConfigMap informer (label `e2e=informer`) whose connections go through a proxy the test
-/// can cut, with a journal of what its handler saw; started and synced.
-struct ProxiedInformer {
-    informer: SharedInformer<ConfigMap>,
+/// A ConfigMap informer (label `e2e=informer`), over the full type, a view or metadata only,
+/// whose connections go through a proxy the test can cut, with a journal of what its handler
+/// saw; started and synced.
+struct ProxiedInformer<K> {
+    informer: SharedInformer<K>,
     journal: Journal,
     cancel: CancellationToken,
     task: tokio::task::JoinHandle<()>,
 }
 
-impl ProxiedInformer {
+impl<K> ProxiedInformer<K>
+where
+    K: k8s_openapi::Resource
+        + k8s_openapi::ListableResource
+        + k8s_openapi::Metadata<Ty = ObjectMeta>
+        + serde::de::DeserializeOwned
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    K::Scope: 'static,
+{
     async fn start(cluster: &kctrl_e2e::Cluster, proxy: &CuttableProxy, namespace: &str) -> Self {
-        let proxied: Api<ConfigMap> = Api::namespaced(cluster.admin_via(proxy), namespace);
+        let proxied: Api<K> = Api::namespaced(cluster.admin_via(proxy), namespace);
         let informer = SharedInformer::new(
             ListWatch::new(proxied).labels("e2e=informer"),
             SharedInformerOptions::default(),

@@ -62,13 +62,20 @@ pub fn cluster() -> Option<Cluster> {
     })
 }
 
-/// Returns from the enclosing test when no cluster is configured.
+/// Returns from the enclosing test when no cluster is configured (with the given value, in a
+/// helper that returns one).
 #[macro_export]
 macro_rules! require_cluster {
     () => {
         match $crate::cluster() {
             Some(c) => c,
             None => return,
+        }
+    };
+    ($skipped:expr) => {
+        match $crate::cluster() {
+            Some(c) => c,
+            None => return $skipped,
         }
     };
 }

@@ -1,6 +1,6 @@
 //! kube-rs peer of `cargo xtask bench informer`: a `watcher` + `reflector` store on the pods of
 //! one namespace. Protocol (same for the three peers): arguments
-//! `<kubeconfig> <namespace> <expected pods> <transform|none> <expected updates> <settle ms>`;
+//! `<kubeconfig> <namespace> <expected pods> <none|transform|metadata> <expected updates> <settle ms>`;
 //! JSON lines on stdout: `synced` (time from starting the watch to a ready store, RSS), `steady`
 //! (RSS after the settle time), then, after a line on stdin, `burst` (update events counted by
 //! the handler and their first-to-last rate).
@@ -14,7 +14,9 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector;
+use kube::core::PartialObjectMeta;
 use kube::runtime::watcher::{self, Event};
+use kube::runtime::metadata_watcher;
 use kube::{Api, Client, Config};
 use tokio::io::AsyncBufReadExt;
 
@@ -42,10 +44,11 @@ async fn main() -> Result<()> {
     }
     let (kubeconfig, namespace) = (&args[1], &args[2]);
     let expected: usize = args[3].parse().context("pods")?;
-    let transform = match args[4].as_str() {
-        "transform" => true,
-        "none" => false,
-        other => bail!("variant must be transform or none, not {other}"),
+    let variant = match args[4].as_str() {
+        "transform" => Variant::Full { transform: true },
+        "none" => Variant::Full { transform: false },
+        "metadata" => Variant::Metadata,
+        other => bail!("variant must be none, transform or metadata, not {other}"),
     };
     let updates: u64 = args[5].parse().context("updates")?;
     let settle = Duration::from_millis(args[6].parse().context("settle-ms")?);
@@ -55,7 +58,53 @@ async fn main() -> Result<()> {
     let client = Client::try_from(config)?;
     let api: Api<Pod> = Api::namespaced(client, namespace);
 
-    let (store, writer) = reflector::store::<Pod>();
+    match variant {
+        Variant::Metadata => {
+            let (store, writer) = reflector::store::<PartialObjectMeta<Pod>>();
+            let stream = metadata_watcher(api, watcher::Config::default())
+                .default_backoff()
+                .reflect(writer);
+            measure(stream, store, expected, updates, settle).await
+        }
+        Variant::Full { transform } => {
+            let (store, writer) = reflector::store::<Pod>();
+            let stream = watcher::watcher(api, watcher::Config::default())
+                .default_backoff()
+                .map(move |event| {
+                    event.map(|e| {
+                        if transform {
+                            e.modify(|pod| pod.metadata.managed_fields = None)
+                        } else {
+                            e
+                        }
+                    })
+                })
+                .reflect(writer);
+            measure(stream, store, expected, updates, settle).await
+        }
+    }
+}
+
+/// What is cached: whole Pods (optionally without managedFields), or their metadata alone.
+#[derive(Clone, Copy)]
+enum Variant {
+    Full { transform: bool },
+    Metadata,
+}
+
+/// Waits for the store, reports the sync and the steady RSS, then counts the update burst.
+async fn measure<K, S>(
+    stream: S,
+    store: reflector::Store<K>,
+    expected: usize,
+    updates: u64,
+    settle: Duration,
+) -> Result<()>
+where
+    K: kube::Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Default,
+    S: futures::Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
+{
     let seen = Arc::new(AtomicU64::new(0));
     let first_ns = Arc::new(AtomicU64::new(0));
     let last_ns = Arc::new(AtomicU64::new(0));
@@ -64,18 +113,6 @@ async fn main() -> Result<()> {
 
     // The "handler": once counting, every `Apply` event is an update of a pod the store
     // already holds (what client-go calls OnUpdate): the burst only patches existing pods.
-    let stream = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .map(move |event| {
-            event.map(|e| {
-                if transform {
-                    e.modify(|pod| pod.metadata.managed_fields = None)
-                } else {
-                    e
-                }
-            })
-        })
-        .reflect(writer);
     let (h_seen, h_first, h_last, h_counting) = (
         seen.clone(),
         first_ns.clone(),

@@ -70,6 +70,37 @@
 //!   an unchanged object) goes only to handlers whose resync period is due.
 //! * A relist that finds objects gone reports them as [`DeletedObject::FinalStateUnknown`].
 //!
+//! ## Caching only what you read
+//!
+//! Every informer here is generic over the cached type, so it can hold less than whole
+//! objects, with the same reflector, store, handlers, listers and factory:
+//!
+//! * **A typed view**: a struct of yours with the fields you read, declared the view of a
+//!   resource with [`kctrl_client::resource_view!`]. The server sends whole objects; the
+//!   decoder skips the fields the view does not name while it parses, so they cost neither
+//!   time nor memory. `factory.informer::<MyPodView>()` works as for `Pod`. The
+//!   Deployment controller caches its Pods this way.
+//! * **Metadata only**: [`SharedInformerFactory::metadata_informer::<K>()`](SharedInformerFactory::metadata_informer)
+//!   caches [`kctrl_client::PartialObjectMetadata<K>`]; the API server sends nothing but
+//!   `metadata` (client-go's `metadatainformer`).
+//!
+//! Both are read-only (they do not implement `Serialize`), so a view can never be written back
+//! over the object it came from.
+//!
+//! ## Why there is no mutation detector
+//!
+//! client-go can check at run time that nobody modified an object taken from the cache,
+//! because Go pointers allow it. Here the cache hands out `Arc<K>`, which gives only shared
+//! references: changing a cached object does not compile, so the check has nothing to catch.
+//! To change an object, clone it (`(*obj).clone()`) and change the copy.
+//!
+//! ```compile_fail
+//! # fn demo(lister: kctrl_informer::Lister<k8s_openapi::api::core::v1::Pod>) {
+//! let pod = lister.get("default", "web").unwrap();
+//! pod.metadata.labels = None; // error: cannot assign through an `Arc`
+//! # }
+//! ```
+//!
 //! | client-go                                            | kctrl-informer                                       |
 //! |------------------------------------------------------|------------------------------------------------------|
 //! | `informers.NewSharedInformerFactory(client, resync)` | [`SharedInformerFactory::new`]                       |
@@ -98,6 +129,8 @@
 //! | `MetaNamespaceKeyFunc` / `SplitMetaNamespaceKey`     | [`key_of`] / [`split_key`]                           |
 //! | `NewListWatchFromClient` / `NewFilteredListWatchFromClient` | [`ListWatch::new`] (+ `labels`, `fields`, `tweak`) |
 //! | `NewReflectorWithOptions` / `RealFIFO`               | [`Reflector::new`] / [`Fifo`]                        |
+//! | `metadatainformer.NewSharedInformerFactory(…).ForResource(gvr)` | [`SharedInformerFactory::metadata_informer::<K>()`](SharedInformerFactory::metadata_informer) |
+//! | `cache.TransformStripManagedFields()`                | a view with [`kctrl_client::metadata_without_managed_fields`], or a [`Transform`] |
 
 pub mod delta;
 pub mod keys;

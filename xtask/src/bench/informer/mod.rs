@@ -38,22 +38,37 @@ const DEFAULT_SETTLE_MS: u64 = 5000;
 /// Namespace of the 0-pod baseline runs.
 const EMPTY_NAMESPACE: &str = "kctrl-bench-informer-empty";
 
-/// What a peer caches: the objects as listed, or without `metadata.managedFields`.
+/// What a peer caches: the objects as listed, without `metadata.managedFields`, a typed view
+/// (kctrl only) or metadata alone.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Variant {
     /// A transform drops `metadata.managedFields` before caching.
     Transform,
     /// Objects are cached as received.
     None,
+    /// kctrl only: the Deployment controller's `PodView` (metadata without managedFields,
+    /// owner references, phase); the decoder skips the rest. client-go and kube-rs have no
+    /// typed views.
+    View,
+    /// `PartialObjectMetadata` from the API server: client-go's metadatainformer, kube-rs's
+    /// metadata_watcher, kctrl's metadata informer.
+    Metadata,
 }
 
 impl Variant {
-    const ALL: [Variant; 2] = [Variant::None, Variant::Transform];
+    const ALL: [Variant; 4] = [
+        Variant::None,
+        Variant::Transform,
+        Variant::View,
+        Variant::Metadata,
+    ];
 
     fn arg(self) -> &'static str {
         match self {
             Variant::Transform => "transform",
             Variant::None => "none",
+            Variant::View => "view",
+            Variant::Metadata => "metadata",
         }
     }
 }
@@ -93,6 +108,16 @@ impl Impl {
             Impl::ClientGo => "client-go",
             Impl::ClientGoJson => "client-go-json",
             Impl::KubeRs => "kube-rs",
+        }
+    }
+
+    /// Whether the program runs `variant`: views exist only in kctrl; client-go's metadata
+    /// client always asks for protobuf, so the JSON column has no metadata run.
+    fn supports(self, variant: Variant) -> bool {
+        match variant {
+            Variant::None | Variant::Transform => true,
+            Variant::View => self == Impl::Kctrl,
+            Variant::Metadata => self != Impl::ClientGoJson,
         }
     }
 
@@ -368,7 +393,10 @@ fn rotation(rep: usize) -> Vec<(Impl, Variant)> {
     let mut order = Vec::new();
     for variant in Variant::ALL {
         for i in 0..Impl::ALL.len() {
-            order.push((Impl::ALL[(i + rep) % Impl::ALL.len()], variant));
+            let implementation = Impl::ALL[(i + rep) % Impl::ALL.len()];
+            if implementation.supports(variant) {
+                order.push((implementation, variant));
+            }
         }
     }
     if rep % 2 == 1 {

@@ -2,7 +2,7 @@
 //! namespace, run by the driver as a hidden subcommand of a release build of xtask.
 //!
 //! Protocol (same for the three peers): arguments `<kubeconfig> <namespace> <expected pods>
-//! <transform|none> <expected updates> <settle ms>`; JSON lines on stdout: `synced` (time from
+//! <none|transform|view|metadata> <expected updates> <settle ms>`; JSON lines on stdout: `synced` (time from
 //! starting the informer to `synced()`, RSS), `steady` (RSS after the settle time), then, after a
 //! line on stdin, `counting`, and `burst` (update events counted by an `on_update` handler and
 //! their first-to-last rate).
@@ -14,8 +14,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::Pod;
-use kctrl_client::{Api, Client};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kctrl_client::{Api, Client, PartialObjectMetadata};
 use kctrl_config::Config;
+use kctrl_deployment::pod_view::PodView;
 use kctrl_informer::{EventHandlerFns, ListWatch, SharedInformer, SharedInformerOptions};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -31,7 +33,8 @@ pub(crate) struct PeerArgs {
     namespace: String,
     /// Pods the namespace holds (only echoed back).
     pods: usize,
-    /// `transform` (drop managedFields before caching) or `none`.
+    /// What is cached: `none`, `transform` (managedFields dropped), `view` (the Deployment
+    /// controller's Pod view) or `metadata` (PartialObjectMetadata).
     variant: Variant,
     /// Update events to wait for after the go-ahead on stdin; 0 exits after `steady`.
     updates: u64,
@@ -65,21 +68,57 @@ async fn peer(args: PeerArgs) -> Result<()> {
     // No client-side rate limit, as for the other peers.
     config.qps = -1.0;
     let client = Client::try_from_config(config)?;
-    let transform: Option<kctrl_informer::Transform<Pod>> = match args.variant {
-        Variant::Transform => Some(Arc::new(|mut pod: Pod| {
-            pod.metadata.managed_fields = None;
-            pod
-        })),
-        Variant::None => None,
-    };
-    let informer = SharedInformer::new(
-        ListWatch::new(Api::<Pod>::namespaced(client, &args.namespace)),
-        SharedInformerOptions {
-            transform,
-            ..Default::default()
-        },
-    );
+    match args.variant {
+        Variant::None | Variant::Transform => {
+            let transform: Option<kctrl_informer::Transform<Pod>> =
+                (args.variant == Variant::Transform).then(|| {
+                    let drop_managed_fields: kctrl_informer::Transform<Pod> =
+                        Arc::new(|mut pod: Pod| {
+                            pod.metadata.managed_fields = None;
+                            pod
+                        });
+                    drop_managed_fields
+                });
+            let informer = SharedInformer::new(
+                ListWatch::new(Api::<Pod>::namespaced(client, &args.namespace)),
+                SharedInformerOptions {
+                    transform,
+                    ..Default::default()
+                },
+            );
+            measure(informer, &args).await
+        }
+        // What the Deployment controller caches of a Pod.
+        Variant::View => {
+            let informer = SharedInformer::new(
+                ListWatch::new(Api::<PodView>::namespaced(client, &args.namespace)),
+                SharedInformerOptions::default(),
+            );
+            measure(informer, &args).await
+        }
+        Variant::Metadata => {
+            let informer = SharedInformer::new(
+                ListWatch::new(Api::<PartialObjectMetadata<Pod>>::namespaced(
+                    client,
+                    &args.namespace,
+                )),
+                SharedInformerOptions::default(),
+            );
+            measure(informer, &args).await
+        }
+    }
+}
 
+/// Syncs `informer`, reports the sync and the steady RSS, then counts the update burst.
+async fn measure<K>(informer: SharedInformer<K>, args: &PeerArgs) -> Result<()>
+where
+    K: k8s_openapi::ListableResource
+        + k8s_openapi::Metadata<Ty = ObjectMeta>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+{
     let counting = Arc::new(AtomicBool::new(false));
     let seen = Arc::new(AtomicU64::new(0));
     let first_ns = Arc::new(AtomicU64::new(0));
@@ -92,7 +131,7 @@ async fn peer(args: PeerArgs) -> Result<()> {
         last_ns.clone(),
     );
     let _registration = informer.add_event_handler(EventHandlerFns::new().on_update(
-        move |_old: &Arc<Pod>, _new: &Arc<Pod>| {
+        move |_old: &Arc<K>, _new: &Arc<K>| {
             if !h_counting.load(Ordering::Relaxed) {
                 return;
             }

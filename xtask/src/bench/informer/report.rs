@@ -128,6 +128,8 @@ fn variant_label(variant: Variant) -> &'static str {
     match variant {
         Variant::None => "no transform",
         Variant::Transform => "transform: drop managedFields",
+        Variant::View => "typed view: the Deployment controller's PodView",
+        Variant::Metadata => "metadata only (PartialObjectMetadata)",
     }
 }
 
@@ -225,8 +227,11 @@ pub(super) fn text_table(table: &Table) -> String {
     }
     if !table.baselines.is_empty() {
         let _ = writeln!(out, "### 0-pod baseline (steady RSS, median)\n");
-        let _ = writeln!(out, "| program | no transform | transform |");
-        let _ = writeln!(out, "|---|---:|---:|");
+        let _ = writeln!(
+            out,
+            "| program | no transform | transform | view | metadata only |"
+        );
+        let _ = writeln!(out, "|---|---:|---:|---:|---:|");
         for implementation in Impl::ALL {
             let get = |variant: Variant| {
                 table
@@ -237,10 +242,116 @@ pub(super) fn text_table(table: &Table) -> String {
             };
             let _ = writeln!(
                 out,
-                "| {} | {} | {} |",
+                "| {} | {} | {} | {} | {} |",
                 implementation.name(),
                 get(Variant::None),
-                get(Variant::Transform)
+                get(Variant::Transform),
+                get(Variant::View),
+                get(Variant::Metadata)
+            );
+        }
+    }
+    out
+}
+
+/// The targets of views and metadata-only informers, each against its anchor in the same run:
+/// a view's bytes per object ≤ 0.25 × client-go's full informer (its protobuf default, no
+/// transform) and its time to synced ≤ 1.0 × that; its peak RSS equal to its steady RSS;
+/// metadata-only bytes per object ≤ 0.5 × client-go's metadatainformer.
+pub(super) fn targets(table: &Table) -> String {
+    let cell = |pods: usize, variant: Variant, implementation: Impl| {
+        table
+            .groups
+            .iter()
+            .find(|g| g.pods == pods && g.variant == variant)
+            .and_then(|g| g.cells.iter().find(|(i, _)| *i == implementation))
+            .map(|(_, c)| c.clone())
+    };
+    let mut sizes: Vec<usize> = table.groups.iter().map(|g| g.pods).collect();
+    sizes.dedup();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "| pods | target | kctrl | anchor | ratio | limit | met |\n|---:|---|---:|---:|---:|---:|---|"
+    );
+    let verdict = |r: f64, limit: f64| {
+        if !r.is_finite() {
+            "–"
+        } else if r <= limit {
+            "yes"
+        } else {
+            "**no**"
+        }
+    };
+    for pods in sizes {
+        let full_go = cell(pods, Variant::None, Impl::ClientGo);
+        let view = cell(pods, Variant::View, Impl::Kctrl);
+        let meta = cell(pods, Variant::Metadata, Impl::Kctrl);
+        let meta_go = cell(pods, Variant::Metadata, Impl::ClientGo);
+        let row = |out: &mut String,
+                   name: &str,
+                   ours: f64,
+                   anchor: f64,
+                   fmt: &dyn Fn(f64) -> String,
+                   limit: f64| {
+            let r = ours / anchor;
+            let _ = writeln!(
+                out,
+                "| {pods} | {name} | {} | {} | {} | {limit:.2} | {} |",
+                fmt(ours),
+                fmt(anchor),
+                ratio(ours, anchor),
+                verdict(r, limit)
+            );
+        };
+        let bytes = |v: f64| {
+            if v.is_finite() {
+                format!("{v:.0} B")
+            } else {
+                "–".into()
+            }
+        };
+        if let (Some(v), Some(g)) = (&view, &full_go) {
+            row(
+                &mut out,
+                "view bytes/object ÷ client-go full informer",
+                v.bytes_per_object.unwrap_or(f64::NAN),
+                g.bytes_per_object.unwrap_or(f64::NAN),
+                &bytes,
+                0.25,
+            );
+            row(
+                &mut out,
+                "view time to synced ÷ client-go full informer (protobuf)",
+                v.sync_ms,
+                g.sync_ms,
+                &|x| format!("{x:.0} ms"),
+                1.0,
+            );
+        }
+        if let Some(v) = &view {
+            // Peak above steady, as a fraction of steady (0 when the peak is the steady state).
+            let excess = (v.peak_rss - v.steady_rss).max(0.0);
+            let _ = writeln!(
+                out,
+                "| {pods} | view peak RSS − steady RSS | {} | {} | – | 0 | {} |",
+                mib(excess),
+                mib(v.steady_rss),
+                if excess <= 0.02 * v.steady_rss {
+                    "yes (within 2%)"
+                } else {
+                    "**no**"
+                }
+            );
+        }
+        if let (Some(m), Some(g)) = (&meta, &meta_go) {
+            row(
+                &mut out,
+                "metadata bytes/object ÷ client-go metadatainformer",
+                m.bytes_per_object.unwrap_or(f64::NAN),
+                g.bytes_per_object.unwrap_or(f64::NAN),
+                &bytes,
+                0.5,
             );
         }
     }
@@ -443,6 +554,9 @@ pub(super) fn markdown(table: &Table, machine: &Machine, settings: &Settings) ->
          for the rows marked ↓, above 1 for the row marked ↑. Absolute times mean little on a \
          shared 2-CPU VM that also runs the API server and etcd; compare the columns.\n"
     );
+    let _ = writeln!(out, "### Targets of views and metadata-only informers\n");
+    out.push_str(&targets(table));
+    out.push('\n');
     out.push_str(&text_table(table));
     out.push_str(WHERE_THE_BYTES_GO);
     let _ = writeln!(out, "\n## Machine\n");
@@ -496,7 +610,14 @@ pub(super) fn markdown(table: &Table, machine: &Machine, settings: &Settings) ->
     streaming list (WatchList, `sendInitialEvents=true`), kube-rs lists in pages of 500. All three
     disable client-side rate limiting (client-go `QPS = -1`, kctrl `qps = -1`; kube-rs has none).
 * **Variants.** Every program runs once with a transform that drops `metadata.managedFields`
-  before caching and once without, in every repetition.
+  before caching and once without, in every repetition. Two more variants: *view*, kctrl only
+  (client-go and kube-rs have no typed views): an informer over the Deployment controller's
+  `PodView` (`kctrl_deployment::pod_view`: metadata without managedFields, which keeps owner
+  references and labels, plus `status.phase`), whose decoder skips every other field while
+  parsing; and *metadata only*: the API server sends `PartialObjectMetadata` (kctrl's
+  `metadata_informer`, client-go's `metadatainformer.NewFilteredSharedInformerFactory` on
+  `metadata.NewForConfig` — which always asks for protobuf, hence no *client-go (JSON)* run —
+  and kube-rs's `metadata_watcher`), managedFields kept as received.
 * **Pods.** Created once per size through the API ({CONCURRENCY} concurrent creates, no client rate
   limit), one namespace per size: one container with args, a port, env, requests/limits and a
   readiness probe, three labels, an annotation, and the scheduling gate `{SCHEDULING_GATE}`, so
