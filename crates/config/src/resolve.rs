@@ -297,7 +297,7 @@ impl KubeconfigResolver {
         } else if has_credentials(&auth) {
             tracing::debug!(
                 user = %user_name,
-                server = %config.server,
+                server = %crate::redacted_url(&config.server),
                 "not sending the user's credentials to a non-https server"
             );
         }

@@ -165,14 +165,31 @@ fn leader_identity() -> String {
     )
 }
 
+/// The bound on each non-watch API request (retries included) when the kubeconfig sets
+/// none. kube-controller-manager has no flag for it and sets none; without one a response
+/// whose body stalls would hold a worker forever. Watches are not bounded by it (they end
+/// on the server's timeout), and leader election uses its own, shorter bound.
+const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// The API client of the controller (flags applied), and its configuration.
 fn client_config(flags: &Flags) -> anyhow::Result<Config> {
+    HttpBackend::check_rate_limit(flags.kube_api_qps, flags.kube_api_burst).map_err(|e| {
+        anyhow::anyhow!(
+            "--kube-api-qps {} with --kube-api-burst {}: {e}",
+            flags.kube_api_qps,
+            flags.kube_api_burst
+        )
+    })?;
     let mut config = Config::from_flags(
         flags.kubeconfig.as_deref(),
         flags.master.as_deref(),
         &ConfigOverrides::default(),
     )
     .context("loading the client configuration (--kubeconfig, --master)")?;
+    config.timeout = config
+        .timeout
+        .filter(|t| !t.is_zero())
+        .or(Some(DEFAULT_REQUEST_TIMEOUT));
     config.qps = flags.kube_api_qps;
     config.burst = flags.kube_api_burst;
     config.user_agent = Some(format!(
@@ -184,7 +201,7 @@ fn client_config(flags: &Flags) -> anyhow::Result<Config> {
 
 async fn run(flags: Flags) -> anyhow::Result<()> {
     let config = client_config(&flags)?;
-    let server = config.server.to_string();
+    let server = kctrl_config::redacted_url(&config.server);
     let namespace = config.default_namespace.clone();
 
     let mut registry = Registry::default();
@@ -461,6 +478,35 @@ async fn main() -> std::process::ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn flags(args: &[&str]) -> Flags {
+        Flags::try_parse_from(
+            [
+                "deployment-controller",
+                "--master",
+                "https://127.0.0.1:6443",
+            ]
+            .iter()
+            .chain(args),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_qps_too_small_for_the_limiter_is_refused_with_the_flag_named() {
+        let err = client_config(&flags(&["--kube-api-qps=1e-30"])).unwrap_err();
+        let text = format!("{err:#}");
+        assert!(text.contains("--kube-api-qps"), "{text}");
+        assert!(text.contains("too small"), "{text}");
+        assert!(client_config(&flags(&["--kube-api-qps=0.5"])).is_ok());
+        assert!(client_config(&flags(&["--kube-api-qps=-1"])).is_ok());
+    }
+
+    #[test]
+    fn api_requests_get_a_default_timeout() {
+        let config = client_config(&flags(&[])).unwrap();
+        assert_eq!(config.timeout, Some(DEFAULT_REQUEST_TIMEOUT));
+    }
 
     #[test]
     fn leader_identities_are_host_and_uuid_and_unique() {
