@@ -165,8 +165,8 @@ fn leader_identity() -> String {
     )
 }
 
-/// The bound on each non-watch API request (retries included) when the kubeconfig sets
-/// none. kube-controller-manager has no flag for it and sets none; without one a response
+/// The bound on each non-watch API request (retries included), unless the loaded
+/// configuration carries one. kube-controller-manager has no flag for it and sets none; without one a response
 /// whose body stalls would hold a worker forever. Watches are not bounded by it (they end
 /// on the server's timeout), and leader election uses its own, shorter bound.
 const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -231,6 +231,10 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
     let recorder = Arc::new(broadcaster.new_recorder(EventSource::new("deployment-controller")));
 
     let factory = SharedInformerFactory::new(client.clone(), RESYNC_PERIOD);
+    metrics::register_handler_panics(&mut registry, {
+        let factory = factory.clone();
+        move || factory.handler_panics()
+    });
     let options = RunnerOptions {
         queue_metrics: Some(Arc::new(metrics.workqueue.clone())),
         sync_observer: Some(metrics.sync_observer.clone()),
