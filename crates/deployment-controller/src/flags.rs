@@ -11,7 +11,8 @@ use clap::Parser;
 ///
 /// Flags follow kube-controller-manager where they apply. With --leader-elect (the default)
 /// only the instance holding the Lease reconciles; the others wait. Stops on SIGTERM or
-/// SIGINT after the syncs in flight finish; exits non-zero if it loses the lease.
+/// SIGINT after the syncs in flight finish (within 20s at most); exits non-zero if it loses
+/// the lease.
 #[derive(Debug, Parser)]
 #[command(name = "deployment-controller", version)]
 pub(crate) struct Flags {

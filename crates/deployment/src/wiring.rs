@@ -260,7 +260,9 @@ pub async fn key_for_pod_delete(
 /// The informer handlers of the controller: each notification becomes the Deployment keys
 /// the rules above name, added to the queue. Registered (in an [`Arc`]) on the Deployment,
 /// ReplicaSet and Pod informers. The Pod rule needs one API list, run as a task on the tokio
-/// runtime the handlers were created on.
+/// runtime the handlers were created on: one such check per Deployment at a time (deletions
+/// arriving meanwhile fold into one more check) and at most
+/// [`MAX_CONCURRENT_RECREATE_CHECKS`] lists at once.
 #[derive(Clone)]
 pub struct EnqueueHandlers {
     client: Client,
