@@ -51,6 +51,30 @@ pub enum Error {
     /// The request cannot be sent as asked (for example, a namespaced get with no namespace).
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    /// A response body was larger than the client reads
+    /// ([`HttpBackend::with_max_body_size`](crate::HttpBackend::with_max_body_size) for
+    /// successful responses, [`MAX_ERROR_BODY_SIZE`](crate::MAX_ERROR_BODY_SIZE) for failures).
+    #[error("{what}: the response body exceeds the limit of {limit} bytes")]
+    BodyTooLarge {
+        /// Which body, e.g. `body of the HTTP 200 response to GET https://.../pods`.
+        what: String,
+        /// The limit, in bytes.
+        limit: usize,
+    },
+    /// The client-side rate limit cannot be built: the QPS is so small for its burst that
+    /// refilling the token bucket would take longer than the limiter can count (about 584
+    /// years).
+    #[error(
+        "QPS {qps:?} with burst {burst} is too small for the client-side rate limiter (a full \
+         refill would take longer than about 584 years); use a larger QPS, or a negative QPS \
+         to turn client-side rate limiting off"
+    )]
+    InvalidRateLimit {
+        /// The configured QPS.
+        qps: f32,
+        /// The configured burst (after defaulting).
+        burst: u32,
+    },
     /// The request was retried and its last attempt failed too. Classifiers
     /// ([`Error::is_not_found`], [`Error::status`], ...) look through to `last`.
     #[error(

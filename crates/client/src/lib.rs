@@ -43,7 +43,10 @@ mod watch;
 pub use api::{Api, Client, DeleteOutcome};
 pub use backend::{Backend, WatchFrames};
 pub use error::{ApiError, Error};
-pub use http::{HttpBackend, NoopRestClientMetrics, RestClientMetrics};
+pub use http::{
+    DEFAULT_MAX_BODY_SIZE, HttpBackend, MAX_ERROR_BODY_SIZE, MAX_RETRY_AFTER,
+    NoopRestClientMetrics, RestClientMetrics,
+};
 pub use kctrl_config as config;
 pub use metadata::{PartialObjectMetadata, metadata_without_managed_fields};
 pub use request::{

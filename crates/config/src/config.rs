@@ -88,12 +88,18 @@ struct RedactedUrl<'a>(&'a url::Url);
 
 impl fmt::Debug for RedactedUrl<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.password().is_some() {
-            let mut url = self.0.clone();
-            let _ = url.set_password(Some("redacted"));
-            write!(f, "{:?}", url.as_str())
-        } else {
-            write!(f, "{:?}", self.0.as_str())
-        }
+        write!(f, "{:?}", redacted_url(self.0))
+    }
+}
+
+/// `url` as text fit for logs and error messages: a password in its userinfo
+/// (`https://user:secret@host`) is replaced by `redacted`, as Go's `URL.Redacted` does.
+pub fn redacted_url(url: &url::Url) -> String {
+    if url.password().is_some() {
+        let mut url = url.clone();
+        let _ = url.set_password(Some("redacted"));
+        url.into()
+    } else {
+        url.as_str().to_owned()
     }
 }

@@ -123,7 +123,7 @@ mod tls;
 mod transport;
 
 pub use auth::{Auth, ExecApiVersion, ExecInteractiveMode, ExecProvider, Impersonation};
-pub use config::Config;
+pub use config::{Config, redacted_url};
 pub use error::{ConfigError, ExecError};
 pub use incluster::{InClusterConfig, SERVICE_ACCOUNT_DIR};
 pub use kubeconfig::Kubeconfig;

@@ -297,7 +297,7 @@ impl KubeconfigResolver {
         } else if has_credentials(&auth) {
             tracing::debug!(
                 user = %user_name,
-                server = %config.server,
+                server = %crate::redacted_url(&config.server),
                 "not sending the user's credentials to a non-https server"
             );
         }
@@ -313,11 +313,25 @@ impl Config {
     }
 }
 
+/// `server` (possibly not a valid URL) with any userinfo (`user:password@`) before its host
+/// replaced by `redacted@`, for error messages.
+fn redact_userinfo(server: &str) -> String {
+    let (scheme, rest) = match server.find("://") {
+        Some(i) => server.split_at(i + 3),
+        None => ("", server),
+    };
+    let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
+    match authority.rfind('@') {
+        Some(at) => format!("{scheme}redacted@{}", &rest[at + 1..]),
+        None => server.to_owned(),
+    }
+}
+
 /// Parses a kubeconfig `server`: a URL with an http(s) scheme, or a bare `host[:port]`, which
 /// means plain http as in client-go. Queries and fragments are dropped.
 pub(crate) fn parse_server(server: &str) -> Result<url::Url, ConfigError> {
     let invalid = |reason: &str| ConfigError::InvalidServer {
-        server: server.to_owned(),
+        server: redact_userinfo(server),
         reason: reason.to_owned(),
     };
     let mut url = match url::Url::parse(server) {
@@ -1092,6 +1106,12 @@ mod tests {
         for (server, want) in cases {
             let got = parse_server(server).map(|u| u.to_string()).map_err(|_| ());
             assert_eq!(got, want.map(str::to_owned), "{server}");
+        }
+        // A refused server is named in the error without its password.
+        for server in ["ftp://alice:hunter2@anything.com", "alice:hunter2@host:1/x"] {
+            let err = parse_server(server).unwrap_err().to_string();
+            assert!(!err.contains("hunter2"), "{err}");
+            assert!(err.contains("redacted@"), "{err}");
         }
         // An empty server falls back to the cluster defaults.
         let kc = with_cluster(Cluster::default());

@@ -11,7 +11,8 @@ use clap::Parser;
 ///
 /// Flags follow kube-controller-manager where they apply. With --leader-elect (the default)
 /// only the instance holding the Lease reconciles; the others wait. Stops on SIGTERM or
-/// SIGINT after the syncs in flight finish; exits non-zero if it loses the lease.
+/// SIGINT after the syncs in flight finish (within 20s at most); exits non-zero if it loses
+/// the lease.
 #[derive(Debug, Parser)]
 #[command(name = "deployment-controller", version)]
 pub(crate) struct Flags {
@@ -43,8 +44,9 @@ pub(crate) struct Flags {
     pub(crate) leader_elect: bool,
 
     /// How long a standby waits, after it last saw the lease change, before it may take
-    /// over (a Go duration such as 15s or 1m30s).
-    #[arg(long, default_value = "15s", value_parser = parse_go_duration, value_name = "DURATION")]
+    /// over (a Go duration such as 15s or 1m30s). Must be a whole number of seconds, at
+    /// least 1s: the Lease records it in seconds.
+    #[arg(long, default_value = "15s", value_parser = parse_lease_duration, value_name = "DURATION")]
     pub(crate) leader_elect_lease_duration: Duration,
 
     /// How long the leader keeps trying to renew before it gives up leading. Must be shorter
@@ -139,6 +141,19 @@ pub(crate) fn parse_go_duration(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(total).map_err(|_| invalid())
 }
 
+/// A lease duration: a Go duration that is a whole number of seconds, at least one (the
+/// Lease stores `leaseDurationSeconds`, so 500ms or 1.5s could only be written truncated).
+pub(crate) fn parse_lease_duration(text: &str) -> Result<Duration, String> {
+    let d = parse_go_duration(text)?;
+    if d < Duration::from_secs(1) || d.subsec_nanos() != 0 {
+        return Err(format!(
+            "{text:?} is not a whole number of seconds of at least 1s; the Lease records its \
+             duration in whole seconds (e.g. 15s, 1m)"
+        ));
+    }
+    Ok(d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,6 +203,24 @@ mod tests {
     }
 
     #[test]
+    fn lease_durations_are_whole_seconds() {
+        assert_eq!(parse_lease_duration("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_lease_duration("1m"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_lease_duration("1500ms").map_err(|_| ()), Err(()));
+        let err = Flags::try_parse_from([
+            "deployment-controller",
+            "--leader-elect-lease-duration=500ms",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("leader-elect-lease-duration"), "{err}");
+        assert!(
+            err.contains("whole number of seconds of at least 1s"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn leader_elect_takes_an_explicit_value_as_kcm_does() {
         let off = Flags::try_parse_from(["deployment-controller", "--leader-elect=false"]).unwrap();
         assert!(!off.leader_elect);
@@ -200,6 +233,9 @@ mod tests {
         for args in [
             vec!["--leader-elect-resource-lock", "endpoints"],
             vec!["--leader-elect-lease-duration", "15"],
+            vec!["--leader-elect-lease-duration", "500ms"],
+            vec!["--leader-elect-lease-duration", "1500ms"],
+            vec!["--leader-elect-lease-duration", "0"],
             vec!["--concurrent-deployment-syncs", "0"],
             vec!["--tls-cert-file", "/x.pem"],
             vec!["--bind-address", "localhost"],

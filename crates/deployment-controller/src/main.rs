@@ -165,14 +165,31 @@ fn leader_identity() -> String {
     )
 }
 
+/// The bound on each non-watch API request (retries included), unless the loaded
+/// configuration carries one. kube-controller-manager has no flag for it and sets none; without one a response
+/// whose body stalls would hold a worker forever. Watches are not bounded by it (they end
+/// on the server's timeout), and leader election uses its own, shorter bound.
+const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// The API client of the controller (flags applied), and its configuration.
 fn client_config(flags: &Flags) -> anyhow::Result<Config> {
+    HttpBackend::check_rate_limit(flags.kube_api_qps, flags.kube_api_burst).map_err(|e| {
+        anyhow::anyhow!(
+            "--kube-api-qps {} with --kube-api-burst {}: {e}",
+            flags.kube_api_qps,
+            flags.kube_api_burst
+        )
+    })?;
     let mut config = Config::from_flags(
         flags.kubeconfig.as_deref(),
         flags.master.as_deref(),
         &ConfigOverrides::default(),
     )
     .context("loading the client configuration (--kubeconfig, --master)")?;
+    config.timeout = config
+        .timeout
+        .filter(|t| !t.is_zero())
+        .or(Some(DEFAULT_REQUEST_TIMEOUT));
     config.qps = flags.kube_api_qps;
     config.burst = flags.kube_api_burst;
     config.user_agent = Some(format!(
@@ -184,7 +201,7 @@ fn client_config(flags: &Flags) -> anyhow::Result<Config> {
 
 async fn run(flags: Flags) -> anyhow::Result<()> {
     let config = client_config(&flags)?;
-    let server = config.server.to_string();
+    let server = kctrl_config::redacted_url(&config.server);
     let namespace = config.default_namespace.clone();
 
     let mut registry = Registry::default();
@@ -201,6 +218,17 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
 
     let cancel = CancellationToken::new();
     let signals = tokio::spawn(cancel_on_signal(cancel.clone()));
+    // The bound on the whole shutdown, from the signal (or from an error ending the run).
+    let hard_stop = tokio::spawn({
+        let cancel = cancel.clone();
+        async move {
+            cancel.cancelled().await;
+            tokio::time::sleep(SHUTDOWN_TIMEOUT).await;
+            error!("shutdown did not finish within {SHUTDOWN_TIMEOUT:?}; exiting");
+            eprintln!("deployment-controller: shutdown did not finish within {SHUTDOWN_TIMEOUT:?}");
+            std::process::exit(1);
+        }
+    });
 
     // Events: written to the API (core/v1, as kube-controller-manager's recorder does) and
     // logged at debug.
@@ -214,6 +242,10 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
     let recorder = Arc::new(broadcaster.new_recorder(EventSource::new("deployment-controller")));
 
     let factory = SharedInformerFactory::new(client.clone(), RESYNC_PERIOD);
+    metrics::register_handler_panics(&mut registry, {
+        let factory = factory.clone();
+        move || factory.handler_panics()
+    });
     let options = RunnerOptions {
         queue_metrics: Some(Arc::new(metrics.workqueue.clone())),
         sync_observer: Some(metrics.sync_observer.clone()),
@@ -326,21 +358,35 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
                 election.release_on_cancel = true;
                 election.watchdog = Some(watchdog.clone());
                 election.metrics = Arc::new(leader_metrics);
-                run_with_leader_election(lock, election, runner.clone(), workers, leading, &cancel)
-                    .await
+                run_with_leader_election(
+                    lock,
+                    election,
+                    runner.clone(),
+                    workers,
+                    leading,
+                    &cancel,
+                    exit_on_lost_lease(),
+                )
+                .await
             }
         }
     }
     .await;
 
     cancel.cancel();
-    factory.shutdown().await;
-    if tokio::time::timeout(Duration::from_secs(10), broadcaster.shutdown())
+    if tokio::time::timeout(FINAL_STEP_TIMEOUT, factory.shutdown())
+        .await
+        .is_err()
+    {
+        warn!("timed out stopping the informers");
+    }
+    if tokio::time::timeout(FINAL_STEP_TIMEOUT, broadcaster.shutdown())
         .await
         .is_err()
     {
         warn!("timed out writing the queued events");
     }
+    hard_stop.abort();
     serving.cancel();
     if let Ok(Err(e)) = signals.await {
         error!(%e, "signal handling failed");
@@ -362,12 +408,39 @@ async fn run_controller(
     }
 }
 
+/// How long the whole shutdown may take after SIGTERM/SIGINT (syncs in flight, releasing
+/// the lease, writing queued events); past it the process exits with status 1. deploy/ gives
+/// the pod `terminationGracePeriodSeconds: 30`, so this ends 10 s before the kubelet's
+/// SIGKILL.
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Of [`SHUTDOWN_TIMEOUT`], how long the syncs in flight may take. If they take longer the
+/// lease is not released (a sync may still write as leader): it expires after
+/// `--leader-elect-lease-duration` and the process exits with status 1.
+const IN_FLIGHT_SYNC_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long the informers get to stop, and the queued events to be written, at the end.
+const FINAL_STEP_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// What to do when the lease is lost while the controller may still write: in the binary,
+/// exit with status 1 at once, as kube-controller-manager does.
+type OnLostLease = Arc<dyn Fn(&str) + Send + Sync>;
+
+fn exit_on_lost_lease() -> OnLostLease {
+    Arc::new(|lease: &str| {
+        error!(lease, "leaderelection lost");
+        eprintln!("deployment-controller: leaderelection lost ({lease})");
+        std::process::exit(1);
+    })
+}
+
 /// Campaigns for the lease and runs the controller while leading.
 ///
-/// On SIGTERM/SIGINT (`shutdown`): the controller stops taking keys and finishes its
-/// in-flight syncs, and only then is the election cancelled, which releases the lease — so
-/// a successor never overlaps with a sync of ours. Losing the lease ends the process at
-/// once with status 1, as kube-controller-manager does.
+/// On SIGTERM/SIGINT (`shutdown`): the controller takes no new keys and finishes its
+/// in-flight syncs (at most [`IN_FLIGHT_SYNC_TIMEOUT`]), and only then is the election
+/// cancelled, which releases the lease, so a successor never overlaps with a sync of ours.
+/// Losing the lease at any moment before that, during the shutdown too, calls `on_lost`
+/// (the binary exits with status 1, as kube-controller-manager does).
 async fn run_with_leader_election(
     lock: LeaseLock,
     mut election: LeaderElectionConfig,
@@ -375,6 +448,7 @@ async fn run_with_leader_election(
     workers: usize,
     leading: Arc<AtomicBool>,
     shutdown: &CancellationToken,
+    on_lost: OnLostLease,
 ) -> anyhow::Result<()> {
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<anyhow::Result<()>>();
     let done_tx = Arc::new(std::sync::Mutex::new(Some(done_tx)));
@@ -382,31 +456,35 @@ async fn run_with_leader_election(
     let lease = format!("{}/{}", lock.namespace(), lock.name());
     let lost_lease = lease.clone();
     let started_leading = leading.clone();
+    let released_lease = lease.clone();
     election.callbacks = LeaderCallbacks::new(
         move |leader_scope: CancellationToken| {
             let runner = runner.clone();
             let done_tx = done_tx.clone();
             let shutdown = on_shutdown.clone();
             let lease = lost_lease.clone();
+            let on_lost = on_lost.clone();
             started_leading.store(true, Ordering::Release);
             async move {
                 info!(lease, "became leader; starting the controller");
                 let stop = CancellationToken::new();
+                // Armed until the controller has finished: until then the lease may only
+                // end by being lost (our own release comes after).
                 let watch = {
                     let stop = stop.clone();
-                    let shutdown = shutdown.clone();
+                    let lease = lease.clone();
                     tokio::spawn(async move {
                         tokio::select! {
                             () = shutdown.cancelled() => stop.cancel(),
                             () = leader_scope.cancelled() => {
-                                if !shutdown.is_cancelled() {
-                                    error!(lease, "leaderelection lost");
-                                    eprintln!("deployment-controller: leaderelection lost ({lease})");
-                                    std::process::exit(1);
-                                }
                                 stop.cancel();
+                                on_lost(&lease);
+                                return;
                             }
                         }
+                        leader_scope.cancelled().await;
+                        warn!(lease, "lease lost while the syncs in flight were finishing");
+                        on_lost(&lease);
                     })
                 };
                 let result = run_controller(&runner, workers, &stop).await;
@@ -430,7 +508,17 @@ async fn run_with_leader_election(
     shutdown.cancelled().await;
     // Finish the controller's work (when we led) before releasing the lease.
     let result = if leading.load(Ordering::Acquire) {
-        done_rx.await.unwrap_or(Ok(()))
+        match tokio::time::timeout(IN_FLIGHT_SYNC_TIMEOUT, done_rx).await {
+            Ok(done) => done.unwrap_or(Ok(())),
+            Err(_) => {
+                // Not released: a sync may still write. The lease expires on its own.
+                campaign.abort();
+                bail!(
+                    "the syncs in flight did not finish within {IN_FLIGHT_SYNC_TIMEOUT:?}; \
+                     exiting without releasing the lease {released_lease}"
+                );
+            }
+        }
     } else {
         Ok(())
     };
@@ -461,6 +549,136 @@ async fn main() -> std::process::ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn flags(args: &[&str]) -> Flags {
+        Flags::try_parse_from(
+            [
+                "deployment-controller",
+                "--master",
+                "https://127.0.0.1:6443",
+            ]
+            .iter()
+            .chain(args),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_qps_too_small_for_the_limiter_is_refused_with_the_flag_named() {
+        let err = client_config(&flags(&["--kube-api-qps=1e-30"])).unwrap_err();
+        let text = format!("{err:#}");
+        assert!(text.contains("--kube-api-qps"), "{text}");
+        assert!(text.contains("too small"), "{text}");
+        assert!(client_config(&flags(&["--kube-api-qps=0.5"])).is_ok());
+        assert!(client_config(&flags(&["--kube-api-qps=-1"])).is_ok());
+    }
+
+    #[test]
+    fn api_requests_get_a_default_timeout() {
+        let config = client_config(&flags(&[])).unwrap();
+        assert_eq!(config.timeout, Some(DEFAULT_REQUEST_TIMEOUT));
+    }
+
+    fn web_deployment() -> Deployment {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {
+                "replicas": 1,
+                "strategy": {
+                    "type": "RollingUpdate",
+                    "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}
+                },
+                "revisionHistoryLimit": 10,
+                "progressDeadlineSeconds": 600,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {
+                    "metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "c", "image": "nginx"}]}
+                }
+            }
+        }))
+        .unwrap()
+    }
+
+    // SIGTERM arrives while a sync is in flight, then the lease renewals fail: the lost-lease
+    // exit must still fire (the sync still writes as leader), not be disarmed by the signal.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+    async fn losing_the_lease_while_in_flight_syncs_finish_still_ends_the_process() {
+        use kctrl_fake::{FakeApi, Reaction, errors};
+        use std::sync::Mutex;
+        use std::sync::mpsc;
+
+        let fake = FakeApi::new();
+        let (entered_tx, entered_rx) = mpsc::channel::<()>();
+        let (gate_tx, gate_rx) = mpsc::channel::<()>();
+        let (entered_tx, gate_rx) = (Mutex::new(entered_tx), Mutex::new(gate_rx));
+        fake.prepend_reactor("create", "replicasets", move |_| {
+            let _ = entered_tx.lock().unwrap().send(());
+            let _ = gate_rx
+                .lock()
+                .unwrap()
+                .recv_timeout(Duration::from_secs(30));
+            Reaction::Continue
+        });
+        let factory = SharedInformerFactory::new(fake.client(), Duration::ZERO);
+        let recorder = Arc::new(kctrl_deployment::events::RecordingEventRecorder::new());
+        let runner =
+            Arc::new(DeploymentControllerRunner::new(fake.client(), &factory, recorder).unwrap());
+        let lock = LeaseLock::for_lock_type(
+            "leases",
+            fake.client(),
+            "kube-system".to_owned(),
+            "lease".to_owned(),
+            "me".to_owned(),
+        )
+        .unwrap();
+        let mut election = LeaderElectionConfig::new(LeaderCallbacks::new(|_| async {}, || {}));
+        election.lease_duration = Duration::from_secs(2);
+        election.renew_deadline = Duration::from_secs(1);
+        election.retry_period = Duration::from_millis(200);
+        election.release_on_cancel = true;
+        let lost = Arc::new(Mutex::new(Vec::<String>::new()));
+        let on_lost: OnLostLease = {
+            let lost = lost.clone();
+            Arc::new(move |lease: &str| lost.lock().unwrap().push(lease.to_owned()))
+        };
+        let shutdown = CancellationToken::new();
+        let leading = Arc::new(AtomicBool::new(false));
+        let run = tokio::spawn({
+            let (shutdown, leading) = (shutdown.clone(), leading.clone());
+            async move {
+                run_with_leader_election(lock, election, runner, 1, leading, &shutdown, on_lost)
+                    .await
+            }
+        });
+        Api::<Deployment>::namespaced(fake.client(), "default")
+            .create(&Default::default(), &web_deployment())
+            .await
+            .unwrap();
+        let entered =
+            tokio::task::spawn_blocking(move || entered_rx.recv_timeout(Duration::from_secs(20)))
+                .await
+                .unwrap();
+        assert!(entered.is_ok(), "the sync never started");
+        assert!(leading.load(Ordering::Acquire));
+
+        shutdown.cancel();
+        fake.prepend_reactor("update", "leases", |_| {
+            Reaction::Error(errors::internal_error("etcd is down"))
+        });
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        while lost.lock().unwrap().is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(*lost.lock().unwrap(), ["kube-system/lease"]);
+
+        gate_tx.send(()).unwrap();
+        let _ = tokio::time::timeout(Duration::from_secs(20), run)
+            .await
+            .expect("returns once the sync finished");
+        factory.shutdown().await;
+    }
 
     #[test]
     fn leader_identities_are_host_and_uuid_and_unique() {

@@ -1,6 +1,6 @@
 //! The process's Prometheus registry: the REST client's `rest_client_*` series, the work
-//! queue's `workqueue_*` series (queue `deployment`), the leader election gauges, and
-//! `deployment_controller_sync_duration_seconds`.
+//! queue's `workqueue_*` series (queue `deployment`), the leader election gauges,
+//! `deployment_controller_sync_duration_seconds` and `informer_handler_panics_total`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,7 +8,9 @@ use std::time::Duration;
 use kctrl_client::prometheus::PrometheusRestClientMetrics;
 use kctrl_deployment::wiring::SyncObserver;
 use kctrl_workqueue::PrometheusMetricsProvider;
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
@@ -58,9 +60,62 @@ pub(crate) fn register(registry: &mut Registry) -> Metrics {
     }
 }
 
+/// Reads a count kept elsewhere (the informers') at each scrape.
+type CountSource = Box<dyn Fn() -> u64 + Send + Sync>;
+
+/// `informer_handler_panics_total`: the informer notifications whose handler panicked (each
+/// was logged and dropped).
+struct HandlerPanics(CountSource);
+
+impl std::fmt::Debug for HandlerPanics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("HandlerPanics").finish_non_exhaustive()
+    }
+}
+
+impl Collector for HandlerPanics {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let counter = ConstCounter::new((self.0)());
+        let metric = encoder.encode_descriptor(
+            "informer_handler_panics",
+            "Informer notifications dropped because an event handler panicked on them",
+            None,
+            counter.metric_type(),
+        )?;
+        counter.encode(metric)
+    }
+}
+
+/// Registers `informer_handler_panics_total`, read from `count` at each scrape (the
+/// informer factory's [`handler_panics`](kctrl_informer::SharedInformerFactory::handler_panics)).
+pub(crate) fn register_handler_panics(
+    registry: &mut Registry,
+    count: impl Fn() -> u64 + Send + Sync + 'static,
+) {
+    registry.register_collector(Box::new(HandlerPanics(Box::new(count))));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn handler_panics_are_exported() {
+        let count = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let mut registry = Registry::default();
+        let source = count.clone();
+        register_handler_panics(&mut registry, move || {
+            source.load(std::sync::atomic::Ordering::Relaxed)
+        });
+        count.store(3, std::sync::atomic::Ordering::Relaxed);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(text.contains("informer_handler_panics_total 3"), "{text}");
+        assert!(
+            text.contains("# TYPE informer_handler_panics counter"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn sync_durations_are_recorded_by_result() {

@@ -10,19 +10,29 @@
 //! addresses, the bind address and the host name). Nothing here is authenticated: unlike
 //! kube-controller-manager, the endpoints do not delegate authentication to the API server,
 //! so restrict who can reach the port (bind address, network policy).
+//!
+//! Exhaustion limits ([`Limits`]): a connection must finish its TLS handshake within 10 s
+//! and send each request's headers within 10 s (an idle keep-alive connection is closed
+//! after as long); HTTP/2 connections are pinged every 30 s and closed when a ping goes
+//! unanswered for 10 s. At most 128 connections are served at once: further ones are not
+//! accepted until one ends, and wait in the kernel's accept queue (so a flood of idle or
+//! half-open connections delays a probe by at most the timeouts above, and never starves the
+//! process). A failed `accept` (e.g. out of file descriptors) pauses the loop for 100 ms
+//! instead of spinning.
 
 use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use prometheus_client::registry::Registry;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -188,6 +198,34 @@ pub(crate) fn load_or_generate_identity(
     Ok((vec![certified.cert.der().clone()], key))
 }
 
+/// The limits that keep many slow, idle or half-open connections from exhausting the
+/// endpoints.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    /// Connections served at once; more wait to be accepted.
+    pub(crate) max_connections: usize,
+    /// From accept to the end of the TLS handshake.
+    pub(crate) tls_handshake_timeout: Duration,
+    /// For the headers of each HTTP/1 request, idle keep-alive time included.
+    pub(crate) header_read_timeout: Duration,
+    /// The interval of HTTP/2 keep-alive pings, and how long one may go unanswered.
+    pub(crate) http2_keep_alive: (Duration, Duration),
+    /// The pause after a failed `accept`.
+    pub(crate) accept_error_pause: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_connections: 128,
+            tls_handshake_timeout: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(10),
+            http2_keep_alive: (Duration::from_secs(30), Duration::from_secs(10)),
+            accept_error_pause: Duration::from_millis(100),
+        }
+    }
+}
+
 /// Binds `address` and serves `endpoints` over TLS until `cancel` fires. Returns once the
 /// listener is bound (binding errors are returned); serving continues in a task.
 pub(crate) async fn start(
@@ -196,6 +234,18 @@ pub(crate) async fn start(
     key: PrivateKeyDer<'static>,
     endpoints: Endpoints,
     cancel: CancellationToken,
+) -> Result<SocketAddr> {
+    start_with_limits(address, chain, key, endpoints, cancel, Limits::default()).await
+}
+
+/// [`start`] with explicit [`Limits`].
+pub(crate) async fn start_with_limits(
+    address: SocketAddr,
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    endpoints: Endpoints,
+    cancel: CancellationToken,
+    limits: Limits,
 ) -> Result<SocketAddr> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut tls = rustls::ServerConfig::builder_with_provider(provider)
@@ -212,25 +262,61 @@ pub(crate) async fn start(
     let local = listener.local_addr().context("reading the bound address")?;
     info!(address = %local, "serving /healthz, /livez, /readyz and /metrics over HTTPS");
     let endpoints = Arc::new(endpoints);
+    // The protocol is the one ALPN chose (no sniffing of the first bytes, which would wait
+    // without a timeout): HTTP/1.1 with its header timeout, or HTTP/2 with keep-alive pings.
+    let mut http1 = hyper::server::conn::http1::Builder::new();
+    http1
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    http2
+        .timer(TokioTimer::new())
+        .keep_alive_interval(limits.http2_keep_alive.0)
+        .keep_alive_timeout(limits.http2_keep_alive.1);
+    let http = Arc::new((http1, http2));
+    let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
     tokio::spawn(async move {
         loop {
+            // A free slot first: at the cap, new connections wait in the accept queue.
+            let permit = tokio::select! {
+                () = cancel.cancelled() => break,
+                permit = permits.clone().acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_) => break,
+                },
+            };
             let (stream, peer) = tokio::select! {
                 () = cancel.cancelled() => break,
                 accepted = listener.accept() => match accepted {
                     Ok(pair) => pair,
                     Err(e) => {
                         warn!(%e, "accepting a connection failed");
-                        continue;
+                        drop(permit);
+                        tokio::select! {
+                            () = cancel.cancelled() => break,
+                            () = tokio::time::sleep(limits.accept_error_pause) => continue,
+                        }
                     }
                 },
             };
             let acceptor = acceptor.clone();
             let endpoints = endpoints.clone();
+            let http = http.clone();
             tokio::spawn(async move {
-                let tls = match acceptor.accept(stream).await {
-                    Ok(tls) => tls,
-                    Err(e) => {
+                let _permit = permit;
+                let tls = match tokio::time::timeout(
+                    limits.tls_handshake_timeout,
+                    acceptor.accept(stream),
+                )
+                .await
+                {
+                    Ok(Ok(tls)) => tls,
+                    Ok(Err(e)) => {
                         debug!(%peer, %e, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        debug!(%peer, timeout = ?limits.tls_handshake_timeout, "TLS handshake timed out");
                         return;
                     }
                 };
@@ -243,10 +329,14 @@ pub(crate) async fn start(
                     );
                     async move { Ok::<_, Infallible>(response) }
                 });
-                if let Err(e) = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(tls), service)
-                    .await
-                {
+                let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
+                let io = TokioIo::new(tls);
+                let served = if h2 {
+                    http.1.serve_connection(io, service).await
+                } else {
+                    http.0.serve_connection(io, service).await
+                };
+                if let Err(e) = served {
                     debug!(%peer, %e, "connection ended with an error");
                 }
             });
@@ -325,6 +415,124 @@ mod tests {
         assert!(text.contains("/nope"));
         let (status, _) = body(respond(&endpoints(true), &Method::POST, "/healthz", None)).await;
         assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    }
+
+    type ClientTls = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
+
+    /// A TLS connection trusting `chain` (the generated certificate names `localhost`).
+    async fn tls_connect(
+        addr: SocketAddr,
+        chain: &[CertificateDer<'static>],
+    ) -> std::io::Result<ClientTls> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(chain[0].clone()).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let tcp = tokio::net::TcpStream::connect(addr).await?;
+        let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+        connector.connect(name, tcp).await
+    }
+
+    /// `GET path` over HTTP/1.1; the raw response.
+    async fn https_get(
+        addr: SocketAddr,
+        chain: &[CertificateDer<'static>],
+        path: &str,
+    ) -> std::io::Result<String> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut tls = tls_connect(addr, chain).await?;
+        tls.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await?;
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match tls.read(&mut buf).await {
+                Ok(0) => break,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+                // A close without close_notify still ends the response.
+                Err(e) if !out.is_empty() && e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(String::from_utf8_lossy(&out).into_owned())
+    }
+
+    /// Whether the server closes `conn` (EOF or an error) within `limit`.
+    async fn closed_by_server(
+        conn: &mut (impl tokio::io::AsyncRead + Unpin),
+        limit: Duration,
+    ) -> bool {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 64];
+        loop {
+            match tokio::time::timeout(limit, conn.read(&mut buf)).await {
+                Err(_) => return false,
+                Ok(Ok(0) | Err(_)) => return true,
+                Ok(Ok(_)) => continue,
+            }
+        }
+    }
+
+    // Many more half-open connections (TCP connected, no ClientHello) than the cap, and an
+    // idle one past its handshake: the server closes them on their timeouts, and /healthz
+    // still answers meanwhile.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn idle_and_half_open_connections_do_not_exhaust_the_endpoints() {
+        let (chain, key) =
+            load_or_generate_identity(None, None, "127.0.0.1".parse().unwrap()).unwrap();
+        let limits = Limits {
+            max_connections: 8,
+            tls_handshake_timeout: Duration::from_millis(300),
+            header_read_timeout: Duration::from_millis(300),
+            ..Limits::default()
+        };
+        let cancel = CancellationToken::new();
+        let addr = start_with_limits(
+            "127.0.0.1:0".parse().unwrap(),
+            chain.clone(),
+            key,
+            endpoints(true),
+            cancel.clone(),
+            limits,
+        )
+        .await
+        .unwrap();
+        let mut half_open = Vec::new();
+        for _ in 0..3 * limits.max_connections {
+            half_open.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        }
+        let answer =
+            tokio::time::timeout(Duration::from_secs(20), https_get(addr, &chain, "/healthz"))
+                .await
+                .expect("/healthz answered despite the half-open connections")
+                .unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.ends_with("\r\n\r\nok"), "{answer}");
+        for conn in &mut half_open {
+            assert!(
+                closed_by_server(conn, Duration::from_secs(20)).await,
+                "a half-open connection was never closed"
+            );
+        }
+        // Past the handshake, never sending a request: closed after the header timeout.
+        let mut idle = tls_connect(addr, &chain).await.unwrap();
+        assert!(
+            closed_by_server(&mut idle, Duration::from_secs(20)).await,
+            "an idle connection was never closed"
+        );
+        let answer = https_get(addr, &chain, "/livez").await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        cancel.cancel();
     }
 
     #[test]

@@ -265,7 +265,9 @@ pub async fn key_for_pod_delete(
 /// The informer handlers of the controller: each notification becomes the Deployment keys
 /// the rules above name, added to the queue. Registered (in an [`Arc`]) on the Deployment,
 /// ReplicaSet and Pod informers. The Pod rule needs one API list, run as a task on the tokio
-/// runtime the handlers were created on.
+/// runtime the handlers were created on: one such check per Deployment at a time (deletions
+/// arriving meanwhile fold into one more check) and at most
+/// [`MAX_CONCURRENT_RECREATE_CHECKS`] lists at once.
 #[derive(Clone)]
 pub struct EnqueueHandlers {
     client: Client,
@@ -274,6 +276,66 @@ pub struct EnqueueHandlers {
     replica_sets: Store<ReplicaSet>,
     pods: Store<PodView>,
     runtime: tokio::runtime::Handle,
+    recreate_checks: Arc<RecreateChecks>,
+}
+
+/// At most this many "does this Recreate Deployment still have Pods" lists run at once.
+pub const MAX_CONCURRENT_RECREATE_CHECKS: usize = 4;
+
+/// The pending Recreate checks of pod deletions: one task per Deployment key at a time,
+/// coalescing the deletions that arrive while it runs into one more check, and at most
+/// [`MAX_CONCURRENT_RECREATE_CHECKS`] lists in flight overall. Mass pod deletion thus costs
+/// a couple of lists per Deployment instead of one per Pod.
+#[derive(Debug)]
+struct RecreateChecks {
+    /// Deployment key -> another check was asked for while one runs.
+    pending: std::sync::Mutex<std::collections::HashMap<String, bool>>,
+    permits: tokio::sync::Semaphore,
+}
+
+impl RecreateChecks {
+    fn new() -> Self {
+        Self {
+            pending: std::sync::Mutex::new(std::collections::HashMap::new()),
+            permits: tokio::sync::Semaphore::new(MAX_CONCURRENT_RECREATE_CHECKS),
+        }
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, bool>> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Asks for a check of `key`: true when the caller must start one, false when one runs
+    /// already (it will check once more when done).
+    fn request(&self, key: &str) -> bool {
+        let mut pending = self.pending();
+        match pending.get_mut(key) {
+            Some(again) => {
+                *again = true;
+                false
+            }
+            None => {
+                pending.insert(key.to_owned(), false);
+                true
+            }
+        }
+    }
+
+    /// A check of `key` ended: true when another was asked for meanwhile (run it), false when
+    /// the key is released.
+    fn finish(&self, key: &str) -> bool {
+        let mut pending = self.pending();
+        match pending.get_mut(key) {
+            Some(again) if *again => {
+                *again = false;
+                true
+            }
+            _ => {
+                pending.remove(key);
+                false
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for EnqueueHandlers {
@@ -299,6 +361,42 @@ impl EnqueueHandlers {
             replica_sets,
             pods,
             runtime: tokio::runtime::Handle::current(),
+            recreate_checks: Arc::new(RecreateChecks::new()),
+        }
+    }
+
+    /// Whether no Recreate check of a pod deletion is pending or running.
+    pub fn recreate_checks_idle(&self) -> bool {
+        self.recreate_checks.pending().is_empty()
+    }
+
+    /// One coalesced check of the Recreate Deployment `key`: lists its ReplicaSets (under
+    /// a permit) and enqueues it when none of them has a cached Pod left, again while
+    /// deletions arrived during the previous check.
+    async fn check_recreate_deployment(self, key: String) {
+        loop {
+            let (namespace, name) = key.split_once('/').unwrap_or(("", key.as_str()));
+            // The Deployment as cached now: it may have changed (or gone) since the event.
+            if let Some(d) = self.deployments.get_namespaced(namespace, name)
+                && strategy_type(&d) == RECREATE_DEPLOYMENT_STRATEGY_TYPE
+            {
+                let checked = match self.recreate_checks.permits.acquire().await {
+                    Ok(_permit) => {
+                        recreate_deployment_has_no_pods(&self.client, &self.pods, &d).await
+                    }
+                    // Never closed.
+                    Err(_) => Ok(false),
+                };
+                match checked {
+                    Ok(true) => self.queue.add(key.clone()),
+                    Ok(false) => {}
+                    Err(err) => debug!(namespace, name, %err,
+                        "listing replica sets after a pod deletion failed"),
+                }
+            }
+            if !self.recreate_checks.finish(&key) {
+                return;
+            }
         }
     }
 
@@ -367,21 +465,13 @@ impl ResourceEventHandler<PodView> for EnqueueHandlers {
         if strategy_type(&d) != RECREATE_DEPLOYMENT_STRATEGY_TYPE {
             return;
         }
-        let this = self.clone();
-        let deleted = deleted.clone();
-        self.runtime.spawn(async move {
-            if let Some(key) = key_for_pod_delete(
-                &this.client,
-                &this.deployments,
-                &this.replica_sets,
-                &this.pods,
-                &deleted,
-            )
-            .await
-            {
-                this.queue.add(key);
-            }
-        });
+        // Coalesced per Deployment and bounded overall (see RecreateChecks); the check runs
+        // after the deletion is in the cache, so the last one sees the last Pod gone.
+        let key = key_of(d.as_ref());
+        if self.recreate_checks.request(&key) {
+            self.runtime
+                .spawn(self.clone().check_recreate_deployment(key));
+        }
     }
 }
 
@@ -513,11 +603,18 @@ impl DeploymentControllerRunner {
     }
 
     /// `Run(workers)`: starts the factory's informers, waits for the caches, runs `workers`
-    /// workers until `cancel` fires, then stops taking keys, lets the syncs in flight finish
-    /// and returns. The factory is left running: the caller shuts it down (it may be shared).
+    /// workers until `cancel` fires, then stops taking keys (keys still queued are not
+    /// synced), lets the syncs in flight finish and returns.
+    ///
+    /// The informers this call starts are not stopped by `cancel`: they keep the caches
+    /// current under the syncs still in flight and stop when this returns. Informers of the
+    /// factory started earlier by someone else keep their own lifetime. Call the factory's
+    /// [`shutdown`](SharedInformerFactory::shutdown) afterwards to wait for them.
     pub async fn run(&self, workers: usize, cancel: &CancellationToken) -> Result<(), RunError> {
         info!(controller = QUEUE_NAME, "starting controller");
-        self.factory.start(cancel);
+        let informers = CancellationToken::new();
+        let _stop_informers = informers.clone().drop_guard();
+        self.factory.start(&informers);
         let synced: Vec<&dyn kctrl_informer::HasSynced> = self
             .registrations
             .iter()
@@ -534,12 +631,17 @@ impl DeploymentControllerRunner {
                     self.controller.clone(),
                     self.queue.clone(),
                     self.sync_observer.clone(),
+                    cancel.clone(),
                 ))
             })
             .collect();
         cancel.cancelled().await;
-        info!(controller = QUEUE_NAME, "shutting down controller");
-        self.queue.shut_down_with_drain().await;
+        info!(
+            controller = QUEUE_NAME,
+            "shutting down controller: no new syncs; waiting for those in flight"
+        );
+        // Not a drain: the keys still queued are left for the next leader.
+        self.queue.shut_down();
         for task in tasks {
             if let Err(err) = task.await {
                 error!(%err, "deployment worker ended abnormally");
@@ -549,13 +651,23 @@ impl DeploymentControllerRunner {
     }
 }
 
-/// One worker: takes keys until the queue shuts down.
+/// One worker: takes keys until `stop` fires or the queue shuts down; a sync it started
+/// runs to its end.
 async fn worker(
     controller: Arc<DeploymentController>,
     queue: RateLimitingQueue<String>,
     observer: Option<SyncObserver>,
+    stop: CancellationToken,
 ) {
-    while let Some(key) = queue.get().await {
+    loop {
+        let next = tokio::select! {
+            biased;
+            () = stop.cancelled() => None,
+            key = queue.get() => key,
+        };
+        let Some(key) = next else {
+            break;
+        };
         let started = tokio::time::Instant::now();
         let ok = process_key(&controller, &queue, &key).await;
         if let Some(observe) = &observer {
@@ -601,18 +713,39 @@ async fn process_key(
     queue: &RateLimitingQueue<String>,
     key: &String,
 ) -> bool {
+    let controller = controller.clone();
+    process_key_with(queue, key, move |namespace, name| async move {
+        controller
+            .sync_deployment(&namespace, &name)
+            .await
+            .map(|outcome| outcome.requeue)
+    })
+    .await
+}
+
+/// [`process_key`] with the sync given: runs `sync(namespace, name)` in a task of its own
+/// and files the key according to the result. A panic counts as a failed sync: retried
+/// rate-limited, and dropped after [`MAX_RETRIES`] like any error.
+async fn process_key_with<F, Fut>(queue: &RateLimitingQueue<String>, key: &String, sync: F) -> bool
+where
+    F: FnOnce(String, String) -> Fut,
+    Fut: std::future::Future<Output = Result<Requeue, SyncError>> + Send + 'static,
+{
     let (namespace, name) = key.split_once('/').unwrap_or(("", key.as_str()));
     // A task of its own, so a panicking sync fails this key instead of the worker.
-    let task = {
-        let controller = controller.clone();
-        let (namespace, name) = (namespace.to_owned(), name.to_owned());
-        tokio::spawn(async move { controller.sync_deployment(&namespace, &name).await })
-    };
+    let task = tokio::spawn(sync(namespace.to_owned(), name.to_owned()));
     let result = match task.await {
-        Ok(result) => result.map(|outcome| outcome.requeue),
+        Ok(result) => result,
         Err(join_err) => {
-            error!(namespace, name, %join_err, "syncing deployment panicked");
-            queue.add_rate_limited(key.clone());
+            let retries = queue.num_requeues(key);
+            if retries < MAX_RETRIES {
+                error!(namespace, name, %join_err, retries, "syncing deployment panicked");
+                queue.add_rate_limited(key.clone());
+            } else {
+                error!(namespace, name, %join_err, retries,
+                    "syncing deployment panicked; dropping deployment out of the queue");
+                queue.forget(key);
+            }
             return false;
         }
     };

@@ -410,3 +410,193 @@ async fn running_controller_creates_the_replica_set() {
     assert!(runner.queue().shutting_down());
     factory.shutdown().await;
 }
+
+fn test_queue() -> RateLimitingQueue<String> {
+    RateLimitingQueue::with_config(
+        default_controller_rate_limiter(),
+        QueueConfig::new().name("test"),
+    )
+}
+
+async fn panicking_sync(_: String, _: String) -> Result<Requeue, SyncError> {
+    panic!("a sync that panics on purpose")
+}
+
+async fn failing_sync(_: String, _: String) -> Result<Requeue, SyncError> {
+    Err(SyncError::UnexpectedStrategy("Bogus".to_owned()))
+}
+
+// A panicking sync is filed as a failing one: rate-limited retries, each counted, and the
+// key dropped once MAX_RETRIES retries have failed.
+#[tokio::test(start_paused = true)]
+async fn a_panicking_sync_counts_toward_the_retry_limit_like_an_error() {
+    let key = "default/web".to_owned();
+    let panics = test_queue();
+    let errors = test_queue();
+    for attempt in 1..=MAX_RETRIES {
+        assert!(!process_key_with(&panics, &key, panicking_sync).await);
+        assert!(!process_key_with(&errors, &key, failing_sync).await);
+        assert_eq!(panics.num_requeues(&key), attempt);
+        assert_eq!(errors.num_requeues(&key), attempt);
+    }
+    assert!(!process_key_with(&panics, &key, panicking_sync).await);
+    assert!(!process_key_with(&errors, &key, failing_sync).await);
+    assert_eq!(errors.num_requeues(&key), 0, "an error is dropped");
+    assert_eq!(panics.num_requeues(&key), 0, "a panic is dropped alike");
+}
+
+// Deleting a Recreate Deployment's thousand Pods at once used to spawn a thousand API lists;
+// the checks are coalesced per Deployment, and the Deployment is still enqueued once its last
+// Pod is gone (upstream's observable behaviour).
+#[tokio::test]
+async fn mass_pod_deletion_of_a_recreate_deployment_lists_a_bounded_number_of_times() {
+    let foo = recreate(deployment("foo", foo_bar()));
+    let rs = new_replica_set(&foo, "foo-1", 1000);
+    let pods: Vec<Pod> = (0..1000)
+        .map(|i| {
+            let mut pod = pod_from_rs(&rs);
+            pod.metadata.name = Some(format!("foo-1-{i}"));
+            pod
+        })
+        .collect();
+    let f = PodFixture::new(&foo, &[&rs], true, &pods.iter().collect::<Vec<_>>());
+    let queue = test_queue();
+    let handlers = EnqueueHandlers::new(
+        f.fake.client(),
+        queue.clone(),
+        f.deployments.clone(),
+        f.replica_sets.clone(),
+        f.pods.clone(),
+    );
+    f.fake.clear_actions();
+    // The informer removes each Pod from the cache, then tells the handler.
+    for (i, pod) in pods.iter().enumerate() {
+        f.pods.remove_object(pod);
+        ResourceEventHandler::<Pod>::on_delete(
+            &handlers,
+            &DeletedObject::Known(Arc::new(pod.clone())),
+        );
+        if i == 499 {
+            // Let the checks started so far run against a half-empty cache.
+            tokio::task::yield_now().await;
+        }
+    }
+    assert!(
+        wait_until(Duration::from_secs(20), || handlers.recreate_checks_idle()).await,
+        "the checks never finished"
+    );
+    let lists = f
+        .fake
+        .actions()
+        .iter()
+        .filter(|a| a.matches("list", "replicasets"))
+        .count();
+    assert!((1..=4).contains(&lists), "{lists} lists for 1000 deletions");
+    assert_eq!(queue.len(), 1);
+    assert_eq!(queue.get().await.as_deref(), Some("default/foo"));
+}
+
+// SIGTERM semantics of run(): no new keys are taken once `cancel` fires (a key still queued
+// is not synced), the sync in flight finishes, and the informers keep the caches current
+// until it has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn cancel_stops_taking_keys_and_keeps_informers_until_in_flight_syncs_end() {
+    use std::sync::Mutex;
+    use std::sync::mpsc;
+
+    let fake = FakeApi::new();
+    let (entered_tx, entered_rx) = mpsc::channel::<String>();
+    let (gate_tx, gate_rx) = mpsc::channel::<()>();
+    let gate_rx = Mutex::new(gate_rx);
+    let entered_tx = Mutex::new(entered_tx);
+    // The first ReplicaSet creation (web's sync) blocks until the gate opens.
+    fake.prepend_reactor("create", "replicasets", move |a| {
+        let owner = a
+            .object_as::<ReplicaSet>()
+            .and_then(|rs| get_controller_of(&rs.metadata).map(|r| r.name.clone()))
+            .unwrap_or_default();
+        let _ = entered_tx.lock().unwrap().send(owner.clone());
+        if owner == "web" {
+            let _ = gate_rx
+                .lock()
+                .unwrap()
+                .recv_timeout(Duration::from_secs(30));
+        }
+        kctrl_fake::Reaction::Continue
+    });
+    let factory = SharedInformerFactory::new(fake.client(), Duration::ZERO);
+    let recorder = Arc::new(RecordingEventRecorder::new());
+    let runner = Arc::new(
+        DeploymentControllerRunner::new(fake.client(), &factory, recorder.clone()).unwrap(),
+    );
+    let pods = factory.informer::<Pod>().store().clone();
+    let cancel = CancellationToken::new();
+    let run = tokio::spawn({
+        let (runner, cancel) = (runner.clone(), cancel.clone());
+        async move { runner.run(1, &cancel).await }
+    });
+    let api = Api::<Deployment>::namespaced(fake.client(), "default");
+    let mut web = deployment("web", map(&[("app", "web")]));
+    web.metadata.uid = None;
+    api.create(&PostParams::default(), &web).await.unwrap();
+    let entered = tokio::task::spawn_blocking(move || {
+        let first = entered_rx.recv_timeout(Duration::from_secs(20));
+        (first, entered_rx)
+    })
+    .await
+    .unwrap();
+    let (first, entered_rx) = entered;
+    assert_eq!(first.as_deref(), Ok("web"), "web's sync never started");
+
+    // web's sync is in flight; "other" waits in the queue behind it (one worker).
+    let mut other = deployment("other", map(&[("app", "other")]));
+    other.metadata.uid = None;
+    api.create(&PostParams::default(), &other).await.unwrap();
+    assert!(wait_until(Duration::from_secs(20), || runner.queue().len() == 1).await);
+    cancel.cancel();
+
+    // The informers still run under the sync in flight: a new Pod reaches the cache.
+    let pod = Pod {
+        metadata: ObjectMeta {
+            name: Some("late".to_owned()),
+            namespace: Some("default".to_owned()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<Pod>::namespaced(fake.client(), "default")
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || pods
+            .get_namespaced("default", "late")
+            .is_some())
+        .await,
+        "the Pod cache froze while a sync was in flight"
+    );
+    assert!(!run.is_finished(), "run returned before its sync finished");
+
+    gate_tx.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(20), run)
+        .await
+        .expect("run returns once the sync in flight ends")
+        .unwrap()
+        .unwrap();
+    factory.shutdown().await;
+    // web's ReplicaSet was written; "other" was never synced.
+    assert!(
+        fake.objects::<ReplicaSet>()
+            .iter()
+            .any(|rs| { get_controller_of(&rs.metadata).is_some_and(|r| r.name == "web") })
+    );
+    let later: Vec<String> = entered_rx.try_iter().collect();
+    assert!(later.iter().all(|owner| owner != "other"), "{later:?}");
+    assert!(
+        !fake
+            .objects::<ReplicaSet>()
+            .iter()
+            .any(|rs| { get_controller_of(&rs.metadata).is_some_and(|r| r.name == "other") }),
+        "a queued key was synced after cancel"
+    );
+}

@@ -30,6 +30,7 @@ use crate::sync::HasSynced;
 /// need without knowing the object type.
 trait Managed: HasSynced {
     fn start(&self, cancel: CancellationToken) -> JoinHandle<()>;
+    fn handler_panics(&self) -> u64;
 }
 
 impl<K> Managed for SharedInformer<K>
@@ -38,6 +39,10 @@ where
 {
     fn start(&self, cancel: CancellationToken) -> JoinHandle<()> {
         SharedInformer::start(self, cancel)
+    }
+
+    fn handler_panics(&self) -> u64 {
+        SharedInformer::handler_panics(self)
     }
 }
 
@@ -362,6 +367,16 @@ impl SharedInformerFactory {
             wait
         });
         join_all(waits).await.into_iter().collect()
+    }
+
+    /// How many notifications the handlers of this factory's informers panicked on, in
+    /// total. Each was logged and skipped; export it as a metric to notice them.
+    pub fn handler_panics(&self) -> u64 {
+        lock(&self.inner.state)
+            .informers
+            .values()
+            .map(|e| e.managed.handler_panics())
+            .sum()
     }
 
     /// Waits for every informer task to end; cancel the token given to

@@ -13,7 +13,10 @@ use crate::delta::DeletedObject;
 /// Receives the notifications of one informer, in order (client-go's `ResourceEventHandler`).
 ///
 /// The informer calls one handler sequentially, never concurrently with itself. A panic in a
-/// handler is caught and logged, and that notification is skipped.
+/// handler is caught, logged and counted
+/// ([`HandlerRegistration::handler_panics`](crate::HandlerRegistration::handler_panics)), and
+/// that notification is dropped: it is not delivered again. Handlers that must not lose an
+/// event should not panic (or should catch their own panics and re-queue the work).
 pub trait ResourceEventHandler<K>: Send + Sync + 'static {
     /// An object appeared in the cache. `is_in_initial_list` is true when it came from the
     /// informer's first list, or from the cache replay a handler added late receives.

@@ -59,8 +59,14 @@
 //! Guarantees worth knowing:
 //!
 //! * Each handler has its own unbounded buffer, drained by one job on tokio's blocking pool:
-//!   a slow handler delays only itself (and grows its buffer). A panic in a handler is
-//!   logged and skips that notification.
+//!   a slow handler delays only itself (and grows its buffer).
+//! * A panic in a handler is caught, logged (error level, with the panic message) and
+//!   counted, and **that notification is dropped**: the handler is not called with it again,
+//!   and no later event replays it (a resync, if configured, eventually re-delivers the
+//!   object as an update). The handler keeps receiving the notifications that follow. The
+//!   counts are [`HandlerRegistration::handler_panics`] (one handler),
+//!   [`SharedInformer::handler_panics`] and [`SharedInformerFactory::handler_panics`]; export
+//!   one as a metric, as the deployment-controller binary does.
 //! * The store is written before handlers are told, so a handler never sees an object the
 //!   cache does not yet have.
 //! * A handler added to a running informer first gets `on_add(obj, true)` for every cached

@@ -117,6 +117,10 @@ pub(crate) struct ListenerShared {
     /// The informer's "initial list is in the store".
     upstream: watch::Receiver<bool>,
     resync: Mutex<Resync>,
+    /// Notifications this handler panicked on (each one skipped).
+    panics: AtomicU64,
+    /// The same, summed over the informer's handlers.
+    informer_panics: Arc<AtomicU64>,
 }
 
 impl ListenerShared {
@@ -140,6 +144,11 @@ impl ListenerShared {
 
     pub(crate) fn resync_period(&self) -> Duration {
         lock(&self.resync).period
+    }
+
+    /// How many notifications this handler panicked on.
+    pub(crate) fn panics(&self) -> u64 {
+        self.panics.load(Ordering::Relaxed)
     }
 
     fn should_resync(&self, now: Instant) -> bool {
@@ -186,6 +195,7 @@ impl<K: Send + Sync + 'static> Listener<K> {
         resync: Duration,
         now: Instant,
         upstream: watch::Receiver<bool>,
+        informer_panics: Arc<AtomicU64>,
     ) -> Arc<Self> {
         Arc::new(Self {
             shared: Arc::new(ListenerShared {
@@ -198,6 +208,8 @@ impl<K: Send + Sync + 'static> Listener<K> {
                     period: resync,
                     next: now + resync,
                 }),
+                panics: AtomicU64::new(0),
+                informer_panics,
             }),
             handler: Box::new(handler),
             buffer: Mutex::new(Buffer {
@@ -272,6 +284,8 @@ impl<K: Send + Sync + 'static> Listener<K> {
             Notification::Delete(d) => self.handler.on_delete(d),
         }));
         if let Err(panic) = outcome {
+            self.shared.panics.fetch_add(1, Ordering::Relaxed);
+            self.shared.informer_panics.fetch_add(1, Ordering::Relaxed);
             let msg = panic
                 .downcast_ref::<&str>()
                 .map(|s| (*s).to_owned())
@@ -472,7 +486,14 @@ mod tests {
             let _ = lock(&tx).send(**o);
         });
         let (_up, up_rx) = upstream(true);
-        let l = Listener::new(h, Duration::ZERO, Duration::ZERO, Instant::now(), up_rx);
+        let l = Listener::new(
+            h,
+            Duration::ZERO,
+            Duration::ZERO,
+            Instant::now(),
+            up_rx,
+            Arc::default(),
+        );
         for i in 0..100 {
             l.add(add(i, false));
         }
@@ -493,7 +514,14 @@ mod tests {
             let _ = lock(&gate_rx).recv();
         });
         let (up, up_rx) = upstream(false);
-        let l = Listener::new(h, Duration::ZERO, Duration::ZERO, Instant::now(), up_rx);
+        let l = Listener::new(
+            h,
+            Duration::ZERO,
+            Duration::ZERO,
+            Instant::now(),
+            up_rx,
+            Arc::default(),
+        );
         l.add(add(1, true));
         l.add(add(2, true));
         l.start(Handle::current());
@@ -518,7 +546,15 @@ mod tests {
             let _ = lock(&tx).send(**o);
         });
         let (_up, up_rx) = upstream(true);
-        let l = Listener::new(h, Duration::ZERO, Duration::ZERO, Instant::now(), up_rx);
+        let informer_panics = Arc::new(AtomicU64::new(0));
+        let l = Listener::new(
+            h,
+            Duration::ZERO,
+            Duration::ZERO,
+            Instant::now(),
+            up_rx,
+            informer_panics.clone(),
+        );
         l.start(Handle::current());
         for i in 1..=3 {
             l.add(add(i, true));
@@ -526,7 +562,15 @@ mod tests {
         assert!(l.shared.synced().await, "a panicking handler still syncs");
         let got: Vec<u32> = rx.try_iter().collect();
         assert_eq!(got, vec![1, 3]);
+        assert_eq!(l.shared.panics(), 1);
+        assert_eq!(informer_panics.load(Ordering::Relaxed), 1);
+        l.add(add(2, false));
+        l.add(add(4, false));
+        // Delivered in order: once 4 arrived, the second panic has been counted.
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(4));
         l.stop().await;
+        assert_eq!(l.shared.panics(), 2);
+        assert_eq!(informer_panics.load(Ordering::Relaxed), 2);
     }
 
     #[tokio::test]
@@ -535,8 +579,22 @@ mod tests {
         let now = Instant::now();
         let s = Duration::from_secs;
         let (_up, up_rx) = upstream(true);
-        let never = Listener::new(EventHandlerFns::new(), s(0), s(0), now, up_rx.clone());
-        let every2 = Listener::new(EventHandlerFns::new(), s(2), s(2), now, up_rx);
+        let never = Listener::new(
+            EventHandlerFns::new(),
+            s(0),
+            s(0),
+            now,
+            up_rx.clone(),
+            Arc::default(),
+        );
+        let every2 = Listener::new(
+            EventHandlerFns::new(),
+            s(2),
+            s(2),
+            now,
+            up_rx,
+            Arc::default(),
+        );
         p.add_listener(never.clone());
         p.add_listener(every2.clone());
         assert!(!p.should_resync(now + s(1)));

@@ -136,6 +136,12 @@ impl HandlerRegistration {
     pub fn resync_period(&self) -> Duration {
         self.shared.resync_period()
     }
+
+    /// How many notifications this handler panicked on. Each such notification was logged
+    /// and skipped: the handler is not called with it again.
+    pub fn handler_panics(&self) -> u64 {
+        self.shared.panics()
+    }
 }
 
 impl HasSynced for HandlerRegistration {
@@ -171,6 +177,8 @@ struct Inner<K> {
     state: Mutex<State<K>>,
     /// The initial list has been applied to the store.
     synced: watch::Sender<bool>,
+    /// Notifications any handler panicked on.
+    handler_panics: Arc<std::sync::atomic::AtomicU64>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -241,6 +249,7 @@ where
                     reflector: None,
                 }),
                 synced: watch::Sender::new(false),
+                handler_panics: Arc::default(),
             }),
         }
     }
@@ -248,6 +257,14 @@ where
     /// The informer's name in logs.
     pub fn name(&self) -> &str {
         &self.inner.name
+    }
+
+    /// How many notifications its handlers panicked on, over all handlers ever added. Each
+    /// was logged and skipped (see the crate's guarantees).
+    pub fn handler_panics(&self) -> u64 {
+        self.inner
+            .handler_panics
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Adds a handler with the informer's default resync period; see
@@ -313,6 +330,7 @@ where
             effective,
             Instant::now(),
             inner.synced.subscribe(),
+            inner.handler_panics.clone(),
         );
         let registration = HandlerRegistration {
             shared: listener.shared.clone(),

@@ -963,6 +963,37 @@ async fn watch_started_at_rv_zero_does_not_propagate_synthetic_added_rvs() {
     task.await.unwrap().unwrap();
 }
 
+// A BOOKMARK without a resourceVersion carries nothing to resume from: it must neither
+// reset the last synced version nor reach the store.
+#[tokio::test(start_paused = true)]
+async fn bookmark_without_resource_version_is_ignored() {
+    let (tx, mut watchers) = mpsc::unbounded_channel();
+    let lw = ScriptedLw::new(|_| Ok(pod_list("5", None, vec![])), watch_via(tx));
+    let store = RecordingStore::new();
+    let r = reflector(&lw, &store, options(false));
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn({
+        let (r, cancel) = (r.clone(), cancel.clone());
+        async move { r.run(cancel).await }
+    });
+    let fw = watchers.recv().await.unwrap();
+    fw.add(pod("a", "10"));
+    fw.bookmark("");
+    fw.drained().await;
+    assert_eq!(r.last_sync_resource_version(), "10");
+    assert!(
+        !store.ops().iter().any(|op| matches!(op, Op::Bookmark(_))),
+        "{:?}",
+        store.ops()
+    );
+    // The next watch resumes from the last real version.
+    drop(fw);
+    let _next = watchers.recv().await.unwrap();
+    cancel.cancel();
+    task.await.unwrap();
+    assert_eq!(lw.watches()[1].resource_version.as_deref(), Some("10"));
+}
+
 #[tokio::test(start_paused = true)]
 async fn watch_expired_relists_from_last_resource_version() {
     let (tx, mut watchers) = mpsc::unbounded_channel();

@@ -130,7 +130,8 @@ impl LeaderCallbacks {
 /// [`renew_deadline`](Self::renew_deadline).
 #[derive(Clone)]
 pub struct LeaderElectionConfig {
-    /// How long others wait before taking over a lock that stopped changing (15 s).
+    /// How long others wait before taking over a lock that stopped changing (15 s). A
+    /// whole number of seconds, at least one: the Lease records it in seconds.
     pub lease_duration: Duration,
     /// How long the leader keeps retrying a renewal before it stops leading (10 s).
     pub renew_deadline: Duration,
@@ -185,10 +186,16 @@ impl LeaderElectionConfig {
     }
 
     /// Checks the timing and the lock identity the elector would run with: every duration
-    /// positive, `lease_duration > renew_deadline > 1.2 × retry_period`, identity non-empty.
+    /// positive, `lease_duration` a whole number of seconds (the Lease stores seconds),
+    /// `lease_duration > renew_deadline > 1.2 × retry_period`, identity non-empty.
     pub fn validate(&self, identity: &str) -> Result<(), ConfigError> {
         if self.lease_duration.is_zero() {
             return Err(ConfigError::LeaseDurationZero);
+        }
+        if self.lease_duration.subsec_nanos() != 0 {
+            return Err(ConfigError::LeaseDurationNotWholeSeconds {
+                lease_duration: self.lease_duration,
+            });
         }
         if self.renew_deadline.is_zero() {
             return Err(ConfigError::RenewDeadlineZero);
@@ -296,5 +303,26 @@ mod tests {
         let mut c = config();
         c.renew_deadline = Duration::from_millis(1201);
         assert_eq!(c.validate("baz"), Ok(()));
+    }
+
+    #[test]
+    fn lease_durations_must_be_whole_seconds() {
+        for lease_duration in [Duration::from_millis(500), Duration::from_millis(15_500)] {
+            let mut c = config();
+            c.lease_duration = lease_duration;
+            c.renew_deadline = Duration::from_millis(300);
+            c.retry_period = Duration::from_millis(100);
+            let err = c.validate("baz").unwrap_err();
+            assert_eq!(
+                err,
+                ConfigError::LeaseDurationNotWholeSeconds { lease_duration },
+                "{lease_duration:?}"
+            );
+            assert!(
+                err.to_string()
+                    .contains("whole number of seconds, at least 1s"),
+                "{err}"
+            );
+        }
     }
 }

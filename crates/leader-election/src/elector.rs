@@ -417,7 +417,13 @@ impl LeaderElector {
                 return false;
             }
         };
-        if !self.is_leader() {
+        // Decide on the record just read, not on the one observed before: another candidate
+        // may have taken the lock over since our last renewal, and the lock now carries that
+        // record's resourceVersion, so an update would blank the new holder's lease.
+        if current.holder_identity != self.identity() {
+            tracing::info!(namespace = %inner.namespace, name = %inner.name,
+                holder = %current.holder_identity, "lease is no longer ours; not releasing it");
+            self.set_observed(current);
             return true;
         }
         let mut attempt = 1;

@@ -418,6 +418,29 @@ async fn release_of_a_missing_lease_fails_and_of_a_foreign_lease_is_a_no_op() {
 }
 
 // TestReleaseRetriesOnConflict
+// Another candidate takes the lease over after our last renewal (our renewals failed and
+// the lease expired): the fresh read in release() shows the new holder, and release must
+// leave that lease alone even though the lock's resourceVersion would let the update through.
+#[tokio::test(start_paused = true)]
+async fn release_after_a_takeover_leaves_the_new_holders_lease_alone() {
+    let fake = FakeApi::new();
+    let h = Harness::new(&fake, ID, |_| {});
+    assert!(h.elector.try_once(&CancellationToken::new()).await);
+    assert!(h.elector.is_leader());
+    let mut lease: Lease = fake.object(Some(NS), NAME).unwrap();
+    lease.spec = Some(held_by("other", 15).to_lease_spec());
+    fake.add(&lease).unwrap();
+    fake.clear_actions();
+
+    assert!(h.elector.release().await);
+    assert_eq!(verbs(&fake), ["get"]);
+    let stored = stored(&fake);
+    assert_eq!(stored.holder_identity, "other");
+    assert_eq!(stored.lease_duration_seconds, 15);
+    assert_eq!(h.elector.get_leader(), "other");
+    assert!(!h.elector.is_leader());
+}
+
 #[tokio::test(start_paused = true)]
 async fn release_retries_on_conflict() {
     let fake = FakeApi::new();

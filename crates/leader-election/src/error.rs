@@ -10,6 +10,16 @@ pub enum ConfigError {
     /// `lease_duration` is zero.
     #[error("leaseDuration must be greater than zero")]
     LeaseDurationZero,
+    /// `lease_duration` is not a whole number of seconds: a Lease stores its duration in
+    /// whole seconds, so anything else would be written truncated (500 ms as 0).
+    #[error(
+        "leaseDuration must be a whole number of seconds, at least 1s, because the Lease \
+         records it in seconds (leaseDuration {lease_duration:?})"
+    )]
+    LeaseDurationNotWholeSeconds {
+        /// The configured lease duration.
+        lease_duration: Duration,
+    },
     /// `renew_deadline` is zero.
     #[error("renewDeadline must be greater than zero")]
     RenewDeadlineZero,

@@ -21,6 +21,7 @@ use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 
 use super::metrics::RestClientMetrics;
+use crate::error::Error;
 
 /// client-go's `DefaultQPS`: used when the configured QPS is zero.
 pub(crate) const DEFAULT_QPS: f32 = 5.0;
@@ -44,6 +45,22 @@ pub(crate) fn effective_limits(qps: f32, burst: u32) -> Option<(f32, u32)> {
     };
     let burst = if burst == 0 { DEFAULT_BURST } else { burst };
     (qps > 0.0).then_some((qps, burst))
+}
+
+/// Whether a limiter can be built for `qps` and `burst` (after [`effective_limits`]): the
+/// limiter counts in `u64` nanoseconds, so one token's period times the burst must fit.
+/// A QPS of 1e-30 (a period of 3e22 years) does not.
+pub(crate) fn check_limits(qps: f32, burst: u32) -> Result<(), Error> {
+    let Some((q, b)) = effective_limits(qps, burst) else {
+        return Ok(());
+    };
+    let refill_nanos = 1e9 / f64::from(q) * f64::from(b.max(1));
+    // Strictly below u64::MAX, with room for the limiter's own additions.
+    if refill_nanos.is_finite() && refill_nanos < (u64::MAX / 2) as f64 {
+        Ok(())
+    } else {
+        Err(Error::InvalidRateLimit { qps, burst: b })
+    }
 }
 
 /// A token bucket: `burst` tokens at the start, refilled at `qps` tokens per second.
@@ -81,15 +98,18 @@ impl TokenBucket {
 impl<C: Clock + Clone> TokenBucket<C> {
     /// A bucket on `clock`; tests pass governor's fake clock.
     ///
-    /// `qps` must be positive and `burst` non-zero (see [`effective_limits`]).
+    /// `qps` should be positive and `burst` non-zero (see [`effective_limits`]) and pass
+    /// [`check_limits`]; other values are clamped to the nearest limiter that can be built
+    /// (never a panic).
     pub(crate) fn with_clock(qps: f32, burst: u32, clock: C) -> Self {
-        assert!(qps > 0.0, "qps must be positive, got {qps}");
+        let burst_nz = NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN);
+        // The limiter multiplies the period by the burst in u64 nanoseconds.
+        let max_period = Duration::from_nanos(u64::MAX / 2 / u64::from(burst_nz.get()));
         // f64 keeps the period exact enough that qps = 1/1.031425 does not drift
         // (client-go's TestRatePrecisionBug).
         let period = Duration::try_from_secs_f64(1.0 / f64::from(qps))
-            .unwrap_or(Duration::MAX)
-            .max(Duration::from_nanos(1));
-        let burst_nz = NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN);
+            .unwrap_or(max_period)
+            .clamp(Duration::from_nanos(1), max_period);
         let quota = Quota::with_period(period)
             .expect("period is non-zero")
             .allow_burst(burst_nz);
@@ -254,6 +274,26 @@ mod tests {
         assert_eq!(effective_limits(0.0, 3), Some((5.0, 3)));
         assert_eq!(effective_limits(-1.0, 100), None);
         assert_eq!(effective_limits(50.0, 100), Some((50.0, 100)));
+    }
+
+    #[test]
+    fn tiny_qps_is_refused_and_never_panics() {
+        assert!(matches!(
+            check_limits(1e-30, 10),
+            Err(Error::InvalidRateLimit { burst: 10, .. })
+        ));
+        // The burst counts too: one token per 1000 s is fine for a small bucket only.
+        assert!(check_limits(1e-3, 10).is_ok());
+        assert!(check_limits(1e-3, u32::MAX).is_err());
+        // Defaulted and disabled limits are always fine.
+        assert!(check_limits(0.0, 0).is_ok());
+        assert!(check_limits(-1.0, u32::MAX).is_ok());
+        assert!(check_limits(f32::MAX, u32::MAX).is_ok());
+        // Built anyway (a caller that skipped the check): clamped, not a panic.
+        for (qps, burst) in [(1e-30, 10), (f32::MIN_POSITIVE, u32::MAX), (1e-3, u32::MAX)] {
+            let r = TokenBucket::with_clock(qps, burst, FakeRelativeClock::default());
+            assert!(r.try_accept());
+        }
     }
 
     // client-go flowcontrol TestBasicThrottle.

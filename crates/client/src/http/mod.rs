@@ -36,13 +36,14 @@ use http::header::{ACCEPT, CONTENT_TYPE, USER_AGENT};
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList;
 use k8s_openapi::apimachinery::pkg::version::Info;
-use kctrl_config::{Config, ConfigError, Transport};
+use kctrl_config::{Config, ConfigError, Transport, redacted_url};
 
 use self::flow_control::{Throttle, ThrottleContext};
 use self::framing::{DEFAULT_MAX_FRAME_SIZE, ErrorChain, watch_frames};
 use self::metrics::code_label;
 pub use self::metrics::{NoopRestClientMetrics, RestClientMetrics};
 use self::response::{JSON, check_watch_content_type, error_from_response};
+pub use self::retry::MAX_RETRY_AFTER;
 use self::retry::{
     AttemptResult, DEFAULT_MAX_RETRIES, RequestKind, Retrier, RetryAfter, TransportFailure,
 };
@@ -54,6 +55,15 @@ use crate::request::{ApiRequest, Operation};
 /// How much of a response that will be retried is read, so its connection can be reused
 /// (client-go reads 2 KiB too); the rest is dropped with the connection.
 const RETRIED_BODY_SLURP: usize = 2 << 10;
+
+/// The default limit on a successful (non-watch) response body: 1 GiB. A list larger than
+/// that should be read in pages (`limit`/`continue`, as informers do); the limit keeps a
+/// broken or hostile server from growing the process without bound.
+pub const DEFAULT_MAX_BODY_SIZE: usize = 1 << 30;
+
+/// The limit on a failure response's body: 1 MiB. A `Status` is a few hundred bytes; the
+/// API server truncates long messages well below this.
+pub const MAX_ERROR_BODY_SIZE: usize = 1 << 20;
 
 /// The HTTP [`Backend`]: one API server, one connection pool, one client-side rate limiter.
 ///
@@ -73,7 +83,8 @@ const RETRIED_BODY_SLURP: usize = 2 << 10;
 ///   stream just ends.
 /// * **Errors**: a failure response becomes [`Error::Api`] with the server's decoded
 ///   `Status`; a 401 also tells the transport to refresh its credentials before the next
-///   request. Errors name the method and URL, never credentials.
+///   request. Errors and logs name the method and URL, never credentials (a password in
+///   the server URL's userinfo is printed as `redacted`).
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), kctrl_client::Error> {
@@ -96,13 +107,14 @@ pub struct HttpBackend {
     timeout: Option<Duration>,
     user_agent: HeaderValue,
     max_frame_size: usize,
+    max_body_size: usize,
 }
 
 impl fmt::Debug for HttpBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The transport holds credentials: never print it.
         f.debug_struct("HttpBackend")
-            .field("server", &self.base.as_str())
+            .field("server", &redacted_url(&self.base))
             .field("rate_limit", &self.throttle.limits())
             .field("max_retries", &self.max_retries)
             .field("timeout", &self.timeout)
@@ -116,7 +128,8 @@ impl HttpBackend {
         let mut base = config.server.clone();
         if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
             return Err(Error::InvalidRequest(format!(
-                "server URL {base} must be an http:// or https:// URL"
+                "server URL {} must be an http:// or https:// URL",
+                redacted_url(&base)
             )));
         }
         base.set_query(None);
@@ -133,11 +146,12 @@ impl HttpBackend {
             None => HeaderValue::from_str(&default_user_agent())
                 .expect("the default user agent is ASCII"),
         };
+        flow_control::check_limits(config.qps, config.burst)?;
         let transport = Transport::new(&config)?;
         let metrics: Arc<dyn RestClientMetrics> = Arc::new(NoopRestClientMetrics);
         let throttle = Throttle::new(config.qps, config.burst, metrics.clone(), host.clone());
         tracing::debug!(
-            server = %base,
+            server = %redacted_url(&base),
             rate_limit = ?throttle.limits(),
             timeout = ?config.timeout,
             "created HTTP backend"
@@ -152,6 +166,7 @@ impl HttpBackend {
             timeout: config.timeout.filter(|t| !t.is_zero()),
             user_agent,
             max_frame_size: DEFAULT_MAX_FRAME_SIZE,
+            max_body_size: DEFAULT_MAX_BODY_SIZE,
         })
     }
 
@@ -162,11 +177,26 @@ impl HttpBackend {
         self
     }
 
+    /// Sets the largest successful (non-watch) response body read, in bytes (default
+    /// [`DEFAULT_MAX_BODY_SIZE`], 1 GiB); a larger one fails the request with
+    /// [`Error::BodyTooLarge`]. Failure bodies are limited to [`MAX_ERROR_BODY_SIZE`] (or
+    /// this, if smaller); watch events have their own per-event limit.
+    pub fn with_max_body_size(mut self, bytes: usize) -> Self {
+        self.max_body_size = bytes;
+        self
+    }
+
     /// Sends measurements to `metrics` instead of discarding them.
     pub fn with_metrics(mut self, metrics: Arc<dyn RestClientMetrics>) -> Self {
         self.throttle.set_metrics(metrics.clone());
         self.metrics = metrics;
         self
+    }
+
+    /// Whether a backend can be built with this QPS and burst (as [`HttpBackend::new`]
+    /// checks): [`Error::InvalidRateLimit`] when the QPS is too small for the limiter.
+    pub fn check_rate_limit(qps: f32, burst: u32) -> Result<(), Error> {
+        flow_control::check_limits(qps, burst)
     }
 
     /// The server's base URL.
@@ -289,9 +319,12 @@ impl HttpBackend {
             let status = resp.status();
             self.after_attempt(p, st, Some(status), started);
             if status.is_success() {
-                match resp.bytes().await {
+                match read_limited(resp, self.max_body_size).await {
                     Ok(body) => return Ok(body),
-                    Err(e) => {
+                    Err(ReadError::TooLarge) => {
+                        return Err(p.body_too_large(status, self.max_body_size));
+                    }
+                    Err(ReadError::Transport(e)) => {
                         // The connection failed mid-body: for a GET this is as retryable
                         // as a failure before the response.
                         self.on_transport_error(p, st, e)?;
@@ -410,9 +443,11 @@ impl HttpBackend {
             st.retry(retry, error_from_response(status, &headers, &body).into());
             return Ok(());
         }
-        match resp.bytes().await {
+        let limit = MAX_ERROR_BODY_SIZE.min(self.max_body_size);
+        match read_limited(resp, limit).await {
             Ok(body) => Err(error_from_response(status, &headers, &body).into()),
-            Err(e) => Err(p.transport_error(e)),
+            Err(ReadError::TooLarge) => Err(p.body_too_large(status, limit)),
+            Err(ReadError::Transport(e)) => Err(p.transport_error(e)),
         }
     }
 
@@ -565,7 +600,7 @@ fn default_user_agent() -> String {
 struct Prepared {
     method: Method,
     url: ::url::Url,
-    /// `url` as a string, for errors and logs.
+    /// `url` as a string, for errors and logs (a password in it redacted).
     url_str: String,
     body: Option<(Bytes, &'static str)>,
     kind: RequestKind,
@@ -581,7 +616,7 @@ impl Prepared {
         kind: RequestKind,
     ) -> Self {
         Self {
-            url_str: url.to_string(),
+            url_str: redacted_url(&url),
             method,
             url,
             body,
@@ -604,6 +639,18 @@ impl Prepared {
             url: self.url_str.clone(),
             // The URL is already in our message.
             source: Box::new(e.without_url()),
+        }
+    }
+
+    fn body_too_large(&self, status: StatusCode, limit: usize) -> Error {
+        Error::BodyTooLarge {
+            what: format!(
+                "body of the HTTP {} response to {} {}",
+                status.as_u16(),
+                self.method,
+                self.url_str
+            ),
+            limit,
         }
     }
 
@@ -675,6 +722,46 @@ impl RetryState {
     }
 }
 
+/// Why [`read_limited`] returned no body.
+enum ReadError {
+    /// The body is longer than the limit.
+    TooLarge,
+    /// The connection failed mid-body.
+    Transport(reqwest::Error),
+}
+
+/// Reads a whole body of at most `limit` bytes; stops reading as soon as the body (or its
+/// announced length) exceeds the limit.
+async fn read_limited(mut resp: reqwest::Response, limit: usize) -> Result<Bytes, ReadError> {
+    let announced = resp.content_length();
+    if announced.is_some_and(|n| n > limit as u64) {
+        return Err(ReadError::TooLarge);
+    }
+    let mut first: Option<Bytes> = None;
+    let mut body: Vec<u8> = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(ReadError::Transport)? {
+        let read = first.as_ref().map_or(0, Bytes::len) + body.len();
+        if read + chunk.len() > limit {
+            return Err(ReadError::TooLarge);
+        }
+        // A body in one chunk (the common case) is returned without a copy.
+        match first.take() {
+            None if body.is_empty() => first = Some(chunk),
+            Some(f) => {
+                let capacity = announced.map_or(0, |n| usize::try_from(n).unwrap_or(0));
+                body.reserve(capacity.max(f.len() + chunk.len()));
+                body.extend_from_slice(&f);
+                body.extend_from_slice(&chunk);
+            }
+            None => body.extend_from_slice(&chunk),
+        }
+    }
+    Ok(match first {
+        Some(f) => f,
+        None => Bytes::from(body),
+    })
+}
+
 /// Reads up to `limit` bytes of a body that will be discarded.
 async fn slurp(mut resp: reqwest::Response, limit: usize) -> Vec<u8> {
     let mut body = Vec::new();
@@ -719,6 +806,27 @@ mod tests {
         assert_eq!(b.host, "127.0.0.1:1");
         config.qps = -1.0;
         assert_eq!(HttpBackend::new(config).unwrap().rate_limit(), None);
+    }
+
+    #[test]
+    fn new_refuses_a_rate_limit_it_cannot_build() {
+        let mut config = Config::new("http://127.0.0.1:1/".parse().unwrap());
+        config.qps = 1e-30;
+        let err = HttpBackend::new(config).unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidRateLimit { burst: 10, .. }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("QPS 1e-30 with burst 10"), "{err}");
+    }
+
+    #[test]
+    fn passwords_in_the_server_url_are_not_printed() {
+        let config = Config::new("https://alice:hunter2@127.0.0.1:1/".parse().unwrap());
+        let b = HttpBackend::new(config).unwrap();
+        let debug = format!("{b:?}");
+        assert!(!debug.contains("hunter2"), "{debug}");
+        assert!(debug.contains("alice:redacted@127.0.0.1:1"), "{debug}");
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //!   failure: the server may have acted on them.
 //!
 //! At most `max_retries` retries follow the first attempt (client-go's default: 10). Before
-//! each retry the caller sleeps the `Retry-After` delay and then takes a rate-limiter token.
+//! each retry the caller sleeps the `Retry-After` delay (at most [`MAX_RETRY_AFTER`], 60 s)
+//! and then takes a rate-limiter token.
 
 use std::error::Error as StdError;
 use std::io;
@@ -24,6 +25,13 @@ pub(crate) const DEFAULT_MAX_RETRIES: u32 = 10;
 
 /// The delay used for retryable transport failures (client-go's synthetic `Retry-After: 1`).
 const TRANSPORT_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// The longest a server's `Retry-After` is obeyed: a larger value is waited as this long.
+/// Without a cap a broken or hostile server (`Retry-After: 86400`) could park a request, and
+/// the worker waiting on it, for as long as it likes; API Priority and Fairness asks for one
+/// second or so. (client-go sleeps whatever the header says; a request timeout, when set,
+/// still bounds the whole request either way.)
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// The header in which API Priority and Fairness names the flow schema that rejected a
 /// request; quoted in the retry reason of a 429.
@@ -97,7 +105,8 @@ impl Retrier {
                 })
             }
             AttemptResult::Response { status, headers } => {
-                let seconds = check_wait(status, headers)?;
+                let asked = check_wait(status, headers)?;
+                let seconds = asked.min(MAX_RETRY_AFTER.as_secs());
                 let cause = if status == StatusCode::TOO_MANY_REQUESTS {
                     let uid = headers
                         .get(FLOW_SCHEMA_UID_HEADER)
@@ -253,6 +262,18 @@ mod tests {
             status: StatusCode::from_u16(status).unwrap(),
             headers: h,
         }
+    }
+
+    #[test]
+    fn retry_after_waits_are_capped() {
+        let long = headers(&[("retry-after", "86400")]);
+        let mut r = Retrier::new(3);
+        let retry = r.is_next_retry(&response(503, &long)).unwrap();
+        assert_eq!(retry.wait, MAX_RETRY_AFTER);
+        assert_eq!(retry.reason, "retry 1 after 60s: HTTP 503");
+        let just = headers(&[("retry-after", "60")]);
+        let retry = r.is_next_retry(&response(429, &just)).unwrap();
+        assert_eq!(retry.wait, Duration::from_secs(60));
     }
 
     // Port of client-go TestIsNextRetry.

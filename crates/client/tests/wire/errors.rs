@@ -110,6 +110,32 @@ async fn unauthorized_is_returned_not_retried() {
 }
 
 #[tokio::test]
+async fn transport_errors_do_not_print_a_password_in_the_server_url() {
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let config =
+        kctrl_client::config::Config::new(format!("http://alice:hunter2@{addr}").parse().unwrap());
+    let backend = kctrl_client::HttpBackend::new(config).unwrap();
+    assert!(!format!("{backend:?}").contains("hunter2"));
+    let pods: Api<Pod> = Api::namespaced(client(backend), "ns");
+    let err = pods.get("p").await.unwrap_err();
+    for text in [err.to_string(), format!("{err:?}")] {
+        assert!(!text.contains("hunter2"), "{text}");
+    }
+    match &err {
+        Error::Transport { url, .. } => {
+            assert_eq!(
+                url,
+                &format!("http://alice:redacted@{addr}/api/v1/namespaces/ns/pods/p")
+            );
+        }
+        other => panic!("expected a transport error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
 async fn connection_refused_is_a_transport_error_naming_the_url() {
     // Bind and release a port so nothing listens on it.
     let addr = std::net::TcpListener::bind("127.0.0.1:0")
@@ -214,4 +240,78 @@ async fn timeout_during_a_retry_delay_keeps_the_servers_error() {
         "{err}"
     );
     assert_eq!(server.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn oversized_bodies_fail_with_the_limit_named() {
+    use crate::server::AfterChunks;
+    use bytes::Bytes;
+
+    // A successful body announced larger than the limit.
+    let big = "x".repeat(2048);
+    let server = TestServer::start([Reply::text(200, &big)]).await;
+    let backend = unlimited(&server).with_max_body_size(1024);
+    let pods: Api<Pod> = Api::namespaced(client(backend), "ns");
+    let err = pods.get("p").await.unwrap_err();
+    match &err {
+        Error::BodyTooLarge { what, limit } => {
+            assert_eq!(*limit, 1024);
+            assert!(what.contains("HTTP 200 response to GET"), "{what}");
+        }
+        other => panic!("expected BodyTooLarge, got {other:?}"),
+    }
+    assert!(
+        err.to_string().contains("exceeds the limit of 1024 bytes"),
+        "{err}"
+    );
+
+    // A chunked body that never ends: reading stops at the limit instead of forever.
+    let server = TestServer::start([Reply::Chunks {
+        status: 200,
+        headers: vec![("content-type", "application/json".to_owned())],
+        chunks: vec![Bytes::from(vec![b' '; 700]), Bytes::from(vec![b' '; 700])],
+        then: AfterChunks::Hang,
+    }])
+    .await;
+    let backend = unlimited(&server).with_max_body_size(1024);
+    let pods: Api<Pod> = Api::namespaced(client(backend), "ns");
+    let err = tokio::time::timeout(Duration::from_secs(30), pods.get("p"))
+        .await
+        .expect("the read stops at the limit")
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::BodyTooLarge { limit: 1024, .. }),
+        "{err:?}"
+    );
+
+    // A failure body over 1 MiB.
+    let huge = "y".repeat(kctrl_client::MAX_ERROR_BODY_SIZE + 1);
+    let server = TestServer::start([Reply::text(500, &huge)]).await;
+    let pods: Api<Pod> = Api::namespaced(client(unlimited(&server)), "ns");
+    let err = pods.get("p").await.unwrap_err();
+    match &err {
+        Error::BodyTooLarge { what, limit } => {
+            assert_eq!(*limit, kctrl_client::MAX_ERROR_BODY_SIZE);
+            assert!(what.contains("HTTP 500"), "{what}");
+        }
+        other => panic!("expected BodyTooLarge, got {other:?}"),
+    }
+
+    // Bodies at the limit, in one piece or several, are read whole.
+    let server = TestServer::start([Reply::Chunks {
+        status: 200,
+        headers: vec![("content-type", "application/json".to_owned())],
+        chunks: vec![
+            Bytes::from_static(br#"{"kind": "Pod", "apiVersion": "v1", "#),
+            Bytes::from_static(br#""metadata": {"name": "p"}}"#),
+        ],
+        then: AfterChunks::End,
+    }])
+    .await;
+    let backend = unlimited(&server).with_max_body_size(62);
+    let pods: Api<Pod> = Api::namespaced(client(backend), "ns");
+    assert_eq!(
+        pods.get("p").await.unwrap().metadata.name.as_deref(),
+        Some("p")
+    );
 }

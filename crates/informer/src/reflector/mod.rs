@@ -715,6 +715,12 @@ where
                     sink.delete(self.admit(obj));
                     rv
                 }
+                WatchEvent::Bookmark(bookmark) if bookmark.resource_version.is_empty() => {
+                    // Nothing to resume from: keep the last synced version (client-go
+                    // ignores such a bookmark too) and tell the store nothing.
+                    log!(debug, self, "ignoring a bookmark without a resourceVersion");
+                    continue;
+                }
                 WatchEvent::Bookmark(bookmark) => {
                     past_added = true;
                     initial_events_end = bookmark.is_initial_events_end();
