@@ -471,11 +471,9 @@ async fn mass_pod_deletion_of_a_recreate_deployment_lists_a_bounded_number_of_ti
     f.fake.clear_actions();
     // The informer removes each Pod from the cache, then tells the handler.
     for (i, pod) in pods.iter().enumerate() {
-        f.pods.remove_object(pod);
-        ResourceEventHandler::<Pod>::on_delete(
-            &handlers,
-            &DeletedObject::Known(Arc::new(pod.clone())),
-        );
+        let pod = PodView::from(pod);
+        f.pods.remove_object(&pod);
+        ResourceEventHandler::<PodView>::on_delete(&handlers, &DeletedObject::Known(Arc::new(pod)));
         if i == 499 {
             // Let the checks started so far run against a half-empty cache.
             tokio::task::yield_now().await;
