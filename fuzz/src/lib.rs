@@ -17,6 +17,7 @@
 pub mod exec_credential;
 pub mod go_duration;
 pub mod int_or_percent;
+mod json;
 pub mod kubeconfig;
 pub mod label_selector;
 pub mod status;

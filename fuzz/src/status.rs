@@ -20,6 +20,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kctrl_client::fuzzing::error_from_response;
 use kctrl_client::{ApiError, Error};
 
+use crate::json::top_level_fields;
+
 const CODES: [u16; 8] = [400, 404, 409, 410, 418, 422, 429, 503];
 
 /// The property function.
@@ -99,10 +101,13 @@ fn check_classifiers(err: &ApiError) {
     }
 }
 
-/// What the body means as a Status: an object whose `kind` is `Status`.
+/// What the body means as a Status: an object with one `kind`, and that is `Status`.
 fn decode_status(body: &[u8]) -> Option<Status> {
-    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
-    if value.get("kind")?.as_str()? != "Status" {
+    let fields = top_level_fields(body)?;
+    let [kind] = fields.get("kind")?.as_slice() else {
+        return None;
+    };
+    if serde_json::from_str::<String>(kind.get()).ok()? != "Status" {
         return None;
     }
     serde_json::from_slice(body).ok()
