@@ -7,6 +7,7 @@ mod cluster;
 mod controller_process;
 mod demo;
 mod e2e;
+mod fuzz;
 mod test;
 
 #[derive(Parser)]
@@ -26,6 +27,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// The end-to-end suite against a real cluster.
     E2e(e2e::E2eArgs),
+    /// Builds the fuzz targets in fuzz/ with libFuzzer and runs each for a while.
+    Fuzz(fuzz::FuzzArgs),
     /// The whole test suite, as README.md and CI run it.
     Test(test::TestArgs),
 }
@@ -36,6 +39,7 @@ fn main() -> anyhow::Result<()> {
         Command::Cluster(args) => cluster::run(args),
         Command::Demo(args) => demo::run(args),
         Command::E2e(args) => e2e::run(args),
+        Command::Fuzz(args) => fuzz::run(args),
         Command::Test(args) => test::run(args),
     }
 }

@@ -1,7 +1,13 @@
 //! `cargo xtask test`: the project's whole test suite, as README.md and CI run it.
 //!
-//! Unit, wire-level and doc tests of every crate, then the end-to-end suite against the local
-//! control plane (`cargo xtask e2e`, which builds the control plane on first use).
+//! Unit, wire-level and doc tests of every crate (kctrl-fuzz's replay every fuzz seed and
+//! regression through the targets' properties), optionally a short coverage-guided run of each
+//! fuzz target (`--fuzz-seconds`), then the end-to-end suite against the local control plane
+//! (`cargo xtask e2e`, which builds the control plane on first use).
+//!
+//! The fuzz run is off by default: its instrumented release build costs about 15 CPU-minutes
+//! from a cold cache (about 8 minutes on 2 idle cores), which CI, starting from a fresh clone,
+//! would pay on every run for a few seconds of fuzzing. See docs/reliability.md.
 
 use std::process::Command;
 
@@ -13,6 +19,10 @@ pub(crate) struct TestArgs {
     /// Skip the end-to-end suite (no Go toolchain or control plane needed).
     #[arg(long)]
     no_e2e: bool,
+    /// Also fuzz each target for this many seconds (`cargo xtask fuzz`); 0, the default,
+    /// skips it (the unit tests still replay every seed and regression).
+    #[arg(long, default_value_t = 0, value_name = "SECONDS")]
+    fuzz_seconds: u64,
     /// End-to-end options.
     #[command(flatten)]
     e2e: crate::e2e::E2eArgs,
@@ -28,6 +38,12 @@ pub(crate) fn run(args: TestArgs) -> anyhow::Result<()> {
         "--all-targets",
     ])?;
     cargo(&["test", "--workspace", "--exclude", "kctrl-e2e", "--doc"])?;
+    if args.fuzz_seconds > 0 {
+        crate::fuzz::run(crate::fuzz::FuzzArgs {
+            targets: Vec::new(),
+            seconds: args.fuzz_seconds,
+        })?;
+    }
     if args.no_e2e {
         eprintln!("==> --no-e2e: skipping the end-to-end suite");
         return Ok(());

@@ -167,7 +167,13 @@ impl fmt::Display for Requirement {
                     "notin"
                 };
                 let vals: Vec<&str> = self.values.iter().map(String::as_str).collect();
-                write!(f, "{} {word} ({})", self.key, vals.join(","))
+                // The set holding only "" is written `(,)`: `()` would read as no values.
+                let list = if vals == [""] {
+                    ",".to_owned()
+                } else {
+                    vals.join(",")
+                };
+                write!(f, "{} {word} ({list})", self.key)
             }
         }
     }
@@ -524,6 +530,22 @@ mod tests {
             let sel = Selector::parse(input).unwrap_or_else(|e| panic!("{input:?}: {e}"));
             assert_eq!(sel.to_string(), canonical, "input {input:?}");
         }
+    }
+
+    // Found by the label_selector fuzz target (fuzz/regressions/label_selector/): a value set
+    // of only the empty string was written `()`, which does not parse.
+    #[test]
+    fn only_empty_values_round_trip() {
+        for input in ["mw in (,,,,,,,,,,,),!Y", "x in (,)", "x notin (,)"] {
+            let sel = Selector::parse(input).unwrap();
+            let canonical = sel.to_string();
+            assert_eq!(
+                Selector::parse(&canonical),
+                Ok(sel),
+                "{input:?} -> {canonical:?}"
+            );
+        }
+        assert_eq!(Selector::parse("x in (,)").unwrap().to_string(), "x in (,)");
     }
 
     #[test]

@@ -32,6 +32,9 @@
 mod api;
 mod backend;
 mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod http;
 pub mod labels;
 mod metadata;

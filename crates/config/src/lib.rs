@@ -113,6 +113,9 @@
 pub mod auth;
 mod config;
 mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod incluster;
 mod infer;
 pub mod kubeconfig;

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
+use kctrl_deployment_controller::duration::parse_go_duration;
 
 /// The Kubernetes Deployment controller, standalone (kube-controller-manager's
 /// deployment-controller).
@@ -95,52 +96,6 @@ pub(crate) struct Flags {
     pub(crate) verbosity: u8,
 }
 
-/// Parses a Go `time.Duration` string: a sequence of decimal numbers, each with an optional
-/// fraction and a unit (`ns`, `us`, `µs`, `ms`, `s`, `m`, `h`), e.g. `15s`, `1m30s`, `1.5h`,
-/// `250ms`; `0` alone is also accepted. Negative durations are refused.
-pub(crate) fn parse_go_duration(text: &str) -> Result<Duration, String> {
-    let invalid = || format!("invalid duration {text:?} (expected e.g. 15s, 1m30s, 250ms)");
-    if text == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if text.is_empty() || text.starts_with('-') {
-        return Err(invalid());
-    }
-    let rest = text.strip_prefix('+').unwrap_or(text);
-    let mut total = 0f64;
-    let mut rest = rest;
-    if rest.is_empty() {
-        return Err(invalid());
-    }
-    while !rest.is_empty() {
-        let number_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let number = &rest[..number_len];
-        if number.is_empty() || number == "." || number.matches('.').count() > 1 {
-            return Err(invalid());
-        }
-        let value: f64 = number.parse().map_err(|_| invalid())?;
-        rest = &rest[number_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let seconds_per_unit = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            "" => return Err(format!("{}: missing unit", invalid())),
-            unit => return Err(format!("{}: unknown unit {unit:?}", invalid())),
-        };
-        total += value * seconds_per_unit;
-        rest = &rest[unit_len..];
-    }
-    Duration::try_from_secs_f64(total).map_err(|_| invalid())
-}
-
 /// A lease duration: a Go duration that is a whole number of seconds, at least one (the
 /// Lease stores `leaseDurationSeconds`, so 500ms or 1.5s could only be written truncated).
 pub(crate) fn parse_lease_duration(text: &str) -> Result<Duration, String> {
@@ -157,34 +112,6 @@ pub(crate) fn parse_lease_duration(text: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn go_durations() {
-        let cases = [
-            ("15s", Duration::from_secs(15)),
-            ("1m30s", Duration::from_secs(90)),
-            ("1.5h", Duration::from_secs(5400)),
-            ("250ms", Duration::from_millis(250)),
-            ("10us", Duration::from_micros(10)),
-            ("10µs", Duration::from_micros(10)),
-            ("7ns", Duration::from_nanos(7)),
-            ("0", Duration::ZERO),
-            ("+2s", Duration::from_secs(2)),
-            ("1h2m3s", Duration::from_secs(3723)),
-        ];
-        for (text, want) in cases {
-            let got = parse_go_duration(text).unwrap();
-            let diff = got.abs_diff(want);
-            assert!(
-                diff < Duration::from_nanos(2),
-                "{text}: {got:?} != {want:?}"
-            );
-        }
-        for bad in ["", "15", "s", "-1s", "1.2.3s", "5d", "1m30", ".s", "+"] {
-            let err = parse_go_duration(bad).unwrap_err();
-            assert!(err.contains(&format!("{bad:?}")), "{bad}: {err}");
-        }
-    }
 
     #[test]
     fn defaults_match_kube_controller_manager() {

@@ -19,9 +19,9 @@
 
 mod discovery;
 mod flow_control;
-mod framing;
+pub(crate) mod framing;
 mod metrics;
-mod response;
+pub(crate) mod response;
 mod retry;
 mod url;
 

@@ -283,10 +283,10 @@ impl ExecAuthenticator {
 }
 
 /// What a successful run produced.
-struct PluginStatus {
-    token: Option<Secret<String>>,
-    identity: Option<ClientIdentity>,
-    expires: Option<SystemTime>,
+pub(crate) struct PluginStatus {
+    pub(crate) token: Option<Secret<String>>,
+    pub(crate) identity: Option<ClientIdentity>,
+    pub(crate) expires: Option<SystemTime>,
 }
 
 async fn run_plugin(
@@ -378,7 +378,7 @@ struct StatusOutput {
     expiration_timestamp: Option<String>,
 }
 
-fn parse_output(
+pub(crate) fn parse_output(
     command: &str,
     api_version: ExecApiVersion,
     stdout: &[u8],

@@ -1,0 +1,4 @@
+//! Fuzz target `status`: see `kctrl_fuzz::status` for the properties checked.
+#![cfg_attr(fuzzing, no_main)]
+
+kctrl_fuzz::fuzz_target!(kctrl_fuzz::status::check);
