@@ -286,8 +286,10 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
     let audit_log = dir.join("audit.log");
     let _ = fs::remove_file(&audit_log);
 
-    // Room for every Pod: a KWOK node takes 110. Phase c peaks at 8 replicas plus surge.
-    let pods = at_rest * REPLICAS as usize + sizes.iter().max().copied().unwrap_or(0) * 10 + 100;
+    // Room for every Pod: a KWOK node takes 110. Phase c peaks at 8 replicas plus surge; the
+    // at-rest Pods come after the last round's namespace is gone.
+    let pods =
+        (at_rest * REPLICAS as usize + 10).max(sizes.iter().max().copied().unwrap_or(0) * 10) + 100;
     let nodes = pods.div_ceil(110).max(3);
     eprintln!("starting cluster '{}' with {nodes} KWOK nodes…", args.name);
     // A cluster of this name from an earlier run lacks this run's audit log: start afresh.
@@ -318,14 +320,22 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
         phase_timeout: Duration::from_secs(args.phase_timeout_secs),
         peak_reset_works: std::sync::atomic::AtomicBool::new(true),
     };
-    let result = (|| -> Result<Vec<PhaseRun>> {
+    let mut runs = Vec::new();
+    let result = (|| -> Result<()> {
         crate::e2e::grant_deploy_rbac(&env.info.kubectl, &env.info.admin_kubeconfig)?;
         check_cluster_kcm(&env)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()?;
-        runtime.block_on(measure(&env, &sizes, at_rest, rounds, args.settle_secs))
+        runtime.block_on(measure(
+            &env,
+            &sizes,
+            at_rest,
+            rounds,
+            args.settle_secs,
+            &mut runs,
+        ))
     })();
     let machine = machine.finish();
     if !args.keep {
@@ -337,8 +347,8 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
             eprintln!("  stopping the cluster failed: {e:#}");
         }
     }
-    let runs = result?;
     if args.callgrind {
+        result?;
         eprintln!(
             "callgrind output in {}: callgrind_annotate --inclusive=yes <file>",
             env.dir.display()
@@ -356,7 +366,11 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
             .peak_reset_works
             .load(std::sync::atomic::Ordering::Relaxed),
         cluster_kcm_qps: CLUSTER_KCM_QPS,
+        incomplete: result.as_ref().err().map(|e| format!("{e:#}")),
     };
+    if runs.is_empty() {
+        return result;
+    }
     let text = report::text(&runs, &settings);
     println!("{text}");
     if !args.no_doc {
@@ -370,7 +384,7 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
         .with_context(|| format!("writing {}", doc.display()))?;
         eprintln!("wrote {}", doc.display());
     }
-    Ok(())
+    result
 }
 
 fn command_works(program: &str, args: &[&str]) -> bool {
@@ -625,7 +639,13 @@ impl Controller {
     fn stop(mut self, env: &Env) -> Result<()> {
         eprintln!("==> stopping {} (pid {})", self.side.slug(), self.pid());
         if self.child.try_wait()?.is_none() {
-            process::stop_all(&[self.record], &[], STOP_GRACE)?;
+            // valgrind writes its profile at exit: give it time.
+            let grace = if env.callgrind {
+                Duration::from_secs(300)
+            } else {
+                STOP_GRACE
+            };
+            process::stop_all(&[self.record], &[], grace)?;
         }
         self.child.wait()?;
         let _ = fs::remove_file(self.log.with_extension("pid"));
@@ -714,7 +734,8 @@ async fn measure(
     at_rest: usize,
     rounds: usize,
     settle_secs: u64,
-) -> Result<Vec<PhaseRun>> {
+    runs: &mut Vec<PhaseRun>,
+) -> Result<()> {
     let mut config = kctrl_config::Config::from_flags(
         Some(&env.info.admin_kubeconfig),
         None,
@@ -723,7 +744,6 @@ async fn measure(
     .context("loading the admin kubeconfig")?;
     config.qps = -1.0;
     let client = Client::try_from_config(config)?;
-    let mut runs = Vec::new();
     let sides: Vec<Side> = if env.callgrind {
         vec![Side::Ours]
     } else {
@@ -757,9 +777,9 @@ async fn measure(
         }
     }
     if at_rest > 0 {
-        runs.extend(measure_at_rest(env, &client, at_rest, rounds, settle_secs).await?);
+        measure_at_rest(env, &client, at_rest, rounds, settle_secs, runs).await?;
     }
-    Ok(runs)
+    Ok(())
 }
 
 /// Phases a-d for one side in a fresh namespace.
@@ -892,7 +912,8 @@ async fn measure_at_rest(
     m: usize,
     rounds: usize,
     settle_secs: u64,
-) -> Result<Vec<PhaseRun>> {
+    runs: &mut Vec<PhaseRun>,
+) -> Result<()> {
     let namespace = format!("{NAMESPACE_PREFIX}-rest-{m}");
     create_namespace(client, &namespace).await?;
     let api = Api::<Deployment>::namespaced(client.clone(), &namespace);
@@ -925,7 +946,6 @@ async fn measure_at_rest(
     setup.stop(env)?;
 
     let replica_sets = Api::<ReplicaSet>::namespaced(client.clone(), &namespace);
-    let mut runs = Vec::new();
     for round in 0..rounds {
         for side in Side::order(round) {
             let index = (round * 2 + side as usize) % m;
@@ -1007,7 +1027,7 @@ async fn measure_at_rest(
             c.stop(env)?;
         }
     }
-    Ok(runs)
+    Ok(())
 }
 
 fn name(i: usize) -> String {

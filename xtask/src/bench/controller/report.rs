@@ -23,6 +23,8 @@ pub(super) struct Settings {
     /// Whether VmHWM could be reset per phase (`/proc/<pid>/clear_refs`).
     pub(super) peak_reset: bool,
     pub(super) cluster_kcm_qps: (u32, u32),
+    /// Why the run stopped early, if it did (the report then holds what was measured).
+    pub(super) incomplete: Option<String>,
 }
 
 /// The machine and its load.
@@ -381,6 +383,14 @@ pub(super) fn markdown(
         }
     );
 
+    if let Some(why) = &settings.incomplete {
+        let _ = writeln!(
+            out,
+            "**Incomplete run**: it stopped with `{}`; the tables hold what was measured before.\n",
+            why.replace('`', "'").replace('\n', " ")
+        );
+    }
+
     // Targets first.
     let _ = writeln!(out, "## Targets (ours / upstream)\n");
     let _ = writeln!(out, "| workload | measure | ratio | target | |");
@@ -595,6 +605,7 @@ mod tests {
             nodes: 3,
             peak_reset: true,
             cluster_kcm_qps: (200, 400),
+            incomplete: None,
         }
     }
 
