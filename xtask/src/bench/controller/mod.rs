@@ -714,7 +714,8 @@ fn audit_since(env: &Env, from: u64, user: &str) -> Result<Counts> {
 /// Readings at a phase boundary.
 struct Probe {
     cpu: CpuTicks,
-    client: Counts,
+    /// `None` when the controller's /metrics could not be read (reported, not fatal).
+    client: Option<Counts>,
     apiserver: Counts,
     audit_offset: u64,
 }
@@ -722,7 +723,10 @@ struct Probe {
 fn probe(env: &Env, c: &Controller) -> Result<Probe> {
     Ok(Probe {
         cpu: c.usage()?.0,
-        client: c.client_requests()?,
+        client: c
+            .client_requests()
+            .map_err(|e| eprintln!("  warning: {} /metrics: {e:#}", c.side.slug()))
+            .ok(),
         apiserver: apiserver_requests(env)?,
         audit_offset: audit_len(env),
     })
@@ -893,7 +897,10 @@ async fn run_round(
             cpu: after.cpu.since(before.cpu).seconds(env.ticks_per_second),
             peak_rss: memory.peak,
             steady_rss: memory.rss,
-            client: parse::delta(&before.client, &after.client),
+            client: match (&before.client, &after.client) {
+                (Some(b), Some(a)) => parse::delta(b, a),
+                _ => Counts::new(),
+            },
             audit: audit_since(env, before.audit_offset, side.user())?,
             apiserver: parse::delta(&before.apiserver, &after.apiserver),
             synced: None,
@@ -996,7 +1003,10 @@ async fn measure_at_rest(
             }
             tokio::time::sleep(Duration::from_secs(settle_secs)).await;
             let (cpu, memory) = c.usage()?;
-            let client_requests = c.client_requests()?;
+            let client_requests = c
+                .client_requests()
+                .map_err(|e| eprintln!("  warning: {} /metrics: {e:#}", side.slug()))
+                .unwrap_or_default();
             let api_after = apiserver_requests(env)?;
             let wall = c.spawned.elapsed().as_secs_f64();
             runs.push(PhaseRun {
@@ -1225,4 +1235,78 @@ where
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn audit_policy_records_only_the_two_controller_identities() {
+        let policy: serde_yaml_ng::Value = serde_yaml_ng::from_str(&audit_policy()).unwrap();
+        assert_eq!(policy["kind"], "Policy");
+        assert_eq!(policy["apiVersion"], "audit.k8s.io/v1");
+        let rules = policy["rules"].as_sequence().unwrap();
+        assert_eq!(rules.len(), 2);
+        assert_eq!(rules[0]["level"], "Metadata");
+        let users: Vec<&str> = rules[0]["users"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|u| u.as_str().unwrap())
+            .collect();
+        assert_eq!(users, [OURS_USER, UPSTREAM_USER]);
+        assert_eq!(rules[1]["level"], "None");
+        let omitted = policy["omitStages"].as_sequence().unwrap();
+        assert!(omitted.iter().any(|s| s == "ResponseStarted"));
+    }
+
+    #[test]
+    fn sides_alternate_by_round() {
+        assert_eq!(Side::order(0), [Side::Ours, Side::Upstream]);
+        assert_eq!(Side::order(1), [Side::Upstream, Side::Ours]);
+        assert_eq!(Side::order(2), [Side::Ours, Side::Upstream]);
+    }
+
+    #[test]
+    fn arguments_parse() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: ControllerArgs,
+        }
+        let cli = Cli::try_parse_from([
+            "x",
+            "--deployments",
+            "100,500",
+            "--at-rest",
+            "0",
+            "--rounds",
+            "2",
+        ])
+        .unwrap();
+        assert_eq!(cli.args.deployments, [100, 500]);
+        assert_eq!(cli.args.at_rest, Some(0));
+        assert_eq!(cli.args.rounds, Some(2));
+        assert_eq!(cli.args.name, "bench-controller");
+        assert!(Cli::try_parse_from(["x", "--deployments", "many"]).is_err());
+    }
+
+    #[test]
+    fn workload_objects() {
+        let d = deployment(7).unwrap();
+        assert_eq!(d.metadata.name.as_deref(), Some("d-0007"));
+        let spec = d.spec.unwrap();
+        assert_eq!(spec.replicas, Some(REPLICAS));
+        assert_eq!(
+            spec.selector.match_labels.unwrap()["app"],
+            "d-0007".to_string()
+        );
+        let patch = image_patch("b");
+        assert_eq!(
+            patch["spec"]["template"]["spec"]["containers"][0]["image"],
+            "registry.k8s.io/pause:b"
+        );
+    }
 }

@@ -300,11 +300,11 @@ impl RolloutState {
     }
 }
 
-/// Whether a command line runs a Deployment controller: our `deployment-controller` (also
-/// wrapped, e.g. by valgrind), or a kube-controller-manager whose `--controllers` enables
-/// `deployment-controller` (alias `deployment`). As kube-controller-manager decides: the first
-/// entry naming the controller (`name` or `-name`) wins, else `*` enables it; without the flag
-/// the default is `*`.
+/// Whether a command line runs a Deployment controller: our `deployment-controller` (also as
+/// the program a wrapper such as valgrind runs), or a kube-controller-manager whose
+/// `--controllers` enables `deployment-controller` (alias `deployment`). As
+/// kube-controller-manager decides: the first entry naming the controller (`name` or `-name`)
+/// wins, else `*` enables it; without the flag the default is `*`.
 pub(super) fn runs_deployment_controller(args: &[String]) -> bool {
     let file_name = |a: &str| {
         std::path::Path::new(a)
@@ -312,15 +312,11 @@ pub(super) fn runs_deployment_controller(args: &[String]) -> bool {
             .map(|f| f.to_string_lossy().into_owned())
             .unwrap_or_default()
     };
-    // The program and what a wrapper runs: the first argument that is not a flag.
     let program = args.first().map(|a| file_name(a)).unwrap_or_default();
-    let wrapped = args
+    if args
         .iter()
-        .skip(1)
-        .find(|a| !a.starts_with('-'))
-        .map(|a| file_name(a));
-    if program == "deployment-controller"
-        || (program == "valgrind" && wrapped.as_deref() == Some("deployment-controller"))
+        .filter(|a| !a.starts_with('-'))
+        .any(|a| file_name(a) == "deployment-controller")
     {
         return true;
     }
@@ -558,6 +554,12 @@ apiserver_request_total{code="200",component="apiserver",dry_run="",group="",res
         )));
         assert!(runs_deployment_controller(&argv(
             "valgrind --tool=callgrind /t/release/deployment-controller --kubeconfig=/c/k"
+        )));
+        assert!(runs_deployment_controller(&argv(
+            "/usr/libexec/valgrind/callgrind-amd64-linux --tool=callgrind /t/deployment-controller"
+        )));
+        assert!(!runs_deployment_controller(&argv(
+            "/t/release/xtask bench controller --name bench-controller"
         )));
         assert!(!runs_deployment_controller(&argv(
             "valgrind --tool=callgrind /usr/bin/etcd"
