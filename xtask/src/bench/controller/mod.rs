@@ -1309,4 +1309,97 @@ mod tests {
             "registry.k8s.io/pause:b"
         );
     }
+
+    /// An environment whose "cluster" is a scratch directory and whose controller is `ours`.
+    fn scratch_env(name: &str, ours: &str) -> (PathBuf, Env) {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!(
+            "kctrl-bench-controller-{name}-{}",
+            std::process::id()
+        ));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("bin")).unwrap();
+        fs::create_dir_all(dir.join("bench/logs")).unwrap();
+        let binary = dir.join("bin/deployment-controller");
+        fs::write(&binary, format!("#!/bin/sh\n{ours}\n")).unwrap();
+        fs::set_permissions(&binary, fs::Permissions::from_mode(0o755)).unwrap();
+        let cluster = dir.join("cluster");
+        let env = Env {
+            ours: binary,
+            kcm: PathBuf::from("/nonexistent/kube-controller-manager"),
+            info: ClusterInfo {
+                name: name.to_owned(),
+                dir: cluster.clone(),
+                admin_kubeconfig: cluster.join("kubeconfig/admin.kubeconfig"),
+                controller_kubeconfig: cluster.join("kubeconfig/deployment-controller.kubeconfig"),
+                apiserver_url: "https://127.0.0.1:1".into(),
+                etcd_endpoint: "http://127.0.0.1:2".into(),
+                kubectl: PathBuf::from("kubectl"),
+                kubernetes_version: "v1.36.5".into(),
+            },
+            dir: dir.join("bench"),
+            audit_log: dir.join("bench/audit.log"),
+            ticks_per_second: 100,
+            callgrind: false,
+            phase_timeout: Duration::from_secs(10),
+            peak_reset_works: std::sync::atomic::AtomicBool::new(true),
+        };
+        (dir, env)
+    }
+
+    #[test]
+    fn a_second_controller_is_refused_and_a_stopped_one_is_gone() {
+        let (dir, env) = scratch_env(
+            "alone",
+            "trap 'exit 0' TERM\necho 'INFO Caches are synced for deployment'\nwhile :; do sleep 0.1; done",
+        );
+        ensure_no_deployment_controller(&env).unwrap();
+        let mut first = start(&env, Side::Ours, "t1", QPS).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let synced = runtime
+            .block_on(first.wait_synced(Duration::from_secs(10)))
+            .unwrap();
+        assert!(synced < 10.0);
+        let log = fs::read_to_string(&first.log).unwrap_or_default();
+        assert!(log.contains("Caches are synced"), "{log}");
+        // The process is found by its command line (it names the cluster's kubeconfig).
+        let running = deployment_controllers(&env);
+        assert_eq!(running.len(), 1, "{running:?}");
+        assert_eq!(running[0].0, first.pid());
+        let err = start(&env, Side::Ours, "t2", QPS)
+            .err()
+            .expect("a second controller must be refused")
+            .to_string();
+        assert!(err.contains("already runs"), "{err}");
+        let (cpu, memory) = first.usage().unwrap();
+        assert!(memory.rss > 0 && memory.peak >= memory.rss);
+        assert!(cpu.seconds(100) >= 0.0);
+        first.reset_peak(&env);
+        let pid = first.pid();
+        first.stop(&env).unwrap();
+        assert!(!Path::new(&format!("/proc/{pid}")).exists());
+        ensure_no_deployment_controller(&env).unwrap();
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_controller_that_exits_before_syncing_is_an_error_naming_its_log() {
+        let (dir, env) = scratch_env("early", "echo 'cannot reach the API server'; exit 1");
+        let mut c = start(&env, Side::Ours, "t", QPS).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let err = runtime
+            .block_on(c.wait_synced(Duration::from_secs(10)))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("exited"), "{err}");
+        assert!(err.contains("cannot reach the API server"), "{err}");
+        c.stop(&env).unwrap();
+        fs::remove_dir_all(&dir).unwrap();
+    }
 }
