@@ -294,7 +294,7 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
     eprintln!("starting cluster '{}' with {nodes} KWOK nodes…", args.name);
     // A cluster of this name from an earlier run lacks this run's audit log: start afresh.
     crate::cluster::down(&args.name)?;
-    let info = plane::ensure_up(&UpOptions {
+    let up = plane::ensure_up(&UpOptions {
         name: args.name.clone(),
         nodes,
         apiserver_args: vec![
@@ -307,7 +307,17 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
             format!("--kube-api-qps={}", CLUSTER_KCM_QPS.0),
             format!("--kube-api-burst={}", CLUSTER_KCM_QPS.1),
         ],
-    })?;
+    });
+    let info = match up {
+        Ok(info) => info,
+        Err(e) => {
+            // A half-started cluster is stopped too (its logs are kept).
+            if !args.keep {
+                let _ = crate::cluster::down(&args.name);
+            }
+            return Err(e);
+        }
+    };
     let machine = report::Machine::detect(&info.kubernetes_version);
     let env = Env {
         ours,
