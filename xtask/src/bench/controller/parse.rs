@@ -342,13 +342,17 @@ pub(super) fn runs_deployment_controller(args: &[String]) -> bool {
     controllers.split(',').any(|e| e.trim() == "*")
 }
 
-/// Whether a kube-controller-manager log says the Deployment controller's caches are synced
-/// (`"Caches are synced" controller="deployment"`, or the older `Caches are synced for
-/// deployment`).
+/// Whether a kube-controller-manager log says the Deployment controller's caches are synced.
+/// Since 1.30 the controller logs through a logger named after it (`"Caches are synced"
+/// logger="deployment-controller"`); older releases wrote `controller="deployment"` or
+/// `Caches are synced for deployment`. Other components' lines (the request-header and
+/// client-CA caches of the serving stack) carry other names.
 pub(super) fn kcm_deployment_synced(log: &str) -> bool {
     log.lines().any(|l| {
         l.contains("Caches are synced")
-            && (l.contains("controller=\"deployment\"") || l.contains("synced for deployment"))
+            && (l.contains("logger=\"deployment-controller\"")
+                || l.contains("controller=\"deployment\"")
+                || l.contains("synced for deployment"))
     })
 }
 
@@ -596,12 +600,19 @@ apiserver_request_total{code="200",component="apiserver",dry_run="",group="",res
 
     #[test]
     fn kcm_sync_line() {
-        let log = "I1124 01:00:00.1 1 shared_informer.go:350] \"Waiting for caches to sync\" controller=\"deployment\"\n";
+        let log = "I1124 01:00:00.1 1 shared_informer.go:350] \"Waiting for caches to sync\" logger=\"deployment-controller\"\n";
         assert!(!kcm_deployment_synced(log));
         let other = "I1124 01:00:00.2 1 shared_informer.go:357] \"Caches are synced\" controller=\"replicaset\"\n";
         assert!(!kcm_deployment_synced(&format!("{log}{other}")));
-        let synced = "I1124 01:00:00.3 1 shared_informer.go:357] \"Caches are synced\" controller=\"deployment\"\n";
-        assert!(kcm_deployment_synced(&format!("{log}{other}{synced}")));
+        let serving = "I1124 01:00:00.2 1 shared_informer.go:388] \"Caches are synced\" controller=\"RequestHeaderAuthRequestController\"\n";
+        assert!(!kcm_deployment_synced(&format!("{log}{other}{serving}")));
+        let synced = "I1124 01:00:00.3 1 shared_informer.go:409] \"Caches are synced\" logger=\"deployment-controller\"\n";
+        assert!(kcm_deployment_synced(&format!(
+            "{log}{other}{serving}{synced}"
+        )));
+        assert!(kcm_deployment_synced(
+            "I1124 x] \"Caches are synced\" controller=\"deployment\"\n"
+        ));
         assert!(kcm_deployment_synced(
             "I0101 x] Caches are synced for deployment\n"
         ));
