@@ -343,16 +343,24 @@ pub(super) fn runs_deployment_controller(args: &[String]) -> bool {
 }
 
 /// Whether a kube-controller-manager log says the Deployment controller's caches are synced.
-/// Since 1.30 the controller logs through a logger named after it (`"Caches are synced"
-/// logger="deployment-controller"`); older releases wrote `controller="deployment"` or
-/// `Caches are synced for deployment`. Other components' lines (the request-header and
-/// client-CA caches of the serving stack) carry other names.
+/// The controller waits with the context kube-controller-manager runs it with, so in 1.36 its
+/// line is a bare `"Caches are synced"` (no key/value pairs; with only this controller enabled,
+/// no other controller writes that line); named (`logger="deployment-controller"`) and older
+/// forms (`controller="deployment"`, `Caches are synced for deployment`) count too. The serving
+/// stack's caches log with other names (`controller="RequestHeaderAuthRequestController"`).
 pub(super) fn kcm_deployment_synced(log: &str) -> bool {
+    const MESSAGE: &str = "\"Caches are synced\"";
     log.lines().any(|l| {
-        l.contains("Caches are synced")
-            && (l.contains("logger=\"deployment-controller\"")
-                || l.contains("controller=\"deployment\"")
-                || l.contains("synced for deployment"))
+        if l.contains("Caches are synced for deployment") {
+            return true;
+        }
+        let Some(at) = l.find(MESSAGE) else {
+            return false;
+        };
+        let rest = l[at + MESSAGE.len()..].trim();
+        rest.is_empty()
+            || rest.contains("logger=\"deployment-controller\"")
+            || rest.contains("controller=\"deployment\"")
     })
 }
 
@@ -616,5 +624,12 @@ apiserver_request_total{code="200",component="apiserver",dry_run="",group="",res
         assert!(kcm_deployment_synced(
             "I0101 x] Caches are synced for deployment\n"
         ));
+        let bare_wait =
+            "I1124 01:00:00.1 1 shared_informer.go:402] \"Waiting for caches to sync\"\n";
+        assert!(!kcm_deployment_synced(&format!("{bare_wait}{serving}")));
+        let bare = "I1124 01:00:00.4 1 shared_informer.go:409] \"Caches are synced\"\n";
+        assert!(kcm_deployment_synced(&format!(
+            "{bare_wait}{serving}{bare}"
+        )));
     }
 }
