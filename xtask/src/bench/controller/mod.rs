@@ -292,7 +292,15 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
         (at_rest * REPLICAS as usize + 10).max(sizes.iter().max().copied().unwrap_or(0) * 10) + 100;
     let nodes = pods.div_ceil(110).max(3);
     eprintln!("starting cluster '{}' with {nodes} KWOK nodes…", args.name);
-    // A cluster of this name from an earlier run lacks this run's audit log: start afresh.
+    // A cluster of this name from an earlier run lacks this run's audit log: start afresh,
+    // without the controllers an interrupted run may have left (they lead their own process
+    // groups, so a Ctrl-C of xtask does not reach them).
+    let leftovers = deployment_controllers(&Layout::new(&args.name).dir);
+    if !leftovers.is_empty() {
+        eprintln!("stopping Deployment controllers left by an earlier run: {leftovers:?}");
+        let pids: Vec<u32> = leftovers.iter().map(|(pid, _)| *pid).collect();
+        process::stop_all(&[], &pids, STOP_GRACE)?;
+    }
     crate::cluster::down(&args.name)?;
     let up = plane::ensure_up(&UpOptions {
         name: args.name.clone(),
@@ -451,8 +459,8 @@ fn cmdline(pid: u32) -> Vec<String> {
 
 /// Processes that run a Deployment controller against this cluster (their command line names a
 /// file of the cluster's directory, e.g. its kubeconfig).
-fn deployment_controllers(env: &Env) -> Vec<(u32, String)> {
-    let marker = env.info.dir.display().to_string();
+fn deployment_controllers(cluster_dir: &Path) -> Vec<(u32, String)> {
+    let marker = cluster_dir.display().to_string();
     let Ok(entries) = fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -468,7 +476,7 @@ fn deployment_controllers(env: &Env) -> Vec<(u32, String)> {
 }
 
 fn ensure_no_deployment_controller(env: &Env) -> Result<()> {
-    let running = deployment_controllers(env);
+    let running = deployment_controllers(&env.info.dir);
     if !running.is_empty() {
         bail!(
             "a Deployment controller already runs against cluster '{}': {running:?}",
@@ -1376,7 +1384,7 @@ mod tests {
         let log = fs::read_to_string(&first.log).unwrap_or_default();
         assert!(log.contains("Caches are synced"), "{log}");
         // The process is found by its command line (it names the cluster's kubeconfig).
-        let running = deployment_controllers(&env);
+        let running = deployment_controllers(&env.info.dir);
         assert_eq!(running.len(), 1, "{running:?}");
         assert_eq!(running[0].0, first.pid());
         let err = start(&env, Side::Ours, "t2", QPS)
