@@ -155,6 +155,7 @@ pub(super) enum Phase {
 }
 
 impl Phase {
+    /// The phases of one round, in order.
     pub(super) const ROUND: [Phase; 4] = [
         Phase::Create,
         Phase::Rollout,
@@ -162,6 +163,7 @@ impl Phase {
         Phase::Delete,
     ];
 
+    /// The phase's name in reports.
     pub(super) fn title(self) -> &'static str {
         match self {
             Phase::Create => "(a) create",
@@ -183,8 +185,9 @@ pub(super) struct PhaseRun {
     pub(super) phase: Phase,
     /// Seconds from the phase's first driver request to its end condition.
     pub(super) wall: f64,
-    /// Per-Deployment completion, seconds from the phase start (phases a-c).
+    /// Per-Deployment completion p50, seconds from the phase start (phases a-c).
     pub(super) p50: Option<f64>,
+    /// Per-Deployment completion p99, seconds from the phase start (phases a-c).
     pub(super) p99: Option<f64>,
     /// Controller CPU-seconds (utime + stime) over the phase (phase e: since process start).
     pub(super) cpu: f64,
@@ -198,8 +201,9 @@ pub(super) struct PhaseRun {
     pub(super) audit: Counts,
     /// `apiserver_request_total` delta (every client) by verb and resource.
     pub(super) apiserver: Counts,
-    /// Phase e: seconds from process start to caches synced and to the first write.
+    /// Phase e: seconds from process start to caches synced.
     pub(super) synced: Option<f64>,
+    /// Phase e: seconds from process start to the changed Deployment's new ReplicaSet.
     pub(super) first_write: Option<f64>,
 }
 
