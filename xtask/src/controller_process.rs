@@ -21,7 +21,7 @@ const PACKAGE: &str = "kctrl-deployment-controller";
 const BINARY: &str = "deployment-controller";
 /// What the controller logs once its informer caches are synced (`kctrl_informer`'s
 /// `wait_for_cache_sync`, as client-go's `cache.WaitForNamedCacheSync`).
-const SYNCED_MARKER: &str = "Caches are synced for";
+pub(crate) const SYNCED_MARKER: &str = "Caches are synced for";
 /// How long `start` waits for the caches to sync.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// Grace period between SIGTERM and SIGKILL in `stop`.
@@ -32,11 +32,26 @@ const TAIL_LINES: usize = 30;
 /// Builds the deployment-controller binary (`cargo build -p kctrl-deployment-controller`) and
 /// returns its path.
 pub(crate) fn build() -> Result<PathBuf> {
+    build_profile(false)
+}
+
+/// Builds the release deployment-controller binary (`cargo build --release`), as benchmarks run
+/// it, and returns its path.
+pub(crate) fn build_release() -> Result<PathBuf> {
+    build_profile(true)
+}
+
+fn build_profile(release: bool) -> Result<PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    eprintln!("==> cargo build -p {PACKAGE} --bin {BINARY}");
+    let profile: &[&str] = if release { &["--release"] } else { &[] };
+    eprintln!(
+        "==> cargo build {}-p {PACKAGE} --bin {BINARY}",
+        if release { "--release " } else { "" }
+    );
     let out = Command::new(&cargo)
+        .arg("build")
+        .args(profile)
         .args([
-            "build",
             "-p",
             PACKAGE,
             "--bin",
@@ -151,7 +166,7 @@ pub(crate) fn start(
 }
 
 /// The log's text from byte `offset` on (empty if unreadable).
-fn log_since(log: &Path, offset: u64) -> String {
+pub(crate) fn log_since(log: &Path, offset: u64) -> String {
     let mut text = Vec::new();
     if let Ok(mut f) = fs::File::open(log)
         && f.seek(SeekFrom::Start(offset)).is_ok()

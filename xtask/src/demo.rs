@@ -59,6 +59,7 @@ pub(crate) fn run(args: DemoArgs) -> Result<()> {
         name: args.name.clone(),
         nodes: 3,
         apiserver_args: Vec::new(),
+        controller_manager_args: Vec::new(),
     })?;
     // From here on the cluster is ours to stop (unless --keep), whatever happens.
     let reaper = if args.keep {

@@ -1,6 +1,7 @@
 //! `cargo xtask bench <target>`: benchmarks that run our crates side by side with the upstream Go
 //! code they reimplement, and write the comparison to docs/benchmarks/.
 
+mod controller;
 mod informer;
 mod workqueue;
 
@@ -26,6 +27,11 @@ enum Target {
     /// The kctrl side of `bench informer`, run as a release build by that command.
     #[command(hide = true)]
     InformerPeer(informer::peer::PeerArgs),
+    /// Our deployment-controller against kube-controller-manager's Deployment controller on a
+    /// local control plane, alternating, each alone: wall time, per-Deployment completion, CPU,
+    /// RSS and API requests for create / rollout / scale / delete, and time to synced at rest.
+    /// Writes docs/benchmarks/controller.md.
+    Controller(controller::ControllerArgs),
 }
 
 pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -34,5 +40,6 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
         Target::WorkqueuePeer(args) => workqueue::peer::run(args),
         Target::Informer(args) => informer::run(args),
         Target::InformerPeer(args) => informer::peer::run(args),
+        Target::Controller(args) => controller::run(args),
     }
 }

@@ -78,6 +78,7 @@ pub(crate) fn run(args: ClusterArgs) -> Result<()> {
                 name: name.clone(),
                 nodes,
                 apiserver_args,
+                controller_manager_args: Vec::new(),
             })?;
             eprintln!(
                 "  apiserver:  {} ({})",

@@ -178,6 +178,8 @@ struct State {
     nodes: usize,
     #[serde(default)]
     apiserver_args: Vec<String>,
+    #[serde(default)]
+    controller_manager_args: Vec<String>,
     ports: Ports,
     started_at: String,
 }
@@ -210,7 +212,8 @@ impl Layout {
     fn run(&self) -> PathBuf {
         self.dir.join("run")
     }
-    fn pid_file(&self, c: Component) -> PathBuf {
+    /// Pid file of one component (`<pid> <starttime>`, see `process.rs`).
+    pub(crate) fn pid_file(&self, c: Component) -> PathBuf {
         process::pid_file(&self.run(), c.name())
     }
     fn pki(&self) -> PathBuf {
@@ -274,6 +277,14 @@ impl ClusterInfo {
             kubectl: cache.binary(Binary::Kubectl),
             kubernetes_version: state.kubernetes.clone(),
         }
+    }
+
+    /// Kubeconfig of kube-controller-manager's identity (`system:kube-controller-manager`).
+    pub(crate) fn controller_manager_kubeconfig(&self) -> PathBuf {
+        Layout {
+            dir: self.dir.clone(),
+        }
+        .kubeconfig(&KCM)
     }
 
     /// Environment variables for tests, in `export` order.
@@ -385,6 +396,8 @@ pub(crate) struct UpOptions {
     pub(crate) nodes: usize,
     /// Extra kube-apiserver flags (`--flag=value`), appended after ours (later flags win).
     pub(crate) apiserver_args: Vec<String>,
+    /// Extra kube-controller-manager flags, appended after ours (later flags win).
+    pub(crate) controller_manager_args: Vec<String>,
 }
 
 /// Checks a cluster name: it becomes a directory and part of kubeconfig names.
@@ -557,6 +570,7 @@ fn start(layout: &Layout, cache: &Cache, opts: &UpOptions) -> Result<ClusterInfo
         cache_dir: cache.root.clone(),
         nodes: opts.nodes,
         apiserver_args: opts.apiserver_args.clone(),
+        controller_manager_args: opts.controller_manager_args.clone(),
         ports,
         started_at: super::toolchain::utc_now_rfc3339(),
     };
@@ -572,6 +586,9 @@ fn start(layout: &Layout, cache: &Cache, opts: &UpOptions) -> Result<ClusterInfo
         let mut args = args(c, layout, &pki, &ports, cache, name);
         if c == Component::Apiserver {
             args.extend(opts.apiserver_args.iter().cloned());
+        }
+        if c == Component::ControllerManager {
+            args.extend(opts.controller_manager_args.iter().cloned());
         }
         let log = layout.log(c);
         let (child, ProcRecord { pid, .. }) =
@@ -1103,6 +1120,7 @@ mod tests {
             },
             started_at: String::new(),
             apiserver_args: Vec::new(),
+            controller_manager_args: Vec::new(),
         };
         let vars = ClusterInfo::from_state(&layout, &state, &cache).env_vars();
         let get = |k: &str| {

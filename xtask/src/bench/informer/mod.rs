@@ -264,6 +264,7 @@ pub(crate) fn run(args: InformerArgs) -> Result<()> {
         name: args.name.clone(),
         nodes: 1,
         apiserver_args: Vec::new(),
+        controller_manager_args: Vec::new(),
     })?;
     let machine = report::Machine::detect(&root, go_version, &info.kubernetes_version)?;
     let kubeconfig = info.admin_kubeconfig.clone();

@@ -1,0 +1,664 @@
+//! Medians, spreads, ratios, targets and the markdown of `cargo xtask bench controller`.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::process::Command;
+
+use super::parse::{self, Counts};
+use super::{Phase, PhaseRun, Side};
+
+/// The line after which docs/benchmarks/controller.md is written by hand (analysis, profile);
+/// a new run keeps everything from it on.
+pub(super) const KEEP_MARKER: &str =
+    "<!-- Written by hand from here on; `cargo xtask bench controller` keeps this part. -->";
+
+/// How the run was configured.
+pub(super) struct Settings {
+    pub(super) sizes: Vec<usize>,
+    pub(super) at_rest: usize,
+    pub(super) rounds: usize,
+    pub(super) settle_secs: u64,
+    pub(super) quick: bool,
+    pub(super) nodes: usize,
+    /// Whether VmHWM could be reset per phase (`/proc/<pid>/clear_refs`).
+    pub(super) peak_reset: bool,
+    pub(super) cluster_kcm_qps: (u32, u32),
+    /// Why the run stopped early, if it did (the report then holds what was measured).
+    pub(super) incomplete: Option<String>,
+}
+
+/// The machine and its load.
+pub(super) struct Machine {
+    cpus: usize,
+    cpu_model: String,
+    memory: String,
+    kernel: String,
+    rustc: String,
+    kubernetes: String,
+    commit: String,
+    started: String,
+    load_start: String,
+    finished: String,
+    load_end: String,
+}
+
+fn command_output(program: &str, args: &[&str]) -> String {
+    Command::new(program)
+        .args(args)
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+fn now() -> String {
+    command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"])
+}
+
+impl Machine {
+    /// Reads the machine at the start of the run.
+    pub(super) fn detect(kubernetes: &str) -> Machine {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu_model = cpuinfo
+            .lines()
+            .find(|l| l.starts_with("model name"))
+            .and_then(|l| l.split(':').nth(1))
+            .map_or_else(|| "unknown".into(), |m| m.trim().to_string());
+        let memory = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|info| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix("MemTotal:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            })
+            .map_or_else(
+                || "unknown".into(),
+                |kb| format!("{:.1} GiB", kb / 1024.0 / 1024.0),
+            );
+        Machine {
+            cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            cpu_model,
+            memory,
+            kernel: command_output("uname", &["-sr"]),
+            rustc: command_output("rustc", &["--version"]),
+            kubernetes: kubernetes.to_owned(),
+            commit: command_output("git", &["rev-parse", "--short", "HEAD"]),
+            started: now(),
+            load_start: load_average(),
+            finished: String::new(),
+            load_end: String::new(),
+        }
+    }
+
+    /// Records the end of the run.
+    pub(super) fn finish(mut self) -> Machine {
+        self.finished = now();
+        self.load_end = load_average();
+        self
+    }
+}
+
+/// Median, minimum and maximum of some values.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Spread {
+    pub(super) median: f64,
+    pub(super) min: f64,
+    pub(super) max: f64,
+}
+
+impl Spread {
+    pub(super) fn of(values: &[f64]) -> Option<Spread> {
+        Some(Spread {
+            median: parse::median(values)?,
+            min: values.iter().copied().fold(f64::INFINITY, f64::min),
+            max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        })
+    }
+}
+
+/// One row of a phase's table.
+struct Metric {
+    name: &'static str,
+    get: fn(&PhaseRun) -> Option<f64>,
+    decimals: usize,
+    /// The issue's target for ours / upstream, if there is one.
+    target: Option<f64>,
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+fn total(c: &Counts) -> f64 {
+    c.values().sum()
+}
+
+fn metrics(phase: Phase) -> Vec<Metric> {
+    let mut out = Vec::new();
+    if phase == Phase::AtRest {
+        out.push(Metric {
+            name: "time to caches synced (s)",
+            get: |r| r.synced,
+            decimals: 2,
+            target: Some(1.0),
+        });
+        out.push(Metric {
+            name: "time to first write (s)",
+            get: |r| r.first_write,
+            decimals: 2,
+            target: None,
+        });
+    } else {
+        out.push(Metric {
+            name: "wall time (s)",
+            get: |r| Some(r.wall),
+            decimals: 1,
+            target: Some(1.0),
+        });
+        if phase != Phase::Delete {
+            out.push(Metric {
+                name: "per-Deployment completion p50 (s)",
+                get: |r| r.p50,
+                decimals: 1,
+                target: None,
+            });
+            out.push(Metric {
+                name: "per-Deployment completion p99 (s)",
+                get: |r| r.p99,
+                decimals: 1,
+                target: None,
+            });
+        }
+    }
+    out.push(Metric {
+        name: if phase == Phase::AtRest {
+            "CPU-seconds since start"
+        } else {
+            "CPU-seconds"
+        },
+        get: |r| Some(r.cpu),
+        decimals: 2,
+        target: Some(0.5),
+    });
+    out.push(Metric {
+        name: "peak RSS (MiB)",
+        get: |r| Some(r.peak_rss as f64 / MIB),
+        decimals: 1,
+        target: Some(0.3),
+    });
+    out.push(Metric {
+        name: "steady RSS (MiB)",
+        get: |r| Some(r.steady_rss as f64 / MIB),
+        decimals: 1,
+        target: None,
+    });
+    out.push(Metric {
+        name: "writes (audit log)",
+        get: |r| Some(parse::writes(&r.audit)),
+        decimals: 0,
+        target: Some(1.0),
+    });
+    out.push(Metric {
+        name: "all requests (audit log)",
+        get: |r| Some(total(&r.audit)),
+        decimals: 0,
+        target: None,
+    });
+    out.push(Metric {
+        name: "requests (own client metrics)",
+        get: |r| Some(total(&r.client)),
+        decimals: 0,
+        target: None,
+    });
+    out
+}
+
+fn select(runs: &[PhaseRun], side: Side, size: usize, phase: Phase) -> Vec<&PhaseRun> {
+    runs.iter()
+        .filter(|r| r.side == side && r.size == size && r.phase == phase)
+        .collect()
+}
+
+fn spread_of(runs: &[&PhaseRun], get: fn(&PhaseRun) -> Option<f64>) -> Option<Spread> {
+    let values: Vec<f64> = runs.iter().filter_map(|r| get(r)).collect();
+    Spread::of(&values)
+}
+
+fn fmt(v: f64, decimals: usize) -> String {
+    if v.is_finite() {
+        format!("{v:.decimals$}")
+    } else {
+        "-".into()
+    }
+}
+
+fn fmt_spread(s: Option<Spread>, decimals: usize) -> String {
+    match s {
+        None => "-".into(),
+        Some(s) if s.min == s.max => fmt(s.median, decimals),
+        Some(s) => format!(
+            "{} ({}–{})",
+            fmt(s.median, decimals),
+            fmt(s.min, decimals),
+            fmt(s.max, decimals)
+        ),
+    }
+}
+
+/// Ours / upstream of the medians.
+fn ratio(ours: Option<Spread>, upstream: Option<Spread>) -> Option<f64> {
+    let (o, u) = (ours?.median, upstream?.median);
+    (u > 0.0).then(|| o / u)
+}
+
+/// "met" / "**not met**" for a ratio against a target (ratios must be at most the target).
+pub(super) fn verdict(ratio: Option<f64>, target: f64) -> &'static str {
+    match ratio {
+        None => "-",
+        Some(r) if r <= target => "met",
+        Some(_) => "**not met**",
+    }
+}
+
+/// The groups (size, phase) present in the runs, in order.
+fn groups(runs: &[PhaseRun]) -> Vec<(usize, Phase)> {
+    let set: BTreeSet<(Phase, usize)> = runs.iter().map(|r| (r.phase, r.size)).collect();
+    let mut out: Vec<(usize, Phase)> = set.into_iter().map(|(p, s)| (s, p)).collect();
+    out.sort_by_key(|(s, p)| (*p == Phase::AtRest, *s, *p));
+    out
+}
+
+fn heading(size: usize, phase: Phase) -> String {
+    if phase == Phase::AtRest {
+        format!("{}: {size} Deployments x 4 Pods", phase.title())
+    } else {
+        format!("{}: N = {size}", phase.title())
+    }
+}
+
+/// A short plain-text summary for the terminal.
+pub(super) fn text(runs: &[PhaseRun], settings: &Settings) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "bench controller: sizes {:?}, at rest {}, {} round(s); median (min–max), ours / upstream",
+        settings.sizes, settings.at_rest, settings.rounds
+    );
+    for (size, phase) in groups(runs) {
+        let _ = writeln!(out, "\n{}", heading(size, phase));
+        let (o, u) = (
+            select(runs, Side::Ours, size, phase),
+            select(runs, Side::Upstream, size, phase),
+        );
+        for m in metrics(phase) {
+            let (so, su) = (spread_of(&o, m.get), spread_of(&u, m.get));
+            let r = ratio(so, su);
+            let _ = writeln!(
+                out,
+                "  {:<36} {:>22} {:>22} {:>6} {}",
+                m.name,
+                fmt_spread(so, m.decimals),
+                fmt_spread(su, m.decimals),
+                r.map_or("-".into(), |r| format!("{r:.2}")),
+                m.target
+                    .map(|t| format!("target <= {t}: {}", verdict(r, t)))
+                    .unwrap_or_default()
+            );
+        }
+    }
+    out
+}
+
+/// Median per key over runs of one side (keys missing in a run count as 0).
+fn median_counts(runs: &[&PhaseRun], get: fn(&PhaseRun) -> &Counts) -> Counts {
+    let keys: BTreeSet<&String> = runs.iter().flat_map(|r| get(r).keys()).collect();
+    keys.into_iter()
+        .map(|k| {
+            let values: Vec<f64> = runs
+                .iter()
+                .map(|r| get(r).get(k).copied().unwrap_or(0.0))
+                .collect();
+            (k.clone(), parse::median(&values).unwrap_or(0.0))
+        })
+        .collect()
+}
+
+fn counts_table(
+    out: &mut String,
+    title: &str,
+    runs: &[PhaseRun],
+    size: usize,
+    phase: Phase,
+    get: fn(&PhaseRun) -> &Counts,
+) {
+    let o = median_counts(&select(runs, Side::Ours, size, phase), get);
+    let u = median_counts(&select(runs, Side::Upstream, size, phase), get);
+    let keys: BTreeSet<&String> = o.keys().chain(u.keys()).collect();
+    if keys.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\n{title}\n");
+    let _ = writeln!(out, "| request | ours | upstream |");
+    let _ = writeln!(out, "|---|---:|---:|");
+    for k in keys {
+        let _ = writeln!(
+            out,
+            "| {k} | {} | {} |",
+            fmt(o.get(k).copied().unwrap_or(0.0), 0),
+            fmt(u.get(k).copied().unwrap_or(0.0), 0)
+        );
+    }
+}
+
+/// The whole docs/benchmarks/controller.md; the hand-written part of `existing` (from
+/// [`KEEP_MARKER`] on) is kept.
+pub(super) fn markdown(
+    runs: &[PhaseRun],
+    settings: &Settings,
+    machine: &Machine,
+    existing: &str,
+) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# deployment-controller beside kube-controller-manager's Deployment controller\n"
+    );
+    let _ = writeln!(
+        out,
+        "Written by `cargo xtask bench controller{}` on {} (finished {}). Each cell: median \
+         over {} round(s) (min–max); ratio = ours / upstream of the medians.{}\n",
+        if settings.quick { " --quick" } else { "" },
+        machine.started,
+        machine.finished,
+        settings.rounds,
+        if settings.quick {
+            " **A --quick smoke run: not numbers to publish.**"
+        } else {
+            ""
+        }
+    );
+
+    if let Some(why) = &settings.incomplete {
+        let _ = writeln!(
+            out,
+            "**Incomplete run**: it stopped with `{}`; the tables hold what was measured before.\n",
+            why.replace('`', "'").replace('\n', " ")
+        );
+    }
+
+    // Targets first.
+    let _ = writeln!(out, "## Targets (ours / upstream)\n");
+    let _ = writeln!(out, "| workload | measure | ratio | target | |");
+    let _ = writeln!(out, "|---|---|---:|---:|---|");
+    for (size, phase) in groups(runs) {
+        let (o, u) = (
+            select(runs, Side::Ours, size, phase),
+            select(runs, Side::Upstream, size, phase),
+        );
+        for m in metrics(phase) {
+            let Some(target) = m.target else { continue };
+            let r = ratio(spread_of(&o, m.get), spread_of(&u, m.get));
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | <= {target} | {} |",
+                heading(size, phase),
+                m.name,
+                r.map_or("-".into(), |r| format!("{r:.2}")),
+                verdict(r, target)
+            );
+        }
+    }
+
+    let _ = writeln!(out, "\n## Results\n");
+    for (size, phase) in groups(runs) {
+        let _ = writeln!(out, "### {}\n", heading(size, phase));
+        let (o, u) = (
+            select(runs, Side::Ours, size, phase),
+            select(runs, Side::Upstream, size, phase),
+        );
+        let _ = writeln!(out, "| measure | ours | upstream | ratio | target |");
+        let _ = writeln!(out, "|---|---:|---:|---:|---|");
+        for m in metrics(phase) {
+            let (so, su) = (spread_of(&o, m.get), spread_of(&u, m.get));
+            let r = ratio(so, su);
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} |",
+                m.name,
+                fmt_spread(so, m.decimals),
+                fmt_spread(su, m.decimals),
+                r.map_or("-".into(), |r| format!("{r:.2}")),
+                m.target
+                    .map(|t| format!("<= {t}: {}", verdict(r, t)))
+                    .unwrap_or_default()
+            );
+        }
+        counts_table(
+            &mut out,
+            "Requests of the controller's identity (apiserver audit log), medians:",
+            runs,
+            size,
+            phase,
+            |r| &r.audit,
+        );
+        counts_table(
+            &mut out,
+            "The controller's own `rest_client_requests_total` by method, medians:",
+            runs,
+            size,
+            phase,
+            |r| &r.client,
+        );
+        counts_table(
+            &mut out,
+            "`apiserver_request_total` delta for deployments, replicasets, pods and events \
+             (every client: includes the driver, the ReplicaSet controller, the scheduler, \
+             KWOK), medians:",
+            runs,
+            size,
+            phase,
+            |r| &r.apiserver,
+        );
+        let _ = writeln!(out);
+    }
+
+    let _ = writeln!(out, "## Every run\n");
+    let _ = writeln!(
+        out,
+        "| workload | round | controller | wall (s) | synced (s) | CPU-s | peak RSS (MiB) | steady RSS (MiB) | writes |"
+    );
+    let _ = writeln!(out, "|---|---:|---|---:|---:|---:|---:|---:|---:|");
+    let mut ordered: Vec<&PhaseRun> = runs.iter().collect();
+    ordered.sort_by_key(|r| (r.phase == Phase::AtRest, r.size, r.phase, r.round, r.side));
+    for r in ordered {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            heading(r.size, r.phase),
+            r.round + 1,
+            r.side.slug(),
+            fmt(r.wall, 1),
+            r.synced.map_or("-".into(), |s| fmt(s, 2)),
+            fmt(r.cpu, 2),
+            fmt(r.peak_rss as f64 / MIB, 1),
+            fmt(r.steady_rss as f64 / MIB, 1),
+            fmt(parse::writes(&r.audit), 0)
+        );
+    }
+
+    let _ = writeln!(out, "\n## Machine\n");
+    let _ = writeln!(out, "| | |\n|---|---|");
+    let _ = writeln!(out, "| CPU | {} x {} |", machine.cpus, machine.cpu_model);
+    let _ = writeln!(out, "| memory | {} |", machine.memory);
+    let _ = writeln!(out, "| kernel | {} |", machine.kernel);
+    let _ = writeln!(out, "| rustc | {} |", machine.rustc);
+    let _ = writeln!(out, "| Kubernetes | {} |", machine.kubernetes);
+    let _ = writeln!(out, "| commit | {} |", machine.commit);
+    let _ = writeln!(
+        out,
+        "| load average (1, 5, 15 min) | {} at the start, {} at the end |",
+        machine.load_start, machine.load_end
+    );
+    let _ = writeln!(
+        out,
+        "\nThe machine is shared with other builds and tests while the benchmark runs: the load \
+         above comes partly from them, and absolute times are noisy; the side-by-side ratios of \
+         alternating rounds are what to read."
+    );
+
+    let _ = writeln!(out, "\n## Method\n");
+    let _ = write!(
+        out,
+        "- Local control plane (`cargo xtask cluster`, {nodes} KWOK nodes), the cluster's own \
+kube-controller-manager with `--controllers=*,-deployment-controller` and client QPS {kq} / burst \
+{kb} (so that the ReplicaSet controller, garbage collector and namespace controller are not the \
+bottleneck). Before a controller starts, every process with the cluster's files on its command line \
+is checked: none may run a Deployment controller; after it stops, its pid must be gone.\n\
+- upstream: a second kube-controller-manager ({k8s}) with only `--controllers=deployment-controller`, \
+`--leader-elect=false`, `--use-service-account-credentials` (it acts as \
+`kube-system:deployment-controller`); ours: the release `deployment-controller` as \
+`kube-system:kctrl-deployment-controller` with deploy/'s RBAC, `--leader-elect=false`. Both: \
+`--kube-api-qps=20 --kube-api-burst=30 --concurrent-deployment-syncs=5`.\n\
+- Per round and N, each controller in a fresh process and a fresh namespace (order alternating \
+by round): (a) N Deployments x 4 replicas (RollingUpdate 25%/25%) created, until each is \
+complete (observedGeneration >= generation, replicas = updated = available = spec); (b) every \
+image changed; (c) every image changed again and, once half of the Deployments observed that \
+change, every Deployment scaled to 8; (d) the namespace deleted, until it is gone. Completion \
+times are seen by the driver listing the Deployments every 250 ms (500 ms above 200).\n\
+- (e) {m} Deployments x 4 Pods prepared once (by ours at a high QPS, not measured); per round \
+and controller one Deployment's image is changed while no controller runs, then the controller \
+starts: time from spawn to its caches-synced log line (ours: `Caches are synced for`; upstream: \
+`\"Caches are synced\" controller=\"deployment\"`) and to the changed Deployment's new \
+ReplicaSet (its first write), polled every 20 ms; RSS {settle} s after that.\n\
+- CPU-seconds: utime + stime of /proc/<pid>/stat over the phase (phase e: since start), \
+including a 3 s tail after the last completion. Peak RSS: VmHWM, {reset}; steady RSS: VmRSS at \
+the end of the phase. Writes: create/update/patch/delete requests of the controller's user in \
+the apiserver's audit log (Metadata level for the two controller identities only).\n",
+        nodes = settings.nodes,
+        kq = settings.cluster_kcm_qps.0,
+        kb = settings.cluster_kcm_qps.1,
+        k8s = machine.kubernetes,
+        m = settings.at_rest,
+        settle = settings.settle_secs,
+        reset = if settings.peak_reset {
+            "reset at the start of each phase through /proc/<pid>/clear_refs"
+        } else {
+            "since process start (resetting it through /proc/<pid>/clear_refs failed)"
+        },
+    );
+
+    let _ = writeln!(out, "\n{KEEP_MARKER}");
+    if let Some(kept) = kept_part(existing) {
+        out.push_str(kept);
+    } else {
+        out.push('\n');
+    }
+    out
+}
+
+/// The hand-written part of an earlier report: everything after [`KEEP_MARKER`].
+pub(super) fn kept_part(existing: &str) -> Option<&str> {
+    let at = existing.find(KEEP_MARKER)?;
+    Some(&existing[at + KEEP_MARKER.len()..]).map(|s| s.strip_prefix('\n').unwrap_or(s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(side: Side, round: usize, wall: f64, cpu: f64, writes: f64) -> PhaseRun {
+        PhaseRun {
+            side,
+            round,
+            size: 10,
+            phase: Phase::Create,
+            wall,
+            p50: Some(wall / 2.0),
+            p99: Some(wall),
+            cpu,
+            peak_rss: 30 << 20,
+            steady_rss: 20 << 20,
+            client: [("PUT".to_string(), writes)].into(),
+            audit: [
+                ("update deployments/status".to_string(), writes),
+                ("list pods".to_string(), 1.0),
+            ]
+            .into(),
+            apiserver: Counts::new(),
+            synced: None,
+            first_write: None,
+        }
+    }
+
+    fn settings() -> Settings {
+        Settings {
+            sizes: vec![10],
+            at_rest: 0,
+            rounds: 3,
+            settle_secs: 20,
+            quick: false,
+            nodes: 3,
+            peak_reset: true,
+            cluster_kcm_qps: (200, 400),
+            incomplete: None,
+        }
+    }
+
+    #[test]
+    fn spreads_ratios_and_verdicts() {
+        let s = Spread::of(&[3.0, 1.0, 2.0]).unwrap();
+        assert_eq!((s.median, s.min, s.max), (2.0, 1.0, 3.0));
+        assert_eq!(Spread::of(&[]), None);
+        let u = Spread::of(&[4.0]).unwrap();
+        assert_eq!(ratio(Some(s), Some(u)), Some(0.5));
+        assert_eq!(ratio(Some(s), None), None);
+        assert_eq!(verdict(Some(0.5), 0.5), "met");
+        assert_eq!(verdict(Some(0.51), 0.5), "**not met**");
+        assert_eq!(verdict(None, 0.5), "-");
+        assert_eq!(fmt_spread(Some(s), 1), "2.0 (1.0–3.0)");
+        assert_eq!(fmt_spread(Some(u), 1), "4.0");
+    }
+
+    #[test]
+    fn markdown_has_medians_targets_and_keeps_the_hand_written_part() {
+        let runs = vec![
+            run(Side::Ours, 0, 10.0, 1.0, 100.0),
+            run(Side::Ours, 1, 12.0, 3.0, 110.0),
+            run(Side::Ours, 2, 11.0, 2.0, 90.0),
+            run(Side::Upstream, 0, 10.0, 4.0, 100.0),
+            run(Side::Upstream, 1, 10.0, 4.0, 100.0),
+            run(Side::Upstream, 2, 10.0, 4.0, 100.0),
+        ];
+        let machine = Machine::detect("v1.36.5").finish();
+        let existing = format!("# old\nold numbers\n{KEEP_MARKER}\n## Profile\nfinding\n");
+        let md = markdown(&runs, &settings(), &machine, &existing);
+        assert!(
+            md.contains("| CPU-seconds | 2.00 (1.00–3.00) | 4.00 | 0.50 | <= 0.5: met |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| wall time (s) | 11.0 (10.0–12.0) | 10.0 | 1.10 | <= 1: **not met** |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| update deployments/status | 100 | 100 |"),
+            "{md}"
+        );
+        assert!(md.ends_with("## Profile\nfinding\n"), "{md}");
+        assert!(!md.contains("old numbers"));
+        assert_eq!(md.matches(KEEP_MARKER).count(), 1);
+        let fresh = markdown(&runs, &settings(), &machine, "");
+        assert!(fresh.trim_end().ends_with(KEEP_MARKER));
+    }
+
+    #[test]
+    fn kept_part_is_what_follows_the_marker() {
+        assert_eq!(kept_part("no marker"), None);
+        assert_eq!(kept_part(&format!("a\n{KEEP_MARKER}\nb\n")), Some("b\n"));
+    }
+}
