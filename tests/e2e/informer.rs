@@ -62,8 +62,20 @@ fn config_map(name: &str, value: &str) -> ConfigMap {
     }
 }
 
-fn informer_for<K>(api: Api<K>) -> SharedInformer<K>
-where
+/// What an informer here caches: a full type, a view or `PartialObjectMetadata`.
+trait Cached:
+    k8s_openapi::Resource
+    + k8s_openapi::ListableResource
+    + k8s_openapi::Metadata<Ty = ObjectMeta>
+    + serde::de::DeserializeOwned
+    + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Cached for K where
     K: k8s_openapi::Resource
         + k8s_openapi::ListableResource
         + k8s_openapi::Metadata<Ty = ObjectMeta>
@@ -71,7 +83,13 @@ where
         + Clone
         + Send
         + Sync
-        + 'static,
+        + 'static
+{
+}
+
+fn informer_for<K>(api: Api<K>) -> SharedInformer<K>
+where
+    K: Cached,
     K::Scope: 'static,
 {
     SharedInformer::new(ListWatch::new(api), SharedInformerOptions::default())
@@ -347,14 +365,7 @@ kctrl_client::resource_view!(ConfigMapData => ConfigMap);
 /// (changed while cut), or `None` when the cluster cannot compact.
 async fn relist_after_compaction<K>(namespace: &str) -> Option<Arc<K>>
 where
-    K: k8s_openapi::Resource
-        + k8s_openapi::ListableResource
-        + k8s_openapi::Metadata<Ty = ObjectMeta>
-        + serde::de::DeserializeOwned
-        + Clone
-        + Send
-        + Sync
-        + 'static,
+    K: Cached,
     K::Scope: 'static,
 {
     let cluster = require_cluster!(None);
@@ -436,14 +447,7 @@ struct ProxiedInformer<K> {
 
 impl<K> ProxiedInformer<K>
 where
-    K: k8s_openapi::Resource
-        + k8s_openapi::ListableResource
-        + k8s_openapi::Metadata<Ty = ObjectMeta>
-        + serde::de::DeserializeOwned
-        + Clone
-        + Send
-        + Sync
-        + 'static,
+    K: Cached,
     K::Scope: 'static,
 {
     async fn start(cluster: &kctrl_e2e::Cluster, proxy: &CuttableProxy, namespace: &str) -> Self {

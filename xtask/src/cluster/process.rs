@@ -45,7 +45,7 @@ fn stat(pid: u32) -> Option<Stat> {
 }
 
 /// The command line of `pid` (empty for kernel threads or vanished processes).
-fn cmdline(pid: u32) -> Vec<String> {
+pub(crate) fn cmdline(pid: u32) -> Vec<String> {
     fs::read(format!("/proc/{pid}/cmdline"))
         .map(|raw| {
             raw.split(|b| *b == 0)

@@ -433,7 +433,7 @@ fn check_cluster_kcm(env: &Env) -> Result<()> {
     let layout = Layout::new(&env.info.name);
     let record = process::read_pid_file(&layout.pid_file(Component::ControllerManager))
         .ok_or_else(|| anyhow!("the cluster's kube-controller-manager has no pid file"))?;
-    let args = cmdline(record.pid);
+    let args = process::cmdline(record.pid);
     if args.is_empty() {
         bail!(
             "the cluster's kube-controller-manager (pid {}) is not running",
@@ -449,18 +449,6 @@ fn check_cluster_kcm(env: &Env) -> Result<()> {
     Ok(())
 }
 
-/// The command line of `pid` (empty if it is gone).
-fn cmdline(pid: u32) -> Vec<String> {
-    fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|raw| {
-            raw.split(|b| *b == 0)
-                .filter(|a| !a.is_empty())
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// Processes that run a Deployment controller against this cluster (their command line names a
 /// file of the cluster's directory, e.g. its kubeconfig).
 fn deployment_controllers(cluster_dir: &Path) -> Vec<(u32, String)> {
@@ -472,7 +460,7 @@ fn deployment_controllers(cluster_dir: &Path) -> Vec<(u32, String)> {
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter_map(|pid| {
-            let args = cmdline(pid);
+            let args = process::cmdline(pid);
             (args.iter().any(|a| a.contains(&marker)) && parse::runs_deployment_controller(&args))
                 .then(|| (pid, args.join(" ")))
         })
@@ -817,7 +805,7 @@ async fn run_round(
     n: usize,
 ) -> Result<Vec<PhaseRun>> {
     let namespace = format!("{NAMESPACE_PREFIX}-{n}-r{round}-{}", side.slug());
-    create_namespace(client, &namespace).await?;
+    crate::bench::ensure_namespace(client, &namespace, &[]).await?;
     let mut controller = start(env, side, &format!("{n}-r{round}"), QPS)?;
     let sync_timeout = if env.callgrind { 900 } else { 120 };
     controller
@@ -944,7 +932,7 @@ async fn measure_at_rest(
     runs: &mut Vec<PhaseRun>,
 ) -> Result<()> {
     let namespace = format!("{NAMESPACE_PREFIX}-rest-{m}");
-    create_namespace(client, &namespace).await?;
+    crate::bench::ensure_namespace(client, &namespace, &[]).await?;
     let api = Api::<Deployment>::namespaced(client.clone(), &namespace);
     eprintln!(
         "preparing {m} Deployments x {REPLICAS} at rest in {namespace} (ours, QPS {SETUP_QPS:?})…"
@@ -1087,20 +1075,6 @@ fn image_patch(tag: &str) -> serde_json::Value {
     serde_json::json!({"spec": {"template": {"spec": {"containers": [
         {"name": "app", "image": format!("registry.k8s.io/pause:{tag}")}
     ]}}}})
-}
-
-async fn create_namespace(client: &Client, name: &str) -> Result<()> {
-    let api = Api::<Namespace>::all(client.clone());
-    let ns: Namespace = serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {"name": name},
-    }))?;
-    match api.create(&PostParams::default(), &ns).await {
-        Ok(_) => Ok(()),
-        Err(e) if e.is_already_exists() => Ok(()),
-        Err(e) => Err(anyhow!("creating namespace {name}: {e}")),
-    }
 }
 
 async fn delete_namespace(client: &Client, name: &str, timeout: Duration) -> Result<()> {

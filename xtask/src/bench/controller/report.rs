@@ -2,10 +2,10 @@
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::process::Command;
 
 use super::parse::{self, Counts};
 use super::{Phase, PhaseRun, Side};
+use crate::bench::command_output;
 
 /// The line after which docs/benchmarks/controller.md is written by hand (analysis, profile);
 /// a new run keeps everything from it on.
@@ -40,16 +40,6 @@ pub(super) struct Machine {
     load_start: String,
     finished: String,
     load_end: String,
-}
-
-fn command_output(program: &str, args: &[&str]) -> String {
-    Command::new(program)
-        .args(args)
-        .output()
-        .ok()
-        .filter(|out| out.status.success())
-        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".into())
 }
 
 fn load_average() -> String {

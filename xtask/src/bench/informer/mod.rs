@@ -317,7 +317,7 @@ async fn measure(
     let mut runs = Vec::new();
 
     // Baseline: the same programs with nothing to cache.
-    ensure_namespace(&client, EMPTY_NAMESPACE).await?;
+    crate::bench::ensure_namespace(&client, EMPTY_NAMESPACE, &[(POD_LABEL, "true")]).await?;
     for rep in 0..reps {
         for (implementation, variant) in rotation(rep) {
             eprintln!(
@@ -344,7 +344,7 @@ async fn measure(
 
     for (index, &pods) in sizes.iter().enumerate() {
         let namespace = format!("kctrl-bench-informer-{pods}");
-        ensure_namespace(&client, &namespace).await?;
+        crate::bench::ensure_namespace(&client, &namespace, &[(POD_LABEL, "true")]).await?;
         create_pods(&client, &namespace, pods).await?;
         let updates = args.updates.unwrap_or(5_000).min(pods);
         for rep in 0..reps {
@@ -404,20 +404,6 @@ fn rotation(rep: usize) -> Vec<(Impl, Variant)> {
         order.reverse();
     }
     order
-}
-
-async fn ensure_namespace(client: &Client, name: &str) -> Result<()> {
-    let api = Api::<Namespace>::all(client.clone());
-    let ns: Namespace = serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {"name": name, "labels": {POD_LABEL: "true"}},
-    }))?;
-    match api.create(&PostParams::default(), &ns).await {
-        Ok(_) => Ok(()),
-        Err(e) if e.is_already_exists() => Ok(()),
-        Err(e) => Err(anyhow!("creating namespace {name}: {e}")),
-    }
 }
 
 async fn delete_namespace(client: &Client, name: &str, wait: bool) -> Result<()> {

@@ -2,11 +2,11 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
-use std::process::Command;
 
 use anyhow::Result;
 
 use super::{Impl, Run, Variant};
+use crate::bench::command_output;
 
 /// Medians of one (size, variant, program).
 #[derive(Clone, Debug, Default)]
@@ -371,16 +371,6 @@ pub(super) struct Machine {
     kubernetes: String,
     date: String,
     load_average: String,
-}
-
-fn command_output(program: &str, args: &[&str]) -> String {
-    Command::new(program)
-        .args(args)
-        .output()
-        .ok()
-        .filter(|out| out.status.success())
-        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".into())
 }
 
 impl Machine {

@@ -2,11 +2,11 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
-use std::process::Command;
 
 use anyhow::Result;
 
 use super::{LATENESS_ITEMS, LATENESS_SPREAD, Measurement, TOTAL_ADDS};
+use crate::bench::command_output;
 
 /// What a row is held to.
 #[derive(Clone, Copy)]
@@ -221,16 +221,6 @@ pub(super) struct Machine {
     client_go: String,
     date: String,
     load_average: String,
-}
-
-fn command_output(program: &str, args: &[&str]) -> String {
-    Command::new(program)
-        .args(args)
-        .output()
-        .ok()
-        .filter(|out| out.status.success())
-        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".into())
 }
 
 impl Machine {
