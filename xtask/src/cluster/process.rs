@@ -27,6 +27,7 @@ pub(crate) struct ProcRecord {
 /// Parsed fields of `/proc/<pid>/stat` we care about.
 struct Stat {
     state: char,
+    ppid: u32,
     pgrp: u32,
     start_time: u64,
 }
@@ -39,9 +40,15 @@ fn stat(pid: u32) -> Option<Stat> {
     // `rest` starts at field 3 (state); field N is at index N - 3.
     Some(Stat {
         state: fields.first()?.chars().next()?,
+        ppid: fields.get(1)?.parse().ok()?,
         pgrp: fields.get(2)?.parse().ok()?,
         start_time: fields.get(19)?.parse().ok()?,
     })
+}
+
+/// The parent of `pid`, if it still runs.
+pub(crate) fn parent(pid: u32) -> Option<u32> {
+    stat(pid).map(|s| s.ppid)
 }
 
 /// The command line of `pid` (empty for kernel threads or vanished processes).

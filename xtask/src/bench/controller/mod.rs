@@ -456,7 +456,7 @@ fn deployment_controllers(cluster_dir: &Path) -> Vec<(u32, String)> {
     let Ok(entries) = fs::read_dir("/proc") else {
         return Vec::new();
     };
-    entries
+    let matched: Vec<(u32, String)> = entries
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter_map(|pid| {
@@ -464,6 +464,13 @@ fn deployment_controllers(cluster_dir: &Path) -> Vec<(u32, String)> {
             (args.iter().any(|a| a.contains(&marker)) && parse::runs_deployment_controller(&args))
                 .then(|| (pid, args.join(" ")))
         })
+        .collect();
+    // A child forked by a controller shows the parent's command line until it execs: it is
+    // the same controller, not a second one.
+    let pids: Vec<u32> = matched.iter().map(|(pid, _)| *pid).collect();
+    matched
+        .into_iter()
+        .filter(|(pid, _)| process::parent(*pid).is_none_or(|p| !pids.contains(&p)))
         .collect()
 }
 
@@ -822,7 +829,8 @@ async fn run_round(
         controller.reset_peak(env);
         let before = probe(env, &controller)?;
         let started = Instant::now();
-        let completions = match phase {
+        // Each phase's writes, then the replicas every Deployment must reach (none: deletion).
+        let target = match phase {
             Phase::Create => {
                 concurrently(n, {
                     let api = api.clone();
@@ -837,27 +845,11 @@ async fn run_round(
                     }
                 })
                 .await?;
-                wait_complete(
-                    &api,
-                    n,
-                    REPLICAS,
-                    started,
-                    env.phase_timeout,
-                    &mut controller,
-                )
-                .await?
+                Some(REPLICAS)
             }
             Phase::Rollout => {
                 patch_all(&api, n, image_patch("b")).await?;
-                wait_complete(
-                    &api,
-                    n,
-                    REPLICAS,
-                    started,
-                    env.phase_timeout,
-                    &mut controller,
-                )
-                .await?
+                Some(REPLICAS)
             }
             Phase::ScaleMidRollout => {
                 patch_all(&api, n, image_patch("c")).await?;
@@ -868,21 +860,27 @@ async fn run_round(
                     serde_json::json!({"spec": {"replicas": REPLICAS * 2}}),
                 )
                 .await?;
+                Some(REPLICAS * 2)
+            }
+            Phase::Delete => {
+                delete_namespace(client, &namespace, env.phase_timeout).await?;
+                None
+            }
+            Phase::AtRest => unreachable!("phase e runs in measure_at_rest"),
+        };
+        let completions = match target {
+            Some(replicas) => {
                 wait_complete(
                     &api,
                     n,
-                    REPLICAS * 2,
+                    replicas,
                     started,
                     env.phase_timeout,
                     &mut controller,
                 )
                 .await?
             }
-            Phase::Delete => {
-                delete_namespace(client, &namespace, env.phase_timeout).await?;
-                vec![started.elapsed().as_secs_f64()]
-            }
-            Phase::AtRest => unreachable!("phase e runs in measure_at_rest"),
+            None => vec![started.elapsed().as_secs_f64()],
         };
         let wall = completions.iter().copied().fold(0.0, f64::max);
         tokio::time::sleep(TAIL).await;
