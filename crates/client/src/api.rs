@@ -14,6 +14,7 @@ use serde::de::DeserializeOwned;
 
 use crate::backend::Backend;
 use crate::error::Error;
+use crate::managed_fields::{self, Level};
 use crate::request::{
     ApiRequest, DeleteParams, ListParams, Operation, Patch, PostParams, Representation, WatchParams,
 };
@@ -108,6 +109,8 @@ pub struct Api<K> {
     namespace: Option<String>,
     resource: ResourceRef,
     representation: Representation,
+    /// Skip `metadata.managedFields` when decoding responses and watch events.
+    trim_managed_fields: bool,
     _kind: PhantomData<fn() -> K>,
 }
 
@@ -118,6 +121,7 @@ impl<K> Clone for Api<K> {
             namespace: self.namespace.clone(),
             resource: self.resource.clone(),
             representation: self.representation,
+            trim_managed_fields: self.trim_managed_fields,
             _kind: PhantomData,
         }
     }
@@ -163,8 +167,40 @@ where
             namespace,
             resource,
             representation: crate::metadata::representation_of::<K>(),
+            trim_managed_fields: false,
             _kind: PhantomData,
         }
+    }
+
+    /// Decodes every object this handle receives (from get, list, watch and the answers to
+    /// writes) without `metadata.managedFields`: the field is skipped while parsing, so
+    /// neither the time to build it nor the memory to hold it is spent. This is what
+    /// kube-controller-manager does for every informer (with a transform after decoding);
+    /// a controller that never reads managedFields should do the same.
+    ///
+    /// Writing such an object back with [`update`](Self::update) keeps the server's
+    /// managedFields as they were: the server reads an absent list as unchanged.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: kctrl_client::Client) -> Result<(), kctrl_client::Error> {
+    /// use k8s_openapi::api::apps::v1::ReplicaSet;
+    /// use kctrl_client::Api;
+    ///
+    /// let rs = Api::<ReplicaSet>::namespaced(client, "prod")
+    ///     .without_managed_fields()
+    ///     .get("web-5d4f")
+    ///     .await?;
+    /// assert!(rs.metadata.managed_fields.is_none());
+    /// # Ok(()) }
+    /// ```
+    pub fn without_managed_fields(mut self) -> Self {
+        self.trim_managed_fields = true;
+        self
+    }
+
+    /// Whether [`without_managed_fields`](Self::without_managed_fields) is in effect.
+    pub fn skips_managed_fields(&self) -> bool {
+        self.trim_managed_fields
     }
 
     /// The resource this handle addresses.
@@ -242,22 +278,36 @@ where
         }
     }
 
-    async fn send<T: DeserializeOwned>(&self, req: ApiRequest) -> Result<T, Error> {
+    /// Sends a request whose answer is one object (`Level::Object`) or a list of them
+    /// (`Level::List`), decoded whole or without managedFields as this handle is set.
+    async fn send<T: DeserializeOwned>(&self, req: ApiRequest, level: Level) -> Result<T, Error> {
         let what = describe(&req);
         let body = self.client.backend.call(req).await?;
-        serde_json::from_slice(&body).map_err(|source| Error::Decode { what, source })
+        self.decode(&body, level)
+            .map_err(|source| Error::Decode { what, source })
+    }
+
+    fn decode<T: DeserializeOwned>(&self, body: &[u8], level: Level) -> serde_json::Result<T> {
+        if self.trim_managed_fields {
+            managed_fields::from_slice(body, level)
+        } else {
+            serde_json::from_slice(body)
+        }
     }
 
     /// Reads one object.
     pub async fn get(&self, name: &str) -> Result<K, Error> {
         let ns = self.namespace_for("get", name)?;
-        self.send(self.request(
-            ns,
-            None,
-            Operation::Get {
-                name: name.to_owned(),
-            },
-        ))
+        self.send(
+            self.request(
+                ns,
+                None,
+                Operation::Get {
+                    name: name.to_owned(),
+                },
+            ),
+            Level::Object,
+        )
         .await
     }
 
@@ -294,15 +344,18 @@ where
         patch: &Patch,
     ) -> Result<K, Error> {
         let ns = self.namespace_for("patch", name)?;
-        self.send(self.request(
-            ns,
-            subresource,
-            Operation::Patch {
-                name: name.to_owned(),
-                patch: patch.clone(),
-                params: params.clone(),
-            },
-        ))
+        self.send(
+            self.request(
+                ns,
+                subresource,
+                Operation::Patch {
+                    name: name.to_owned(),
+                    patch: patch.clone(),
+                    params: params.clone(),
+                },
+            ),
+            Level::Object,
+        )
         .await
     }
 
@@ -339,7 +392,7 @@ where
             ))
         } else {
             Ok(DeleteOutcome::Pending(
-                serde_json::from_slice(&body).map_err(decode)?,
+                self.decode(&body, Level::Object).map_err(decode)?,
             ))
         }
     }
@@ -366,14 +419,17 @@ where
     pub async fn create(&self, params: &PostParams, obj: &K) -> Result<K, Error> {
         let ns = self.namespace_of_object("create", obj)?;
         let body = self.encode("create", obj)?;
-        self.send(self.request(
-            ns,
-            None,
-            Operation::Create {
-                body,
-                params: params.clone(),
-            },
-        ))
+        self.send(
+            self.request(
+                ns,
+                None,
+                Operation::Create {
+                    body,
+                    params: params.clone(),
+                },
+            ),
+            Level::Object,
+        )
         .await
     }
 
@@ -396,15 +452,18 @@ where
         let name = self.name_of("update", obj)?;
         let ns = self.namespace_of_object("update", obj)?;
         let body = self.encode("update", obj)?;
-        self.send(self.request(
-            ns,
-            subresource,
-            Operation::Update {
-                name,
-                body,
-                params: params.clone(),
-            },
-        ))
+        self.send(
+            self.request(
+                ns,
+                subresource,
+                Operation::Update {
+                    name,
+                    body,
+                    params: params.clone(),
+                },
+            ),
+            Level::Object,
+        )
         .await
     }
 }
@@ -416,11 +475,14 @@ where
 {
     /// Lists objects (one page when `params.limit` is set; see `metadata.continue`).
     pub async fn list(&self, params: &ListParams) -> Result<List<K>, Error> {
-        self.send(self.request(
-            self.namespace.clone(),
-            None,
-            Operation::List(params.clone()),
-        ))
+        self.send(
+            self.request(
+                self.namespace.clone(),
+                None,
+                Operation::List(params.clone()),
+            ),
+            Level::List,
+        )
         .await
     }
 
@@ -436,7 +498,8 @@ where
             Operation::Watch(params.clone()),
         );
         let frames = self.client.backend.watch(req).await?;
-        Ok(frames.map(|frame| frame.and_then(|f| WatchEvent::from_frame(&f))))
+        let trim = self.trim_managed_fields;
+        Ok(frames.map(move |frame| frame.and_then(|f| WatchEvent::decode(&f, trim))))
     }
 }
 

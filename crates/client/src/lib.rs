@@ -37,6 +37,7 @@ mod error;
 pub mod fuzzing;
 mod http;
 pub mod labels;
+mod managed_fields;
 mod metadata;
 pub mod prometheus;
 mod request;

@@ -11,6 +11,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
 use crate::error::{ApiError, Error};
+use crate::managed_fields::{Level, TrimSeed};
 
 /// The annotation on the bookmark that ends a streaming list's initial events.
 pub const INITIAL_EVENTS_END_ANNOTATION: &str = "k8s.io/initial-events-end";
@@ -115,6 +116,8 @@ enum Progress {
 /// first, it is kept as a borrowed raw slice and decoded once the type is known.
 struct FrameVisitor<'p, K> {
     progress: &'p mut Progress,
+    /// Skip the object's `metadata.managedFields` while decoding it.
+    trim: bool,
     _object: PhantomData<fn() -> K>,
 }
 
@@ -148,7 +151,7 @@ impl<'de, K: DeserializeOwned> Visitor<'de> for FrameVisitor<'_, K> {
                     match kind {
                         Some(k) => {
                             *self.progress = Progress::Object(k);
-                            event = Some(map.next_value_seed(ObjectSeed::<K>::new(k))?);
+                            event = Some(map.next_value_seed(ObjectSeed::<K>::new(k, self.trim))?);
                             *self.progress = Progress::Envelope;
                         }
                         None => deferred = Some(map.next_value()?),
@@ -169,7 +172,7 @@ impl<'de, K: DeserializeOwned> Visitor<'de> for FrameVisitor<'_, K> {
         let raw = deferred.ok_or_else(|| de::Error::missing_field("object"))?;
         *self.progress = Progress::Object(kind);
         let mut de = serde_json::Deserializer::from_str(raw.get());
-        let event = ObjectSeed::<K>::new(kind)
+        let event = ObjectSeed::<K>::new(kind, self.trim)
             .deserialize(&mut de)
             .map_err(de::Error::custom)?;
         *self.progress = Progress::Envelope;
@@ -207,14 +210,38 @@ impl<'de> Deserialize<'de> for Field {
 /// Decodes an event's object according to the event's type.
 struct ObjectSeed<K> {
     kind: Kind,
+    trim: bool,
     _object: PhantomData<fn() -> K>,
 }
 
 impl<K> ObjectSeed<K> {
-    fn new(kind: Kind) -> Self {
+    fn new(kind: Kind, trim: bool) -> Self {
         Self {
             kind,
+            trim,
             _object: PhantomData,
+        }
+    }
+}
+
+/// Decodes an event's object: the whole of it, or without `metadata.managedFields`.
+struct Body<K> {
+    trim: bool,
+    _object: PhantomData<fn() -> K>,
+}
+
+impl<'de, K: DeserializeOwned> DeserializeSeed<'de> for Body<K> {
+    type Value = K;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<K, D::Error> {
+        if self.trim {
+            TrimSeed {
+                inner: PhantomData::<K>,
+                level: Level::Object,
+            }
+            .deserialize(d)
+        } else {
+            K::deserialize(d)
         }
     }
 }
@@ -223,10 +250,14 @@ impl<'de, K: DeserializeOwned> DeserializeSeed<'de> for ObjectSeed<K> {
     type Value = WatchEvent<K>;
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        let body = Body::<K> {
+            trim: self.trim,
+            _object: PhantomData,
+        };
         Ok(match self.kind {
-            Kind::Added => WatchEvent::Added(K::deserialize(d)?),
-            Kind::Modified => WatchEvent::Modified(K::deserialize(d)?),
-            Kind::Deleted => WatchEvent::Deleted(K::deserialize(d)?),
+            Kind::Added => WatchEvent::Added(body.deserialize(d)?),
+            Kind::Modified => WatchEvent::Modified(body.deserialize(d)?),
+            Kind::Deleted => WatchEvent::Deleted(body.deserialize(d)?),
             Kind::Bookmark => {
                 let b = BookmarkObject::deserialize(d)?;
                 WatchEvent::Bookmark(Bookmark {
@@ -245,11 +276,18 @@ impl<K: DeserializeOwned> WatchEvent<K> {
     /// The object is decoded directly from the frame's bytes into `K` (no intermediate
     /// value, one pass over the frame).
     pub fn from_frame(frame: &[u8]) -> Result<Self, Error> {
+        Self::decode(frame, false)
+    }
+
+    /// Decodes one frame; with `trim`, the object's `metadata.managedFields` is skipped
+    /// (see [`Api::without_managed_fields`](crate::Api::without_managed_fields)).
+    pub(crate) fn decode(frame: &[u8], trim: bool) -> Result<Self, Error> {
         let mut progress = Progress::Envelope;
         let mut de = serde_json::Deserializer::from_slice(frame);
         let decoded = de
             .deserialize_map(FrameVisitor::<K> {
                 progress: &mut progress,
+                trim,
                 _object: PhantomData,
             })
             .and_then(|event| de.end().map(|()| event));

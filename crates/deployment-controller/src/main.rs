@@ -241,7 +241,11 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         .context("starting the event sink")?;
     let recorder = Arc::new(broadcaster.new_recorder(EventSource::new("deployment-controller")));
 
-    let factory = SharedInformerFactory::new(client.clone(), RESYNC_PERIOD);
+    // As kube-controller-manager's informers, ours cache objects without managedFields; here
+    // they are skipped while decoding rather than dropped after.
+    let factory = SharedInformerFactory::builder(client.clone(), RESYNC_PERIOD)
+        .without_managed_fields()
+        .build();
     metrics::register_handler_panics(&mut registry, {
         let factory = factory.clone();
         move || factory.handler_panics()

@@ -209,12 +209,15 @@ impl DeploymentController {
         Timestamp::from_second(t.as_second()).unwrap_or(t)
     }
 
+    /// Deployments in `namespace`. Answers are decoded without managedFields, which the
+    /// controller never reads (nor do the informers keep them in the binary).
     pub(crate) fn deployments_api(&self, namespace: &str) -> Api<Deployment> {
-        Api::namespaced(self.client.clone(), namespace)
+        Api::namespaced(self.client.clone(), namespace).without_managed_fields()
     }
 
+    /// ReplicaSets in `namespace`, decoded as [`deployments_api`](Self::deployments_api).
     fn replica_sets_api(&self, namespace: &str) -> Api<ReplicaSet> {
-        Api::namespaced(self.client.clone(), namespace)
+        Api::namespaced(self.client.clone(), namespace).without_managed_fields()
     }
 
     /// Records an event about `d`.
@@ -566,7 +569,9 @@ impl DeploymentController {
         rs_list: &mut Vec<ReplicaSet>,
         create: bool,
     ) -> Result<(Option<ReplicaSet>, Vec<ReplicaSet>), SyncError> {
-        let (_, all_old) = find_old_replica_sets(d, &mut rs_list.clone());
+        // Sorted through references: only the old ReplicaSets returned are copied.
+        let (_, all_old) = find_old_replica_sets(d, &mut rs_list.iter().collect::<Vec<_>>());
+        let all_old: Vec<ReplicaSet> = all_old.into_iter().cloned().collect();
         let new_rs = self
             .get_new_replica_set(d, rs_list, &all_old, create)
             .await?;
@@ -593,7 +598,7 @@ impl DeploymentController {
     ) -> Result<Option<ReplicaSet>, SyncError> {
         let namespace = d.metadata.namespace.clone().unwrap_or_default();
         let d_name = d.metadata.name.clone().unwrap_or_default();
-        let existing = find_new_replica_set(d, &mut rs_list.to_vec());
+        let existing = find_new_replica_set(d, &mut rs_list.iter().collect::<Vec<_>>()).cloned();
         let new_revision = (max_revision(old_rss) + 1).to_string();
         let min_ready_seconds = d.spec.as_ref().and_then(|s| s.min_ready_seconds);
 

@@ -209,6 +209,7 @@ pub async fn recreate_deployment_has_no_pods(
         ..Default::default()
     };
     let listed = Api::<ReplicaSet>::namespaced(client.clone(), &namespace)
+        .without_managed_fields()
         .list(&params)
         .await?;
     let d_uid = d.metadata.uid.as_deref().unwrap_or("");

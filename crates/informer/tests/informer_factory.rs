@@ -203,3 +203,49 @@ async fn wait_for_cache_sync_reports_unsynced_on_cancel() {
     run.cancel();
     factory.shutdown().await;
 }
+
+// `without_managed_fields`: every informer of the factory (full and metadata-only) caches
+// objects without managedFields, through the initial list and through watch events; a
+// factory without it keeps them.
+#[tokio::test(start_paused = true)]
+async fn without_managed_fields_applies_to_every_informer_and_event() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+    let with_fields = |name: &str| {
+        let mut p = pod("a", name, "web");
+        p.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
+            manager: Some("kubectl".to_owned()),
+            operation: Some("Update".to_owned()),
+            ..Default::default()
+        }]);
+        p
+    };
+    for trim in [false, true] {
+        let fake = FakeApi::new();
+        fake.add(&with_fields("listed")).unwrap();
+        let mut builder = SharedInformerFactory::builder(fake.client(), Duration::ZERO)
+            .reflector_options(no_watch_list());
+        if trim {
+            builder = builder.without_managed_fields();
+        }
+        let factory = builder.build();
+        let lister = factory.lister::<Pod>();
+        let metadata = factory.metadata_lister::<Pod>();
+        let cancel = CancellationToken::new();
+        factory.start(&cancel);
+        factory.wait_for_cache_sync(&cancel).await;
+        Api::<Pod>::all(fake.client())
+            .create(&PostParams::default(), &with_fields("watched"))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        for name in ["listed", "watched"] {
+            let full = lister.get("a", name).expect("cached");
+            assert_eq!(full.metadata.managed_fields.is_some(), !trim, "{name}");
+            assert_eq!(full.metadata.labels.as_ref().unwrap()["app"], "web");
+            let meta = metadata.get("a", name).expect("cached");
+            assert_eq!(meta.metadata.managed_fields.is_some(), !trim, "{name}");
+        }
+        cancel.cancel();
+        factory.shutdown().await;
+    }
+}

@@ -342,3 +342,68 @@ async fn request_timeout_does_not_cut_watches() {
     let next = tokio::time::timeout(Duration::from_millis(500), events.next()).await;
     assert!(next.is_err(), "the watch ended or yielded: {next:?}");
 }
+
+/// A pod as the API server sends it, with server-side-apply bookkeeping.
+fn pod_with_managed_fields(name: &str, rv: &str) -> serde_json::Value {
+    let mut p = pod(name, rv);
+    p["metadata"]["managedFields"] = json!([{
+        "manager": "kubectl", "operation": "Update", "apiVersion": "v1",
+        "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {"f:app": {}}}}
+    }]);
+    p["metadata"]["labels"] = json!({"app": "web"});
+    p
+}
+
+// `without_managed_fields` applies to every decoding path of a handle: get, list, watch
+// (object after and before the type), and the answer to a write; other fields are intact.
+#[tokio::test]
+async fn without_managed_fields_skips_them_on_every_path() {
+    use kctrl_client::{ListParams, PostParams};
+    let object_first = json!({"object": pod_with_managed_fields("b", "3"), "type": "MODIFIED"});
+    let replies = |_: ()| {
+        vec![
+            Reply::json(200, pod_with_managed_fields("a", "1")),
+            Reply::json(
+                200,
+                json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "2"},
+                       "items": [pod_with_managed_fields("a", "1"), pod_with_managed_fields("b", "2")]}),
+            ),
+            Reply::watch(&[
+                event("ADDED", pod_with_managed_fields("a", "1")),
+                object_first.clone(),
+            ]),
+            Reply::json(200, pod_with_managed_fields("a", "4")),
+        ]
+    };
+    for trim in [false, true] {
+        let server = TestServer::start(replies(())).await;
+        let mut pods: Api<Pod> = Api::namespaced(client(unlimited(&server)), "ns");
+        if trim {
+            pods = pods.without_managed_fields();
+        }
+        assert_eq!(pods.skips_managed_fields(), trim);
+        let mut seen: Vec<Pod> = vec![pods.get("a").await.unwrap()];
+        seen.extend(pods.list(&ListParams::default()).await.unwrap().items);
+        let events: Vec<_> = pods
+            .watch(&WatchParams::default())
+            .await
+            .unwrap()
+            .collect()
+            .await;
+        for e in events {
+            match e.unwrap() {
+                WatchEvent::Added(p) | WatchEvent::Modified(p) => seen.push(p),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        let mut written = pod("a", "1");
+        written["metadata"]["namespace"] = json!("ns");
+        let written: Pod = serde_json::from_value(written).unwrap();
+        seen.push(pods.update(&PostParams::default(), &written).await.unwrap());
+        assert_eq!(seen.len(), 6);
+        for p in &seen {
+            assert_eq!(p.metadata.managed_fields.is_some(), !trim, "{p:?}");
+            assert_eq!(p.metadata.labels.as_ref().unwrap()["app"], "web");
+        }
+    }
+}

@@ -19,6 +19,7 @@
 //! Upstream: `EqualIgnoreHash` of deployment_util.go.
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Map, Value};
 
 use super::constants::DEFAULT_DEPLOYMENT_UNIQUE_LABEL_KEY;
@@ -49,7 +50,18 @@ pub const QUANTITY_SCALARS: &[&str] = &["sizeLimit", "divisor"];
 
 /// `EqualIgnoreHash`: whether two pod templates are semantically equal once the
 /// `pod-template-hash` label is removed from both. Neither argument is modified.
+///
+/// Called for every ReplicaSet of a Deployment on each sync, so the usual answers are found
+/// without copying: templates equal field by field (labels compared without the hash) are
+/// equal; templates whose containers differ in number, name or image are not (no
+/// normalization can make those equal). Only what is left takes the JSON path.
 pub fn equal_ignore_hash(t1: &PodTemplateSpec, t2: &PodTemplateSpec) -> bool {
+    if equal_ignoring_hash_label(t1, t2) {
+        return true;
+    }
+    if containers_differ(t1, t2) {
+        return false;
+    }
     let mut a = t1.clone();
     let mut b = t2.clone();
     for t in [&mut a, &mut b] {
@@ -58,6 +70,96 @@ pub fn equal_ignore_hash(t1: &PodTemplateSpec, t2: &PodTemplateSpec) -> bool {
         }
     }
     semantic_equal(&a, &b)
+}
+
+/// Exact equality of two templates, the hash label aside.
+fn equal_ignoring_hash_label(a: &PodTemplateSpec, b: &PodTemplateSpec) -> bool {
+    if a.spec != b.spec {
+        return false;
+    }
+    let empty = ObjectMeta::default();
+    let (ma, mb) = (
+        a.metadata.as_ref().unwrap_or(&empty),
+        b.metadata.as_ref().unwrap_or(&empty),
+    );
+    // Every field but labels; the destructuring fails to compile if ObjectMeta gains one.
+    let ObjectMeta {
+        annotations,
+        creation_timestamp,
+        deletion_grace_period_seconds,
+        deletion_timestamp,
+        finalizers,
+        generate_name,
+        generation,
+        labels: _,
+        managed_fields,
+        name,
+        namespace,
+        owner_references,
+        resource_version,
+        self_link,
+        uid,
+    } = ma;
+    if (
+        annotations,
+        creation_timestamp,
+        deletion_grace_period_seconds,
+        deletion_timestamp,
+        finalizers,
+        generate_name,
+        generation,
+        managed_fields,
+    ) != (
+        &mb.annotations,
+        &mb.creation_timestamp,
+        &mb.deletion_grace_period_seconds,
+        &mb.deletion_timestamp,
+        &mb.finalizers,
+        &mb.generate_name,
+        &mb.generation,
+        &mb.managed_fields,
+    ) || (
+        name,
+        namespace,
+        owner_references,
+        resource_version,
+        self_link,
+        uid,
+    ) != (
+        &mb.name,
+        &mb.namespace,
+        &mb.owner_references,
+        &mb.resource_version,
+        &mb.self_link,
+        &mb.uid,
+    ) {
+        return false;
+    }
+    labels_without_hash(ma).eq(labels_without_hash(mb))
+}
+
+/// A template's labels but the hash label, in key order.
+fn labels_without_hash(m: &ObjectMeta) -> impl Iterator<Item = (&String, &String)> {
+    m.labels
+        .iter()
+        .flatten()
+        .filter(|(k, _)| k.as_str() != DEFAULT_DEPLOYMENT_UNIQUE_LABEL_KEY)
+}
+
+/// Whether both templates have a spec whose containers differ in number, or in the name or
+/// image of a container at the same position. Normalization keeps the order and number of
+/// list items and never rewrites names or images, so such templates are never semantically
+/// equal.
+fn containers_differ(a: &PodTemplateSpec, b: &PodTemplateSpec) -> bool {
+    let (Some(sa), Some(sb)) = (&a.spec, &b.spec) else {
+        return false;
+    };
+    sa.containers.len() != sb.containers.len()
+        || sa
+            .containers
+            .iter()
+            .zip(&sb.containers)
+            .any(|(ca, cb)| ca.name != cb.name || ca.image != cb.image)
 }
 
 /// apimachinery's semantic equality for pod templates (see the module documentation).
@@ -335,6 +437,53 @@ mod tests {
             &PodTemplateSpec::default(),
             &template(serde_json::json!({"metadata": {}}))
         ));
+    }
+
+    /// The short cuts of `equal_ignore_hash` agree with the plain JSON comparison on every
+    /// pair drawn from templates that differ in the ways the short cuts look at (labels and
+    /// the hash, container names, images and count, empty vs missing, quantity forms).
+    #[test]
+    fn short_cuts_agree_with_the_json_comparison() {
+        let reference = |a: &PodTemplateSpec, b: &PodTemplateSpec| {
+            let (mut a, mut b) = (a.clone(), b.clone());
+            for t in [&mut a, &mut b] {
+                if let Some(l) = t.metadata.as_mut().and_then(|m| m.labels.as_mut()) {
+                    l.remove(H);
+                }
+            }
+            semantic_equal(&a, &b)
+        };
+        use serde_json::json;
+        let templates: Vec<PodTemplateSpec> = [
+            json!({}),
+            json!({"metadata": {}}),
+            json!({"metadata": {"labels": {}}, "spec": {"containers": []}}),
+            json!({"spec": {"containers": []}}),
+            json!({"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx:1"}]}}),
+            json!({"metadata": {"labels": {"app": "web", H: "h1"}}, "spec": {"containers": [{"name": "c", "image": "nginx:1"}]}}),
+            json!({"metadata": {"labels": {"app": "web", H: "h2"}}, "spec": {"containers": [{"name": "c", "image": "nginx:1", "env": []}]}}),
+            json!({"metadata": {"labels": {"app": "web", H: "h2"}, "annotations": {}}, "spec": {"containers": [{"name": "c", "image": "nginx:1"}]}}),
+            json!({"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx:2"}]}}),
+            json!({"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "d", "image": "nginx:1"}]}}),
+            json!({"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c"}]}}),
+            json!({"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx:1"}, {"name": "s", "image": "side:1"}]}}),
+            json!({"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx:1", "resources": {"limits": {"memory": "1Gi"}}}]}}),
+            json!({"metadata": {"labels": {"app": "web", H: "h3"}}, "spec": {"containers": [{"name": "c", "image": "nginx:1", "resources": {"limits": {"memory": "1073741824"}}}]}}),
+            json!({"metadata": {"labels": {"app": "db"}}, "spec": {"containers": [{"name": "c", "image": "nginx:1"}]}}),
+        ]
+        .into_iter()
+        .map(template)
+        .collect();
+        let mut equal_pairs = 0;
+        for a in &templates {
+            for b in &templates {
+                let want = reference(a, b);
+                assert_eq!(equal_ignore_hash(a, b), want, "{a:?} vs {b:?}");
+                equal_pairs += usize::from(want);
+            }
+        }
+        // Both answers occur beyond the diagonal, through each path.
+        assert!(equal_pairs > templates.len() + 8, "{equal_pairs}");
     }
 
     #[test]

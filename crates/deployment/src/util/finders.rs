@@ -68,22 +68,6 @@ impl fmt::Display for GoMap<'_> {
     }
 }
 
-/// The ReplicaSet's pod template (an absent one reads as empty).
-fn rs_template(rs: &ReplicaSet) -> PodTemplateSpec {
-    rs.spec
-        .as_ref()
-        .and_then(|s| s.template.clone())
-        .unwrap_or_default()
-}
-
-/// The Deployment's pod template (an absent spec reads as an empty template).
-fn deployment_template(d: &Deployment) -> PodTemplateSpec {
-    d.spec
-        .as_ref()
-        .map(|s| s.template.clone())
-        .unwrap_or_default()
-}
-
 /// `FindNewReplicaSet`: sorts `rss` oldest first **in place** and returns the first whose
 /// template equals the Deployment's ignoring the hash label.
 pub fn find_new_replica_set<R: Borrow<ReplicaSet> + Clone>(
@@ -91,9 +75,19 @@ pub fn find_new_replica_set<R: Borrow<ReplicaSet> + Clone>(
     rss: &mut [R],
 ) -> Option<R> {
     sort_by_creation_timestamp(rss);
-    let template = deployment_template(d);
+    // Compared in place: an absent template reads as the empty one.
+    let empty = PodTemplateSpec::default();
+    let template = d.spec.as_ref().map_or(&empty, |s| &s.template);
     rss.iter()
-        .find(|rs| equal_ignore_hash(&rs_template((*rs).borrow()), &template))
+        .find(|rs| {
+            let rs_template = (*rs)
+                .borrow()
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.as_ref())
+                .unwrap_or(&empty);
+            equal_ignore_hash(rs_template, template)
+        })
         .cloned()
 }
 
@@ -509,7 +503,7 @@ mod tests {
             .unwrap()
             .containers[0]
             .image = Some("nginx:old".into());
-        set_from_replica_set_template(&mut d, rs_template(&rs));
+        set_from_replica_set_template(&mut d, rs.spec.unwrap().template.unwrap());
         let t = &d.spec.as_ref().unwrap().template;
         assert_eq!(
             t.metadata.as_ref().unwrap().labels,
