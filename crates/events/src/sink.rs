@@ -130,7 +130,10 @@ impl ApiEventSink {
 
     fn api_for(&self, verb: &str, event: &Event) -> Result<Api<Event>, SinkError> {
         match event.metadata.namespace.as_deref() {
-            Some(ns) if !ns.is_empty() => Ok(Api::namespaced(self.client.clone(), ns)),
+            Some(ns) if !ns.is_empty() => {
+                // The answers are only checked, never read for managedFields.
+                Ok(Api::namespaced(self.client.clone(), ns).without_managed_fields())
+            }
             _ => Err(SinkError::InvalidRequest(format!(
                 "{verb} event {:?}: the event has no metadata.namespace",
                 event.metadata.name.as_deref().unwrap_or("")
