@@ -4,9 +4,10 @@
 //! They replace KWOK's "fast" pod-ready stage so that pods behave like a kubelet's in the cases
 //! tests need (documented in docs/local-cluster.md, "Pods that fail like real ones"):
 //! * a pod with an image that cannot exist (tag `:404` / `:nonexistent`, or
-//!   [`UNPULLABLE_MARKER`] in the image) stays Pending and unready, its container waiting with
+//!   `kctrl-image-pull-failure` in the image) stays Pending and unready, its container waiting with
 //!   ErrImagePull and ImagePullBackOff in turn, with a growing back-off;
-//! * a pod annotated [`READY_AFTER_ANNOTATION`] runs unready for that long, then becomes Ready;
+//! * a pod annotated `kctrl.dev/ready-after: <duration>` runs unready for that long, then
+//!   becomes Ready;
 //! * every other pod becomes Running and Ready at once, as before.
 //!
 //! Being part of the binary (rather than of the build cache), they need no cache rebuild when
@@ -16,13 +17,6 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-
-/// Text in an image reference that makes the local cluster treat the image as unpullable.
-pub(crate) const UNPULLABLE_MARKER: &str = "kctrl-image-pull-failure";
-
-/// Pod annotation holding a duration (e.g. `30s`) for which a pod stays unready after its
-/// containers started.
-pub(crate) const READY_AFTER_ANNOTATION: &str = "kctrl.dev/ready-after";
 
 /// The stage files: name in the cluster directory, contents.
 pub(crate) const STAGES: &[(&str, &str)] = &[
@@ -68,6 +62,11 @@ mod tests {
     use super::*;
     use crate::cluster::versions::KWOK_STAGE_FILES;
 
+    /// Text in an image reference that makes the local cluster treat the image as unpullable.
+    const UNPULLABLE_MARKER: &str = "kctrl-image-pull-failure";
+    /// Pod annotation holding a duration for which a pod stays unready after its containers
+    /// started.
+    const READY_AFTER_ANNOTATION: &str = "kctrl.dev/ready-after";
     /// The key that tells pullable from unpullable images, as every stage spells it.
     const UNPULLABLE_KEY: &str = r#"[(.spec.initContainers // [])[], (.spec.containers // [])[] | .image // "" | test("(:(404|nonexistent)(@sha256:[0-9a-f]+)?$)|kctrl-image-pull-failure")] | any"#;
     /// The regular expression inside [`UNPULLABLE_KEY`], which the failure templates repeat.
