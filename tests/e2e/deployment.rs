@@ -1,6 +1,7 @@
 //! Our deployment-controller against a real cluster (`cargo xtask e2e` starts it): the
 //! kube-apiserver, kube-controller-manager's ReplicaSet controller and garbage collector, and
-//! KWOK nodes on which pods become Running and Ready at once.
+//! KWOK nodes on which pods become Running and Ready at once, except pods of an image that cannot
+//! be pulled ([`BROKEN_IMAGE`]), which stay Pending as with a kubelet (docs/local-cluster.md).
 //!
 //! Every test runs in its own namespace and waits with deadlines, never fixed sleeps. Tests that
 //! need the controller return early when `cargo xtask e2e` did not start one.
@@ -32,8 +33,13 @@ const REVISION: &str = "deployment.kubernetes.io/revision";
 const REVISION_HISTORY: &str = "deployment.kubernetes.io/revision-history";
 const DESIRED_REPLICAS: &str = "deployment.kubernetes.io/desired-replicas";
 const MAX_REPLICAS: &str = "deployment.kubernetes.io/max-replicas";
-/// A nodeSelector no KWOK node matches: such pods stay Pending (never available).
-const NO_NODE: (&str, &str) = ("kctrl-e2e/no-such-node", "true");
+/// An image no registry has: its pods stay Pending and never become available, with
+/// ErrImagePull / ImagePullBackOff, on the local cluster's KWOK nodes as under a kubelet.
+const BROKEN_IMAGE: &str = "nginx:404";
+/// Pod annotation that holds a pod unready for a while on the local cluster's KWOK nodes.
+const READY_AFTER: &str = "kctrl.dev/ready-after";
+/// Annotation of the nodes KWOK manages.
+const KWOK_NODE: &str = "kwok.x-k8s.io/node";
 /// Deadline for a rollout of a few pods on KWOK nodes.
 const TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -540,7 +546,8 @@ async fn recreate_never_runs_old_and_new_pods_together() {
 
 /// 4. Proportional scaling mid-rollout (upstream's "deployment should support proportional
 ///    scaling"): 10 replicas, maxSurge 3, maxUnavailable 2, a new template whose pods never
-///    become available → old 8 / new 5; scaling to 30 → old 20 / new 13, annotations updated.
+///    become available (an image that cannot be pulled, as upstream's `webserver:404`) → old 8 /
+///    new 5; scaling to 30 → old 20 / new 13, annotations updated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scaling_mid_rollout_is_proportional() {
     let env = env!("deploy-proportional");
@@ -549,13 +556,7 @@ async fn scaling_mid_rollout_is_proportional() {
     env.create(&d).await;
     let d = env.wait_complete("web").await;
     let old_name = name(&env.owned_sets(&d).await[0].metadata).to_owned();
-    env.patch(
-        "web",
-        Patch::Strategic(json!({"spec": {"template": {"spec": {
-            "nodeSelector": {NO_NODE.0: NO_NODE.1}
-        }}}})),
-    )
-    .await;
+    env.set_image("web", BROKEN_IMAGE).await;
 
     let sizes = |sets: &[ReplicaSet]| -> Vec<(String, i32, i32)> {
         sets.iter()
@@ -891,14 +892,15 @@ async fn upstream_named_replica_set_is_adopted_and_reused() {
     env.ns.delete().await;
 }
 
-/// 11. progressDeadlineSeconds exceeded while pods cannot become available.
+/// 11. progressDeadlineSeconds exceeded while pods cannot become available (their image cannot be
+///     pulled).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn progress_deadline_exceeded_is_reported() {
     let env = env!("deploy-deadline");
     let mut d = deployment("web", 1);
     let s = d.spec.as_mut().unwrap();
     s.progress_deadline_seconds = Some(10);
-    s.template.spec.as_mut().unwrap().node_selector = Some(labels(&[NO_NODE]));
+    s.template.spec.as_mut().unwrap().containers[0].image = Some(BROKEN_IMAGE.into());
     env.create(&d).await;
     let what = format!(
         "Progressing=False ProgressDeadlineExceeded ({})",
@@ -1440,6 +1442,262 @@ async fn kubectl_rollout_restart_status_and_history() {
         assert!(
             out.contains(&want),
             "kubectl rollout history --revision=2 lacks {want:?}: {out:?}"
+        );
+    }
+    env.ns.delete().await;
+}
+
+/// The waiting reason of the container of `p` that cannot pull [`BROKEN_IMAGE`], after checking
+/// that `p` looks like a pod whose image a kubelet cannot pull: Pending, not ready, Ready and
+/// ContainersReady False with reason ContainersNotReady. `Ok(None)` before any status arrived.
+fn image_pull_failure(p: &Pod) -> Result<Option<String>, String> {
+    let status = p.status.clone().unwrap_or_default();
+    let Some(cs) = status.container_statuses.as_deref().and_then(<[_]>::first) else {
+        return Ok(None);
+    };
+    let pod = name(&p.metadata);
+    let check = |ok: bool, what: &str| {
+        if ok {
+            Ok(())
+        } else {
+            Err(format!("pod {pod}: {what}; status {status:?}"))
+        }
+    };
+    check(status.phase.as_deref() == Some("Pending"), "not Pending")?;
+    check(!cs.ready, "container ready")?;
+    check(cs.started != Some(true), "container started")?;
+    check(cs.image == BROKEN_IMAGE, "status of another image")?;
+    for type_ in ["Ready", "ContainersReady"] {
+        let c = status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == type_);
+        check(
+            c.is_some_and(|c| {
+                c.status == "False" && c.reason.as_deref() == Some("ContainersNotReady")
+            }),
+            &format!("{type_} is not False/ContainersNotReady"),
+        )?;
+    }
+    let waiting = cs.state.as_ref().and_then(|s| s.waiting.as_ref());
+    let reason = waiting.and_then(|w| w.reason.clone()).unwrap_or_default();
+    check(
+        reason == "ErrImagePull" || reason == "ImagePullBackOff",
+        "container not waiting with ErrImagePull or ImagePullBackOff",
+    )?;
+    let message = waiting
+        .and_then(|w| w.message.as_deref())
+        .unwrap_or_default();
+    check(
+        message.contains(BROKEN_IMAGE),
+        "waiting message does not name the image",
+    )?;
+    Ok(Some(reason))
+}
+
+/// 16. Pods of an image that cannot be pulled stay Pending and unready for good, their container
+///     waiting with ErrImagePull and ImagePullBackOff in turn (a kubelet's image back-off), so
+///     the Deployment never becomes available; a Deployment of a normal image beside it does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_of_an_unpullable_image_stay_pending_with_image_pull_errors() {
+    let env = env!("deploy-unpullable");
+    let mut broken = deployment("broken", 2);
+    broken
+        .spec
+        .as_mut()
+        .unwrap()
+        .template
+        .spec
+        .as_mut()
+        .unwrap()
+        .containers[0]
+        .image = Some(BROKEN_IMAGE.into());
+    env.create(&broken).await;
+    env.create(&deployment("fine", 1)).await;
+
+    // Watched for longer than the first back-off (10 s), so both reasons show up.
+    const WATCHED: Duration = Duration::from_secs(20);
+    let started = tokio::time::Instant::now();
+    let selector = ListParams {
+        label_selector: Some("app=broken".into()),
+        ..Default::default()
+    };
+    let mut reasons: HashMap<String, Vec<String>> = HashMap::new();
+    loop {
+        let pods = env.pods.list(&selector).await.unwrap().items;
+        for p in &pods {
+            let reason =
+                image_pull_failure(p).unwrap_or_else(|e| panic!("{e} ({})", env.log_hint()));
+            if let Some(reason) = reason {
+                let seen = reasons.entry(name(&p.metadata).to_owned()).or_default();
+                if seen.last() != Some(&reason) {
+                    seen.push(reason);
+                }
+            }
+        }
+        let alternated = |seen: &Vec<String>| {
+            seen.len() >= 3 && seen[0] == "ErrImagePull" && seen[1] == "ImagePullBackOff"
+        };
+        if started.elapsed() >= WATCHED
+            && pods.len() == 2
+            && reasons.len() == 2
+            && reasons.values().all(alternated)
+        {
+            break;
+        }
+        assert!(
+            started.elapsed() < TIMEOUT,
+            "after {TIMEOUT:?}: pods {} with waiting reasons {reasons:?}, expected two pods each \
+             going ErrImagePull → ImagePullBackOff → ErrImagePull ({})",
+            pods.len(),
+            env.log_hint()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    eprintln!("waiting reasons seen: {reasons:?}");
+
+    let d = env.wait_observed("broken").await;
+    let s = d.status.as_ref().unwrap();
+    assert_eq!(
+        (
+            s.replicas,
+            s.available_replicas.unwrap_or(0),
+            s.unavailable_replicas
+        ),
+        (Some(2), 0, Some(2)),
+        "({})",
+        env.log_hint()
+    );
+    assert_eq!(
+        cond(&d, "Available"),
+        Some(("False".into(), "MinimumReplicasUnavailable".into()))
+    );
+
+    // The same cluster makes a pod of a normal image Running and Ready.
+    let fine = env.wait_complete("fine").await;
+    assert_eq!(fine.status.as_ref().unwrap().ready_replicas, Some(1));
+    let pods = env
+        .pods
+        .list(&ListParams {
+            label_selector: Some("app=fine".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(pods.len(), 1);
+    let status = pods[0].status.as_ref().unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Running"));
+    let ready = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.status.as_str());
+    assert_eq!(ready, Some("True"));
+    assert!(
+        status
+            .container_statuses
+            .iter()
+            .flatten()
+            .all(|c| c.ready && c.state.as_ref().is_some_and(|s| s.running.is_some()))
+    );
+    env.ns.delete().await;
+}
+
+/// Whether node `node` is one of the local cluster's KWOK nodes (where [`READY_AFTER`] works).
+async fn is_kwok_node(env: &Env, node: &str) -> bool {
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(env.cluster.admin());
+    let node = nodes.get(node).await.unwrap();
+    annotation(&node.metadata, KWOK_NODE).is_some()
+}
+
+/// 17. The readiness delay of the local cluster ([`READY_AFTER`]): the pods run unready for that
+///     long after their containers started, then become Ready; the rollout completes only then.
+///     Skipped on clusters without KWOK nodes (a kubelet ignores the annotation).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_after_annotation_delays_readiness() {
+    let env = env!("deploy-ready-after");
+    const DELAY: i64 = 8;
+    let mut d = deployment("slow", 2);
+    let template = &mut d.spec.as_mut().unwrap().template;
+    template.metadata.as_mut().unwrap().annotations =
+        Some(labels(&[(READY_AFTER, &format!("{DELAY}s"))]));
+    env.create(&d).await;
+
+    let selector = ListParams {
+        label_selector: Some("app=slow".into()),
+        ..Default::default()
+    };
+    let what = format!("two running pods of deployment slow ({})", env.log_hint());
+    let pods = eventually(&what, TIMEOUT, || async {
+        let pods = env.pods.list(&selector).await.unwrap().items;
+        let running = pods
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count();
+        if running == 2 {
+            Ok(pods)
+        } else {
+            Err(pods.len())
+        }
+    })
+    .await;
+    let node = pods[0]
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default();
+    if !is_kwok_node(&env, &node).await {
+        eprintln!("e2e: node {node} is not a KWOK node; skipping the readiness-delay test");
+        env.ns.delete().await;
+        return;
+    }
+    // Seen as soon as they run (well within the delay): running, but not ready.
+    for p in &pods {
+        let status = p.status.as_ref().unwrap();
+        let cs = &status.container_statuses.as_deref().unwrap_or_default()[0];
+        assert!(
+            !cs.ready && cs.state.as_ref().is_some_and(|s| s.running.is_some()),
+            "{cs:?}"
+        );
+        let ready = status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "Ready")
+            .map(|c| (c.status.as_str(), c.reason.as_deref()));
+        assert_eq!(ready, Some(("False", Some("ContainersNotReady"))));
+    }
+
+    let d = env.wait_complete("slow").await;
+    assert_eq!(d.status.as_ref().unwrap().ready_replicas, Some(2));
+    for p in env.pods.list(&selector).await.unwrap().items {
+        let status = p.status.unwrap_or_default();
+        let cs = &status.container_statuses.unwrap_or_default()[0];
+        assert!(cs.ready, "{cs:?}");
+        let started = cs
+            .state
+            .as_ref()
+            .and_then(|s| s.running.as_ref())
+            .and_then(|r| r.started_at.as_ref())
+            .expect("running since")
+            .0;
+        let ready_since = status
+            .conditions
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "Ready" && c.status == "True")
+            .and_then(|c| c.last_transition_time)
+            .expect("Ready=True since")
+            .0;
+        let waited = ready_since.as_second() - started.as_second();
+        // Whole seconds on both sides; KWOK rounds the deadline up.
+        assert!(
+            (DELAY..=DELAY + 3).contains(&waited),
+            "pod {} became Ready {waited}s after its container started, expected about {DELAY}s",
+            name(&p.metadata)
         );
     }
     env.ns.delete().await;

@@ -11,6 +11,7 @@ pub(crate) mod kind;
 pub(crate) mod pki;
 pub(crate) mod plane;
 pub(crate) mod process;
+pub(crate) mod stages;
 pub(crate) mod toolchain;
 pub(crate) mod versions;
 

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use super::etcd;
 use super::pki::{self, Identity, Pki};
 use super::process::{self, ProcRecord};
+use super::stages;
 use super::toolchain::{Cache, fmt_duration};
 use super::versions::{Binary, ETCD_VERSION, K8S_VERSION, KWOK_VERSION};
 
@@ -227,6 +228,10 @@ impl Layout {
     }
     fn manifests(&self) -> PathBuf {
         self.dir.join("manifests")
+    }
+    /// Our KWOK stage files (see `stages.rs`), written at every start.
+    fn kwok_stages(&self) -> PathBuf {
+        self.manifests().join("kwok-stages")
     }
 }
 
@@ -553,6 +558,7 @@ fn start(layout: &Layout, cache: &Cache, opts: &UpOptions) -> Result<ClusterInfo
     ] {
         fs::create_dir_all(&d)?;
     }
+    stages::install(&layout.kwok_stages())?;
     let ports = Ports::allocate()?;
     let pki = Pki::generate(&layout.pki(), name, &IDENTITIES)?;
     let server = format!("https://127.0.0.1:{}", ports.apiserver);
@@ -805,11 +811,13 @@ fn args(
         ],
         Component::Kwok => vec![
             format!("--kubeconfig={}", kc(&KWOK)),
+            // KWOK's node and pod-complete/pod-delete stages from the cache, then ours.
             format!(
                 "--config={}",
                 cache
                     .kwok_stage_files()
                     .iter()
+                    .chain(&stages::paths(&layout.kwok_stages()))
                     .map(|f| p(f))
                     .collect::<Vec<_>>()
                     .join(",")
@@ -1085,6 +1093,60 @@ mod tests {
                 "{c:?}"
             );
         }
+    }
+
+    #[test]
+    fn kwok_reads_the_cached_node_stages_and_our_pod_stages() {
+        let layout = Layout {
+            dir: PathBuf::from("/x/target/kctrl-cluster/t"),
+        };
+        let pki = Pki {
+            dir: PathBuf::from("/x/pki"),
+        };
+        let cache = Cache {
+            root: PathBuf::from("/c"),
+        };
+        let ports = Ports {
+            etcd_client: 1,
+            etcd_peer: 2,
+            apiserver: 3,
+            controller_manager: 4,
+            scheduler: 5,
+            kwok: 6,
+        };
+        let kwok = args(Component::Kwok, &layout, &pki, &ports, &cache, "t");
+        let configs: Vec<&str> = kwok
+            .iter()
+            .filter_map(|a| a.strip_prefix("--config="))
+            .collect();
+        assert_eq!(configs.len(), 1, "{kwok:?}");
+        let files: Vec<&str> = configs[0].split(',').collect();
+        let ours = "/x/target/kctrl-cluster/t/manifests/kwok-stages";
+        assert_eq!(
+            files,
+            [
+                "/c/share/kwok-stages/node-initialize.yaml",
+                "/c/share/kwok-stages/node-heartbeat-with-lease.yaml",
+                "/c/share/kwok-stages/pod-complete.yaml",
+                "/c/share/kwok-stages/pod-delete.yaml",
+                &format!("{ours}/pod-ready.yaml"),
+                &format!("{ours}/pod-image-pull-error.yaml"),
+                &format!("{ours}/pod-image-pull-backoff.yaml"),
+                &format!("{ours}/pod-running-unready.yaml"),
+                &format!("{ours}/pod-ready-after-delay.yaml"),
+            ]
+        );
+    }
+
+    #[test]
+    fn our_stage_files_are_installed_with_their_contents() {
+        let dir = std::env::temp_dir().join(format!("kctrl-stages-test-{}", std::process::id()));
+        let paths = stages::install(&dir.join("kwok-stages")).unwrap();
+        assert_eq!(paths.len(), stages::STAGES.len());
+        for ((_, text), path) in stages::STAGES.iter().zip(&paths) {
+            assert_eq!(fs::read_to_string(path).unwrap(), *text);
+        }
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

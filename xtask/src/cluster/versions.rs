@@ -58,13 +58,14 @@ pub(crate) const K8S_STAGING_MODULES: &[&str] = &[
     "streaming",
 ];
 
-/// KWOK stage files (paths inside the sigs.k8s.io/kwok module) that reproduce what `kwokctl`
-/// configures by default: nodes become Ready and keep a lease, pods become Running/Ready at once,
-/// Job pods complete, deleted pods go away immediately.
+/// KWOK stage files (paths inside the sigs.k8s.io/kwok module) used as they are: nodes become
+/// Ready and keep a lease, Job pods complete, deleted pods go away immediately (what `kwokctl`
+/// configures by default). KWOK's pod-ready stage is replaced by ours (see `stages.rs`), which
+/// leaves pods with unpullable images Pending; a cache built when it was listed here still holds
+/// it, unused.
 pub(crate) const KWOK_STAGE_FILES: &[&str] = &[
     "kustomize/stage/node/fast/node-initialize.yaml",
     "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
-    "kustomize/stage/pod/fast/pod-ready.yaml",
     "kustomize/stage/pod/fast/pod-complete.yaml",
     "kustomize/stage/pod/fast/pod-delete.yaml",
 ];
