@@ -23,6 +23,12 @@ const THREAD_MIXES: [(usize, usize); 3] = [(1, 1), (2, 2), (8, 2)];
 const KEY_MIXES: [(usize, usize); 3] = [(1_000, 1_000), (100_000, 100_000), (100, 100_000)];
 /// Adds per throughput measurement (rounds = this / adds per round).
 const TOTAL_ADDS: usize = 2_000_000;
+/// The controller-shaped workload: (producers, consumers, distinct keys, adds per round, total
+/// adds). Producers yield after every add, consumers do [`WORK_ROUNDS`] of hashing per item.
+const CONTROLLER_SHAPE: (usize, usize, usize, usize, usize) = (2, 2, 1_000, 10_000, 200_000);
+/// FNV-1a passes over the key per processed item in the controller-shaped workload (the Go peer
+/// uses the same number).
+const WORK_ROUNDS: usize = 16;
 /// Items of the add_after cost measurement.
 const ADD_AFTER_ITEMS: usize = 200_000;
 /// Items of the timer lateness measurement, with delays of 1 ms + up to `LATENESS_SPREAD`.
@@ -105,10 +111,13 @@ pub(crate) fn run(args: WorkqueueArgs) -> Result<()> {
     let machine = report::Machine::detect(&root, go_version)?;
 
     let mut measurements = Vec::new();
+    let mut loads = Vec::new();
     for rep in 1..=reps {
         eprintln!("repetition {rep}/{reps}: client-go");
+        loads.push(format!("run {rep} client-go {}", load_average()));
         measurements.extend(run_peer(Command::new(&go_peer), args.quick)?);
         eprintln!("repetition {rep}/{reps}: kctrl");
+        loads.push(format!("run {rep} kctrl {}", load_average()));
         let mut rust = Command::new(&rust_peer);
         rust.args(["bench", "workqueue-peer"]);
         measurements.extend(run_peer(rust, args.quick)?);
@@ -119,11 +128,26 @@ pub(crate) fn run(args: WorkqueueArgs) -> Result<()> {
     if !args.no_doc {
         let doc = root.join("docs/benchmarks/workqueue.md");
         std::fs::create_dir_all(doc.parent().expect("has a parent"))?;
-        std::fs::write(&doc, report::markdown(&table, &machine, reps, args.quick))
-            .with_context(|| format!("writing {}", doc.display()))?;
+        std::fs::write(
+            &doc,
+            report::markdown(&table, &machine, &loads, reps, args.quick),
+        )
+        .with_context(|| format!("writing {}", doc.display()))?;
         eprintln!("wrote {}", doc.display());
     }
     Ok(())
+}
+
+/// The 1, 5 and 15 minute load averages, e.g. `2.16 0.81 0.30`.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|load| {
+            load.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_else(|_| "unknown".into())
 }
 
 fn go_version() -> Result<String> {
