@@ -380,7 +380,21 @@ impl<T: Item> Lanes<T> {
 
     /// The next entry: high first, but every [`LOW_LANE_TURN`]-th pop while both lanes wait
     /// takes the low lane's. May return a stale low entry, which the caller skips.
+    #[inline]
     fn pop(&mut self) -> Option<Popped<T>> {
+        if self.low.is_empty() {
+            // The common case (no bulk work queued) pays one comparison for the lanes.
+            let (item, hash) = self.high.pop_front()?;
+            return Some(Popped {
+                item,
+                hash,
+                low_ticket: None,
+            });
+        }
+        self.pop_either()
+    }
+
+    fn pop_either(&mut self) -> Option<Popped<T>> {
         let low_first = match (self.high.is_empty(), self.low_len() == 0) {
             (_, true) => false,
             (true, false) => true,
@@ -580,11 +594,11 @@ impl<T: Item> State<T> {
                     continue;
                 }
             }
-            let served = slot.map_or(Priority::High, |slot| {
-                let lane = lane_of(slot.mark);
+            let mut served = Priority::High;
+            if let Some(slot) = slot {
+                served = lane_of(slot.mark);
                 slot.mark = PROCESSING;
-                lane
-            });
+            }
             self.processing += 1;
             if let Some(metrics) = &mut self.metrics {
                 metrics.get(&popped.item, served);
