@@ -68,11 +68,13 @@ impl Keys {
         self.clock.fetch_add(1, SeqCst)
     }
 
-    /// Adds `key` and records the add once it returned.
-    fn add(&self, queue: &Queue<u32>, key: u32, priority: Priority, counted: bool) {
+    /// Adds `key` and records the add if it returned before `stop` was set. The main task sets
+    /// `stop` just before it shuts the queue down, so a recorded add was accepted; deciding
+    /// before the call instead would record adds that shutdown overtook.
+    fn add(&self, queue: &Queue<u32>, key: u32, priority: Priority, stop: &AtomicBool) {
         let start = self.tick();
         queue.add_with_priority(key, priority);
-        if counted {
+        if !stop.load(SeqCst) {
             self.last_add_start[key as usize].fetch_max(start, SeqCst);
             self.adds[key as usize].fetch_add(1, SeqCst);
         }
@@ -102,6 +104,7 @@ async fn run_round(round: Round) {
     let keys = Arc::new(Keys::new(key_count));
     let mut rng = fastrand::Rng::with_seed(seed);
 
+    let stop_counting = Arc::new(AtomicBool::new(false));
     // Stingy: with no worker running, every key added many times is queued once.
     let preloaded = rng.usize(0..=key_count);
     for _ in 0..3 {
@@ -111,12 +114,11 @@ async fn run_round(round: Round) {
             } else {
                 Priority::Low
             };
-            keys.add(&queue, key, priority, true);
+            keys.add(&queue, key, priority, &stop_counting);
         }
     }
     assert_eq!(queue.len(), preloaded, "seed {seed}: duplicates collapse");
 
-    let stop_counting = Arc::new(AtomicBool::new(false));
     let worker_tasks: Vec<_> = (0..workers)
         .map(|w| {
             let queue = queue.clone();
@@ -149,8 +151,7 @@ async fn run_round(round: Round) {
                         } else {
                             Priority::Low
                         };
-                        let counted = !stop_counting.load(SeqCst);
-                        keys.add(&queue, key, priority, counted);
+                        keys.add(&queue, key, priority, &stop_counting);
                     }
                     keys.held[k].store(false, SeqCst);
                     queue.done(&key);
@@ -174,8 +175,7 @@ async fn run_round(round: Round) {
                     } else {
                         Priority::Low
                     };
-                    let counted = !stop_counting.load(SeqCst);
-                    keys.add(&queue, key, priority, counted);
+                    keys.add(&queue, key, priority, &stop_counting);
                     if awaits && rng.u8(0..8) == 0 {
                         tokio::task::yield_now().await;
                     }
