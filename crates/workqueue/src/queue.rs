@@ -15,18 +15,22 @@
 //!
 //! All state sits behind one mutex, held only for a few hash-map and deque operations (the two
 //! lanes are two ring buffers inside it); the only `await` point is an idle `get`, which parks on
-//! a [`Notify`] until an add wakes exactly one parked getter.
+//! a [`Notify`] until an add wakes exactly one parked getter. The mutex is `parking_lot`'s: when
+//! its holder has been descheduled, a waiting thread spins briefly and then yields its CPU
+//! before it sleeps, which keeps a busy 2-CPU machine from stalling half of a Tokio runtime in
+//! the kernel (see docs/benchmarks/workqueue.md).
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::pin::pin;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use foldhash::fast::RandomState;
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry as HashEntry;
+use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 use tokio::time::{Instant, MissedTickBehavior};
 
@@ -913,9 +917,9 @@ impl<T: Item> Queue<T> {
 
 impl<T> Shared<T> {
     fn lock(&self) -> MutexGuard<'_, State<T>> {
-        // A panic in a user-supplied order or metric must not wedge every later call; the state
-        // itself is updated in small steps that leave it consistent.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        // A panic in a user-supplied order or metric must not wedge every later call: this lock
+        // does not poison, and the state is updated in small steps that leave it consistent.
+        self.state.lock()
     }
 }
 
