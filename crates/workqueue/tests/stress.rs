@@ -16,7 +16,7 @@
 //! The operation sequence of every task is fixed by a seed (printed on failure); thread
 //! interleavings are not. Defaults keep `cargo test` fast; for a long run set
 //! `KCTRL_WORKQUEUE_STRESS_ROUNDS` (default 12) and `KCTRL_WORKQUEUE_STRESS_ADDS` (adds per
-//! producer and round, default 4000), e.g. 200 × 50,000 for about 35 million adds (12 s in a
+//! producer and round, default 4000), e.g. 200 × 50,000 for about 35 million adds (7–12 s in a
 //! release build here), and `KCTRL_WORKQUEUE_STRESS_SEED` to start from another seed.
 
 use std::sync::Arc;
