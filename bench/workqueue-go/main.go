@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/util/workqueue"
@@ -114,6 +115,87 @@ func throughput(producers, consumers, keyCount, adds, totalAdds int) {
 	})
 }
 
+// work is the consumers' "little work per item" in the controller-shaped workload: FNV-1a
+// over the key, workRounds times (the Rust peer does the same).
+const workRounds = 16
+
+func work(key string) uint64 {
+	h := uint64(14695981039346656037)
+	for r := 0; r < workRounds; r++ {
+		for i := 0; i < len(key); i++ {
+			h ^= uint64(key[i])
+			h *= 1099511628211
+		}
+	}
+	return h
+}
+
+// sink keeps the work from being optimized away.
+var sink atomic.Uint64
+
+// controllerRound: producers yield to the scheduler after every add (as informer handlers
+// wait for the next event), consumers do a little work per item.
+func controllerRound(producers, consumers, adds int, keys []string) int {
+	q := workqueue.NewTyped[string]()
+	var processed sync.WaitGroup
+	counts := make([]int, consumers)
+	processed.Add(consumers)
+	for c := 0; c < consumers; c++ {
+		go func(c int) {
+			defer processed.Done()
+			n := 0
+			var acc uint64
+			for {
+				item, shutdown := q.Get()
+				if shutdown {
+					break
+				}
+				acc += work(item)
+				q.Done(item)
+				n++
+			}
+			sink.Add(acc)
+			counts[c] = n
+		}(c)
+	}
+	var added sync.WaitGroup
+	added.Add(producers)
+	for p := 0; p < producers; p++ {
+		go func(p int) {
+			defer added.Done()
+			for i := p; i < adds; i += producers {
+				q.Add(keys[i%len(keys)])
+				runtime.Gosched()
+			}
+		}(p)
+	}
+	added.Wait()
+	q.ShutDown()
+	processed.Wait()
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	return total
+}
+
+func controller(producers, consumers, keyCount, adds, totalAdds int) {
+	keys := keyNames(keyCount)
+	rounds := max(1, totalAdds/adds)
+	controllerRound(producers, consumers, adds, keys)
+	processed := 0
+	start := time.Now()
+	for r := 0; r < rounds; r++ {
+		processed += controllerRound(producers, consumers, adds, keys)
+	}
+	elapsed := time.Since(start)
+	emit(result{
+		Workload: "controller", Producers: producers, Consumers: consumers, Keys: keyCount,
+		Adds: adds, Rounds: rounds, Processed: processed, ElapsedNs: elapsed.Nanoseconds(),
+		OpsPerSec: float64(adds*rounds) / elapsed.Seconds(),
+	})
+}
+
 func addAfter(n int) {
 	keys := keyNames(n)
 	rng := rand.New(rand.NewSource(1))
@@ -190,6 +272,7 @@ func main() {
 		throughput(pc[0], pc[1], 100_000, 100_000, 2_000_000/scale)
 		throughput(pc[0], pc[1], 100, 100_000, 2_000_000/scale)
 	}
+	controller(2, 2, 1_000, 10_000, 200_000/scale)
 	addAfter(200_000 / scale)
 	lateness(2_000/scale, 200*time.Millisecond)
 }

@@ -42,7 +42,7 @@ use kctrl_informer::{
     Store, key_of, wait_for_cache_sync,
 };
 use kctrl_workqueue::{
-    MetricsProvider, QueueConfig, RateLimitingQueue, default_controller_rate_limiter,
+    MetricsProvider, Priority, QueueConfig, RateLimitingQueue, default_controller_rate_limiter,
 };
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
@@ -263,6 +263,27 @@ pub async fn key_for_pod_delete(
     }
 }
 
+/// The work-queue lane of an informer add: the flood of adds from the initial list goes to the
+/// low lane, so that after a restart with thousands of Deployments a change a user makes
+/// meanwhile (a live event, high lane) is synced first.
+pub fn lane_for_add(is_in_initial_list: bool) -> Priority {
+    if is_in_initial_list {
+        Priority::Low
+    } else {
+        Priority::High
+    }
+}
+
+/// The lane of an informer update: a resync (same resourceVersion: nothing changed) is routine
+/// work for the low lane; a real change is a live event.
+pub fn lane_for_update(old: &Deployment, cur: &Deployment) -> Priority {
+    if old.metadata.resource_version == cur.metadata.resource_version {
+        Priority::Low
+    } else {
+        Priority::High
+    }
+}
+
 /// The informer handlers of the controller: each notification becomes the Deployment keys
 /// the rules above name, added to the queue. Registered (in an [`Arc`]) on the Deployment,
 /// ReplicaSet and Pod informers. The Pod rule needs one API list, run as a task on the tokio
@@ -409,22 +430,24 @@ impl EnqueueHandlers {
 }
 
 impl ResourceEventHandler<Deployment> for EnqueueHandlers {
-    fn on_add(&self, d: &Arc<Deployment>, _is_in_initial_list: bool) {
+    fn on_add(&self, d: &Arc<Deployment>, is_in_initial_list: bool) {
         debug!(
             namespace = d.metadata.namespace.as_deref().unwrap_or(""),
             name = d.metadata.name.as_deref().unwrap_or(""),
             "adding deployment"
         );
-        self.queue.add(key_of(d.as_ref()));
+        self.queue
+            .add_with_priority(key_of(d.as_ref()), lane_for_add(is_in_initial_list));
     }
 
-    fn on_update(&self, _old: &Arc<Deployment>, cur: &Arc<Deployment>) {
+    fn on_update(&self, old: &Arc<Deployment>, cur: &Arc<Deployment>) {
         debug!(
             namespace = cur.metadata.namespace.as_deref().unwrap_or(""),
             name = cur.metadata.name.as_deref().unwrap_or(""),
             "updating deployment"
         );
-        self.queue.add(key_of(cur.as_ref()));
+        self.queue
+            .add_with_priority(key_of(cur.as_ref()), lane_for_update(old, cur));
     }
 
     fn on_delete(&self, deleted: &DeletedObject<Deployment>) {
@@ -439,8 +462,11 @@ impl ResourceEventHandler<Deployment> for EnqueueHandlers {
 }
 
 impl ResourceEventHandler<ReplicaSet> for EnqueueHandlers {
-    fn on_add(&self, rs: &Arc<ReplicaSet>, _is_in_initial_list: bool) {
-        self.enqueue_all(keys_for_replica_set_add(&self.deployments, rs));
+    fn on_add(&self, rs: &Arc<ReplicaSet>, is_in_initial_list: bool) {
+        let lane = lane_for_add(is_in_initial_list);
+        for key in keys_for_replica_set_add(&self.deployments, rs) {
+            self.queue.add_with_priority(key, lane);
+        }
     }
 
     fn on_update(&self, old: &Arc<ReplicaSet>, cur: &Arc<ReplicaSet>) {
@@ -787,3 +813,7 @@ where
 #[cfg(test)]
 #[path = "wiring_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "wiring_lanes_tests.rs"]
+mod lanes_tests;

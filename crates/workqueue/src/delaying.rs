@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use crate::alarm::Alarm;
 use crate::metrics::RetriesMetric;
-use crate::queue::{Item, Queue, QueueConfig};
+use crate::queue::{Item, Priority, Queue, QueueConfig};
 
 /// Longest the waiting loop sleeps without looking at the heap, as insurance.
 pub const MAX_WAIT: Duration = Duration::from_secs(10);
@@ -266,6 +266,11 @@ impl<T: Item> DelayingQueue<T> {
     /// See [`Queue::add_ref`].
     pub fn add_ref(&self, item: &T) {
         self.queue.add_ref(item);
+    }
+
+    /// See [`Queue::add_with_priority`].
+    pub fn add_with_priority(&self, item: T, priority: Priority) {
+        self.queue.add_with_priority(item, priority);
     }
 
     /// See [`Queue::len`]; items waiting for their delay are not counted.

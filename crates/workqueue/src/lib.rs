@@ -57,6 +57,34 @@
 //! # }
 //! ```
 //!
+//! # Priority lanes
+//!
+//! client-go has one lane; this queue has two. [`Queue::add_with_priority`] with
+//! [`Priority::Low`] queues an item in the low lane, meant for the flood of adds from an
+//! informer's initial list or a resync; [`Queue::add`] (and `Priority::High`) is for live
+//! events. `get` serves the high lane first; while both lanes wait, every [`LOW_LANE_TURN`]-th
+//! get serves the low lane, so it is never starved. Within a lane, items are handed out in the
+//! order they were queued. A waiting item added again with high priority moves up; an item added
+//! while being processed is queued at `done` in the highest lane it was added with; an item whose
+//! [`add_after`](DelayingQueue::add_after) delay ends goes to the high lane. Everything
+//! else (collapsing, never concurrent, shutdown) is the same in both lanes, which live under the
+//! queue's one lock. Lanes have their own metrics (`workqueue_lane_*`, see [`MetricsProvider`]).
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! use kctrl_workqueue::{Priority, Queue};
+//!
+//! let queue = Queue::new();
+//! for name in ["a", "b", "c"] {
+//!     queue.add_with_priority(format!("default/{name}"), Priority::Low); // initial list
+//! }
+//! queue.add("default/changed".to_string()); // a live event
+//! assert_eq!(queue.get().await.as_deref(), Some("default/changed"));
+//! assert_eq!(queue.get().await.as_deref(), Some("default/a"));
+//! # }
+//! ```
+//!
 //! # Async design
 //!
 //! `add`, `done`, `add_after`, `add_rate_limited` and `shut_down` are plain functions that never
@@ -74,6 +102,7 @@
 //! | `TypedQueueConfig{Name, MetricsProvider, Queue}` | [`QueueConfig`] (`name`, `metrics_provider`, `order`) |
 //! | `Queue[T]` (`Touch`, `Push`, `Len`, `Pop`), `DefaultQueue` | [`QueueOrder`] (`touch`, `push`, `len`, `pop`), [`Fifo`] |
 //! | `Add` | [`add`](Queue::add); also [`add_ref`](Queue::add_ref), which clones only what it keeps |
+//! | (none; controller-runtime's priority queue is the nearest) | [`add_with_priority`](Queue::add_with_priority), [`Priority`], [`lane_len`](Queue::lane_len) |
 //! | `Len` | [`len`](Queue::len) |
 //! | `Get` → `(item, shutdown)` | [`get`](Queue::get)`.await` → `Option<T>` (`None` = shut down) |
 //! | `Done` | [`done`](Queue::done) |
@@ -120,7 +149,8 @@ pub use metrics::{
 };
 pub use parallelize::parallelize_until;
 pub use queue::{
-    DEFAULT_UNFINISHED_WORK_UPDATE_PERIOD, Fifo, Item, Queue, QueueConfig, QueueOrder,
+    DEFAULT_UNFINISHED_WORK_UPDATE_PERIOD, Fifo, Item, LOW_LANE_TURN, Priority, Queue, QueueConfig,
+    QueueOrder,
 };
 pub use rate_limiters::{
     BucketRateLimiter, ItemExponentialFailureRateLimiter, ItemFastSlowRateLimiter,

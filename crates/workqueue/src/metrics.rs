@@ -14,6 +14,16 @@
 //! | `workqueue_longest_running_processor_seconds` | gauge | age of the oldest item being processed, refreshed periodically |
 //! | `workqueue_retries_total` | counter | calls to `add_after` (and so `add_rate_limited`) |
 //!
+//! Priority lanes ([`Priority`](crate::Priority)) have no client-go counterpart; their series
+//! carry a `lane` label (`high` or `low`) next to `name`:
+//!
+//! | metric | kind | meaning |
+//! |---|---|---|
+//! | `workqueue_lane_depth` | gauge | items marked dirty in this lane and not yet handed out (the lanes sum to `workqueue_depth`) |
+//! | `workqueue_lane_adds_total` | counter | adds that were not collapsed, by the lane they were added to |
+//! | `workqueue_lane_queue_duration_seconds` | histogram | time from the first add to get, by the lane the item was served from |
+//! | `workqueue_lane_rises_total` | counter | dirty items moved from the low to the high lane by a high-priority add (no `lane` label) |
+//!
 //! Metrics are recorded only for queues that have a name and a provider. There is no global
 //! provider: pass one in [`QueueConfig::metrics_provider`](crate::QueueConfig::metrics_provider).
 
@@ -23,7 +33,7 @@ use std::sync::Arc;
 use foldhash::fast::RandomState;
 use tokio::time::Instant;
 
-use crate::queue::Item;
+use crate::queue::{Item, Priority};
 
 mod prometheus;
 
@@ -76,6 +86,26 @@ pub trait MetricsProvider: Send + Sync {
     ) -> Arc<dyn SettableGaugeMetric>;
     /// `workqueue_retries_total`.
     fn new_retries_metric(&self, name: &str) -> Arc<dyn CounterMetric>;
+    /// `workqueue_lane_depth`. Defaults to a no-op, for providers written before lanes.
+    fn new_lane_depth_metric(&self, name: &str, lane: Priority) -> Arc<dyn GaugeMetric> {
+        let _ = (name, lane);
+        Arc::new(NoopMetric)
+    }
+    /// `workqueue_lane_adds_total`. Defaults to a no-op.
+    fn new_lane_adds_metric(&self, name: &str, lane: Priority) -> Arc<dyn CounterMetric> {
+        let _ = (name, lane);
+        Arc::new(NoopMetric)
+    }
+    /// `workqueue_lane_queue_duration_seconds`. Defaults to a no-op.
+    fn new_lane_latency_metric(&self, name: &str, lane: Priority) -> Arc<dyn HistogramMetric> {
+        let _ = (name, lane);
+        Arc::new(NoopMetric)
+    }
+    /// `workqueue_lane_rises_total`. Defaults to a no-op.
+    fn new_lane_rises_metric(&self, name: &str) -> Arc<dyn CounterMetric> {
+        let _ = name;
+        Arc::new(NoopMetric)
+    }
 
     /// Whether every metric from this provider is discarded. A queue given such a provider
     /// skips its bookkeeping (timestamps per item) altogether. Defaults to `false`.
@@ -108,6 +138,18 @@ impl<P: MetricsProvider + ?Sized> MetricsProvider for Arc<P> {
     }
     fn new_retries_metric(&self, name: &str) -> Arc<dyn CounterMetric> {
         (**self).new_retries_metric(name)
+    }
+    fn new_lane_depth_metric(&self, name: &str, lane: Priority) -> Arc<dyn GaugeMetric> {
+        (**self).new_lane_depth_metric(name, lane)
+    }
+    fn new_lane_adds_metric(&self, name: &str, lane: Priority) -> Arc<dyn CounterMetric> {
+        (**self).new_lane_adds_metric(name, lane)
+    }
+    fn new_lane_latency_metric(&self, name: &str, lane: Priority) -> Arc<dyn HistogramMetric> {
+        (**self).new_lane_latency_metric(name, lane)
+    }
+    fn new_lane_rises_metric(&self, name: &str) -> Arc<dyn CounterMetric> {
+        (**self).new_lane_rises_metric(name)
     }
     fn is_noop(&self) -> bool {
         (**self).is_noop()
@@ -178,6 +220,11 @@ pub(crate) struct QueueMetrics<T> {
     work_duration: Arc<dyn HistogramMetric>,
     unfinished_work_seconds: Arc<dyn SettableGaugeMetric>,
     longest_running_processor: Arc<dyn SettableGaugeMetric>,
+    /// Per lane, indexed by [`lane_index`]: depth, adds, queue duration.
+    lane_depth: [Arc<dyn GaugeMetric>; 2],
+    lane_adds: [Arc<dyn CounterMetric>; 2],
+    lane_latency: [Arc<dyn HistogramMetric>; 2],
+    lane_rises: Arc<dyn CounterMetric>,
     /// When each dirty item was first added since it was last handed out.
     added_at: HashMap<T, Instant, RandomState>,
     /// When each item being processed was handed out.
@@ -193,28 +240,43 @@ impl<T: Item> QueueMetrics<T> {
             work_duration: provider.new_work_duration_metric(name),
             unfinished_work_seconds: provider.new_unfinished_work_seconds_metric(name),
             longest_running_processor: provider.new_longest_running_processor_seconds_metric(name),
+            lane_depth: LANES.map(|lane| provider.new_lane_depth_metric(name, lane)),
+            lane_adds: LANES.map(|lane| provider.new_lane_adds_metric(name, lane)),
+            lane_latency: LANES.map(|lane| provider.new_lane_latency_metric(name, lane)),
+            lane_rises: provider.new_lane_rises_metric(name),
             added_at: HashMap::default(),
             started_at: HashMap::default(),
         }
     }
 
-    /// An add that marked `item` dirty.
-    pub(crate) fn add(&mut self, item: &T) {
+    /// An add that marked `item` dirty, in lane `lane`.
+    pub(crate) fn add(&mut self, item: &T, lane: Priority) {
         self.adds.inc();
         self.depth.inc();
+        self.lane_adds[lane_index(lane)].inc();
+        self.lane_depth[lane_index(lane)].inc();
         if !self.added_at.contains_key(item) {
             self.added_at.insert(item.clone(), Instant::now());
         }
     }
 
-    /// `item` was handed to a worker.
-    pub(crate) fn get(&mut self, item: &T) {
+    /// A dirty item moved from the low to the high lane.
+    pub(crate) fn rise(&mut self) {
+        self.lane_rises.inc();
+        self.lane_depth[lane_index(Priority::Low)].dec();
+        self.lane_depth[lane_index(Priority::High)].inc();
+    }
+
+    /// `item` was handed to a worker from lane `lane`.
+    pub(crate) fn get(&mut self, item: &T, lane: Priority) {
         let now = Instant::now();
         self.depth.dec();
+        self.lane_depth[lane_index(lane)].dec();
         self.started_at.insert(item.clone(), now);
         if let Some(added) = self.added_at.remove(item) {
-            self.latency
-                .observe(now.saturating_duration_since(added).as_secs_f64());
+            let waited = now.saturating_duration_since(added).as_secs_f64();
+            self.latency.observe(waited);
+            self.lane_latency[lane_index(lane)].observe(waited);
         }
     }
 
@@ -241,6 +303,16 @@ impl<T: Item> QueueMetrics<T> {
         }
         self.unfinished_work_seconds.set(total);
         self.longest_running_processor.set(oldest);
+    }
+}
+
+/// The lanes, in the order of [`lane_index`].
+const LANES: [Priority; 2] = [Priority::High, Priority::Low];
+
+fn lane_index(lane: Priority) -> usize {
+    match lane {
+        Priority::High => 0,
+        Priority::Low => 1,
     }
 }
 

@@ -8,24 +8,29 @@
 //!   nothing (except [`QueueOrder::touch`]).
 //! - **Never concurrent**: an item handed out by [`Queue::get`] is not handed out again until the
 //!   worker calls [`Queue::done`]. If it is added meanwhile, it is queued again at `done`.
-//! - **Fair**: by default, items are handed out in the order they were first added ([`Fifo`]).
+//! - **Fair**: by default, items are handed out in the order they were first added ([`Fifo`]),
+//!   in two [`Priority`] lanes: the high lane first, the low lane never starved.
 //! - **Graceful shutdown**: after [`Queue::shut_down`], adds are ignored, but `get` keeps handing
 //!   out what is already queued and returns `None` only once the queue is empty.
 //!
-//! All state sits behind one mutex, held only for a few hash-map and deque operations; the only
-//! `await` point is an idle `get`, which parks on a [`Notify`] until an add wakes exactly one
-//! parked getter.
+//! All state sits behind one mutex, held only for a few hash-map and deque operations (the two
+//! lanes are two ring buffers inside it); the only `await` point is an idle `get`, which parks on
+//! a [`Notify`] until an add wakes exactly one parked getter. The mutex is `parking_lot`'s: when
+//! its holder has been descheduled, a waiting thread spins briefly and then yields its CPU
+//! before it sleeps, which keeps a busy 2-CPU machine from stalling half of a Tokio runtime in
+//! the kernel (see docs/benchmarks/workqueue.md).
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::pin::pin;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use foldhash::fast::RandomState;
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry as HashEntry;
+use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 use tokio::time::{Instant, MissedTickBehavior};
 
@@ -43,7 +48,8 @@ impl<T: Clone + Eq + Hash + Send + 'static> Item for T {}
 ///
 /// The queue guarantees that an item is pushed at most once until it is popped, so an
 /// implementation never has to deduplicate. Methods are called with the queue's lock held: keep
-/// them short. The default is [`Fifo`].
+/// them short. A custom order replaces the built-in lanes and sees every item, whatever its
+/// [`Priority`]. The default is [`Fifo`].
 pub trait QueueOrder<T>: Send {
     /// Called when an item that is already waiting is added again. An ordering that supports
     /// priorities can use it to move the item; FIFO ignores it.
@@ -182,6 +188,37 @@ impl<T> fmt::Debug for QueueConfig<T> {
     }
 }
 
+/// The lane an add puts an item in; see [`Queue::add_with_priority`].
+///
+/// Live events belong in the high lane; the flood of adds from an informer's initial list or a
+/// periodic resync belongs in the low lane, so that a change a user just made does not wait
+/// behind thousands of keys that only need a routine look.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Priority {
+    /// Bulk work: initial list, resync. Served after the high lane, but never starved: see
+    /// [`LOW_LANE_TURN`].
+    Low,
+    /// Live events; what [`Queue::add`] uses.
+    #[default]
+    High,
+}
+
+impl Priority {
+    /// `"high"` or `"low"`, as used in the `lane` metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Priority::High => "high",
+            Priority::Low => "low",
+        }
+    }
+}
+
+/// While both lanes have items waiting, every `LOW_LANE_TURN`-th get serves the low lane first:
+/// the low lane keeps at least a fifth of the throughput, so initial-list work still progresses
+/// under a steady stream of live events, and a live event waits behind at most one low item per
+/// four high ones.
+pub const LOW_LANE_TURN: u64 = 5;
+
 /// A work queue handle. Cloning is cheap and every clone is the same queue, so hand one to each
 /// producer and worker.
 ///
@@ -239,21 +276,41 @@ struct Shared<T> {
 }
 
 /// Per-item flags. An item has a slot while it is dirty (needs processing), processing (handed
-/// out, not done yet), or both.
+/// out, not done yet), or both. `HIGH` is the lane of a dirty item (unset: the low lane).
 const DIRTY: u8 = 1;
 const PROCESSING: u8 = 2;
+const HIGH: u8 = 4;
+
+fn lane_bit(priority: Priority) -> u8 {
+    match priority {
+        Priority::High => HIGH,
+        Priority::Low => 0,
+    }
+}
+
+fn lane_of(mark: u8) -> Priority {
+    if mark & HIGH != 0 {
+        Priority::High
+    } else {
+        Priority::Low
+    }
+}
 
 /// One item known to the queue, with its hash (so the table never rehashes an item).
 struct Slot<T> {
     item: T,
     hash: u64,
     mark: u8,
+    /// The ticket of the item's live entry in the low lane (meaningful only while it waits
+    /// there); sits in what would otherwise be padding.
+    low_ticket: u32,
 }
 
 struct State<T> {
     order: Order<T>,
     /// client-go keeps two sets (`dirty` and `processing`); one table of flags needs a single
-    /// probe per operation. Invariant: every item in `order` has a slot marked exactly `DIRTY`.
+    /// probe per operation. Invariant: every waiting item has a slot marked `DIRTY` without
+    /// `PROCESSING`, and exactly one live entry in `order` (in its lane).
     slots: HashTable<Slot<T>>,
     processing: usize,
     shutting_down: bool,
@@ -265,45 +322,138 @@ struct State<T> {
     metrics: Option<Box<QueueMetrics<T>>>,
 }
 
-/// The FIFO is matched directly, keeping each item's hash, so the common case needs neither
-/// dynamic dispatch nor rehashing.
+/// The built-in lanes are matched directly, keeping each item's hash, so the common case needs
+/// neither dynamic dispatch nor rehashing.
 enum Order<T> {
-    Fifo(VecDeque<(T, u64)>),
+    Lanes(Lanes<T>),
     Custom(Box<dyn QueueOrder<T>>),
 }
 
+/// The two built-in FIFOs.
+///
+/// High entries are always live: an item leaves the high lane only by being popped. A low entry
+/// goes stale when its item rises to the high lane; it stays in the ring buffer (removing it
+/// would be a linear search) and is recognised when popped because its ticket no longer matches
+/// the slot's `low_ticket`. Tickets count low pushes (wrapping): a stale entry could only be
+/// mistaken for a live one after 2^32 later pushes, all still queued behind it.
+struct Lanes<T> {
+    high: VecDeque<(T, u64)>,
+    low: VecDeque<(T, u64, u32)>,
+    /// Stale entries in `low`, so lengths stay exact.
+    stale_low: usize,
+    /// The ticket of the next low push.
+    next_ticket: u32,
+    /// Gets that found both lanes waiting, to give the low lane its turn.
+    turns: u64,
+}
+
+/// An entry popped from the order: the item, its hash and, from the low lane, its ticket.
+struct Popped<T> {
+    item: T,
+    hash: u64,
+    low_ticket: Option<u32>,
+}
+
+impl<T: Item> Lanes<T> {
+    fn new() -> Self {
+        Self {
+            high: VecDeque::new(),
+            low: VecDeque::new(),
+            stale_low: 0,
+            next_ticket: 0,
+            turns: 0,
+        }
+    }
+
+    fn low_len(&self) -> usize {
+        self.low.len() - self.stale_low
+    }
+
+    /// Queues an item in the high lane.
+    fn push_high(&mut self, item: T, hash: u64) {
+        self.high.push_back((item, hash));
+    }
+
+    /// Queues an item in the low lane; returns the ticket to keep in its slot.
+    fn push_low(&mut self, item: T, hash: u64) -> u32 {
+        let ticket = self.next_ticket;
+        self.next_ticket = ticket.wrapping_add(1);
+        self.low.push_back((item, hash, ticket));
+        ticket
+    }
+
+    /// The next entry: high first, but every [`LOW_LANE_TURN`]-th pop while both lanes wait
+    /// takes the low lane's. May return a stale low entry, which the caller skips.
+    #[inline]
+    fn pop(&mut self) -> Option<Popped<T>> {
+        if self.low.is_empty() {
+            // The common case (no bulk work queued) pays one comparison for the lanes.
+            let (item, hash) = self.high.pop_front()?;
+            return Some(Popped {
+                item,
+                hash,
+                low_ticket: None,
+            });
+        }
+        self.pop_either()
+    }
+
+    fn pop_either(&mut self) -> Option<Popped<T>> {
+        let low_first = match (self.high.is_empty(), self.low_len() == 0) {
+            (_, true) => false,
+            (true, false) => true,
+            (false, false) => {
+                self.turns = self.turns.wrapping_add(1);
+                self.turns.is_multiple_of(LOW_LANE_TURN)
+            }
+        };
+        if !low_first && let Some((item, hash)) = self.high.pop_front() {
+            return Some(Popped {
+                item,
+                hash,
+                low_ticket: None,
+            });
+        }
+        self.low.pop_front().map(|(item, hash, ticket)| Popped {
+            item,
+            hash,
+            low_ticket: Some(ticket),
+        })
+    }
+}
+
 impl<T: Item> Order<T> {
-    fn touch(&mut self, item: &T) {
+    /// The next entry, or `None` when nothing waits.
+    fn pop(&mut self, hasher: &RandomState) -> Option<Popped<T>> {
         match self {
-            Order::Fifo(_) => {}
-            Order::Custom(order) => order.touch(item),
-        }
-    }
-
-    fn push(&mut self, item: T, hash: u64) {
-        match self {
-            Order::Fifo(fifo) => fifo.push_back((item, hash)),
-            Order::Custom(order) => order.push(item),
-        }
-    }
-
-    /// The next item and its hash.
-    fn pop(&mut self, hasher: &RandomState) -> Option<(T, u64)> {
-        match self {
-            Order::Fifo(fifo) => fifo.pop_front(),
+            Order::Lanes(lanes) => lanes.pop(),
             Order::Custom(order) => order.pop().map(|item| {
                 let hash = hasher.hash_one(&item);
-                (item, hash)
+                Popped {
+                    item,
+                    hash,
+                    low_ticket: None,
+                }
             }),
         }
     }
 }
 
 impl<T> Order<T> {
+    /// Number of waiting items.
     fn len(&self) -> usize {
         match self {
-            Order::Fifo(fifo) => fifo.len(),
+            Order::Lanes(lanes) => lanes.high.len() + lanes.low.len() - lanes.stale_low,
             Order::Custom(order) => order.len(),
+        }
+    }
+
+    /// Number of items waiting in one lane; 0 with a custom order.
+    fn lane_len(&self, priority: Priority) -> usize {
+        match (self, priority) {
+            (Order::Lanes(lanes), Priority::High) => lanes.high.len(),
+            (Order::Lanes(lanes), Priority::Low) => lanes.low.len() - lanes.stale_low,
+            (Order::Custom(_), _) => 0,
         }
     }
 }
@@ -354,8 +504,9 @@ impl<T: Clone> Incoming<'_, T> {
 }
 
 impl<T: Item> State<T> {
-    /// Marks `item` dirty and queues it unless it is already queued or being processed.
-    fn add(&mut self, item: Incoming<'_, T>, hash: u64) -> Added<T> {
+    /// Marks `item` dirty and queues it in the lane of `priority` unless it is already queued or
+    /// being processed; a waiting item added with a higher priority moves to the high lane.
+    fn add(&mut self, item: Incoming<'_, T>, hash: u64, priority: Priority) -> Added<T> {
         if self.shutting_down {
             return Added {
                 wake_getter: false,
@@ -370,12 +521,30 @@ impl<T: Item> State<T> {
                 let slot = entry.get_mut();
                 if slot.mark & DIRTY == 0 {
                     // Being processed and not dirty yet: `done` will queue it again.
-                    slot.mark |= DIRTY;
+                    slot.mark |= DIRTY | lane_bit(priority);
                     if let Some(metrics) = &mut self.metrics {
-                        metrics.add(&slot.item);
+                        metrics.add(&slot.item, priority);
                     }
-                } else if slot.mark & PROCESSING == 0 {
-                    self.order.touch(&slot.item);
+                } else if priority == Priority::High && slot.mark & HIGH == 0 {
+                    slot.mark |= HIGH;
+                    if let Some(metrics) = &mut self.metrics {
+                        metrics.rise();
+                    }
+                    // Dirty while processing: `done` queues it in the raised lane. Waiting:
+                    // move it now (the low entry goes stale).
+                    if slot.mark & PROCESSING == 0 {
+                        match &mut self.order {
+                            Order::Lanes(lanes) => {
+                                lanes.stale_low += 1;
+                                lanes.push_high(slot.item.clone(), hash);
+                            }
+                            Order::Custom(order) => order.touch(&slot.item),
+                        }
+                    }
+                } else if slot.mark & PROCESSING == 0
+                    && let Order::Custom(order) = &mut self.order
+                {
+                    order.touch(&slot.item);
                 }
                 Added {
                     wake_getter: false,
@@ -385,14 +554,22 @@ impl<T: Item> State<T> {
             HashEntry::Vacant(entry) => {
                 let item = item.into_owned();
                 if let Some(metrics) = &mut self.metrics {
-                    metrics.add(&item);
+                    metrics.add(&item, priority);
+                }
+                let mut low_ticket = 0;
+                match &mut self.order {
+                    Order::Lanes(lanes) => match priority {
+                        Priority::High => lanes.push_high(item.clone(), hash),
+                        Priority::Low => low_ticket = lanes.push_low(item.clone(), hash),
+                    },
+                    Order::Custom(order) => order.push(item.clone()),
                 }
                 entry.insert(Slot {
-                    item: item.clone(),
+                    item,
                     hash,
-                    mark: DIRTY,
+                    mark: DIRTY | lane_bit(priority),
+                    low_ticket,
                 });
-                self.order.push(item, hash);
                 Added {
                     wake_getter: self.wake_one_getter(),
                     rejected: None,
@@ -403,18 +580,39 @@ impl<T: Item> State<T> {
 
     /// Pops the next item and moves it from dirty to processing.
     fn take_next(&mut self, hasher: &RandomState) -> Option<T> {
-        let (item, hash) = self.order.pop(hasher)?;
-        if let Some(slot) = self.slots.find_mut(hash, |slot| slot.item == item) {
-            slot.mark = PROCESSING;
+        loop {
+            let popped = self.order.pop(hasher)?;
+            let slot = self
+                .slots
+                .find_mut(popped.hash, |slot| slot.item == popped.item);
+            if let Some(ticket) = popped.low_ticket {
+                let live = slot.as_ref().is_some_and(|slot| {
+                    slot.mark & (DIRTY | PROCESSING | HIGH) == DIRTY && slot.low_ticket == ticket
+                });
+                if !live {
+                    // Its item rose to the high lane (and may have been handed out and queued
+                    // again since): skip it.
+                    if let Order::Lanes(lanes) = &mut self.order {
+                        lanes.stale_low -= 1;
+                    }
+                    continue;
+                }
+            }
+            let mut served = Priority::High;
+            if let Some(slot) = slot {
+                served = lane_of(slot.mark);
+                slot.mark = PROCESSING;
+            }
+            self.processing += 1;
+            if let Some(metrics) = &mut self.metrics {
+                metrics.get(&popped.item, served);
+            }
+            return Some(popped.item);
         }
-        self.processing += 1;
-        if let Some(metrics) = &mut self.metrics {
-            metrics.get(&item);
-        }
-        Some(item)
     }
 
-    /// Ends processing of `item`; queues it again if it was added meanwhile.
+    /// Ends processing of `item`; queues it again if it was added meanwhile, in the highest
+    /// lane it was added with.
     fn done(&mut self, item: &T, hash: u64) -> Finished<T> {
         let mut finished = Finished {
             wake_getter: false,
@@ -434,8 +632,16 @@ impl<T: Item> State<T> {
             metrics.done(item);
         }
         if slot.mark & DIRTY != 0 {
-            slot.mark = DIRTY;
-            self.order.push(slot.item.clone(), hash);
+            slot.mark &= !PROCESSING;
+            match &mut self.order {
+                Order::Lanes(lanes) => match lane_of(slot.mark) {
+                    Priority::High => lanes.push_high(slot.item.clone(), hash),
+                    Priority::Low => {
+                        slot.low_ticket = lanes.push_low(slot.item.clone(), hash);
+                    }
+                },
+                Order::Custom(order) => order.push(slot.item.clone()),
+            }
             finished.wake_getter = self.wake_one_getter();
         } else {
             finished.released = Some(entry.remove().0.item);
@@ -487,7 +693,7 @@ impl<T: Item> Queue<T> {
         let with_metrics = metrics.is_some();
         let order = match config.order {
             Some(order) => Order::Custom(order),
-            None => Order::Fifo(VecDeque::new()),
+            None => Order::Lanes(Lanes::new()),
         };
         let shared = Arc::new(Shared {
             hasher: RandomState::default(),
@@ -513,13 +719,42 @@ impl<T: Item> Queue<T> {
         Self { shared }
     }
 
-    /// Marks `item` as needing processing.
+    /// Marks `item` as needing processing, in the high lane.
     ///
-    /// If it is already waiting, nothing changes. If a worker is processing it, it is queued
-    /// again when that worker calls [`done`](Self::done). After shutdown, adds are ignored.
+    /// If it is already waiting, nothing changes (except that an item waiting in the low lane
+    /// moves up to the high lane). If a worker is processing it, it is queued again when that
+    /// worker calls [`done`](Self::done). After shutdown, adds are ignored.
     pub fn add(&self, item: T) {
+        self.add_with_priority(item, Priority::High);
+    }
+
+    /// Marks `item` as needing processing, in the given lane.
+    ///
+    /// [`get`](Self::get) serves the high lane first, but while both lanes have items waiting,
+    /// one get in [`LOW_LANE_TURN`] serves the low lane, so neither starves; within a lane,
+    /// items are handed out in the order they were queued. Collapsing, the never-concurrent rule
+    /// and re-queueing at `done` work exactly as with [`add`](Self::add), across lanes: an item
+    /// is waiting at most once, in one lane. Adding a waiting item with a higher priority moves
+    /// it to the back of the high lane; a lower priority never moves it down. An item added
+    /// while being processed is queued at `done` in the highest lane it was added with
+    /// meanwhile. A [custom order](QueueConfig::order) ignores lanes.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use kctrl_workqueue::{Priority, Queue};
+    ///
+    /// let queue = Queue::new();
+    /// queue.add_with_priority("default/listed", Priority::Low);
+    /// queue.add("default/changed");
+    /// assert_eq!(queue.lane_len(Priority::Low), 1);
+    /// assert_eq!(queue.get().await, Some("default/changed"));
+    /// assert_eq!(queue.get().await, Some("default/listed"));
+    /// # }
+    /// ```
+    pub fn add_with_priority(&self, item: T, priority: Priority) {
         let hash = self.shared.hasher.hash_one(&item);
-        self.add_hashed(Incoming::Owned(item), hash);
+        self.add_hashed(Incoming::Owned(item), hash, priority);
     }
 
     /// Like [`add`](Self::add), but borrows the item and clones it only if the queue keeps it:
@@ -528,11 +763,11 @@ impl<T: Item> Queue<T> {
     /// updates per collapsed add).
     pub fn add_ref(&self, item: &T) {
         let hash = self.shared.hasher.hash_one(item);
-        self.add_hashed(Incoming::Borrowed(item), hash);
+        self.add_hashed(Incoming::Borrowed(item), hash, Priority::High);
     }
 
-    fn add_hashed(&self, item: Incoming<'_, T>, hash: u64) {
-        let added = self.shared.lock().add(item, hash);
+    fn add_hashed(&self, item: Incoming<'_, T>, hash: u64, priority: Priority) {
+        let added = self.shared.lock().add(item, hash, priority);
         if added.wake_getter {
             self.shared.getters.notify_one();
         }
@@ -548,7 +783,7 @@ impl<T: Item> Queue<T> {
         {
             let mut state = self.shared.lock();
             for (item, hash) in items.drain(..).zip(hashes) {
-                let added = state.add(Incoming::Owned(item), hash);
+                let added = state.add(Incoming::Owned(item), hash, Priority::High);
                 wake += usize::from(added.wake_getter);
                 rejected.extend(added.rejected);
             }
@@ -567,6 +802,12 @@ impl<T: Item> Queue<T> {
     /// Whether no item is waiting to be handed out.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Number of items waiting in one lane; 0 with a [custom order](QueueConfig::order). The
+    /// lanes sum to [`len`](Self::len). Informational only.
+    pub fn lane_len(&self, priority: Priority) -> usize {
+        self.shared.lock().order.lane_len(priority)
     }
 
     /// Waits for the next item and marks it as being processed.
@@ -676,9 +917,9 @@ impl<T: Item> Queue<T> {
 
 impl<T> Shared<T> {
     fn lock(&self) -> MutexGuard<'_, State<T>> {
-        // A panic in a user-supplied order or metric must not wedge every later call; the state
-        // itself is updated in small steps that leave it consistent.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        // A panic in a user-supplied order or metric must not wedge every later call: this lock
+        // does not poison, and the state is updated in small steps that leave it consistent.
+        self.state.lock()
     }
 }
 
@@ -876,5 +1117,176 @@ mod tests {
         for worker in workers {
             worker.await.unwrap();
         }
+    }
+
+    async fn drain_all<T: Item>(queue: &Queue<T>) -> Vec<T> {
+        let mut got = Vec::new();
+        while !queue.is_empty() {
+            let item = queue.get().await.unwrap();
+            queue.done(&item);
+            got.push(item);
+        }
+        got
+    }
+
+    #[tokio::test]
+    async fn the_high_lane_is_served_first_and_the_low_lane_gets_its_turn() {
+        let queue = Queue::new();
+        for item in 0..4 {
+            queue.add_with_priority(100 + item, Priority::Low);
+        }
+        for item in 0..10 {
+            queue.add(item);
+        }
+        assert_eq!(queue.lane_len(Priority::High), 10);
+        assert_eq!(queue.lane_len(Priority::Low), 4);
+        let got = drain_all(&queue).await;
+        // Every LOW_LANE_TURN-th get while both lanes wait serves the low lane.
+        assert_eq!(
+            got,
+            [0, 1, 2, 3, 100, 4, 5, 6, 7, 101, 8, 9, 102, 103],
+            "four high, one low, ...; then the rest of the low lane"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_low_lane_alone_is_served_in_order() {
+        let queue = Queue::new();
+        for item in [3, 1, 2] {
+            queue.add_with_priority(item, Priority::Low);
+        }
+        assert_eq!(drain_all(&queue).await, [3, 1, 2]);
+    }
+
+    #[tokio::test]
+    async fn a_waiting_item_rises_to_the_high_lane_and_is_handed_out_once() {
+        let queue = Queue::new();
+        for item in 0..8 {
+            queue.add_with_priority(item, Priority::Low);
+        }
+        queue.add(5); // rises
+        queue.add(5); // already high: collapsed
+        queue.add_with_priority(5, Priority::Low); // never moves down
+        assert_eq!(queue.len(), 8, "still one entry per item");
+        let got = drain_all(&queue).await;
+        assert_eq!(got[0], 5, "the raised item comes first");
+        assert_eq!(got.iter().filter(|&&item| item == 5).count(), 1);
+        assert_eq!(got.len(), 8);
+        assert_eq!(queue.len(), 0, "the stale low entry is not counted");
+        queue.shut_down();
+        assert_eq!(queue.get().await, None);
+    }
+
+    #[tokio::test]
+    async fn an_item_re_added_high_while_processing_is_requeued_high_at_done() {
+        let queue = Queue::new();
+        queue.add_with_priority("a", Priority::Low);
+        let a = queue.get().await.unwrap();
+        for item in ["b", "c", "d", "e", "f"] {
+            queue.add_with_priority(item, Priority::Low);
+        }
+        queue.add_with_priority("a", Priority::Low);
+        queue.add("a"); // the lane it goes back to rises too
+        assert_eq!(queue.len(), 5, "not queued while processing");
+        queue.done(&a);
+        assert_eq!(queue.lane_len(Priority::High), 1);
+        assert_eq!(queue.get().await, Some("a"), "high lane first");
+    }
+
+    #[tokio::test]
+    async fn an_item_re_added_low_while_processing_is_requeued_low_at_done() {
+        let queue = Queue::new();
+        queue.add("a");
+        let a = queue.get().await.unwrap();
+        queue.add_with_priority("a", Priority::Low);
+        queue.done(&a);
+        assert_eq!(queue.lane_len(Priority::Low), 1);
+        assert_eq!(queue.lane_len(Priority::High), 0);
+    }
+
+    #[tokio::test]
+    async fn a_custom_order_sees_every_lane() {
+        let queue = Queue::with_config(QueueConfig::new().order(Lifo::default()));
+        queue.add_with_priority(1, Priority::Low);
+        queue.add(2);
+        queue.add_with_priority(3, Priority::Low);
+        queue.add(1); // rise: a touch for the custom order, no second entry
+        assert_eq!(queue.len(), 3);
+        assert_eq!(drain_all(&queue).await, [3, 2, 1]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_parked_getter_is_woken_by_a_low_lane_add() {
+        let queue = Queue::<u32>::new();
+        let getter = tokio::spawn({
+            let queue = queue.clone();
+            async move { queue.get().await }
+        });
+        tokio::task::yield_now().await;
+        queue.add_with_priority(9, Priority::Low);
+        let got = tokio::time::timeout(Duration::from_secs(1), getter)
+            .await
+            .expect("woken")
+            .unwrap();
+        assert_eq!(got, Some(9));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shut_down_with_drain_waits_for_items_in_either_lane() {
+        let queue = Queue::new();
+        queue.add_with_priority(1, Priority::Low);
+        queue.add(2);
+        let first = queue.get().await.unwrap();
+        let drain = tokio::spawn({
+            let queue = queue.clone();
+            async move { queue.shut_down_with_drain().await }
+        });
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(!drain.is_finished(), "an item is being processed");
+        queue.add(first); // ignored after shutdown
+        queue.done(&first);
+        tokio::time::timeout(Duration::from_secs(1), drain)
+            .await
+            .expect("drained")
+            .unwrap();
+        let second = queue.get().await.unwrap();
+        assert_ne!(second, first, "the other lane's item is still handed out");
+        queue.done(&second);
+        assert_eq!(queue.get().await, None);
+    }
+
+    #[tokio::test]
+    async fn lane_lengths_stay_exact_and_fifo_holds_after_a_rise() {
+        let queue = Queue::new();
+        for item in [1, 2, 3] {
+            queue.add_with_priority(item, Priority::Low);
+        }
+        queue.add(1); // rises; its low entry goes stale
+        assert_eq!(queue.lane_len(Priority::High), 1);
+        assert_eq!(queue.lane_len(Priority::Low), 2);
+        assert_eq!(queue.len(), 3);
+        let one = queue.get().await.unwrap();
+        assert_eq!(one, 1);
+        queue.done(&one);
+        // Queued low again behind 2 and 3: the stale entry ahead of them must not serve it.
+        queue.add_with_priority(1, Priority::Low);
+        queue.add_with_priority(4, Priority::Low);
+        assert_eq!(queue.lane_len(Priority::Low), 4);
+        assert_eq!(drain_all(&queue).await, [2, 3, 1, 4]);
+        assert_eq!(queue.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_stale_entry_does_not_serve_an_item_that_is_processing() {
+        let queue = Queue::new();
+        queue.add_with_priority("a", Priority::Low);
+        queue.add("a"); // rises; stale low entry
+        let a = queue.get().await.unwrap();
+        queue.add_with_priority("a", Priority::Low); // dirty while processing
+        assert_eq!(queue.len(), 0, "only the stale entry is left");
+        queue.shut_down();
+        assert_eq!(queue.get().await, None, "the stale entry is skipped");
+        queue.done(&a);
+        assert_eq!(queue.get().await, Some("a"), "queued again at done");
     }
 }

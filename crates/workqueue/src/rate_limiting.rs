@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::delaying::DelayingQueue;
-use crate::queue::{Item, Queue, QueueConfig};
+use crate::queue::{Item, Priority, Queue, QueueConfig};
 use crate::rate_limiters::RateLimiter;
 
 /// A delaying queue with per-item retry backoff. Cloning is cheap; clones share the queue and
@@ -106,6 +106,11 @@ impl<T: Item> RateLimitingQueue<T> {
     /// See [`Queue::add_ref`].
     pub fn add_ref(&self, item: &T) {
         self.queue.add_ref(item);
+    }
+
+    /// See [`Queue::add_with_priority`].
+    pub fn add_with_priority(&self, item: T, priority: Priority) {
+        self.queue.add_with_priority(item, priority);
     }
 
     /// See [`Queue::len`].

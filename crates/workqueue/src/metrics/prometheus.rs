@@ -12,11 +12,19 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use super::{CounterMetric, GaugeMetric, HistogramMetric, MetricsProvider, SettableGaugeMetric};
+use crate::queue::Priority;
 
 /// The `name` label every workqueue metric carries.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct QueueName {
     name: String,
+}
+
+/// The labels of the per-lane series: the queue's name and the lane (`high` or `low`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QueueLane {
+    name: String,
+    lane: String,
 }
 
 type SecondsGauge = Gauge<f64, AtomicU64>;
@@ -35,7 +43,9 @@ fn duration_histogram() -> Histogram {
 /// Registers, under the prefix `workqueue`: `workqueue_depth`, `workqueue_adds_total`,
 /// `workqueue_queue_duration_seconds`, `workqueue_work_duration_seconds`,
 /// `workqueue_unfinished_work_seconds`, `workqueue_longest_running_processor_seconds` and
-/// `workqueue_retries_total`, each with a `name` label. Create one provider per registry and
+/// `workqueue_retries_total`, each with a `name` label, and the priority-lane series
+/// `workqueue_lane_depth`, `workqueue_lane_adds_total`, `workqueue_lane_queue_duration_seconds`
+/// (labelled `name` and `lane`) and `workqueue_lane_rises_total`. Create one provider per registry and
 /// clone it into every queue's config; queues with the same name share their series.
 ///
 /// ```
@@ -65,6 +75,10 @@ pub struct PrometheusMetricsProvider {
     unfinished_work_seconds: Family<QueueName, SecondsGauge>,
     longest_running_processor_seconds: Family<QueueName, SecondsGauge>,
     retries: Family<QueueName, Counter>,
+    lane_depth: Family<QueueLane, Gauge>,
+    lane_adds: Family<QueueLane, Counter>,
+    lane_latency: Family<QueueLane, Histogram, fn() -> Histogram>,
+    lane_rises: Family<QueueName, Counter>,
 }
 
 impl PrometheusMetricsProvider {
@@ -78,6 +92,10 @@ impl PrometheusMetricsProvider {
             unfinished_work_seconds: Family::default(),
             longest_running_processor_seconds: Family::default(),
             retries: Family::default(),
+            lane_depth: Family::default(),
+            lane_adds: Family::default(),
+            lane_latency: Family::new_with_constructor(duration_histogram),
+            lane_rises: Family::default(),
         };
         let registry = registry.sub_registry_with_prefix("workqueue");
         registry.register(
@@ -116,7 +134,34 @@ impl PrometheusMetricsProvider {
             "Delayed re-adds (add_after, add_rate_limited) handled by the work queue",
             provider.retries.clone(),
         );
+        registry.register(
+            "lane_depth",
+            "Number of items waiting in one priority lane of the work queue",
+            provider.lane_depth.clone(),
+        );
+        registry.register(
+            "lane_adds",
+            "Items added to one priority lane, not counting adds collapsed into a waiting item",
+            provider.lane_adds.clone(),
+        );
+        registry.register(
+            "lane_queue_duration_seconds",
+            "Seconds an item waited before a worker got it, by the lane it was served from",
+            provider.lane_latency.clone(),
+        );
+        registry.register(
+            "lane_rises",
+            "Waiting items moved from the low to the high lane by a high-priority add",
+            provider.lane_rises.clone(),
+        );
         provider
+    }
+}
+
+fn lane_label(name: &str, lane: Priority) -> QueueLane {
+    QueueLane {
+        name: name.to_owned(),
+        lane: lane.as_str().to_owned(),
     }
 }
 
@@ -158,6 +203,30 @@ impl MetricsProvider for PrometheusMetricsProvider {
     }
     fn new_retries_metric(&self, name: &str) -> Arc<dyn CounterMetric> {
         Arc::new(self.retries.get_or_create(&label(name)).clone())
+    }
+    fn new_lane_depth_metric(&self, name: &str, lane: Priority) -> Arc<dyn GaugeMetric> {
+        Arc::new(
+            self.lane_depth
+                .get_or_create(&lane_label(name, lane))
+                .clone(),
+        )
+    }
+    fn new_lane_adds_metric(&self, name: &str, lane: Priority) -> Arc<dyn CounterMetric> {
+        Arc::new(
+            self.lane_adds
+                .get_or_create(&lane_label(name, lane))
+                .clone(),
+        )
+    }
+    fn new_lane_latency_metric(&self, name: &str, lane: Priority) -> Arc<dyn HistogramMetric> {
+        Arc::new(
+            self.lane_latency
+                .get_or_create(&lane_label(name, lane))
+                .clone(),
+        )
+    }
+    fn new_lane_rises_metric(&self, name: &str) -> Arc<dyn CounterMetric> {
+        Arc::new(self.lane_rises.get_or_create(&label(name)).clone())
     }
 }
 
@@ -220,6 +289,49 @@ mod tests {
             r#"workqueue_queue_duration_seconds_bucket{le="0.000001",name="pods"} 1"#,
             r#"workqueue_queue_duration_seconds_bucket{le="0.00001",name="pods"} 1"#,
             r#"workqueue_queue_duration_seconds_bucket{le="1000.0",name="pods"} 1"#,
+        ] {
+            assert!(text.contains(expected), "missing {expected} in\n{text}");
+        }
+        queue.shut_down();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lane_series_carry_the_lane_label() {
+        let mut registry = Registry::default();
+        let provider = PrometheusMetricsProvider::new(&mut registry);
+        let queue = crate::Queue::with_config(
+            QueueConfig::new()
+                .name("deployments")
+                .metrics_provider(provider.clone()),
+        );
+        queue.add_with_priority("listed-1", Priority::Low);
+        queue.add_with_priority("listed-2", Priority::Low);
+        queue.add_with_priority("listed-3", Priority::Low);
+        queue.add("listed-2"); // rises
+        queue.add("live");
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        for _ in 0..2 {
+            let item = queue.get().await.unwrap();
+            assert!(item == "listed-2" || item == "live", "high lane first");
+            queue.done(&item);
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+        let item = queue.get().await.unwrap();
+        queue.done(&item);
+
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for expected in [
+            r#"workqueue_depth{name="deployments"} 1"#,
+            r#"workqueue_lane_depth{name="deployments",lane="high"} 0"#,
+            r#"workqueue_lane_depth{name="deployments",lane="low"} 1"#,
+            r#"workqueue_lane_adds_total{name="deployments",lane="low"} 3"#,
+            r#"workqueue_lane_adds_total{name="deployments",lane="high"} 1"#,
+            r#"workqueue_lane_rises_total{name="deployments"} 1"#,
+            r#"workqueue_lane_queue_duration_seconds_count{name="deployments",lane="high"} 2"#,
+            r#"workqueue_lane_queue_duration_seconds_sum{name="deployments",lane="high"} 4.0"#,
+            r#"workqueue_lane_queue_duration_seconds_count{name="deployments",lane="low"} 1"#,
+            r#"workqueue_lane_queue_duration_seconds_sum{name="deployments",lane="low"} 12.0"#,
         ] {
             assert!(text.contains(expected), "missing {expected} in\n{text}");
         }

@@ -79,6 +79,9 @@ pub(crate) fn run(args: PeerArgs) -> Result<()> {
                 }
             }
         }
+        if selected("controller") {
+            controller(scale).await?;
+        }
         if selected("add_after") {
             add_after(super::ADD_AFTER_ITEMS / scale).await?;
         }
@@ -166,6 +169,92 @@ async fn throughput<K: Item + Sync>(
     let elapsed = start.elapsed();
     emit(Measurement {
         workload: workload.into(),
+        producers,
+        consumers,
+        keys: key_count,
+        adds,
+        rounds,
+        processed,
+        elapsed_ns: elapsed.as_nanos() as u64,
+        ops_per_sec: (adds * rounds) as f64 / elapsed.as_secs_f64(),
+        ..Measurement::new("kctrl")
+    })
+}
+
+/// The consumers' "little work per item": FNV-1a over the key, `WORK_ROUNDS` times, as in the
+/// Go peer.
+fn work(key: &str) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for _ in 0..super::WORK_ROUNDS {
+        for byte in key.bytes() {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    hash
+}
+
+/// One round of the controller-shaped workload: producers yield after every add (informer
+/// handlers await their next event), consumers do a little work per item.
+async fn controller_round(
+    producers: usize,
+    consumers: usize,
+    adds: usize,
+    keys: &Arc<Vec<Key>>,
+) -> usize {
+    let queue = Queue::<Key>::new();
+    let consumer_tasks: Vec<_> = (0..consumers)
+        .map(|_| {
+            let queue = queue.clone();
+            tokio::spawn(async move {
+                let mut processed = 0;
+                let mut acc = 0u64;
+                while let Some(item) = queue.get().await {
+                    acc = acc.wrapping_add(work(&item));
+                    queue.done(&item);
+                    processed += 1;
+                }
+                std::hint::black_box(acc);
+                processed
+            })
+        })
+        .collect();
+    let producer_tasks: Vec<_> = (0..producers)
+        .map(|producer| {
+            let queue = queue.clone();
+            let keys = Arc::clone(keys);
+            tokio::spawn(async move {
+                for i in (producer..adds).step_by(producers) {
+                    queue.add(keys[i % keys.len()].clone());
+                    tokio::task::yield_now().await;
+                }
+            })
+        })
+        .collect();
+    for task in producer_tasks {
+        task.await.expect("producer panicked");
+    }
+    queue.shut_down();
+    let mut processed = 0;
+    for task in consumer_tasks {
+        processed += task.await.expect("consumer panicked");
+    }
+    processed
+}
+
+async fn controller(scale: usize) -> Result<()> {
+    let (producers, consumers, key_count, adds, total) = super::CONTROLLER_SHAPE;
+    let keys = Arc::new(key_names(key_count));
+    let rounds = (total / scale / adds).max(1);
+    controller_round(producers, consumers, adds, &keys).await; // warm-up
+    let mut processed = 0;
+    let start = Instant::now();
+    for _ in 0..rounds {
+        processed += controller_round(producers, consumers, adds, &keys).await;
+    }
+    let elapsed = start.elapsed();
+    emit(Measurement {
+        workload: "controller".into(),
         producers,
         consumers,
         keys: key_count,
