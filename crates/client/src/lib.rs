@@ -28,6 +28,7 @@
 //! | `Delete(metav1.DeleteOptions{...})` | [`Api::delete`] with [`DeleteParams`] |
 //! | `apierrors.IsNotFound(err)`       | [`Error::is_not_found`]             |
 //! | `discovery.ServerVersion()`       | [`Client::server_version`]          |
+//! | an informer transform that drops managedFields | [`Api::without_managed_fields`] (skipped while decoding) |
 
 mod api;
 mod backend;

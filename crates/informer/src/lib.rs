@@ -136,7 +136,7 @@
 //! | `NewListWatchFromClient` / `NewFilteredListWatchFromClient` | [`ListWatch::new`] (+ `labels`, `fields`, `tweak`) |
 //! | `NewReflectorWithOptions` / `RealFIFO`               | [`Reflector::new`] / [`Fifo`]                        |
 //! | `metadatainformer.NewSharedInformerFactory(…).ForResource(gvr)` | [`SharedInformerFactory::metadata_informer::<K>()`](SharedInformerFactory::metadata_informer) |
-//! | `cache.TransformStripManagedFields()`                | a view with [`kctrl_client::metadata_without_managed_fields`], or a [`Transform`] |
+//! | `cache.TransformStripManagedFields()` / `WithTransform(trim)` | [`SharedInformerFactoryBuilder::without_managed_fields`] (skipped while decoding), a view with [`kctrl_client::metadata_without_managed_fields`], or a [`Transform`] |
 
 pub mod delta;
 pub mod keys;
