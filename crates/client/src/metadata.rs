@@ -251,7 +251,8 @@ where
 /// listers of `kctrl-informer` work with it exactly as with the full type. `View` needs a field
 /// `metadata: ObjectMeta` and `serde::Deserialize`; every field it does not declare is skipped
 /// while decoding. `Resource` must be a listable k8s-openapi resource type (or another view),
-/// or the macro does not compile. See the [module documentation](self) for an example.
+/// or the macro does not compile. kctrl-informer's crate documentation shows a view cached
+/// by an informer, end to end.
 #[macro_export]
 macro_rules! resource_view {
     ($view:ty => $resource:ty) => {
