@@ -1503,16 +1503,8 @@ fn image_pull_failure(p: &Pod) -> Result<Option<String>, String> {
 async fn pods_of_an_unpullable_image_stay_pending_with_image_pull_errors() {
     let env = env!("deploy-unpullable");
     let mut broken = deployment("broken", 2);
-    broken
-        .spec
-        .as_mut()
-        .unwrap()
-        .template
-        .spec
-        .as_mut()
-        .unwrap()
-        .containers[0]
-        .image = Some(BROKEN_IMAGE.into());
+    let s = broken.spec.as_mut().unwrap();
+    s.template.spec.as_mut().unwrap().containers[0].image = Some(BROKEN_IMAGE.into());
     env.create(&broken).await;
     env.create(&deployment("fine", 1)).await;
 

@@ -1029,6 +1029,29 @@ pub(crate) fn not_running(name: &str) -> anyhow::Error {
 mod tests {
     use super::*;
 
+    /// A cluster `t` under `/x` with the cache at `/c`, for the command-line tests.
+    fn fixture() -> (Layout, Pki, Cache, Ports) {
+        (
+            Layout {
+                dir: PathBuf::from("/x/target/kctrl-cluster/t"),
+            },
+            Pki {
+                dir: PathBuf::from("/x/pki"),
+            },
+            Cache {
+                root: PathBuf::from("/c"),
+            },
+            Ports {
+                etcd_client: 1,
+                etcd_peer: 2,
+                apiserver: 3,
+                controller_manager: 4,
+                scheduler: 5,
+                kwok: 6,
+            },
+        )
+    }
+
     #[test]
     fn names_are_validated() {
         assert!(validate_name("dev").is_ok());
@@ -1055,23 +1078,7 @@ mod tests {
 
     #[test]
     fn controller_manager_runs_without_the_deployment_controller() {
-        let layout = Layout {
-            dir: PathBuf::from("/x/target/kctrl-cluster/t"),
-        };
-        let pki = Pki {
-            dir: PathBuf::from("/x/pki"),
-        };
-        let cache = Cache {
-            root: PathBuf::from("/c"),
-        };
-        let ports = Ports {
-            etcd_client: 1,
-            etcd_peer: 2,
-            apiserver: 3,
-            controller_manager: 4,
-            scheduler: 5,
-            kwok: 6,
-        };
+        let (layout, pki, cache, ports) = fixture();
         let kcm = args(
             Component::ControllerManager,
             &layout,
@@ -1097,23 +1104,7 @@ mod tests {
 
     #[test]
     fn kwok_reads_the_cached_node_stages_and_our_pod_stages() {
-        let layout = Layout {
-            dir: PathBuf::from("/x/target/kctrl-cluster/t"),
-        };
-        let pki = Pki {
-            dir: PathBuf::from("/x/pki"),
-        };
-        let cache = Cache {
-            root: PathBuf::from("/c"),
-        };
-        let ports = Ports {
-            etcd_client: 1,
-            etcd_peer: 2,
-            apiserver: 3,
-            controller_manager: 4,
-            scheduler: 5,
-            kwok: 6,
-        };
+        let (layout, pki, cache, ports) = fixture();
         let kwok = args(Component::Kwok, &layout, &pki, &ports, &cache, "t");
         let configs: Vec<&str> = kwok
             .iter()

@@ -100,42 +100,21 @@ fn equal_ignoring_hash_label(a: &PodTemplateSpec, b: &PodTemplateSpec) -> bool {
         self_link,
         uid,
     } = ma;
-    if (
-        annotations,
-        creation_timestamp,
-        deletion_grace_period_seconds,
-        deletion_timestamp,
-        finalizers,
-        generate_name,
-        generation,
-        managed_fields,
-    ) != (
-        &mb.annotations,
-        &mb.creation_timestamp,
-        &mb.deletion_grace_period_seconds,
-        &mb.deletion_timestamp,
-        &mb.finalizers,
-        &mb.generate_name,
-        &mb.generation,
-        &mb.managed_fields,
-    ) || (
-        name,
-        namespace,
-        owner_references,
-        resource_version,
-        self_link,
-        uid,
-    ) != (
-        &mb.name,
-        &mb.namespace,
-        &mb.owner_references,
-        &mb.resource_version,
-        &mb.self_link,
-        &mb.uid,
-    ) {
-        return false;
-    }
-    labels_without_hash(ma).eq(labels_without_hash(mb))
+    *annotations == mb.annotations
+        && *creation_timestamp == mb.creation_timestamp
+        && *deletion_grace_period_seconds == mb.deletion_grace_period_seconds
+        && *deletion_timestamp == mb.deletion_timestamp
+        && *finalizers == mb.finalizers
+        && *generate_name == mb.generate_name
+        && *generation == mb.generation
+        && *managed_fields == mb.managed_fields
+        && *name == mb.name
+        && *namespace == mb.namespace
+        && *owner_references == mb.owner_references
+        && *resource_version == mb.resource_version
+        && *self_link == mb.self_link
+        && *uid == mb.uid
+        && labels_without_hash(ma).eq(labels_without_hash(mb))
 }
 
 /// A template's labels but the hash label, in key order.
