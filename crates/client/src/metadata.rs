@@ -56,12 +56,12 @@
 //! kctrl_client::resource_view!(Orphan => NotAResource);
 //! ```
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{ListableResource, Metadata, Resource};
+use serde::de::DeserializeSeed;
 use serde::{Deserialize, Deserializer};
 
 use crate::request::Representation;
@@ -205,43 +205,12 @@ pub fn metadata_without_managed_fields<'de, D>(deserializer: D) -> Result<Object
 where
     D: Deserializer<'de>,
 {
-    // Every ObjectMeta field but managedFields; unknown fields are skipped by serde.
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Meta {
-        annotations: Option<BTreeMap<String, String>>,
-        creation_timestamp: Option<Time>,
-        deletion_grace_period_seconds: Option<i64>,
-        deletion_timestamp: Option<Time>,
-        finalizers: Option<Vec<String>>,
-        generate_name: Option<String>,
-        generation: Option<i64>,
-        labels: Option<BTreeMap<String, String>>,
-        name: Option<String>,
-        namespace: Option<String>,
-        owner_references: Option<Vec<OwnerReference>>,
-        resource_version: Option<String>,
-        self_link: Option<String>,
-        uid: Option<String>,
+    // The same skipping as `Api::without_managed_fields`, applied to this one value.
+    crate::managed_fields::TrimSeed {
+        inner: PhantomData::<ObjectMeta>,
+        level: crate::managed_fields::Level::Metadata,
     }
-    let m = Meta::deserialize(deserializer)?;
-    Ok(ObjectMeta {
-        annotations: m.annotations,
-        creation_timestamp: m.creation_timestamp,
-        deletion_grace_period_seconds: m.deletion_grace_period_seconds,
-        deletion_timestamp: m.deletion_timestamp,
-        finalizers: m.finalizers,
-        generate_name: m.generate_name,
-        generation: m.generation,
-        labels: m.labels,
-        managed_fields: None,
-        name: m.name,
-        namespace: m.namespace,
-        owner_references: m.owner_references,
-        resource_version: m.resource_version,
-        self_link: m.self_link,
-        uid: m.uid,
-    })
+    .deserialize(deserializer)
 }
 
 /// Declares a struct of yours the read-only view of a Kubernetes resource.
