@@ -45,6 +45,15 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
+    /// A protobuf response body (see [`crate::protobuf`]) could not be decoded.
+    #[error("decoding {what} (protobuf): {source}")]
+    DecodeProtobuf {
+        /// What was being decoded, e.g. `object of ADDED watch event`.
+        what: String,
+        /// The protobuf error.
+        #[source]
+        source: crate::protobuf::ProtobufError,
+    },
     /// The client configuration or credentials are unusable.
     #[error(transparent)]
     Config(#[from] kctrl_config::ConfigError),

@@ -18,7 +18,7 @@
 //! |-----------------------------------|-------------------------------------|
 //! | `rest.Config`                     | [`kctrl_config::Config`]            |
 //! | `kubernetes.NewForConfig(cfg)`    | [`Client::try_from_config`]         |
-//! | `rest.RESTClient` (JSON only)     | [`HttpBackend`]                     |
+//! | `rest.RESTClient`                 | [`HttpBackend`] (JSON; protobuf answers for [`Api::protobuf`]) |
 //! | `tools/metrics` hooks             | [`RestClientMetrics`]               |
 //! | component-base's `rest_client_*` Prometheus series | [`prometheus::PrometheusRestClientMetrics`] |
 //! | `clientset.AppsV1().Deployments(ns)` | [`Api::<Deployment>::namespaced`] |
@@ -29,6 +29,7 @@
 //! | `apierrors.IsNotFound(err)`       | [`Error::is_not_found`]             |
 //! | `discovery.ServerVersion()`       | [`Client::server_version`]          |
 //! | an informer transform that drops managedFields | [`Api::without_managed_fields`] (skipped while decoding) |
+//! | `ContentType: application/vnd.kubernetes.protobuf` (kube-controller-manager's default) | [`Api::protobuf`] for types implementing [`protobuf::FromProtobuf`] (views) |
 
 mod api;
 mod backend;
@@ -41,6 +42,7 @@ pub mod labels;
 mod managed_fields;
 mod metadata;
 pub mod prometheus;
+pub mod protobuf;
 mod request;
 mod resource;
 mod watch;
@@ -56,7 +58,7 @@ pub use kctrl_config as config;
 pub use metadata::{PartialObjectMetadata, metadata_without_managed_fields};
 pub use request::{
     ApiRequest, DeleteParams, ListParams, Operation, Patch, PostParams, Preconditions,
-    PropagationPolicy, Representation, ResourceVersionMatch, WatchParams,
+    PropagationPolicy, Representation, ResourceVersionMatch, WatchParams, WireFormat,
 };
 pub use resource::{ResourceRef, Scope};
 pub use watch::{Bookmark, INITIAL_EVENTS_END_ANNOTATION, WatchEvent};

@@ -64,7 +64,7 @@ use k8s_openapi::{ListableResource, Metadata, Resource};
 use serde::de::DeserializeSeed;
 use serde::{Deserialize, Deserializer};
 
-use crate::request::Representation;
+use crate::request::{Representation, WireFormat};
 
 /// The `apiVersion` of `PartialObjectMetadata` and `PartialObjectMetadataList`.
 const META_API_VERSION: &str = "meta.k8s.io/v1";
@@ -182,9 +182,17 @@ pub(crate) fn representation_of<K: Resource>() -> Representation {
     }
 }
 
-/// The `Accept` header value that asks for `representation` in answer to `verb`.
-pub(crate) fn accept_header(representation: Representation, verb: &str) -> &'static str {
+/// The `Accept` header value that asks for `representation` in `wire` format in answer to
+/// `verb`. Protobuf is asked for whole objects only; JSON stays acceptable.
+pub(crate) fn accept_header(
+    representation: Representation,
+    wire: WireFormat,
+    verb: &str,
+) -> &'static str {
     match (representation, verb) {
+        (Representation::Full, _) if wire == WireFormat::Protobuf => {
+            "application/vnd.kubernetes.protobuf, application/json"
+        }
         (Representation::Full, _) => "application/json",
         (Representation::PartialObjectMetadata, "list") => {
             "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, application/json"
@@ -301,16 +309,28 @@ mod tests {
     #[test]
     fn accept_headers_follow_the_verb() {
         assert_eq!(
-            accept_header(Representation::Full, "list"),
+            accept_header(Representation::Full, WireFormat::Json, "list"),
             "application/json"
         );
-        assert!(
-            accept_header(Representation::PartialObjectMetadata, "list")
-                .starts_with("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1")
+        assert_eq!(
+            accept_header(Representation::Full, WireFormat::Protobuf, "watch"),
+            "application/vnd.kubernetes.protobuf, application/json"
         );
         assert!(
-            accept_header(Representation::PartialObjectMetadata, "watch")
-                .starts_with("application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1")
+            accept_header(
+                Representation::PartialObjectMetadata,
+                WireFormat::Json,
+                "list"
+            )
+            .starts_with("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1")
+        );
+        assert!(
+            accept_header(
+                Representation::PartialObjectMetadata,
+                WireFormat::Json,
+                "watch"
+            )
+            .starts_with("application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1")
         );
     }
 

@@ -25,6 +25,22 @@ pub struct ApiRequest {
     pub operation: Operation,
     /// The form the server is asked to answer in: whole objects, or only their metadata.
     pub representation: Representation,
+    /// The encoding the server is asked to answer in.
+    pub wire: WireFormat,
+}
+
+/// The encoding a client asks the server to answer in.
+///
+/// Requests always send JSON bodies; this is about answers. A server that cannot answer in
+/// protobuf (custom resources, the in-memory fake) answers JSON, which is always accepted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum WireFormat {
+    /// `Accept: application/json`.
+    #[default]
+    Json,
+    /// `Accept: application/vnd.kubernetes.protobuf, application/json`, as kube-controller-manager
+    /// asks for built-in resources (see [`crate::protobuf`]).
+    Protobuf,
 }
 
 /// The form of the objects a read returns.
@@ -56,6 +72,7 @@ impl ApiRequest {
             subresource,
             operation,
             representation: Representation::Full,
+            wire: WireFormat::Json,
         }
     }
 

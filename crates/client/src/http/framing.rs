@@ -1,5 +1,6 @@
-//! Watch stream framing: a byte stream of concatenated JSON objects cut into one frame per
-//! watch event.
+//! Watch stream framing: a byte stream cut into one frame per watch event — concatenated
+//! JSON objects, or protobuf messages each after a 4-byte big-endian length (tokio-util's
+//! length-delimited codec).
 //!
 //! The API server writes each event as a JSON object followed by a newline, but nothing ties
 //! HTTP chunks or TCP reads to events: one read may hold several events, and one event may
@@ -17,7 +18,9 @@ use std::fmt;
 use bytes::{Buf, Bytes, BytesMut};
 use futures::{Stream, StreamExt};
 use serde::de::Error as _;
+use tokio_util::codec::{Decoder as _, LengthDelimitedCodec};
 
+use super::response::StreamFormat;
 use super::retry::TransportFailure;
 use crate::error::Error;
 
@@ -163,6 +166,59 @@ impl JsonFramer {
     }
 }
 
+/// The framer of a watch stream's format.
+#[derive(Debug)]
+enum Framer {
+    Json(JsonFramer),
+    Protobuf {
+        codec: LengthDelimitedCodec,
+        buf: BytesMut,
+        max: usize,
+    },
+}
+
+impl Framer {
+    fn new(format: StreamFormat, max: usize) -> Self {
+        match format {
+            StreamFormat::Json => Framer::Json(JsonFramer::new(max)),
+            StreamFormat::Protobuf => Framer::Protobuf {
+                codec: LengthDelimitedCodec::builder()
+                    .length_field_length(4)
+                    .big_endian()
+                    .max_frame_length(max)
+                    .new_codec(),
+                buf: BytesMut::new(),
+                max,
+            },
+        }
+    }
+
+    fn push(&mut self, chunk: &[u8]) {
+        match self {
+            Framer::Json(f) => f.push(chunk),
+            Framer::Protobuf { buf, .. } => buf.extend_from_slice(chunk),
+        }
+    }
+
+    fn next_frame(&mut self) -> Result<Option<Bytes>, FrameError> {
+        match self {
+            Framer::Json(f) => f.next_frame(),
+            Framer::Protobuf { codec, buf, max } => match codec.decode(buf) {
+                Ok(frame) => Ok(frame.map(BytesMut::freeze)),
+                // The codec's only error is a length above the limit.
+                Err(_) => Err(FrameError::TooLarge { max: *max }),
+            },
+        }
+    }
+
+    fn pending(&self) -> usize {
+        match self {
+            Framer::Json(f) => f.pending(),
+            Framer::Protobuf { buf, .. } => buf.len(),
+        }
+    }
+}
+
 /// Turns a response body into watch frames.
 ///
 /// * A clean end of the body ends the stream.
@@ -172,6 +228,7 @@ impl JsonFramer {
 /// * Any other body error, and framing errors, are yielded once and end the stream.
 pub(crate) fn watch_frames<S, E>(
     body: S,
+    format: StreamFormat,
     max_frame_size: usize,
     method: &str,
     url: &str,
@@ -182,14 +239,14 @@ where
 {
     struct State<S> {
         body: S,
-        framer: JsonFramer,
+        framer: Framer,
         done: bool,
         method: String,
         url: String,
     }
     let state = State {
         body,
-        framer: JsonFramer::new(max_frame_size),
+        framer: Framer::new(format, max_frame_size),
         done: false,
         method: method.to_owned(),
         url: url.to_owned(),
@@ -409,6 +466,7 @@ mod tests {
                 Ok(b"{\"a\":1}\n{\"b\""),
                 Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
             ]),
+            StreamFormat::Json,
             1024,
             "GET",
             "http://h/api/v1/pods?watch=1",
@@ -426,6 +484,7 @@ mod tests {
                 Err(io::Error::other("tls: bad record mac")),
                 Ok(b"{\"never\":1}"),
             ]),
+            StreamFormat::Json,
             1024,
             "GET",
             "http://h/w",
@@ -441,6 +500,7 @@ mod tests {
     async fn framing_errors_are_yielded_once() {
         let s = watch_frames(
             body(vec![Ok(b"{\"a\":1} oops {\"b\":2}")]),
+            StreamFormat::Json,
             1024,
             "GET",
             "http://h/w",
@@ -451,6 +511,31 @@ mod tests {
         assert!(matches!(err, Error::Decode { .. }));
         assert!(
             err.to_string().contains("watch stream of GET http://h/w"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn protobuf_frames_are_cut_by_their_length_prefix_across_chunks() {
+        // Two frames ("abc", "de") split mid-prefix and mid-payload, then an oversized one.
+        let s = watch_frames(
+            body(vec![
+                Ok(b"\0\0"),
+                Ok(b"\0\x03ab"),
+                Ok(b"c\0\0\0\x02de\0\0\x04\x01"),
+            ]),
+            StreamFormat::Protobuf,
+            1024,
+            "GET",
+            "http://h/w",
+        );
+        let got: Vec<_> = s.collect().await;
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert_eq!(got[0].as_ref().unwrap(), &Bytes::from_static(b"abc"));
+        assert_eq!(got[1].as_ref().unwrap(), &Bytes::from_static(b"de"));
+        let err = got[2].as_ref().unwrap_err();
+        assert!(
+            err.to_string().contains("maximum frame size of 1024"),
             "{err}"
         );
     }

@@ -248,7 +248,7 @@ impl HttpBackend {
             }
         };
         let mut prepared = Prepared::new(method, url, body, kind);
-        prepared.accept = crate::metadata::accept_header(req.representation, req.verb());
+        prepared.accept = crate::metadata::accept_header(req.representation, req.wire, req.verb());
         Ok(prepared)
     }
 
@@ -511,12 +511,17 @@ impl HttpBackend {
             let status = resp.status();
             self.after_attempt(p, st, Some(status), started);
             if status.is_success() {
-                check_watch_content_type(resp.headers()).map_err(|msg| Error::Decode {
-                    what: format!("watch stream of {} {}", p.method, p.url_str),
-                    source: serde::de::Error::custom(msg),
-                })?;
+                let protobuf_asked = p.accept.starts_with(crate::protobuf::PROTOBUF);
+                let format =
+                    check_watch_content_type(resp.headers(), protobuf_asked).map_err(|msg| {
+                        Error::Decode {
+                            what: format!("watch stream of {} {}", p.method, p.url_str),
+                            source: serde::de::Error::custom(msg),
+                        }
+                    })?;
                 let frames = watch_frames(
                     resp.bytes_stream(),
+                    format,
                     self.max_frame_size,
                     p.method.as_str(),
                     &p.url_str,

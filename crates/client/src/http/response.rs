@@ -1,8 +1,8 @@
 //! What a response means: failure `Status` decoding and content-type checks.
 //!
-//! Only JSON is spoken: requests send `Accept: application/json`, and a watch whose
-//! response is not JSON is refused. (Protobuf, which kube-controller-manager prefers for
-//! built-in types, is out of scope.)
+//! Requests send JSON. Answers are JSON, or protobuf where the request asked for it
+//! ([`WireFormat::Protobuf`](crate::WireFormat)): failure Statuses are read in either
+//! encoding, and a watch stream is accepted in protobuf only when protobuf was asked for.
 
 use http::{HeaderMap, StatusCode};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Status, StatusDetails};
@@ -38,8 +38,11 @@ pub(crate) fn error_from_response(
     err
 }
 
-/// The body as a `Status`, if it is one (`"kind": "Status"`).
+/// The body as a `Status`, if it is one (`"kind": "Status"`), in JSON or protobuf.
 fn decode_status(body: &[u8]) -> Option<Status> {
+    if crate::protobuf::is_protobuf(body) {
+        return crate::protobuf::decode_status(body);
+    }
     #[derive(Deserialize)]
     struct Kind {
         kind: Option<String>,
@@ -51,20 +54,40 @@ fn decode_status(body: &[u8]) -> Option<Status> {
     serde_json::from_slice(body).ok()
 }
 
-/// Checks that a watch response is a JSON stream: `application/json`, with or without
-/// parameters such as `;stream=watch`. A missing Content-Type is taken as JSON, the type
-/// that was asked for (client-go falls back to the request's content type too).
-pub(crate) fn check_watch_content_type(headers: &HeaderMap) -> Result<(), String> {
+/// How a watch stream is framed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StreamFormat {
+    /// Concatenated JSON objects.
+    Json,
+    /// Protobuf messages, each after a 4-byte big-endian length.
+    Protobuf,
+}
+
+/// The framing of a watch response from its Content-Type: `application/json` with or without
+/// parameters such as `;stream=watch`, or `application/vnd.kubernetes.protobuf;stream=watch`
+/// when protobuf was asked for. A missing Content-Type is taken as JSON, the type that was
+/// asked for (client-go falls back to the request's content type too).
+pub(crate) fn check_watch_content_type(
+    headers: &HeaderMap,
+    protobuf_asked: bool,
+) -> Result<StreamFormat, String> {
     let Some(value) = headers.get(http::header::CONTENT_TYPE) else {
-        return Ok(());
+        return Ok(StreamFormat::Json);
     };
     let text = String::from_utf8_lossy(value.as_bytes());
     let media = text.split(';').next().unwrap_or("").trim();
     if media.is_empty() || media.eq_ignore_ascii_case(JSON) {
-        Ok(())
+        Ok(StreamFormat::Json)
+    } else if protobuf_asked && media.eq_ignore_ascii_case(crate::protobuf::PROTOBUF) {
+        Ok(StreamFormat::Protobuf)
     } else {
+        let wanted = if protobuf_asked {
+            "JSON and protobuf"
+        } else {
+            "JSON"
+        };
         Err(format!(
-            "the watch response has content type {text:?}; only {JSON} watch streams are supported"
+            "the watch response has content type {text:?}; only {wanted} watch streams are supported"
         ))
     }
 }
@@ -123,23 +146,80 @@ mod tests {
     #[test]
     fn watch_content_types() {
         let mut h = HeaderMap::new();
-        assert!(check_watch_content_type(&h).is_ok());
+        assert_eq!(check_watch_content_type(&h, false), Ok(StreamFormat::Json));
         for ok in [
             "application/json",
             "application/json;stream=watch",
             "Application/JSON; charset=utf-8",
         ] {
             h.insert("content-type", HeaderValue::from_static(ok));
-            assert!(check_watch_content_type(&h).is_ok(), "{ok}");
+            assert_eq!(
+                check_watch_content_type(&h, false),
+                Ok(StreamFormat::Json),
+                "{ok}"
+            );
+            assert_eq!(
+                check_watch_content_type(&h, true),
+                Ok(StreamFormat::Json),
+                "{ok}"
+            );
         }
-        for bad in [
-            "foobar",
-            "application/vnd.kubernetes.protobuf;stream=watch",
-            "text/plain",
-        ] {
+        let pb = "application/vnd.kubernetes.protobuf;stream=watch";
+        h.insert("content-type", HeaderValue::from_static(pb));
+        assert_eq!(
+            check_watch_content_type(&h, true),
+            Ok(StreamFormat::Protobuf)
+        );
+        // Protobuf that nobody asked for is refused like any other type.
+        for bad in ["foobar", pb, "text/plain"] {
             h.insert("content-type", HeaderValue::from_static(bad));
-            let err = check_watch_content_type(&h).unwrap_err();
+            let err = check_watch_content_type(&h, false).unwrap_err();
             assert!(err.contains(bad), "{err}");
         }
+    }
+
+    #[test]
+    fn protobuf_status_bodies_are_decoded() {
+        use prost::Message;
+        // k8s\0, then an Unknown envelope {typeMeta {kind: Status}, raw: Status message}.
+        #[derive(Message)]
+        struct TypeMeta {
+            #[prost(string, tag = "2")]
+            kind: String,
+        }
+        #[derive(Message)]
+        struct Unknown {
+            #[prost(message, optional, tag = "1")]
+            type_meta: Option<TypeMeta>,
+            #[prost(bytes = "vec", tag = "2")]
+            raw: Vec<u8>,
+        }
+        #[derive(Message)]
+        struct StatusMessage {
+            #[prost(string, tag = "3")]
+            message: String,
+            #[prost(string, tag = "4")]
+            reason: String,
+            #[prost(int32, tag = "6")]
+            code: i32,
+        }
+        let raw = StatusMessage {
+            message: "pods \"x\" not found".into(),
+            reason: "NotFound".into(),
+            code: 404,
+        }
+        .encode_to_vec();
+        let mut body = b"k8s\0".to_vec();
+        Unknown {
+            type_meta: Some(TypeMeta {
+                kind: "Status".into(),
+            }),
+            raw,
+        }
+        .encode(&mut body)
+        .unwrap();
+        let e = error_from_response(StatusCode::NOT_FOUND, &HeaderMap::new(), &body);
+        assert!(e.is_not_found());
+        assert_eq!(e.message(), "pods \"x\" not found");
     }
 }
