@@ -38,6 +38,13 @@ pub(crate) struct Flags {
     #[arg(long, default_value_t = 30)]
     pub(crate) kube_api_burst: u32,
 
+    /// Content type of the API server's answers to the Pod informer:
+    /// application/vnd.kubernetes.protobuf (kube-controller-manager's default) or
+    /// application/json. Requests, and the answers for Deployments and ReplicaSets, are JSON.
+    #[arg(long, default_value = kctrl_client::protobuf::PROTOBUF,
+          value_parser = [kctrl_client::protobuf::PROTOBUF, "application/json"])]
+    pub(crate) kube_api_content_type: String,
+
     /// Start a leader election client and gain leadership before reconciling. Enable it
     /// whenever more than one instance may run.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL",
@@ -119,6 +126,15 @@ mod tests {
         assert_eq!(flags.concurrent_deployment_syncs, 5);
         assert_eq!(flags.kube_api_qps, 20.0);
         assert_eq!(flags.kube_api_burst, 30);
+        assert_eq!(
+            flags.kube_api_content_type,
+            "application/vnd.kubernetes.protobuf"
+        );
+        assert!(Flags::try_parse_from(["d", "--kube-api-content-type=application/json"]).is_ok());
+        let err = Flags::try_parse_from(["d", "--kube-api-content-type=application/yaml"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("application/yaml"), "{err}");
         assert!(flags.leader_elect);
         assert_eq!(flags.leader_elect_lease_duration, Duration::from_secs(15));
         assert_eq!(flags.leader_elect_renew_deadline, Duration::from_secs(10));

@@ -18,6 +18,7 @@ use clap::Parser;
 use k8s_openapi::api::apps::v1::Deployment;
 use kctrl_client::{Api, Client, HttpBackend, ListParams, ResourceRef};
 use kctrl_config::{Config, ConfigOverrides};
+use kctrl_deployment::pod_view::PodView;
 use kctrl_deployment::wiring::{DeploymentControllerRunner, RunError, RunnerOptions};
 use kctrl_events::{ApiEventSink, EventBroadcaster, EventRecorder, EventSource, EventType};
 use kctrl_informer::SharedInformerFactory;
@@ -242,10 +243,14 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
     let recorder = Arc::new(broadcaster.new_recorder(EventSource::new("deployment-controller")));
 
     // As kube-controller-manager's informers, ours cache objects without managedFields; here
-    // they are skipped while decoding rather than dropped after.
-    let factory = SharedInformerFactory::builder(client.clone(), RESYNC_PERIOD)
-        .without_managed_fields()
-        .build();
+    // they are skipped while decoding rather than dropped after. The Pod informer caches a
+    // view of each Pod, decoded from protobuf unless JSON was asked for.
+    let mut factory =
+        SharedInformerFactory::builder(client.clone(), RESYNC_PERIOD).without_managed_fields();
+    if flags.kube_api_content_type == kctrl_client::protobuf::PROTOBUF {
+        factory = factory.protobuf::<PodView>();
+    }
+    let factory = factory.build();
     metrics::register_handler_panics(&mut registry, {
         let factory = factory.clone();
         move || factory.handler_panics()

@@ -16,12 +16,18 @@
 //!
 //! The rest of `metadata` (labels, annotations, timestamps) is kept as well: it is small, and
 //! keeps the view a faithful subset of the Pod for anyone reading the cache.
+//!
+//! The view decodes from JSON and from protobuf ([`FromProtobuf`]), to the same value. With
+//! protobuf (the binary's default, as kube-controller-manager's), the skipped spec and status
+//! fields are stepped over by their length instead of being scanned byte by byte.
 
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kctrl_client::protobuf::{FromProtobuf, ObjectMetaMessage, non_empty};
 use kctrl_informer::IndexFn;
+use prost::Message;
 use serde::Deserialize;
 
 /// A Pod as the Deployment controller reads it (see the [module docs](self) for why each field
@@ -53,6 +59,35 @@ impl PodView {
     /// The Pod's phase, if reported.
     pub fn phase(&self) -> Option<&str> {
         self.status.as_ref().and_then(|s| s.phase.as_deref())
+    }
+}
+
+/// The fields of a `Pod` message the view reads, numbered as in upstream's
+/// `k8s.io/api/core/v1/generated.proto`; the decoder skips the others (`spec` is field 2).
+#[derive(Message)]
+struct PodMessage {
+    #[prost(message, optional, tag = "1")]
+    metadata: Option<ObjectMetaMessage>,
+    #[prost(message, optional, tag = "3")]
+    status: Option<PodStatusMessage>,
+}
+
+/// The fields of a `PodStatus` message the view reads.
+#[derive(Message)]
+struct PodStatusMessage {
+    #[prost(string, optional, tag = "1")]
+    phase: Option<String>,
+}
+
+impl FromProtobuf for PodView {
+    fn from_protobuf(message: &[u8]) -> Result<Self, prost::DecodeError> {
+        let pod = PodMessage::decode(message)?;
+        Ok(PodView {
+            metadata: pod.metadata.map(Into::into).unwrap_or_default(),
+            status: pod.status.map(|s| PodViewStatus {
+                phase: non_empty(s.phase),
+            }),
+        })
     }
 }
 

@@ -50,16 +50,20 @@ pub(crate) enum Variant {
     /// owner references, phase); the decoder skips the rest. client-go and kube-rs have no
     /// typed views.
     View,
+    /// kctrl only: the same view decoded from protobuf (`Api::protobuf`), as the
+    /// deployment-controller binary reads Pods by default.
+    ViewProtobuf,
     /// `PartialObjectMetadata` from the API server: client-go's metadatainformer, kube-rs's
     /// metadata_watcher, kctrl's metadata informer.
     Metadata,
 }
 
 impl Variant {
-    const ALL: [Variant; 4] = [
+    const ALL: [Variant; 5] = [
         Variant::None,
         Variant::Transform,
         Variant::View,
+        Variant::ViewProtobuf,
         Variant::Metadata,
     ];
 
@@ -68,6 +72,7 @@ impl Variant {
             Variant::Transform => "transform",
             Variant::None => "none",
             Variant::View => "view",
+            Variant::ViewProtobuf => "view-protobuf",
             Variant::Metadata => "metadata",
         }
     }
@@ -116,7 +121,7 @@ impl Impl {
     fn supports(self, variant: Variant) -> bool {
         match variant {
             Variant::None | Variant::Transform => true,
-            Variant::View => self == Impl::Kctrl,
+            Variant::View | Variant::ViewProtobuf => self == Impl::Kctrl,
             Variant::Metadata => self != Impl::ClientGoJson,
         }
     }

@@ -2,7 +2,7 @@
 //! namespace, run by the driver as a hidden subcommand of a release build of xtask.
 //!
 //! Protocol (same for the three peers): arguments `<kubeconfig> <namespace> <expected pods>
-//! <none|transform|view|metadata> <expected updates> <settle ms>`; JSON lines on stdout: `synced` (time from
+//! <none|transform|view|view-protobuf|metadata> <expected updates> <settle ms>`; JSON lines on stdout: `synced` (time from
 //! starting the informer to `synced()`, RSS), `steady` (RSS after the settle time), then, after a
 //! line on stdin, `counting`, and `burst` (update events counted by an `on_update` handler and
 //! their first-to-last rate).
@@ -34,7 +34,8 @@ pub(crate) struct PeerArgs {
     /// Pods the namespace holds (only echoed back).
     pods: usize,
     /// What is cached: `none`, `transform` (managedFields dropped), `view` (the Deployment
-    /// controller's Pod view) or `metadata` (PartialObjectMetadata).
+    /// controller's Pod view), `view-protobuf` (the same, decoded from protobuf) or
+    /// `metadata` (PartialObjectMetadata).
     variant: Variant,
     /// Update events to wait for after the go-ahead on stdin; 0 exits after `steady`.
     updates: u64,
@@ -89,11 +90,13 @@ async fn peer(args: PeerArgs) -> Result<()> {
             measure(informer, &args).await
         }
         // What the Deployment controller caches of a Pod.
-        Variant::View => {
-            let informer = SharedInformer::new(
-                ListWatch::new(Api::<PodView>::namespaced(client, &args.namespace)),
-                SharedInformerOptions::default(),
-            );
+        Variant::View | Variant::ViewProtobuf => {
+            let mut api = Api::<PodView>::namespaced(client, &args.namespace);
+            if args.variant == Variant::ViewProtobuf {
+                api = api.protobuf();
+            }
+            let informer =
+                SharedInformer::new(ListWatch::new(api), SharedInformerOptions::default());
             measure(informer, &args).await
         }
         Variant::Metadata => {
