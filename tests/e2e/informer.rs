@@ -1,14 +1,18 @@
 //! Informers against a real kube-apiserver: initial sync at scale, event delivery, a cut
-//! connection, and a relist after etcd compaction that must surface deletions.
+//! connection, a relist after etcd compaction that must surface deletions, and views decoded
+//! from protobuf equal to the same views decoded from JSON.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSchedulingGate, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kctrl_client::{Api, DeleteParams, ListParams, PartialObjectMetadata, PostParams};
+use kctrl_client::protobuf::{FromProtobuf, ObjectMetaMessage};
+use kctrl_client::{Api, DeleteParams, ListParams, PartialObjectMetadata, Patch, PostParams};
+use kctrl_deployment::pod_view::PodView;
 use kctrl_e2e::{CuttableProxy, TestNamespace, require_cluster, wait_until};
 use kctrl_informer::{
     DeletedObject, EventHandlerFns, ListWatch, SharedInformer, SharedInformerOptions,
@@ -294,7 +298,7 @@ async fn informer_recovers_from_a_cut_watch_without_losing_events() {
             .unwrap();
     }
     let proxy = CuttableProxy::start(cluster.apiserver_host_port()).await;
-    let run = ProxiedInformer::<ConfigMap>::start(&cluster, &proxy, &ns.name).await;
+    let run = ProxiedInformer::<ConfigMap>::start(&cluster, &proxy, &ns.name, |api| api).await;
     let (informer, journal) = (&run.informer, &run.journal);
 
     // The watch connection dies; changes happen while the informer cannot see them.
@@ -326,14 +330,16 @@ async fn informer_recovers_from_a_cut_watch_without_losing_events() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relist_after_compaction_surfaces_deletions() {
-    if let Some(k2) = relist_after_compaction::<ConfigMap>("informer-compact").await {
+    if let Some(k2) = relist_after_compaction::<ConfigMap>("informer-compact", |api| api).await {
         assert_eq!(k2.data.as_ref().unwrap()["v"], "2");
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relist_after_compaction_surfaces_deletions_through_a_view() {
-    if let Some(k2) = relist_after_compaction::<ConfigMapData>("informer-compact-view").await {
+    if let Some(k2) =
+        relist_after_compaction::<ConfigMapData>("informer-compact-view", |api| api).await
+    {
         assert_eq!(k2.data.as_ref().unwrap()["v"], "2");
         assert!(k2.metadata.managed_fields.is_none());
     }
@@ -341,11 +347,51 @@ async fn relist_after_compaction_surfaces_deletions_through_a_view() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relist_after_compaction_surfaces_deletions_through_metadata_only() {
-    if let Some(k2) =
-        relist_after_compaction::<PartialObjectMetadata<ConfigMap>>("informer-compact-meta").await
+    if let Some(k2) = relist_after_compaction::<PartialObjectMetadata<ConfigMap>>(
+        "informer-compact-meta",
+        |api| api,
+    )
+    .await
     {
         assert!(k2.metadata.managed_fields.is_some());
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relist_after_compaction_surfaces_deletions_through_a_protobuf_view() {
+    let before = CONFIG_MAPS_FROM_PROTOBUF.load(Ordering::Relaxed);
+    if let Some(k2) = relist_after_compaction::<ConfigMapData>("informer-compact-pb", |api| {
+        api.with_protobuf_decoder(config_map_from_protobuf)
+    })
+    .await
+    {
+        assert_eq!(k2.data.as_ref().unwrap()["v"], "2");
+        // Lists and watch events were decoded from protobuf, not from a JSON fallback.
+        assert!(CONFIG_MAPS_FROM_PROTOBUF.load(Ordering::Relaxed) - before >= 8);
+    }
+}
+
+/// ConfigMaps [`config_map_from_protobuf`] decoded.
+static CONFIG_MAPS_FROM_PROTOBUF: AtomicUsize = AtomicUsize::new(0);
+
+/// The fields of upstream's `ConfigMap` message that [`ConfigMapData`] reads.
+#[derive(prost::Message)]
+struct ConfigMapMessage {
+    #[prost(message, optional, tag = "1")]
+    metadata: Option<ObjectMetaMessage>,
+    #[prost(btree_map = "string, string", tag = "2")]
+    data: BTreeMap<String, String>,
+}
+
+/// [`ConfigMapData`] from protobuf, counted.
+fn config_map_from_protobuf(message: &[u8]) -> Result<ConfigMapData, prost::DecodeError> {
+    use prost::Message as _;
+    let cm = ConfigMapMessage::decode(message)?;
+    CONFIG_MAPS_FROM_PROTOBUF.fetch_add(1, Ordering::Relaxed);
+    Ok(ConfigMapData {
+        metadata: cm.metadata.map(Into::into).unwrap_or_default(),
+        data: (!cm.data.is_empty()).then_some(cm.data),
+    })
 }
 
 /// A view of ConfigMaps: metadata without managedFields, and the data.
@@ -363,7 +409,7 @@ kctrl_client::resource_view!(ConfigMapData => ConfigMap);
 /// the deletions it missed as final state unknown. Run for the full type, a view and
 /// metadata only: all must end with the same cache as a fresh list. Returns the cached `k-2`
 /// (changed while cut), or `None` when the cluster cannot compact.
-async fn relist_after_compaction<K>(namespace: &str) -> Option<Arc<K>>
+async fn relist_after_compaction<K>(namespace: &str, setup: fn(Api<K>) -> Api<K>) -> Option<Arc<K>>
 where
     K: Cached,
     K::Scope: 'static,
@@ -385,7 +431,7 @@ where
             .unwrap();
     }
     let proxy = CuttableProxy::start(cluster.apiserver_host_port()).await;
-    let run = ProxiedInformer::<K>::start(&cluster, &proxy, &ns.name).await;
+    let run = ProxiedInformer::<K>::start(&cluster, &proxy, &ns.name, setup).await;
     let (informer, journal) = (&run.informer, &run.journal);
 
     proxy.cut();
@@ -450,8 +496,14 @@ where
     K: Cached,
     K::Scope: 'static,
 {
-    async fn start(cluster: &kctrl_e2e::Cluster, proxy: &CuttableProxy, namespace: &str) -> Self {
-        let proxied: Api<K> = Api::namespaced(cluster.admin_via(proxy), namespace);
+    /// `setup` adjusts the informer's [`Api`] (e.g. to ask for protobuf).
+    async fn start(
+        cluster: &kctrl_e2e::Cluster,
+        proxy: &CuttableProxy,
+        namespace: &str,
+        setup: fn(Api<K>) -> Api<K>,
+    ) -> Self {
+        let proxied: Api<K> = setup(Api::namespaced(cluster.admin_via(proxy), namespace));
         let informer = SharedInformer::new(
             ListWatch::new(proxied).labels("e2e=informer"),
             SharedInformerOptions::default(),
@@ -475,4 +527,179 @@ where
         self.cancel.cancel();
         let _ = self.task.await;
     }
+}
+
+/// PodViews [`pod_view_from_protobuf`] decoded.
+static PODS_FROM_PROTOBUF: AtomicUsize = AtomicUsize::new(0);
+
+/// [`PodView::from_protobuf`], counted, so the test knows protobuf was really spoken.
+fn pod_view_from_protobuf(message: &[u8]) -> Result<PodView, prost::DecodeError> {
+    PODS_FROM_PROTOBUF.fetch_add(1, Ordering::Relaxed);
+    PodView::from_protobuf(message)
+}
+
+/// The Deployment controller's Pod view, decoded from protobuf by one informer and from JSON
+/// by another, over Pods with every field the view keeps (labels, annotations, owner
+/// references, finalizers, a deletion timestamp and grace period, phases), through the
+/// initial list, updates, deletions and terminations: both caches must hold equal values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_views_from_protobuf_equal_pod_views_from_json() {
+    let cluster = require_cluster!();
+    let client = cluster.admin_with(|c| c.qps = -1.0);
+    let ns = TestNamespace::create(&client, "informer-protobuf").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    // An owner that exists, so the garbage collector leaves the pods alone.
+    let owner = Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
+        .create(&PostParams::default(), &config_map("owner", "1"))
+        .await
+        .unwrap();
+    let pod = |i: usize| Pod {
+        metadata: ObjectMeta {
+            name: Some(format!("p-{i:02}")),
+            labels: Some(BTreeMap::from([
+                ("app".to_owned(), "web".to_owned()),
+                ("i".to_owned(), i.to_string()),
+            ])),
+            annotations: (i % 2 == 0)
+                .then(|| BTreeMap::from([("note".to_owned(), format!("pod {i}"))])),
+            finalizers: (i % 5 == 0).then(|| vec!["kctrl.test/hold".to_owned()]),
+            owner_references: (i % 3 == 0).then(|| {
+                vec![
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                        api_version: "v1".into(),
+                        kind: "ConfigMap".into(),
+                        name: "owner".into(),
+                        uid: owner.metadata.uid.clone().unwrap(),
+                        controller: Some(true),
+                        block_owner_deletion: Some(false),
+                    },
+                ]
+            }),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "c".into(),
+                image: Some("registry.k8s.io/pause:3.10".into()),
+                ..Default::default()
+            }],
+            // Unscheduled and untouched by nodes: deletions are immediate unless held.
+            scheduling_gates: Some(vec![PodSchedulingGate {
+                name: "kctrl.test/hold".into(),
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    for i in 0..30 {
+        pods.create(&PostParams::default(), &pod(i)).await.unwrap();
+    }
+
+    let from_pb = informer_for(
+        Api::<PodView>::namespaced(client.clone(), &ns.name)
+            .with_protobuf_decoder(pod_view_from_protobuf),
+    );
+    let from_json = informer_for(Api::<PodView>::namespaced(client.clone(), &ns.name));
+    let cancel = CancellationToken::new();
+    let tasks = [
+        from_pb.start(cancel.clone()),
+        from_json.start(cancel.clone()),
+    ];
+    tokio::time::timeout(Duration::from_secs(60), async {
+        from_pb.synced().await;
+        from_json.synced().await;
+    })
+    .await
+    .expect("both informers synced");
+    assert!(
+        PODS_FROM_PROTOBUF.load(Ordering::Relaxed) >= 30,
+        "the initial list was decoded from protobuf"
+    );
+
+    // Changes seen through the watches: labels and annotations, deletions (immediate, or
+    // held by the finalizer with a deletion timestamp), and a new pod.
+    let decoded_before_watch = PODS_FROM_PROTOBUF.load(Ordering::Relaxed);
+    for i in 0..10 {
+        let patch = serde_json::json!({"metadata": {"labels": {"changed": "yes"},
+            "annotations": {"note": null, "other": "x"}}});
+        pods.patch(
+            &format!("p-{i:02}"),
+            &PostParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await
+        .unwrap();
+    }
+    for i in 10..20 {
+        pods.delete(&format!("p-{i:02}"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    pods.create(&PostParams::default(), &pod(30)).await.unwrap();
+
+    let fresh = || async {
+        let mut m = BTreeMap::new();
+        for p in pods.list(&ListParams::default()).await.unwrap().items {
+            m.insert(
+                p.metadata.name.clone().unwrap(),
+                p.metadata.resource_version.clone(),
+            );
+        }
+        m
+    };
+    let want = fresh().await;
+    let cached = |informer: &SharedInformer<PodView>| {
+        informer
+            .store()
+            .list()
+            .iter()
+            .map(|p| {
+                (
+                    p.metadata.name.clone().unwrap(),
+                    p.metadata.resource_version.clone(),
+                )
+            })
+            .collect::<BTreeMap<_, _>>()
+    };
+    wait_until(
+        "both caches to equal a fresh list",
+        Duration::from_secs(30),
+        || cached(&from_pb) == want && cached(&from_json) == want,
+    )
+    .await;
+    assert!(PODS_FROM_PROTOBUF.load(Ordering::Relaxed) > decoded_before_watch);
+    let mut terminating = 0;
+    for json in from_json.store().list() {
+        let key = format!("{}/{}", ns.name, json.metadata.name.as_deref().unwrap());
+        let pb = from_pb.store().get(&key).unwrap();
+        assert_eq!(*pb, *json, "{key}");
+        if json.metadata.deletion_timestamp.is_some() {
+            terminating += 1;
+            assert!(json.metadata.deletion_grace_period_seconds.is_some());
+        }
+    }
+    assert_eq!(terminating, 2, "p-10 and p-15 are held by their finalizer");
+    let p00 = from_pb.store().get(&format!("{}/p-00", ns.name)).unwrap();
+    assert_eq!(p00.phase(), Some("Pending"));
+    assert_eq!(
+        p00.metadata.owner_references.as_ref().unwrap()[0].name,
+        "owner"
+    );
+    assert_eq!(
+        p00.metadata.finalizers.as_deref(),
+        Some(&["kctrl.test/hold".to_owned()][..])
+    );
+    assert!(p00.metadata.creation_timestamp.is_some());
+
+    cancel.cancel();
+    for t in tasks {
+        let _ = t.await;
+    }
+    for name in ["p-00", "p-05", "p-10", "p-15", "p-20", "p-25", "p-30"] {
+        let release = serde_json::json!({"metadata": {"finalizers": null}});
+        let _ = pods
+            .patch(name, &PostParams::default(), &Patch::Merge(release))
+            .await;
+    }
+    ns.delete().await;
 }

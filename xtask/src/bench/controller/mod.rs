@@ -18,7 +18,7 @@
 //! first write for a template changed while no controller ran, and steady RSS. Parsing lives in
 //! [`parse`], tables and the markdown in [`report`].
 
-mod parse;
+pub(crate) mod parse;
 mod report;
 
 use std::fs;
@@ -419,7 +419,7 @@ fn command_works(program: &str, args: &[&str]) -> bool {
 }
 
 /// `getconf CLK_TCK` (100 on Linux unless told otherwise).
-fn clock_ticks() -> u64 {
+pub(crate) fn clock_ticks() -> u64 {
     Command::new("getconf")
         .arg("CLK_TCK")
         .output()

@@ -8,19 +8,19 @@ use anyhow::{Context, Result, anyhow, bail};
 
 /// CPU time of a process: `utime` and `stime` of `/proc/<pid>/stat`, in clock ticks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) struct CpuTicks {
-    pub(super) user: u64,
-    pub(super) system: u64,
+pub(crate) struct CpuTicks {
+    pub(crate) user: u64,
+    pub(crate) system: u64,
 }
 
 impl CpuTicks {
     /// User plus system time in seconds, at `ticks_per_second` (`getconf CLK_TCK`).
-    pub(super) fn seconds(self, ticks_per_second: u64) -> f64 {
+    pub(crate) fn seconds(self, ticks_per_second: u64) -> f64 {
         (self.user + self.system) as f64 / ticks_per_second.max(1) as f64
     }
 
     /// Time spent since `earlier` (saturating: the counters never go back for one process).
-    pub(super) fn since(self, earlier: CpuTicks) -> CpuTicks {
+    pub(crate) fn since(self, earlier: CpuTicks) -> CpuTicks {
         CpuTicks {
             user: self.user.saturating_sub(earlier.user),
             system: self.system.saturating_sub(earlier.system),
@@ -31,7 +31,7 @@ impl CpuTicks {
 /// Parses `utime` (field 14) and `stime` (field 15) of a `/proc/<pid>/stat` line. The command
 /// name (field 2) is in parentheses and may itself contain spaces and parentheses, so the
 /// fields are counted from the last `)`.
-pub(super) fn parse_stat(text: &str) -> Result<CpuTicks> {
+pub(crate) fn parse_stat(text: &str) -> Result<CpuTicks> {
     let close = text
         .rfind(')')
         .ok_or_else(|| anyhow!("no `)` closing the command name in {text:?}"))?;

@@ -25,7 +25,7 @@ use serde::Deserialize;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{ChildStdout, Command};
 
-use crate::cluster::plane::{self, UpOptions};
+use crate::cluster::plane::{self, Component, Layout, UpOptions};
 
 /// Label every benchmark pod carries.
 const POD_LABEL: &str = "kctrl.bench/informer";
@@ -195,6 +195,10 @@ pub(super) struct Run {
     peak_rss: u64,
     /// VmRSS after the settle time.
     steady_rss: u64,
+    /// The peer's CPU-seconds (user + system) from its start to synced.
+    client_cpu_s: f64,
+    /// The apiserver's CPU-seconds from the peer's start to synced (NaN when unknown).
+    apiserver_cpu_s: f64,
     /// Handler update events per second during the burst (0 when there was no burst).
     events_per_sec: f64,
     /// Update events the handler counted.
@@ -277,7 +281,14 @@ pub(crate) fn run(args: InformerArgs) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let result = runtime.block_on(measure(&peers, &kubeconfig, &sizes, reps, &args));
+    let probe = CpuProbe {
+        apiserver_pid: crate::cluster::process::read_pid_file(
+            &Layout::new(&args.name).pid_file(Component::Apiserver),
+        )
+        .map(|r| r.pid),
+        ticks_per_second: crate::bench::controller::clock_ticks(),
+    };
+    let result = runtime.block_on(measure(&peers, &kubeconfig, &sizes, reps, &args, &probe));
     if !args.keep {
         eprintln!(
             "stopping cluster '{}' (use --keep to leave it running)",
@@ -314,6 +325,7 @@ async fn measure(
     sizes: &[usize],
     reps: usize,
     args: &InformerArgs,
+    probe: &CpuProbe,
 ) -> Result<Vec<Run>> {
     let mut config = kctrl_config::Config::from_flags(Some(kubeconfig), None, &Default::default())
         .context("loading the admin kubeconfig")?;
@@ -341,6 +353,7 @@ async fn measure(
                 (implementation, variant),
                 args.settle_ms,
                 "",
+                probe,
             )
             .await?;
             runs.push(run);
@@ -371,6 +384,7 @@ async fn measure(
                     (implementation, variant),
                     args.settle_ms,
                     &tag,
+                    probe,
                 )
                 .await?;
                 eprintln!(
@@ -613,6 +627,26 @@ async fn next_line(lines: &mut Lines<BufReader<ChildStdout>>, want: &str) -> Res
     }
 }
 
+/// Reads CPU time from `/proc`: a peer's, and the cluster's apiserver's.
+struct CpuProbe {
+    apiserver_pid: Option<u32>,
+    ticks_per_second: u64,
+}
+
+impl CpuProbe {
+    /// CPU-seconds (user + system) `pid` has used so far.
+    fn cpu_of(&self, pid: u32) -> Option<f64> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        crate::bench::controller::parse::parse_stat(&text)
+            .ok()
+            .map(|t| t.seconds(self.ticks_per_second))
+    }
+
+    fn apiserver_cpu(&self) -> Option<f64> {
+        self.apiserver_pid.and_then(|pid| self.cpu_of(pid))
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn run_peer(
     peers: &Peers,
@@ -624,7 +658,9 @@ async fn run_peer(
     (implementation, variant): (Impl, Variant),
     settle_ms: u64,
     tag: &str,
+    probe: &CpuProbe,
 ) -> Result<Run> {
+    let apiserver_before = probe.apiserver_cpu();
     let mut command = peers.command(implementation);
     command
         .arg(kubeconfig)
@@ -645,6 +681,14 @@ async fn run_peer(
     let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
 
     let synced = next_line(&mut lines, "synced").await?;
+    let client_cpu_s = child
+        .id()
+        .and_then(|pid| probe.cpu_of(pid))
+        .unwrap_or(f64::NAN);
+    let apiserver_cpu_s = match (apiserver_before, probe.apiserver_cpu()) {
+        (Some(before), Some(after)) => after - before,
+        _ => f64::NAN,
+    };
     if synced.objects != pods {
         bail!(
             "{} synced {} objects, expected {pods}",
@@ -708,6 +752,8 @@ async fn run_peer(
         sync_ms: synced.sync_ms,
         peak_rss: steady.hwm_bytes.max(synced.hwm_bytes),
         steady_rss: steady.rss_bytes,
+        client_cpu_s,
+        apiserver_cpu_s,
         events_per_sec,
         events,
         patches_per_sec,

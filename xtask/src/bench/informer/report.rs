@@ -15,6 +15,8 @@ pub(super) struct Cell {
     sync_ms: f64,
     peak_rss: f64,
     steady_rss: f64,
+    client_cpu_s: f64,
+    apiserver_cpu_s: f64,
     /// `None` without a baseline.
     bytes_per_object: Option<f64>,
     events_per_sec: f64,
@@ -89,6 +91,8 @@ pub(super) fn summarize(runs: &[Run], sizes: &[usize]) -> Table {
                         sync_ms: median(rs.iter().map(|r| r.sync_ms).collect()),
                         peak_rss: median(rs.iter().map(|r| r.peak_rss as f64).collect()),
                         steady_rss: steady,
+                        client_cpu_s: median(rs.iter().map(|r| r.client_cpu_s).collect()),
+                        apiserver_cpu_s: median(rs.iter().map(|r| r.apiserver_cpu_s).collect()),
                         bytes_per_object: base.map(|b| (steady - b) / pods as f64),
                         events_per_sec: median(
                             rs.iter()
@@ -184,6 +188,25 @@ pub(super) fn text_table(table: &Table) -> String {
         row(&mut out, "time to synced (ms) ↓", &|c| c.sync_ms, &|v| {
             format!("{v:.0}")
         });
+        let seconds = |v: f64| {
+            if v.is_finite() {
+                format!("{v:.2}")
+            } else {
+                "–".into()
+            }
+        };
+        row(
+            &mut out,
+            "client CPU-seconds, start to synced ↓",
+            &|c| c.client_cpu_s,
+            &seconds,
+        );
+        row(
+            &mut out,
+            "apiserver CPU-seconds during the sync ↓",
+            &|c| c.apiserver_cpu_s,
+            &seconds,
+        );
         row(&mut out, "peak RSS (VmHWM) ↓", &|c| c.peak_rss, &|v| {
             mib(v)
         });
@@ -621,6 +644,10 @@ pub(super) fn markdown(table: &Table, machine: &Machine, settings: &Settings) ->
 * **Time to synced**: from starting the informer (after the client is built) to `synced()` /
   `HasSynced()` (polled every 1 ms in Go rather than `WaitForCacheSync`'s 100 ms) /
   `Store::wait_until_ready()`.
+* **CPU-seconds**: user + system time from /proc/<pid>/stat, read by the driver when the peer
+  reports synced: the peer's since it started (process start-up included, the same for every
+  variant of one program), and the apiserver's since the peer was spawned (what answering the
+  list or streaming list cost the server in the format the peer asked for).
 * **Peak RSS**: VmHWM read from /proc/self/status after the settle time (includes the list).
   **Steady RSS**: VmRSS after a {settle} ms settle following the sync; no GC or allocator trim
   is forced in any program. **Bytes per object** = (steady RSS − median steady RSS of the same
