@@ -560,10 +560,13 @@ async fn pod_views_from_protobuf_equal_pod_views_from_json() {
                 ("app".to_owned(), "web".to_owned()),
                 ("i".to_owned(), i.to_string()),
             ])),
-            annotations: (i % 2 == 0)
+            annotations: i
+                .is_multiple_of(2)
                 .then(|| BTreeMap::from([("note".to_owned(), format!("pod {i}"))])),
-            finalizers: (i % 5 == 0).then(|| vec!["kctrl.test/hold".to_owned()]),
-            owner_references: (i % 3 == 0).then(|| {
+            finalizers: i
+                .is_multiple_of(5)
+                .then(|| vec!["kctrl.test/hold".to_owned()]),
+            owner_references: i.is_multiple_of(3).then(|| {
                 vec![
                     k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
                         api_version: "v1".into(),
