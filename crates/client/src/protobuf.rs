@@ -447,6 +447,12 @@ fn unwrap(body: &Bytes) -> Result<Bytes, ProtobufError> {
     Ok(envelope.raw.unwrap_or_default())
 }
 
+/// Decodes one object as the API server sends it in protobuf (`k8s\0`, the envelope, the
+/// object's message), e.g. the body of a GET.
+pub fn from_enveloped<K: FromProtobuf>(body: &[u8]) -> Result<K, ProtobufError> {
+    decode_object(&Bytes::copy_from_slice(body), K::from_protobuf)
+}
+
 /// Decodes an enveloped object.
 pub(crate) fn decode_object<K>(body: &Bytes, decode: Decoder<K>) -> Result<K, ProtobufError> {
     Ok(decode(&unwrap(body)?)?)

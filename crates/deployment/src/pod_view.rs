@@ -147,6 +147,34 @@ mod tests {
           "image": "nginx:1.27", "imageID": "", "state": {"running": {}}}]}
     }"#;
 
+    /// The same terminating Pod (finalizer, owner reference, labels, annotations, Running,
+    /// managedFields) as a real kube-apiserver 1.36 sent it in JSON and in protobuf.
+    const REAL_JSON: &str = include_str!("../testdata/pod-terminating.json");
+    const REAL_PROTOBUF: &[u8] = include_bytes!("../testdata/pod-terminating.pb");
+
+    #[test]
+    fn the_view_from_protobuf_equals_the_view_from_json() {
+        let json: PodView = serde_json::from_str(REAL_JSON).unwrap();
+        let pb: PodView = kctrl_client::protobuf::from_enveloped(REAL_PROTOBUF).unwrap();
+        assert_eq!(pb, json);
+        // The fixture really carries what the comparison is meant to cover.
+        let m = &pb.metadata;
+        assert!(m.deletion_timestamp.is_some() && m.deletion_grace_period_seconds.is_some());
+        assert!(m.owner_references.as_ref().unwrap()[0].controller == Some(true));
+        assert!(m.finalizers.is_some() && m.labels.is_some() && m.annotations.is_some());
+        assert!(m.creation_timestamp.is_some() && m.generation.is_some());
+        assert_eq!(pb.phase(), Some("Running"));
+        // And matches the full Pod's JSON decoding, field for field.
+        let full: Pod = serde_json::from_str(REAL_JSON).unwrap();
+        assert_eq!(pb, PodView::from(&full));
+    }
+
+    #[test]
+    fn a_truncated_protobuf_pod_is_an_error_not_a_partial_view() {
+        let cut = &REAL_PROTOBUF[..REAL_PROTOBUF.len() / 2];
+        assert!(kctrl_client::protobuf::from_enveloped::<PodView>(cut).is_err());
+    }
+
     #[test]
     fn the_view_carries_every_field_the_controller_reads() {
         let view: PodView = serde_json::from_str(POD).unwrap();
