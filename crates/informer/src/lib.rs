@@ -137,6 +137,7 @@
 //! | `NewReflectorWithOptions` / `RealFIFO`               | [`Reflector::new`] / [`Fifo`]                        |
 //! | `metadatainformer.NewSharedInformerFactory(…).ForResource(gvr)` | [`SharedInformerFactory::metadata_informer::<K>()`](SharedInformerFactory::metadata_informer) |
 //! | `cache.TransformStripManagedFields()` / `WithTransform(trim)` | [`SharedInformerFactoryBuilder::without_managed_fields`] (skipped while decoding), a view with [`kctrl_client::metadata_without_managed_fields`], or a [`Transform`] |
+//! | `rest.Config.ContentType = "application/vnd.kubernetes.protobuf"` (kube-controller-manager's informers) | [`SharedInformerFactoryBuilder::protobuf`] for a view implementing [`kctrl_client::protobuf::FromProtobuf`] |
 
 pub mod delta;
 pub mod keys;
