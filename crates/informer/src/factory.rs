@@ -7,14 +7,14 @@
 //! client-go keys them by Go type.
 
 use std::any::{Any, TypeId};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures::future::{BoxFuture, join_all};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{ListableResource, Metadata, Resource};
-use kctrl_client::{Api, Client, ListParams, PartialObjectMetadata};
+use kctrl_client::{Api, Client, ListParams, PartialObjectMetadata, ResourceRef};
 use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::fifo::Transform;
 use crate::list_watch::{ListWatch, TweakParams};
 use crate::lister::Lister;
+use crate::metrics::{InformerId, InformerMetrics, InformerMetricsProvider};
 use crate::reflector::ReflectorOptions;
 use crate::shared_informer::{SharedInformer, SharedInformerOptions};
 use crate::sync::HasSynced;
@@ -71,7 +72,51 @@ struct Inner {
     transforms: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
     reflector: ReflectorOptions,
     trim_managed_fields: bool,
+    metrics: Option<NamedMetrics>,
     state: Mutex<State>,
+}
+
+/// A factory's informer name and metrics provider (client-go's `WithInformerName`).
+#[derive(Clone)]
+pub(crate) struct NamedMetrics {
+    pub(crate) name: String,
+    pub(crate) provider: Arc<dyn InformerMetricsProvider>,
+    /// The resources whose series are taken, by this factory's informers: a second informer
+    /// of one resource (a view, metadata only) publishes nothing, as client-go does for a
+    /// duplicate registration.
+    pub(crate) reserved: Arc<Mutex<HashSet<(String, String, String)>>>,
+}
+
+impl NamedMetrics {
+    pub(crate) fn new(name: String, provider: Arc<dyn InformerMetricsProvider>) -> Self {
+        Self {
+            name,
+            provider,
+            reserved: Arc::default(),
+        }
+    }
+
+    /// The metrics of a new informer over `resource`, or `None` if another informer of this
+    /// name already publishes that resource's series.
+    pub(crate) fn reserve(&self, resource: &ResourceRef) -> Option<InformerMetrics> {
+        let id = InformerId::new(self.name.clone(), resource);
+        let fresh = lock(&self.reserved).insert((
+            id.group.clone(),
+            id.version.clone(),
+            id.resource.clone(),
+        ));
+        if !fresh {
+            tracing::error!(
+                informer_name = %self.name,
+                group = %id.group,
+                version = %id.version,
+                resource = %id.resource,
+                "duplicate informer registration: metrics will not be published"
+            );
+            return None;
+        }
+        Some(InformerMetrics::new(id, self.provider.clone()))
+    }
 }
 
 /// Hands out one shared informer per resource type, and starts, syncs and stops them
@@ -122,6 +167,7 @@ pub struct SharedInformerFactoryBuilder {
     transforms: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
     reflector: ReflectorOptions,
     trim_managed_fields: bool,
+    metrics: Option<NamedMetrics>,
 }
 
 impl std::fmt::Debug for SharedInformerFactoryBuilder {
@@ -189,6 +235,40 @@ impl SharedInformerFactoryBuilder {
         self
     }
 
+    /// Names the factory's informers `name` (client-go's `WithInformerName`) and publishes
+    /// their `informer_*` series through `provider`, labelled with `name` and each
+    /// informer's resource (see [`metrics`](crate::metrics)). Without this call the
+    /// informers publish nothing. Only the first informer per resource publishes: a view or
+    /// metadata-only informer of a resource that already has one does not.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use k8s_openapi::api::apps::v1::Deployment;
+    /// use kctrl_informer::SharedInformerFactory;
+    /// use kctrl_informer::prometheus::PrometheusInformerMetrics;
+    /// use prometheus_client::registry::Registry;
+    ///
+    /// let mut registry = Registry::default();
+    /// let fake = kctrl_fake::FakeApi::new();
+    /// let factory = SharedInformerFactory::builder(fake.client(), Duration::ZERO)
+    ///     .metrics("my-controller", PrometheusInformerMetrics::new(&mut registry))
+    ///     .build();
+    /// let _deployments = factory.informer::<Deployment>();
+    /// let mut text = String::new();
+    /// prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    /// assert!(text.contains(
+    ///     r#"informer_queued_items{name="my-controller",group="apps",version="v1",resource="deployments"} 0"#
+    /// ));
+    /// ```
+    pub fn metrics(
+        mut self,
+        name: impl Into<String>,
+        provider: impl InformerMetricsProvider + 'static,
+    ) -> Self {
+        self.metrics = Some(NamedMetrics::new(name.into(), Arc::new(provider)));
+        self
+    }
+
     /// Reflector knobs for every informer (e.g. turning streaming lists off).
     pub fn reflector_options(mut self, options: ReflectorOptions) -> Self {
         self.reflector = options;
@@ -207,6 +287,7 @@ impl SharedInformerFactoryBuilder {
                 transforms: self.transforms,
                 reflector: self.reflector,
                 trim_managed_fields: self.trim_managed_fields,
+                metrics: self.metrics,
                 state: Mutex::new(State::default()),
             }),
         }
@@ -235,6 +316,7 @@ impl SharedInformerFactory {
             transforms: HashMap::new(),
             reflector: ReflectorOptions::default(),
             trim_managed_fields: false,
+            metrics: None,
         }
     }
 
@@ -315,6 +397,10 @@ impl SharedInformerFactory {
                     .unwrap_or(inner.default_resync),
                 transform,
                 reflector: inner.reflector.clone(),
+                metrics: inner
+                    .metrics
+                    .as_ref()
+                    .and_then(|m| m.reserve(&ResourceRef::of::<K>())),
                 ..SharedInformerOptions::default()
             },
         )

@@ -173,5 +173,7 @@ pub use shared_informer::{
 };
 pub use sync::{HasSynced, wait_for_cache_sync};
 pub mod factory;
+pub mod metrics;
+pub mod prometheus;
 
 pub use factory::{SharedInformerFactory, SharedInformerFactoryBuilder};
