@@ -13,6 +13,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::backend::Backend;
+use crate::dynamic::{DynamicObject, UncheckedList, fill_list_types};
 use crate::error::Error;
 use crate::managed_fields::{self, Level};
 use crate::request::{
@@ -111,6 +112,9 @@ pub struct Api<K> {
     representation: Representation,
     /// Skip `metadata.managedFields` when decoding responses and watch events.
     trim_managed_fields: bool,
+    /// The resource was named at run time ([`DynamicObject`]): lists are decoded without
+    /// k8s-openapi's type check and their items get the resource's type.
+    dynamic: bool,
     _kind: PhantomData<fn() -> K>,
 }
 
@@ -122,6 +126,7 @@ impl<K> Clone for Api<K> {
             resource: self.resource.clone(),
             representation: self.representation,
             trim_managed_fields: self.trim_managed_fields,
+            dynamic: self.dynamic,
             _kind: PhantomData,
         }
     }
@@ -168,8 +173,21 @@ where
             resource,
             representation: crate::metadata::representation_of::<K>(),
             trim_managed_fields: false,
+            dynamic: false,
             _kind: PhantomData,
         }
+    }
+
+    /// Fails a call on a handle without a resource to address: an `Api<DynamicObject>` built
+    /// the typed way instead of with [`Api::namespaced_dynamic`] / [`Api::all_dynamic`].
+    fn check_addressable(&self) -> Result<(), Error> {
+        if self.resource.plural.is_empty() {
+            return Err(Error::InvalidRequest(format!(
+                "{} names no resource: build an Api<DynamicObject> with Api::namespaced_dynamic or Api::all_dynamic",
+                std::any::type_name::<K>()
+            )));
+        }
+        Ok(())
     }
 
     /// Decodes every object this handle receives (from get, list, watch and the answers to
@@ -281,6 +299,7 @@ where
     /// Sends a request whose answer is one object (`Level::Object`) or a list of them
     /// (`Level::List`), decoded whole or without managedFields as this handle is set.
     async fn send<T: DeserializeOwned>(&self, req: ApiRequest, level: Level) -> Result<T, Error> {
+        self.check_addressable()?;
         let what = describe(&req);
         let body = self.client.backend.call(req).await?;
         self.decode(&body, level)
@@ -374,6 +393,7 @@ where
                 params: params.clone(),
             },
         );
+        self.check_addressable()?;
         let what = describe(&req);
         let body = self.client.backend.call(req).await?;
         #[derive(serde::Deserialize)]
@@ -475,15 +495,20 @@ where
 {
     /// Lists objects (one page when `params.limit` is set; see `metadata.continue`).
     pub async fn list(&self, params: &ListParams) -> Result<List<K>, Error> {
-        self.send(
-            self.request(
-                self.namespace.clone(),
-                None,
-                Operation::List(params.clone()),
-            ),
-            Level::List,
-        )
-        .await
+        let req = self.request(
+            self.namespace.clone(),
+            None,
+            Operation::List(params.clone()),
+        );
+        if !self.dynamic {
+            return self.send(req, Level::List).await;
+        }
+        let mut list: UncheckedList<K> = self.send(req, Level::List).await?;
+        fill_list_types(&mut list.items, &self.resource);
+        Ok(List {
+            items: list.items,
+            metadata: list.metadata,
+        })
     }
 
     /// Watches objects. The stream yields typed events until the server ends the watch;
@@ -492,6 +517,7 @@ where
         &self,
         params: &WatchParams,
     ) -> Result<impl Stream<Item = Result<WatchEvent<K>, Error>> + Send + 'static, Error> {
+        self.check_addressable()?;
         let req = self.request(
             self.namespace.clone(),
             None,
@@ -500,6 +526,38 @@ where
         let frames = self.client.backend.watch(req).await?;
         let trim = self.trim_managed_fields;
         Ok(frames.map(move |frame| frame.and_then(|f| WatchEvent::decode(&f, trim))))
+    }
+}
+
+/// Objects of a resource named at run time (client-go's dynamic client); see
+/// [`DynamicObject`].
+impl Api<DynamicObject> {
+    /// Objects of `resource` in `namespace` (ignored for a cluster-scoped resource), as
+    /// client-go's `dynamicClient.Resource(gvr).Namespace(ns)`.
+    pub fn namespaced_dynamic(
+        client: Client,
+        namespace: impl Into<String>,
+        resource: &ResourceRef,
+    ) -> Self {
+        Self::dynamic(client, Some(namespace.into()), resource)
+    }
+
+    /// Objects of `resource` in all namespaces, or at cluster scope (client-go's
+    /// `dynamicClient.Resource(gvr)`).
+    pub fn all_dynamic(client: Client, resource: &ResourceRef) -> Self {
+        Self::dynamic(client, None, resource)
+    }
+
+    fn dynamic(client: Client, namespace: Option<String>, resource: &ResourceRef) -> Self {
+        Self {
+            client,
+            namespace: namespace.filter(|_| resource.scope == Scope::Namespaced),
+            resource: resource.clone(),
+            representation: Representation::Full,
+            trim_managed_fields: false,
+            dynamic: true,
+            _kind: PhantomData,
+        }
     }
 }
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 use futures::future::{BoxFuture, join_all};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{ListableResource, Metadata, Resource};
-use kctrl_client::{Api, Client, ListParams, PartialObjectMetadata, ResourceRef};
+use kctrl_client::{Api, Client, DynamicObject, ListParams, PartialObjectMetadata, ResourceRef};
 use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -47,17 +47,34 @@ where
     }
 }
 
+/// What a factory keys its informers by.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum InformerKey {
+    /// A compile-time type: one informer per Rust type.
+    Type(TypeId),
+    /// A resource named at run time (`DynamicObject`s): group, version, plural.
+    Resource(String, String, String),
+}
+
+impl InformerKey {
+    fn of_resource(r: &ResourceRef) -> Self {
+        Self::Resource(r.group.to_string(), r.version.to_string(), r.plural.to_string())
+    }
+}
+
 struct Entry {
     /// The `SharedInformer<K>`, for typed access.
     informer: Box<dyn Any + Send + Sync>,
     managed: Arc<dyn Managed>,
     type_name: &'static str,
+    /// The resource of a dynamic informer.
+    resource: Option<ResourceRef>,
     started: bool,
 }
 
 #[derive(Default)]
 struct State {
-    informers: HashMap<TypeId, Entry>,
+    informers: HashMap<InformerKey, Entry>,
     tasks: Vec<JoinHandle<()>>,
     shutting_down: bool,
 }
@@ -275,6 +292,16 @@ impl SharedInformerFactoryBuilder {
         self
     }
 
+    /// A factory of informers over resources named at run time, with these options
+    /// (client-go's `NewFilteredDynamicSharedInformerFactory`). Per-type options
+    /// ([`custom_resync`](Self::custom_resync), [`transform`](Self::transform)) apply to all
+    /// of its informers when given for [`DynamicObject`].
+    pub fn build_dynamic(self) -> DynamicSharedInformerFactory {
+        DynamicSharedInformerFactory {
+            factory: self.build(),
+        }
+    }
+
     /// The factory.
     pub fn build(self) -> SharedInformerFactory {
         SharedInformerFactory {
@@ -335,7 +362,7 @@ impl SharedInformerFactory {
             + 'static,
         K::Scope: 'static,
     {
-        let id = TypeId::of::<K>();
+        let id = InformerKey::Type(TypeId::of::<K>());
         let mut st = lock(&self.inner.state);
         if let Some(entry) = st.informers.get(&id) {
             return entry
@@ -351,6 +378,7 @@ impl SharedInformerFactory {
                 informer: Box::new(informer.clone()),
                 managed: Arc::new(informer.clone()),
                 type_name: std::any::type_name::<K>(),
+                resource: None,
                 started: false,
             },
         );
@@ -370,10 +398,29 @@ impl SharedInformerFactory {
         K::Scope: 'static,
     {
         let inner = &*self.inner;
-        let mut api = match &inner.namespace {
+        let api = match &inner.namespace {
             Some(ns) => Api::<K>::namespaced(inner.client.clone(), ns.clone()),
             None => Api::<K>::all(inner.client.clone()),
         };
+        self.informer_over(api, String::new())
+    }
+
+    /// An informer with the factory's settings over `api`, named `name` in logs (empty: the
+    /// kind).
+    fn informer_over<K>(&self, mut api: Api<K>, name: String) -> SharedInformer<K>
+    where
+        K: Resource
+            + ListableResource
+            + Metadata<Ty = ObjectMeta>
+            + DeserializeOwned
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        K::Scope: 'static,
+    {
+        let inner = &*self.inner;
+        let resource = api.resource().clone();
         if inner.trim_managed_fields {
             api = api.without_managed_fields();
         }
@@ -397,10 +444,8 @@ impl SharedInformerFactory {
                     .unwrap_or(inner.default_resync),
                 transform,
                 reflector: inner.reflector.clone(),
-                metrics: inner
-                    .metrics
-                    .as_ref()
-                    .and_then(|m| m.reserve(&ResourceRef::of::<K>())),
+                metrics: inner.metrics.as_ref().and_then(|m| m.reserve(&resource)),
+                name,
                 ..SharedInformerOptions::default()
             },
         )
@@ -466,23 +511,69 @@ impl SharedInformerFactory {
         &self,
         cancel: &CancellationToken,
     ) -> HashMap<&'static str, bool> {
-        let started: Vec<(&'static str, Arc<dyn Managed>)> = lock(&self.inner.state)
-            .informers
-            .values()
-            .filter(|e| e.started)
-            .map(|e| (e.type_name, e.managed.clone()))
-            .collect();
-        let waits = started.iter().map(|(name, informer)| {
-            let wait: BoxFuture<'_, (&'static str, bool)> = Box::pin(async move {
-                let synced = tokio::select! {
-                    synced = informer.synced() => synced,
-                    () = cancel.cancelled() => informer.has_synced(),
-                };
-                (*name, synced)
-            });
+        self.wait_for_started(cancel)
+            .await
+            .into_iter()
+            .map(|(type_name, _, synced)| (type_name, synced))
+            .collect()
+    }
+
+    /// Waits for every started informer; returns each one's type name, resource (dynamic
+    /// informers) and whether it synced.
+    async fn wait_for_started(
+        &self,
+        cancel: &CancellationToken,
+    ) -> Vec<(&'static str, Option<ResourceRef>, bool)> {
+        let started: Vec<(&'static str, Option<ResourceRef>, Arc<dyn Managed>)> =
+            lock(&self.inner.state)
+                .informers
+                .values()
+                .filter(|e| e.started)
+                .map(|e| (e.type_name, e.resource.clone(), e.managed.clone()))
+                .collect();
+        let waits = started.into_iter().map(|(name, resource, informer)| {
+            let wait: BoxFuture<'_, (&'static str, Option<ResourceRef>, bool)> =
+                Box::pin(async move {
+                    let synced = tokio::select! {
+                        synced = informer.synced() => synced,
+                        () = cancel.cancelled() => informer.has_synced(),
+                    };
+                    (name, resource, synced)
+                });
             wait
         });
-        join_all(waits).await.into_iter().collect()
+        join_all(waits).await
+    }
+
+    /// The shared informer of `resource`'s [`DynamicObject`]s, created on first use (keyed
+    /// by group, version and plural).
+    fn dynamic_informer(&self, resource: &ResourceRef) -> SharedInformer<DynamicObject> {
+        let key = InformerKey::of_resource(resource);
+        let mut st = lock(&self.inner.state);
+        if let Some(entry) = st.informers.get(&key) {
+            return entry
+                .informer
+                .downcast_ref::<SharedInformer<DynamicObject>>()
+                .expect("a resource key holds a SharedInformer<DynamicObject>")
+                .clone();
+        }
+        let inner = &*self.inner;
+        let api = match &inner.namespace {
+            Some(ns) => Api::namespaced_dynamic(inner.client.clone(), ns.clone(), resource),
+            None => Api::all_dynamic(inner.client.clone(), resource),
+        };
+        let informer = self.informer_over(api, resource.qualified_name());
+        st.informers.insert(
+            key,
+            Entry {
+                informer: Box::new(informer.clone()),
+                managed: Arc::new(informer.clone()),
+                type_name: std::any::type_name::<DynamicObject>(),
+                resource: Some(resource.clone()),
+                started: false,
+            },
+        );
+        informer
     }
 
     /// How many notifications the handlers of this factory's informers panicked on, in
@@ -510,5 +601,99 @@ impl SharedInformerFactory {
                 tracing::error!(error = %e, "a shared informer task panicked");
             }
         }
+    }
+}
+
+/// One shared informer of [`DynamicObject`]s per resource named at run time (client-go's
+/// `dynamicinformer.DynamicSharedInformerFactory`): informers are keyed by group, version and
+/// plural, and otherwise behave as a [`SharedInformerFactory`]'s (same options, reflector,
+/// cache, handlers, listers, metrics). Cheap to clone; clones share the informers.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use kctrl_client::{Api, DynamicObject, PostParams, ResourceRef, Scope};
+/// use kctrl_informer::DynamicSharedInformerFactory;
+/// use serde_json::json;
+/// use tokio_util::sync::CancellationToken;
+///
+/// let fake = kctrl_fake::FakeApi::new();
+/// // A custom resource without a Rust type: addressed by group/version/resource (+ kind, scope).
+/// let crontabs = ResourceRef::new("stable.example.com", "v1", "crontabs", "CronTab", Scope::Namespaced);
+/// let mut tab = DynamicObject::new("nightly", &crontabs);
+/// tab.data.insert("spec".into(), json!({"cronSpec": "0 3 * * *"}));
+/// Api::<DynamicObject>::namespaced_dynamic(fake.client(), "default", &crontabs)
+///     .create(&PostParams::default(), &tab)
+///     .await?;
+///
+/// let factory = DynamicSharedInformerFactory::new(fake.client(), Duration::ZERO);
+/// let lister = factory.lister(&crontabs);
+/// let cancel = CancellationToken::new();
+/// factory.start(&cancel);
+/// assert_eq!(factory.wait_for_cache_sync(&cancel).await[&crontabs], true);
+///
+/// let cached = lister.get("default", "nightly").expect("cached");
+/// assert_eq!(cached.kind, "CronTab");
+/// assert_eq!(cached.data["spec"]["cronSpec"], "0 3 * * *");
+/// cancel.cancel();
+/// factory.shutdown().await;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct DynamicSharedInformerFactory {
+    factory: SharedInformerFactory,
+}
+
+impl DynamicSharedInformerFactory {
+    /// A factory over `client` whose informers resync every `default_resync` (zero: never)
+    /// (client-go's `NewDynamicSharedInformerFactory`). For options (namespace, list tweaks,
+    /// metrics, ...) use [`SharedInformerFactory::builder`] and
+    /// [`build_dynamic`](SharedInformerFactoryBuilder::build_dynamic).
+    pub fn new(client: Client, default_resync: Duration) -> Self {
+        SharedInformerFactory::builder(client, default_resync).build_dynamic()
+    }
+
+    /// The shared informer of `resource`, created on first use with the `namespace` index
+    /// (client-go's `ForResource(gvr).Informer()`). `resource`'s kind and scope are taken
+    /// from its first use; informers created after [`start`](Self::start) run from the next
+    /// `start`.
+    pub fn for_resource(&self, resource: &ResourceRef) -> SharedInformer<DynamicObject> {
+        self.factory.dynamic_informer(resource)
+    }
+
+    /// A lister over the cache of `resource`'s informer (client-go's
+    /// `ForResource(gvr).Lister()`).
+    pub fn lister(&self, resource: &ResourceRef) -> Lister<DynamicObject> {
+        self.for_resource(resource).lister()
+    }
+
+    /// Starts every informer not started yet; see [`SharedInformerFactory::start`].
+    pub fn start(&self, cancel: &CancellationToken) {
+        self.factory.start(cancel);
+    }
+
+    /// Waits until every started informer has synced or `cancel` fires; returns whether each
+    /// synced, keyed by resource (client-go returns a map by GroupVersionResource).
+    pub async fn wait_for_cache_sync(
+        &self,
+        cancel: &CancellationToken,
+    ) -> HashMap<ResourceRef, bool> {
+        self.factory
+            .wait_for_started(cancel)
+            .await
+            .into_iter()
+            .filter_map(|(_, resource, synced)| Some((resource?, synced)))
+            .collect()
+    }
+
+    /// How many notifications the handlers of this factory's informers panicked on.
+    pub fn handler_panics(&self) -> u64 {
+        self.factory.handler_panics()
+    }
+
+    /// Waits for every informer task to end; see [`SharedInformerFactory::shutdown`].
+    pub async fn shutdown(&self) {
+        self.factory.shutdown().await;
     }
 }

@@ -136,6 +136,10 @@
 //! | `NewListWatchFromClient` / `NewFilteredListWatchFromClient` | [`ListWatch::new`] (+ `labels`, `fields`, `tweak`) |
 //! | `NewReflectorWithOptions` / `RealFIFO`               | [`Reflector::new`] / [`Fifo`]                        |
 //! | `metadatainformer.NewSharedInformerFactory(…).ForResource(gvr)` | [`SharedInformerFactory::metadata_informer::<K>()`](SharedInformerFactory::metadata_informer) |
+//! | `dynamicinformer.NewDynamicSharedInformerFactory(client, resync)` / `NewFilteredDynamicSharedInformerFactory` | [`DynamicSharedInformerFactory::new`] / [`SharedInformerFactory::builder`]`(…).`[`build_dynamic`](SharedInformerFactoryBuilder::build_dynamic)`()` |
+//! | `dynamicFactory.ForResource(gvr).Informer()` / `.Lister()` | [`DynamicSharedInformerFactory::for_resource`] / [`DynamicSharedInformerFactory::lister`] (objects are [`kctrl_client::DynamicObject`]) |
+//! | `cache.NewInformerName(name)` + `WithInformerName` + `SetInformerMetricsProvider` | [`SharedInformerFactoryBuilder::metrics`] (or [`SharedInformerOptions::metrics`]); see [`metrics`] |
+//! | component-base's `informer_*` Prometheus series | [`prometheus::PrometheusInformerMetrics`] |
 //! | `cache.TransformStripManagedFields()` / `WithTransform(trim)` | [`SharedInformerFactoryBuilder::without_managed_fields`] (skipped while decoding), a view with [`kctrl_client::metadata_without_managed_fields`], or a [`Transform`] |
 
 pub mod delta;
@@ -176,4 +180,4 @@ pub mod factory;
 pub mod metrics;
 pub mod prometheus;
 
-pub use factory::{SharedInformerFactory, SharedInformerFactoryBuilder};
+pub use factory::{DynamicSharedInformerFactory, SharedInformerFactory, SharedInformerFactoryBuilder};

@@ -380,3 +380,43 @@ async fn watch_list_expired_resource_version_retries_with_a_consistent_read() {
     assert_eq!(h.store.items(), pairs(&[("p9", "9")]));
     assert!(h.lw.lists().is_empty());
 }
+
+/// Found by the dynamic informer tests: a streaming list refused with 410 even as a
+/// consistent read used to be retried at once, forever; with a lister-watcher that answers
+/// at once the reflector then spun without ever yielding (a current-thread runtime hung).
+/// Now a refused consistent read ends the streaming attempt and the round lists instead.
+#[tokio::test(start_paused = true)]
+async fn watch_list_expired_consistent_read_falls_back_to_a_list() {
+    let streaming_refused = Arc::new(AtomicUsize::new(0));
+    let mut h = harness(
+        true,
+        Some(pod_list("5", None, vec![pod("p5", "5")])),
+        {
+            let refused = streaming_refused.clone();
+            move |p| {
+                p.send_initial_events.then(|| {
+                    // Bounded, so that the old behaviour fails this test instead of hanging.
+                    if refused.fetch_add(1, Ordering::SeqCst) >= 50 {
+                        return Error::InvalidRequest("spun".into());
+                    }
+                    expired("too old resource version")
+                })
+            }
+        },
+    );
+    let task = h.start();
+    let fw = tokio::time::timeout(Duration::from_secs(60), h.next_watch())
+        .await
+        .expect("the round reaches a plain watch");
+    assert_eq!(streaming_refused.load(Ordering::SeqCst), 1);
+    assert_eq!(h.lw.lists().len(), 1);
+    assert_eq!(h.store.items(), pairs(&[("p5", "5")]));
+    h.stop_after(&fw, task).await.unwrap();
+    assert_eq!(
+        h.lw.watches()
+            .iter()
+            .map(|w| (w.send_initial_events, w.resource_version.clone()))
+            .collect::<Vec<_>>(),
+        [(true, None), (false, Some("5".into()))]
+    );
+}
