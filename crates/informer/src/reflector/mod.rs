@@ -684,13 +684,19 @@ where
         let mut past_added = false;
         let mut warn_at =
             exit_on_initial_events_end.then(|| start + INITIAL_EVENTS_WARNING_INTERVAL);
+        let mut last_event: Option<Instant> = None;
         loop {
             let next = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return WatchEnd::Stopped,
                 _ = resync.tick() => { self.resync(); continue; }
                 _ = wait_until(warn_at) => {
-                    log!(warn, self, events, waited = ?start.elapsed(), "still waiting for the bookmark ending the initial events");
+                    // As client-go's initial-events-end bookmark ticker words it: nothing
+                    // arrived yet, or nothing for a whole interval since the last event.
+                    match last_event {
+                        None => log!(warn, self, waited = ?start.elapsed(), "awaiting the bookmark ending the initial events; no events received yet"),
+                        Some(at) => log!(warn, self, events, since_last_event = ?at.elapsed(), "still awaiting the bookmark ending the initial events"),
+                    }
                     warn_at = Some(Instant::now() + INITIAL_EVENTS_WARNING_INTERVAL);
                     continue;
                 }
@@ -744,7 +750,9 @@ where
                 return WatchEnd::InitialEventsEnd;
             }
             if let Some(at) = &mut warn_at {
-                *at = Instant::now() + INITIAL_EVENTS_WARNING_INTERVAL;
+                let now = Instant::now();
+                *at = now + INITIAL_EVENTS_WARNING_INTERVAL;
+                last_event = Some(now);
             }
         }
         if events == 0 && start.elapsed() < VERY_SHORT_WATCH {
