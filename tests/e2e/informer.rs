@@ -519,7 +519,10 @@ async fn dynamic_informer_sees_events_and_a_relist() {
     assert_eq!(synced.get(&configmaps), Some(&true));
     assert_eq!(names(&informer.store().list()), fresh_names(&direct).await);
     let k0 = informer.store().get(&format!("{}/k-0", ns.name)).unwrap();
-    assert_eq!((k0.api_version.as_str(), k0.kind.as_str()), ("v1", "ConfigMap"));
+    assert_eq!(
+        (k0.api_version.as_str(), k0.kind.as_str()),
+        ("v1", "ConfigMap")
+    );
     assert_eq!(k0.data["data"]["v"], "1");
 
     // Live events.
@@ -535,7 +538,9 @@ async fn dynamic_informer_sees_events_and_a_relist() {
         .await
         .unwrap();
     wait_until("add, update and delete", Duration::from_secs(30), || {
-        journal.contains("ADD live") && journal.contains("UPDATE live") && journal.contains("DELETE k-3")
+        journal.contains("ADD live")
+            && journal.contains("UPDATE live")
+            && journal.contains("DELETE k-3")
     })
     .await;
     let cached = informer.store().get(&format!("{}/live", ns.name)).unwrap();
@@ -567,15 +572,20 @@ async fn dynamic_informer_sees_events_and_a_relist() {
             journal.contains("DELETE? k-0") && journal.contains("ADD k-last")
         })
         .await;
-        wait_until("the store to equal a fresh list", Duration::from_secs(30), || {
-            names(&informer.store().list()).len() == 5
-        })
+        wait_until(
+            "the store to equal a fresh list",
+            Duration::from_secs(30),
+            || names(&informer.store().list()).len() == 5,
+        )
         .await;
         assert_eq!(names(&informer.store().list()), fresh_names(&direct).await);
         assert!(journal.contains("ADD k-new"));
         assert!(journal.contains("UPDATE k-2"));
         let cached = informer.store().get(&format!("{}/k-2", ns.name)).unwrap();
-        assert_eq!(cached.metadata.resource_version, k2.metadata.resource_version);
+        assert_eq!(
+            cached.metadata.resource_version,
+            k2.metadata.resource_version
+        );
         assert_eq!(cached.data["data"]["v"], "2");
     }
     cancel.cancel();

@@ -139,10 +139,10 @@ pub(crate) struct UncheckedList<K> {
 }
 
 /// Sets the type of list items that arrived without one; a no-op for other types.
-pub(crate) fn fill_list_types<K: 'static>(items: &mut Vec<K>, resource: &ResourceRef) {
-    if let Some(items) = (items as &mut dyn std::any::Any).downcast_mut::<Vec<DynamicObject>>() {
-        for item in items {
-            item.fill_type(resource);
+pub(crate) fn fill_list_types<K: 'static>(items: &mut [K], resource: &ResourceRef) {
+    for item in items {
+        if let Some(obj) = (item as &mut dyn std::any::Any).downcast_mut::<DynamicObject>() {
+            obj.fill_type(resource);
         }
     }
 }

@@ -712,7 +712,11 @@ mod tests {
         assert!(rv.parse::<u64>().unwrap() > 0, "{rv}");
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
-        for (group, resource) in [("apps", "deployments"), ("apps", "replicasets"), ("", "pods")] {
+        for (group, resource) in [
+            ("apps", "deployments"),
+            ("apps", "replicasets"),
+            ("", "pods"),
+        ] {
             let labels = format!(
                 r#"{{name="kube-controller-manager",group="{group}",version="v1",resource="{resource}"}}"#
             );
@@ -721,7 +725,10 @@ mod tests {
                 "informer_processing_latency_seconds_count",
                 "informer_store_resource_version",
             ] {
-                assert!(text.contains(&format!("{series}{labels}")), "{series}{labels}:\n{text}");
+                assert!(
+                    text.contains(&format!("{series}{labels}")),
+                    "{series}{labels}:\n{text}"
+                );
             }
         }
         assert!(

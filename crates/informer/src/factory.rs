@@ -58,7 +58,11 @@ enum InformerKey {
 
 impl InformerKey {
     fn of_resource(r: &ResourceRef) -> Self {
-        Self::Resource(r.group.to_string(), r.version.to_string(), r.plural.to_string())
+        Self::Resource(
+            r.group.to_string(),
+            r.version.to_string(),
+            r.plural.to_string(),
+        )
     }
 }
 
@@ -621,6 +625,8 @@ impl SharedInformerFactory {
 /// let fake = kctrl_fake::FakeApi::new();
 /// // A custom resource without a Rust type: addressed by group/version/resource (+ kind, scope).
 /// let crontabs = ResourceRef::new("stable.example.com", "v1", "crontabs", "CronTab", Scope::Namespaced);
+/// // The fake serves it once registered (a real server once its CustomResourceDefinition is).
+/// fake.register(kctrl_fake::ResourceSpec::new(crontabs.clone()));
 /// let mut tab = DynamicObject::new("nightly", &crontabs);
 /// tab.data.insert("spec".into(), json!({"cronSpec": "0 3 * * *"}));
 /// Api::<DynamicObject>::namespaced_dynamic(fake.client(), "default", &crontabs)

@@ -93,6 +93,18 @@
 //! Both are read-only (they do not implement `Serialize`), so a view can never be written back
 //! over the object it came from.
 //!
+//! The opposite case, a resource with no Rust type at all (a custom resource found at run
+//! time), is a [`DynamicSharedInformerFactory`]: its informers cache
+//! [`kctrl_client::DynamicObject`]s (metadata typed, everything else JSON), keyed by the
+//! resource's group, version and plural (client-go's `dynamicinformer`).
+//!
+//! ## Metrics
+//!
+//! Name a factory's informers ([`SharedInformerFactoryBuilder::metrics`]) and they publish
+//! client-go's `informer_queued_items`, `informer_processing_latency_seconds` and
+//! `informer_store_resource_version`; unnamed informers publish nothing and pay nothing. See
+//! [`metrics`] and [`prometheus::PrometheusInformerMetrics`].
+//!
 //! ## Why there is no mutation detector
 //!
 //! client-go can check at run time that nobody modified an object taken from the cache,
@@ -180,4 +192,6 @@ pub mod factory;
 pub mod metrics;
 pub mod prometheus;
 
-pub use factory::{DynamicSharedInformerFactory, SharedInformerFactory, SharedInformerFactoryBuilder};
+pub use factory::{
+    DynamicSharedInformerFactory, SharedInformerFactory, SharedInformerFactoryBuilder,
+};

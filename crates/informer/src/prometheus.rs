@@ -139,7 +139,9 @@ impl InformerMetricsProvider for PrometheusInformerMetrics {
 
     fn new_store_resource_version_metric(&self, id: &InformerId) -> Arc<dyn GaugeMetric> {
         Arc::new(GaugeHandle(
-            self.store_resource_version.get_or_create(&id.into()).clone(),
+            self.store_resource_version
+                .get_or_create(&id.into())
+                .clone(),
         ))
     }
 }

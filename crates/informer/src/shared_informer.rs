@@ -245,7 +245,8 @@ where
         let mut store = Store::with_indexers(options.indexers);
         let (mut queued_items, mut processing_latency) = (None, None);
         if let Some(InformerMetrics { id, provider }) = &options.metrics {
-            store = store.with_resource_version_metric(provider.new_store_resource_version_metric(id));
+            store =
+                store.with_resource_version_metric(provider.new_store_resource_version_metric(id));
             queued_items = Some(provider.new_queued_items_metric(id));
             processing_latency = Some(provider.new_processing_latency_metric(id));
         }

@@ -36,7 +36,9 @@ fn recorder(log: &Log) -> EventHandlerFns<DynamicObject> {
                 DeletedObject::Known(_) => "delete",
                 DeletedObject::FinalStateUnknown { .. } => "delete?",
             };
-            d.lock().unwrap().push(format!("{verb}:{}", id(del.object())));
+            d.lock()
+                .unwrap()
+                .push(format!("{verb}:{}", id(del.object())));
         })
 }
 
@@ -95,7 +97,10 @@ async fn exercise(fake: &FakeApi, resource: &ResourceRef, body_field: &str) {
         .await
         .unwrap();
     let patch = Patch::Merge(json!({ body_field: { "value": "2" } }));
-    let a2 = api.patch("a", &PostParams::default(), &patch).await.unwrap();
+    let a2 = api
+        .patch("a", &PostParams::default(), &patch)
+        .await
+        .unwrap();
     api.delete("b", &DeleteParams::default()).await.unwrap();
     let got = wait_for(&log, 4).await;
     assert_eq!(got[1], format!("add:b:{}", rv(&b)));

@@ -1481,7 +1481,11 @@ async fn test_listener_resync_periods_delayed() {
         listed: Arc::default(),
     };
     let informer = SharedInformer::new(slow, options(SECOND));
-    let listeners = [TestListener::new(), TestListener::new(), TestListener::new()];
+    let listeners = [
+        TestListener::new(),
+        TestListener::new(),
+        TestListener::new(),
+    ];
     for (l, period) in listeners.iter().zip([0, 2, 3]) {
         informer
             .add_event_handler_with_resync(l.clone(), period * SECOND)
@@ -1492,7 +1496,12 @@ async fn test_listener_resync_periods_delayed() {
     // The initial list arrives after the startup delay, at every listener.
     tokio::time::sleep_until(start + SECOND + Duration::from_millis(100)).await;
     for (i, l) in listeners.iter().enumerate() {
-        assert_eq!(l.sorted_events(), ["add:pod1", "add:pod2"], "listener{}", i + 1);
+        assert_eq!(
+            l.sorted_events(),
+            ["add:pod1", "add:pod2"],
+            "listener{}",
+            i + 1
+        );
         l.reset();
     }
 
@@ -1507,7 +1516,10 @@ async fn test_listener_resync_periods_delayed() {
     tokio::time::sleep_until(start + 3 * SECOND + Duration::from_millis(100)).await;
     assert_eq!(listeners[2].sorted_events(), ["update:pod1", "update:pod2"]);
     assert!(listeners[0].events().is_empty(), "listener1 never resyncs");
-    assert!(listeners[1].events().is_empty(), "listener2 resyncs again at 4 s");
+    assert!(
+        listeners[1].events().is_empty(),
+        "listener2 resyncs again at 4 s"
+    );
     running.stop().await;
 }
 

@@ -119,7 +119,11 @@ fn queue_length_is_set_after_every_push_and_pop() {
 fn store_resource_version_follows_every_write() {
     let gauge = Arc::new(Recorded::default());
     let store = Store::<Pod>::new().with_resource_version_metric(gauge.clone());
-    assert_eq!(gauge.values(), [0.0], "the empty store's resourceVersion, at once");
+    assert_eq!(
+        gauge.values(),
+        [0.0],
+        "the empty store's resourceVersion, at once"
+    );
     store.replace(vec![Arc::new(pod("a", "7"))], "10".into());
     store.insert(Arc::new(pod("b", "12")));
     store.remove_object(&pod("a", "13"));
@@ -190,7 +194,10 @@ async fn named_informer_publishes_queue_latency_and_resource_version() {
     // The list's, then each event's or batch's (the two events may form one transaction).
     assert_eq!(rv.get(1), Some(&10.0), "{rv:?}");
     assert!(rv.windows(2).all(|w| w[0] <= w[1]), "{rv:?}");
-    assert!(rv.iter().all(|v| [0.0, 10.0, 11.0, 12.0, 15.0].contains(v)), "{rv:?}");
+    assert!(
+        rv.iter().all(|v| [0.0, 10.0, 11.0, 12.0, 15.0].contains(v)),
+        "{rv:?}"
+    );
 
     let queued = provider.get("queued", "pods").values();
     assert_eq!(queued.last(), Some(&0.0), "drained: {queued:?}");
@@ -247,8 +254,20 @@ async fn named_factory_labels_each_resource_once() {
     let cancel = CancellationToken::new();
     factory.start(&cancel);
     plain.start(&cancel);
-    assert!(factory.wait_for_cache_sync(&cancel).await.values().all(|s| *s));
-    assert!(plain.wait_for_cache_sync(&cancel).await.values().all(|s| *s));
+    assert!(
+        factory
+            .wait_for_cache_sync(&cancel)
+            .await
+            .values()
+            .all(|s| *s)
+    );
+    assert!(
+        plain
+            .wait_for_cache_sync(&cancel)
+            .await
+            .values()
+            .all(|s| *s)
+    );
     assert_eq!(provider.ids().len(), 6);
     let rv = provider.get("rv", "deployments").values();
     assert!(rv.len() >= 2, "the initial list set it: {rv:?}");

@@ -1156,7 +1156,6 @@ async fn reflector_transforms_before_the_store() {
     }
 }
 
-
 /// client-go `TestReflectorResyncChan`: with a resync period of 1 ms the store is asked to
 /// resync 1 ms after the watch starts (upstream: the timer channel fires, well before the
 /// test's timeout).
@@ -1230,11 +1229,31 @@ async fn reflector_watch_and_handle_watch_stopped_or_closed() {
     }
     let ms = Duration::from_millis;
     let cases = [
-        Case { ending: Ending::CancelledBeforeRound, watches: 0, took: ms(0) },
-        Case { ending: Ending::CancelledBeforeWatching, watches: 1, took: ms(0) },
-        Case { ending: Ending::CancelledWhileWatching, watches: 1, took: ms(10) },
-        Case { ending: Ending::ClosedBeforeWatching, watches: 1, took: ms(0) },
-        Case { ending: Ending::ClosedWhileWatching, watches: 1, took: ms(10) },
+        Case {
+            ending: Ending::CancelledBeforeRound,
+            watches: 0,
+            took: ms(0),
+        },
+        Case {
+            ending: Ending::CancelledBeforeWatching,
+            watches: 1,
+            took: ms(0),
+        },
+        Case {
+            ending: Ending::CancelledWhileWatching,
+            watches: 1,
+            took: ms(10),
+        },
+        Case {
+            ending: Ending::ClosedBeforeWatching,
+            watches: 1,
+            took: ms(0),
+        },
+        Case {
+            ending: Ending::ClosedWhileWatching,
+            watches: 1,
+            took: ms(10),
+        },
     ];
     for case in cases {
         let ending = case.ending;
@@ -1258,7 +1277,11 @@ async fn reflector_watch_and_handle_watch_stopped_or_closed() {
                     // Upstream's producer closes the channel; here the producer is dropped.
                     Ending::ClosedBeforeWatching | Ending::ClosedWhileWatching => {
                         let producer = streams.lock().unwrap().pop().expect("pushed above");
-                        let delay = if ending == Ending::ClosedWhileWatching { 10 } else { 0 };
+                        let delay = if ending == Ending::ClosedWhileWatching {
+                            10
+                        } else {
+                            0
+                        };
                         tokio::spawn(async move {
                             tokio::time::sleep(Duration::from_millis(delay)).await;
                             drop(producer);
@@ -1288,7 +1311,11 @@ async fn reflector_watch_and_handle_watch_stopped_or_closed() {
         for fw in streams.lock().unwrap().iter() {
             assert!(fw.is_closed(), "{ending:?}: watch left open");
         }
-        let lists = if ending == Ending::CancelledBeforeRound { 0 } else { 1 };
+        let lists = if ending == Ending::CancelledBeforeRound {
+            0
+        } else {
+            1
+        };
         assert_eq!(lw.lists().len(), lists, "{ending:?}");
     }
 }

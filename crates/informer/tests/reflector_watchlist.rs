@@ -388,22 +388,18 @@ async fn watch_list_expired_resource_version_retries_with_a_consistent_read() {
 #[tokio::test(start_paused = true)]
 async fn watch_list_expired_consistent_read_falls_back_to_a_list() {
     let streaming_refused = Arc::new(AtomicUsize::new(0));
-    let mut h = harness(
-        true,
-        Some(pod_list("5", None, vec![pod("p5", "5")])),
-        {
-            let refused = streaming_refused.clone();
-            move |p| {
-                p.send_initial_events.then(|| {
-                    // Bounded, so that the old behaviour fails this test instead of hanging.
-                    if refused.fetch_add(1, Ordering::SeqCst) >= 50 {
-                        return Error::InvalidRequest("spun".into());
-                    }
-                    expired("too old resource version")
-                })
-            }
-        },
-    );
+    let mut h = harness(true, Some(pod_list("5", None, vec![pod("p5", "5")])), {
+        let refused = streaming_refused.clone();
+        move |p| {
+            p.send_initial_events.then(|| {
+                // Bounded, so that the old behaviour fails this test instead of hanging.
+                if refused.fetch_add(1, Ordering::SeqCst) >= 50 {
+                    return Error::InvalidRequest("spun".into());
+                }
+                expired("too old resource version")
+            })
+        }
+    });
     let task = h.start();
     let fw = tokio::time::timeout(Duration::from_secs(60), h.next_watch())
         .await
@@ -459,7 +455,12 @@ async fn watch_list_resource_version() {
             fw.send(e);
         }
         h.stop_after(&fw, task).await.unwrap();
-        assert_eq!(h.reflector.last_sync_resource_version(), s.expected, "{}", s.name);
+        assert_eq!(
+            h.reflector.last_sync_resource_version(),
+            s.expected,
+            "{}",
+            s.name
+        );
         let replaced = h
             .store
             .ops()
@@ -527,8 +528,14 @@ async fn initial_events_end_bookmark_ticker() {
     tokio::time::sleep_until(at(start, 20_001)).await;
     let w = logs.waiting();
     assert_eq!(w.len(), 2, "{w:?}");
-    assert!(w[0].contains("no events received yet") && w[0].contains("waited=10s"), "{w:?}");
-    assert!(w[1].contains("no events received yet") && w[1].contains("waited=20s"), "{w:?}");
+    assert!(
+        w[0].contains("no events received yet") && w[0].contains("waited=10s"),
+        "{w:?}"
+    );
+    assert!(
+        w[1].contains("no events received yet") && w[1].contains("waited=20s"),
+        "{w:?}"
+    );
 
     // An event at 20 s: the next warning comes 10 s after it, about the last event.
     fw.add(pod("p1", "1"));
@@ -539,8 +546,14 @@ async fn initial_events_end_bookmark_ticker() {
     tokio::time::sleep_until(at(start, 40_002)).await;
     let w = logs.waiting();
     assert_eq!(w.len(), 4, "{w:?}");
-    assert!(w[2].contains("still awaiting") && w[2].contains("since_last_event=10s"), "{w:?}");
-    assert!(w[3].contains("events=1") && w[3].contains("since_last_event=20s"), "{w:?}");
+    assert!(
+        w[2].contains("still awaiting") && w[2].contains("since_last_event=10s"),
+        "{w:?}"
+    );
+    assert!(
+        w[3].contains("events=1") && w[3].contains("since_last_event=20s"),
+        "{w:?}"
+    );
 
     // The end bookmark stops the warnings; the stream goes on as the watch.
     fw.send(end_bookmark("2", "true"));
