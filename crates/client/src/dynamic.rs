@@ -3,17 +3,17 @@
 //!
 //! Every other object type of this crate names its resource at compile time (k8s-openapi's
 //! `Resource` constants, a [`resource_view!`](crate::resource_view)). A [`DynamicObject`]
-//! does not: its [`Api`] is built from a [`ResourceRef`] known only at run time — a custom
+//! does not: its [`Api`](crate::Api) is built from a [`ResourceRef`] known only at run time — a custom
 //! resource found by discovery, a resource named on a command line — and from there it works
 //! like any other `Api`, [`ListWatch`], reflector, informer and lister (`kctrl-informer` has a
 //! `DynamicSharedInformerFactory` keyed by group/version/resource).
 //!
 //! How it fits the compile-time traits: `DynamicObject` implements k8s-openapi's `Resource`
 //! and `ListableResource` with **empty** constants and the scope [`DynamicScope`]. Nothing
-//! addresses a server through those constants: only [`Api::namespaced_dynamic`] and
-//! [`Api::all_dynamic`] build a usable `Api<DynamicObject>`, and one built the typed way
+//! addresses a server through those constants: only [`Api::namespaced_dynamic`](crate::Api::namespaced_dynamic) and
+//! [`Api::all_dynamic`](crate::Api::all_dynamic) build a usable `Api<DynamicObject>`, and one built the typed way
 //! (`Api::<DynamicObject>::namespaced(..)`, which has no resource to address) fails every
-//! call with [`Error::InvalidRequest`]. Lists are decoded without k8s-openapi's
+//! call with [`Error::InvalidRequest`](crate::Error::InvalidRequest). Lists are decoded without k8s-openapi's
 //! `apiVersion`/`kind` check (which would compare with the empty constants), and list items
 //! get the `apiVersion` and `kind` of the resource, since the API server leaves them out of
 //! the items of built-in lists.
@@ -59,7 +59,7 @@ impl ResourceScope for DynamicScope {}
 /// An object of any resource: `apiVersion`, `kind`, typed `metadata` and every other field
 /// as JSON (client-go's `unstructured.Unstructured`).
 ///
-/// Address it with [`Api::namespaced_dynamic`](crate::Api::namespaced_dynamic) or
+/// Address it with [`Api::namespaced_dynamic`](crate::Api::namespaced_dynamic)(crate::Api::namespaced_dynamic) or
 /// [`Api::all_dynamic`](crate::Api::all_dynamic); see the [module docs](self).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct DynamicObject {
