@@ -1,5 +1,6 @@
 //! Informers against a real kube-apiserver: initial sync at scale, event delivery, a cut
-//! connection, and a relist after etcd compaction that must surface deletions.
+//! connection, and a relist after etcd compaction that must surface deletions — for typed
+//! objects, views, metadata only and dynamic objects (a run-time resource).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};

@@ -260,7 +260,10 @@ impl SharedInformerFactoryBuilder {
     /// their `informer_*` series through `provider`, labelled with `name` and each
     /// informer's resource (see [`metrics`](crate::metrics)). Without this call the
     /// informers publish nothing. Only the first informer per resource publishes: a view or
-    /// metadata-only informer of a resource that already has one does not.
+    /// metadata-only informer of a resource that already has one does not. Use a name for
+    /// one factory only: unlike client-go's `NewInformerName`, names are not reserved
+    /// process-wide, and two factories of one name over the same resource and provider would
+    /// write the same series.
     ///
     /// ```
     /// use std::time::Duration;
