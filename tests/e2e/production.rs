@@ -381,12 +381,27 @@ async fn endpoints_metrics_and_events_during_a_rollout() {
         r#"rest_client_requests_total{code="200",method="PUT""#,
         "rest_client_request_duration_seconds_count",
         "leader_election_master_status",
+        // client-go's informer series, named as kube-controller-manager names them.
+        r#"informer_queued_items{name="kube-controller-manager",group="apps",version="v1",resource="deployments"}"#,
+        r#"informer_processing_latency_seconds_count{name="kube-controller-manager",group="apps",version="v1",resource="replicasets"}"#,
+        r#"informer_store_resource_version{name="kube-controller-manager",group="",version="v1",resource="pods"}"#,
     ] {
         assert!(
             sample(&after, series).is_some(),
             "{series} missing:\n{after}"
         );
     }
+    let store_rv = |m: &str| {
+        sample(
+            m,
+            r#"informer_store_resource_version{name="kube-controller-manager",group="apps",version="v1",resource="deployments"}"#,
+        )
+        .unwrap_or(0.0)
+    };
+    assert!(
+        store_rv(&after) > store_rv(&before),
+        "the Deployment cache's resourceVersion did not move:\n{after}"
+    );
     assert!(syncs(&after) >= 2.0, "{after}");
 
     // The controller's Events: a scale-up of each ReplicaSet, from deployment-controller.

@@ -13,6 +13,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::backend::Backend;
+use crate::dynamic::{DynamicObject, UncheckedList, fill_list_types};
 use crate::error::Error;
 use crate::managed_fields::{self, Level};
 use crate::protobuf;
@@ -115,6 +116,9 @@ pub struct Api<K> {
     trim_managed_fields: bool,
     /// Ask for protobuf on reads and decode it with this (see [`Api::protobuf`]).
     protobuf: Option<protobuf::Decoder<K>>,
+    /// The resource was named at run time ([`DynamicObject`]): lists are decoded without
+    /// k8s-openapi's type check and their items get the resource's type.
+    dynamic: bool,
     _kind: PhantomData<fn() -> K>,
 }
 
@@ -127,6 +131,7 @@ impl<K> Clone for Api<K> {
             representation: self.representation,
             trim_managed_fields: self.trim_managed_fields,
             protobuf: self.protobuf,
+            dynamic: self.dynamic,
             _kind: PhantomData,
         }
     }
@@ -174,8 +179,21 @@ where
             representation: crate::metadata::representation_of::<K>(),
             trim_managed_fields: false,
             protobuf: None,
+            dynamic: false,
             _kind: PhantomData,
         }
+    }
+
+    /// Fails a call on a handle without a resource to address: an `Api<DynamicObject>` built
+    /// the typed way instead of with [`Api::namespaced_dynamic`] / [`Api::all_dynamic`].
+    fn check_addressable(&self) -> Result<(), Error> {
+        if self.resource.plural.is_empty() {
+            return Err(Error::InvalidRequest(format!(
+                "{} names no resource: build an Api<DynamicObject> with Api::namespaced_dynamic or Api::all_dynamic",
+                std::any::type_name::<K>()
+            )));
+        }
+        Ok(())
     }
 
     /// Decodes every object this handle receives (from get, list, watch and the answers to
@@ -319,6 +337,7 @@ where
     /// Sends a request whose answer is one object (`Level::Object`) or a list of them
     /// (`Level::List`), decoded whole or without managedFields as this handle is set.
     async fn send<T: DeserializeOwned>(&self, req: ApiRequest, level: Level) -> Result<T, Error> {
+        self.check_addressable()?;
         let what = describe(&req);
         let body = self.client.backend.call(req).await?;
         self.decode(&body, level)
@@ -432,6 +451,7 @@ where
                 params: params.clone(),
             },
         );
+        self.check_addressable()?;
         let what = describe(&req);
         let body = self.client.backend.call(req).await?;
         #[derive(serde::Deserialize)]
@@ -533,16 +553,20 @@ where
 {
     /// Lists objects (one page when `params.limit` is set; see `metadata.continue`).
     pub async fn list(&self, params: &ListParams) -> Result<List<K>, Error> {
-        self.read(
-            self.request(
-                self.namespace.clone(),
-                None,
-                Operation::List(params.clone()),
-            ),
-            Level::List,
-            protobuf::decode_list,
-        )
-        .await
+        let req = self.request(
+            self.namespace.clone(),
+            None,
+            Operation::List(params.clone()),
+        );
+        if !self.dynamic {
+            return self.read(req, Level::List, protobuf::decode_list).await;
+        }
+        let mut list: UncheckedList<K> = self.send(req, Level::List).await?;
+        fill_list_types(&mut list.items, &self.resource);
+        Ok(List {
+            items: list.items,
+            metadata: list.metadata,
+        })
     }
 
     /// Watches objects. The stream yields typed events until the server ends the watch;
@@ -551,6 +575,7 @@ where
         &self,
         params: &WatchParams,
     ) -> Result<impl Stream<Item = Result<WatchEvent<K>, Error>> + Send + 'static, Error> {
+        self.check_addressable()?;
         let req = self.request(
             self.namespace.clone(),
             None,
@@ -571,6 +596,39 @@ where
                 _ => WatchEvent::decode(&f, trim),
             })
         }))
+    }
+}
+
+/// Objects of a resource named at run time (client-go's dynamic client); see
+/// [`DynamicObject`].
+impl Api<DynamicObject> {
+    /// Objects of `resource` in `namespace` (ignored for a cluster-scoped resource), as
+    /// client-go's `dynamicClient.Resource(gvr).Namespace(ns)`.
+    pub fn namespaced_dynamic(
+        client: Client,
+        namespace: impl Into<String>,
+        resource: &ResourceRef,
+    ) -> Self {
+        Self::dynamic(client, Some(namespace.into()), resource)
+    }
+
+    /// Objects of `resource` in all namespaces, or at cluster scope (client-go's
+    /// `dynamicClient.Resource(gvr)`).
+    pub fn all_dynamic(client: Client, resource: &ResourceRef) -> Self {
+        Self::dynamic(client, None, resource)
+    }
+
+    fn dynamic(client: Client, namespace: Option<String>, resource: &ResourceRef) -> Self {
+        Self {
+            client,
+            namespace: namespace.filter(|_| resource.scope == Scope::Namespaced),
+            resource: resource.clone(),
+            representation: Representation::Full,
+            trim_managed_fields: false,
+            protobuf: None,
+            dynamic: true,
+            _kind: PhantomData,
+        }
     }
 }
 

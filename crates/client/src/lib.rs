@@ -30,9 +30,12 @@
 //! | `discovery.ServerVersion()`       | [`Client::server_version`]          |
 //! | an informer transform that drops managedFields | [`Api::without_managed_fields`] (skipped while decoding) |
 //! | `ContentType: application/vnd.kubernetes.protobuf` (kube-controller-manager's default) | [`Api::protobuf`] for types implementing [`protobuf::FromProtobuf`] (views) |
+//! | `dynamic.NewForConfig(cfg).Resource(gvr).Namespace(ns)` | [`Api::<DynamicObject>::namespaced_dynamic`](Api::namespaced_dynamic) / [`Api::all_dynamic`] |
+//! | `unstructured.Unstructured` / `schema.GroupVersionResource` | [`DynamicObject`] / [`ResourceRef::new`] |
 
 mod api;
 mod backend;
+pub mod dynamic;
 mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
@@ -49,6 +52,7 @@ mod watch;
 
 pub use api::{Api, Client, DeleteOutcome};
 pub use backend::{Backend, WatchFrames};
+pub use dynamic::{DynamicObject, DynamicScope};
 pub use error::{ApiError, Error};
 pub use http::{
     DEFAULT_MAX_BODY_SIZE, HttpBackend, MAX_ERROR_BODY_SIZE, MAX_RETRY_AFTER,

@@ -43,6 +43,32 @@ pub struct ResourceRef {
 }
 
 impl ResourceRef {
+    /// A resource named at run time (for [`DynamicObject`](crate::DynamicObject)s): group
+    /// (empty for the core group), version, plural, kind and scope.
+    ///
+    /// ```
+    /// use kctrl_client::{ResourceRef, Scope};
+    ///
+    /// let r = ResourceRef::new("stable.example.com", "v1", "crontabs", "CronTab", Scope::Namespaced);
+    /// assert_eq!(r.api_version(), "stable.example.com/v1");
+    /// assert_eq!(r.qualified_name(), "crontabs.stable.example.com");
+    /// ```
+    pub fn new(
+        group: impl Into<String>,
+        version: impl Into<String>,
+        plural: impl Into<String>,
+        kind: impl Into<String>,
+        scope: Scope,
+    ) -> Self {
+        Self {
+            group: Cow::Owned(group.into()),
+            version: Cow::Owned(version.into()),
+            plural: Cow::Owned(plural.into()),
+            kind: Cow::Owned(kind.into()),
+            scope,
+        }
+    }
+
     /// The resource of the k8s-openapi type `K`.
     pub fn of<K>() -> Self
     where

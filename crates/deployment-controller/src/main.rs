@@ -200,6 +200,27 @@ fn client_config(flags: &Flags) -> anyhow::Result<Config> {
     Ok(config)
 }
 
+/// The informer factory of the controller's caches.
+fn informer_factory(
+    client: Client,
+    metrics: &metrics::Metrics,
+    content_type: &str,
+) -> SharedInformerFactory {
+    // As kube-controller-manager's informers, ours cache objects without managedFields; here
+    // they are skipped while decoding rather than dropped after. They are named as
+    // kube-controller-manager names its informers, so their `informer_*` series carry the
+    // same labels. The Pod informer caches a view of each Pod, decoded from protobuf unless
+    // JSON was asked for.
+    let factory = SharedInformerFactory::builder(client, RESYNC_PERIOD)
+        .without_managed_fields()
+        .metrics(metrics::INFORMER_NAME, metrics.informers.clone());
+    if content_type == kctrl_client::protobuf::PROTOBUF {
+        factory.protobuf::<PodView>().build()
+    } else {
+        factory.build()
+    }
+}
+
 async fn run(flags: Flags) -> anyhow::Result<()> {
     let config = client_config(&flags)?;
     let server = kctrl_config::redacted_url(&config.server);
@@ -242,15 +263,7 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         .context("starting the event sink")?;
     let recorder = Arc::new(broadcaster.new_recorder(EventSource::new("deployment-controller")));
 
-    // As kube-controller-manager's informers, ours cache objects without managedFields; here
-    // they are skipped while decoding rather than dropped after. The Pod informer caches a
-    // view of each Pod, decoded from protobuf unless JSON was asked for.
-    let mut factory =
-        SharedInformerFactory::builder(client.clone(), RESYNC_PERIOD).without_managed_fields();
-    if flags.kube_api_content_type == kctrl_client::protobuf::PROTOBUF {
-        factory = factory.protobuf::<PodView>();
-    }
-    let factory = factory.build();
+    let factory = informer_factory(client.clone(), &metrics, &flags.kube_api_content_type);
     metrics::register_handler_panics(&mut registry, {
         let factory = factory.clone();
         move || factory.handler_panics()
@@ -686,6 +699,55 @@ mod tests {
         let _ = tokio::time::timeout(Duration::from_secs(20), run)
             .await
             .expect("returns once the sync finished");
+        factory.shutdown().await;
+    }
+
+    /// The binary's informers publish client-go's `informer_*` series under
+    /// kube-controller-manager's informer name, one set per cached resource.
+    #[tokio::test]
+    async fn informers_publish_their_series_on_the_registry() {
+        let fake = kctrl_fake::FakeApi::new();
+        fake.add(&web_deployment()).unwrap();
+        let mut registry = Registry::default();
+        let metrics = metrics::register(&mut registry);
+        let factory = informer_factory(fake.client(), &metrics, kctrl_client::protobuf::PROTOBUF);
+        let recorder = Arc::new(kctrl_deployment::events::RecordingEventRecorder::new());
+        let _runner = DeploymentControllerRunner::new(fake.client(), &factory, recorder).unwrap();
+        let cancel = CancellationToken::new();
+        factory.start(&cancel);
+        let synced = factory.wait_for_cache_sync(&cancel).await;
+        assert_eq!(synced.len(), 3, "{synced:?}");
+        assert!(synced.values().all(|s| *s), "{synced:?}");
+        let rv = factory.informer::<Deployment>().store().resource_version();
+        assert!(rv.parse::<u64>().unwrap() > 0, "{rv}");
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for (group, resource) in [
+            ("apps", "deployments"),
+            ("apps", "replicasets"),
+            ("", "pods"),
+        ] {
+            let labels = format!(
+                r#"{{name="kube-controller-manager",group="{group}",version="v1",resource="{resource}"}}"#
+            );
+            for series in [
+                "informer_queued_items",
+                "informer_processing_latency_seconds_count",
+                "informer_store_resource_version",
+            ] {
+                assert!(
+                    text.contains(&format!("{series}{labels}")),
+                    "{series}{labels}:\n{text}"
+                );
+            }
+        }
+        assert!(
+            text.contains(&format!(
+                r#"informer_store_resource_version{{name="kube-controller-manager",group="apps",version="v1",resource="deployments"}} {rv}"#
+            )),
+            "{text}"
+        );
+        cancel.cancel();
         factory.shutdown().await;
     }
 

@@ -1,12 +1,15 @@
 //! The process's Prometheus registry: the REST client's `rest_client_*` series, the work
-//! queue's `workqueue_*` series (queue `deployment`), the leader election gauges,
-//! `deployment_controller_sync_duration_seconds` and `informer_handler_panics_total`.
+//! queue's `workqueue_*` series (queue `deployment`), the informers' `informer_*` series
+//! (named [`INFORMER_NAME`], as kube-controller-manager names its informers), the leader
+//! election gauges, `deployment_controller_sync_duration_seconds` and
+//! `informer_handler_panics_total`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use kctrl_client::prometheus::PrometheusRestClientMetrics;
 use kctrl_deployment::wiring::SyncObserver;
+use kctrl_informer::prometheus::PrometheusInformerMetrics;
 use kctrl_workqueue::PrometheusMetricsProvider;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -26,6 +29,10 @@ fn sync_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 15))
 }
 
+/// The `name` label of the informers' `informer_*` series: kube-controller-manager's
+/// informer name, so the series match the ones it exports for the same resources.
+pub(crate) const INFORMER_NAME: &str = "kube-controller-manager";
+
 /// The metric sources the controller is built with.
 pub(crate) struct Metrics {
     /// For the HTTP backend.
@@ -34,12 +41,16 @@ pub(crate) struct Metrics {
     pub(crate) workqueue: PrometheusMetricsProvider,
     /// For the workers.
     pub(crate) sync_observer: SyncObserver,
+    /// For the informer factory (`informer_queued_items`, `informer_processing_latency_seconds`,
+    /// `informer_store_resource_version`).
+    pub(crate) informers: PrometheusInformerMetrics,
 }
 
-/// Registers the REST client, work queue and sync series in `registry`.
+/// Registers the REST client, work queue, informer and sync series in `registry`.
 pub(crate) fn register(registry: &mut Registry) -> Metrics {
     let rest_client = PrometheusRestClientMetrics::new(registry);
     let workqueue = PrometheusMetricsProvider::new(registry);
+    let informers = PrometheusInformerMetrics::new(registry);
     let syncs: Family<SyncResult, Histogram, fn() -> Histogram> =
         Family::new_with_constructor(sync_histogram);
     registry.register(
@@ -57,6 +68,7 @@ pub(crate) fn register(registry: &mut Registry) -> Metrics {
         rest_client,
         workqueue,
         sync_observer,
+        informers,
     }
 }
 

@@ -7,7 +7,7 @@
 //! client-go keys them by Go type.
 
 use std::any::{Any, TypeId};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ use futures::future::{BoxFuture, join_all};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{ListableResource, Metadata, Resource};
 use kctrl_client::protobuf::{Decoder, FromProtobuf};
-use kctrl_client::{Api, Client, ListParams, PartialObjectMetadata};
+use kctrl_client::{Api, Client, DynamicObject, ListParams, PartialObjectMetadata, ResourceRef};
 use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use crate::fifo::Transform;
 use crate::list_watch::{ListWatch, TweakParams};
 use crate::lister::Lister;
+use crate::metrics::{InformerId, InformerMetrics, InformerMetricsProvider};
 use crate::reflector::ReflectorOptions;
 use crate::shared_informer::{SharedInformer, SharedInformerOptions};
 use crate::sync::HasSynced;
@@ -47,17 +48,38 @@ where
     }
 }
 
+/// What a factory keys its informers by.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum InformerKey {
+    /// A compile-time type: one informer per Rust type.
+    Type(TypeId),
+    /// A resource named at run time (`DynamicObject`s): group, version, plural.
+    Resource(String, String, String),
+}
+
+impl InformerKey {
+    fn of_resource(r: &ResourceRef) -> Self {
+        Self::Resource(
+            r.group.to_string(),
+            r.version.to_string(),
+            r.plural.to_string(),
+        )
+    }
+}
+
 struct Entry {
     /// The `SharedInformer<K>`, for typed access.
     informer: Box<dyn Any + Send + Sync>,
     managed: Arc<dyn Managed>,
     type_name: &'static str,
+    /// The resource of a dynamic informer.
+    resource: Option<ResourceRef>,
     started: bool,
 }
 
 #[derive(Default)]
 struct State {
-    informers: HashMap<TypeId, Entry>,
+    informers: HashMap<InformerKey, Entry>,
     tasks: Vec<JoinHandle<()>>,
     shutting_down: bool,
 }
@@ -74,7 +96,51 @@ struct Inner {
     protobuf: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
     reflector: ReflectorOptions,
     trim_managed_fields: bool,
+    metrics: Option<NamedMetrics>,
     state: Mutex<State>,
+}
+
+/// A factory's informer name and metrics provider (client-go's `WithInformerName`).
+#[derive(Clone)]
+pub(crate) struct NamedMetrics {
+    pub(crate) name: String,
+    pub(crate) provider: Arc<dyn InformerMetricsProvider>,
+    /// The resources whose series are taken, by this factory's informers: a second informer
+    /// of one resource (a view, metadata only) publishes nothing, as client-go does for a
+    /// duplicate registration.
+    pub(crate) reserved: Arc<Mutex<HashSet<(String, String, String)>>>,
+}
+
+impl NamedMetrics {
+    pub(crate) fn new(name: String, provider: Arc<dyn InformerMetricsProvider>) -> Self {
+        Self {
+            name,
+            provider,
+            reserved: Arc::default(),
+        }
+    }
+
+    /// The metrics of a new informer over `resource`, or `None` if another informer of this
+    /// name already publishes that resource's series.
+    pub(crate) fn reserve(&self, resource: &ResourceRef) -> Option<InformerMetrics> {
+        let id = InformerId::new(self.name.clone(), resource);
+        let fresh = lock(&self.reserved).insert((
+            id.group.clone(),
+            id.version.clone(),
+            id.resource.clone(),
+        ));
+        if !fresh {
+            tracing::error!(
+                informer_name = %self.name,
+                group = %id.group,
+                version = %id.version,
+                resource = %id.resource,
+                "duplicate informer registration: metrics will not be published"
+            );
+            return None;
+        }
+        Some(InformerMetrics::new(id, self.provider.clone()))
+    }
 }
 
 /// Hands out one shared informer per resource type, and starts, syncs and stops them
@@ -126,6 +192,7 @@ pub struct SharedInformerFactoryBuilder {
     protobuf: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
     reflector: ReflectorOptions,
     trim_managed_fields: bool,
+    metrics: Option<NamedMetrics>,
 }
 
 impl std::fmt::Debug for SharedInformerFactoryBuilder {
@@ -203,10 +270,57 @@ impl SharedInformerFactoryBuilder {
         self
     }
 
+    /// Names the factory's informers `name` (client-go's `WithInformerName`) and publishes
+    /// their `informer_*` series through `provider`, labelled with `name` and each
+    /// informer's resource (see [`metrics`](crate::metrics)). Without this call the
+    /// informers publish nothing. Only the first informer per resource publishes: a view or
+    /// metadata-only informer of a resource that already has one does not. Use a name for
+    /// one factory only: unlike client-go's `NewInformerName`, names are not reserved
+    /// process-wide, and two factories of one name over the same resource and provider would
+    /// write the same series.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use k8s_openapi::api::apps::v1::Deployment;
+    /// use kctrl_informer::SharedInformerFactory;
+    /// use kctrl_informer::prometheus::PrometheusInformerMetrics;
+    /// use prometheus_client::registry::Registry;
+    ///
+    /// let mut registry = Registry::default();
+    /// let fake = kctrl_fake::FakeApi::new();
+    /// let factory = SharedInformerFactory::builder(fake.client(), Duration::ZERO)
+    ///     .metrics("my-controller", PrometheusInformerMetrics::new(&mut registry))
+    ///     .build();
+    /// let _deployments = factory.informer::<Deployment>();
+    /// let mut text = String::new();
+    /// prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    /// assert!(text.contains(
+    ///     r#"informer_queued_items{name="my-controller",group="apps",version="v1",resource="deployments"} 0"#
+    /// ));
+    /// ```
+    pub fn metrics(
+        mut self,
+        name: impl Into<String>,
+        provider: impl InformerMetricsProvider + 'static,
+    ) -> Self {
+        self.metrics = Some(NamedMetrics::new(name.into(), Arc::new(provider)));
+        self
+    }
+
     /// Reflector knobs for every informer (e.g. turning streaming lists off).
     pub fn reflector_options(mut self, options: ReflectorOptions) -> Self {
         self.reflector = options;
         self
+    }
+
+    /// A factory of informers over resources named at run time, with these options
+    /// (client-go's `NewFilteredDynamicSharedInformerFactory`). Per-type options
+    /// ([`custom_resync`](Self::custom_resync), [`transform`](Self::transform)) apply to all
+    /// of its informers when given for [`DynamicObject`].
+    pub fn build_dynamic(self) -> DynamicSharedInformerFactory {
+        DynamicSharedInformerFactory {
+            factory: self.build(),
+        }
     }
 
     /// The factory.
@@ -222,6 +336,7 @@ impl SharedInformerFactoryBuilder {
                 protobuf: self.protobuf,
                 reflector: self.reflector,
                 trim_managed_fields: self.trim_managed_fields,
+                metrics: self.metrics,
                 state: Mutex::new(State::default()),
             }),
         }
@@ -251,6 +366,7 @@ impl SharedInformerFactory {
             protobuf: HashMap::new(),
             reflector: ReflectorOptions::default(),
             trim_managed_fields: false,
+            metrics: None,
         }
     }
 
@@ -269,7 +385,7 @@ impl SharedInformerFactory {
             + 'static,
         K::Scope: 'static,
     {
-        let id = TypeId::of::<K>();
+        let id = InformerKey::Type(TypeId::of::<K>());
         let mut st = lock(&self.inner.state);
         if let Some(entry) = st.informers.get(&id) {
             return entry
@@ -285,6 +401,7 @@ impl SharedInformerFactory {
                 informer: Box::new(informer.clone()),
                 managed: Arc::new(informer.clone()),
                 type_name: std::any::type_name::<K>(),
+                resource: None,
                 started: false,
             },
         );
@@ -304,10 +421,29 @@ impl SharedInformerFactory {
         K::Scope: 'static,
     {
         let inner = &*self.inner;
-        let mut api = match &inner.namespace {
+        let api = match &inner.namespace {
             Some(ns) => Api::<K>::namespaced(inner.client.clone(), ns.clone()),
             None => Api::<K>::all(inner.client.clone()),
         };
+        self.informer_over(api, String::new())
+    }
+
+    /// An informer with the factory's settings over `api`, named `name` in logs (empty: the
+    /// kind).
+    fn informer_over<K>(&self, mut api: Api<K>, name: String) -> SharedInformer<K>
+    where
+        K: Resource
+            + ListableResource
+            + Metadata<Ty = ObjectMeta>
+            + DeserializeOwned
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        K::Scope: 'static,
+    {
+        let inner = &*self.inner;
+        let resource = api.resource().clone();
         if inner.trim_managed_fields {
             api = api.without_managed_fields();
         }
@@ -338,6 +474,8 @@ impl SharedInformerFactory {
                     .unwrap_or(inner.default_resync),
                 transform,
                 reflector: inner.reflector.clone(),
+                metrics: inner.metrics.as_ref().and_then(|m| m.reserve(&resource)),
+                name,
                 ..SharedInformerOptions::default()
             },
         )
@@ -403,23 +541,69 @@ impl SharedInformerFactory {
         &self,
         cancel: &CancellationToken,
     ) -> HashMap<&'static str, bool> {
-        let started: Vec<(&'static str, Arc<dyn Managed>)> = lock(&self.inner.state)
-            .informers
-            .values()
-            .filter(|e| e.started)
-            .map(|e| (e.type_name, e.managed.clone()))
-            .collect();
-        let waits = started.iter().map(|(name, informer)| {
-            let wait: BoxFuture<'_, (&'static str, bool)> = Box::pin(async move {
-                let synced = tokio::select! {
-                    synced = informer.synced() => synced,
-                    () = cancel.cancelled() => informer.has_synced(),
-                };
-                (*name, synced)
-            });
+        self.wait_for_started(cancel)
+            .await
+            .into_iter()
+            .map(|(type_name, _, synced)| (type_name, synced))
+            .collect()
+    }
+
+    /// Waits for every started informer; returns each one's type name, resource (dynamic
+    /// informers) and whether it synced.
+    async fn wait_for_started(
+        &self,
+        cancel: &CancellationToken,
+    ) -> Vec<(&'static str, Option<ResourceRef>, bool)> {
+        let started: Vec<(&'static str, Option<ResourceRef>, Arc<dyn Managed>)> =
+            lock(&self.inner.state)
+                .informers
+                .values()
+                .filter(|e| e.started)
+                .map(|e| (e.type_name, e.resource.clone(), e.managed.clone()))
+                .collect();
+        let waits = started.into_iter().map(|(name, resource, informer)| {
+            let wait: BoxFuture<'_, (&'static str, Option<ResourceRef>, bool)> =
+                Box::pin(async move {
+                    let synced = tokio::select! {
+                        synced = informer.synced() => synced,
+                        () = cancel.cancelled() => informer.has_synced(),
+                    };
+                    (name, resource, synced)
+                });
             wait
         });
-        join_all(waits).await.into_iter().collect()
+        join_all(waits).await
+    }
+
+    /// The shared informer of `resource`'s [`DynamicObject`]s, created on first use (keyed
+    /// by group, version and plural).
+    fn dynamic_informer(&self, resource: &ResourceRef) -> SharedInformer<DynamicObject> {
+        let key = InformerKey::of_resource(resource);
+        let mut st = lock(&self.inner.state);
+        if let Some(entry) = st.informers.get(&key) {
+            return entry
+                .informer
+                .downcast_ref::<SharedInformer<DynamicObject>>()
+                .expect("a resource key holds a SharedInformer<DynamicObject>")
+                .clone();
+        }
+        let inner = &*self.inner;
+        let api = match &inner.namespace {
+            Some(ns) => Api::namespaced_dynamic(inner.client.clone(), ns.clone(), resource),
+            None => Api::all_dynamic(inner.client.clone(), resource),
+        };
+        let informer = self.informer_over(api, resource.qualified_name());
+        st.informers.insert(
+            key,
+            Entry {
+                informer: Box::new(informer.clone()),
+                managed: Arc::new(informer.clone()),
+                type_name: std::any::type_name::<DynamicObject>(),
+                resource: Some(resource.clone()),
+                started: false,
+            },
+        );
+        informer
     }
 
     /// How many notifications the handlers of this factory's informers panicked on, in
@@ -447,5 +631,101 @@ impl SharedInformerFactory {
                 tracing::error!(error = %e, "a shared informer task panicked");
             }
         }
+    }
+}
+
+/// One shared informer of [`DynamicObject`]s per resource named at run time (client-go's
+/// `dynamicinformer.DynamicSharedInformerFactory`): informers are keyed by group, version and
+/// plural, and otherwise behave as a [`SharedInformerFactory`]'s (same options, reflector,
+/// cache, handlers, listers, metrics). Cheap to clone; clones share the informers.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use kctrl_client::{Api, DynamicObject, PostParams, ResourceRef, Scope};
+/// use kctrl_informer::DynamicSharedInformerFactory;
+/// use serde_json::json;
+/// use tokio_util::sync::CancellationToken;
+///
+/// let fake = kctrl_fake::FakeApi::new();
+/// // A custom resource without a Rust type: addressed by group/version/resource (+ kind, scope).
+/// let crontabs = ResourceRef::new("stable.example.com", "v1", "crontabs", "CronTab", Scope::Namespaced);
+/// // The fake serves it once registered (a real server once its CustomResourceDefinition is).
+/// fake.register(kctrl_fake::ResourceSpec::new(crontabs.clone()));
+/// let mut tab = DynamicObject::new("nightly", &crontabs);
+/// tab.data.insert("spec".into(), json!({"cronSpec": "0 3 * * *"}));
+/// Api::<DynamicObject>::namespaced_dynamic(fake.client(), "default", &crontabs)
+///     .create(&PostParams::default(), &tab)
+///     .await?;
+///
+/// let factory = DynamicSharedInformerFactory::new(fake.client(), Duration::ZERO);
+/// let lister = factory.lister(&crontabs);
+/// let cancel = CancellationToken::new();
+/// factory.start(&cancel);
+/// assert_eq!(factory.wait_for_cache_sync(&cancel).await[&crontabs], true);
+///
+/// let cached = lister.get("default", "nightly").expect("cached");
+/// assert_eq!(cached.kind, "CronTab");
+/// assert_eq!(cached.data["spec"]["cronSpec"], "0 3 * * *");
+/// cancel.cancel();
+/// factory.shutdown().await;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct DynamicSharedInformerFactory {
+    factory: SharedInformerFactory,
+}
+
+impl DynamicSharedInformerFactory {
+    /// A factory over `client` whose informers resync every `default_resync` (zero: never)
+    /// (client-go's `NewDynamicSharedInformerFactory`). For options (namespace, list tweaks,
+    /// metrics, ...) use [`SharedInformerFactory::builder`] and
+    /// [`build_dynamic`](SharedInformerFactoryBuilder::build_dynamic).
+    pub fn new(client: Client, default_resync: Duration) -> Self {
+        SharedInformerFactory::builder(client, default_resync).build_dynamic()
+    }
+
+    /// The shared informer of `resource`, created on first use with the `namespace` index
+    /// (client-go's `ForResource(gvr).Informer()`). `resource`'s kind and scope are taken
+    /// from its first use; informers created after [`start`](Self::start) run from the next
+    /// `start`.
+    pub fn for_resource(&self, resource: &ResourceRef) -> SharedInformer<DynamicObject> {
+        self.factory.dynamic_informer(resource)
+    }
+
+    /// A lister over the cache of `resource`'s informer (client-go's
+    /// `ForResource(gvr).Lister()`).
+    pub fn lister(&self, resource: &ResourceRef) -> Lister<DynamicObject> {
+        self.for_resource(resource).lister()
+    }
+
+    /// Starts every informer not started yet; see [`SharedInformerFactory::start`].
+    pub fn start(&self, cancel: &CancellationToken) {
+        self.factory.start(cancel);
+    }
+
+    /// Waits until every started informer has synced or `cancel` fires; returns whether each
+    /// synced, keyed by resource (client-go returns a map by GroupVersionResource).
+    pub async fn wait_for_cache_sync(
+        &self,
+        cancel: &CancellationToken,
+    ) -> HashMap<ResourceRef, bool> {
+        self.factory
+            .wait_for_started(cancel)
+            .await
+            .into_iter()
+            .filter_map(|(_, resource, synced)| Some((resource?, synced)))
+            .collect()
+    }
+
+    /// How many notifications the handlers of this factory's informers panicked on.
+    pub fn handler_panics(&self) -> u64 {
+        self.factory.handler_panics()
+    }
+
+    /// Waits for every informer task to end; see [`SharedInformerFactory::shutdown`].
+    pub async fn shutdown(&self) {
+        self.factory.shutdown().await;
     }
 }

@@ -18,6 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio::sync::{Notify, watch};
 
 use crate::delta::{Delta, ReflectorStore};
+use crate::metrics::GaugeMetric;
 
 /// A function applied to every incoming object before it is queued (client-go's
 /// `TransformFunc`), e.g. to drop `managedFields` and save memory.
@@ -50,6 +51,8 @@ struct Shared<K> {
     changed: Notify,
     status: watch::Sender<Status>,
     transform: Option<Transform<K>>,
+    /// `informer_queued_items`, set to the queue's length after every push and pop.
+    queued_items: Option<Arc<dyn GaugeMetric>>,
 }
 
 /// The in-order delta queue (client-go's `RealFIFO`). Cheap to clone; clones share the
@@ -120,8 +123,16 @@ impl<K> Shared<K> {
             st.initial_population_count = st.items.len();
             self.check_synced(&mut st);
         }
+        self.publish_len(&st);
         drop(st);
         self.changed.notify_waiters();
+    }
+
+    /// Sets `informer_queued_items`, if the queue has it.
+    fn publish_len(&self, st: &State<K>) {
+        if let Some(gauge) = &self.queued_items {
+            gauge.set(st.items.len() as f64);
+        }
     }
 
     /// Waits until the queue has an item (then runs `take` under the lock) or is closed
@@ -137,7 +148,9 @@ impl<K> Shared<K> {
                 let mut st = self.lock();
                 if !st.items.is_empty() {
                     let take = take.take().expect("take runs once");
-                    return Some(take(&mut st));
+                    let taken = take(&mut st);
+                    self.publish_len(&st);
+                    return Some(taken);
                 }
                 if st.closed {
                     return None;
@@ -171,6 +184,15 @@ impl<K> Fifo<K> {
     /// transforms ([`Reflector::with_transform`](crate::Reflector::with_transform), as
     /// [`SharedInformer`](crate::SharedInformer) does) should be built with `None`.
     pub fn new(transform: Option<Transform<K>>) -> Self {
+        Self::with_queued_items_metric(transform, None)
+    }
+
+    /// [`new`](Self::new), and the queue sets `queued_items` (client-go's
+    /// `informer_queued_items`) to its length after every push and pop.
+    pub fn with_queued_items_metric(
+        transform: Option<Transform<K>>,
+        queued_items: Option<Arc<dyn GaugeMetric>>,
+    ) -> Self {
         Self {
             shared: Arc::new(Shared {
                 state: Mutex::new(State {
@@ -183,6 +205,7 @@ impl<K> Fifo<K> {
                 changed: Notify::new(),
                 status: watch::Sender::new(Status::default()),
                 transform,
+                queued_items,
             }),
         }
     }

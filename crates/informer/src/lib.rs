@@ -93,6 +93,18 @@
 //! Both are read-only (they do not implement `Serialize`), so a view can never be written back
 //! over the object it came from.
 //!
+//! The opposite case, a resource with no Rust type at all (a custom resource found at run
+//! time), is a [`DynamicSharedInformerFactory`]: its informers cache
+//! [`kctrl_client::DynamicObject`]s (metadata typed, everything else JSON), keyed by the
+//! resource's group, version and plural (client-go's `dynamicinformer`).
+//!
+//! ## Metrics
+//!
+//! Name a factory's informers ([`SharedInformerFactoryBuilder::metrics`]) and they publish
+//! client-go's `informer_queued_items`, `informer_processing_latency_seconds` and
+//! `informer_store_resource_version`; unnamed informers publish nothing and pay nothing. See
+//! [`metrics`] and [`prometheus::PrometheusInformerMetrics`].
+//!
 //! ## Why there is no mutation detector
 //!
 //! client-go can check at run time that nobody modified an object taken from the cache,
@@ -136,6 +148,10 @@
 //! | `NewListWatchFromClient` / `NewFilteredListWatchFromClient` | [`ListWatch::new`] (+ `labels`, `fields`, `tweak`) |
 //! | `NewReflectorWithOptions` / `RealFIFO`               | [`Reflector::new`] / [`Fifo`]                        |
 //! | `metadatainformer.NewSharedInformerFactory(…).ForResource(gvr)` | [`SharedInformerFactory::metadata_informer::<K>()`](SharedInformerFactory::metadata_informer) |
+//! | `dynamicinformer.NewDynamicSharedInformerFactory(client, resync)` / `NewFilteredDynamicSharedInformerFactory` | [`DynamicSharedInformerFactory::new`] / [`SharedInformerFactory::builder`]`(…).`[`build_dynamic`](SharedInformerFactoryBuilder::build_dynamic)`()` |
+//! | `dynamicFactory.ForResource(gvr).Informer()` / `.Lister()` | [`DynamicSharedInformerFactory::for_resource`] / [`DynamicSharedInformerFactory::lister`] (objects are [`kctrl_client::DynamicObject`]) |
+//! | `cache.NewInformerName(name)` + `WithInformerName` + `SetInformerMetricsProvider` | [`SharedInformerFactoryBuilder::metrics`] (or [`SharedInformerOptions::metrics`]); see [`metrics`] |
+//! | component-base's `informer_*` Prometheus series | [`prometheus::PrometheusInformerMetrics`] |
 //! | `cache.TransformStripManagedFields()` / `WithTransform(trim)` | [`SharedInformerFactoryBuilder::without_managed_fields`] (skipped while decoding), a view with [`kctrl_client::metadata_without_managed_fields`], or a [`Transform`] |
 //! | `rest.Config.ContentType = "application/vnd.kubernetes.protobuf"` (kube-controller-manager's informers) | [`SharedInformerFactoryBuilder::protobuf`] for a view implementing [`kctrl_client::protobuf::FromProtobuf`] |
 
@@ -174,5 +190,9 @@ pub use shared_informer::{
 };
 pub use sync::{HasSynced, wait_for_cache_sync};
 pub mod factory;
+pub mod metrics;
+pub mod prometheus;
 
-pub use factory::{SharedInformerFactory, SharedInformerFactoryBuilder};
+pub use factory::{
+    DynamicSharedInformerFactory, SharedInformerFactory, SharedInformerFactoryBuilder,
+};

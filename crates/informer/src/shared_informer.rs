@@ -28,6 +28,7 @@ use crate::fifo::{Fifo, Transform};
 use crate::handler::ResourceEventHandler;
 use crate::list_watch::ListerWatcher;
 use crate::lister::Lister;
+use crate::metrics::{GaugeMetric, HistogramMetric, InformerMetrics};
 use crate::processor::{
     Listener, ListenerShared, MINIMUM_RESYNC_PERIOD, Notification, Processor,
     determine_resync_period,
@@ -74,6 +75,10 @@ pub struct SharedInformerOptions<K> {
     /// `watch_error_handler` is kept unless [`SharedInformer::set_watch_error_handler`] is
     /// called.
     pub reflector: ReflectorOptions,
+    /// Publish client-go's `informer_*` series for this informer (client-go's `Identifier`
+    /// and `InformerMetricsProvider`); `None`: no metrics, at no cost. See
+    /// [`metrics`](crate::metrics).
+    pub metrics: Option<InformerMetrics>,
 }
 
 impl<K> Default for SharedInformerOptions<K> {
@@ -84,6 +89,7 @@ impl<K> Default for SharedInformerOptions<K> {
             transform: None,
             name: String::new(),
             reflector: ReflectorOptions::default(),
+            metrics: None,
         }
     }
 }
@@ -99,6 +105,7 @@ impl<K> std::fmt::Debug for SharedInformerOptions<K> {
             .field("transform", &self.transform.is_some())
             .field("name", &self.name)
             .field("reflector", &self.reflector)
+            .field("metrics", &self.metrics)
             .finish()
     }
 }
@@ -179,6 +186,10 @@ struct Inner<K> {
     synced: watch::Sender<bool>,
     /// Notifications any handler panicked on.
     handler_panics: Arc<std::sync::atomic::AtomicU64>,
+    /// `informer_queued_items`, handed to the queue when the informer starts.
+    queued_items: Option<Arc<dyn GaugeMetric>>,
+    /// `informer_processing_latency_seconds`.
+    processing_latency: Option<Arc<dyn HistogramMetric>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -231,11 +242,19 @@ where
         } else {
             options.name
         };
+        let mut store = Store::with_indexers(options.indexers);
+        let (mut queued_items, mut processing_latency) = (None, None);
+        if let Some(InformerMetrics { id, provider }) = &options.metrics {
+            store =
+                store.with_resource_version_metric(provider.new_store_resource_version_metric(id));
+            queued_items = Some(provider.new_queued_items_metric(id));
+            processing_latency = Some(provider.new_processing_latency_metric(id));
+        }
         Self {
             inner: Arc::new(Inner {
                 name,
                 lw: lister_watcher,
-                store: Store::with_indexers(options.indexers),
+                store,
                 processor: Arc::new(Processor::new()),
                 default_handler_resync: options.resync_period,
                 block_deltas: Mutex::new(()),
@@ -250,6 +269,8 @@ where
                 }),
                 synced: watch::Sender::new(false),
                 handler_panics: Arc::default(),
+                queued_items,
+                processing_latency,
             }),
         }
     }
@@ -491,7 +512,7 @@ where
         st.started = true;
         // The reflector transforms each object as it is decoded, so nothing untransformed is
         // accumulated during the initial list; the queue must not transform again.
-        let fifo = Fifo::new(None);
+        let fifo = Fifo::with_queued_items_metric(None, inner.queued_items.clone());
         let mut options = st.reflector_options.clone();
         if options.name.is_empty() {
             options.name = inner.name.clone();
@@ -544,9 +565,16 @@ where
 
     fn handle_deltas(&self, deltas: Vec<Delta<K>>, is_in_initial_list: bool) {
         let inner = &*self.inner;
-        let _blocked = lock(&inner.block_deltas);
-        for n in controller::apply(&inner.store, deltas, is_in_initial_list) {
-            inner.processor.distribute(&n, controller::is_resync(&n));
+        // client-go times the queue's process callback: apply, then hand to the listeners.
+        let started = inner.processing_latency.as_ref().map(|_| Instant::now());
+        {
+            let _blocked = lock(&inner.block_deltas);
+            for n in controller::apply(&inner.store, deltas, is_in_initial_list) {
+                inner.processor.distribute(&n, controller::is_resync(&n));
+            }
+        }
+        if let (Some(histogram), Some(started)) = (&inner.processing_latency, started) {
+            histogram.observe(started.elapsed().as_secs_f64());
         }
     }
 }

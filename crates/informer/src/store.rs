@@ -22,6 +22,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use crate::delta::ReflectorStore;
 use crate::fifo::Transform;
 use crate::keys::{ObjectKey, key_of};
+use crate::metrics::{GaugeMetric, resource_version_metric_value};
 
 /// Name of the built-in index of objects by namespace.
 pub const NAMESPACE_INDEX: &str = "namespace";
@@ -75,6 +76,9 @@ struct Inner<K> {
     indices: HashMap<String, Index, Hasher>,
     resource_version: String,
     transform: Option<Transform<K>>,
+    /// `informer_store_resource_version`, set after every write that moves the
+    /// resourceVersion.
+    resource_version_metric: Option<Arc<dyn GaugeMetric>>,
 }
 
 /// A thread-safe indexed cache of objects. Cheap to clone; clones share the cache.
@@ -190,6 +194,15 @@ where
         ReplaceDiff { deleted, replaced }
     }
 
+    /// Sets `informer_store_resource_version`, if the store has it.
+    fn publish_resource_version(&self) {
+        if let Some(gauge) = &self.resource_version_metric
+            && let Some(value) = resource_version_metric_value(&self.resource_version)
+        {
+            gauge.set(value);
+        }
+    }
+
     /// (Re)computes index `name` over every item.
     fn build_index(&mut self, name: &str) {
         let Some(index_fn) = self.indexers.get(name) else {
@@ -254,6 +267,7 @@ where
             indices: HashMap::default(),
             resource_version: String::new(),
             transform: None,
+            resource_version_metric: None,
         };
         inner
             .indexers
@@ -272,6 +286,18 @@ where
     /// `WithTransformer`). Objects written with [`insert`](Self::insert) are stored as given.
     pub fn with_transform(self, transform: Transform<K>) -> Self {
         self.write().transform = Some(transform);
+        self
+    }
+
+    /// Sets `metric` (client-go's `informer_store_resource_version`) to the store's
+    /// resourceVersion (its 15 least significant digits, see
+    /// [`resource_version_metric_value`]) now and after every write that moves it.
+    pub fn with_resource_version_metric(self, metric: Arc<dyn GaugeMetric>) -> Self {
+        {
+            let mut inner = self.write();
+            inner.resource_version_metric = Some(metric);
+            inner.publish_resource_version();
+        }
         self
     }
 
@@ -314,7 +340,10 @@ where
 
     /// Adds or replaces an object; returns the previous one under the same key.
     pub fn insert(&self, obj: Arc<K>) -> Option<Arc<K>> {
-        self.write().insert(obj)
+        let mut inner = self.write();
+        let old = inner.insert(obj);
+        inner.publish_resource_version();
+        old
     }
 
     /// Removes the object with `key`; returns it if it was cached.
@@ -325,12 +354,20 @@ where
     /// Removes the object under `obj`'s key, recording `obj`'s resourceVersion (a watch
     /// DELETED event carries the object's final state); returns the cached one.
     pub fn remove_object(&self, obj: &K) -> Option<Arc<K>> {
-        self.write().remove_object(obj)
+        let mut inner = self.write();
+        let old = inner.remove_object(obj);
+        inner.publish_resource_version();
+        old
     }
 
     /// Replaces the whole content and records `resource_version`. Every index is rebuilt.
     pub fn replace(&self, objects: Vec<Arc<K>>, resource_version: String) {
-        let old = self.write().replace(objects, resource_version);
+        let old = {
+            let mut inner = self.write();
+            let old = inner.replace(objects, resource_version);
+            inner.publish_resource_version();
+            old
+        };
         drop(old); // outside the lock: the last references may be freed here
     }
 
@@ -340,7 +377,10 @@ where
         objects: Vec<Arc<K>>,
         resource_version: String,
     ) -> ReplaceDiff<K> {
-        self.write().replace_with_diff(objects, resource_version)
+        let mut inner = self.write();
+        let diff = inner.replace_with_diff(objects, resource_version);
+        inner.publish_resource_version();
+        diff
     }
 
     /// Runs `f` with exclusive access to the store: every write in it happens under one
@@ -351,12 +391,17 @@ where
     /// calls outside; collect what they need from the transaction's return values.
     pub fn transaction<R>(&self, f: impl FnOnce(&mut StoreTxn<'_, K>) -> R) -> R {
         let mut guard = self.write();
-        f(&mut StoreTxn { inner: &mut guard })
+        let out = f(&mut StoreTxn { inner: &mut guard });
+        // Once per transaction, at its final resourceVersion (as client-go's batch).
+        guard.publish_resource_version();
+        out
     }
 
     /// Records the resourceVersion the cache is current to (after a bookmark or an event).
     pub fn set_resource_version(&self, resource_version: String) {
-        self.write().resource_version = resource_version;
+        let mut inner = self.write();
+        inner.resource_version = resource_version;
+        inner.publish_resource_version();
     }
 
     /// The resourceVersion the cache is current to: that of the last replace or bookmark,

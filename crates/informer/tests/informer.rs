@@ -1430,3 +1430,190 @@ async fn test_shared_informer_handler_abuse() {
         "a stopped informer keeps no handlers"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// The remaining shared_informer_test.go ports.
+//
+// client-go 1.36 has no tests named `RemoveEventHandler_*`; its handler-removal tests
+// (TestSharedInformerRemoveHandler, …RemoveForeignHandler, …MultipleRegistration,
+// TestRemovingRemovedSharedInformer, TestRemoveOnStoppedSharedInformer,
+// TestRemoveWhileActive) are ported above.
+
+/// A source whose first list answers only after a delay (a slow start).
+#[derive(Clone)]
+struct SlowFirstList {
+    source: Source,
+    delay: Duration,
+    listed: Arc<AtomicUsize>,
+}
+
+impl ListerWatcher<Pod> for SlowFirstList {
+    fn list(&self, p: &ListParams) -> BoxFuture<'_, Result<k8s_openapi::List<Pod>, Error>> {
+        let first = self.listed.fetch_add(1, Ordering::SeqCst) == 0;
+        let delay = if first { self.delay } else { Duration::ZERO };
+        let p = p.clone();
+        async move {
+            tokio::time::sleep(delay).await;
+            self.source.list(&p).await
+        }
+        .boxed()
+    }
+
+    fn watch(&self, p: &WatchParams) -> BoxFuture<'_, Result<EventStream<Pod>, Error>> {
+        self.source.watch(p)
+    }
+}
+
+/// client-go `TestListenerResyncPeriodsDelayed`: there the processor's start is delayed
+/// past the first notification (it used to deadlock). Here the processor starts before the
+/// reflector does, so that order cannot happen; the delay that can — the first list
+/// answering a second late — must neither block delivery nor move the resync times, which
+/// count from the start (listener2 at 2 s, listener3 at 3 s, listener1 never).
+#[tokio::test(start_paused = true)]
+async fn test_listener_resync_periods_delayed() {
+    let start = Instant::now();
+    let source = Source::default();
+    source.add(pod("pod1"));
+    source.add(pod("pod2"));
+    let slow = SlowFirstList {
+        source: source.clone(),
+        delay: SECOND,
+        listed: Arc::default(),
+    };
+    let informer = SharedInformer::new(slow, options(SECOND));
+    let listeners = [
+        TestListener::new(),
+        TestListener::new(),
+        TestListener::new(),
+    ];
+    for (l, period) in listeners.iter().zip([0, 2, 3]) {
+        informer
+            .add_event_handler_with_resync(l.clone(), period * SECOND)
+            .unwrap();
+    }
+    let running = Running::start(&informer);
+
+    // The initial list arrives after the startup delay, at every listener.
+    tokio::time::sleep_until(start + SECOND + Duration::from_millis(100)).await;
+    for (i, l) in listeners.iter().enumerate() {
+        assert_eq!(
+            l.sorted_events(),
+            ["add:pod1", "add:pod2"],
+            "listener{}",
+            i + 1
+        );
+        l.reset();
+    }
+
+    // At 2 s only listener2 resyncs.
+    tokio::time::sleep_until(start + 2 * SECOND + Duration::from_millis(100)).await;
+    assert_eq!(listeners[1].sorted_events(), ["update:pod1", "update:pod2"]);
+    assert!(listeners[0].events().is_empty(), "listener1 never resyncs");
+    assert!(listeners[2].events().is_empty(), "listener3 resyncs at 3 s");
+    listeners.iter().for_each(|l| l.reset());
+
+    // At 3 s only listener3 resyncs.
+    tokio::time::sleep_until(start + 3 * SECOND + Duration::from_millis(100)).await;
+    assert_eq!(listeners[2].sorted_events(), ["update:pod1", "update:pod2"]);
+    assert!(listeners[0].events().is_empty(), "listener1 never resyncs");
+    assert!(
+        listeners[1].events().is_empty(),
+        "listener2 resyncs again at 4 s"
+    );
+    running.stop().await;
+}
+
+/// client-go `TestSharedInformerStartRace`: setting the transform and the watch error
+/// handler from another thread while the informer starts must be safe. Here each setting
+/// either lands before the start or is refused with `AlreadyStarted`, never half-applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_shared_informer_start_race() {
+    let source = Source::default();
+    source.add(pod("pod1"));
+    let informer = informer(&source, SECOND);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let setter = std::thread::spawn({
+        let (informer, stop) = (informer.clone(), stop.clone());
+        move || {
+            let (mut accepted, mut refused) = (0usize, 0usize);
+            // Runs until told to stop and having met the started informer at least once.
+            while !(stop.load(Ordering::SeqCst) && refused > 0) {
+                let t: Transform<Pod> = Arc::new(|p| p);
+                let results = [
+                    informer.set_transform(t),
+                    informer.set_watch_error_handler(|_| {}),
+                ];
+                for r in results {
+                    match r {
+                        Ok(()) => accepted += 1,
+                        Err(InformerError::AlreadyStarted) => refused += 1,
+                        Err(e) => panic!("unexpected {e}"),
+                    }
+                }
+                // Once refused, always refused.
+                if refused > 0 {
+                    assert!(informer.has_started());
+                }
+                std::thread::yield_now();
+            }
+            (accepted, refused)
+        }
+    });
+    let running = Running::start(&informer);
+    synced(&informer).await;
+    stop.store(true, Ordering::SeqCst);
+    let (accepted, refused) = setter.join().expect("setter thread");
+    assert!(refused > 0, "settings after the start are refused");
+    assert!(accepted + refused >= 2);
+    running.stop().await;
+}
+
+/// client-go `TestShutdown`: an informer stops cleanly whether its handler was added before
+/// the run, after it synced, or the informer never ran; removing the handler afterwards is
+/// harmless.
+#[tokio::test(start_paused = true)]
+async fn test_shutdown() {
+    #[derive(Debug, Clone, Copy)]
+    enum When {
+        BeforeRun,
+        AfterSync,
+        NoRun,
+    }
+    for when in [When::BeforeRun, When::AfterSync, When::NoRun] {
+        let source = Source::default();
+        source.add(pod("pod1"));
+        let informer = informer(&source, SECOND);
+        let add = |informer: &SharedInformer<Pod>| {
+            informer
+                .add_event_handler(EventHandlerFns::new().on_add(|_: &Arc<Pod>, _| {}))
+                .unwrap_or_else(|e| panic!("{when:?}: {e}"))
+        };
+        let reg = match when {
+            When::BeforeRun => {
+                let reg = add(&informer);
+                let running = Running::start(&informer);
+                synced(&informer).await;
+                running.stop().await;
+                reg
+            }
+            When::AfterSync => {
+                let running = Running::start(&informer);
+                synced(&informer).await;
+                let reg = add(&informer);
+                assert!(informer.remove_event_handler(&reg), "{when:?}");
+                running.stop().await;
+                reg
+            }
+            // Nothing runs, so nothing has to stop.
+            When::NoRun => add(&informer),
+        };
+        informer.remove_event_handler(&reg);
+        assert!(!informer.is_registered(&reg), "{when:?}");
+        assert_eq!(informer.handler_count(), 0, "{when:?}");
+        assert_eq!(
+            informer.is_stopped(),
+            !matches!(when, When::NoRun),
+            "{when:?}"
+        );
+    }
+}

@@ -1,4 +1,14 @@
 //! Ports of client-go's `tools/cache/reflector_test.go`, on tokio's paused clock.
+//!
+//! Where upstream drives an unexported piece directly (`r.watch`, `handleWatch`,
+//! `resyncChan`), the port drives the same code through `list_and_watch` with a scripted
+//! lister-watcher and observes what upstream checks: which calls were made, whether the
+//! watch stream was stopped (dropped), the round's result and the timing. Not ported:
+//! `TestGetTypeDescriptionFromObject`, `TestGetExpectedGVKFromObject` and
+//! `TestIsUnsupportedTableObject` check Go's runtime type inspection of `runtime.Object`
+//! (unstructured GVKs, Table objects), which the typed decoder here does not have;
+//! `TestReflectorReplacesStoreOnUnsafeDelete` and `TestReflectorListExtract` are about
+//! DeltaFIFO and `meta.ExtractList`, absent by design (the RealFIFO and typed lists).
 
 mod reflector_fakes;
 
@@ -1143,5 +1153,216 @@ async fn reflector_transforms_before_the_store() {
         if !use_watch_list {
             assert_eq!(lw.lists().len(), 2, "paged");
         }
+    }
+}
+
+/// client-go `TestReflectorResyncChan`: with a resync period of 1 ms the store is asked to
+/// resync 1 ms after the watch starts (upstream: the timer channel fires, well before the
+/// test's timeout).
+#[tokio::test(start_paused = true)]
+async fn reflector_resync_chan() {
+    let cancel = CancellationToken::new();
+    let first_resync = Arc::new(Mutex::new(None));
+    let store = RecordingStore::new();
+    store.on_op({
+        let (cancel, first) = (cancel.clone(), first_resync.clone());
+        move |op| {
+            if *op == Op::Resync {
+                first.lock().unwrap().get_or_insert(Instant::now());
+                cancel.cancel();
+            }
+        }
+    });
+    let watch_started = Arc::new(Mutex::new(None));
+    let mut keep = Vec::new();
+    let lw = ScriptedLw::new(|_| Ok(pod_list("0", None, vec![])), {
+        let started = watch_started.clone();
+        move |_| {
+            *started.lock().unwrap() = Some(Instant::now());
+            let (fw, s) = fake_watch();
+            keep.push(fw);
+            Ok(s)
+        }
+    });
+    let r = reflector(
+        &lw,
+        &store,
+        ReflectorOptions {
+            resync_period: Duration::from_millis(1),
+            ..options(false)
+        },
+    );
+    tokio::time::timeout(Duration::from_secs(30), r.list_and_watch(&cancel))
+        .await
+        .expect("the resync fired")
+        .unwrap();
+    let fired = first_resync.lock().unwrap().expect("a resync");
+    let started = watch_started.lock().unwrap().expect("a watch");
+    assert_eq!(fired - started, Duration::from_millis(1));
+}
+
+/// When a watch round is stopped or its stream ends (client-go's
+/// `TestReflectorWatchStopped{Before,After}`, `TestReflectorHandleWatchStopped{Before,After}`
+/// and `TestReflectorHandleWatchResultChanClosed{Before,After}`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Ending {
+    /// The token is cancelled before the round starts: no list, no watch.
+    CancelledBeforeRound,
+    /// The token is cancelled as the watch is handed over, before it is read.
+    CancelledBeforeWatching,
+    /// The token is cancelled 10 ms into the watch.
+    CancelledWhileWatching,
+    /// The watch stream has ended before it is read.
+    ClosedBeforeWatching,
+    /// The watch stream ends 10 ms into the watch, without an event.
+    ClosedWhileWatching,
+}
+
+#[tokio::test(start_paused = true)]
+async fn reflector_watch_and_handle_watch_stopped_or_closed() {
+    struct Case {
+        ending: Ending,
+        /// Watch calls made.
+        watches: usize,
+        /// How long the round ran.
+        took: Duration,
+    }
+    let ms = Duration::from_millis;
+    let cases = [
+        Case {
+            ending: Ending::CancelledBeforeRound,
+            watches: 0,
+            took: ms(0),
+        },
+        Case {
+            ending: Ending::CancelledBeforeWatching,
+            watches: 1,
+            took: ms(0),
+        },
+        Case {
+            ending: Ending::CancelledWhileWatching,
+            watches: 1,
+            took: ms(10),
+        },
+        Case {
+            ending: Ending::ClosedBeforeWatching,
+            watches: 1,
+            took: ms(0),
+        },
+        Case {
+            ending: Ending::ClosedWhileWatching,
+            watches: 1,
+            took: ms(10),
+        },
+    ];
+    for case in cases {
+        let ending = case.ending;
+        let cancel = CancellationToken::new();
+        let streams: Arc<Mutex<Vec<FakeWatcher>>> = Arc::default();
+        let lw = ScriptedLw::new(|_| Ok(pod_list("1", None, vec![])), {
+            let (cancel, streams) = (cancel.clone(), streams.clone());
+            move |_| {
+                let (fw, stream) = fake_watch();
+                streams.lock().unwrap().push(fw.clone());
+                match ending {
+                    Ending::CancelledBeforeRound => panic!("watch called after cancel"),
+                    Ending::CancelledBeforeWatching => cancel.cancel(),
+                    Ending::CancelledWhileWatching => {
+                        let cancel = cancel.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            cancel.cancel();
+                        });
+                    }
+                    // Upstream's producer closes the channel; here the producer is dropped.
+                    Ending::ClosedBeforeWatching | Ending::ClosedWhileWatching => {
+                        let producer = streams.lock().unwrap().pop().expect("pushed above");
+                        let delay = if ending == Ending::ClosedWhileWatching {
+                            10
+                        } else {
+                            0
+                        };
+                        tokio::spawn(async move {
+                            tokio::time::sleep(Duration::from_millis(delay)).await;
+                            drop(producer);
+                        });
+                    }
+                }
+                Ok(stream)
+            }
+        });
+        if ending == Ending::CancelledBeforeRound {
+            cancel.cancel();
+        }
+        let store = RecordingStore::new();
+        let r = reflector(&lw, &store, options(false));
+        let start = Instant::now();
+        let result = r.list_and_watch(&cancel).await;
+        // A stopped round, or a watch that closed at once (client-go's VeryShortWatchError,
+        // logged by `watch`): the round ends without an error.
+        result.unwrap_or_else(|e| panic!("{ending:?}: {e}"));
+        let took = start.elapsed();
+        // A watch ending without events that soon is very short (client-go's
+        // VeryShortWatchError): the round ends, with no re-watch and no relist.
+        assert_eq!(lw.watches().len(), case.watches, "{ending:?}");
+        assert_eq!(took, case.took, "{ending:?}");
+        // Every watch the reflector opened and the test still feeds was stopped (its
+        // stream dropped).
+        for fw in streams.lock().unwrap().iter() {
+            assert!(fw.is_closed(), "{ending:?}: watch left open");
+        }
+        let lists = if ending == Ending::CancelledBeforeRound {
+            0
+        } else {
+            1
+        };
+        assert_eq!(lw.lists().len(), lists, "{ending:?}");
+    }
+}
+
+/// client-go `TestNewReflectorWithCustomBackoff`: the backoff between refused watch
+/// connections follows the options (default: 800 ms doubling, with jitter; custom: 10 ms
+/// doubling to a 100 ms cap, no jitter, so five failures wait 10+20+40+80+100 ms).
+#[tokio::test(start_paused = true)]
+async fn new_reflector_with_custom_backoff() {
+    struct Case {
+        name: &'static str,
+        backoff: BackoffOptions,
+        conn_fails: usize,
+        lower: Duration,
+        upper: Duration,
+    }
+    let cases = [
+        Case {
+            name: "default backoff",
+            backoff: BackoffOptions::default(),
+            conn_fails: 2,
+            // 800 ms + 1.6 s, each up to twice as long with jitter.
+            lower: Duration::from_millis(2400),
+            upper: Duration::from_secs(10),
+        },
+        Case {
+            name: "custom backoff",
+            backoff: BackoffOptions {
+                initial: Duration::from_millis(10),
+                factor: 2.0,
+                jitter: 0.0,
+                cap: Duration::from_millis(100),
+                ..BackoffOptions::default()
+            },
+            conn_fails: 5,
+            lower: Duration::from_millis(250),
+            upper: Duration::from_millis(300),
+        },
+    ];
+    for case in cases {
+        let took = conn_refused_backoff(case.conn_fails, case.backoff).await;
+        assert!(
+            took >= case.lower && took <= case.upper,
+            "{}: {took:?} not in [{:?}, {:?}]",
+            case.name,
+            case.lower,
+            case.upper
+        );
     }
 }

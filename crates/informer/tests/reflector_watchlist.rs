@@ -380,3 +380,193 @@ async fn watch_list_expired_resource_version_retries_with_a_consistent_read() {
     assert_eq!(h.store.items(), pairs(&[("p9", "9")]));
     assert!(h.lw.lists().is_empty());
 }
+
+/// Found by the dynamic informer tests: a streaming list refused with 410 even as a
+/// consistent read used to be retried at once, forever; with a lister-watcher that answers
+/// at once the reflector then spun without ever yielding (a current-thread runtime hung).
+/// Now a refused consistent read ends the streaming attempt and the round lists instead.
+#[tokio::test(start_paused = true)]
+async fn watch_list_expired_consistent_read_falls_back_to_a_list() {
+    let streaming_refused = Arc::new(AtomicUsize::new(0));
+    let mut h = harness(true, Some(pod_list("5", None, vec![pod("p5", "5")])), {
+        let refused = streaming_refused.clone();
+        move |p| {
+            p.send_initial_events.then(|| {
+                // Bounded, so that the old behaviour fails this test instead of hanging.
+                if refused.fetch_add(1, Ordering::SeqCst) >= 50 {
+                    return Error::InvalidRequest("spun".into());
+                }
+                expired("too old resource version")
+            })
+        }
+    });
+    let task = h.start();
+    let fw = tokio::time::timeout(Duration::from_secs(60), h.next_watch())
+        .await
+        .expect("the round reaches a plain watch");
+    assert_eq!(streaming_refused.load(Ordering::SeqCst), 1);
+    assert_eq!(h.lw.lists().len(), 1);
+    assert_eq!(h.store.items(), pairs(&[("p5", "5")]));
+    h.stop_after(&fw, task).await.unwrap();
+    assert_eq!(
+        h.lw.watches()
+            .iter()
+            .map(|w| (w.send_initial_events, w.resource_version.clone()))
+            .collect::<Vec<_>>(),
+        [(true, None), (false, Some("5".into()))]
+    );
+}
+
+/// client-go `TestWatchListResourceVersion`: the resourceVersion a streaming list syncs to is
+/// taken only from an event other than ADDED (the end bookmark); a stream stopped before it
+/// leaves the reflector unsynced, and the store untouched.
+#[tokio::test(start_paused = true)]
+async fn watch_list_resource_version() {
+    struct Scenario {
+        name: &'static str,
+        events: Vec<kctrl_client::WatchEvent<Pod>>,
+        expected: &'static str,
+    }
+    let scenarios = [
+        Scenario {
+            name: "empty resource version",
+            events: vec![],
+            expected: "",
+        },
+        Scenario {
+            name: "empty resource version without bookmark event",
+            events: vec![kctrl_client::WatchEvent::Added(pod("p1", "1"))],
+            expected: "",
+        },
+        Scenario {
+            name: "non empty resource version with bookmark event and initial events annotation",
+            events: vec![
+                kctrl_client::WatchEvent::Added(pod("p1", "1")),
+                end_bookmark("2", "true"),
+            ],
+            expected: "2",
+        },
+    ];
+    for s in scenarios {
+        let mut h = harness(true, None, |_| None);
+        let task = h.start();
+        let fw = h.next_watch().await;
+        for e in s.events {
+            fw.send(e);
+        }
+        h.stop_after(&fw, task).await.unwrap();
+        assert_eq!(
+            h.reflector.last_sync_resource_version(),
+            s.expected,
+            "{}",
+            s.name
+        );
+        let replaced = h
+            .store
+            .ops()
+            .iter()
+            .any(|op| matches!(op, Op::Replace(_, rv) if rv == s.expected));
+        assert_eq!(replaced, !s.expected.is_empty(), "{}", s.name);
+    }
+}
+
+/// The reflector's log lines, captured for one test (on its thread).
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    fn capture(&self) -> tracing::subscriber::DefaultGuard {
+        let logs = self.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || logs.clone())
+            .with_ansi(false)
+            .without_time()
+            .with_max_level(tracing::Level::WARN)
+            .finish();
+        tracing::subscriber::set_default(subscriber)
+    }
+
+    /// The warnings about the missing end bookmark so far.
+    fn waiting(&self) -> Vec<String> {
+        String::from_utf8(self.0.lock().unwrap().clone())
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("awaiting the bookmark ending the initial events"))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// client-go `TestInitialEventsEndBookmarkTicker`: while a streaming list waits for its end
+/// bookmark, a warning every 10 s — "no events received yet" (with the time since the
+/// watch started) until an event arrives, then "still awaiting" (with the time since the
+/// last event) once 10 s pass without one. Nothing once the bookmark arrived, and nothing
+/// for a plain watch (upstream's no-op ticker).
+#[tokio::test(start_paused = true)]
+async fn initial_events_end_bookmark_ticker() {
+    let logs = Logs::default();
+    let _guard = logs.capture();
+    let at = |start: Instant, ms: u64| start + Duration::from_millis(ms);
+
+    let mut h = harness(true, None, |_| None);
+    let start = Instant::now();
+    let task = h.start();
+    let fw = h.next_watch().await;
+    tokio::time::sleep_until(at(start, 9_999)).await;
+    assert!(logs.waiting().is_empty(), "{:?}", logs.waiting());
+    tokio::time::sleep_until(at(start, 10_001)).await;
+    tokio::time::sleep_until(at(start, 20_001)).await;
+    let w = logs.waiting();
+    assert_eq!(w.len(), 2, "{w:?}");
+    assert!(
+        w[0].contains("no events received yet") && w[0].contains("waited=10s"),
+        "{w:?}"
+    );
+    assert!(
+        w[1].contains("no events received yet") && w[1].contains("waited=20s"),
+        "{w:?}"
+    );
+
+    // An event at 20 s: the next warning comes 10 s after it, about the last event.
+    fw.add(pod("p1", "1"));
+    fw.drained().await;
+    tokio::time::sleep_until(at(start, 29_999)).await;
+    assert_eq!(logs.waiting().len(), 2);
+    tokio::time::sleep_until(at(start, 30_002)).await;
+    tokio::time::sleep_until(at(start, 40_002)).await;
+    let w = logs.waiting();
+    assert_eq!(w.len(), 4, "{w:?}");
+    assert!(
+        w[2].contains("still awaiting") && w[2].contains("since_last_event=10s"),
+        "{w:?}"
+    );
+    assert!(
+        w[3].contains("events=1") && w[3].contains("since_last_event=20s"),
+        "{w:?}"
+    );
+
+    // The end bookmark stops the warnings; the stream goes on as the watch.
+    fw.send(end_bookmark("2", "true"));
+    fw.drained().await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(logs.waiting().len(), 4);
+    h.stop_after(&fw, task).await.unwrap();
+
+    // A plain watch never warns.
+    let mut h = harness(false, Some(pod_list("1", None, vec![])), |_| None);
+    let task = h.start();
+    let fw = h.next_watch().await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    h.stop_after(&fw, task).await.unwrap();
+    assert_eq!(logs.waiting().len(), 4);
+}

@@ -254,7 +254,10 @@ where
         } else {
             options.name
         };
-        let type_description = if K::GROUP.is_empty() {
+        let type_description = if K::KIND.is_empty() {
+            // A resource named at run time (`DynamicObject`): the name says which.
+            format!("dynamic objects of {name}")
+        } else if K::GROUP.is_empty() {
             format!("{}/{}", K::VERSION, K::KIND)
         } else {
             format!("{}/{}, Kind={}", K::GROUP, K::VERSION, K::KIND)
@@ -539,7 +542,8 @@ where
     }
 
     /// Whether a streaming list failing with `err` should be retried (after backing off for
-    /// a busy server; at once with a consistent read for an unavailable resourceVersion).
+    /// a busy server; at once with a consistent read for an unavailable resourceVersion,
+    /// unless the failed request was a consistent read already).
     async fn retry_watch_list(&self, err: &Error, cancel: &CancellationToken) -> bool {
         if is_watch_error_retriable(err) {
             log!(debug, self, %err, "streaming list failed; backing off");
@@ -547,8 +551,13 @@ where
             return pause(delay, cancel, &mut Resync::off(), || {}).await;
         }
         if is_expired(err) || is_too_large_resource_version(err) {
+            // Retried at once with a consistent read (client-go). A consistent read refused
+            // the same way is not retried: that would spin without a pause (and, with a
+            // lister-watcher that answers at once, never yield); the round falls back to a
+            // list instead.
+            let was_consistent = self.rewatch_resource_version().is_empty();
             self.set_unavailable(true);
-            return true;
+            return !was_consistent;
         }
         false
     }
@@ -675,13 +684,19 @@ where
         let mut past_added = false;
         let mut warn_at =
             exit_on_initial_events_end.then(|| start + INITIAL_EVENTS_WARNING_INTERVAL);
+        let mut last_event: Option<Instant> = None;
         loop {
             let next = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return WatchEnd::Stopped,
                 _ = resync.tick() => { self.resync(); continue; }
                 _ = wait_until(warn_at) => {
-                    log!(warn, self, events, waited = ?start.elapsed(), "still waiting for the bookmark ending the initial events");
+                    // As client-go's initial-events-end bookmark ticker words it: nothing
+                    // arrived yet, or nothing for a whole interval since the last event.
+                    match last_event {
+                        None => log!(warn, self, waited = ?start.elapsed(), "awaiting the bookmark ending the initial events; no events received yet"),
+                        Some(at) => log!(warn, self, events, since_last_event = ?at.elapsed(), "still awaiting the bookmark ending the initial events"),
+                    }
                     warn_at = Some(Instant::now() + INITIAL_EVENTS_WARNING_INTERVAL);
                     continue;
                 }
@@ -735,7 +750,9 @@ where
                 return WatchEnd::InitialEventsEnd;
             }
             if let Some(at) = &mut warn_at {
-                *at = Instant::now() + INITIAL_EVENTS_WARNING_INTERVAL;
+                let now = Instant::now();
+                *at = now + INITIAL_EVENTS_WARNING_INTERVAL;
+                last_event = Some(now);
             }
         }
         if events == 0 && start.elapsed() < VERY_SHORT_WATCH {
