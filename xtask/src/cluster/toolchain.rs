@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 
 use super::versions::{
-    Binary, ETCD_VERSION, GO_MIN_MINOR, K8S_VERSION, KWOK_STAGE_FILES, KWOK_VERSION, Wrapper,
+    Binary, E2E_TEST_BINARY, ETCD_VERSION, GO_MIN_MINOR, K8S_VERSION, KWOK_STAGE_FILES,
+    KWOK_VERSION, Wrapper, e2e_test_build_args, e2e_test_recipe,
 };
 
 /// How often a long-running Go command reports progress.
@@ -72,8 +73,24 @@ impl Cache {
     }
 
     fn recipe_file(&self, binary: Binary) -> PathBuf {
-        self.bin_dir()
-            .join(format!(".{}.recipe", binary.file_name()))
+        self.recipe_file_of(binary.file_name())
+    }
+
+    fn recipe_file_of(&self, file_name: &str) -> PathBuf {
+        self.bin_dir().join(format!(".{file_name}.recipe"))
+    }
+
+    /// Upstream's e2e test binary (`cargo xtask conformance`; not part of the control plane, so
+    /// not in [`Cache::missing`]).
+    pub(crate) fn e2e_test(&self) -> PathBuf {
+        self.bin_dir().join(E2E_TEST_BINARY)
+    }
+
+    /// Whether [`Cache::e2e_test`] is present and was built from the current recipe.
+    pub(crate) fn e2e_test_is_built(&self) -> bool {
+        fs::read_to_string(self.recipe_file_of(E2E_TEST_BINARY))
+            .is_ok_and(|r| r.trim() == e2e_test_recipe())
+            && self.e2e_test().is_file()
     }
 
     fn log_dir(&self) -> PathBuf {
@@ -341,6 +358,11 @@ fn prepare_wrapper(
     let dir = cache.root.join("src").join(wrapper.dir_name());
     fs::create_dir_all(&dir)?;
     let go_mod = wrapper.go_mod();
+    // What the resolution depends on: the go.mod and the generated sources (their imports).
+    let mut inputs = go_mod.clone();
+    for (name, text) in wrapper.files() {
+        inputs.push_str(&format!("\n// {name}\n{text}"));
+    }
     let go_mod_path = dir.join("go.mod");
     let go_sum_path = dir.join("go.sum");
     let no_sumdb_path = dir.join(".gonosumdb");
@@ -351,12 +373,15 @@ fn prepare_wrapper(
         .filter(|l| !l.is_empty())
         .collect();
     let resolved_marker = dir.join(".resolved");
-    if fs::read_to_string(&resolved_marker).ok().as_deref() == Some(go_mod.as_str())
+    if fs::read_to_string(&resolved_marker).ok().as_deref() == Some(inputs.as_str())
         && go_sum_path.is_file()
     {
         return Ok(no_sumdb);
     }
     fs::write(&go_mod_path, &go_mod)?;
+    for (name, text) in wrapper.files() {
+        fs::write(dir.join(name), text)?;
+    }
     let _ = fs::remove_file(&go_sum_path);
     let (module, version) = wrapper.upstream();
     let log = cache
@@ -377,7 +402,7 @@ fn prepare_wrapper(
         )?;
         if outcome.success {
             fs::write(&no_sumdb_path, no_sumdb.join("\n"))?;
-            fs::write(&resolved_marker, &go_mod)?;
+            fs::write(&resolved_marker, &inputs)?;
             return Ok(no_sumdb);
         }
         let mut new: Vec<String> = outcome
@@ -539,6 +564,61 @@ pub(crate) fn ensure_built(cache: &Cache) -> Result<Vec<(Binary, Duration)>> {
         go.env("GOCACHE"),
     );
     Ok(times)
+}
+
+/// Builds upstream's e2e test binary (`go test -c` in the [`Wrapper::E2e`] module) unless the
+/// cache holds one from the current recipe. Returns its path and, if it was built now, how
+/// long that took. The control plane's packages are shared through GOCACHE, so this is much
+/// faster after `cargo xtask cluster build`.
+pub(crate) fn ensure_e2e_test_built(cache: &Cache) -> Result<(PathBuf, Option<Duration>)> {
+    if cache.e2e_test_is_built() {
+        return Ok((cache.e2e_test(), None));
+    }
+    let go = find_go()?;
+    fs::create_dir_all(cache.bin_dir())?;
+    fs::create_dir_all(cache.log_dir())?;
+    let started = Instant::now();
+    eprintln!(
+        "building upstream's e2e test binary ({E2E_TEST_BINARY}, Kubernetes {K8S_VERSION}) with \
+         {} into {} — minutes on 2 cores; later runs reuse it",
+        go.version,
+        cache.bin_dir().display()
+    );
+    let no_sumdb = prepare_wrapper(&go, cache, Wrapper::E2e, started)?;
+    let build_date = utc_now_rfc3339();
+    let tmp = cache.bin_dir().join(format!(".{E2E_TEST_BINARY}.tmp"));
+    let log = cache.log_dir().join(format!("build-{E2E_TEST_BINARY}.log"));
+    let mut cmd = go.command(
+        &cache.root.join("src").join(Wrapper::E2e.dir_name()),
+        &no_sumdb,
+    );
+    cmd.args(e2e_test_build_args(&build_date))
+        .arg("-o")
+        .arg(&tmp)
+        .arg(".");
+    let outcome = run_with_progress(cmd, &log, E2E_TEST_BINARY, "output lines", started)?;
+    if !outcome.success {
+        bail!(
+            "building {E2E_TEST_BINARY} failed.\nLast output:\n  {}\nFull log: {}",
+            outcome.tail.join("\n  "),
+            log.display()
+        );
+    }
+    fs::rename(&tmp, cache.e2e_test())?;
+    fs::write(cache.recipe_file_of(E2E_TEST_BINARY), e2e_test_recipe())?;
+    let took = started.elapsed();
+    eprintln!("  built {E2E_TEST_BINARY} in {}", fmt_duration(took));
+    let mut record = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(cache.root.join("build-times.txt"))?;
+    writeln!(
+        record,
+        "{build_date} {E2E_TEST_BINARY} {:.0}s {}",
+        took.as_secs_f64(),
+        go.version
+    )?;
+    Ok((cache.e2e_test(), Some(took)))
 }
 
 /// Current UTC time as `YYYY-MM-DDTHH:MM:SSZ` (std only; civil-from-days conversion).
