@@ -134,6 +134,46 @@ fn dir_size(path: &Path) -> u64 {
     }
 }
 
+/// An exclusive lock on `<cache>/.build.lock`, held while building into the cache, so that
+/// concurrent xtask commands (e.g. `cluster up` in one terminal and `conformance` in another)
+/// build once: the second waits, then finds the binaries built. Released on drop (and by the
+/// kernel if the process dies).
+pub(crate) struct BuildLock {
+    _file: fs::File,
+}
+
+impl BuildLock {
+    /// Takes the lock, waiting (and saying so) while another process holds it.
+    pub(crate) fn acquire(cache: &Cache) -> Result<BuildLock> {
+        fs::create_dir_all(&cache.root)
+            .with_context(|| format!("creating {}", cache.root.display()))?;
+        let path = cache.root.join(".build.lock");
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => {
+                eprintln!(
+                    "another process is building into {}; waiting for it to finish",
+                    cache.root.display()
+                );
+                let waited = Instant::now();
+                file.lock()
+                    .with_context(|| format!("locking {}", path.display()))?;
+                eprintln!("  … it finished after {}", fmt_duration(waited.elapsed()));
+            }
+            Err(fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("locking {}", path.display()));
+            }
+        }
+        Ok(BuildLock { _file: file })
+    }
+}
+
 /// The Go toolchain found on this machine.
 struct Go {
     program: OsString,
@@ -468,6 +508,11 @@ fn install_kwok_stages(go: &Go, cache: &Cache, no_sumdb: &[String]) -> Result<()
 /// Builds whatever is missing from the cache. Prints progress on stderr. Returns the per-binary
 /// build times (empty when everything was cached).
 pub(crate) fn ensure_built(cache: &Cache) -> Result<Vec<(Binary, Duration)>> {
+    if cache.missing().is_empty() {
+        return Ok(Vec::new());
+    }
+    let _lock = BuildLock::acquire(cache)?;
+    // Another process may have built them while we waited.
     let missing = cache.missing();
     if missing.is_empty() {
         return Ok(Vec::new());
@@ -574,6 +619,10 @@ pub(crate) fn ensure_e2e_test_built(cache: &Cache) -> Result<(PathBuf, Option<Du
     if cache.e2e_test_is_built() {
         return Ok((cache.e2e_test(), None));
     }
+    let _lock = BuildLock::acquire(cache)?;
+    if cache.e2e_test_is_built() {
+        return Ok((cache.e2e_test(), None));
+    }
     let go = find_go()?;
     fs::create_dir_all(cache.bin_dir())?;
     fs::create_dir_all(cache.log_dir())?;
@@ -648,6 +697,27 @@ pub(crate) fn utc_now_rfc3339() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_build_lock_is_exclusive_and_released_on_drop() {
+        let root = std::env::temp_dir().join(format!("kctrl-build-lock-{}", std::process::id()));
+        let cache = Cache { root: root.clone() };
+        let held = BuildLock::acquire(&cache).unwrap();
+        let other = fs::OpenOptions::new()
+            .write(true)
+            .open(root.join(".build.lock"))
+            .unwrap();
+        assert!(matches!(
+            other.try_lock(),
+            Err(fs::TryLockError::WouldBlock)
+        ));
+        drop(held);
+        other.try_lock().unwrap();
+        other.unlock().unwrap();
+        let again = BuildLock::acquire(&cache).unwrap();
+        drop(again);
+        fs::remove_dir_all(&root).unwrap();
+    }
 
     #[test]
     fn parses_go_minor() {
