@@ -205,6 +205,7 @@ package conformance
 import (
 	"flag"
 	"os"
+	"strings"
 	"testing"
 
 	e2esuite "k8s.io/kubernetes/test/e2e"
@@ -233,8 +234,7 @@ func TestMain(m *testing.M) {
 	framework.RegisterClusterFlags(flag.CommandLine)
 	flag.Parse()
 	if flag.NArg() > 0 {
-		os.Stderr.WriteString("unexpected arguments
-")
+		os.Stderr.WriteString("unexpected arguments: " + strings.Join(flag.Args(), " ") + "\n")
 		os.Exit(2)
 	}
 	for _, fs := range []testfiles.FileSource{
