@@ -72,6 +72,14 @@ pub(crate) enum Controller {
 }
 
 impl Controller {
+    /// Who runs the Deployments, for messages.
+    fn describe(self) -> &'static str {
+        match self {
+            Controller::Ours => "our deployment-controller",
+            Controller::Upstream => "kube-controller-manager's Deployment controller",
+        }
+    }
+
     fn slug(self) -> &'static str {
         match self {
             Controller::Ours => "ours",
@@ -163,7 +171,7 @@ pub(crate) fn e2e_args(kubeconfig: &Path, kubectl: &Path, junit: &Path) -> Vec<S
 /// The per-spec result of a run.
 #[derive(Debug, PartialEq)]
 pub(crate) struct Summary {
-    /// The focused specs, in report order.
+    /// The focused specs, sorted by their text.
     pub(crate) specs: Vec<TestCase>,
     /// Suite-level nodes (BeforeSuite, AfterSuite, reporting) that did not pass.
     pub(crate) suite_failures: Vec<TestCase>,
@@ -181,6 +189,8 @@ impl Summary {
                 suite_failures.push(case);
             }
         }
+        // Ginkgo randomises the order; sort by text so runs compare line by line.
+        specs.sort_by(|a, b| a.text().cmp(b.text()));
         Summary {
             specs,
             suite_failures,
@@ -221,8 +231,8 @@ impl Summary {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "[sig-apps] Deployment specs with the {} Deployment controller:",
-            controller.slug()
+            "[sig-apps] Deployment specs with {}:",
+            controller.describe()
         );
         for s in &self.specs {
             let verdict = match s.outcome() {
@@ -367,8 +377,8 @@ pub(crate) fn run(args: ConformanceArgs) -> Result<()> {
     let down = crate::cluster::down(&args.name);
     controller_process::dismiss_reaper(reaper);
     eprintln!(
-        "==> conformance run with the {} controller took {} (report: {})",
-        args.controller.slug(),
+        "==> conformance run with {} took {} (report: {})",
+        args.controller.describe(),
         fmt_duration(started.elapsed()),
         junit_path.display()
     );
@@ -377,9 +387,9 @@ pub(crate) fn run(args: ConformanceArgs) -> Result<()> {
     let problems = summary.problems();
     if !problems.is_empty() {
         bail!(
-            "{} problem(s) with the {} controller:\n  {}",
+            "{} problem(s) with {}:\n  {}",
             problems.len(),
-            args.controller.slug(),
+            args.controller.describe(),
             problems.join("\n  ")
         );
     }
@@ -585,6 +595,11 @@ mod tests {
         let cases = vec![
             case("[SynchronizedBeforeSuite]", "passed", None),
             case(
+                "[It] [sig-apps] Deployment should not disrupt a cloud load-balancer's connectivity during rollout [sig-apps]",
+                "skipped",
+                Some("skipped"),
+            ),
+            case(
                 "[It] [sig-apps] Deployment deployment should support rollover [Conformance] [sig-apps, Conformance]",
                 "passed",
                 None,
@@ -599,14 +614,12 @@ mod tests {
                 "failed",
                 Some("x"),
             ),
-            case(
-                "[It] [sig-apps] Deployment should not disrupt a cloud load-balancer's connectivity during rollout [sig-apps]",
-                "skipped",
-                Some("skipped"),
-            ),
         ];
         let summary = Summary::from_cases(cases.clone());
         assert_eq!(summary.specs.len(), 2);
+        // Sorted by text, whatever order Ginkgo ran them in.
+        assert!(summary.specs[0].text().contains("rollover"));
+        assert!(summary.specs[1].text().contains("load-balancer"));
         assert!(summary.suite_failures.is_empty());
         assert!(summary.problems().is_empty(), "{:?}", summary.problems());
         let text = summary.render(Controller::Ours);
