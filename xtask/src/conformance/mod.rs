@@ -205,6 +205,11 @@ impl Summary {
     /// focused spec left out although no [`SKIPS`] entry covers it.
     pub(crate) fn problems(&self) -> Vec<String> {
         let mut out = Vec::new();
+        // After an interrupt Ginkgo reports the specs it did not reach as filtered out.
+        let interrupted = self
+            .specs
+            .iter()
+            .any(|s| matches!(s.status.as_str(), "interrupted" | "aborted"));
         if self.specs.is_empty() {
             out.push("the report holds no `[sig-apps] Deployment` spec".to_owned());
         }
@@ -212,10 +217,14 @@ impl Summary {
             match s.outcome() {
                 Outcome::Failed => out.push(format!("{} ({})", s.text(), s.status)),
                 Outcome::Skipped if s.filtered_out() && skip_for(&s.name).is_none() => {
-                    out.push(format!(
-                        "{} was left out, but no skip-list entry covers it",
-                        s.text()
-                    ))
+                    out.push(if interrupted {
+                        format!("{} did not run (the run was interrupted)", s.text())
+                    } else {
+                        format!(
+                            "{} was left out, but no skip-list entry covers it",
+                            s.text()
+                        )
+                    })
                 }
                 _ => {}
             }
@@ -652,6 +661,18 @@ mod tests {
         assert_eq!(problems.len(), 3, "{problems:?}");
         assert!(problems[0].contains("iterative rollouts") && problems[0].contains("timedout"));
         assert!(problems[1].contains("no skip-list entry"));
+        let mut interrupted = summary.specs.clone();
+        interrupted[0].status = "interrupted".to_owned();
+        let after_interrupt = Summary {
+            specs: interrupted,
+            suite_failures: Vec::new(),
+        }
+        .problems();
+        assert!(
+            after_interrupt
+                .iter()
+                .any(|p| p.contains("did not run (the run was interrupted)"))
+        );
         assert!(problems[2].contains("SynchronizedAfterSuite"));
         let text = summary.render(Controller::Upstream);
         assert!(text.contains("FAIL"), "{text}");
