@@ -177,6 +177,11 @@ pub(crate) fn log_since(log: &Path, offset: u64) -> String {
 }
 
 impl ControllerProcess {
+    /// Its process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.record.pid
+    }
+
     /// Where the process logs.
     pub(crate) fn log_path(&self) -> &Path {
         &self.log
@@ -221,6 +226,110 @@ impl Drop for ControllerProcess {
             let _ = child.wait();
             let _ = fs::remove_file(&self.pid_file);
         }
+    }
+}
+
+/// Whether a command line runs a Deployment controller: our `deployment-controller` (also as
+/// the program a wrapper such as valgrind runs), or a kube-controller-manager whose
+/// `--controllers` enables `deployment-controller` (alias `deployment`). As
+/// kube-controller-manager decides: the first entry naming the controller (`name` or `-name`)
+/// wins, else `*` enables it; without the flag the default is `*`.
+pub(crate) fn runs_deployment_controller(args: &[String]) -> bool {
+    let file_name = |a: &str| {
+        std::path::Path::new(a)
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let program = args.first().map(|a| file_name(a)).unwrap_or_default();
+    if args
+        .iter()
+        .filter(|a| !a.starts_with('-'))
+        .any(|a| file_name(a) == "deployment-controller")
+    {
+        return true;
+    }
+    if program != "kube-controller-manager" {
+        return false;
+    }
+    let mut controllers = "*".to_owned();
+    let mut it = args.iter().skip(1);
+    while let Some(a) = it.next() {
+        if let Some(v) = a.strip_prefix("--controllers=") {
+            controllers = v.to_owned();
+        } else if a == "--controllers" {
+            controllers = it.next().cloned().unwrap_or_default();
+        }
+    }
+    for entry in controllers.split(',').map(str::trim) {
+        match entry {
+            "deployment-controller" | "deployment" => return true,
+            "-deployment-controller" | "-deployment" => return false,
+            _ => {}
+        }
+    }
+    controllers.split(',').any(|e| e.trim() == "*")
+}
+
+/// Processes that run a Deployment controller against this cluster (their command line names a
+/// file of the cluster's directory, e.g. its kubeconfig).
+pub(crate) fn deployment_controllers(cluster_dir: &Path) -> Vec<(u32, String)> {
+    let marker = cluster_dir.display().to_string();
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let matched: Vec<(u32, String)> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let args = process::cmdline(pid);
+            (args.iter().any(|a| a.contains(&marker)) && runs_deployment_controller(&args))
+                .then(|| (pid, args.join(" ")))
+        })
+        .collect();
+    // A child forked by a controller shows the parent's command line until it execs: it is
+    // the same controller, not a second one.
+    let pids: Vec<u32> = matched.iter().map(|(pid, _)| *pid).collect();
+    matched
+        .into_iter()
+        .filter(|(pid, _)| process::parent(*pid).is_none_or(|p| !pids.contains(&p)))
+        .collect()
+}
+
+/// A detached `sh` that waits for this xtask process to disappear (Ctrl-C, kill), then stops
+/// the controller recorded in `controller_pid_file` (if any) and cluster `cluster`. Callers that
+/// finish normally tear down themselves and kill the watcher.
+pub(crate) fn spawn_reaper(cluster: &str, controller_pid_file: &Path) -> Result<Child> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().context("locating the xtask binary")?;
+    Command::new("sh")
+        .args([
+            "-c",
+            &reaper_script(std::process::id(), controller_pid_file, &exe, cluster),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .context("starting the clean-up watcher")
+}
+
+/// The watcher's shell script (see [`spawn_reaper`]).
+fn reaper_script(pid: u32, controller_pid_file: &Path, xtask: &Path, cluster: &str) -> String {
+    format!(
+        "while kill -0 {pid} 2>/dev/null; do sleep 0.5; done\n\
+         if [ -f '{pidf}' ]; then kill \"$(cut -d' ' -f1 '{pidf}')\" 2>/dev/null; fi\n\
+         exec '{exe}' cluster down --name '{cluster}'",
+        pidf = controller_pid_file.display(),
+        exe = xtask.display(),
+    )
+}
+
+/// Kills a reaper from [`spawn_reaper`] once the caller has torn down itself.
+pub(crate) fn dismiss_reaper(reaper: Option<Child>) {
+    if let Some(mut r) = reaper {
+        let _ = r.kill();
+        let _ = r.wait();
     }
 }
 
@@ -312,5 +421,56 @@ mod tests {
         drop(p);
         assert!(!Path::new(&format!("/proc/{pid}")).exists());
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn argv(s: &str) -> Vec<String> {
+        s.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn which_command_lines_run_a_deployment_controller() {
+        assert!(runs_deployment_controller(&argv(
+            "/t/release/deployment-controller --kubeconfig=/c/k --leader-elect=false"
+        )));
+        assert!(runs_deployment_controller(&argv(
+            "valgrind --tool=callgrind /t/release/deployment-controller --kubeconfig=/c/k"
+        )));
+        assert!(runs_deployment_controller(&argv(
+            "/usr/libexec/valgrind/callgrind-amd64-linux --tool=callgrind /t/deployment-controller"
+        )));
+        assert!(!runs_deployment_controller(&argv(
+            "/t/release/xtask bench controller --name bench-controller"
+        )));
+        assert!(!runs_deployment_controller(&argv(
+            "valgrind --tool=callgrind /usr/bin/etcd"
+        )));
+        let kcm = |flags: &str| {
+            argv(&format!(
+                "/cache/bin/kube-controller-manager --kubeconfig=/c {flags}"
+            ))
+        };
+        assert!(runs_deployment_controller(&kcm("")), "default is *");
+        assert!(runs_deployment_controller(&kcm(
+            "--controllers=deployment-controller"
+        )));
+        assert!(runs_deployment_controller(&kcm("--controllers deployment")));
+        assert!(runs_deployment_controller(&kcm("--controllers=*")));
+        assert!(!runs_deployment_controller(&kcm(
+            "--controllers=*,-deployment-controller"
+        )));
+        assert!(!runs_deployment_controller(&kcm(
+            "--controllers=-deployment,*"
+        )));
+        assert!(!runs_deployment_controller(&kcm(
+            "--controllers=replicaset-controller"
+        )));
+        assert!(
+            runs_deployment_controller(&kcm("--controllers=deployment,-deployment")),
+            "the first entry naming it wins"
+        );
+        assert!(!runs_deployment_controller(&argv(
+            "/usr/bin/kube-scheduler --kubeconfig=/c"
+        )));
+        assert!(!runs_deployment_controller(&[]));
     }
 }

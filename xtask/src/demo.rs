@@ -15,7 +15,6 @@ mod svg;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -60,12 +59,14 @@ pub(crate) fn run(args: DemoArgs) -> Result<()> {
         nodes: 3,
         apiserver_args: Vec::new(),
         controller_manager_args: Vec::new(),
+        deployment_controller: false,
     })?;
     // From here on the cluster is ours to stop (unless --keep), whatever happens.
     let reaper = if args.keep {
         None
     } else {
-        spawn_reaper(&args.name, &info).ok()
+        controller_process::spawn_reaper(&args.name, &controller_log(&info).with_extension("pid"))
+            .ok()
     };
     let result = demo(&info, started);
     match result {
@@ -78,10 +79,7 @@ pub(crate) fn run(args: DemoArgs) -> Result<()> {
         Ok(controller) => {
             let stopped = controller.map_or(Ok(()), ControllerProcess::stop);
             let down = crate::cluster::down(&args.name);
-            if let Some(mut r) = reaper {
-                let _ = r.kill();
-                let _ = r.wait();
-            }
+            controller_process::dismiss_reaper(reaper);
             stopped.and(down)
         }
         Err(e) => {
@@ -92,10 +90,7 @@ pub(crate) fn run(args: DemoArgs) -> Result<()> {
                 );
             } else {
                 let _ = crate::cluster::down(&args.name);
-                if let Some(mut r) = reaper {
-                    let _ = r.kill();
-                    let _ = r.wait();
-                }
+                controller_process::dismiss_reaper(reaper);
             }
             Err(e)
         }
@@ -152,29 +147,6 @@ fn demo(info: &ClusterInfo, started: Instant) -> Result<Option<ControllerProcess
 
 fn controller_log(info: &ClusterInfo) -> PathBuf {
     info.dir.join("logs").join("deployment-controller.log")
-}
-
-/// A detached `sh` that waits for this process to disappear (Ctrl-C, kill) and then stops the
-/// controller and the cluster. On a normal exit the demo tears down itself and kills it.
-fn spawn_reaper(name: &str, info: &ClusterInfo) -> Result<Child> {
-    use std::os::unix::process::CommandExt;
-    let exe = std::env::current_exe().context("locating the xtask binary")?;
-    let pid_file = controller_log(info).with_extension("pid");
-    let script = format!(
-        "while kill -0 {pid} 2>/dev/null; do sleep 0.5; done\n\
-         if [ -f '{pidf}' ]; then kill \"$(cut -d' ' -f1 '{pidf}')\" 2>/dev/null; fi\n\
-         exec '{exe}' cluster down --name '{name}'",
-        pid = std::process::id(),
-        pidf = pid_file.display(),
-        exe = exe.display(),
-    );
-    Command::new("sh")
-        .args(["-c", &script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .process_group(0)
-        .spawn()
-        .context("starting the clean-up watcher")
 }
 
 fn print_keep_help(info: &ClusterInfo, name: &str, controller: &ControllerProcess) {

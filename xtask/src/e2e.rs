@@ -133,6 +133,7 @@ pub(crate) fn run(args: E2eArgs) -> Result<()> {
                 nodes: 3,
                 apiserver_args: LOCAL_APISERVER_ARGS.iter().map(|s| s.to_string()).collect(),
                 controller_manager_args: Vec::new(),
+                deployment_controller: false,
             })?;
             let _ = KUBECTL.set(info.kubectl.clone());
             let xtask = std::env::current_exe().context("locating the xtask binary")?;

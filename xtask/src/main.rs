@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod cluster;
+mod conformance;
 mod controller_process;
 mod demo;
 mod e2e;
@@ -23,6 +24,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// The local Kubernetes control plane built from upstream's Go modules.
     Cluster(cluster::ClusterArgs),
+    /// Upstream's `[sig-apps] Deployment` e2e specs against the local control plane, with our
+    /// Deployment controller or kube-controller-manager's (`--controller upstream`).
+    Conformance(conformance::ConformanceArgs),
     /// Local cluster + our deployment-controller + a live rolling update, drawn as an SVG.
     Demo(demo::DemoArgs),
     /// The end-to-end suite against a real cluster.
@@ -37,6 +41,7 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Bench(args) => bench::run(args),
         Command::Cluster(args) => cluster::run(args),
+        Command::Conformance(args) => conformance::run(args),
         Command::Demo(args) => demo::run(args),
         Command::E2e(args) => e2e::run(args),
         Command::Fuzz(args) => fuzz::run(args),

@@ -3,7 +3,10 @@
 //! Unit, wire-level and doc tests of every crate (kctrl-fuzz's replay every fuzz seed and
 //! regression through the targets' properties), optionally a short coverage-guided run of each
 //! fuzz target (`--fuzz-seconds`), then the end-to-end suite against the local control plane
-//! (`cargo xtask e2e`, which builds the control plane on first use).
+//! (`cargo xtask e2e`, which builds the control plane on first use), then upstream's
+//! `[sig-apps] Deployment` e2e specs against our controller (`cargo xtask conformance`, which
+//! builds upstream's e2e test binary on first use and our controller in release mode;
+//! about 8 minutes on a cold cache, 2 warm, see docs/conformance.md).
 //!
 //! The fuzz run is off by default: its instrumented release build costs about 15 CPU-minutes
 //! from a cold cache (about 8 minutes on 2 idle cores), which CI, starting from a fresh clone,
@@ -16,9 +19,13 @@ use anyhow::{Context, bail};
 /// Arguments of `cargo xtask test`.
 #[derive(clap::Args)]
 pub(crate) struct TestArgs {
-    /// Skip the end-to-end suite (no Go toolchain or control plane needed).
+    /// Skip the end-to-end suite and the conformance specs (no Go toolchain or control plane
+    /// needed).
     #[arg(long)]
     no_e2e: bool,
+    /// Skip upstream's Deployment conformance specs (`cargo xtask conformance`).
+    #[arg(long)]
+    no_conformance: bool,
     /// Also fuzz each target for this many seconds (`cargo xtask fuzz`); 0, the default,
     /// skips it (the unit tests still replay every seed and regression).
     #[arg(long, default_value_t = 0, value_name = "SECONDS")]
@@ -48,7 +55,12 @@ pub(crate) fn run(args: TestArgs) -> anyhow::Result<()> {
         eprintln!("==> --no-e2e: skipping the end-to-end suite");
         return Ok(());
     }
-    crate::e2e::run(args.e2e)
+    crate::e2e::run(args.e2e)?;
+    if args.no_conformance {
+        eprintln!("==> --no-conformance: skipping upstream's Deployment specs");
+        return Ok(());
+    }
+    crate::conformance::run(crate::conformance::ConformanceArgs::ours())
 }
 
 /// Runs `cargo <args>` with the same toolchain that runs xtask, failing on a non-zero exit.

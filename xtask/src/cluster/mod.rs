@@ -80,6 +80,7 @@ pub(crate) fn run(args: ClusterArgs) -> Result<()> {
                 nodes,
                 apiserver_args,
                 controller_manager_args: Vec::new(),
+                deployment_controller: false,
             })?;
             eprintln!(
                 "  apiserver:  {} ({})",

@@ -181,6 +181,9 @@ struct State {
     apiserver_args: Vec<String>,
     #[serde(default)]
     controller_manager_args: Vec<String>,
+    /// kube-controller-manager runs its Deployment controller (see [`UpOptions`]).
+    #[serde(default)]
+    deployment_controller: bool,
     ports: Ports,
     started_at: String,
 }
@@ -236,7 +239,7 @@ impl Layout {
 }
 
 /// The workspace's target directory (`$CARGO_TARGET_DIR` or `<workspace>/target`).
-fn target_dir() -> PathBuf {
+pub(crate) fn target_dir() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("xtask is inside the workspace")
@@ -403,6 +406,9 @@ pub(crate) struct UpOptions {
     pub(crate) apiserver_args: Vec<String>,
     /// Extra kube-controller-manager flags, appended after ours (later flags win).
     pub(crate) controller_manager_args: Vec<String>,
+    /// Whether kube-controller-manager runs its own Deployment controller (upstream's, as a
+    /// baseline). Off by default: ours replaces it, and the two must never run together.
+    pub(crate) deployment_controller: bool,
 }
 
 /// Checks a cluster name: it becomes a directory and part of kubeconfig names.
@@ -453,6 +459,16 @@ pub(crate) fn ensure_up(opts: &UpOptions) -> Result<ClusterInfo> {
     let cache = Cache::locate()?;
     super::toolchain::ensure_built(&cache)?;
     if let Some(info) = running_info(&opts.name)? {
+        let runs_it = read_state(&Layout::new(&opts.name)).is_some_and(|s| s.deployment_controller);
+        if runs_it != opts.deployment_controller {
+            bail!(
+                "cluster '{}' is running, but its kube-controller-manager {} the Deployment \
+                 controller; stop it first (`cargo xtask cluster down --name {}`)",
+                opts.name,
+                if runs_it { "runs" } else { "does not run" },
+                opts.name
+            );
+        }
         eprintln!(
             "cluster '{}' is already running ({}); nothing to do",
             opts.name, info.apiserver_url
@@ -577,6 +593,7 @@ fn start(layout: &Layout, cache: &Cache, opts: &UpOptions) -> Result<ClusterInfo
         nodes: opts.nodes,
         apiserver_args: opts.apiserver_args.clone(),
         controller_manager_args: opts.controller_manager_args.clone(),
+        deployment_controller: opts.deployment_controller,
         ports,
         started_at: super::toolchain::utc_now_rfc3339(),
     };
@@ -594,6 +611,9 @@ fn start(layout: &Layout, cache: &Cache, opts: &UpOptions) -> Result<ClusterInfo
             args.extend(opts.apiserver_args.iter().cloned());
         }
         if c == Component::ControllerManager {
+            if opts.deployment_controller {
+                args = with_deployment_controller(args);
+            }
             args.extend(opts.controller_manager_args.iter().cloned());
         }
         let log = layout.log(c);
@@ -833,6 +853,23 @@ fn args(
             "--node-lease-duration-seconds=40".into(),
         ],
     }
+}
+
+/// The `--controllers` flag of kube-controller-manager with everything on by default,
+/// including its own Deployment controller.
+const CONTROLLERS_WITH_DEPLOYMENT: &str = "--controllers=*";
+
+/// kube-controller-manager's flags `args` with its Deployment controller switched back on.
+fn with_deployment_controller(args: Vec<String>) -> Vec<String> {
+    args.into_iter()
+        .map(|a| {
+            if a.starts_with("--controllers=") {
+                CONTROLLERS_WITH_DEPLOYMENT.to_owned()
+            } else {
+                a
+            }
+        })
+        .collect()
 }
 
 /// Fake nodes managed by KWOK (our own manifest: the annotation KWOK selects on, capacity for
@@ -1088,6 +1125,20 @@ mod tests {
             "t",
         );
         assert!(kcm.contains(&"--controllers=*,-deployment-controller".to_owned()));
+        assert!(!crate::controller_process::runs_deployment_controller(
+            &std::iter::once("kube-controller-manager".to_owned())
+                .chain(kcm.iter().cloned())
+                .collect::<Vec<_>>()
+        ));
+        // The upstream baseline: the same flags, with the Deployment controller on.
+        let upstream = with_deployment_controller(kcm.clone());
+        assert_eq!(upstream.len(), kcm.len());
+        assert!(upstream.contains(&"--controllers=*".to_owned()));
+        assert!(crate::controller_process::runs_deployment_controller(
+            &std::iter::once("kube-controller-manager".to_owned())
+                .chain(upstream)
+                .collect::<Vec<_>>()
+        ));
         let api = args(Component::Apiserver, &layout, &pki, &ports, &cache, "t");
         assert!(api.contains(&"--authorization-mode=Node,RBAC".to_owned()));
         assert!(api.contains(&"--bind-address=127.0.0.1".to_owned()));
@@ -1174,6 +1225,7 @@ mod tests {
             started_at: String::new(),
             apiserver_args: Vec::new(),
             controller_manager_args: Vec::new(),
+            deployment_controller: false,
         };
         let vars = ClusterInfo::from_state(&layout, &state, &cache).env_vars();
         let get = |k: &str| {

@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 
 use super::versions::{
-    Binary, ETCD_VERSION, GO_MIN_MINOR, K8S_VERSION, KWOK_STAGE_FILES, KWOK_VERSION, Wrapper,
+    Binary, E2E_TEST_BINARY, ETCD_VERSION, GO_MIN_MINOR, K8S_VERSION, KWOK_STAGE_FILES,
+    KWOK_VERSION, Wrapper, e2e_test_build_args, e2e_test_recipe,
 };
 
 /// How often a long-running Go command reports progress.
@@ -72,8 +73,24 @@ impl Cache {
     }
 
     fn recipe_file(&self, binary: Binary) -> PathBuf {
-        self.bin_dir()
-            .join(format!(".{}.recipe", binary.file_name()))
+        self.recipe_file_of(binary.file_name())
+    }
+
+    fn recipe_file_of(&self, file_name: &str) -> PathBuf {
+        self.bin_dir().join(format!(".{file_name}.recipe"))
+    }
+
+    /// Upstream's e2e test binary (`cargo xtask conformance`; not part of the control plane, so
+    /// not in [`Cache::missing`]).
+    pub(crate) fn e2e_test(&self) -> PathBuf {
+        self.bin_dir().join(E2E_TEST_BINARY)
+    }
+
+    /// Whether [`Cache::e2e_test`] is present and was built from the current recipe.
+    pub(crate) fn e2e_test_is_built(&self) -> bool {
+        fs::read_to_string(self.recipe_file_of(E2E_TEST_BINARY))
+            .is_ok_and(|r| r.trim() == e2e_test_recipe())
+            && self.e2e_test().is_file()
     }
 
     fn log_dir(&self) -> PathBuf {
@@ -114,6 +131,46 @@ fn dir_size(path: &Path) -> u64 {
             .unwrap_or(0)
     } else {
         meta.len()
+    }
+}
+
+/// An exclusive lock on `<cache>/.build.lock`, held while building into the cache, so that
+/// concurrent xtask commands (e.g. `cluster up` in one terminal and `conformance` in another)
+/// build once: the second waits, then finds the binaries built. Released on drop (and by the
+/// kernel if the process dies).
+pub(crate) struct BuildLock {
+    _file: fs::File,
+}
+
+impl BuildLock {
+    /// Takes the lock, waiting (and saying so) while another process holds it.
+    pub(crate) fn acquire(cache: &Cache) -> Result<BuildLock> {
+        fs::create_dir_all(&cache.root)
+            .with_context(|| format!("creating {}", cache.root.display()))?;
+        let path = cache.root.join(".build.lock");
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => {
+                eprintln!(
+                    "another process is building into {}; waiting for it to finish",
+                    cache.root.display()
+                );
+                let waited = Instant::now();
+                file.lock()
+                    .with_context(|| format!("locking {}", path.display()))?;
+                eprintln!("  … it finished after {}", fmt_duration(waited.elapsed()));
+            }
+            Err(fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("locking {}", path.display()));
+            }
+        }
+        Ok(BuildLock { _file: file })
     }
 }
 
@@ -341,6 +398,11 @@ fn prepare_wrapper(
     let dir = cache.root.join("src").join(wrapper.dir_name());
     fs::create_dir_all(&dir)?;
     let go_mod = wrapper.go_mod();
+    // What the resolution depends on: the go.mod and the generated sources (their imports).
+    let mut inputs = go_mod.clone();
+    for (name, text) in wrapper.files() {
+        inputs.push_str(&format!("\n// {name}\n{text}"));
+    }
     let go_mod_path = dir.join("go.mod");
     let go_sum_path = dir.join("go.sum");
     let no_sumdb_path = dir.join(".gonosumdb");
@@ -351,12 +413,15 @@ fn prepare_wrapper(
         .filter(|l| !l.is_empty())
         .collect();
     let resolved_marker = dir.join(".resolved");
-    if fs::read_to_string(&resolved_marker).ok().as_deref() == Some(go_mod.as_str())
+    if fs::read_to_string(&resolved_marker).ok().as_deref() == Some(inputs.as_str())
         && go_sum_path.is_file()
     {
         return Ok(no_sumdb);
     }
     fs::write(&go_mod_path, &go_mod)?;
+    for (name, text) in wrapper.files() {
+        fs::write(dir.join(name), text)?;
+    }
     let _ = fs::remove_file(&go_sum_path);
     let (module, version) = wrapper.upstream();
     let log = cache
@@ -377,7 +442,7 @@ fn prepare_wrapper(
         )?;
         if outcome.success {
             fs::write(&no_sumdb_path, no_sumdb.join("\n"))?;
-            fs::write(&resolved_marker, &go_mod)?;
+            fs::write(&resolved_marker, &inputs)?;
             return Ok(no_sumdb);
         }
         let mut new: Vec<String> = outcome
@@ -443,6 +508,11 @@ fn install_kwok_stages(go: &Go, cache: &Cache, no_sumdb: &[String]) -> Result<()
 /// Builds whatever is missing from the cache. Prints progress on stderr. Returns the per-binary
 /// build times (empty when everything was cached).
 pub(crate) fn ensure_built(cache: &Cache) -> Result<Vec<(Binary, Duration)>> {
+    if cache.missing().is_empty() {
+        return Ok(Vec::new());
+    }
+    let _lock = BuildLock::acquire(cache)?;
+    // Another process may have built them while we waited.
     let missing = cache.missing();
     if missing.is_empty() {
         return Ok(Vec::new());
@@ -541,6 +611,65 @@ pub(crate) fn ensure_built(cache: &Cache) -> Result<Vec<(Binary, Duration)>> {
     Ok(times)
 }
 
+/// Builds upstream's e2e test binary (`go test -c` in the [`Wrapper::E2e`] module) unless the
+/// cache holds one from the current recipe. Returns its path and, if it was built now, how
+/// long that took. The control plane's packages are shared through GOCACHE, so this is much
+/// faster after `cargo xtask cluster build`.
+pub(crate) fn ensure_e2e_test_built(cache: &Cache) -> Result<(PathBuf, Option<Duration>)> {
+    if cache.e2e_test_is_built() {
+        return Ok((cache.e2e_test(), None));
+    }
+    let _lock = BuildLock::acquire(cache)?;
+    if cache.e2e_test_is_built() {
+        return Ok((cache.e2e_test(), None));
+    }
+    let go = find_go()?;
+    fs::create_dir_all(cache.bin_dir())?;
+    fs::create_dir_all(cache.log_dir())?;
+    let started = Instant::now();
+    eprintln!(
+        "building upstream's e2e test binary ({E2E_TEST_BINARY}, Kubernetes {K8S_VERSION}) with \
+         {} into {} — minutes on 2 cores; later runs reuse it",
+        go.version,
+        cache.bin_dir().display()
+    );
+    let no_sumdb = prepare_wrapper(&go, cache, Wrapper::E2e, started)?;
+    let build_date = utc_now_rfc3339();
+    let tmp = cache.bin_dir().join(format!(".{E2E_TEST_BINARY}.tmp"));
+    let log = cache.log_dir().join(format!("build-{E2E_TEST_BINARY}.log"));
+    let mut cmd = go.command(
+        &cache.root.join("src").join(Wrapper::E2e.dir_name()),
+        &no_sumdb,
+    );
+    cmd.args(e2e_test_build_args(&build_date))
+        .arg("-o")
+        .arg(&tmp)
+        .arg(".");
+    let outcome = run_with_progress(cmd, &log, E2E_TEST_BINARY, "output lines", started)?;
+    if !outcome.success {
+        bail!(
+            "building {E2E_TEST_BINARY} failed.\nLast output:\n  {}\nFull log: {}",
+            outcome.tail.join("\n  "),
+            log.display()
+        );
+    }
+    fs::rename(&tmp, cache.e2e_test())?;
+    fs::write(cache.recipe_file_of(E2E_TEST_BINARY), e2e_test_recipe())?;
+    let took = started.elapsed();
+    eprintln!("  built {E2E_TEST_BINARY} in {}", fmt_duration(took));
+    let mut record = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(cache.root.join("build-times.txt"))?;
+    writeln!(
+        record,
+        "{build_date} {E2E_TEST_BINARY} {:.0}s {}",
+        took.as_secs_f64(),
+        go.version
+    )?;
+    Ok((cache.e2e_test(), Some(took)))
+}
+
 /// Current UTC time as `YYYY-MM-DDTHH:MM:SSZ` (std only; civil-from-days conversion).
 pub(crate) fn utc_now_rfc3339() -> String {
     let secs = std::time::SystemTime::now()
@@ -568,6 +697,27 @@ pub(crate) fn utc_now_rfc3339() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_build_lock_is_exclusive_and_released_on_drop() {
+        let root = std::env::temp_dir().join(format!("kctrl-build-lock-{}", std::process::id()));
+        let cache = Cache { root: root.clone() };
+        let held = BuildLock::acquire(&cache).unwrap();
+        let other = fs::OpenOptions::new()
+            .write(true)
+            .open(root.join(".build.lock"))
+            .unwrap();
+        assert!(matches!(
+            other.try_lock(),
+            Err(fs::TryLockError::WouldBlock)
+        ));
+        drop(held);
+        other.try_lock().unwrap();
+        other.unlock().unwrap();
+        let again = BuildLock::acquire(&cache).unwrap();
+        drop(again);
+        fs::remove_dir_all(&root).unwrap();
+    }
 
     #[test]
     fn parses_go_minor() {

@@ -299,7 +299,7 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
     // A cluster of this name from an earlier run lacks this run's audit log: start afresh,
     // without the controllers an interrupted run may have left (they lead their own process
     // groups, so a Ctrl-C of xtask does not reach them).
-    let leftovers = deployment_controllers(&Layout::new(&args.name).dir);
+    let leftovers = crate::controller_process::deployment_controllers(&Layout::new(&args.name).dir);
     if !leftovers.is_empty() {
         eprintln!("stopping Deployment controllers left by an earlier run: {leftovers:?}");
         let pids: Vec<u32> = leftovers.iter().map(|(pid, _)| *pid).collect();
@@ -319,6 +319,7 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
             format!("--kube-api-qps={}", CLUSTER_KCM_QPS.0),
             format!("--kube-api-burst={}", CLUSTER_KCM_QPS.1),
         ],
+        deployment_controller: false,
     });
     let info = match up {
         Ok(info) => info,
@@ -440,7 +441,7 @@ fn check_cluster_kcm(env: &Env) -> Result<()> {
             record.pid
         );
     }
-    if parse::runs_deployment_controller(&args) {
+    if crate::controller_process::runs_deployment_controller(&args) {
         bail!(
             "the cluster's kube-controller-manager runs the Deployment controller: {}",
             args.join(" ")
@@ -449,33 +450,8 @@ fn check_cluster_kcm(env: &Env) -> Result<()> {
     Ok(())
 }
 
-/// Processes that run a Deployment controller against this cluster (their command line names a
-/// file of the cluster's directory, e.g. its kubeconfig).
-fn deployment_controllers(cluster_dir: &Path) -> Vec<(u32, String)> {
-    let marker = cluster_dir.display().to_string();
-    let Ok(entries) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let matched: Vec<(u32, String)> = entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|pid| {
-            let args = process::cmdline(pid);
-            (args.iter().any(|a| a.contains(&marker)) && parse::runs_deployment_controller(&args))
-                .then(|| (pid, args.join(" ")))
-        })
-        .collect();
-    // A child forked by a controller shows the parent's command line until it execs: it is
-    // the same controller, not a second one.
-    let pids: Vec<u32> = matched.iter().map(|(pid, _)| *pid).collect();
-    matched
-        .into_iter()
-        .filter(|(pid, _)| process::parent(*pid).is_none_or(|p| !pids.contains(&p)))
-        .collect()
-}
-
 fn ensure_no_deployment_controller(env: &Env) -> Result<()> {
-    let running = deployment_controllers(&env.info.dir);
+    let running = crate::controller_process::deployment_controllers(&env.info.dir);
     if !running.is_empty() {
         bail!(
             "a Deployment controller already runs against cluster '{}': {running:?}",
@@ -1360,7 +1336,7 @@ mod tests {
         let log = fs::read_to_string(&first.log).unwrap_or_default();
         assert!(log.contains("Caches are synced"), "{log}");
         // The process is found by its command line (it names the cluster's kubeconfig).
-        let running = deployment_controllers(&env.info.dir);
+        let running = crate::controller_process::deployment_controllers(&env.info.dir);
         assert_eq!(running.len(), 1, "{running:?}");
         assert_eq!(running[0].0, first.pid());
         let err = start(&env, Side::Ours, "t2", QPS)

@@ -300,48 +300,6 @@ impl RolloutState {
     }
 }
 
-/// Whether a command line runs a Deployment controller: our `deployment-controller` (also as
-/// the program a wrapper such as valgrind runs), or a kube-controller-manager whose
-/// `--controllers` enables `deployment-controller` (alias `deployment`). As
-/// kube-controller-manager decides: the first entry naming the controller (`name` or `-name`)
-/// wins, else `*` enables it; without the flag the default is `*`.
-pub(super) fn runs_deployment_controller(args: &[String]) -> bool {
-    let file_name = |a: &str| {
-        std::path::Path::new(a)
-            .file_name()
-            .map(|f| f.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    };
-    let program = args.first().map(|a| file_name(a)).unwrap_or_default();
-    if args
-        .iter()
-        .filter(|a| !a.starts_with('-'))
-        .any(|a| file_name(a) == "deployment-controller")
-    {
-        return true;
-    }
-    if program != "kube-controller-manager" {
-        return false;
-    }
-    let mut controllers = "*".to_owned();
-    let mut it = args.iter().skip(1);
-    while let Some(a) = it.next() {
-        if let Some(v) = a.strip_prefix("--controllers=") {
-            controllers = v.to_owned();
-        } else if a == "--controllers" {
-            controllers = it.next().cloned().unwrap_or_default();
-        }
-    }
-    for entry in controllers.split(',').map(str::trim) {
-        match entry {
-            "deployment-controller" | "deployment" => return true,
-            "-deployment-controller" | "-deployment" => return false,
-            _ => {}
-        }
-    }
-    controllers.split(',').any(|e| e.trim() == "*")
-}
-
 /// Whether a kube-controller-manager log says the Deployment controller's caches are synced.
 /// The controller waits with the context kube-controller-manager runs it with, so in 1.36 its
 /// line is a bare `"Caches are synced"` (no key/value pairs; with only this controller enabled,
@@ -553,57 +511,6 @@ apiserver_request_total{code="200",component="apiserver",dry_run="",group="",res
             }
             .complete(4)
         );
-    }
-
-    fn argv(s: &str) -> Vec<String> {
-        s.split_whitespace().map(str::to_owned).collect()
-    }
-
-    #[test]
-    fn which_command_lines_run_a_deployment_controller() {
-        assert!(runs_deployment_controller(&argv(
-            "/t/release/deployment-controller --kubeconfig=/c/k --leader-elect=false"
-        )));
-        assert!(runs_deployment_controller(&argv(
-            "valgrind --tool=callgrind /t/release/deployment-controller --kubeconfig=/c/k"
-        )));
-        assert!(runs_deployment_controller(&argv(
-            "/usr/libexec/valgrind/callgrind-amd64-linux --tool=callgrind /t/deployment-controller"
-        )));
-        assert!(!runs_deployment_controller(&argv(
-            "/t/release/xtask bench controller --name bench-controller"
-        )));
-        assert!(!runs_deployment_controller(&argv(
-            "valgrind --tool=callgrind /usr/bin/etcd"
-        )));
-        let kcm = |flags: &str| {
-            argv(&format!(
-                "/cache/bin/kube-controller-manager --kubeconfig=/c {flags}"
-            ))
-        };
-        assert!(runs_deployment_controller(&kcm("")), "default is *");
-        assert!(runs_deployment_controller(&kcm(
-            "--controllers=deployment-controller"
-        )));
-        assert!(runs_deployment_controller(&kcm("--controllers deployment")));
-        assert!(runs_deployment_controller(&kcm("--controllers=*")));
-        assert!(!runs_deployment_controller(&kcm(
-            "--controllers=*,-deployment-controller"
-        )));
-        assert!(!runs_deployment_controller(&kcm(
-            "--controllers=-deployment,*"
-        )));
-        assert!(!runs_deployment_controller(&kcm(
-            "--controllers=replicaset-controller"
-        )));
-        assert!(
-            runs_deployment_controller(&kcm("--controllers=deployment,-deployment")),
-            "the first entry naming it wins"
-        );
-        assert!(!runs_deployment_controller(&argv(
-            "/usr/bin/kube-scheduler --kubeconfig=/c"
-        )));
-        assert!(!runs_deployment_controller(&[]));
     }
 
     #[test]

@@ -274,6 +274,7 @@ pub(crate) fn run(args: InformerArgs) -> Result<()> {
         nodes: 1,
         apiserver_args: Vec::new(),
         controller_manager_args: Vec::new(),
+        deployment_controller: false,
     })?;
     let machine = report::Machine::detect(&root, go_version, &info.kubernetes_version)?;
     let kubeconfig = info.admin_kubeconfig.clone();

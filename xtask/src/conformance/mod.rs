@@ -1,0 +1,750 @@
+//! `cargo xtask conformance [--controller ours|upstream]`: upstream's `[sig-apps] Deployment`
+//! e2e specs against the local control plane, with our Deployment controller or, as a baseline,
+//! kube-controller-manager's own.
+//!
+//! 1. Builds (once, cached beside the control plane in `~/.cache/kctrl/k8s-<version>/bin`)
+//!    upstream's e2e test binary `e2e.test` for the pinned Kubernetes version from the Go module
+//!    proxy: a generated wrapper module (the control plane's `require`/`replace` lines plus one
+//!    `_test.go` linking the e2e framework with the `apps` specs; see `cluster::versions`),
+//!    built with `go test -c` by `cluster::toolchain`.
+//! 2. Starts a dedicated local cluster (`--name`, default `conformance`) whose
+//!    kube-controller-manager runs without its Deployment controller (`ours`: our release
+//!    `deployment-controller` then runs as its own identity with `deploy/`'s RBAC) or with it
+//!    (`upstream`: ours does not run). Before and after the specs it checks by process id that
+//!    exactly the chosen Deployment controller runs against the cluster.
+//! 3. Runs `e2e.test` focused on `[sig-apps] Deployment`, minus [`SKIPS`] (each with its reason),
+//!    writes Ginkgo's JUnit report to `target/conformance/<controller>/junit.xml`, prints
+//!    passed / failed / skipped per spec, and tears everything down — also on failure and, through
+//!    a watcher process, on Ctrl-C.
+
+mod junit;
+
+use std::fmt::Write as _;
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use self::junit::{Outcome, TestCase};
+use crate::cluster::plane::{self, ClusterInfo, Component, Layout, UpOptions};
+use crate::cluster::process;
+use crate::cluster::toolchain::{self, Cache, fmt_duration};
+use crate::controller_process::{self, ControllerProcess};
+
+/// Arguments of `cargo xtask conformance`.
+#[derive(clap::Args)]
+pub(crate) struct ConformanceArgs {
+    /// Which Deployment controller runs the specs: ours, or kube-controller-manager's own (the
+    /// baseline).
+    #[arg(long, value_enum, default_value_t = Controller::Ours)]
+    controller: Controller,
+    /// Name of the local cluster (started afresh, stopped at the end).
+    #[arg(long, default_value = "conformance")]
+    name: String,
+    /// Only build (or check) the control plane and the e2e test binary.
+    #[arg(long)]
+    build_only: bool,
+}
+
+impl ConformanceArgs {
+    /// Our controller on the default cluster name (what `cargo xtask test` runs).
+    pub(crate) fn ours() -> ConformanceArgs {
+        ConformanceArgs {
+            controller: Controller::Ours,
+            name: "conformance".to_owned(),
+            build_only: false,
+        }
+    }
+}
+
+/// The Deployment controller under test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Controller {
+    /// Our `deployment-controller` (release build), kube-controller-manager's disabled.
+    Ours,
+    /// kube-controller-manager's own Deployment controller; ours does not run.
+    Upstream,
+}
+
+impl Controller {
+    /// Who runs the Deployments, for messages.
+    fn describe(self) -> &'static str {
+        match self {
+            Controller::Ours => "our deployment-controller",
+            Controller::Upstream => "kube-controller-manager's Deployment controller",
+        }
+    }
+
+    fn slug(self) -> &'static str {
+        match self {
+            Controller::Ours => "ours",
+            Controller::Upstream => "upstream",
+        }
+    }
+}
+
+/// The specs: every spec of upstream's `Deployment` describe block in `test/e2e/apps`.
+pub(crate) const FOCUS: &str = r"\[sig-apps\] Deployment ";
+
+/// A class of specs left out, as a literal piece of spec text, with the reason.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Skip {
+    /// Text that occurs in the names of the skipped specs (matched literally).
+    pub(crate) text: &'static str,
+    /// Why the local cluster cannot run them.
+    pub(crate) reason: &'static str,
+}
+
+/// What is not run, and why: only specs that need a cloud provider or a feature gate that is off
+/// by default. Everything else in [`FOCUS`] must pass.
+pub(crate) const SKIPS: &[Skip] = &[
+    Skip {
+        text: "should not disrupt a cloud load-balancer's connectivity during rollout",
+        reason: "needs a cloud provider (aws, azure, gce or gke) with LoadBalancer Services and \
+                 at least 3 schedulable nodes carrying real traffic; with --provider=skeleton the \
+                 spec would only skip itself",
+    },
+    Skip {
+        text: "[Alpha]",
+        reason: "needs an alpha feature gate, off by default in a 1.36 cluster (none of the \
+                 Deployment specs of v1.36.5 is tagged so; kept for future versions)",
+    },
+    Skip {
+        text: "[Feature:OffByDefault]",
+        reason: "needs a feature gate that is off by default (beta or alpha); the local cluster \
+                 runs with default gates (none of the Deployment specs of v1.36.5 is tagged so)",
+    },
+];
+
+/// `--ginkgo.skip`: the [`SKIPS`] texts as one alternation of escaped literals (Go RE2 syntax).
+pub(crate) fn skip_regex() -> String {
+    SKIPS
+        .iter()
+        .map(|s| regex_escape(s.text))
+        .collect::<Vec<_>>()
+        .join("|")
+}
+
+/// Escapes RE2 metacharacters so `text` matches literally.
+fn regex_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if r"\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The skip that leaves out a spec named `name`, if any.
+pub(crate) fn skip_for(name: &str) -> Option<&'static Skip> {
+    SKIPS.iter().find(|s| name.contains(s.text))
+}
+
+/// Whether a JUnit test case is one of the focused specs.
+fn is_focused(case: &TestCase) -> bool {
+    case.node_type() == "It" && case.text().starts_with("[sig-apps] Deployment ")
+}
+
+/// Command-line arguments of `e2e.test`.
+pub(crate) fn e2e_args(kubeconfig: &Path, kubectl: &Path, junit: &Path) -> Vec<String> {
+    vec![
+        format!("--kubeconfig={}", kubeconfig.display()),
+        // No cloud: specs that need one skip themselves or are in SKIPS.
+        "--provider=skeleton".to_owned(),
+        format!("--kubectl-path={}", kubectl.display()),
+        format!("--ginkgo.focus={FOCUS}"),
+        format!("--ginkgo.skip={}", skip_regex()),
+        format!("--ginkgo.junit-report={}", junit.display()),
+        "--ginkgo.no-color".to_owned(),
+        // Far above the ~2 minutes they take; a hung spec fails instead of blocking CI.
+        "--ginkgo.timeout=30m".to_owned(),
+    ]
+}
+
+/// The per-spec result of a run.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Summary {
+    /// The focused specs, sorted by their text.
+    pub(crate) specs: Vec<TestCase>,
+    /// Suite-level nodes (BeforeSuite, AfterSuite, reporting) that did not pass.
+    pub(crate) suite_failures: Vec<TestCase>,
+}
+
+impl Summary {
+    /// Picks the focused specs and the failed suite nodes out of a report's test cases.
+    pub(crate) fn from_cases(cases: Vec<TestCase>) -> Summary {
+        let mut specs = Vec::new();
+        let mut suite_failures = Vec::new();
+        for case in cases {
+            if is_focused(&case) {
+                specs.push(case);
+            } else if case.node_type() != "It" && case.outcome() == Outcome::Failed {
+                suite_failures.push(case);
+            }
+        }
+        // Ginkgo randomises the order; sort by text so runs compare line by line.
+        specs.sort_by(|a, b| a.text().cmp(b.text()));
+        Summary {
+            specs,
+            suite_failures,
+        }
+    }
+
+    fn count(&self, outcome: Outcome) -> usize {
+        self.specs.iter().filter(|s| s.outcome() == outcome).count()
+    }
+
+    /// Problems that make the run a failure: failed specs or suite nodes, no spec at all, a
+    /// focused spec left out although no [`SKIPS`] entry covers it.
+    pub(crate) fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        // After an interrupt Ginkgo reports the specs it did not reach as filtered out.
+        let interrupted = self
+            .specs
+            .iter()
+            .any(|s| matches!(s.status.as_str(), "interrupted" | "aborted"));
+        if self.specs.is_empty() {
+            out.push("the report holds no `[sig-apps] Deployment` spec".to_owned());
+        }
+        for s in &self.specs {
+            match s.outcome() {
+                Outcome::Failed => out.push(format!("{} ({})", s.text(), s.status)),
+                Outcome::Skipped if s.filtered_out() && skip_for(&s.name).is_none() => {
+                    out.push(if interrupted {
+                        format!("{} did not run (the run was interrupted)", s.text())
+                    } else {
+                        format!(
+                            "{} was left out, but no skip-list entry covers it",
+                            s.text()
+                        )
+                    })
+                }
+                _ => {}
+            }
+        }
+        for s in &self.suite_failures {
+            out.push(format!("suite node {} ({})", s.name, s.status));
+        }
+        out
+    }
+
+    /// The human-readable result: one line per spec, then the totals.
+    pub(crate) fn render(&self, controller: Controller) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "[sig-apps] Deployment specs with {}:",
+            controller.describe()
+        );
+        for s in &self.specs {
+            let verdict = match s.outcome() {
+                Outcome::Passed => "PASS",
+                Outcome::Failed => "FAIL",
+                Outcome::Skipped => "SKIP",
+            };
+            let text = s.text().trim_start_matches("[sig-apps] Deployment ");
+            let _ = writeln!(out, "  {verdict}  {:>6.1}s  {text}", s.time);
+            match s.outcome() {
+                Outcome::Failed => {
+                    let first = s.message.as_deref().unwrap_or("").lines().next();
+                    let _ = writeln!(out, "                 {}", first.unwrap_or("(no message)"));
+                }
+                Outcome::Skipped => {
+                    let why = match (s.filtered_out(), skip_for(&s.name)) {
+                        (true, Some(skip)) => format!("skip list: {}", skip.reason),
+                        (true, None) => "left out by the filters (not in the skip list!)".into(),
+                        (false, _) => s.message.clone().unwrap_or_default(),
+                    };
+                    let _ = writeln!(out, "                 {why}");
+                }
+                Outcome::Passed => {}
+            }
+        }
+        for s in &self.suite_failures {
+            let _ = writeln!(out, "  FAIL  suite node {} ({})", s.name, s.status);
+        }
+        let _ = writeln!(
+            out,
+            "passed {}, failed {}, skipped {} (of {} specs)",
+            self.count(Outcome::Passed),
+            self.count(Outcome::Failed),
+            self.count(Outcome::Skipped),
+            self.specs.len()
+        );
+        out
+    }
+}
+
+/// Checks the Deployment controllers found running against the cluster (`found`: pid and
+/// command line, see [`controller_process::deployment_controllers`]): exactly one, and it is
+/// the expected process — kube-controller-manager `kcm_pid` for the upstream baseline, our
+/// process `ours_pid` otherwise (`None`: ours is not started yet, so none may run).
+pub(crate) fn check_controllers(
+    controller: Controller,
+    found: &[(u32, String)],
+    kcm_pid: u32,
+    ours_pid: Option<u32>,
+) -> Result<()> {
+    let expected = match (controller, ours_pid) {
+        (Controller::Upstream, _) => Some(kcm_pid),
+        (Controller::Ours, pid) => pid,
+    };
+    let pids: Vec<u32> = found.iter().map(|(pid, _)| *pid).collect();
+    match expected {
+        Some(pid) if pids == [pid] => Ok(()),
+        None if pids.is_empty() => Ok(()),
+        _ => bail!(
+            "expected {} as the only Deployment controller of the cluster, found {}",
+            match (controller, expected) {
+                (Controller::Upstream, _) => format!("kube-controller-manager (pid {kcm_pid})"),
+                (Controller::Ours, Some(pid)) => format!("our deployment-controller (pid {pid})"),
+                (Controller::Ours, None) => "none yet".to_owned(),
+            },
+            if found.is_empty() {
+                "none".to_owned()
+            } else {
+                found
+                    .iter()
+                    .map(|(pid, cmd)| format!("pid {pid}: {cmd}"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            }
+        ),
+    }
+}
+
+pub(crate) fn run(args: ConformanceArgs) -> Result<()> {
+    let started = Instant::now();
+    plane::validate_name(&args.name)?;
+    // Build everything first: a compile error should not cost a cluster start.
+    let ours = match args.controller {
+        Controller::Ours => Some(controller_process::build_release()?),
+        Controller::Upstream => None,
+    };
+    let cache = Cache::locate()?;
+    toolchain::ensure_built(&cache)?;
+    let (e2e_test, built) = toolchain::ensure_e2e_test_built(&cache)?;
+    match built {
+        Some(took) => eprintln!("==> built {} in {}", e2e_test.display(), fmt_duration(took)),
+        None => eprintln!("==> {} is cached", e2e_test.display()),
+    }
+    if args.build_only {
+        return Ok(());
+    }
+
+    let out_dir = plane::target_dir()
+        .join("conformance")
+        .join(args.controller.slug());
+    fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    let junit_path = out_dir.join("junit.xml");
+    let _ = fs::remove_file(&junit_path);
+    let controller_log = out_dir.join("deployment-controller.log");
+    let _ = fs::remove_file(&controller_log);
+
+    // Start afresh: without Deployment controllers an interrupted run may have left (they lead
+    // their own process groups) and without a cluster of this name in the other mode.
+    let layout = Layout::new(&args.name);
+    let leftovers = controller_process::deployment_controllers(&layout.dir);
+    if !leftovers.is_empty() {
+        eprintln!("==> stopping Deployment controllers left by an earlier run: {leftovers:?}");
+        let pids: Vec<u32> = leftovers.iter().map(|(pid, _)| *pid).collect();
+        process::stop_all(&[], &pids, Duration::from_secs(15))?;
+    }
+    crate::cluster::down(&args.name)?;
+    let up = plane::ensure_up(&UpOptions {
+        name: args.name.clone(),
+        nodes: 3,
+        apiserver_args: Vec::new(),
+        controller_manager_args: Vec::new(),
+        deployment_controller: args.controller == Controller::Upstream,
+    });
+    let info = match up {
+        Ok(info) => info,
+        Err(e) => {
+            let _ = crate::cluster::down(&args.name);
+            return Err(e);
+        }
+    };
+    // From here on the cluster is ours to stop, whatever happens.
+    let reaper =
+        controller_process::spawn_reaper(&args.name, &controller_log.with_extension("pid")).ok();
+    let result = with_cluster(
+        &args,
+        &info,
+        ours.as_deref(),
+        &e2e_test,
+        &junit_path,
+        &controller_log,
+    );
+    let down = crate::cluster::down(&args.name);
+    controller_process::dismiss_reaper(reaper);
+    eprintln!(
+        "==> conformance run with {} took {} (report: {})",
+        args.controller.describe(),
+        fmt_duration(started.elapsed()),
+        junit_path.display()
+    );
+    let summary = result?;
+    down?;
+    let problems = summary.problems();
+    if !problems.is_empty() {
+        bail!(
+            "{} problem(s) with {}:\n  {}",
+            problems.len(),
+            args.controller.describe(),
+            problems.join("\n  ")
+        );
+    }
+    Ok(())
+}
+
+/// Starts our controller if it is the one under test, runs the specs, stops it; checks the
+/// Deployment controllers before, during and after. Prints and returns the summary.
+fn with_cluster(
+    args: &ConformanceArgs,
+    info: &ClusterInfo,
+    ours: Option<&Path>,
+    e2e_test: &Path,
+    junit_path: &Path,
+    controller_log: &Path,
+) -> Result<Summary> {
+    let layout = Layout::new(&info.name);
+    let kcm_pid = process::read_pid_file(&layout.pid_file(Component::ControllerManager))
+        .map(|r| r.pid)
+        .context("the cluster's kube-controller-manager has no pid file")?;
+    let running = || controller_process::deployment_controllers(&info.dir);
+    check_controllers(args.controller, &running(), kcm_pid, None)?;
+    let controller: Option<ControllerProcess> = match ours {
+        Some(binary) => {
+            crate::e2e::grant_deploy_rbac(&info.kubectl, &info.admin_kubeconfig)?;
+            let c = controller_process::start(
+                binary,
+                &info.controller_kubeconfig,
+                controller_log,
+                &["--secure-port", "0"],
+            )?;
+            Some(c)
+        }
+        None => None,
+    };
+    let ours_pid = controller.as_ref().map(ControllerProcess::pid);
+    check_controllers(args.controller, &running(), kcm_pid, ours_pid)?;
+    eprintln!(
+        "==> Deployment controller under test: {}",
+        match ours_pid {
+            Some(pid) => format!(
+                "ours (pid {pid}); kube-controller-manager (pid {kcm_pid}) runs without its own"
+            ),
+            None => format!("kube-controller-manager's own (pid {kcm_pid}); ours is not running"),
+        }
+    );
+
+    let e2e_log = junit_path.with_file_name("e2e.log");
+    let argv = e2e_args(&info.admin_kubeconfig, &info.kubectl, junit_path);
+    let ran = run_e2e(e2e_test, &argv, &e2e_log);
+    // Still exactly one controller at the end (nothing else started meanwhile).
+    let still_alone = check_controllers(args.controller, &running(), kcm_pid, ours_pid);
+    if let Some(c) = controller {
+        let pid = c.pid();
+        let stopped = c.stop();
+        if controller_process::deployment_controllers(&info.dir)
+            .iter()
+            .any(|(p, _)| *p == pid)
+        {
+            bail!("our deployment-controller (pid {pid}) is still running after being stopped");
+        }
+        if let Err(e) = stopped {
+            eprintln!("==> stopping the deployment-controller: {e:#}");
+        }
+        eprintln!(
+            "==> deployment-controller log: {}",
+            controller_log.display()
+        );
+    }
+    still_alone?;
+    let exit = ran?;
+    let xml = fs::read_to_string(junit_path).with_context(|| {
+        format!(
+            "e2e.test ({exit}) wrote no JUnit report {}; see {}",
+            junit_path.display(),
+            e2e_log.display()
+        )
+    })?;
+    let summary = Summary::from_cases(junit::parse(&xml)?);
+    print!("{}", summary.render(args.controller));
+    println!(
+        "JUnit report: {}  e2e output: {}",
+        junit_path.display(),
+        e2e_log.display()
+    );
+    if !exit.success() && summary.problems().is_empty() {
+        bail!(
+            "e2e.test exited with {exit} although every spec passed; see {}",
+            e2e_log.display()
+        );
+    }
+    Ok(summary)
+}
+
+/// Runs `e2e.test argv…`, its output shown and copied to `log`. Returns its exit status.
+fn run_e2e(binary: &Path, argv: &[String], log: &Path) -> Result<std::process::ExitStatus> {
+    eprintln!("==> {} {}", binary.display(), argv.join(" "));
+    let log_file = Arc::new(Mutex::new(
+        fs::File::create(log).with_context(|| format!("creating {}", log.display()))?,
+    ));
+    let started = Instant::now();
+    let mut child = Command::new(binary)
+        .args(argv)
+        .current_dir(log.parent().unwrap_or(Path::new(".")))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {}", binary.display()))?;
+    let pipes: [Box<dyn Read + Send>; 2] = [
+        Box::new(child.stdout.take().expect("piped stdout")),
+        Box::new(child.stderr.take().expect("piped stderr")),
+    ];
+    let readers: Vec<_> = pipes
+        .into_iter()
+        .map(|pipe| {
+            let log_file = Arc::clone(&log_file);
+            thread::spawn(move || {
+                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                    let _ = writeln!(log_file.lock().expect("log lock"), "{line}");
+                    eprintln!("{line}");
+                }
+            })
+        })
+        .collect();
+    let status = child.wait().context("waiting for e2e.test")?;
+    for r in readers {
+        let _ = r.join();
+    }
+    eprintln!(
+        "==> e2e.test finished in {} ({status})",
+        fmt_duration(started.elapsed())
+    );
+    Ok(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn case(name: &str, status: &str, message: Option<&str>) -> TestCase {
+        TestCase {
+            name: name.to_owned(),
+            status: status.to_owned(),
+            time: 1.0,
+            message: message.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn skip_regex_is_an_alternation_of_escaped_literals() {
+        let re = skip_regex();
+        assert_eq!(
+            re,
+            "should not disrupt a cloud load-balancer's connectivity during rollout|\\[Alpha\\]|\\[Feature:OffByDefault\\]"
+        );
+        assert_eq!(
+            regex_escape("a.b*(c)|[d]{e}^$\\"),
+            r"a\.b\*\(c\)\|\[d\]\{e\}\^\$\\"
+        );
+        // Every skip has a reason.
+        assert!(SKIPS.iter().all(|s| s.reason.len() > 20));
+    }
+
+    #[test]
+    fn skips_match_spec_names_literally() {
+        let lb = "[It] [sig-apps] Deployment should not disrupt a cloud load-balancer's connectivity during rollout [sig-apps]";
+        assert!(skip_for(lb).unwrap().reason.contains("cloud provider"));
+        let alpha = "[It] [sig-apps] Deployment x [FeatureGate:Y] [Alpha] [Feature:OffByDefault]";
+        assert!(skip_for(alpha).is_some());
+        let beta_on = "[It] [sig-apps] Deployment x [FeatureGate:Y] [Beta]";
+        assert!(skip_for(beta_on).is_none(), "on-by-default beta gates run");
+        assert!(
+            skip_for("[It] [sig-apps] Deployment deployment should support rollover [Conformance]")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn e2e_command_line() {
+        let args = e2e_args(
+            Path::new("/c/admin.kubeconfig"),
+            Path::new("/cache/bin/kubectl"),
+            Path::new("/t/conformance/ours/junit.xml"),
+        );
+        assert_eq!(
+            args,
+            [
+                "--kubeconfig=/c/admin.kubeconfig",
+                "--provider=skeleton",
+                "--kubectl-path=/cache/bin/kubectl",
+                r"--ginkgo.focus=\[sig-apps\] Deployment ",
+                &format!("--ginkgo.skip={}", skip_regex()),
+                "--ginkgo.junit-report=/t/conformance/ours/junit.xml",
+                "--ginkgo.no-color",
+                "--ginkgo.timeout=30m",
+            ]
+        );
+    }
+
+    #[test]
+    fn summary_selects_the_deployment_specs_and_judges_them() {
+        let cases = vec![
+            case("[SynchronizedBeforeSuite]", "passed", None),
+            case(
+                "[It] [sig-apps] Deployment should not disrupt a cloud load-balancer's connectivity during rollout [sig-apps]",
+                "skipped",
+                Some("skipped"),
+            ),
+            case(
+                "[It] [sig-apps] Deployment deployment should support rollover [Conformance] [sig-apps, Conformance]",
+                "passed",
+                None,
+            ),
+            case(
+                "[It] [sig-apps] ReplicaSet should adopt matching pods [sig-apps]",
+                "skipped",
+                Some("skipped"),
+            ),
+            case(
+                "[It] [sig-apps] DeploymentLike other [sig-apps]",
+                "failed",
+                Some("x"),
+            ),
+        ];
+        let summary = Summary::from_cases(cases.clone());
+        assert_eq!(summary.specs.len(), 2);
+        // Sorted by text, whatever order Ginkgo ran them in.
+        assert!(summary.specs[0].text().contains("rollover"));
+        assert!(summary.specs[1].text().contains("load-balancer"));
+        assert!(summary.suite_failures.is_empty());
+        assert!(summary.problems().is_empty(), "{:?}", summary.problems());
+        let text = summary.render(Controller::Ours);
+        assert!(
+            text.contains("PASS     1.0s  deployment should support rollover [Conformance]\n"),
+            "{text}"
+        );
+        assert!(text.contains("SKIP"), "{text}");
+        assert!(text.contains("skip list: needs a cloud provider"), "{text}");
+        assert!(
+            text.contains("passed 1, failed 0, skipped 1 (of 2 specs)"),
+            "{text}"
+        );
+
+        // A failed spec, a failed suite node, a spec left out without a skip entry.
+        let mut bad = cases;
+        bad.push(case(
+            "[It] [sig-apps] Deployment iterative rollouts should eventually progress [sig-apps]",
+            "timedout",
+            Some("timed out\nmore"),
+        ));
+        bad.push(case(
+            "[It] [sig-apps] Deployment some new spec [sig-apps]",
+            "skipped",
+            Some("skipped"),
+        ));
+        bad.push(case("[SynchronizedAfterSuite]", "failed", Some("cleanup")));
+        let summary = Summary::from_cases(bad);
+        let problems = summary.problems();
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(problems[0].contains("iterative rollouts") && problems[0].contains("timedout"));
+        assert!(problems[1].contains("no skip-list entry"));
+        let mut interrupted = summary.specs.clone();
+        interrupted[0].status = "interrupted".to_owned();
+        let after_interrupt = Summary {
+            specs: interrupted,
+            suite_failures: Vec::new(),
+        }
+        .problems();
+        assert!(
+            after_interrupt
+                .iter()
+                .any(|p| p.contains("did not run (the run was interrupted)"))
+        );
+        assert!(problems[2].contains("SynchronizedAfterSuite"));
+        let text = summary.render(Controller::Upstream);
+        assert!(text.contains("FAIL"), "{text}");
+        assert!(text.contains("                 timed out\n"), "{text}");
+        assert!(
+            text.contains("passed 1, failed 1, skipped 2 (of 4 specs)"),
+            "{text}"
+        );
+
+        // A spec that skipped itself is fine and shows its own reason.
+        let summary = Summary::from_cases(vec![case(
+            "[It] [sig-apps] Deployment x [sig-apps]",
+            "skipped",
+            Some("skipped - Only supported for providers [aws]"),
+        )]);
+        assert!(summary.problems().is_empty());
+        assert!(
+            summary
+                .render(Controller::Ours)
+                .contains("Only supported for providers")
+        );
+
+        assert_eq!(Summary::from_cases(Vec::new()).problems().len(), 1);
+    }
+
+    #[test]
+    fn exactly_the_chosen_controller_may_run() {
+        let kcm = (10, "kube-controller-manager --controllers=*".to_owned());
+        let ours = (20, "deployment-controller --kubeconfig /x".to_owned());
+        // Upstream: kube-controller-manager alone.
+        assert!(
+            check_controllers(Controller::Upstream, std::slice::from_ref(&kcm), 10, None).is_ok()
+        );
+        assert!(check_controllers(Controller::Upstream, &[], 10, None).is_err());
+        assert!(
+            check_controllers(Controller::Upstream, &[kcm.clone(), ours.clone()], 10, None)
+                .is_err()
+        );
+        // Ours: none before it starts, then ours alone.
+        assert!(check_controllers(Controller::Ours, &[], 10, None).is_ok());
+        let err = check_controllers(Controller::Ours, std::slice::from_ref(&kcm), 10, None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("none yet") && err.contains("pid 10"), "{err}");
+        assert!(
+            check_controllers(Controller::Ours, std::slice::from_ref(&ours), 10, Some(20)).is_ok()
+        );
+        assert!(check_controllers(Controller::Ours, &[kcm, ours.clone()], 10, Some(20)).is_err());
+        assert!(check_controllers(Controller::Ours, &[ours], 10, Some(21)).is_err());
+    }
+
+    #[test]
+    fn cli_parses() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: ConformanceArgs,
+        }
+        let cli = Cli::try_parse_from(["x"]).unwrap();
+        assert_eq!(cli.args.controller, Controller::Ours);
+        assert_eq!(cli.args.name, "conformance");
+        assert!(!cli.args.build_only);
+        // `cargo xtask test` runs the defaults.
+        let ours = ConformanceArgs::ours();
+        assert_eq!(
+            (ours.controller, ours.name, ours.build_only),
+            (cli.args.controller, cli.args.name, false)
+        );
+        let cli = Cli::try_parse_from(["x", "--controller", "upstream", "--name", "c2"]).unwrap();
+        assert_eq!(cli.args.controller, Controller::Upstream);
+        assert_eq!(cli.args.name, "c2");
+        assert!(Cli::try_parse_from(["x", "--controller", "both"]).is_err());
+    }
+}
