@@ -352,6 +352,7 @@ where
         level: Level,
         from_protobuf: fn(&Bytes, protobuf::Decoder<K>) -> Result<T, protobuf::ProtobufError>,
     ) -> Result<T, Error> {
+        self.check_addressable()?;
         let what = describe(&req);
         let body = self.client.backend.call(req).await?;
         match self.protobuf {
