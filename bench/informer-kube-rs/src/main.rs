@@ -16,7 +16,6 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector;
 use kube::core::PartialObjectMeta;
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::metadata_watcher;
 use kube::{Api, Client, Config};
 use tokio::io::AsyncBufReadExt;
 
@@ -56,17 +55,18 @@ async fn main() -> Result<()> {
     let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig)?;
     let config = Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
     let client = Client::try_from(config)?;
-    let api: Api<Pod> = Api::namespaced(client, namespace);
-
     match variant {
         Variant::Metadata => {
+            // An Api over PartialObjectMeta asks the server for metadata only.
+            let api: Api<PartialObjectMeta<Pod>> = Api::namespaced(client, namespace);
             let (store, writer) = reflector::store::<PartialObjectMeta<Pod>>();
-            let stream = metadata_watcher(api, watcher::Config::default())
+            let stream = watcher::watcher(api, watcher::Config::default())
                 .default_backoff()
                 .reflect(writer);
             measure(stream, store, expected, updates, settle).await
         }
         Variant::Full { transform } => {
+            let api: Api<Pod> = Api::namespaced(client, namespace);
             let (store, writer) = reflector::store::<Pod>();
             let stream = watcher::watcher(api, watcher::Config::default())
                 .default_backoff()
