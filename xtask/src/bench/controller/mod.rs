@@ -419,6 +419,13 @@ fn command_works(program: &str, args: &[&str]) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// CPU time process `pid` has used so far (`/proc/<pid>/stat`).
+pub(crate) fn process_cpu(pid: u32) -> Result<parse::CpuTicks> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("reading /proc/{pid}/stat"))?;
+    parse::parse_stat(&stat)
+}
+
 /// `getconf CLK_TCK` (100 on Linux unless told otherwise).
 pub(crate) fn clock_ticks() -> u64 {
     Command::new("getconf")
@@ -605,11 +612,9 @@ impl Controller {
 
     fn usage(&self) -> Result<(CpuTicks, Memory)> {
         let pid = self.pid();
-        let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
-            .with_context(|| format!("reading /proc/{pid}/stat"))?;
         let status = fs::read_to_string(format!("/proc/{pid}/status"))
             .with_context(|| format!("reading /proc/{pid}/status"))?;
-        Ok((parse::parse_stat(&stat)?, parse::parse_status(&status)?))
+        Ok((process_cpu(pid)?, parse::parse_status(&status)?))
     }
 
     /// Resets VmHWM to the current RSS (`/proc/<pid>/clear_refs`, Linux 4.0+).
