@@ -38,8 +38,8 @@ use kctrl_client::labels::Selector;
 use kctrl_client::{Api, Client, ListParams};
 use kctrl_controller_ref::get_controller_of;
 use kctrl_informer::{
-    DeletedObject, HandlerRegistration, InformerError, ResourceEventHandler, SharedInformerFactory,
-    Store, key_of, wait_for_cache_sync,
+    DeletedObject, Delivery, HandlerOptions, HandlerRegistration, InformerError,
+    ResourceEventHandler, SharedInformerFactory, Store, key_of, wait_for_cache_sync,
 };
 use kctrl_workqueue::{
     MetricsProvider, Priority, QueueConfig, RateLimitingQueue, default_controller_rate_limiter,
@@ -585,10 +585,17 @@ impl DeploymentControllerRunner {
             rs_informer.store().clone(),
             pod_informer.store().clone(),
         ));
+        // The handlers only look at the caches and add keys to the queue (a Recreate pod
+        // deletion spawns its check as a task): they never block, so they run on the runtime
+        // rather than waking a blocking-pool thread for every burst of events.
+        let on_runtime = HandlerOptions {
+            delivery: Delivery::Runtime,
+            ..HandlerOptions::default()
+        };
         let registrations = vec![
-            d_informer.add_event_handler(handlers.clone())?,
-            rs_informer.add_event_handler(handlers.clone())?,
-            pod_informer.add_event_handler(handlers)?,
+            d_informer.add_event_handler_with_options(handlers.clone(), on_runtime)?,
+            rs_informer.add_event_handler_with_options(handlers.clone(), on_runtime)?,
+            pod_informer.add_event_handler_with_options(handlers, on_runtime)?,
         ];
         let controller = Arc::new(DeploymentController::new(
             client,
