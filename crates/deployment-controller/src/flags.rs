@@ -45,6 +45,13 @@ pub(crate) struct Flags {
           value_parser = [kctrl_client::protobuf::PROTOBUF, "application/json"])]
     pub(crate) kube_api_content_type: String,
 
+    /// Serve Deployments changed by live events before those queued by the initial list or a
+    /// resync (two work-queue lanes; the low lane still gets a bounded share). false: one FIFO
+    /// lane, as kube-controller-manager's queue.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL",
+          num_args = 0..=1, default_missing_value = "true")]
+    pub(crate) priority_lanes: bool,
+
     /// Start a leader election client and gain leadership before reconciling. Enable it
     /// whenever more than one instance may run.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL",
@@ -136,6 +143,12 @@ mod tests {
             .to_string();
         assert!(err.contains("application/yaml"), "{err}");
         assert!(flags.leader_elect);
+        assert!(flags.priority_lanes);
+        assert!(
+            !Flags::try_parse_from(["d", "--priority-lanes=false"])
+                .unwrap()
+                .priority_lanes
+        );
         assert_eq!(flags.leader_elect_lease_duration, Duration::from_secs(15));
         assert_eq!(flags.leader_elect_renew_deadline, Duration::from_secs(10));
         assert_eq!(flags.leader_elect_retry_period, Duration::from_secs(2));

@@ -271,6 +271,7 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
     let options = RunnerOptions {
         queue_metrics: Some(Arc::new(metrics.workqueue.clone())),
         sync_observer: Some(metrics.sync_observer.clone()),
+        single_lane: !flags.priority_lanes,
     };
     let runner = Arc::new(
         DeploymentControllerRunner::with_options(
