@@ -409,7 +409,12 @@ fn markdown(
          listed before it; kube-controller-manager's queue behaves the same way. With lanes the \
          initial list is in the low lane and the live event raises the key to the high lane. \
          The low lane keeps a bounded share of the workers (every fifth get); the last column \
-         shows what the reordering costs the initial sync as a whole.\n"
+         shows what the reordering costs the initial sync as a whole. Before the controller \
+         skipped syncs from a cached Deployment its own write had already replaced (commit \
+         1a71fda), the lanes run drew about 100 status-write conflicts per run and drained 13% \
+         slower (79.6 s against 70.3 s): with a short high lane, the new ReplicaSet's event had \
+         a Deployment synced again before its informer delivered the status the previous sync \
+         wrote.\n"
     );
     let _ = writeln!(out, "## Machine\n");
     out.push_str(&machine.table());
