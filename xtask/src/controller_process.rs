@@ -201,7 +201,9 @@ impl ControllerProcess {
     /// Its exit status, if it has exited (without waiting).
     pub(crate) fn exited(&mut self) -> Result<Option<std::process::ExitStatus>> {
         match self.child.as_mut() {
-            Some(c) => c.try_wait().context("checking on the deployment-controller"),
+            Some(c) => c
+                .try_wait()
+                .context("checking on the deployment-controller"),
             None => Ok(None),
         }
     }

@@ -223,15 +223,15 @@ fn cache_dump(factory: SharedInformerFactory) -> serve::CacheDump {
         let mut out = Vec::new();
         lines(
             "deployments",
-            &factory.informer::<Deployment>().store(),
+            factory.informer::<Deployment>().store(),
             &mut out,
         );
         lines(
             "replicasets",
-            &factory.informer::<ReplicaSet>().store(),
+            factory.informer::<ReplicaSet>().store(),
             &mut out,
         );
-        lines("pods", &factory.informer::<PodView>().store(), &mut out);
+        lines("pods", factory.informer::<PodView>().store(), &mut out);
         out.sort();
         let mut text = out.join("\n");
         text.push('\n');

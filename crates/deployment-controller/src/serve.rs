@@ -154,7 +154,11 @@ pub(crate) fn respond(
             }
         }
         "/debug/cache" if endpoints.cache_dump.is_some() => {
-            let dump = endpoints.cache_dump.as_ref().map(|f| f()).unwrap_or_default();
+            let dump = endpoints
+                .cache_dump
+                .as_ref()
+                .map(|f| f())
+                .unwrap_or_default();
             text(StatusCode::OK, dump, PLAIN)
         }
         _ => text(
@@ -391,12 +395,21 @@ mod tests {
 
     #[tokio::test]
     async fn debug_cache_is_served_only_when_enabled() {
-        let (status, _) = body(respond(&endpoints(true), &Method::GET, "/debug/cache", None)).await;
+        let (status, _) = body(respond(
+            &endpoints(true),
+            &Method::GET,
+            "/debug/cache",
+            None,
+        ))
+        .await;
         assert_eq!(status, StatusCode::NOT_FOUND);
         let mut with = endpoints(true);
         with.cache_dump = Some(Arc::new(|| "deployments a/b 7\n".to_owned()));
         let (status, text) = body(respond(&with, &Method::GET, "/debug/cache", None)).await;
-        assert_eq!((status, text.as_str()), (StatusCode::OK, "deployments a/b 7\n"));
+        assert_eq!(
+            (status, text.as_str()),
+            (StatusCode::OK, "deployments a/b 7\n")
+        );
     }
 
     #[tokio::test]

@@ -134,6 +134,8 @@ struct Plan {
     storm_writers: usize,
     storm_for: Duration,
     slow_for: Duration,
+    /// Chance per chunk that the slow proxy cuts the connection, in thousandths.
+    truncate_per_mille: u32,
     /// The longest wait for convergence after a phase.
     converge_timeout: Duration,
     /// The gap before each fault is uniformly random in this range (seconds).
@@ -146,9 +148,9 @@ impl Plan {
             Profile::Short => Plan {
                 deployments: 6,
                 namespaces: 2,
-                replicas: 3,
+                replicas: 4,
                 recreate_every: 3,
-                ready_after: "2s",
+                ready_after: "5s",
                 apiserver_kills: 3,
                 stops: 1,
                 stop_for: Duration::from_secs(50),
@@ -157,6 +159,7 @@ impl Plan {
                 storm_writers: 2,
                 storm_for: Duration::from_secs(15),
                 slow_for: Duration::from_secs(15),
+                truncate_per_mille: 30,
                 converge_timeout: Duration::from_secs(180),
                 gap: (1, 4),
             },
@@ -165,7 +168,7 @@ impl Plan {
                 namespaces: 10,
                 replicas: 3,
                 recreate_every: 5,
-                ready_after: "3s",
+                ready_after: "5s",
                 apiserver_kills: 20,
                 stops: 2,
                 stop_for: Duration::from_secs(60),
@@ -174,6 +177,7 @@ impl Plan {
                 storm_writers: 4,
                 storm_for: Duration::from_secs(60),
                 slow_for: Duration::from_secs(60),
+                truncate_per_mille: 10,
                 converge_timeout: Duration::from_secs(600),
                 gap: (2, 12),
             },
@@ -210,6 +214,8 @@ struct Report {
     initial_rollout: Duration,
     phases: Vec<PhaseOutcome>,
     rollouts: usize,
+    /// Faults injected at a chosen moment, and how many of them hit a rollout in progress.
+    faults: (usize, usize),
     violations: Vec<String>,
     events: u64,
     watch: String,
@@ -233,8 +239,10 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "initial rollout converged in {}",
-            fmt_duration(self.initial_rollout)
+            "initial rollout converged in {}; {} of {} timed faults hit a rollout in progress",
+            fmt_duration(self.initial_rollout),
+            self.faults.1,
+            self.faults.0
         );
         let _ = writeln!(out);
         let _ = writeln!(
@@ -461,7 +469,11 @@ fn listing_diff(cached: &BTreeSet<String>, fresh: &BTreeSet<String>, max: usize)
     cached
         .difference(fresh)
         .map(|l| format!("only cached: {l}"))
-        .chain(fresh.difference(cached).map(|l| format!("only listed: {l}")))
+        .chain(
+            fresh
+                .difference(cached)
+                .map(|l| format!("only listed: {l}")),
+        )
         .take(max)
         .collect()
 }
@@ -491,6 +503,8 @@ struct Run<'a> {
     rollouts: usize,
     problems: Vec<String>,
     initial_rollout: Duration,
+    /// Faults injected, and how many of them while at least one Deployment was rolling.
+    faults: (usize, usize),
 }
 
 impl<'a> Run<'a> {
@@ -519,13 +533,13 @@ impl<'a> Run<'a> {
                 info.apiserver_url
             );
         }
-        let kubeconfig = info.dir.join("kubeconfig").join("chaos-controller.kubeconfig");
+        let kubeconfig = info
+            .dir
+            .join("kubeconfig")
+            .join("chaos-controller.kubeconfig");
         fs::write(
             &kubeconfig,
-            original.replace(
-                &info.apiserver_url,
-                &format!("https://{}", proxy.addr()),
-            ),
+            original.replace(&info.apiserver_url, &format!("https://{}", proxy.addr())),
         )?;
         let run_id = format!("{:x}", seed & 0xffff_ffff);
         let checker = Arc::new(Mutex::new(Checker::default()));
@@ -562,6 +576,7 @@ impl<'a> Run<'a> {
             rollouts: 0,
             problems: Vec::new(),
             initial_rollout: Duration::ZERO,
+            faults: (0, 0),
         };
         run.start_controller()?;
         Ok(run)
@@ -589,7 +604,9 @@ impl<'a> Run<'a> {
         let found = controller_process::deployment_controllers(&self.info.dir);
         let pids: Vec<u32> = found.iter().map(|(p, _)| *p).collect();
         if pids != [pid] {
-            bail!("expected our controller (pid {pid}) as the only Deployment controller, found {found:?}");
+            bail!(
+                "expected our controller (pid {pid}) as the only Deployment controller, found {found:?}"
+            );
         }
         Ok(())
     }
@@ -609,13 +626,29 @@ impl<'a> Run<'a> {
     }
 
     fn violations(&self) -> usize {
-        self.checker.lock().expect("checker lock").violations().len()
+        self.checker
+            .lock()
+            .expect("checker lock")
+            .violations()
+            .len()
     }
 
-    async fn pause(&mut self) {
+    /// Waits a random gap before a fault, then notes whether a rollout is in progress.
+    async fn pause(&mut self) -> Result<()> {
         let (lo, hi) = self.plan.gap;
         let ms = self.rng.u64(lo * 1000..=hi * 1000);
         tokio::time::sleep(Duration::from_millis(ms)).await;
+        let rolling = self
+            .list_deployments()
+            .await?
+            .iter()
+            .filter(|d| !complete(d))
+            .count();
+        self.faults.0 += 1;
+        if rolling > 0 {
+            self.faults.1 += 1;
+        }
+        Ok(())
     }
 
     fn deployment_api(&self, ns: &str) -> Api<Deployment> {
@@ -815,8 +848,12 @@ impl<'a> Run<'a> {
         let mut restarts = Vec::new();
         for i in 0..self.plan.apiserver_kills {
             self.ensure_rolling().await?;
-            self.pause().await;
-            eprintln!("==> kill -9 kube-apiserver ({}/{})", i + 1, self.plan.apiserver_kills);
+            self.pause().await?;
+            eprintln!(
+                "==> kill -9 kube-apiserver ({}/{})",
+                i + 1,
+                self.plan.apiserver_kills
+            );
             let took = tokio::task::block_in_place(|| {
                 plane::kill_and_restart(self.name, Component::Apiserver)
             })?;
@@ -836,7 +873,7 @@ impl<'a> Run<'a> {
         let (t0, v0) = (Instant::now(), self.violations());
         for i in 0..self.plan.stops {
             self.ensure_rolling().await?;
-            self.pause().await;
+            self.pause().await?;
             eprintln!(
                 "==> SIGSTOP kube-apiserver for {} ({}/{})",
                 fmt_duration(self.plan.stop_for),
@@ -862,7 +899,7 @@ impl<'a> Run<'a> {
         let severed_before = self.proxy.stats.severed.load(Ordering::Relaxed);
         for i in 0..self.plan.compactions {
             self.ensure_rolling().await?;
-            self.pause().await;
+            self.pause().await?;
             let rev = tokio::task::block_in_place(|| plane::compact(self.name))?;
             eprintln!(
                 "==> compacted etcd at revision {rev}; severing the controller's connections ({}/{})",
@@ -902,7 +939,7 @@ impl<'a> Run<'a> {
         let mut longest = Duration::ZERO;
         for i in 0..self.plan.controller_kills {
             self.ensure_rolling().await?;
-            self.pause().await;
+            self.pause().await?;
             eprintln!(
                 "==> kill -9 the deployment-controller ({}/{})",
                 i + 1,
@@ -990,7 +1027,7 @@ impl<'a> Run<'a> {
         self.ensure_rolling().await?;
         self.proxy.set_mode(Mode::Slow {
             max_delay: Duration::from_millis(300),
-            truncate_per_mille: 5,
+            truncate_per_mille: self.plan.truncate_per_mille,
         });
         tokio::time::sleep(self.plan.slow_for / 2).await;
         self.roll().await?;
@@ -1103,8 +1140,9 @@ impl<'a> Run<'a> {
         if let Some(c) = self.controller.take() {
             let pid = c.pid();
             if let Err(e) = tokio::task::block_in_place(|| c.stop()) {
-                self.problems
-                    .push(format!("the controller did not stop cleanly on SIGTERM: {e:#}"));
+                self.problems.push(format!(
+                    "the controller did not stop cleanly on SIGTERM: {e:#}"
+                ));
             }
             if controller_process::deployment_controllers(&self.info.dir)
                 .iter()
@@ -1116,7 +1154,8 @@ impl<'a> Run<'a> {
         }
         let log = fs::read_to_string(self.log).unwrap_or_default();
         for line in panic_lines(&log) {
-            self.problems.push(format!("panic in the controller's log: {line}"));
+            self.problems
+                .push(format!("panic in the controller's log: {line}"));
         }
         self.cancel.cancel();
         for t in self.watch_tasks.drain(..) {
@@ -1132,6 +1171,7 @@ impl<'a> Run<'a> {
             initial_rollout: self.initial_rollout,
             phases,
             rollouts: self.rollouts,
+            faults: self.faults,
             violations: checker.violations().iter().map(|v| v.to_string()).collect(),
             events: checker.events(),
             watch: format!(
@@ -1227,7 +1267,12 @@ rest_client_requests_total{code=\"409\",method=\"PATCH\",host=\"h\"} 2
 
     #[test]
     fn complete_needs_the_latest_generation_and_every_replica() {
-        let d = |generation: i64, observed: i64, updated: i32, available: i32, total: i32| -> Deployment {
+        let d = |generation: i64,
+                 observed: i64,
+                 updated: i32,
+                 available: i32,
+                 total: i32|
+         -> Deployment {
             serde_json::from_value(serde_json::json!({
                 "metadata": {"generation": generation},
                 "spec": {"replicas": 3, "selector": {}, "template": {}},
