@@ -444,6 +444,17 @@ fn panic_lines(log: &str) -> Vec<String> {
         .collect()
 }
 
+/// Lines of the controller's log where a reflector's watch (or the list before it) failed.
+fn watch_failures(log: &str) -> u64 {
+    log.lines()
+        .filter(|l| {
+            l.contains("watch connection ended")
+                || l.contains("watch ended with error")
+                || l.contains("failed to list and watch")
+        })
+        .count() as u64
+}
+
 /// Lines of the controller's log where a reflector's watch got 410 Gone (and relisted).
 fn gone_lines(log: &str) -> usize {
     log.lines()
@@ -871,6 +882,9 @@ impl<'a> Run<'a> {
 
     async fn apiserver_stops(&mut self) -> Result<PhaseOutcome> {
         let (t0, v0) = (Instant::now(), self.violations());
+        // Whether the clients notice the dead connections while the apiserver is stopped
+        // (their HTTP/2 health check), or only once it runs again.
+        let (mut noticed_by_controller, mut noticed_by_watch) = (0, 0);
         for i in 0..self.plan.stops {
             self.ensure_rolling().await?;
             self.pause().await?;
@@ -880,13 +894,19 @@ impl<'a> Run<'a> {
                 i + 1,
                 self.plan.stops
             );
+            let offset = fs::metadata(self.log).map(|m| m.len()).unwrap_or(0);
+            let broken = self.watch_stats.broken.load(Ordering::Relaxed);
             plane::signal_component(self.name, Component::Apiserver, "STOP")?;
             tokio::time::sleep(self.plan.stop_for).await;
+            noticed_by_controller +=
+                watch_failures(&controller_process::log_since(self.log, offset));
+            noticed_by_watch += self.watch_stats.broken.load(Ordering::Relaxed) - broken;
             plane::signal_component(self.name, Component::Apiserver, "CONT")?;
             self.check_controller()?;
         }
         let detail = format!(
-            "{} each, then SIGCONT (client watch health check: 30 s + 15 s)",
+            "{} each, then SIGCONT; watch failures while stopped: {noticed_by_controller} in the \
+             controller's reflectors, {noticed_by_watch} in the independent watch",
             fmt_duration(self.plan.stop_for)
         );
         self.finish_phase("SIGSTOP kube-apiserver", self.plan.stops, detail, t0, v0)
@@ -1250,6 +1270,13 @@ thread 'tokio-runtime-worker' panicked at crates/x.rs:1:2:
 ";
         assert_eq!(panic_lines(log).len(), 2);
         assert_eq!(gone_lines(log), 2);
+        assert_eq!(watch_failures(log), 0);
+        assert_eq!(
+            watch_failures(
+                "DEBUG r: watch connection ended err=x\nWARN r: failed to list and watch\n"
+            ),
+            2
+        );
         assert!(panic_lines("INFO all good\n").is_empty());
     }
 
