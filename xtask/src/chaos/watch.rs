@@ -39,6 +39,9 @@ pub(crate) struct WatchStats {
     pub(crate) gone: AtomicU64,
     /// Watches that broke or could not be opened.
     pub(crate) broken: AtomicU64,
+    /// Watches that ended without an error (the server's timeout, or a connection closed
+    /// cleanly).
+    pub(crate) ended: AtomicU64,
 }
 
 /// A resource the watch follows, and how its objects become checker changes.
@@ -305,7 +308,10 @@ async fn follow<K: Observed>(
                     break;
                 }
                 // The server's timeout: resume.
-                None => break,
+                None => {
+                    stats.ended.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
             }
         }
     }

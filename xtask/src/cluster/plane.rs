@@ -1066,6 +1066,20 @@ pub(crate) fn kill_and_restart(name: &str, c: Component) -> Result<Duration> {
         .ok_or_else(|| anyhow!("{} of cluster '{name}' is not running", c.name()))?;
     let started = Instant::now();
     process::kill_group(rec.pid)?;
+    // The leader of a multi-threaded process shows as a zombie while its other threads are
+    // still exiting and holding its sockets: wait for the listener to be gone, or the new
+    // process could not bind the port.
+    let port = c.port(&state.ports);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while port_open(port) {
+        if Instant::now() > deadline {
+            bail!(
+                "port {port} still accepts connections 10 s after {} was killed",
+                c.name()
+            );
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
     let pki = Pki { dir: layout.pki() };
     let mut argv = args(c, &layout, &pki, &state.ports, &cache, name);
     match c {
@@ -1090,7 +1104,6 @@ pub(crate) fn kill_and_restart(name: &str, c: Component) -> Result<Duration> {
         bin: info.kubectl.clone(),
         kubeconfig: info.admin_kubeconfig.clone(),
     };
-    let port = c.port(&state.ports);
     let etcd_endpoint = info.etcd_endpoint.clone();
     wait_for(
         &format!("{} serves again", c.name()),
