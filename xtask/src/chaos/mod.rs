@@ -924,11 +924,19 @@ impl<'a> Run<'a> {
             self.check_controller()?;
         }
         let detail = format!(
-            "{} each, then SIGCONT; while stopped: {noticed_by_controller} watch failures logged \
-             by the controller's reflectors, {reconnects} new controller connections, \
-             {noticed_by_watch} watches of the independent watch ended",
+            "{} each, then SIGCONT; while stopped, the controller opened {reconnects} new \
+             connections (its HTTP/2 health check gave up on the old ones; nothing else closes \
+             a connection to a stopped server) and its reflectors logged {noticed_by_controller} \
+             watch failures; {noticed_by_watch} watches of the independent watch ended",
             fmt_duration(self.plan.stop_for)
         );
+        if reconnects == 0 {
+            self.problems.push(
+                "the controller kept its connections to the stopped apiserver: its HTTP/2 \
+                 health check never gave up on them"
+                    .to_owned(),
+            );
+        }
         self.finish_phase("SIGSTOP kube-apiserver", self.plan.stops, detail, t0, v0)
             .await
     }
@@ -968,7 +976,7 @@ impl<'a> Run<'a> {
         }
         Ok(PhaseOutcome {
             detail: format!(
-                "{severed} connections severed after each compaction; the controller's reflectors got 410 Gone and relisted {gone} times"
+                "each followed by severing the controller's connections ({severed} in all); its reflectors got 410 Gone and relisted {gone} times"
             ),
             ..outcome
         })
