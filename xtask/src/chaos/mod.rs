@@ -976,7 +976,7 @@ impl<'a> Run<'a> {
         }
         Ok(PhaseOutcome {
             detail: format!(
-                "each followed by severing the controller's connections ({severed} in all); its reflectors got 410 Gone and relisted {gone} times"
+                "each followed by severing the controller's connections ({severed} in all); its reflectors logged {gone} watches refused with 410 Gone, each followed by a relist (a lower bound, see docs/reliability.md)"
             ),
             ..outcome
         })
