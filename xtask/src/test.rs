@@ -23,8 +23,8 @@ use anyhow::{Context, bail};
 /// Arguments of `cargo xtask test`.
 #[derive(clap::Args)]
 pub(crate) struct TestArgs {
-    /// Skip the end-to-end suite and the conformance specs (no Go toolchain or control plane
-    /// needed).
+    /// Skip the end-to-end suite, the chaos run and the conformance specs (no Go toolchain or
+    /// control plane needed).
     #[arg(long)]
     no_e2e: bool,
     /// Skip upstream's Deployment conformance specs (`cargo xtask conformance`).
