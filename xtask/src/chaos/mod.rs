@@ -159,7 +159,7 @@ impl Plan {
                 storm_writers: 2,
                 storm_for: Duration::from_secs(12),
                 slow_for: Duration::from_secs(12),
-                truncate_per_mille: 100,
+                truncate_per_mille: 20,
                 converge_timeout: Duration::from_secs(180),
                 gap: (1, 3),
             },
@@ -1081,6 +1081,7 @@ impl<'a> Run<'a> {
             max_delay: Duration::from_millis(300),
             truncate_per_mille: self.plan.truncate_per_mille,
         });
+        self.proxy.cut_next();
         tokio::time::sleep(self.plan.slow_for / 2).await;
         self.roll().await?;
         tokio::time::sleep(self.plan.slow_for / 2).await;

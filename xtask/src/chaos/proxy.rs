@@ -50,6 +50,8 @@ pub(crate) struct ProxyStats {
 pub(crate) struct FaultProxy {
     addr: SocketAddr,
     mode: Arc<Mutex<Mode>>,
+    /// Cut the next chunk of whichever connection forwards one first.
+    cut_next: Arc<std::sync::atomic::AtomicBool>,
     sever: tokio::sync::watch::Sender<u64>,
     /// What it did so far.
     pub(crate) stats: Arc<ProxyStats>,
@@ -64,12 +66,14 @@ impl FaultProxy {
             .context("binding the fault proxy")?;
         let addr = listener.local_addr()?;
         let mode = Arc::new(Mutex::new(Mode::Pass));
+        let cut_next = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (sever, _) = tokio::sync::watch::channel(0u64);
         let stats = Arc::new(ProxyStats::default());
         let cancel = CancellationToken::new();
         let proxy = FaultProxy {
             addr,
             mode: mode.clone(),
+            cut_next: cut_next.clone(),
             sever: sever.clone(),
             stats: stats.clone(),
             cancel: cancel.clone(),
@@ -86,9 +90,11 @@ impl FaultProxy {
                 };
                 stats.connections.fetch_add(1, Ordering::Relaxed);
                 let (mode, stats, cancel) = (mode.clone(), stats.clone(), cancel.clone());
+                let cut_next = cut_next.clone();
                 let severed = sever.subscribe();
                 tokio::spawn(async move {
-                    let _ = connection(client, upstream, mode, stats, severed, cancel).await;
+                    let _ =
+                        connection(client, upstream, mode, cut_next, stats, severed, cancel).await;
                 });
             }
         });
@@ -103,6 +109,12 @@ impl FaultProxy {
     /// Changes how new chunks are treated (on every connection, open or future).
     pub(crate) fn set_mode(&self, mode: Mode) {
         *self.mode.lock().expect("proxy mode lock") = mode;
+    }
+
+    /// Cuts the next chunk the apiserver sends (on any connection) short and closes that
+    /// connection: one truncation for certain, whatever the mode.
+    pub(crate) fn cut_next(&self) {
+        self.cut_next.store(true, Ordering::Relaxed);
     }
 
     /// Closes every open connection.
@@ -122,6 +134,7 @@ async fn connection(
     client: TcpStream,
     upstream: SocketAddr,
     mode: Arc<Mutex<Mode>>,
+    cut_next: Arc<std::sync::atomic::AtomicBool>,
     stats: Arc<ProxyStats>,
     mut severed: tokio::sync::watch::Receiver<u64>,
     cancel: CancellationToken,
@@ -149,6 +162,11 @@ async fn connection(
             if n == 0 {
                 cw.shutdown().await?;
                 return Ok::<(), std::io::Error>(());
+            }
+            if cut_next.swap(false, Ordering::Relaxed) {
+                stats.truncated.fetch_add(1, Ordering::Relaxed);
+                cw.write_all(&buf[..n / 2]).await?;
+                return Ok(());
             }
             let current = *mode.lock().expect("proxy mode lock");
             if let Mode::Slow {
@@ -223,13 +241,19 @@ mod tests {
         assert_eq!(cut, BODY[..cut.len()]);
         assert_eq!(proxy.stats.truncated.load(Ordering::Relaxed), 1);
 
+        proxy.set_mode(Mode::Pass);
+        proxy.cut_next();
+        assert_eq!(fetch(proxy.addr()).await, BODY[..BODY.len() / 2]);
+        assert_eq!(fetch(proxy.addr()).await, BODY, "only one chunk is cut");
+        assert_eq!(proxy.stats.truncated.load(Ordering::Relaxed), 2);
+
         proxy.set_mode(Mode::Slow {
             max_delay: Duration::from_millis(5),
             truncate_per_mille: 0,
         });
         assert_eq!(fetch(proxy.addr()).await, BODY);
         assert!(proxy.stats.delayed.load(Ordering::Relaxed) >= 1);
-        assert_eq!(proxy.stats.connections.load(Ordering::Relaxed), 3);
+        assert_eq!(proxy.stats.connections.load(Ordering::Relaxed), 5);
     }
 
     #[tokio::test]
