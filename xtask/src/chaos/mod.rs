@@ -81,6 +81,10 @@ pub(crate) struct ChaosArgs {
     /// Seed of the fault schedule (default: from the clock; printed, so a run can be repeated).
     #[arg(long)]
     pub(crate) seed: Option<u64>,
+    /// Chance per chunk that the slow phase cuts a connection, in thousandths (default: the
+    /// profile's, 20 short, 30 long).
+    #[arg(long, value_name = "PER_MILLE")]
+    pub(crate) slow_truncate_per_mille: Option<u32>,
 }
 
 impl ChaosArgs {
@@ -91,6 +95,7 @@ impl ChaosArgs {
             name: None,
             keep: false,
             seed: None,
+            slow_truncate_per_mille: None,
         }
     }
 }
@@ -303,7 +308,10 @@ impl Report {
 }
 
 pub(crate) fn run(args: ChaosArgs) -> Result<()> {
-    let plan = Plan::of(args.profile);
+    let mut plan = Plan::of(args.profile);
+    if let Some(rate) = args.slow_truncate_per_mille {
+        plan.truncate_per_mille = rate.min(1000);
+    }
     let name = args
         .name
         .clone()
@@ -1364,9 +1372,19 @@ rest_client_requests_total{code=\"409\",method=\"PATCH\",host=\"h\"} 2
             #[command(flatten)]
             chaos: ChaosArgs,
         }
-        let cli = Cli::try_parse_from(["x", "--profile", "long", "--seed", "7"]).unwrap();
+        let cli = Cli::try_parse_from([
+            "x",
+            "--profile",
+            "long",
+            "--seed",
+            "7",
+            "--slow-truncate-per-mille",
+            "100",
+        ])
+        .unwrap();
         assert_eq!(cli.chaos.profile, Profile::Long);
         assert_eq!(cli.chaos.seed, Some(7));
+        assert_eq!(cli.chaos.slow_truncate_per_mille, Some(100));
         let cli = Cli::try_parse_from(["x"]).unwrap();
         assert_eq!(cli.chaos.profile, Profile::Short);
         assert!(Plan::of(Profile::Long).deployments == 100);
