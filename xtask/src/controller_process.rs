@@ -99,6 +99,17 @@ pub(crate) fn start(
     log: &Path,
     extra_args: &[&str],
 ) -> Result<ControllerProcess> {
+    start_with_env(binary, kubeconfig, log, extra_args, &[])
+}
+
+/// [`start`] with extra environment variables (e.g. `RUST_LOG`).
+pub(crate) fn start_with_env(
+    binary: &Path,
+    kubeconfig: &Path,
+    log: &Path,
+    extra_args: &[&str],
+    env: &[(&str, &str)],
+) -> Result<ControllerProcess> {
     if let Some(dir) = log.parent().filter(|d| !d.as_os_str().is_empty()) {
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -124,7 +135,7 @@ pub(crate) fn start(
         args.join(" "),
         log.display()
     );
-    let (child, record) = process::spawn(binary, &args, log, &pid_file)?;
+    let (child, record) = process::spawn_with_env(binary, &args, env, log, &pid_file)?;
     let mut proc = ControllerProcess {
         child: Some(child),
         record,
@@ -185,6 +196,35 @@ impl ControllerProcess {
     /// Where the process logs.
     pub(crate) fn log_path(&self) -> &Path {
         &self.log
+    }
+
+    /// Its exit status, if it has exited (without waiting).
+    pub(crate) fn exited(&mut self) -> Result<Option<std::process::ExitStatus>> {
+        match self.child.as_mut() {
+            Some(c) => c
+                .try_wait()
+                .context("checking on the deployment-controller"),
+            None => Ok(None),
+        }
+    }
+
+    /// SIGKILL, as a crash (no graceful shutdown); fails if it had exited before.
+    pub(crate) fn kill(mut self) -> Result<()> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
+        let before = child.try_wait()?;
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = fs::remove_file(&self.pid_file);
+        if let Some(status) = before {
+            bail!(
+                "the deployment-controller had exited ({status}) before it was killed; log {}:\n{}",
+                self.log.display(),
+                process::tail(&self.log, TAIL_LINES)
+            );
+        }
+        Ok(())
     }
 
     /// SIGTERM, wait up to 15 s, then SIGKILL; `Ok` if it exited with status 0.

@@ -104,6 +104,13 @@ pub(crate) struct Flags {
     #[arg(long, value_name = "PATH", requires = "tls_cert_file")]
     pub(crate) tls_private_key_file: Option<PathBuf>,
 
+    /// Also serve /debug/cache: the key and resourceVersion of every object in the informer
+    /// caches, one per line (for fault-injection tests that compare the caches with a fresh
+    /// list). Off by default: the endpoints are not authenticated and the listing names
+    /// objects.
+    #[arg(long)]
+    pub(crate) debug_cache_endpoint: bool,
+
     /// Log verbosity, as klog's: 0–2 info, 3–4 debug, 5 and above trace. RUST_LOG, when set,
     /// takes precedence.
     #[arg(short = 'v', long = "v", default_value_t = 0, value_name = "LEVEL")]
@@ -156,6 +163,7 @@ mod tests {
         assert_eq!(flags.leader_elect_resource_namespace, "kube-system");
         assert_eq!(flags.secure_port, 10257);
         assert_eq!(flags.bind_address.to_string(), "127.0.0.1");
+        assert!(!flags.debug_cache_endpoint);
     }
 
     #[test]
