@@ -66,7 +66,7 @@ pub(crate) fn run(args: TestArgs) -> anyhow::Result<()> {
     if args.no_chaos {
         eprintln!("==> --no-chaos: skipping the short chaos run");
     } else {
-        crate::chaos::run(crate::chaos::ChaosArgs::short())?;
+        crate::chaos::run(crate::chaos::ChaosArgs::ci())?;
     }
     if args.no_conformance {
         eprintln!("==> --no-conformance: skipping upstream's Deployment specs");
