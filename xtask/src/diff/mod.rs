@@ -62,6 +62,11 @@ pub(crate) struct DiffArgs {
     /// the Deployment controllers are stopped either way.
     #[arg(long)]
     keep: bool,
+    /// Run a scenario that shows unintended differences up to this many more times; a
+    /// difference that does not show in every run is reported as timing-dependent, not as a
+    /// failure.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    retries: usize,
     /// Instead of the scenarios: measure a switch between the controllers with this many
     /// Deployments (ReplicaSets created and deleted, pods replaced; see docs/conformance.md).
     #[arg(long, value_name = "N")]
@@ -95,14 +100,24 @@ pub(crate) fn run(args: DiffArgs) -> Result<()> {
 
     let clusters = Clusters::start(&[UPSTREAM_CLUSTER, OURS_CLUSTER])?;
     let result = (|| -> Result<Vec<ScenarioReport>> {
-        let up = Side::start_upstream(&clusters.infos[0], &kcm, &out)?;
-        let ours = Side::start_ours(&clusters.infos[1], &ours_binary, &out)?;
+        let up = Side::start_upstream(&clusters.infos[0], &kcm)?;
+        let ours = Side::start_ours(&clusters.infos[1], &ours_binary)?;
         let mut sides = [up, ours];
         let mut reports = Vec::new();
         for s in &scenarios {
             let t = Instant::now();
             eprintln!("==> scenario {}: {}", s.name, s.description);
-            let report = run_scenario(s, &mut sides, &out);
+            let mut report = run_scenario(s, &mut sides, &out.join(&s.name));
+            while report.error.is_none() && report.unintended() > 0 && report.runs <= args.retries {
+                let run = report.runs + 1;
+                eprintln!(
+                    "==> scenario {}: {} difference(s); run {run} to tell behaviour from timing",
+                    s.name,
+                    report.unintended()
+                );
+                let again = run_scenario(s, &mut sides, &out.join(format!("{}-run{run}", s.name)));
+                report.keep_recurring(&again);
+            }
             eprintln!(
                 "==> scenario {} done in {} ({})",
                 s.name,
@@ -252,8 +267,7 @@ pub(crate) struct Side {
 impl Side {
     /// Starts upstream's Deployment controller (a second kube-controller-manager) on `info`,
     /// after checking that none runs; then checks that it alone runs.
-    pub(crate) fn start_upstream(info: &ClusterInfo, kcm: &Path, out: &Path) -> Result<Side> {
-        let _ = out;
+    pub(crate) fn start_upstream(info: &ClusterInfo, kcm: &Path) -> Result<Side> {
         let log = controller_pid_file(&info.name).with_extension("log");
         let mut side = Side {
             label: "upstream",
@@ -270,8 +284,7 @@ impl Side {
 
     /// Starts our release `deployment-controller` on `info` (with deploy/'s RBAC), after
     /// checking that none runs; then checks that it alone runs.
-    pub(crate) fn start_ours(info: &ClusterInfo, binary: &Path, out: &Path) -> Result<Side> {
-        let _ = out;
+    pub(crate) fn start_ours(info: &ClusterInfo, binary: &Path) -> Result<Side> {
         let log = controller_pid_file(&info.name).with_extension("log");
         let mut side = Side {
             label: "ours",
@@ -342,8 +355,13 @@ impl Side {
                 );
             }
             if let Err(e) = stopped {
-                // kube-controller-manager exits non-zero on SIGTERM; gone is what matters.
-                eprintln!("==> stopping {}: {e:#}", self.controller_name());
+                // kube-controller-manager exits with SIGTERM's status; gone is what matters.
+                let e = format!("{e:#}");
+                eprintln!(
+                    "==> stopping {}: {}",
+                    self.controller_name(),
+                    e.lines().next().unwrap_or_default()
+                );
             }
         }
         self.check_none()?;
@@ -461,6 +479,8 @@ struct StepReport {
     name: String,
     /// Differences with the intended entry that covers each, if any.
     differences: Vec<(Difference, Option<&'static Intended>)>,
+    /// Differences of the first run that a later run of the scenario did not show (timing).
+    timing: Vec<Difference>,
     /// Seconds until both clusters settled.
     settle: f64,
 }
@@ -474,6 +494,8 @@ struct ScenarioReport {
     /// Why it stopped early, if it did.
     error: Option<String>,
     seconds: f64,
+    /// How many times it ran (see `--retries`).
+    runs: usize,
 }
 
 impl ScenarioReport {
@@ -483,6 +505,30 @@ impl ScenarioReport {
             .flat_map(|s| &s.differences)
             .filter(|(_, i)| i.is_none())
             .count()
+    }
+
+    /// Keeps as differences only those that `again` (a later run) shows too, at the same step
+    /// and path; the others move to the step's timing-dependent list. A failed later run keeps
+    /// everything and records its error.
+    fn keep_recurring(&mut self, again: &ScenarioReport) {
+        self.runs += 1;
+        self.seconds += again.seconds;
+        if let Some(e) = &again.error {
+            self.error = Some(format!("run {}: {e}", self.runs));
+            return;
+        }
+        for (i, step) in self.steps.iter_mut().enumerate() {
+            let later: Vec<&str> = again
+                .steps
+                .get(i)
+                .map(|s| s.differences.iter().map(|(d, _)| d.path.as_str()).collect())
+                .unwrap_or_default();
+            let (keep, drop): (Vec<_>, Vec<_>) = std::mem::take(&mut step.differences)
+                .into_iter()
+                .partition(|(d, intended)| intended.is_some() || later.contains(&d.path.as_str()));
+            step.differences = keep;
+            step.timing.extend(drop.into_iter().map(|(d, _)| d));
+        }
     }
 
     fn ok(&self) -> bool {
@@ -496,11 +542,20 @@ impl ScenarioReport {
             .flat_map(|s| &s.differences)
             .filter(|(_, i)| i.is_some())
             .count();
-        match (&self.error, self.unintended()) {
+        let verdict = match (&self.error, self.unintended()) {
             (Some(e), _) => format!("FAILED: {e}"),
             (None, 0) if intended == 0 => "same".to_owned(),
             (None, 0) => format!("same but for {intended} intended difference(s)"),
             (None, n) => format!("{n} difference(s)"),
+        };
+        let timing: usize = self.steps.iter().map(|s| s.timing.len()).sum();
+        if timing == 0 {
+            verdict
+        } else {
+            format!(
+                "{verdict}; {timing} timing-dependent (not in all of {} runs)",
+                self.runs
+            )
         }
     }
 }
@@ -513,6 +568,7 @@ fn run_scenario(s: &Scenario, sides: &mut [Side; 2], out: &Path) -> ScenarioRepo
         steps: Vec::new(),
         error: None,
         seconds: 0.0,
+        runs: 1,
     };
     if let Err(e) = run_steps(s, sides, out, &mut report) {
         report.error = Some(format!("{e:#}"));
@@ -528,8 +584,8 @@ fn run_steps(
     report: &mut ScenarioReport,
 ) -> Result<()> {
     let ns = namespace(s);
-    let dir = out.join(&s.name);
-    fs::create_dir_all(&dir)?;
+    let dir = out;
+    fs::create_dir_all(dir)?;
     for side in sides.iter_mut() {
         side.names = Names::default();
         let _ = side.kubectl_in(None, &["delete", "namespace", &ns, "--wait=true"], None);
@@ -586,6 +642,7 @@ fn run_steps(
         report.steps.push(StepReport {
             name: step.name.clone(),
             differences,
+            timing: Vec::new(),
             settle: settle_secs,
         });
     }
@@ -687,16 +744,24 @@ fn render(reports: &[ScenarioReport], took: Duration) -> String {
                 "- step {i} ({}), settled in {:.1}s: ",
                 s.name, s.settle
             );
-            if s.differences.is_empty() {
+            if s.differences.is_empty() && s.timing.is_empty() {
                 let _ = writeln!(out, "same");
                 continue;
             }
-            let _ = writeln!(out, "{} difference(s)", s.differences.len());
+            let _ = writeln!(
+                out,
+                "{} difference(s), {} timing-dependent",
+                s.differences.len(),
+                s.timing.len()
+            );
             for (d, intended) in &s.differences {
                 let _ = writeln!(out, "  - {d}");
                 if let Some(i) = intended {
                     let _ = writeln!(out, "      intended: {}", i.reason);
                 }
+            }
+            for d in &s.timing {
+                let _ = writeln!(out, "  - timing-dependent (absent from a later run): {d}");
             }
         }
         if let Some(e) = &r.error {
@@ -728,10 +793,12 @@ mod tests {
                 steps: vec![StepReport {
                     name: "create".into(),
                     differences: vec![],
+                    timing: vec![],
                     settle: 1.0,
                 }],
                 error: None,
                 seconds: 3.0,
+                runs: 1,
             },
             ScenarioReport {
                 name: "02-b".into(),
@@ -739,10 +806,12 @@ mod tests {
                 steps: vec![StepReport {
                     name: "scale".into(),
                     differences: vec![(d("a.x"), Some(&REASON)), (d("a.y"), None)],
+                    timing: vec![],
                     settle: 2.0,
                 }],
                 error: Some("boom".into()),
                 seconds: 4.0,
+                runs: 1,
             },
         ];
         assert!(reports[0].ok());
@@ -764,6 +833,50 @@ mod tests {
     }
 
     #[test]
+    fn only_differences_that_recur_count() {
+        let d = |path: &str| Difference {
+            path: path.to_owned(),
+            upstream: Some(serde_json::json!(1)),
+            ours: None,
+        };
+        let report = |paths: &[&str]| ScenarioReport {
+            name: "05-x".into(),
+            description: "X.".into(),
+            steps: vec![StepReport {
+                name: "s".into(),
+                differences: paths.iter().map(|p| (d(p), None)).collect(),
+                timing: vec![],
+                settle: 1.0,
+            }],
+            error: None,
+            seconds: 1.0,
+            runs: 1,
+        };
+        let mut first = report(&["a", "b"]);
+        first.keep_recurring(&report(&["b", "c"]));
+        assert_eq!(first.runs, 2);
+        assert_eq!(first.unintended(), 1);
+        assert_eq!(first.steps[0].differences[0].0.path, "b");
+        assert_eq!(first.steps[0].timing[0].path, "a");
+        assert!(
+            first
+                .verdict()
+                .contains("1 timing-dependent (not in all of 2 runs)")
+        );
+        // A third run without "b": nothing left, the scenario passes.
+        first.keep_recurring(&report(&[]));
+        assert!(first.ok());
+        assert_eq!(first.steps[0].timing.len(), 2);
+        // A later run that fails keeps the differences and fails the scenario.
+        let mut again = report(&["a"]);
+        let mut failed = report(&[]);
+        failed.error = Some("settle".into());
+        again.keep_recurring(&failed);
+        assert!(!again.ok());
+        assert!(again.error.as_deref().unwrap().contains("run 2: settle"));
+    }
+
+    #[test]
     fn cli_parses() {
         use clap::Parser;
         #[derive(clap::Parser)]
@@ -776,6 +889,7 @@ mod tests {
         assert_eq!(cli.args.scenarios, ["a", "02-b"]);
         assert!(cli.args.keep);
         assert_eq!(cli.args.switch, None);
+        assert_eq!(cli.args.retries, 2);
         let cli = Cli::try_parse_from(["x", "--switch", "50"]).unwrap();
         assert_eq!(cli.args.switch, Some(50));
     }

@@ -16,7 +16,9 @@
 //! becomes `<deployment:rsK>` and its hash `<deployment:hashK>`, K counting the ReplicaSets of
 //! that prefix in the order the run first saw them (ties by revision, then creation time), so
 //! the same rollout gives the same labels on both clusters whatever the hash function.
-//! `kubectl.kubernetes.io/restartedAt` values become `<time>`.
+//! `kubectl.kubernetes.io/restartedAt` values become `<time>`. An aggregated event (an event
+//! recorder's `(combined from similar events): …`) keeps only that prefix: its message is that
+//! of the last similar event, which timing decides.
 
 use std::collections::BTreeMap;
 
@@ -28,6 +30,8 @@ const RESTARTED_AT: &str = "kubectl.kubernetes.io/restartedAt";
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// The label the Deployment controller puts on its ReplicaSets and pods.
 const HASH_LABEL: &str = "pod-template-hash";
+/// How an event recorder prefixes the message of an aggregate of similar events.
+const AGGREGATED: &str = "(combined from similar events): ";
 /// The revision annotation of ReplicaSets.
 const REVISION: &str = "deployment.kubernetes.io/revision";
 
@@ -341,11 +345,17 @@ impl Observation {
                 .filter(|s| !s.is_empty())
                 .or_else(|| e["reportingComponent"].as_str())
                 .unwrap_or_default();
+            let mut message = e["message"].as_str().unwrap_or_default();
+            // The recorder's aggregate of many similar events carries the message of whichever
+            // came last, which is a matter of timing: keep only that it aggregated.
+            if let Some(rest) = message.strip_prefix(AGGREGATED) {
+                message = &message[..message.len() - rest.len()];
+                message = message.trim_end_matches([':', ' ']);
+            }
             let line = names.apply(&format!(
-                "{} {} from {from}: {}",
+                "{} {} from {from}: {message}",
                 e["type"].as_str().unwrap_or_default(),
                 e["reason"].as_str().unwrap_or_default(),
-                e["message"].as_str().unwrap_or_default()
             ));
             let count = e["count"].as_u64().unwrap_or(1).max(1);
             *by_deployment
@@ -496,11 +506,17 @@ mod tests {
                    "reason": "SuccessfulCreate", "message": "x"}),
             json!({"involvedObject": {"kind": "Deployment", "name": "gone"}, "type": "Normal",
                    "reason": "R", "message": "m"}),
+            json!({"involvedObject": {"kind": "Deployment", "name": "web"}, "type": "Normal",
+                   "reason": "ScalingReplicaSet", "count": 4, "source": {"component": "c"},
+                   "message": "(combined from similar events): Scaled down replica set web-abc12 from 3 to 2"}),
         ]);
         obs.add_events(&events, &names);
         assert_eq!(
             obs.0["deployments"]["web"]["events"],
-            json!({"Normal ScalingReplicaSet from deployment-controller: Scaled up replica set <web:rs1> from 0 to 1": 3})
+            json!({
+                "Normal ScalingReplicaSet from deployment-controller: Scaled up replica set <web:rs1> from 0 to 1": 3,
+                "Normal ScalingReplicaSet from c: (combined from similar events)": 4,
+            })
         );
         assert_eq!(
             obs.0["eventsOfDeletedDeployments"]["gone"],

@@ -210,7 +210,7 @@ pub(crate) fn run(n: usize, keep: bool) -> Result<()> {
     let clusters = Clusters::start(&[CLUSTER])?;
     let info = clusters.infos[0].clone();
     let result = (|| -> Result<String> {
-        let up = Side::start_upstream(&info, &kcm, &out)?;
+        let up = Side::start_upstream(&info, &kcm)?;
         up.kubectl_in(None, &["create", "namespace", NAMESPACE], None)?;
         let deadline = Instant::now() + Duration::from_secs(30);
         while up
@@ -236,7 +236,7 @@ pub(crate) fn run(n: usize, keep: bool) -> Result<()> {
         let before = wait_quiet(&up)?;
         up.stop()?;
 
-        let ours = Side::start_ours(&info, &ours_binary, &out)?;
+        let ours = Side::start_ours(&info, &ours_binary)?;
         let t = Instant::now();
         let after = wait_quiet(&ours)?;
         let to_ours = churn(&objects(&before), &objects(&after));
@@ -247,7 +247,7 @@ pub(crate) fn run(n: usize, keep: bool) -> Result<()> {
         let before_back = wait_quiet(&ours)?;
         ours.stop()?;
 
-        let up = Side::start_upstream(&info, &kcm, &out)?;
+        let up = Side::start_upstream(&info, &kcm)?;
         let after_back = wait_quiet(&up)?;
         let to_upstream = churn(&objects(&before_back), &objects(&after_back));
         let still_back = complete(&after_back, n);
