@@ -97,7 +97,7 @@ impl Names {
                 out = out.replace(from.as_str(), to);
             }
         }
-        out
+        pod_suffixes(&out)
     }
 
     /// `value` with [`Names::apply`] applied to every string and object key.
@@ -115,6 +115,35 @@ impl Names {
             other => other.clone(),
         }
     }
+}
+
+/// Length of the random suffix of a pod name generated from its ReplicaSet's name.
+const POD_SUFFIX_LEN: usize = 5;
+
+/// `text` with the random suffix of every pod name generated from a labelled ReplicaSet name
+/// (`<web:rs1>-x7k2p`) replaced by `<pod>`.
+fn pod_suffixes(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(">-") {
+        let (head, tail) = rest.split_at(at + 2);
+        out.push_str(head);
+        let suffix: String = tail
+            .chars()
+            .take_while(char::is_ascii_alphanumeric)
+            .collect();
+        let labelled = head
+            .rfind('<')
+            .is_some_and(|open| head[open..].contains(":rs"));
+        if labelled && suffix.len() == POD_SUFFIX_LEN {
+            out.push_str("<pod>");
+            rest = &tail[POD_SUFFIX_LEN..];
+        } else {
+            rest = tail;
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 fn annotation<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
@@ -527,6 +556,17 @@ mod tests {
             obs.0["deployments"]["web"]["rollout history"],
             "REVISION\n1 <web:rs1>"
         );
+    }
+
+    #[test]
+    fn pod_names_lose_their_random_suffix() {
+        let mut names = Names::default();
+        names.learn(&[&rs("web-abc12", "abc12", "1", None, 1)]);
+        assert_eq!(
+            names.apply("pods \"web-abc12-x7k2p\" is forbidden; web-abc12-toolong stays"),
+            "pods \"<web:rs1>-<pod>\" is forbidden; <web:rs1>-toolong stays"
+        );
+        assert_eq!(pod_suffixes("<other>-x7k2p, a>-b"), "<other>-x7k2p, a>-b");
     }
 
     #[test]
