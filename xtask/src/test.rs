@@ -6,7 +6,9 @@
 //! (`cargo xtask e2e`, which builds the control plane on first use), then upstream's
 //! `[sig-apps] Deployment` e2e specs against our controller (`cargo xtask conformance`, which
 //! builds upstream's e2e test binary on first use and our controller in release mode;
-//! about 8 minutes on a cold cache, 2 warm, see docs/conformance.md).
+//! about 8 minutes on a cold cache, 2 warm, see docs/conformance.md), then the quick subset
+//! of the differential runs against kube-controller-manager's Deployment controller
+//! (`cargo xtask diff --quick`, about 4 minutes warm; `--no-diff` skips it).
 //!
 //! The fuzz run is off by default: its instrumented release build costs about 15 CPU-minutes
 //! from a cold cache (about 8 minutes on 2 idle cores), which CI, starting from a fresh clone,
@@ -26,6 +28,10 @@ pub(crate) struct TestArgs {
     /// Skip upstream's Deployment conformance specs (`cargo xtask conformance`).
     #[arg(long)]
     no_conformance: bool,
+    /// Skip the quick differential run against upstream's Deployment controller
+    /// (`cargo xtask diff --quick`).
+    #[arg(long)]
+    no_diff: bool,
     /// Also fuzz each target for this many seconds (`cargo xtask fuzz`); 0, the default,
     /// skips it (the unit tests still replay every seed and regression).
     #[arg(long, default_value_t = 0, value_name = "SECONDS")]
@@ -58,9 +64,14 @@ pub(crate) fn run(args: TestArgs) -> anyhow::Result<()> {
     crate::e2e::run(args.e2e)?;
     if args.no_conformance {
         eprintln!("==> --no-conformance: skipping upstream's Deployment specs");
+    } else {
+        crate::conformance::run(crate::conformance::ConformanceArgs::ours())?;
+    }
+    if args.no_diff {
+        eprintln!("==> --no-diff: skipping the differential run");
         return Ok(());
     }
-    crate::conformance::run(crate::conformance::ConformanceArgs::ours())
+    crate::diff::run(crate::diff::DiffArgs::quick())
 }
 
 /// Runs `cargo <args>` with the same toolchain that runs xtask, failing on a non-zero exit.
