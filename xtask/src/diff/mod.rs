@@ -543,8 +543,8 @@ impl ScenarioReport {
     }
 
     /// Keeps as differences only those that `again` (a later run) shows too, at the same step
-    /// and path; the others move to the step's timing-dependent list. A failed later run keeps
-    /// everything and records its error.
+    /// and path with the same two values; the others move to the step's timing-dependent list.
+    /// A failed later run keeps everything and records its error.
     fn keep_recurring(&mut self, again: &ScenarioReport) {
         self.runs += 1;
         self.seconds += again.seconds;
@@ -553,14 +553,14 @@ impl ScenarioReport {
             return;
         }
         for (i, step) in self.steps.iter_mut().enumerate() {
-            let later: Vec<&str> = again
+            let later: Vec<&Difference> = again
                 .steps
                 .get(i)
-                .map(|s| s.differences.iter().map(|(d, _)| d.path.as_str()).collect())
+                .map(|s| s.differences.iter().map(|(d, _)| d).collect())
                 .unwrap_or_default();
             let (keep, drop): (Vec<_>, Vec<_>) = std::mem::take(&mut step.differences)
                 .into_iter()
-                .partition(|(d, intended)| intended.is_some() || later.contains(&d.path.as_str()));
+                .partition(|(d, intended)| intended.is_some() || later.contains(&d));
             step.differences = keep;
             step.timing.extend(drop.into_iter().map(|(d, _)| d));
         }
@@ -887,6 +887,13 @@ mod tests {
             seconds: 1.0,
             runs: 1,
         };
+        // The same path with other values is another difference: timing, not behaviour.
+        let mut flipped = report(&["a"]);
+        let mut other = report(&["a"]);
+        other.steps[0].differences[0].0.ours = Some(serde_json::json!(3));
+        flipped.keep_recurring(&other);
+        assert!(flipped.ok());
+
         let mut first = report(&["a", "b"]);
         first.keep_recurring(&report(&["b", "c"]));
         assert_eq!(first.runs, 2);
