@@ -13,7 +13,10 @@
 //! [`observe`] reads what a user can see on each and [`compare`] lists the differences. The
 //! report goes to `target/diff/report.md`, each side's observation of each step to
 //! `target/diff/<scenario>/`; the exit status is non-zero if a difference is not listed in
-//! [`compare::INTENDED`] or a scenario could not run. `--switch N` instead measures what a switch
+//! [`compare::INTENDED`] or a scenario could not run. A scenario that differs runs again
+//! (`--retries`), and only differences every run shows count: the intermediate steps of a
+//! rolling update depend on when each controller sees pods become ready. `--quick` runs the
+//! subset [`QUICK`] that `cargo xtask test` runs; `--switch N` instead measures what a switch
 //! between the two controllers costs (see [`switch`]).
 
 mod compare;
