@@ -2,7 +2,7 @@
 // (informers.SharedInformerFactory, Kubernetes 1.36 client-go) on the pods of one namespace.
 //
 // Protocol (same for the three peers): arguments
-// <kubeconfig> <namespace> <expected pods> <none|transform|metadata> <expected updates> <settle ms>
+// <kubeconfig> <namespace> <expected pods> <none|transform|metadata|metadata-transform> <expected updates> <settle ms>
 // [protobuf|json] (this peer only: the wire format; default protobuf, which client-go's typed
 // Pod client asks for on its own);
 // JSON lines on stdout: "synced" (time from starting the informer to HasSynced, RSS), "steady"
@@ -88,9 +88,11 @@ func main() {
 		transform = true
 	case "metadata":
 		metadataOnly = true
+	case "metadata-transform":
+		metadataOnly, transform = true, true
 	case "none":
 	default:
-		fail("variant must be none, transform or metadata, not %s", os.Args[4])
+		fail("variant must be none, transform, metadata or metadata-transform, not %s", os.Args[4])
 	}
 	updates, err := strconv.ParseInt(os.Args[5], 10, 64)
 	if err != nil {
@@ -130,6 +132,13 @@ func main() {
 		}
 		factory := metadatainformer.NewFilteredSharedInformerFactory(client, 0, namespace, nil)
 		informer = factory.ForResource(corev1.SchemeGroupVersion.WithResource("pods")).Informer()
+		if transform {
+			// What kube-controller-manager's metadatainformer.WithTransform does; that option
+			// cannot be combined with a namespace filter, so it is set on the informer.
+			if err := informer.SetTransform(stripManagedFields); err != nil {
+				fail("transform: %v", err)
+			}
+		}
 	} else {
 		client, err := kubernetes.NewForConfig(config)
 		if err != nil {

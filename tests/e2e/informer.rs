@@ -435,29 +435,7 @@ where
     let run = ProxiedInformer::<K>::start(&cluster, &proxy, &ns.name, setup).await;
     let (informer, journal) = (&run.informer, &run.journal);
 
-    proxy.cut();
-    direct
-        .delete("k-0", &DeleteParams::default())
-        .await
-        .unwrap();
-    direct
-        .delete("k-1", &DeleteParams::default())
-        .await
-        .unwrap();
-    direct
-        .create(&PostParams::default(), &config_map("k-new", "1"))
-        .await
-        .unwrap();
-    let mut k2 = direct.get("k-2").await.unwrap();
-    k2.data = Some(BTreeMap::from([("v".to_owned(), "2".to_owned())]));
-    let k2 = direct.update(&PostParams::default(), &k2).await.unwrap();
-    // One more write so the compaction point lies strictly after every change above.
-    direct
-        .create(&PostParams::default(), &config_map("k-last", "1"))
-        .await
-        .unwrap();
-    cluster.compact();
-    proxy.restore();
+    let k2 = change_while_cut(&cluster, &proxy, &direct, &["k-0", "k-1"]).await;
 
     wait_until("the relist", Duration::from_secs(90), || {
         journal.contains("DELETE? k-0") && journal.contains("DELETE? k-1")
@@ -480,6 +458,36 @@ where
     run.stop().await;
     ns.delete().await;
     Some(cached)
+}
+
+/// With the informer's connection cut: deletes `deleted`, creates `k-new`, sets `k-2`'s value
+/// to 2 and creates `k-last`; then compacts etcd past all of it and restores the connection,
+/// so the informer's watch resumes from a compacted revision. Returns `k-2` as written.
+async fn change_while_cut(
+    cluster: &kctrl_e2e::Cluster,
+    proxy: &CuttableProxy,
+    direct: &Api<ConfigMap>,
+    deleted: &[&str],
+) -> ConfigMap {
+    proxy.cut();
+    for name in deleted {
+        direct.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    direct
+        .create(&PostParams::default(), &config_map("k-new", "1"))
+        .await
+        .unwrap();
+    let mut k2 = direct.get("k-2").await.unwrap();
+    k2.data = Some(BTreeMap::from([("v".to_owned(), "2".to_owned())]));
+    let k2 = direct.update(&PostParams::default(), &k2).await.unwrap();
+    // One more write so the compaction point lies strictly after every change above.
+    direct
+        .create(&PostParams::default(), &config_map("k-last", "1"))
+        .await
+        .unwrap();
+    cluster.compact();
+    proxy.restore();
+    k2
 }
 
 /// A ConfigMap informer (label `e2e=informer`), over the full type, a view or metadata only,
@@ -780,24 +788,7 @@ async fn dynamic_informer_sees_events_and_a_relist() {
     if cluster.compact_command.is_none() {
         eprintln!("e2e: no compaction command; skipping the dynamic informer's relist");
     } else {
-        proxy.cut();
-        direct
-            .delete("k-0", &DeleteParams::default())
-            .await
-            .unwrap();
-        direct
-            .create(&PostParams::default(), &config_map("k-new", "1"))
-            .await
-            .unwrap();
-        let mut k2 = direct.get("k-2").await.unwrap();
-        k2.data = Some(BTreeMap::from([("v".to_owned(), "2".to_owned())]));
-        let k2 = direct.update(&PostParams::default(), &k2).await.unwrap();
-        direct
-            .create(&PostParams::default(), &config_map("k-last", "1"))
-            .await
-            .unwrap();
-        cluster.compact();
-        proxy.restore();
+        let k2 = change_while_cut(&cluster, &proxy, &direct, &["k-0"]).await;
 
         wait_until("the relist", Duration::from_secs(90), || {
             journal.contains("DELETE? k-0") && journal.contains("ADD k-last")

@@ -99,9 +99,20 @@ pub(crate) fn start(
     log: &Path,
     extra_args: &[&str],
 ) -> Result<ControllerProcess> {
+    start_with_env(binary, kubeconfig, log, extra_args, &[])
+}
+
+/// [`start`] with extra environment variables (e.g. `RUST_LOG`).
+pub(crate) fn start_with_env(
+    binary: &Path,
+    kubeconfig: &Path,
+    log: &Path,
+    extra_args: &[&str],
+    env: &[(&str, &str)],
+) -> Result<ControllerProcess> {
     let mut args = vec!["--kubeconfig".to_owned(), kubeconfig.display().to_string()];
     args.extend(extra_args.iter().map(|a| (*a).to_owned()));
-    start_process(binary, args, log, "deployment-controller", &|text| {
+    start_process(binary, args, env, log, "deployment-controller", &|text| {
         text.contains(SYNCED_MARKER)
     })
 }
@@ -129,6 +140,7 @@ pub(crate) fn start_upstream(
     start_process(
         kcm,
         args,
+        &[],
         log,
         "kube-controller-manager (deployment-controller only)",
         &crate::bench::controller::parse::kcm_deployment_synced,
@@ -150,11 +162,12 @@ pub(crate) fn upstream_args(kubeconfig: &Path) -> Vec<String> {
     ]
 }
 
-/// Spawns `binary args…` (logging to `log`, pid file beside it) and waits until `synced` holds
-/// for what it logged since; `what` names it in messages.
+/// Spawns `binary args…` with extra environment `env` (logging to `log`, pid file beside it)
+/// and waits until `synced` holds for what it logged since; `what` names it in messages.
 fn start_process(
     binary: &Path,
     args: Vec<String>,
+    env: &[(&str, &str)],
     log: &Path,
     what: &str,
     synced: &dyn Fn(&str) -> bool,
@@ -182,7 +195,7 @@ fn start_process(
         args.join(" "),
         log.display()
     );
-    let (child, record) = process::spawn(binary, &args, log, &pid_file)?;
+    let (child, record) = process::spawn_with_env(binary, &args, env, log, &pid_file)?;
     let mut proc = ControllerProcess {
         child: Some(child),
         record,
@@ -241,6 +254,35 @@ impl ControllerProcess {
     /// Where the process logs.
     pub(crate) fn log_path(&self) -> &Path {
         &self.log
+    }
+
+    /// Its exit status, if it has exited (without waiting).
+    pub(crate) fn exited(&mut self) -> Result<Option<std::process::ExitStatus>> {
+        match self.child.as_mut() {
+            Some(c) => c
+                .try_wait()
+                .context("checking on the deployment-controller"),
+            None => Ok(None),
+        }
+    }
+
+    /// SIGKILL, as a crash (no graceful shutdown); fails if it had exited before.
+    pub(crate) fn kill(mut self) -> Result<()> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
+        let before = child.try_wait()?;
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = fs::remove_file(&self.pid_file);
+        if let Some(status) = before {
+            bail!(
+                "the deployment-controller had exited ({status}) before it was killed; log {}:\n{}",
+                self.log.display(),
+                process::tail(&self.log, TAIL_LINES)
+            );
+        }
+        Ok(())
     }
 
     /// SIGTERM, wait up to 15 s, then SIGKILL; `Ok` if it exited with status 0.

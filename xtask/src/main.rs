@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod chaos;
 mod cluster;
 mod conformance;
 mod controller_process;
@@ -23,6 +24,9 @@ struct Cli {
 enum Command {
     /// Benchmarks run side by side with their upstream anchors.
     Bench(bench::BenchArgs),
+    /// Faults (apiserver kills and stops, compaction, controller kills, conflicts, a slow
+    /// apiserver) during rollouts on the local control plane, invariants checked throughout.
+    Chaos(chaos::ChaosArgs),
     /// The local Kubernetes control plane built from upstream's Go modules.
     Cluster(cluster::ClusterArgs),
     /// Upstream's `[sig-apps] Deployment` e2e specs against the local control plane, with our
@@ -44,6 +48,7 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Bench(args) => bench::run(args),
+        Command::Chaos(args) => chaos::run(args),
         Command::Cluster(args) => cluster::run(args),
         Command::Conformance(args) => conformance::run(args),
         Command::Demo(args) => demo::run(args),

@@ -10,6 +10,10 @@
 //! of the differential runs against kube-controller-manager's Deployment controller
 //! (`cargo xtask diff --quick`, about 4 minutes warm; `--no-diff` skips it).
 //!
+//! After the end-to-end suite, the short chaos profile (`cargo xtask chaos --profile short`:
+//! faults on the local control plane during rollouts, invariants checked throughout; see
+//! docs/reliability.md); `--no-chaos` skips it.
+//!
 //! The fuzz run is off by default: its instrumented release build costs about 15 CPU-minutes
 //! from a cold cache (about 8 minutes on 2 idle cores), which CI, starting from a fresh clone,
 //! would pay on every run for a few seconds of fuzzing. See docs/reliability.md.
@@ -21,8 +25,8 @@ use anyhow::{Context, bail};
 /// Arguments of `cargo xtask test`.
 #[derive(clap::Args)]
 pub(crate) struct TestArgs {
-    /// Skip the end-to-end suite and the conformance specs (no Go toolchain or control plane
-    /// needed).
+    /// Skip the end-to-end suite, the chaos run and the conformance specs (no Go toolchain or
+    /// control plane needed).
     #[arg(long)]
     no_e2e: bool,
     /// Skip upstream's Deployment conformance specs (`cargo xtask conformance`).
@@ -32,6 +36,9 @@ pub(crate) struct TestArgs {
     /// (`cargo xtask diff --quick`).
     #[arg(long)]
     no_diff: bool,
+    /// Skip the short chaos run (`cargo xtask chaos --profile short`).
+    #[arg(long)]
+    no_chaos: bool,
     /// Also fuzz each target for this many seconds (`cargo xtask fuzz`); 0, the default,
     /// skips it (the unit tests still replay every seed and regression).
     #[arg(long, default_value_t = 0, value_name = "SECONDS")]
@@ -62,6 +69,11 @@ pub(crate) fn run(args: TestArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     crate::e2e::run(args.e2e)?;
+    if args.no_chaos {
+        eprintln!("==> --no-chaos: skipping the short chaos run");
+    } else {
+        crate::chaos::run(crate::chaos::ChaosArgs::short())?;
+    }
     if args.no_conformance {
         eprintln!("==> --no-conformance: skipping upstream's Deployment specs");
     } else {

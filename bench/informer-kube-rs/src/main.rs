@@ -1,6 +1,6 @@
 //! kube-rs peer of `cargo xtask bench informer`: a `watcher` + `reflector` store on the pods of
 //! one namespace. Protocol (same for the three peers): arguments
-//! `<kubeconfig> <namespace> <expected pods> <none|transform|metadata> <expected updates> <settle ms>`;
+//! `<kubeconfig> <namespace> <expected pods> <none|transform|metadata|metadata-transform> <expected updates> <settle ms>`;
 //! JSON lines on stdout: `synced` (time from starting the watch to a ready store, RSS), `steady`
 //! (RSS after the settle time), then, after a line on stdin, `burst` (update events counted by
 //! the handler and their first-to-last rate).
@@ -46,8 +46,11 @@ async fn main() -> Result<()> {
     let variant = match args[4].as_str() {
         "transform" => Variant::Full { transform: true },
         "none" => Variant::Full { transform: false },
-        "metadata" => Variant::Metadata,
-        other => bail!("variant must be none, transform or metadata, not {other}"),
+        "metadata" => Variant::Metadata { transform: false },
+        "metadata-transform" => Variant::Metadata { transform: true },
+        other => {
+            bail!("variant must be none, transform, metadata or metadata-transform, not {other}")
+        }
     };
     let updates: u64 = args[5].parse().context("updates")?;
     let settle = Duration::from_millis(args[6].parse().context("settle-ms")?);
@@ -56,12 +59,21 @@ async fn main() -> Result<()> {
     let config = Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
     let client = Client::try_from(config)?;
     match variant {
-        Variant::Metadata => {
+        Variant::Metadata { transform } => {
             // An Api over PartialObjectMeta asks the server for metadata only.
             let api: Api<PartialObjectMeta<Pod>> = Api::namespaced(client, namespace);
             let (store, writer) = reflector::store::<PartialObjectMeta<Pod>>();
             let stream = watcher::watcher(api, watcher::Config::default())
                 .default_backoff()
+                .map(move |event| {
+                    event.map(|e| {
+                        if transform {
+                            e.modify(|meta| meta.metadata.managed_fields = None)
+                        } else {
+                            e
+                        }
+                    })
+                })
                 .reflect(writer);
             measure(stream, store, expected, updates, settle).await
         }
@@ -85,11 +97,11 @@ async fn main() -> Result<()> {
     }
 }
 
-/// What is cached: whole Pods (optionally without managedFields), or their metadata alone.
+/// What is cached: whole Pods or their metadata alone, each optionally without managedFields.
 #[derive(Clone, Copy)]
 enum Variant {
     Full { transform: bool },
-    Metadata,
+    Metadata { transform: bool },
 }
 
 /// Waits for the store, reports the sync and the steady RSS, then counts the update burst.

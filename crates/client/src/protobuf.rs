@@ -437,14 +437,20 @@ impl From<StatusMessage> for Status {
 
 /// The message inside an enveloped body (`k8s\0` + `Unknown`).
 fn unwrap(body: &Bytes) -> Result<Bytes, ProtobufError> {
+    Ok(open(body)?.raw.unwrap_or_default())
+}
+
+/// The envelope of a protobuf body: checks the `k8s\0` prefix and that the content is not
+/// encoded (the API server never compresses it; an encoding is refused rather than misread).
+fn open(body: &Bytes) -> Result<Envelope, ProtobufError> {
     if !is_protobuf(body) {
         return Err(ProtobufError::MissingPrefix);
     }
     let envelope = Envelope::decode(body.slice(MAGIC.len()..))?;
-    if let Some(encoding) = envelope.content_encoding.filter(|e| !e.is_empty()) {
-        return Err(ProtobufError::ContentEncoding(encoding));
+    if let Some(encoding) = envelope.content_encoding.as_ref().filter(|e| !e.is_empty()) {
+        return Err(ProtobufError::ContentEncoding(encoding.clone()));
     }
-    Ok(envelope.raw.unwrap_or_default())
+    Ok(envelope)
 }
 
 /// Decodes one object as the API server sends it in protobuf (`k8s\0`, the envelope, the
@@ -483,7 +489,7 @@ pub(crate) fn decode_status(body: &[u8]) -> Option<Status> {
     if !is_protobuf(body) {
         return None;
     }
-    let envelope = Envelope::decode(&body[MAGIC.len()..]).ok()?;
+    let envelope = open(&Bytes::copy_from_slice(body)).ok()?;
     if envelope.type_meta.and_then(|t| t.kind).as_deref() != Some("Status") {
         return None;
     }

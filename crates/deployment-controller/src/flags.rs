@@ -45,6 +45,13 @@ pub(crate) struct Flags {
           value_parser = [kctrl_client::protobuf::PROTOBUF, "application/json"])]
     pub(crate) kube_api_content_type: String,
 
+    /// Serve Deployments changed by live events before those queued by the initial list or a
+    /// resync (two work-queue lanes; the low lane still gets a bounded share). false: one FIFO
+    /// lane, as kube-controller-manager's queue.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL",
+          num_args = 0..=1, default_missing_value = "true")]
+    pub(crate) priority_lanes: bool,
+
     /// Start a leader election client and gain leadership before reconciling. Enable it
     /// whenever more than one instance may run.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL",
@@ -97,6 +104,13 @@ pub(crate) struct Flags {
     #[arg(long, value_name = "PATH", requires = "tls_cert_file")]
     pub(crate) tls_private_key_file: Option<PathBuf>,
 
+    /// Also serve /debug/cache: the key and resourceVersion of every object in the informer
+    /// caches, one per line (for fault-injection tests that compare the caches with a fresh
+    /// list). Off by default: the endpoints are not authenticated and the listing names
+    /// objects.
+    #[arg(long)]
+    pub(crate) debug_cache_endpoint: bool,
+
     /// Log verbosity, as klog's: 0–2 info, 3–4 debug, 5 and above trace. RUST_LOG, when set,
     /// takes precedence.
     #[arg(short = 'v', long = "v", default_value_t = 0, value_name = "LEVEL")]
@@ -136,6 +150,12 @@ mod tests {
             .to_string();
         assert!(err.contains("application/yaml"), "{err}");
         assert!(flags.leader_elect);
+        assert!(flags.priority_lanes);
+        assert!(
+            !Flags::try_parse_from(["d", "--priority-lanes=false"])
+                .unwrap()
+                .priority_lanes
+        );
         assert_eq!(flags.leader_elect_lease_duration, Duration::from_secs(15));
         assert_eq!(flags.leader_elect_renew_deadline, Duration::from_secs(10));
         assert_eq!(flags.leader_elect_retry_period, Duration::from_secs(2));
@@ -143,6 +163,7 @@ mod tests {
         assert_eq!(flags.leader_elect_resource_namespace, "kube-system");
         assert_eq!(flags.secure_port, 10257);
         assert_eq!(flags.bind_address.to_string(), "127.0.0.1");
+        assert!(!flags.debug_cache_endpoint);
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use kctrl_client::{Api, Client, HttpBackend, ListParams, ResourceRef};
 use kctrl_config::{Config, ConfigOverrides};
 use kctrl_deployment::pod_view::PodView;
@@ -200,6 +200,45 @@ fn client_config(flags: &Flags) -> anyhow::Result<Config> {
     Ok(config)
 }
 
+/// The `/debug/cache` listing of the factory's Deployment, ReplicaSet and Pod caches.
+fn cache_dump(factory: SharedInformerFactory) -> serve::CacheDump {
+    fn lines<K>(resource: &str, store: &kctrl_informer::Store<K>, out: &mut Vec<String>)
+    where
+        K: k8s_openapi::Metadata<Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>
+            + Send
+            + Sync
+            + 'static,
+    {
+        for obj in store.list() {
+            let m = obj.metadata();
+            out.push(format!(
+                "{resource} {}/{} {}",
+                m.namespace.as_deref().unwrap_or(""),
+                m.name.as_deref().unwrap_or(""),
+                m.resource_version.as_deref().unwrap_or("")
+            ));
+        }
+    }
+    Arc::new(move || {
+        let mut out = Vec::new();
+        lines(
+            "deployments",
+            factory.informer::<Deployment>().store(),
+            &mut out,
+        );
+        lines(
+            "replicasets",
+            factory.informer::<ReplicaSet>().store(),
+            &mut out,
+        );
+        lines("pods", factory.informer::<PodView>().store(), &mut out);
+        out.sort();
+        let mut text = out.join("\n");
+        text.push('\n');
+        text
+    })
+}
+
 /// The informer factory of the controller's caches.
 fn informer_factory(
     client: Client,
@@ -271,6 +310,7 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
     let options = RunnerOptions {
         queue_metrics: Some(Arc::new(metrics.workqueue.clone())),
         sync_observer: Some(metrics.sync_observer.clone()),
+        single_lane: !flags.priority_lanes,
     };
     let runner = Arc::new(
         DeploymentControllerRunner::with_options(
@@ -343,6 +383,9 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
             healthz,
             readyz: vec![("caches-synced", ready)],
             registry: Arc::new(registry),
+            cache_dump: flags
+                .debug_cache_endpoint
+                .then(|| cache_dump(factory.clone())),
         };
         let (chain, key) = serve::load_or_generate_identity(
             flags.tls_cert_file.as_deref(),

@@ -1,9 +1,12 @@
-//! The HTTPS endpoints: `/healthz`, `/livez`, `/readyz` and `/metrics`.
+//! The HTTPS endpoints: `/healthz`, `/livez`, `/readyz` and `/metrics`, and with
+//! `--debug-cache-endpoint` also `/debug/cache`.
 //!
 //! Health endpoints run named checks and answer `200 ok`, or `500` listing each check as
 //! `[+]name ok` / `[-]name failed: reason` (with `?verbose`, the list is printed on success
 //! too), as kube-controller-manager's do. `/metrics` is the Prometheus registry in the
-//! OpenMetrics text format.
+//! OpenMetrics text format. `/debug/cache` (off unless `--debug-cache-endpoint` is given,
+//! since it names objects) lists the key and resourceVersion of every object in the
+//! informer caches, so fault-injection tests can compare the caches with a fresh list.
 //!
 //! TLS: the certificate and key given with `--tls-cert-file` / `--tls-private-key-file`, or
 //! else a self-signed certificate generated in memory at start (for `localhost`, the loopback
@@ -44,6 +47,10 @@ use tracing::{debug, info, warn};
 /// A named health check: `Ok` when healthy, `Err(reason)` otherwise.
 pub(crate) type Check = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
+/// The body of `/debug/cache`: one line `<resource> <namespace>/<name> <resourceVersion>` per
+/// cached object, sorted.
+pub(crate) type CacheDump = Arc<dyn Fn() -> String + Send + Sync>;
+
 /// What the endpoints report.
 #[derive(Clone)]
 pub(crate) struct Endpoints {
@@ -53,6 +60,8 @@ pub(crate) struct Endpoints {
     pub(crate) readyz: Vec<(&'static str, Check)>,
     /// The metrics `/metrics` encodes.
     pub(crate) registry: Arc<Registry>,
+    /// The listing `/debug/cache` serves; `None` leaves the path unserved (404).
+    pub(crate) cache_dump: Option<CacheDump>,
 }
 
 /// One health endpoint's answer: status and body.
@@ -143,6 +152,14 @@ pub(crate) fn respond(
                     PLAIN,
                 ),
             }
+        }
+        "/debug/cache" if endpoints.cache_dump.is_some() => {
+            let dump = endpoints
+                .cache_dump
+                .as_ref()
+                .map(|f| f())
+                .unwrap_or_default();
+            text(StatusCode::OK, dump, PLAIN)
         }
         _ => text(
             StatusCode::NOT_FOUND,
@@ -366,6 +383,7 @@ mod tests {
             healthz: vec![("leaderElection", leader)],
             readyz: vec![("caches-synced", Arc::new(|| Err("not yet".to_owned())))],
             registry: Arc::new(registry),
+            cache_dump: None,
         }
     }
 
@@ -373,6 +391,25 @@ mod tests {
         let status = response.status();
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
         (status, String::from_utf8(bytes.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn debug_cache_is_served_only_when_enabled() {
+        let (status, _) = body(respond(
+            &endpoints(true),
+            &Method::GET,
+            "/debug/cache",
+            None,
+        ))
+        .await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        let mut with = endpoints(true);
+        with.cache_dump = Some(Arc::new(|| "deployments a/b 7\n".to_owned()));
+        let (status, text) = body(respond(&with, &Method::GET, "/debug/cache", None)).await;
+        assert_eq!(
+            (status, text.as_str()),
+            (StatusCode::OK, "deployments a/b 7\n")
+        );
     }
 
     #[tokio::test]

@@ -15,7 +15,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -159,6 +159,10 @@ pub struct DeploymentController {
     pods: Store<PodView>,
     recorder: Arc<dyn EventRecorder>,
     clock: Clock,
+    /// Per Deployment key, the resourceVersions this controller's own writes replaced since
+    /// the cache last showed the Deployment as it is now (see
+    /// [`cache_predates_own_write`](Self::cache_predates_own_write)).
+    own_writes: Mutex<HashMap<String, Vec<String>>>,
 }
 
 impl fmt::Debug for DeploymentController {
@@ -194,7 +198,44 @@ impl DeploymentController {
             pods,
             recorder,
             clock: Arc::new(Timestamp::now),
+            own_writes: Mutex::default(),
         }
+    }
+
+    /// Remembers that a write of `d` replaced `replaced` (the resourceVersion it was sent with)
+    /// with a newer version.
+    pub(crate) fn note_own_write(&self, d: &Deployment, replaced: Option<String>) {
+        let Some(replaced) = replaced else { return };
+        let key = format!(
+            "{}/{}",
+            d.metadata.namespace.as_deref().unwrap_or(""),
+            d.metadata.name.as_deref().unwrap_or("")
+        );
+        let mut own = self
+            .own_writes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        own.entry(key).or_default().push(replaced);
+    }
+
+    /// Whether the cached Deployment `key` is a version one of this controller's own writes
+    /// already replaced: its informer has not delivered that write yet. A sync from it would
+    /// compute from stale state and its status write would be refused with a conflict (a
+    /// wasted request and a rate-limited retry); the write's own update event is on its way
+    /// and queues the Deployment again. Forgets the key once the cache has caught up.
+    fn cache_predates_own_write(&self, key: &str, cached: Option<&str>) -> bool {
+        let mut own = self
+            .own_writes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(replaced) = own.get(key) else {
+            return false;
+        };
+        if cached.is_some_and(|rv| replaced.iter().any(|r| r == rv)) {
+            return true;
+        }
+        own.remove(key);
+        false
     }
 
     /// Replaces the clock.
@@ -241,10 +282,23 @@ impl DeploymentController {
         name: &str,
     ) -> Result<SyncOutcome, SyncError> {
         debug!(namespace, name, "started syncing deployment");
+        let key = format!("{namespace}/{name}");
         let Some(cached) = self.deployments.get_namespaced(namespace, name) else {
             debug!(namespace, name, "deployment has been deleted");
+            self.own_writes
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&key);
             return Ok(SyncOutcome::DONE);
         };
+        if self.cache_predates_own_write(&key, cached.metadata.resource_version.as_deref()) {
+            debug!(
+                namespace,
+                name,
+                "the cache has not seen this controller's last write yet; its update event will queue the deployment again"
+            );
+            return Ok(SyncOutcome::DONE);
+        }
         let mut d = (*cached).clone();
         let selector = d.spec.as_ref().map(|s| &s.selector);
         if selector.is_none_or(|s| *s == LabelSelector::default()) {
@@ -371,7 +425,11 @@ impl DeploymentController {
             .deployments_api(&namespace)
             .update_status(&PostParams::default(), d)
             .await?;
-        d.metadata.resource_version = updated.metadata.resource_version;
+        let replaced = std::mem::replace(
+            &mut d.metadata.resource_version,
+            updated.metadata.resource_version,
+        );
+        self.note_own_write(d, replaced);
         Ok(())
     }
 

@@ -945,3 +945,48 @@ async fn recreate_scales_old_replica_sets_down_first() {
         ["Normal ScalingReplicaSet Scaled down replica set foo-old from 1 to 0"]
     );
 }
+
+/// A sync from a cached Deployment that this controller's own write already replaced is
+/// skipped (its status write would be refused as a conflict; the write's update event syncs
+/// it again); once the cache shows the written version, syncs run again.
+#[tokio::test]
+async fn a_cache_behind_our_own_write_is_not_synced_from() {
+    let f = Fixture::new();
+    f.add_deployment(&new_deployment("foo", 1, None, None, None, Some(foo_bar())));
+    let controller = f.controller();
+    controller.sync_deployment("default", "foo").await.unwrap();
+    let after_first = f.actions();
+    assert_eq!(after_first.len(), 3, "{after_first:?}");
+
+    // The informer has not delivered the status writes: the cache still holds the original.
+    let outcome = controller.sync_deployment("default", "foo").await.unwrap();
+    assert_eq!(outcome, SyncOutcome::DONE);
+    assert_eq!(
+        f.actions(),
+        after_first,
+        "nothing written from a stale cache"
+    );
+
+    // The cache catches up (the Deployment as written, its ReplicaSet), with a change made
+    // by someone else meanwhile, so the next sync has something to write.
+    let mut current: Deployment = f.fake.object(Some("default"), "foo").unwrap();
+    current.spec.as_mut().unwrap().replicas = Some(3);
+    let current = kctrl_client::Api::<Deployment>::namespaced(f.fake.client(), "default")
+        .update(&kctrl_client::PostParams::default(), &current)
+        .await
+        .unwrap();
+    f.fake.clear_actions();
+    f.deployments.insert(Arc::new(current));
+    for rs in f.fake.objects::<ReplicaSet>() {
+        f.replica_sets.insert(Arc::new(rs));
+    }
+    controller.sync_deployment("default", "foo").await.unwrap();
+    assert!(
+        f.actions()
+            .iter()
+            .any(|a| a.starts_with("update replicasets")),
+        "a fresh cache is synced from (the scale-up is written): {:?}",
+        f.actions()
+    );
+    assert!(controller.own_writes.lock().unwrap().len() <= 1);
+}

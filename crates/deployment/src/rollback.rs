@@ -135,7 +135,11 @@ impl DeploymentController {
             .deployments_api(&namespace)
             .update(&PostParams::default(), d)
             .await?;
-        d.metadata.resource_version = updated.metadata.resource_version;
+        let replaced = std::mem::replace(
+            &mut d.metadata.resource_version,
+            updated.metadata.resource_version,
+        );
+        self.note_own_write(d, replaced);
         Ok(())
     }
 }

@@ -38,8 +38,8 @@ use kctrl_client::labels::Selector;
 use kctrl_client::{Api, Client, ListParams};
 use kctrl_controller_ref::get_controller_of;
 use kctrl_informer::{
-    DeletedObject, HandlerRegistration, InformerError, ResourceEventHandler, SharedInformerFactory,
-    Store, key_of, wait_for_cache_sync,
+    DeletedObject, Delivery, HandlerOptions, HandlerRegistration, InformerError,
+    ResourceEventHandler, SharedInformerFactory, Store, key_of, wait_for_cache_sync,
 };
 use kctrl_workqueue::{
     MetricsProvider, Priority, QueueConfig, RateLimitingQueue, default_controller_rate_limiter,
@@ -299,6 +299,8 @@ pub struct EnqueueHandlers {
     pods: Store<PodView>,
     runtime: tokio::runtime::Handle,
     recreate_checks: Arc<RecreateChecks>,
+    /// Keys go to the lane their event calls for; false: all to the high lane.
+    lanes: bool,
 }
 
 /// At most this many "does this Recreate Deployment still have Pods" lists run at once.
@@ -384,7 +386,20 @@ impl EnqueueHandlers {
             pods,
             runtime: tokio::runtime::Handle::current(),
             recreate_checks: Arc::new(RecreateChecks::new()),
+            lanes: true,
         }
+    }
+
+    /// Whether keys go to the lane their event calls for (the default) or all to the high
+    /// lane, first come first served.
+    pub fn with_priority_lanes(mut self, lanes: bool) -> Self {
+        self.lanes = lanes;
+        self
+    }
+
+    /// The lane a key goes to: `wanted`, or the high lane when lanes are off.
+    fn lane(&self, wanted: Priority) -> Priority {
+        if self.lanes { wanted } else { Priority::High }
     }
 
     /// Whether no Recreate check of a pod deletion is pending or running.
@@ -436,8 +451,10 @@ impl ResourceEventHandler<Deployment> for EnqueueHandlers {
             name = d.metadata.name.as_deref().unwrap_or(""),
             "adding deployment"
         );
-        self.queue
-            .add_with_priority(key_of(d.as_ref()), lane_for_add(is_in_initial_list));
+        self.queue.add_with_priority(
+            key_of(d.as_ref()),
+            self.lane(lane_for_add(is_in_initial_list)),
+        );
     }
 
     fn on_update(&self, old: &Arc<Deployment>, cur: &Arc<Deployment>) {
@@ -447,7 +464,7 @@ impl ResourceEventHandler<Deployment> for EnqueueHandlers {
             "updating deployment"
         );
         self.queue
-            .add_with_priority(key_of(cur.as_ref()), lane_for_update(old, cur));
+            .add_with_priority(key_of(cur.as_ref()), self.lane(lane_for_update(old, cur)));
     }
 
     fn on_delete(&self, deleted: &DeletedObject<Deployment>) {
@@ -463,7 +480,7 @@ impl ResourceEventHandler<Deployment> for EnqueueHandlers {
 
 impl ResourceEventHandler<ReplicaSet> for EnqueueHandlers {
     fn on_add(&self, rs: &Arc<ReplicaSet>, is_in_initial_list: bool) {
-        let lane = lane_for_add(is_in_initial_list);
+        let lane = self.lane(lane_for_add(is_in_initial_list));
         for key in keys_for_replica_set_add(&self.deployments, rs) {
             self.queue.add_with_priority(key, lane);
         }
@@ -521,6 +538,9 @@ pub struct RunnerOptions {
     pub queue_metrics: Option<Arc<dyn MetricsProvider>>,
     /// Told the duration and success of every sync.
     pub sync_observer: Option<SyncObserver>,
+    /// Queue every key in the high lane, first come first served, as kube-controller-manager
+    /// does (see [`lane_for_add`] for what the lanes are for).
+    pub single_lane: bool,
 }
 
 impl std::fmt::Debug for RunnerOptions {
@@ -528,6 +548,7 @@ impl std::fmt::Debug for RunnerOptions {
         f.debug_struct("RunnerOptions")
             .field("queue_metrics", &self.queue_metrics.is_some())
             .field("sync_observer", &self.sync_observer.is_some())
+            .field("single_lane", &self.single_lane)
             .finish()
     }
 }
@@ -578,17 +599,27 @@ impl DeploymentControllerRunner {
             queue_config = queue_config.shared_metrics_provider(metrics);
         }
         let queue = RateLimitingQueue::with_config(default_controller_rate_limiter(), queue_config);
-        let handlers = Arc::new(EnqueueHandlers::new(
-            client.clone(),
-            queue.clone(),
-            d_informer.store().clone(),
-            rs_informer.store().clone(),
-            pod_informer.store().clone(),
-        ));
+        let handlers = Arc::new(
+            EnqueueHandlers::new(
+                client.clone(),
+                queue.clone(),
+                d_informer.store().clone(),
+                rs_informer.store().clone(),
+                pod_informer.store().clone(),
+            )
+            .with_priority_lanes(!options.single_lane),
+        );
+        // The handlers only look at the caches and add keys to the queue (a Recreate pod
+        // deletion spawns its check as a task): they never block, so they run on the runtime
+        // rather than waking a blocking-pool thread for every burst of events.
+        let on_runtime = HandlerOptions {
+            delivery: Delivery::Runtime,
+            ..HandlerOptions::default()
+        };
         let registrations = vec![
-            d_informer.add_event_handler(handlers.clone())?,
-            rs_informer.add_event_handler(handlers.clone())?,
-            pod_informer.add_event_handler(handlers)?,
+            d_informer.add_event_handler_with_options(handlers.clone(), on_runtime)?,
+            rs_informer.add_event_handler_with_options(handlers.clone(), on_runtime)?,
+            pod_informer.add_event_handler_with_options(handlers, on_runtime)?,
         ];
         let controller = Arc::new(DeploymentController::new(
             client,

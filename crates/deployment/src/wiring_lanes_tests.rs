@@ -88,3 +88,34 @@ async fn a_deployment_created_after_the_initial_list_is_high() {
     assert!(first.ends_with("/new"), "{first}");
     queue.shut_down();
 }
+
+#[tokio::test(start_paused = true)]
+async fn without_lanes_keys_are_served_first_come_first_served() {
+    let queue = RateLimitingQueue::new(default_controller_rate_limiter());
+    let handlers = handlers(&queue).with_priority_lanes(false);
+    let listed: Vec<_> = (0..5)
+        .map(|i| deployment(&format!("listed-{i}"), "1"))
+        .collect();
+    for d in &listed {
+        ResourceEventHandler::<Deployment>::on_add(&handlers, d, true);
+    }
+    ResourceEventHandler::<Deployment>::on_update(
+        &handlers,
+        &listed[3],
+        &deployment("listed-3", "2"),
+    );
+    ResourceEventHandler::<Deployment>::on_add(&handlers, &deployment("new", "5"), false);
+    let mut order = Vec::new();
+    while !queue.is_empty() {
+        let key = queue.get().await.unwrap();
+        queue.done(&key);
+        order.push(key.rsplit('/').next().unwrap().to_owned());
+    }
+    assert_eq!(
+        order,
+        [
+            "listed-0", "listed-1", "listed-2", "listed-3", "listed-4", "new"
+        ]
+    );
+    queue.shut_down();
+}

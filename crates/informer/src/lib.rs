@@ -129,6 +129,7 @@
 //! | `SharedIndexInformer`                                | [`SharedInformer`]                                   |
 //! | `NewSharedIndexInformerWithOptions(lw, obj, opts)`   | [`SharedInformer::new`] with [`SharedInformerOptions`] |
 //! | `AddEventHandler` / `AddEventHandlerWithResyncPeriod` | [`add_event_handler`](SharedInformer::add_event_handler) / [`add_event_handler_with_resync`](SharedInformer::add_event_handler_with_resync) |
+//! | `AddEventHandlerWithOptions` (`HandlerOptions`) | [`add_event_handler_with_options`](SharedInformer::add_event_handler_with_options) ([`HandlerOptions`]; its [`Delivery`] has no client-go counterpart) |
 //! | `RemoveEventHandler(reg)`                            | [`SharedInformer::remove_event_handler`]             |
 //! | `ResourceEventHandlerRegistration.HasSynced()`       | [`HandlerRegistration::has_synced`]                  |
 //! | `informer.HasSynced()` / `InformerSynced`            | [`SharedInformer::has_synced`] / [`HasSynced`]       |
@@ -186,7 +187,8 @@ pub mod shared_informer;
 pub mod sync;
 
 pub use shared_informer::{
-    HandlerRegistration, InformerError, SharedInformer, SharedInformerOptions,
+    Delivery, HandlerOptions, HandlerRegistration, InformerError, SharedInformer,
+    SharedInformerOptions,
 };
 pub use sync::{HasSynced, wait_for_cache_sync};
 pub mod factory;

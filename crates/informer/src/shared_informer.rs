@@ -29,6 +29,7 @@ use crate::handler::ResourceEventHandler;
 use crate::list_watch::ListerWatcher;
 use crate::lister::Lister;
 use crate::metrics::{GaugeMetric, HistogramMetric, InformerMetrics};
+pub use crate::processor::Delivery;
 use crate::processor::{
     Listener, ListenerShared, MINIMUM_RESYNC_PERIOD, Notification, Processor,
     determine_resync_period,
@@ -108,6 +109,17 @@ impl<K> std::fmt::Debug for SharedInformerOptions<K> {
             .field("metrics", &self.metrics)
             .finish()
     }
+}
+
+/// How a handler is added (client-go's `HandlerOptions`), for
+/// [`SharedInformer::add_event_handler_with_options`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HandlerOptions {
+    /// How often every cached object is re-delivered to this handler as an update; `None`:
+    /// the informer's default.
+    pub resync_period: Option<Duration>,
+    /// Where the handler is called: the blocking pool (default) or the runtime.
+    pub delivery: Delivery,
 }
 
 /// The handle of one handler added to a [`SharedInformer`] (client-go's
@@ -294,11 +306,28 @@ where
         &self,
         handler: impl ResourceEventHandler<K>,
     ) -> Result<HandlerRegistration, InformerError> {
-        self.add_event_handler_with_resync(handler, self.inner.default_handler_resync)
+        self.add_event_handler_with_options(handler, HandlerOptions::default())
     }
 
     /// Adds a handler that also wants every cached object re-delivered as an update every
-    /// `resync_period` (zero: never; below 1 s: 1 s).
+    /// `resync_period`; see [`add_event_handler_with_options`](Self::add_event_handler_with_options).
+    pub fn add_event_handler_with_resync<H: ResourceEventHandler<K>>(
+        &self,
+        handler: H,
+        resync_period: Duration,
+    ) -> Result<HandlerRegistration, InformerError> {
+        self.add_event_handler_with_options(
+            handler,
+            HandlerOptions {
+                resync_period: Some(resync_period),
+                ..HandlerOptions::default()
+            },
+        )
+    }
+
+    /// Adds a handler (client-go's `AddEventHandlerWithOptions`). With a resync period in
+    /// `options`, the handler also wants every cached object re-delivered as an update that
+    /// often (zero: never; below 1 s: 1 s); without one, the informer's default applies.
     ///
     /// Before the informer starts, a period shorter than the informer's resync check period
     /// lowers the check period (and re-derives every handler's period); after, it is raised
@@ -307,12 +336,43 @@ where
     /// A handler added while the informer runs is first called with `on_add(obj, true)` for
     /// every cached object, then receives the events that follow, none lost or repeated.
     /// Fails once the informer has stopped.
-    pub fn add_event_handler_with_resync<H: ResourceEventHandler<K>>(
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use k8s_openapi::api::core::v1::ConfigMap;
+    /// # let client = kctrl_fake::FakeApi::new().client();
+    /// use kctrl_client::Api;
+    /// use kctrl_informer::{
+    ///     Delivery, EventHandlerFns, HandlerOptions, ListWatch, SharedInformer,
+    ///     SharedInformerOptions,
+    /// };
+    ///
+    /// let informer = SharedInformer::new(
+    ///     ListWatch::new(Api::<ConfigMap>::namespaced(client, "default")),
+    ///     SharedInformerOptions::default(),
+    /// );
+    /// // A handler that returns at once may run on the runtime's own threads.
+    /// informer.add_event_handler_with_options(
+    ///     EventHandlerFns::new().on_add(|cm: &std::sync::Arc<ConfigMap>, _initial| {
+    ///         println!("{:?}", cm.metadata.name);
+    ///     }),
+    ///     HandlerOptions {
+    ///         delivery: Delivery::Runtime,
+    ///         ..HandlerOptions::default()
+    ///     },
+    /// )?;
+    /// # Ok(()) }
+    /// ```
+    pub fn add_event_handler_with_options<H: ResourceEventHandler<K>>(
         &self,
         handler: H,
-        resync_period: Duration,
+        options: HandlerOptions,
     ) -> Result<HandlerRegistration, InformerError> {
         let inner = &*self.inner;
+        let resync_period = options
+            .resync_period
+            .unwrap_or(inner.default_handler_resync);
         let mut st = lock(&inner.state);
         if st.stopped {
             return Err(InformerError::Stopped {
@@ -347,6 +407,7 @@ where
         let effective = determine_resync_period(requested, st.resync_check_period);
         let listener = Listener::new(
             handler,
+            options.delivery,
             requested,
             effective,
             Instant::now(),

@@ -32,6 +32,10 @@ enum Target {
     /// RSS and API requests for create / rollout / scale / delete, and time to synced at rest.
     /// Writes docs/benchmarks/controller.md.
     Controller(controller::ControllerArgs),
+    /// How long a user's change waits while our deployment-controller works through its
+    /// initial sync, with and without priority lanes, beside kube-controller-manager's.
+    /// Writes docs/benchmarks/lanes.md.
+    Lanes(controller::lanes::LanesArgs),
 }
 
 /// What `program args…` prints, trimmed, or `unknown` if it cannot run or fails (for the
@@ -82,5 +86,6 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
         Target::Informer(args) => informer::run(args),
         Target::InformerPeer(args) => informer::peer::run(args),
         Target::Controller(args) => controller::run(args),
+        Target::Lanes(args) => controller::lanes::run(args),
     }
 }

@@ -1051,6 +1051,105 @@ pub(crate) fn status(name: &str) -> Result<StatusReport> {
     })
 }
 
+/// Kills one component of running cluster `name` with SIGKILL (no chance to clean up, as a
+/// crash) and starts it again with the same flags and ports, appending to the same log.
+/// Waits until it serves again (`/readyz` for the apiserver, its port for the others) and
+/// returns how long the restart took. For fault injection (`cargo xtask chaos`).
+pub(crate) fn kill_and_restart(name: &str, c: Component) -> Result<Duration> {
+    validate_name(name)?;
+    let cache = Cache::locate()?;
+    let layout = Layout::new(name);
+    let state = read_state(&layout).ok_or_else(|| not_running(name))?;
+    let binary = cache.binary(c.binary());
+    let rec = process::read_pid_file(&layout.pid_file(c))
+        .filter(|r| r.is_ours_and_running(&binary))
+        .ok_or_else(|| anyhow!("{} of cluster '{name}' is not running", c.name()))?;
+    let started = Instant::now();
+    process::kill_group(rec.pid)?;
+    // The leader of a multi-threaded process shows as a zombie while its other threads are
+    // still exiting and holding its sockets: wait for the listener to be gone, or the new
+    // process could not bind the port.
+    let port = c.port(&state.ports);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while port_open(port) {
+        if Instant::now() > deadline {
+            bail!(
+                "port {port} still accepts connections 10 s after {} was killed",
+                c.name()
+            );
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    let pki = Pki { dir: layout.pki() };
+    let mut argv = args(c, &layout, &pki, &state.ports, &cache, name);
+    match c {
+        Component::Apiserver => argv.extend(state.apiserver_args.iter().cloned()),
+        Component::ControllerManager => {
+            if state.deployment_controller {
+                argv = with_deployment_controller(argv);
+            }
+            argv.extend(state.controller_manager_args.iter().cloned());
+        }
+        _ => {}
+    }
+    let log = layout.log(c);
+    let (child, _) = process::spawn(&binary, &argv, &log, &layout.pid_file(c))?;
+    let mut started_now = vec![Started {
+        component: c,
+        child,
+        log,
+    }];
+    let info = ClusterInfo::from_state(&layout, &state, &cache);
+    let admin = Kubectl {
+        bin: info.kubectl.clone(),
+        kubeconfig: info.admin_kubeconfig.clone(),
+    };
+    let etcd_endpoint = info.etcd_endpoint.clone();
+    wait_for(
+        &format!("{} serves again", c.name()),
+        Duration::from_secs(180),
+        &mut started_now,
+        c,
+        &layout,
+        || match c {
+            Component::Apiserver => admin.ok(&["get", "--raw", "/readyz"]),
+            Component::Etcd => etcd::healthy(&etcd_endpoint),
+            _ => port_open(port),
+        },
+    )?;
+    // The component is detached (own process group, pid file) and outlives this call; a
+    // thread reaps it whenever it exits, so a later kill leaves no zombie behind.
+    for s in started_now {
+        let mut child = s.child;
+        thread::spawn(move || child.wait());
+    }
+    Ok(started.elapsed())
+}
+
+/// Sends `signal` (e.g. `STOP`, `CONT`) to one component of running cluster `name`.
+pub(crate) fn signal_component(name: &str, c: Component, signal: &str) -> Result<()> {
+    validate_name(name)?;
+    let cache = Cache::locate()?;
+    let layout = Layout::new(name);
+    let rec = process::read_pid_file(&layout.pid_file(c))
+        .filter(|r| r.is_ours_and_running(&cache.binary(c.binary())))
+        .ok_or_else(|| anyhow!("{} of cluster '{name}' is not running", c.name()))?;
+    let status = Command::new("kill")
+        .args([&format!("-{signal}"), "--", &rec.pid.to_string()])
+        .status()
+        .context("running kill")?;
+    if !status.success() {
+        bail!("kill -{signal} {} failed ({status})", rec.pid);
+    }
+    Ok(())
+}
+
+/// The apiserver's port of cluster `name`, from its state file.
+pub(crate) fn apiserver_port(name: &str) -> Result<u16> {
+    let state = read_state(&Layout::new(name)).ok_or_else(|| not_running(name))?;
+    Ok(state.ports.apiserver)
+}
+
 /// Compacts the etcd of cluster `name` at its current revision.
 pub(crate) fn compact(name: &str) -> Result<i64> {
     let info = running_info(name)?.ok_or_else(|| not_running(name))?;

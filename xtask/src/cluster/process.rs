@@ -110,6 +110,17 @@ pub(crate) fn spawn(
     log: &Path,
     pid_file: &Path,
 ) -> Result<(Child, ProcRecord)> {
+    spawn_with_env(binary, args, &[], log, pid_file)
+}
+
+/// [`spawn`] with extra environment variables.
+pub(crate) fn spawn_with_env(
+    binary: &Path,
+    args: &[String],
+    env: &[(&str, &str)],
+    log: &Path,
+    pid_file: &Path,
+) -> Result<(Child, ProcRecord)> {
     use std::os::unix::process::CommandExt;
 
     let out = fs::OpenOptions::new()
@@ -120,6 +131,7 @@ pub(crate) fn spawn(
     let err = out.try_clone()?;
     let child = Command::new(binary)
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::from(out))
         .stderr(Stdio::from(err))
@@ -147,6 +159,20 @@ fn signal_group(pgid: u32, signal: &str) {
             .stderr(Stdio::null())
             .status();
     }
+}
+
+/// Sends SIGKILL to process group `pgid` (a crash: no chance to clean up) and waits up to 10 s
+/// for its leader to be gone.
+pub(crate) fn kill_group(pgid: u32) -> Result<()> {
+    signal_group(pgid, "KILL");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while running(pgid) {
+        if Instant::now() > deadline {
+            bail!("process {pgid} still runs 10 s after SIGKILL");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
 }
 
 /// Processes of the given component binaries (by file name) whose command line mentions

@@ -18,6 +18,7 @@
 //! first write for a template changed while no controller ran, and steady RSS. Parsing lives in
 //! [`parse`], tables and the markdown in [`report`].
 
+pub(crate) mod lanes;
 pub(crate) mod parse;
 mod report;
 
@@ -219,6 +220,8 @@ struct Env {
     callgrind: bool,
     phase_timeout: Duration,
     peak_reset_works: std::sync::atomic::AtomicBool,
+    /// KWOK nodes of the cluster.
+    nodes: usize,
 }
 
 fn workspace_root() -> PathBuf {
@@ -272,77 +275,19 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
         bail!("--callgrind needs valgrind on PATH");
     }
 
-    let ours = crate::controller_process::build_release()?;
-    let cache = Cache::locate()?;
-    let missing = cache.missing();
-    if !missing.is_empty() {
-        bail!(
-            "the control-plane binaries are not built yet ({} missing): run `cargo xtask cluster build`",
-            missing.len()
-        );
-    }
-    let kcm = cache.binary(Binary::KubeControllerManager);
-
-    let dir = target_dir(&root).join("kctrl-bench-controller");
-    fs::create_dir_all(dir.join("logs"))?;
-    let policy = dir.join("audit-policy.yaml");
-    fs::write(&policy, audit_policy())?;
-    let audit_log = dir.join("audit.log");
-    let _ = fs::remove_file(&audit_log);
-
     // Room for every Pod: a KWOK node takes 110. Phase c peaks at 8 replicas plus surge; the
     // at-rest Pods come after the last round's namespace is gone.
     let pods =
         (at_rest * REPLICAS as usize + 10).max(sizes.iter().max().copied().unwrap_or(0) * 10) + 100;
-    let nodes = pods.div_ceil(110).max(3);
-    eprintln!("starting cluster '{}' with {nodes} KWOK nodes…", args.name);
-    // A cluster of this name from an earlier run lacks this run's audit log: start afresh,
-    // without the controllers an interrupted run may have left (they lead their own process
-    // groups, so a Ctrl-C of xtask does not reach them).
-    let leftovers = crate::controller_process::deployment_controllers(&Layout::new(&args.name).dir);
-    if !leftovers.is_empty() {
-        eprintln!("stopping Deployment controllers left by an earlier run: {leftovers:?}");
-        let pids: Vec<u32> = leftovers.iter().map(|(pid, _)| *pid).collect();
-        process::stop_all(&[], &pids, STOP_GRACE)?;
-    }
-    crate::cluster::down(&args.name)?;
-    let up = plane::ensure_up(&UpOptions {
-        name: args.name.clone(),
-        nodes,
-        apiserver_args: vec![
-            format!("--audit-policy-file={}", policy.display()),
-            format!("--audit-log-path={}", audit_log.display()),
-            "--audit-log-format=json".into(),
-            "--audit-log-maxsize=0".into(),
-        ],
-        controller_manager_args: vec![
-            format!("--kube-api-qps={}", CLUSTER_KCM_QPS.0),
-            format!("--kube-api-burst={}", CLUSTER_KCM_QPS.1),
-        ],
-        deployment_controller: false,
-    });
-    let info = match up {
-        Ok(info) => info,
-        Err(e) => {
-            // A half-started cluster is stopped too (its logs are kept).
-            if !args.keep {
-                let _ = crate::cluster::down(&args.name);
-            }
-            return Err(e);
-        }
-    };
-    let machine = report::Machine::detect(&info.kubernetes_version);
-    let env = Env {
-        ours,
-        kcm,
-        info,
-        dir,
-        audit_log,
-        ticks_per_second: clock_ticks(),
-        callgrind: args.callgrind,
-        phase_timeout: Duration::from_secs(args.phase_timeout_secs),
-        peak_reset_works: std::sync::atomic::AtomicBool::new(true),
-    };
+    let env = prepare(
+        &args.name,
+        pods,
+        args.keep,
+        args.callgrind,
+        Duration::from_secs(args.phase_timeout_secs),
+    )?;
+    let nodes = env.nodes;
+    let machine = report::Machine::detect(&env.info.kubernetes_version);
     let mut runs = Vec::new();
     let result = (|| -> Result<()> {
         crate::e2e::grant_deploy_rbac(&env.info.kubectl, &env.info.admin_kubeconfig)?;
@@ -410,6 +355,84 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
     result
 }
 
+/// Builds our release binary, starts cluster `name` afresh (audit log of the two controller
+/// identities on, KWOK nodes for `pods` Pods) and returns what the measurements need.
+fn prepare(
+    name: &str,
+    pods: usize,
+    keep: bool,
+    callgrind: bool,
+    phase_timeout: Duration,
+) -> Result<Env> {
+    let ours = crate::controller_process::build_release()?;
+    let cache = Cache::locate()?;
+    let missing = cache.missing();
+    if !missing.is_empty() {
+        bail!(
+            "the control-plane binaries are not built yet ({} missing): run `cargo xtask cluster build`",
+            missing.len()
+        );
+    }
+    let kcm = cache.binary(Binary::KubeControllerManager);
+
+    let dir = target_dir(&workspace_root()).join("kctrl-bench-controller");
+    fs::create_dir_all(dir.join("logs"))?;
+    let policy = dir.join("audit-policy.yaml");
+    fs::write(&policy, audit_policy())?;
+    let audit_log = dir.join("audit.log");
+    let _ = fs::remove_file(&audit_log);
+
+    let nodes = pods.div_ceil(110).max(3);
+    eprintln!("starting cluster '{name}' with {nodes} KWOK nodes…");
+    // A cluster of this name from an earlier run lacks this run's audit log: start afresh,
+    // without the controllers an interrupted run may have left (they lead their own process
+    // groups, so a Ctrl-C of xtask does not reach them).
+    let leftovers = crate::controller_process::deployment_controllers(&Layout::new(name).dir);
+    if !leftovers.is_empty() {
+        eprintln!("stopping Deployment controllers left by an earlier run: {leftovers:?}");
+        let pids: Vec<u32> = leftovers.iter().map(|(pid, _)| *pid).collect();
+        process::stop_all(&[], &pids, STOP_GRACE)?;
+    }
+    crate::cluster::down(name)?;
+    let up = plane::ensure_up(&UpOptions {
+        name: name.to_owned(),
+        nodes,
+        apiserver_args: vec![
+            format!("--audit-policy-file={}", policy.display()),
+            format!("--audit-log-path={}", audit_log.display()),
+            "--audit-log-format=json".into(),
+            "--audit-log-maxsize=0".into(),
+        ],
+        controller_manager_args: vec![
+            format!("--kube-api-qps={}", CLUSTER_KCM_QPS.0),
+            format!("--kube-api-burst={}", CLUSTER_KCM_QPS.1),
+        ],
+        deployment_controller: false,
+    });
+    let info = match up {
+        Ok(info) => info,
+        Err(e) => {
+            // A half-started cluster is stopped too (its logs are kept).
+            if !keep {
+                let _ = crate::cluster::down(name);
+            }
+            return Err(e);
+        }
+    };
+    Ok(Env {
+        ours,
+        kcm,
+        info,
+        dir,
+        audit_log,
+        ticks_per_second: clock_ticks(),
+        callgrind,
+        phase_timeout,
+        peak_reset_works: std::sync::atomic::AtomicBool::new(true),
+        nodes,
+    })
+}
+
 fn command_works(program: &str, args: &[&str]) -> bool {
     Command::new(program)
         .args(args)
@@ -417,6 +440,13 @@ fn command_works(program: &str, args: &[&str]) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+/// CPU time process `pid` has used so far (`/proc/<pid>/stat`).
+pub(crate) fn process_cpu(pid: u32) -> Result<parse::CpuTicks> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("reading /proc/{pid}/stat"))?;
+    parse::parse_stat(&stat)
 }
 
 /// `getconf CLK_TCK` (100 on Linux unless told otherwise).
@@ -479,6 +509,17 @@ fn free_port() -> Result<u16> {
 /// Starts one side (after checking that no Deployment controller runs) with client QPS/burst
 /// `qps`. `tag` names its log.
 fn start(env: &Env, side: Side, tag: &str, qps: (u32, u32)) -> Result<Controller> {
+    start_with(env, side, tag, qps, &[])
+}
+
+/// [`start`] with `extra` flags after the common ones.
+fn start_with(
+    env: &Env,
+    side: Side,
+    tag: &str,
+    qps: (u32, u32),
+    extra: &[&str],
+) -> Result<Controller> {
     ensure_no_deployment_controller(env)?;
     let port = free_port()?;
     let log = env
@@ -508,6 +549,7 @@ fn start(env: &Env, side: Side, tag: &str, qps: (u32, u32)) -> Result<Controller
         ),
     };
     args.extend(common);
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
     let (binary, args) = if env.callgrind && side == Side::Ours {
         let mut wrapped = vec![
             "--tool=callgrind".to_owned(),
@@ -589,11 +631,9 @@ impl Controller {
 
     fn usage(&self) -> Result<(CpuTicks, Memory)> {
         let pid = self.pid();
-        let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
-            .with_context(|| format!("reading /proc/{pid}/stat"))?;
         let status = fs::read_to_string(format!("/proc/{pid}/status"))
             .with_context(|| format!("reading /proc/{pid}/status"))?;
-        Ok((parse::parse_stat(&stat)?, parse::parse_status(&status)?))
+        Ok((process_cpu(pid)?, parse::parse_status(&status)?))
     }
 
     /// Resets VmHWM to the current RSS (`/proc/<pid>/clear_refs`, Linux 4.0+).
@@ -1013,13 +1053,18 @@ fn name(i: usize) -> String {
 }
 
 fn deployment(i: usize) -> Result<Deployment> {
+    deployment_with(i, REPLICAS)
+}
+
+/// Deployment `i` with `replicas` replicas.
+fn deployment_with(i: usize, replicas: i32) -> Result<Deployment> {
     let name = name(i);
     Ok(serde_json::from_value(serde_json::json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": name, "labels": {"app": name}},
         "spec": {
-            "replicas": REPLICAS,
+            "replicas": replicas,
             "selector": {"matchLabels": {"app": name}},
             "template": {
                 "metadata": {"labels": {"app": name}},
@@ -1297,6 +1342,7 @@ mod tests {
             callgrind: false,
             phase_timeout: Duration::from_secs(10),
             peak_reset_works: std::sync::atomic::AtomicBool::new(true),
+            nodes: 3,
         };
         (dir, env)
     }

@@ -87,6 +87,29 @@ impl Machine {
         }
     }
 
+    /// The machine as a markdown table.
+    pub(super) fn table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "| | |\n|---|---|");
+        let _ = writeln!(out, "| CPU | {} x {} |", self.cpus, self.cpu_model);
+        let _ = writeln!(out, "| memory | {} |", self.memory);
+        let _ = writeln!(out, "| kernel | {} |", self.kernel);
+        let _ = writeln!(out, "| rustc | {} |", self.rustc);
+        let _ = writeln!(out, "| Kubernetes | {} |", self.kubernetes);
+        let _ = writeln!(out, "| commit | {} |", self.commit);
+        let _ = writeln!(
+            out,
+            "| load average (1, 5, 15 min) | {} at the start, {} at the end |",
+            self.load_start, self.load_end
+        );
+        out
+    }
+
+    /// When the run started.
+    pub(super) fn started(&self) -> &str {
+        &self.started
+    }
+
     /// Records the end of the run.
     pub(super) fn finish(mut self) -> Machine {
         self.finished = now();
@@ -482,18 +505,7 @@ pub(super) fn markdown(
     }
 
     let _ = writeln!(out, "\n## Machine\n");
-    let _ = writeln!(out, "| | |\n|---|---|");
-    let _ = writeln!(out, "| CPU | {} x {} |", machine.cpus, machine.cpu_model);
-    let _ = writeln!(out, "| memory | {} |", machine.memory);
-    let _ = writeln!(out, "| kernel | {} |", machine.kernel);
-    let _ = writeln!(out, "| rustc | {} |", machine.rustc);
-    let _ = writeln!(out, "| Kubernetes | {} |", machine.kubernetes);
-    let _ = writeln!(out, "| commit | {} |", machine.commit);
-    let _ = writeln!(
-        out,
-        "| load average (1, 5, 15 min) | {} at the start, {} at the end |",
-        machine.load_start, machine.load_end
-    );
+    out.push_str(&machine.table());
     let _ = writeln!(
         out,
         "\nThe machine is shared with other builds and tests while the benchmark runs: the load \

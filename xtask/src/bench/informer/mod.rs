@@ -56,15 +56,20 @@ pub(crate) enum Variant {
     /// `PartialObjectMetadata` from the API server: client-go's metadatainformer, kube-rs's
     /// metadata_watcher, kctrl's metadata informer.
     Metadata,
+    /// The same without `metadata.managedFields`, as kube-controller-manager runs its metadata
+    /// informers: a transform in client-go and kube-rs, skipped while decoding in kctrl
+    /// (`Api::without_managed_fields`).
+    MetadataTransform,
 }
 
 impl Variant {
-    const ALL: [Variant; 5] = [
+    const ALL: [Variant; 6] = [
         Variant::None,
         Variant::Transform,
         Variant::View,
         Variant::ViewProtobuf,
         Variant::Metadata,
+        Variant::MetadataTransform,
     ];
 
     fn arg(self) -> &'static str {
@@ -74,6 +79,7 @@ impl Variant {
             Variant::View => "view",
             Variant::ViewProtobuf => "view-protobuf",
             Variant::Metadata => "metadata",
+            Variant::MetadataTransform => "metadata-transform",
         }
     }
 }
@@ -122,7 +128,7 @@ impl Impl {
         match variant {
             Variant::None | Variant::Transform => true,
             Variant::View | Variant::ViewProtobuf => self == Impl::Kctrl,
-            Variant::Metadata => self != Impl::ClientGoJson,
+            Variant::Metadata | Variant::MetadataTransform => self != Impl::ClientGoJson,
         }
     }
 
@@ -163,6 +169,10 @@ pub(crate) struct InformerArgs {
     /// Do not rewrite docs/benchmarks/informer.md.
     #[arg(long)]
     no_doc: bool,
+    /// Only these variants, comma-separated (default: all). A partial run prints its tables
+    /// but leaves docs/benchmarks/informer.md alone.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    variants: Vec<Variant>,
 }
 
 /// One JSON line of a peer.
@@ -303,7 +313,9 @@ pub(crate) fn run(args: InformerArgs) -> Result<()> {
 
     let table = report::summarize(&runs, &sizes);
     println!("{}", report::text_table(&table));
-    if !args.no_doc {
+    if !args.variants.is_empty() {
+        eprintln!("a run of some variants only: docs/benchmarks/informer.md left as it is");
+    } else if !args.no_doc {
         let doc = root.join("docs/benchmarks/informer.md");
         std::fs::create_dir_all(doc.parent().expect("has a parent"))?;
         let settings = report::Settings {
@@ -337,7 +349,7 @@ async fn measure(
     // Baseline: the same programs with nothing to cache.
     crate::bench::ensure_namespace(&client, EMPTY_NAMESPACE, &[(POD_LABEL, "true")]).await?;
     for rep in 0..reps {
-        for (implementation, variant) in rotation(rep) {
+        for (implementation, variant) in rotation(rep, &args.variants) {
             eprintln!(
                 "baseline {}/{reps}: {} ({}), 0 pods",
                 rep + 1,
@@ -367,7 +379,7 @@ async fn measure(
         create_pods(&client, &namespace, pods).await?;
         let updates = args.updates.unwrap_or(5_000).min(pods);
         for rep in 0..reps {
-            for (implementation, variant) in rotation(rep) {
+            for (implementation, variant) in rotation(rep, &args.variants) {
                 eprintln!(
                     "{pods} pods, repetition {}/{reps}: {} ({}), burst of {updates} updates",
                     rep + 1,
@@ -409,10 +421,14 @@ async fn measure(
 }
 
 /// Every (program, variant) once, the program order rotated by repetition so that no program
-/// always runs first or right after the pods were written.
-fn rotation(rep: usize) -> Vec<(Impl, Variant)> {
+/// always runs first or right after the pods were written. `only` restricts the variants
+/// (empty: all).
+fn rotation(rep: usize, only: &[Variant]) -> Vec<(Impl, Variant)> {
     let mut order = Vec::new();
     for variant in Variant::ALL {
+        if !only.is_empty() && !only.contains(&variant) {
+            continue;
+        }
         for i in 0..Impl::ALL.len() {
             let implementation = Impl::ALL[(i + rep) % Impl::ALL.len()];
             if implementation.supports(variant) {
@@ -637,8 +653,7 @@ struct CpuProbe {
 impl CpuProbe {
     /// CPU-seconds (user + system) `pid` has used so far.
     fn cpu_of(&self, pid: u32) -> Option<f64> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        crate::bench::controller::parse::parse_stat(&text)
+        crate::bench::controller::process_cpu(pid)
             .ok()
             .map(|t| t.seconds(self.ticks_per_second))
     }

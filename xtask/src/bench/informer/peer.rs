@@ -2,7 +2,7 @@
 //! namespace, run by the driver as a hidden subcommand of a release build of xtask.
 //!
 //! Protocol (same for the three peers): arguments `<kubeconfig> <namespace> <expected pods>
-//! <none|transform|view|view-protobuf|metadata> <expected updates> <settle ms>`; JSON lines on stdout: `synced` (time from
+//! <none|transform|view|view-protobuf|metadata|metadata-transform> <expected updates> <settle ms>`; JSON lines on stdout: `synced` (time from
 //! starting the informer to `synced()`, RSS), `steady` (RSS after the settle time), then, after a
 //! line on stdin, `counting`, and `burst` (update events counted by an `on_update` handler and
 //! their first-to-last rate).
@@ -35,7 +35,8 @@ pub(crate) struct PeerArgs {
     pods: usize,
     /// What is cached: `none`, `transform` (managedFields dropped), `view` (the Deployment
     /// controller's Pod view), `view-protobuf` (the same, decoded from protobuf) or
-    /// `metadata` (PartialObjectMetadata).
+    /// `metadata` (PartialObjectMetadata) or `metadata-transform` (the same without
+    /// managedFields).
     variant: Variant,
     /// Update events to wait for after the go-ahead on stdin; 0 exits after `steady`.
     updates: u64,
@@ -99,14 +100,13 @@ async fn peer(args: PeerArgs) -> Result<()> {
                 SharedInformer::new(ListWatch::new(api), SharedInformerOptions::default());
             measure(informer, &args).await
         }
-        Variant::Metadata => {
-            let informer = SharedInformer::new(
-                ListWatch::new(Api::<PartialObjectMetadata<Pod>>::namespaced(
-                    client,
-                    &args.namespace,
-                )),
-                SharedInformerOptions::default(),
-            );
+        Variant::Metadata | Variant::MetadataTransform => {
+            let mut api = Api::<PartialObjectMetadata<Pod>>::namespaced(client, &args.namespace);
+            if args.variant == Variant::MetadataTransform {
+                api = api.without_managed_fields();
+            }
+            let informer =
+                SharedInformer::new(ListWatch::new(api), SharedInformerOptions::default());
             measure(informer, &args).await
         }
     }
