@@ -8,7 +8,7 @@
 //! builds upstream's e2e test binary on first use and our controller in release mode;
 //! about 8 minutes on a cold cache, 2 warm, see docs/conformance.md), then the quick subset
 //! of the differential runs against kube-controller-manager's Deployment controller
-//! (`cargo xtask diff --quick`, about 4 minutes warm; `--no-diff` skips it).
+//! (`cargo xtask diff --quick`, 4 to 5½ minutes, cold or warm; `--no-diff` skips it).
 //!
 //! After the end-to-end suite, the short chaos profile (`cargo xtask chaos --profile short`:
 //! faults on the local control plane during rollouts, invariants checked throughout; see
