@@ -110,13 +110,73 @@ pub(crate) fn start_with_env(
     extra_args: &[&str],
     env: &[(&str, &str)],
 ) -> Result<ControllerProcess> {
+    let mut args = vec!["--kubeconfig".to_owned(), kubeconfig.display().to_string()];
+    args.extend(extra_args.iter().map(|a| (*a).to_owned()));
+    start_process(binary, args, env, log, "deployment-controller", &|text| {
+        text.contains(SYNCED_MARKER)
+    })
+}
+
+/// Starts upstream's Deployment controller against `info`'s cluster: a second
+/// kube-controller-manager (`kcm`, the cluster's cached build) running only
+/// `--controllers=deployment-controller`, without leader election, as the
+/// `kube-system:deployment-controller` ServiceAccount, serving on a free loopback port. Waits
+/// until its Deployment controller's caches are synced. The cluster's own
+/// kube-controller-manager must run without its Deployment controller.
+pub(crate) fn start_upstream(
+    kcm: &Path,
+    info: &crate::cluster::plane::ClusterInfo,
+    log: &Path,
+) -> Result<ControllerProcess> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let mut args = upstream_args(&info.controller_manager_kubeconfig());
+    args.extend([
+        "--leader-elect=false".to_owned(),
+        "--bind-address=127.0.0.1".to_owned(),
+        format!("--secure-port={port}"),
+    ]);
+    start_process(
+        kcm,
+        args,
+        &[],
+        log,
+        "kube-controller-manager (deployment-controller only)",
+        &crate::bench::controller::parse::kcm_deployment_synced,
+    )
+}
+
+/// kube-controller-manager's arguments to run only its Deployment controller, as its own
+/// ServiceAccount, with `kubeconfig` (the cluster's kube-controller-manager kubeconfig).
+pub(crate) fn upstream_args(kubeconfig: &Path) -> Vec<String> {
+    let kc = kubeconfig.display();
+    vec![
+        format!("--kubeconfig={kc}"),
+        format!("--authentication-kubeconfig={kc}"),
+        format!("--authorization-kubeconfig={kc}"),
+        "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics".to_owned(),
+        "--controllers=deployment-controller".to_owned(),
+        "--use-service-account-credentials=true".to_owned(),
+        "--profiling=false".to_owned(),
+    ]
+}
+
+/// Spawns `binary args…` with extra environment `env` (logging to `log`, pid file beside it)
+/// and waits until `synced` holds for what it logged since; `what` names it in messages.
+fn start_process(
+    binary: &Path,
+    args: Vec<String>,
+    env: &[(&str, &str)],
+    log: &Path,
+    what: &str,
+    synced: &dyn Fn(&str) -> bool,
+) -> Result<ControllerProcess> {
     if let Some(dir) = log.parent().filter(|d| !d.as_os_str().is_empty()) {
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     // Earlier runs may have appended to the same log: look for the marker only after this point.
     let offset = fs::metadata(log).map(|m| m.len()).unwrap_or(0);
-    let mut args = vec!["--kubeconfig".to_owned(), kubeconfig.display().to_string()];
-    args.extend(extra_args.iter().map(|a| (*a).to_owned()));
     let pid_file = log.with_extension("pid");
     // A controller left behind by an interrupted run (xtask killed before it could stop it;
     // the controller has its own process group, so a Ctrl-C does not reach it).
@@ -124,7 +184,7 @@ pub(crate) fn start_with_env(
         && stale.is_ours_and_running(binary)
     {
         eprintln!(
-            "==> stopping a deployment-controller left running by an earlier run (pid {})",
+            "==> stopping a {what} left running by an earlier run (pid {})",
             stale.pid
         );
         process::stop_all(&[stale], &[], STOP_GRACE)?;
@@ -144,8 +204,8 @@ pub(crate) fn start_with_env(
     };
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
-        if log_since(log, offset).contains(SYNCED_MARKER) {
-            eprintln!("==> deployment-controller is running (pid {})", record.pid);
+        if synced(&log_since(log, offset)) {
+            eprintln!("==> {what} is running (pid {})", record.pid);
             return Ok(proc);
         }
         let exited = proc
@@ -153,12 +213,11 @@ pub(crate) fn start_with_env(
             .as_mut()
             .map(|c| c.try_wait())
             .transpose()
-            .context("waiting for the deployment-controller")?
+            .with_context(|| format!("waiting for the {what}"))?
             .flatten();
         if let Some(status) = exited {
             bail!(
-                "the deployment-controller exited ({status}) before its caches synced; \
-                 log {}:\n{}",
+                "the {what} exited ({status}) before its caches synced; log {}:\n{}",
                 log.display(),
                 process::tail(log, TAIL_LINES)
             );
@@ -166,8 +225,7 @@ pub(crate) fn start_with_env(
         if Instant::now() > deadline {
             drop(proc);
             bail!(
-                "the deployment-controller did not log {SYNCED_MARKER:?} within {START_TIMEOUT:?}; \
-                 log {}:\n{}",
+                "the {what} did not sync its caches within {START_TIMEOUT:?}; log {}:\n{}",
                 log.display(),
                 process::tail(log, TAIL_LINES)
             );

@@ -8,6 +8,7 @@ mod cluster;
 mod conformance;
 mod controller_process;
 mod demo;
+mod diff;
 mod e2e;
 mod fuzz;
 mod test;
@@ -31,6 +32,9 @@ enum Command {
     /// Upstream's `[sig-apps] Deployment` e2e specs against the local control plane, with our
     /// Deployment controller or kube-controller-manager's (`--controller upstream`).
     Conformance(conformance::ConformanceArgs),
+    /// The same scenarios on two clusters, upstream's Deployment controller and ours, and the
+    /// differences a user could observe.
+    Diff(diff::DiffArgs),
     /// Local cluster + our deployment-controller + a live rolling update, drawn as an SVG.
     Demo(demo::DemoArgs),
     /// The end-to-end suite against a real cluster.
@@ -48,6 +52,7 @@ fn main() -> anyhow::Result<()> {
         Command::Cluster(args) => cluster::run(args),
         Command::Conformance(args) => conformance::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Diff(args) => diff::run(args),
         Command::E2e(args) => e2e::run(args),
         Command::Fuzz(args) => fuzz::run(args),
         Command::Test(args) => test::run(args),

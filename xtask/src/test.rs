@@ -6,7 +6,9 @@
 //! (`cargo xtask e2e`, which builds the control plane on first use), then upstream's
 //! `[sig-apps] Deployment` e2e specs against our controller (`cargo xtask conformance`, which
 //! builds upstream's e2e test binary on first use and our controller in release mode;
-//! about 8 minutes on a cold cache, 2 warm, see docs/conformance.md).
+//! about 8 minutes on a cold cache, 2 warm, see docs/conformance.md), then the quick subset
+//! of the differential runs against kube-controller-manager's Deployment controller
+//! (`cargo xtask diff --quick`, 4 to 5½ minutes, cold or warm; `--no-diff` skips it).
 //!
 //! After the end-to-end suite, the short chaos profile (`cargo xtask chaos --profile short`:
 //! faults on the local control plane during rollouts, invariants checked throughout; see
@@ -30,6 +32,10 @@ pub(crate) struct TestArgs {
     /// Skip upstream's Deployment conformance specs (`cargo xtask conformance`).
     #[arg(long)]
     no_conformance: bool,
+    /// Skip the quick differential run against upstream's Deployment controller
+    /// (`cargo xtask diff --quick`).
+    #[arg(long)]
+    no_diff: bool,
     /// Skip the short chaos run (`cargo xtask chaos --profile short`).
     #[arg(long)]
     no_chaos: bool,
@@ -70,9 +76,14 @@ pub(crate) fn run(args: TestArgs) -> anyhow::Result<()> {
     }
     if args.no_conformance {
         eprintln!("==> --no-conformance: skipping upstream's Deployment specs");
+    } else {
+        crate::conformance::run(crate::conformance::ConformanceArgs::ours())?;
+    }
+    if args.no_diff {
+        eprintln!("==> --no-diff: skipping the differential run");
         return Ok(());
     }
-    crate::conformance::run(crate::conformance::ConformanceArgs::ours())
+    crate::diff::run(crate::diff::DiffArgs::quick())
 }
 
 /// Runs `cargo <args>` with the same toolchain that runs xtask, failing on a non-zero exit.

@@ -1,7 +1,7 @@
 //! `cargo xtask bench <target>`: benchmarks that run our crates side by side with the upstream Go
 //! code they reimplement, and write the comparison to docs/benchmarks/.
 
-mod controller;
+pub(crate) mod controller;
 mod informer;
 mod workqueue;
 

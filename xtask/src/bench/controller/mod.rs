@@ -543,26 +543,10 @@ fn start_with(
                 env.info.controller_kubeconfig.display()
             )],
         ),
-        Side::Upstream => {
-            let kc = env
-                .info
-                .controller_manager_kubeconfig()
-                .display()
-                .to_string();
-            (
-                env.kcm.clone(),
-                vec![
-                    format!("--kubeconfig={kc}"),
-                    format!("--authentication-kubeconfig={kc}"),
-                    format!("--authorization-kubeconfig={kc}"),
-                    "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"
-                        .to_owned(),
-                    "--controllers=deployment-controller".to_owned(),
-                    "--use-service-account-credentials=true".to_owned(),
-                    "--profiling=false".to_owned(),
-                ],
-            )
-        }
+        Side::Upstream => (
+            env.kcm.clone(),
+            crate::controller_process::upstream_args(&env.info.controller_manager_kubeconfig()),
+        ),
     };
     args.extend(common);
     args.extend(extra.iter().map(|a| (*a).to_owned()));

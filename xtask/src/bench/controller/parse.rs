@@ -306,7 +306,7 @@ impl RolloutState {
 /// no other controller writes that line); named (`logger="deployment-controller"`) and older
 /// forms (`controller="deployment"`, `Caches are synced for deployment`) count too. The serving
 /// stack's caches log with other names (`controller="RequestHeaderAuthRequestController"`).
-pub(super) fn kcm_deployment_synced(log: &str) -> bool {
+pub(crate) fn kcm_deployment_synced(log: &str) -> bool {
     const MESSAGE: &str = "\"Caches are synced\"";
     log.lines().any(|l| {
         if l.contains("Caches are synced for deployment") {

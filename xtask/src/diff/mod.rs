@@ -1,0 +1,951 @@
+//! `cargo xtask diff [--scenario NAME…] [--keep]`: differential runs of our Deployment controller
+//! against kube-controller-manager's.
+//!
+//! Two fresh local clusters side by side (`diff-up`, `diff-ours`; distinct loopback ports), each
+//! with its kube-controller-manager running without the Deployment controller. On `diff-up` a
+//! second kube-controller-manager runs only `--controllers=deployment-controller` (as
+//! `cargo xtask bench controller` runs it); on `diff-ours` our release `deployment-controller`
+//! runs. Before the scenarios, and after, each cluster is checked by process id to run exactly
+//! that one Deployment controller.
+//!
+//! Every scenario of `tests/diff/scenarios` (see [`scenario`]) runs in a namespace of its own on
+//! both clusters, step by step in lockstep: the step's action on both, then both settle, then
+//! [`observe`] reads what a user can see on each and [`compare`] lists the differences. The
+//! report goes to `target/diff/report.md`, each side's observation of each step to
+//! `target/diff/<scenario>/`; the exit status is non-zero if a difference is not listed in
+//! [`compare::INTENDED`] or a scenario could not run. A scenario that differs runs again
+//! (`--retries`), and only differences every run shows count: the intermediate steps of a
+//! rolling update depend on when each controller sees pods become ready. `--quick` runs the
+//! subset [`QUICK`] that `cargo xtask test` runs; `--switch N` instead measures what a switch
+//! between the two controllers costs (see [`switch`]).
+
+mod compare;
+mod observe;
+mod scenario;
+mod switch;
+
+use std::fmt::Write as _;
+use std::fs;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+
+use self::compare::{Difference, INTENDED, Intended};
+use self::observe::{Names, Observation};
+use self::scenario::{Action, Scenario, Step};
+use crate::cluster::plane::{self, ClusterInfo, Layout, UpOptions};
+use crate::cluster::process;
+use crate::cluster::toolchain::{Cache, fmt_duration};
+use crate::cluster::versions::Binary;
+use crate::conformance::{Controller, check_controllers};
+use crate::controller_process::{self, ControllerProcess};
+
+/// Cluster running upstream's Deployment controller.
+const UPSTREAM_CLUSTER: &str = "diff-up";
+/// Cluster running ours.
+const OURS_CLUSTER: &str = "diff-ours";
+/// Poll interval while settling.
+const POLL: Duration = Duration::from_millis(400);
+/// A step that has not settled after this long fails its scenario.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Arguments of `cargo xtask diff`.
+#[derive(clap::Args)]
+pub(crate) struct DiffArgs {
+    /// Run only these scenarios (file name without `.yaml`, with or without its number);
+    /// repeatable. Default: all of tests/diff/scenarios.
+    #[arg(long = "scenario", value_name = "NAME")]
+    scenarios: Vec<String>,
+    /// Run only the quick subset ([`QUICK`]) that `cargo xtask test` runs.
+    #[arg(long, conflicts_with = "scenarios")]
+    quick: bool,
+    /// Leave both clusters (and the scenarios' namespaces) running at the end for inspection;
+    /// the Deployment controllers are stopped either way.
+    #[arg(long)]
+    keep: bool,
+    /// Run a scenario that shows unintended differences up to this many more times; a
+    /// difference that does not show in every run is reported as timing-dependent, not as a
+    /// failure.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    retries: usize,
+    /// Instead of the scenarios: measure a switch between the controllers with this many
+    /// Deployments (ReplicaSets created and deleted, pods replaced; see docs/conformance.md).
+    #[arg(long, value_name = "N")]
+    switch: Option<usize>,
+}
+
+/// The subset `cargo xtask test` runs (`--quick`): rollouts, undo, a stuck rollout scaled,
+/// Recreate, adoption, release with a name collision, orphaning and foreground deletion —
+/// about 4 minutes on a warm machine, against 13 for all scenarios.
+pub(crate) const QUICK: &[&str] = &[
+    "02-image-change",
+    "03-rollout-undo",
+    "07-scale-mid-rollout",
+    "09-recreate",
+    "12-orphan-adoption",
+    "13-release",
+    "16-delete-orphan",
+    "17-delete-foreground",
+];
+
+impl DiffArgs {
+    /// The quick subset, clusters stopped at the end (what `cargo xtask test` runs).
+    pub(crate) fn quick() -> DiffArgs {
+        DiffArgs {
+            scenarios: Vec::new(),
+            quick: true,
+            keep: false,
+            retries: 2,
+            switch: None,
+        }
+    }
+}
+
+/// Where the scenario files live.
+fn scenario_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/diff/scenarios")
+}
+
+/// Output directory: `target/diff`.
+fn out_dir() -> PathBuf {
+    plane::target_dir().join("diff")
+}
+
+pub(crate) fn run(args: DiffArgs) -> Result<()> {
+    if let Some(n) = args.switch {
+        return switch::run(n, args.keep);
+    }
+    // Parse everything before anything starts: a typo should not cost two clusters.
+    let only: Vec<String> = if args.quick {
+        QUICK.iter().map(|s| (*s).to_owned()).collect()
+    } else {
+        args.scenarios.clone()
+    };
+    let scenarios = scenario::load_selected(&scenario_dir(), &only)?;
+    let started = Instant::now();
+    let ours_binary = controller_process::build_release()?;
+    let cache = Cache::locate()?;
+    crate::cluster::toolchain::ensure_built(&cache)?;
+    let kcm = cache.binary(Binary::KubeControllerManager);
+    let out = out_dir();
+    let _ = fs::remove_dir_all(&out);
+    fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+
+    let clusters = Clusters::start(&[UPSTREAM_CLUSTER, OURS_CLUSTER])?;
+    let result = (|| -> Result<Vec<ScenarioReport>> {
+        let up = Side::start_upstream(&clusters.infos[0], &kcm)?;
+        let ours = Side::start_ours(&clusters.infos[1], &ours_binary)?;
+        let mut sides = [up, ours];
+        let mut reports = Vec::new();
+        for s in &scenarios {
+            let t = Instant::now();
+            eprintln!("==> scenario {}: {}", s.name, s.description);
+            let mut report = run_scenario(s, &mut sides, &out.join(&s.name));
+            while report.error.is_none() && report.unintended() > 0 && report.runs <= args.retries {
+                let run = report.runs + 1;
+                eprintln!(
+                    "==> scenario {}: {} difference(s); run {run} to tell behaviour from timing",
+                    s.name,
+                    report.unintended()
+                );
+                let again = run_scenario(s, &mut sides, &out.join(format!("{}-run{run}", s.name)));
+                report.keep_recurring(&again);
+            }
+            eprintln!(
+                "==> scenario {} done in {} ({})",
+                s.name,
+                fmt_duration(t.elapsed()),
+                report.verdict()
+            );
+            reports.push(report);
+            if !args.keep {
+                for side in &sides {
+                    let _ = side.kubectl_in(
+                        None,
+                        &["delete", "namespace", &namespace(s), "--wait=false"],
+                        None,
+                    );
+                }
+            }
+        }
+        let [up, ours] = sides;
+        up.stop()?;
+        ours.stop()?;
+        Ok(reports)
+    })();
+    let down = if args.keep {
+        eprintln!(
+            "==> --keep: clusters {UPSTREAM_CLUSTER} and {OURS_CLUSTER} stay up \
+             (`cargo xtask cluster env --name …`; `cargo xtask cluster down --name …`)"
+        );
+        clusters.dismiss();
+        Ok(())
+    } else {
+        clusters.down()
+    };
+    let reports = result?;
+    down?;
+    let text = render(&reports, started.elapsed());
+    let path = out.join("report.md");
+    fs::write(&path, &text).with_context(|| format!("writing {}", path.display()))?;
+    print!("{text}");
+    eprintln!("==> report: {}", path.display());
+    let bad: Vec<&ScenarioReport> = reports.iter().filter(|r| !r.ok()).collect();
+    if !bad.is_empty() {
+        bail!(
+            "{} of {} scenario(s) differ beyond the intended differences or failed: {}",
+            bad.len(),
+            reports.len(),
+            bad.iter()
+                .map(|r| r.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// Fresh clusters, stopped again by [`Clusters::down`] (or, on Ctrl-C, by watcher processes).
+pub(crate) struct Clusters {
+    /// The clusters, in the order of the names given.
+    pub(crate) infos: Vec<ClusterInfo>,
+    reapers: Vec<std::process::Child>,
+}
+
+impl Clusters {
+    /// Stops leftovers of earlier runs (Deployment controllers, clusters) and starts each
+    /// cluster afresh, its kube-controller-manager without a Deployment controller.
+    pub(crate) fn start(names: &[&str]) -> Result<Clusters> {
+        let mut clusters = Clusters {
+            infos: Vec::new(),
+            reapers: Vec::new(),
+        };
+        for name in names {
+            let layout = Layout::new(name);
+            let leftovers = controller_process::deployment_controllers(&layout.dir);
+            if !leftovers.is_empty() {
+                eprintln!(
+                    "==> stopping Deployment controllers left by an earlier run: {leftovers:?}"
+                );
+                let pids: Vec<u32> = leftovers.iter().map(|(pid, _)| *pid).collect();
+                process::stop_all(&[], &pids, Duration::from_secs(15))?;
+            }
+            crate::cluster::down(name)?;
+            let up = plane::ensure_up(&UpOptions {
+                name: (*name).to_owned(),
+                nodes: 3,
+                apiserver_args: Vec::new(),
+                controller_manager_args: Vec::new(),
+                deployment_controller: false,
+            });
+            match up {
+                Ok(info) => {
+                    if let Ok(r) =
+                        controller_process::spawn_reaper(name, &controller_pid_file(name))
+                    {
+                        clusters.reapers.push(r);
+                    }
+                    clusters.infos.push(info);
+                }
+                Err(e) => {
+                    let _ = crate::cluster::down(name);
+                    let _ = clusters.down();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(clusters)
+    }
+
+    /// Stops every cluster.
+    pub(crate) fn down(self) -> Result<()> {
+        let mut first_err = None;
+        for info in &self.infos {
+            if let Err(e) = crate::cluster::down(&info.name) {
+                first_err.get_or_insert(e);
+            }
+        }
+        self.dismiss();
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Leaves the clusters running and dismisses the watchers.
+    pub(crate) fn dismiss(self) {
+        for r in self.reapers {
+            controller_process::dismiss_reaper(Some(r));
+        }
+    }
+}
+
+/// The pid file of the Deployment controller xtask runs against cluster `name` (its log's,
+/// see [`controller_process::start`]), which the Ctrl-C watcher stops.
+fn controller_pid_file(name: &str) -> PathBuf {
+    out_dir().join(format!("{name}-controller.pid"))
+}
+
+/// One cluster of the pair and its Deployment controller.
+pub(crate) struct Side {
+    /// `upstream` or `ours`.
+    pub(crate) label: &'static str,
+    /// Which controller runs.
+    pub(crate) controller: Controller,
+    /// The cluster.
+    pub(crate) info: ClusterInfo,
+    /// The running Deployment controller.
+    pub(crate) process: Option<ControllerProcess>,
+    /// Generated names seen in the current scenario.
+    names: Names,
+}
+
+impl Side {
+    /// Starts upstream's Deployment controller (a second kube-controller-manager) on `info`,
+    /// after checking that none runs; then checks that it alone runs.
+    pub(crate) fn start_upstream(info: &ClusterInfo, kcm: &Path) -> Result<Side> {
+        let log = controller_pid_file(&info.name).with_extension("log");
+        let mut side = Side {
+            label: "upstream",
+            controller: Controller::Upstream,
+            info: info.clone(),
+            process: None,
+            names: Names::default(),
+        };
+        side.check_none()?;
+        side.process = Some(controller_process::start_upstream(kcm, info, &log)?);
+        side.check_alone()?;
+        Ok(side)
+    }
+
+    /// Starts our release `deployment-controller` on `info` (with deploy/'s RBAC), after
+    /// checking that none runs; then checks that it alone runs.
+    pub(crate) fn start_ours(info: &ClusterInfo, binary: &Path) -> Result<Side> {
+        let log = controller_pid_file(&info.name).with_extension("log");
+        let mut side = Side {
+            label: "ours",
+            controller: Controller::Ours,
+            info: info.clone(),
+            process: None,
+            names: Names::default(),
+        };
+        side.check_none()?;
+        crate::e2e::grant_deploy_rbac(&info.kubectl, &info.admin_kubeconfig)?;
+        side.process = Some(controller_process::start(
+            binary,
+            &info.controller_kubeconfig,
+            &log,
+            &["--secure-port", "0"],
+        )?);
+        side.check_alone()?;
+        Ok(side)
+    }
+
+    fn running(&self) -> Vec<(u32, String)> {
+        controller_process::deployment_controllers(&self.info.dir)
+    }
+
+    /// No Deployment controller runs against the cluster.
+    pub(crate) fn check_none(&self) -> Result<()> {
+        check_controllers(Controller::Ours, &self.running(), 0, None)
+            .with_context(|| format!("cluster {}", self.info.name))
+    }
+
+    /// Exactly this side's controller runs against the cluster, by pid.
+    pub(crate) fn check_alone(&self) -> Result<()> {
+        let pid = self.process.as_ref().map(ControllerProcess::pid);
+        let found = self.running();
+        match (self.controller, pid) {
+            (Controller::Upstream, Some(pid)) => {
+                check_controllers(Controller::Upstream, &found, pid, None)
+            }
+            (_, pid) => check_controllers(Controller::Ours, &found, 0, pid),
+        }
+        .with_context(|| format!("cluster {}", self.info.name))?;
+        eprintln!(
+            "==> {}: the only Deployment controller is {} (pid {})",
+            self.info.name,
+            self.controller_name(),
+            pid.unwrap_or(0)
+        );
+        Ok(())
+    }
+
+    fn controller_name(&self) -> &'static str {
+        match self.controller {
+            Controller::Upstream => "kube-controller-manager --controllers=deployment-controller",
+            Controller::Ours => "our deployment-controller",
+        }
+    }
+
+    /// Checks it still runs alone, stops it and checks that none is left.
+    pub(crate) fn stop(mut self) -> Result<()> {
+        let alone = self.check_alone();
+        if let Some(p) = self.process.take() {
+            let pid = p.pid();
+            let stopped = p.stop();
+            if self.running().iter().any(|(p, _)| *p == pid) {
+                bail!(
+                    "{} (pid {pid}) still runs after being stopped",
+                    self.controller_name()
+                );
+            }
+            if let Err(e) = stopped {
+                // kube-controller-manager exits with SIGTERM's status; gone is what matters.
+                let e = format!("{e:#}");
+                eprintln!(
+                    "==> stopping {}: {}",
+                    self.controller_name(),
+                    e.lines().next().unwrap_or_default()
+                );
+            }
+        }
+        self.check_none()?;
+        alone
+    }
+
+    /// `kubectl --kubeconfig <admin> [-n ns] args…` with optional stdin: (exit code, stdout,
+    /// stderr).
+    pub(crate) fn kubectl_in(
+        &self,
+        ns: Option<&str>,
+        args: &[&str],
+        stdin: Option<&str>,
+    ) -> Result<(i32, String, String)> {
+        let mut cmd = Command::new(&self.info.kubectl);
+        cmd.arg("--kubeconfig").arg(&self.info.admin_kubeconfig);
+        if let Some(ns) = ns {
+            cmd.args(["-n", ns]);
+        }
+        cmd.args(args)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("running {}", self.info.kubectl.display()))?;
+        if let Some(text) = stdin {
+            child
+                .stdin
+                .take()
+                .context("kubectl stdin")?
+                .write_all(text.as_bytes())?;
+        }
+        let out = child.wait_with_output()?;
+        Ok((
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ))
+    }
+
+    /// JSON output of `kubectl get … -o json` in `ns`.
+    pub(crate) fn get_json(&self, ns: &str, what: &str) -> Result<Value> {
+        let (code, out, err) = self.kubectl_in(Some(ns), &["get", what, "-o", "json"], None)?;
+        if code != 0 {
+            bail!(
+                "{}: kubectl get {what} failed: {}",
+                self.info.name,
+                err.trim()
+            );
+        }
+        serde_json::from_str(&out).with_context(|| format!("kubectl get {what}: not JSON"))
+    }
+
+    /// The structural observation (no events or rollout output).
+    fn snapshot(&mut self, ns: &str) -> Result<Observation> {
+        let list = self.get_json(ns, "deployments,replicasets,pods")?;
+        Ok(Observation::from_list(&list, &mut self.names))
+    }
+
+    /// The full observation: the snapshot, events, `rollout status` and `rollout history`.
+    fn observe(&mut self, ns: &str) -> Result<Observation> {
+        let mut obs = self.snapshot(ns)?;
+        let events = self.get_json(ns, "events")?;
+        obs.add_events(&events, &self.names);
+        for d in obs.deployment_names() {
+            let target = format!("deployment/{d}");
+            for (what, args) in [
+                (
+                    "status",
+                    vec!["rollout", "status", &target, "--watch=false"],
+                ),
+                ("history", vec!["rollout", "history", &target]),
+            ] {
+                let (code, out, err) = self.kubectl_in(Some(ns), &args, None)?;
+                let text = format!("exit {code}: {}{}", out, err);
+                obs.add_rollout(&d, what, &text, &self.names);
+            }
+        }
+        Ok(obs)
+    }
+
+    /// Runs a step's action: (exit code, normalised output).
+    fn act(&self, ns: &str, action: &Action) -> Result<Value> {
+        let (code, out, err) = match action {
+            Action::Kubectl(args) => {
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                self.kubectl_in(Some(ns), &args, None)?
+            }
+            Action::Apply(objects) => {
+                let list =
+                    serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
+                self.kubectl_in(Some(ns), &["apply", "-f", "-"], Some(&list.to_string()))?
+            }
+        };
+        Ok(serde_json::json!({
+            "exit": code,
+            "output": self.names.apply(format!("{out}{err}").trim_end()),
+        }))
+    }
+}
+
+/// The namespace of a scenario.
+fn namespace(s: &Scenario) -> String {
+    format!("diff-{}", s.name)
+}
+
+/// What one step showed.
+#[derive(Debug)]
+struct StepReport {
+    name: String,
+    /// Differences with the intended entry that covers each, if any.
+    differences: Vec<(Difference, Option<&'static Intended>)>,
+    /// Differences of the first run that a later run of the scenario did not show (timing).
+    timing: Vec<Difference>,
+    /// Seconds until both clusters settled.
+    settle: f64,
+}
+
+/// What one scenario showed.
+#[derive(Debug)]
+struct ScenarioReport {
+    name: String,
+    description: String,
+    steps: Vec<StepReport>,
+    /// Why it stopped early, if it did.
+    error: Option<String>,
+    seconds: f64,
+    /// How many times it ran (see `--retries`).
+    runs: usize,
+}
+
+impl ScenarioReport {
+    fn unintended(&self) -> usize {
+        self.steps
+            .iter()
+            .flat_map(|s| &s.differences)
+            .filter(|(_, i)| i.is_none())
+            .count()
+    }
+
+    /// Keeps as differences only those that `again` (a later run) shows too, at the same step
+    /// and path with the same two values; the others move to the step's timing-dependent list.
+    /// A failed later run keeps everything and records its error.
+    fn keep_recurring(&mut self, again: &ScenarioReport) {
+        self.runs += 1;
+        self.seconds += again.seconds;
+        if let Some(e) = &again.error {
+            self.error = Some(format!("run {}: {e}", self.runs));
+            return;
+        }
+        for (i, step) in self.steps.iter_mut().enumerate() {
+            let later: Vec<&Difference> = again
+                .steps
+                .get(i)
+                .map(|s| s.differences.iter().map(|(d, _)| d).collect())
+                .unwrap_or_default();
+            let (keep, drop): (Vec<_>, Vec<_>) = std::mem::take(&mut step.differences)
+                .into_iter()
+                .partition(|(d, intended)| intended.is_some() || later.contains(&d));
+            step.differences = keep;
+            step.timing.extend(drop.into_iter().map(|(d, _)| d));
+        }
+    }
+
+    fn ok(&self) -> bool {
+        self.error.is_none() && self.unintended() == 0
+    }
+
+    fn verdict(&self) -> String {
+        let intended = self
+            .steps
+            .iter()
+            .flat_map(|s| &s.differences)
+            .filter(|(_, i)| i.is_some())
+            .count();
+        let verdict = match (&self.error, self.unintended()) {
+            (Some(e), _) => format!("FAILED: {e}"),
+            (None, 0) if intended == 0 => "same".to_owned(),
+            (None, 0) => format!("same but for {intended} intended difference(s)"),
+            (None, n) => format!("{n} difference(s)"),
+        };
+        let timing: usize = self.steps.iter().map(|s| s.timing.len()).sum();
+        if timing == 0 {
+            verdict
+        } else {
+            format!(
+                "{verdict}; {timing} timing-dependent (not in all of {} runs)",
+                self.runs
+            )
+        }
+    }
+}
+
+fn run_scenario(s: &Scenario, sides: &mut [Side; 2], out: &Path) -> ScenarioReport {
+    let started = Instant::now();
+    let mut report = ScenarioReport {
+        name: s.name.clone(),
+        description: s.description.clone(),
+        steps: Vec::new(),
+        error: None,
+        seconds: 0.0,
+        runs: 1,
+    };
+    if let Err(e) = run_steps(s, sides, out, &mut report) {
+        report.error = Some(format!("{e:#}"));
+    }
+    report.seconds = started.elapsed().as_secs_f64();
+    report
+}
+
+fn run_steps(
+    s: &Scenario,
+    sides: &mut [Side; 2],
+    out: &Path,
+    report: &mut ScenarioReport,
+) -> Result<()> {
+    let ns = namespace(s);
+    let dir = out;
+    fs::create_dir_all(dir)?;
+    for side in sides.iter_mut() {
+        side.names = Names::default();
+        let _ = side.kubectl_in(None, &["delete", "namespace", &ns, "--wait=true"], None);
+        let (code, _, err) = side.kubectl_in(None, &["create", "namespace", &ns], None)?;
+        if code != 0 {
+            bail!(
+                "{}: creating namespace {ns}: {}",
+                side.info.name,
+                err.trim()
+            );
+        }
+    }
+    // Pods cannot be created before the namespace's default ServiceAccount exists.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for side in sides.iter() {
+        while side
+            .kubectl_in(Some(&ns), &["get", "serviceaccount", "default"], None)?
+            .0
+            != 0
+        {
+            if Instant::now() > deadline {
+                bail!(
+                    "{}: no default ServiceAccount in {ns} after 30s",
+                    side.info.name
+                );
+            }
+            thread::sleep(POLL);
+        }
+    }
+    for (i, step) in s.steps.iter().enumerate() {
+        eprintln!("==>   step {i}: {}", step.name);
+        let mut actions = Vec::new();
+        for side in sides.iter() {
+            actions.push(side.act(&ns, &step.action)?);
+        }
+        let t = Instant::now();
+        settle(step, sides, &ns).with_context(|| format!("step {i} ({})", step.name))?;
+        let settle_secs = t.elapsed().as_secs_f64();
+        let mut observed = Vec::new();
+        for (side, action) in sides.iter_mut().zip(actions) {
+            let mut obs = side.observe(&ns)?;
+            obs.0["action"] = action;
+            let file = dir.join(format!("{i:02}-{}.json", side.label));
+            fs::write(&file, serde_json::to_string_pretty(&obs.0)?)?;
+            observed.push(obs);
+        }
+        let differences = compare::differences(&observed[0].0, &observed[1].0)
+            .into_iter()
+            .map(|d| {
+                let intended = compare::intended_for(&d, INTENDED);
+                (d, intended)
+            })
+            .collect();
+        report.steps.push(StepReport {
+            name: step.name.clone(),
+            differences,
+            timing: Vec::new(),
+            settle: settle_secs,
+        });
+    }
+    Ok(())
+}
+
+/// Waits for the step's condition (if any) on both clusters, then until both have caught up
+/// with every Deployment's generation and showed the same snapshot for the quiet period.
+fn settle(step: &Step, sides: &mut [Side; 2], ns: &str) -> Result<()> {
+    if let Some(w) = &step.wait {
+        let deadline = Instant::now() + w.timeout;
+        for side in sides.iter_mut() {
+            loop {
+                let obs = side.snapshot(ns)?;
+                if obs.has_condition(&w.deployment, &w.condition, &w.status, w.reason.as_deref()) {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    bail!(
+                        "{}: Deployment {} has no condition {}={}{} after {:?}; it shows {}",
+                        side.label,
+                        w.deployment,
+                        w.condition,
+                        w.status,
+                        w.reason
+                            .as_deref()
+                            .map(|r| format!(" ({r})"))
+                            .unwrap_or_default(),
+                        w.timeout,
+                        obs.0["deployments"][&w.deployment]["status"]["conditions"]
+                    );
+                }
+                thread::sleep(POLL);
+            }
+        }
+    }
+    let started = Instant::now();
+    let mut last: [Option<(Observation, Instant)>; 2] = [None, None];
+    loop {
+        let mut quiet = true;
+        for (side, last) in sides.iter_mut().zip(last.iter_mut()) {
+            let obs = side.snapshot(ns)?;
+            let caught_up = obs.generations_observed();
+            match last {
+                Some((prev, since)) if *prev == obs => {
+                    quiet &= caught_up && since.elapsed() >= step.quiet;
+                }
+                _ => {
+                    *last = Some((obs, Instant::now()));
+                    quiet = false;
+                }
+            }
+        }
+        if quiet {
+            return Ok(());
+        }
+        if started.elapsed() > SETTLE_TIMEOUT {
+            bail!("the clusters did not settle within {SETTLE_TIMEOUT:?}");
+        }
+        thread::sleep(POLL);
+    }
+}
+
+/// The report: per scenario and step, the differences (intended ones with their reason).
+fn render(reports: &[ScenarioReport], took: Duration) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# Differential run: upstream's Deployment controller vs ours\n"
+    );
+    let failed = reports.iter().filter(|r| !r.ok()).count();
+    let _ = writeln!(
+        out,
+        "{} scenario(s), {} step(s), {} with unintended differences or failures; {}.\n",
+        reports.len(),
+        reports.iter().map(|r| r.steps.len()).sum::<usize>(),
+        failed,
+        fmt_duration(took)
+    );
+    let _ = writeln!(
+        out,
+        "| scenario | steps | result | time |\n|---|---|---|---|"
+    );
+    for r in reports {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {:.0}s |",
+            r.name,
+            r.steps.len(),
+            r.verdict().replace('|', "/").lines().next().unwrap_or(""),
+            r.seconds
+        );
+    }
+    for r in reports {
+        let _ = writeln!(out, "\n## {}\n\n{}\n", r.name, r.description);
+        for (i, s) in r.steps.iter().enumerate() {
+            let _ = write!(
+                out,
+                "- step {i} ({}), settled in {:.1}s: ",
+                s.name, s.settle
+            );
+            if s.differences.is_empty() && s.timing.is_empty() {
+                let _ = writeln!(out, "same");
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                "{} difference(s), {} timing-dependent",
+                s.differences.len(),
+                s.timing.len()
+            );
+            for (d, intended) in &s.differences {
+                let _ = writeln!(out, "  - {d}");
+                if let Some(i) = intended {
+                    let _ = writeln!(out, "      intended: {}", i.reason);
+                }
+            }
+            for d in &s.timing {
+                let _ = writeln!(out, "  - timing-dependent (absent from a later run): {d}");
+            }
+        }
+        if let Some(e) = &r.error {
+            let _ = writeln!(out, "- FAILED: {e}");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_report_lists_differences_and_marks_intended_ones() {
+        static REASON: Intended = Intended {
+            path: "*.x",
+            reason: "because the docs say so",
+        };
+        let d = |path: &str| Difference {
+            path: path.to_owned(),
+            upstream: Some(serde_json::json!(1)),
+            ours: Some(serde_json::json!(2)),
+        };
+        let reports = vec![
+            ScenarioReport {
+                name: "01-a".into(),
+                description: "A.".into(),
+                steps: vec![StepReport {
+                    name: "create".into(),
+                    differences: vec![],
+                    timing: vec![],
+                    settle: 1.0,
+                }],
+                error: None,
+                seconds: 3.0,
+                runs: 1,
+            },
+            ScenarioReport {
+                name: "02-b".into(),
+                description: "B.".into(),
+                steps: vec![StepReport {
+                    name: "scale".into(),
+                    differences: vec![(d("a.x"), Some(&REASON)), (d("a.y"), None)],
+                    timing: vec![],
+                    settle: 2.0,
+                }],
+                error: Some("boom".into()),
+                seconds: 4.0,
+                runs: 1,
+            },
+        ];
+        assert!(reports[0].ok());
+        assert!(!reports[1].ok());
+        assert_eq!(reports[1].unintended(), 1);
+        let text = render(&reports, Duration::from_secs(7));
+        assert!(
+            text.contains("2 scenario(s), 2 step(s), 1 with unintended"),
+            "{text}"
+        );
+        assert!(text.contains("| 01-a | 1 | same | 3s |"), "{text}");
+        assert!(text.contains("| 02-b | 1 | FAILED: boom | 4s |"), "{text}");
+        assert!(
+            text.contains("- step 0 (scale), settled in 2.0s: 2 difference(s)"),
+            "{text}"
+        );
+        assert!(text.contains("intended: because the docs say so"), "{text}");
+        assert!(text.contains("upstream: 1\n      ours:     2"), "{text}");
+    }
+
+    #[test]
+    fn only_differences_that_recur_count() {
+        let d = |path: &str| Difference {
+            path: path.to_owned(),
+            upstream: Some(serde_json::json!(1)),
+            ours: None,
+        };
+        let report = |paths: &[&str]| ScenarioReport {
+            name: "05-x".into(),
+            description: "X.".into(),
+            steps: vec![StepReport {
+                name: "s".into(),
+                differences: paths.iter().map(|p| (d(p), None)).collect(),
+                timing: vec![],
+                settle: 1.0,
+            }],
+            error: None,
+            seconds: 1.0,
+            runs: 1,
+        };
+        // The same path with other values is another difference: timing, not behaviour.
+        let mut flipped = report(&["a"]);
+        let mut other = report(&["a"]);
+        other.steps[0].differences[0].0.ours = Some(serde_json::json!(3));
+        flipped.keep_recurring(&other);
+        assert!(flipped.ok());
+
+        let mut first = report(&["a", "b"]);
+        first.keep_recurring(&report(&["b", "c"]));
+        assert_eq!(first.runs, 2);
+        assert_eq!(first.unintended(), 1);
+        assert_eq!(first.steps[0].differences[0].0.path, "b");
+        assert_eq!(first.steps[0].timing[0].path, "a");
+        assert!(
+            first
+                .verdict()
+                .contains("1 timing-dependent (not in all of 2 runs)")
+        );
+        // A third run without "b": nothing left, the scenario passes.
+        first.keep_recurring(&report(&[]));
+        assert!(first.ok());
+        assert_eq!(first.steps[0].timing.len(), 2);
+        // A later run that fails keeps the differences and fails the scenario.
+        let mut again = report(&["a"]);
+        let mut failed = report(&[]);
+        failed.error = Some("settle".into());
+        again.keep_recurring(&failed);
+        assert!(!again.ok());
+        assert!(again.error.as_deref().unwrap().contains("run 2: settle"));
+    }
+
+    #[test]
+    fn cli_parses() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: DiffArgs,
+        }
+        let cli =
+            Cli::try_parse_from(["x", "--scenario", "a", "--scenario", "02-b", "--keep"]).unwrap();
+        assert_eq!(cli.args.scenarios, ["a", "02-b"]);
+        assert!(cli.args.keep);
+        assert_eq!(cli.args.switch, None);
+        assert_eq!(cli.args.retries, 2);
+        let cli = Cli::try_parse_from(["x", "--switch", "50"]).unwrap();
+        assert_eq!(cli.args.switch, Some(50));
+        let quick = DiffArgs::quick();
+        assert!(quick.quick && !quick.keep && quick.switch.is_none());
+        assert!(Cli::try_parse_from(["x", "--quick", "--scenario", "a"]).is_err());
+        // Every scenario of the quick subset exists.
+        let found = scenario::load_selected(
+            &scenario_dir(),
+            &QUICK.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>(),
+        )
+        .unwrap();
+        assert_eq!(found.len(), QUICK.len());
+    }
+}
