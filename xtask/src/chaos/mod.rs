@@ -42,9 +42,8 @@ mod watch;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::fs;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -56,6 +55,7 @@ use kctrl_client::{Api, Client, ListParams, Patch, PostParams};
 use kctrl_config::Config;
 use tokio_util::sync::CancellationToken;
 
+use crate::bench::controller::{curl, free_port};
 use crate::cluster::plane::{self, ClusterInfo, Component, UpOptions};
 use crate::cluster::process;
 use crate::cluster::toolchain::fmt_duration;
@@ -421,27 +421,6 @@ fn client(kubeconfig: &Path) -> Result<Client> {
     config.qps = 100.0;
     config.burst = 200;
     Client::try_from_config(config).context("building the API client")
-}
-
-/// A free loopback port (another process could take it before it is bound; then the
-/// controller fails to start and says so).
-fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-/// GET over HTTPS with curl, certificate unchecked (the controller's is self-signed).
-fn curl(url: &str) -> Result<String> {
-    let out = Command::new("curl")
-        .args(["-sSfk", "--max-time", "30", url])
-        .output()
-        .context("running curl")?;
-    if !out.status.success() {
-        bail!(
-            "curl {url} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// Whether a Deployment has rolled out completely (upstream's `DeploymentComplete`, plus no

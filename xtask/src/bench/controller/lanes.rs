@@ -23,12 +23,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use kctrl_client::{Api, Client, ListParams, Patch, PostParams};
+use kctrl_client::{Api, ListParams, Patch, PostParams};
 
 use super::report::{Machine, Spread};
 use super::{
-    Env, QPS, SETUP_QPS, Side, check_cluster_kcm, concurrently, deployment_with, image_patch, name,
-    prepare, start_with, wait_complete, workspace_root,
+    Env, QPS, SETUP_QPS, Side, admin_client, check_cluster_kcm, concurrently, deployment_with,
+    image_patch, name, prepare, start_with, wait_complete, workspace_root,
 };
 
 /// Arguments of `cargo xtask bench lanes`.
@@ -199,14 +199,7 @@ async fn measure(
     rounds: usize,
     runs: &mut Vec<LaneRun>,
 ) -> Result<()> {
-    let mut config = kctrl_config::Config::from_flags(
-        Some(&env.info.admin_kubeconfig),
-        None,
-        &Default::default(),
-    )
-    .context("loading the admin kubeconfig")?;
-    config.qps = -1.0;
-    let client = Client::try_from_config(config)?;
+    let client = admin_client(env)?;
     let namespace = format!("{}-lanes-{n}", super::NAMESPACE_PREFIX);
     crate::bench::ensure_namespace(&client, &namespace, &[]).await?;
     let api = Api::<Deployment>::namespaced(client.clone(), &namespace);

@@ -433,6 +433,18 @@ fn prepare(
     })
 }
 
+/// The driver's client: the cluster's admin, not rate limited.
+fn admin_client(env: &Env) -> Result<Client> {
+    let mut config = kctrl_config::Config::from_flags(
+        Some(&env.info.admin_kubeconfig),
+        None,
+        &Default::default(),
+    )
+    .context("loading the admin kubeconfig")?;
+    config.qps = -1.0;
+    Ok(Client::try_from_config(config)?)
+}
+
 fn command_works(program: &str, args: &[&str]) -> bool {
     Command::new(program)
         .args(args)
@@ -502,7 +514,7 @@ struct Controller {
     spawned: Instant,
 }
 
-fn free_port() -> Result<u16> {
+pub(crate) fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
@@ -682,7 +694,8 @@ impl Drop for Controller {
     }
 }
 
-fn curl(url: &str) -> Result<String> {
+/// GET over HTTPS with curl, certificate unchecked (the controllers' are self-signed).
+pub(crate) fn curl(url: &str) -> Result<String> {
     let out = Command::new("curl")
         .args(["-sSfk", "--max-time", "30", url])
         .output()
@@ -757,14 +770,7 @@ async fn measure(
     settle_secs: u64,
     runs: &mut Vec<PhaseRun>,
 ) -> Result<()> {
-    let mut config = kctrl_config::Config::from_flags(
-        Some(&env.info.admin_kubeconfig),
-        None,
-        &Default::default(),
-    )
-    .context("loading the admin kubeconfig")?;
-    config.qps = -1.0;
-    let client = Client::try_from_config(config)?;
+    let client = admin_client(env)?;
     let sides: Vec<Side> = if env.callgrind {
         vec![Side::Ours]
     } else {
