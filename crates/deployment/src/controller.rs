@@ -444,7 +444,12 @@ impl DeploymentController {
             );
             return Ok(SyncOutcome::DONE);
         }
-        if let Some(retry_in) = self.replica_set_cache_behind(namespace, name).await? {
+        // A Deployment being deleted only gets its status synced: nothing is sized or created,
+        // so it need not wait for the cache (and a foreground deletion removing a ReplicaSet
+        // we had just created would otherwise hold its status for VERIFY_AFTER).
+        if cached.metadata.deletion_timestamp.is_none()
+            && let Some(retry_in) = self.replica_set_cache_behind(namespace, name).await?
+        {
             debug!(
                 namespace,
                 name,

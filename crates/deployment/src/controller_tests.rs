@@ -1328,3 +1328,19 @@ async fn an_unsatisfiable_record_is_verified_after_a_bounded_wait() {
         "forgotten with the Deployment"
     );
 }
+
+/// A Deployment being deleted only gets its status synced (nothing is sized or created), so
+/// it does not wait for the cache to show the ReplicaSet it created.
+#[tokio::test(start_paused = true)]
+async fn a_deployment_being_deleted_does_not_wait_for_the_cache() {
+    let f = Fixture::new();
+    f.add_deployment(&new_deployment("foo", 1, None, None, None, Some(foo_bar())));
+    let controller = f.controller();
+    controller.sync_deployment("default", "foo").await.unwrap();
+    let mut current: Deployment = f.fake.object(Some("default"), "foo").unwrap();
+    current.metadata.deletion_timestamp = Some(Time(ts("2026-01-01T00:00:00Z")));
+    f.deployments.insert(Arc::new(current));
+
+    let outcome = controller.sync_deployment("default", "foo").await.unwrap();
+    assert_eq!(outcome, SyncOutcome::DONE);
+}
