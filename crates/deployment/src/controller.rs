@@ -20,19 +20,20 @@ use std::sync::{Arc, Mutex, PoisonError};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kctrl_client::labels::{Selector, SelectorError};
 use kctrl_client::{Api, Client, DeleteParams, PostParams};
 use kctrl_controller_ref::{
     CanAdopt, ClaimError, ControllerRefManager, Owner, RealReplicaSetControl,
 };
 use kctrl_informer::Store;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::events::{EventRecorder, EventType};
 use crate::pod_view::{CONTROLLER_UID_INDEX, PodView, controller_uid_index};
 use crate::progress::{self, Requeue, RolloutStatus};
 use crate::recreate::{RecreatePlan, plan_recreate};
+use crate::replica_set_writes::{Check, Live, ReplicaSetWrites};
 use crate::rolling::{RollingPlan, plan_rolling};
 use crate::sync::{ScaleAction, calculate_status, scale};
 use crate::util::constants::{
@@ -163,6 +164,10 @@ pub struct DeploymentController {
     /// the cache last showed the Deployment as it is now (see
     /// [`cache_predates_own_write`](Self::cache_predates_own_write)).
     own_writes: Mutex<HashMap<String, Vec<String>>>,
+    /// Per Deployment key, this controller's ReplicaSet writes that the ReplicaSet cache may
+    /// not show yet (see [`crate::replica_set_writes`] and
+    /// [`replica_set_cache_behind`](Self::replica_set_cache_behind)).
+    rs_writes: Mutex<ReplicaSetWrites>,
 }
 
 impl fmt::Debug for DeploymentController {
@@ -199,6 +204,7 @@ impl DeploymentController {
             recorder,
             clock: Arc::new(Timestamp::now),
             own_writes: Mutex::default(),
+            rs_writes: Mutex::default(),
         }
     }
 
@@ -236,6 +242,144 @@ impl DeploymentController {
         }
         own.remove(key);
         false
+    }
+
+    /// The table of this controller's ReplicaSet writes the cache may not show yet.
+    fn rs_writes(&self) -> std::sync::MutexGuard<'_, ReplicaSetWrites> {
+        self.rs_writes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether the ReplicaSet cache is behind one of this controller's own writes of
+    /// Deployment `namespace/name`'s ReplicaSets: `Some(how long until the records are due for
+    /// a live read)` when the sync must not act on it, `None` when it may.
+    ///
+    /// Reads the cache only, except for a ReplicaSet whose last write got no answer while the
+    /// cache still holds the version it was sent against, or whose record has waited longer
+    /// than [`VERIFY_AFTER`](crate::replica_set_writes::VERIFY_AFTER): that one is read live
+    /// (one GET) to tell whether the cache is behind. A failed read fails the sync, which is
+    /// retried.
+    async fn replica_set_cache_behind(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<std::time::Duration>, SyncError> {
+        let key = format!("{namespace}/{name}");
+        let cached_rv = |rs: &str| {
+            self.replica_sets
+                .get_namespaced(namespace, rs)
+                .and_then(|cached| cached.metadata.resource_version.clone())
+        };
+        // Each round resolves every ReplicaSet it reads live, so that a check after it asks
+        // for none of them again: two rounds suffice; the bound only guards the loop.
+        for _ in 0..3 {
+            let check = self
+                .rs_writes()
+                .check(&key, cached_rv, tokio::time::Instant::now());
+            let names = match check {
+                Check::Current => return Ok(None),
+                Check::Behind { retry_in } => return Ok(Some(retry_in)),
+                Check::Verify(names) => names,
+            };
+            for rs in names {
+                let cached = cached_rv(&rs);
+                let live = self.replica_sets_api(namespace).get_opt(&rs).await?;
+                let live_rv = live
+                    .as_ref()
+                    .map(|l| l.metadata.resource_version.clone().unwrap_or_default());
+                let answer = match &live_rv {
+                    Some(rv) => Live::At(rv),
+                    None => Live::NotFound,
+                };
+                let behind = live_rv.is_some() && live_rv != cached;
+                info!(
+                    namespace,
+                    name,
+                    replica_set = rs,
+                    cached = cached.as_deref().unwrap_or("<none>"),
+                    live = live_rv.as_deref().unwrap_or("<none>"),
+                    behind,
+                    "checked a replica set write of unknown outcome (or long unseen) against the API server"
+                );
+                self.rs_writes().resolve(
+                    &key,
+                    &rs,
+                    cached.as_deref(),
+                    answer,
+                    tokio::time::Instant::now(),
+                );
+            }
+        }
+        warn!(
+            namespace,
+            name, "replica set cache check did not settle; acting on the cache"
+        );
+        Ok(None)
+    }
+
+    /// Records the outcome of a write of ReplicaSet `rs` for Deployment `d` (see
+    /// [`crate::replica_set_writes`]): `sent` is the resourceVersion it was sent with (`None`
+    /// for a create).
+    fn note_replica_set_write(
+        &self,
+        d: &Deployment,
+        rs: &str,
+        sent: Option<&str>,
+        result: Result<&ReplicaSet, &kctrl_client::Error>,
+        create: bool,
+    ) {
+        let namespace = d.metadata.namespace.as_deref().unwrap_or("");
+        let name = d.metadata.name.as_deref().unwrap_or("");
+        let key = format!("{namespace}/{name}");
+        let now = tokio::time::Instant::now();
+        match result {
+            Ok(_) if create => self.rs_writes().created(&key, rs, now),
+            Ok(written) => self.rs_writes().applied(
+                &key,
+                rs,
+                sent,
+                written.metadata.resource_version.as_deref(),
+                now,
+            ),
+            Err(err) if write_outcome_unknown(err) => {
+                info!(
+                    namespace,
+                    name,
+                    replica_set = rs,
+                    %err,
+                    "a replica set write got no usable answer and may have been applied; the next sync checks before acting"
+                );
+                if create {
+                    self.rs_writes().create_unknown(&key, rs, now);
+                } else {
+                    self.rs_writes().update_unknown(&key, rs, sent, now);
+                }
+            }
+            Err(_) => {}
+        }
+    }
+
+    /// Updates ReplicaSet `rs` of Deployment `d` (a full PUT with its resourceVersion) and
+    /// records the write for [`replica_set_cache_behind`](Self::replica_set_cache_behind).
+    async fn update_replica_set(
+        &self,
+        d: &Deployment,
+        rs: &ReplicaSet,
+    ) -> Result<ReplicaSet, kctrl_client::Error> {
+        let namespace = rs.metadata.namespace.clone().unwrap_or_default();
+        let result = self
+            .replica_sets_api(&namespace)
+            .update(&PostParams::default(), rs)
+            .await;
+        self.note_replica_set_write(
+            d,
+            rs.metadata.name.as_deref().unwrap_or(""),
+            rs.metadata.resource_version.as_deref(),
+            result.as_ref(),
+            false,
+        );
+        result
     }
 
     /// Replaces the clock.
@@ -289,6 +433,7 @@ impl DeploymentController {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .remove(&key);
+            self.rs_writes().forget(&key);
             return Ok(SyncOutcome::DONE);
         };
         if self.cache_predates_own_write(&key, cached.metadata.resource_version.as_deref()) {
@@ -298,6 +443,23 @@ impl DeploymentController {
                 "the cache has not seen this controller's last write yet; its update event will queue the deployment again"
             );
             return Ok(SyncOutcome::DONE);
+        }
+        // A Deployment being deleted only gets its status synced: nothing is sized or created,
+        // so it need not wait for the cache (and a foreground deletion removing a ReplicaSet
+        // we had just created would otherwise hold its status for VERIFY_AFTER).
+        if cached.metadata.deletion_timestamp.is_none()
+            && let Some(retry_in) = self.replica_set_cache_behind(namespace, name).await?
+        {
+            debug!(
+                namespace,
+                name,
+                ?retry_in,
+                "the replica set cache has not seen this controller's last replica set writes yet; their events will queue the deployment again"
+            );
+            let after = SignedDuration::try_from(retry_in).unwrap_or(SignedDuration::MAX);
+            return Ok(SyncOutcome {
+                requeue: Requeue::After(after),
+            });
         }
         let mut d = (*cached).clone();
         let selector = d.spec.as_ref().map(|s| &s.selector);
@@ -674,10 +836,7 @@ impl DeploymentController {
                 spec.min_ready_seconds.unwrap_or(0) != min_ready_seconds.unwrap_or(0);
             if annotations_updated || min_ready_changed {
                 spec.min_ready_seconds = min_ready_seconds;
-                let updated = self
-                    .replica_sets_api(&namespace)
-                    .update(&PostParams::default(), &rs)
-                    .await?;
+                let updated = self.update_replica_set(d, &rs).await?;
                 return Ok(Some(updated));
             }
             let rs_revision = rs
@@ -760,11 +919,12 @@ impl DeploymentController {
             REVISION_HISTORY_LIMIT_IN_CHARS,
         );
 
-        let (created, already_exists) = match self
+        let result = self
             .replica_sets_api(&namespace)
             .create(&PostParams::default(), &new_rs)
-            .await
-        {
+            .await;
+        self.note_replica_set_write(d, &rs_name, None, result.as_ref(), true);
+        let (created, already_exists) = match result {
             Ok(created) => (created, false),
             Err(err) if err.is_already_exists() => {
                 let Some(cached) = self.replica_sets.get_namespaced(&namespace, &rs_name) else {
@@ -882,11 +1042,7 @@ impl DeploymentController {
         let mut copy = rs.clone();
         copy.spec.get_or_insert_default().replicas = Some(new_scale);
         set_replicas_annotations(&mut copy, desired, max);
-        let namespace = rs.metadata.namespace.clone().unwrap_or_default();
-        let updated = self
-            .replica_sets_api(&namespace)
-            .update(&PostParams::default(), &copy)
-            .await?;
+        let updated = self.update_replica_set(d, &copy).await?;
         if size_needs_update {
             let direction = if old_scale < new_scale { "up" } else { "down" };
             self.event(
@@ -995,6 +1151,26 @@ impl DeploymentController {
             }
             RolloutStatus::Unchanged(requeue) => Ok(SyncOutcome { requeue }),
         }
+    }
+}
+
+/// Whether a failed write may nonetheless have been applied: no answer was read (connection
+/// failure, timeout), the answer could not be read, or the server reported a failure that
+/// does not rule it out (5xx, among them 504 "may still be processing"). A 4xx answer means
+/// the write was refused.
+fn write_outcome_unknown(err: &kctrl_client::Error) -> bool {
+    use kctrl_client::Error as E;
+    match err {
+        E::Api(e) => e.code >= 500 || e.reason() == "Timeout",
+        E::Retried { last, previous, .. } => {
+            write_outcome_unknown(last) || previous.as_deref().is_some_and(write_outcome_unknown)
+        }
+        E::Transport { .. }
+        | E::Timeout { .. }
+        | E::Decode { .. }
+        | E::DecodeProtobuf { .. }
+        | E::BodyTooLarge { .. } => true,
+        _ => false,
     }
 }
 

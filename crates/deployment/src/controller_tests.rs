@@ -990,3 +990,357 @@ async fn a_cache_behind_our_own_write_is_not_synced_from() {
     );
     assert!(controller.own_writes.lock().unwrap().len() <= 1);
 }
+
+// ---- the ReplicaSet cache behind this controller's own ReplicaSet writes ----
+
+/// A RollingUpdate Deployment (3 replicas, maxSurge 1, maxUnavailable 0) mid-rollout: the old
+/// ReplicaSet `foo-old` runs 3 available pods, the new `foo-new` (the Deployment's template)
+/// has none yet, so the next sync scales `foo-new` up to 1 — the 4 pods maxSurge allows.
+fn mid_rollout_fixture() -> Fixture {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+    let f = Fixture::new();
+    let mut d = new_deployment(
+        "foo",
+        3,
+        None,
+        Some(IntOrString::Int(1)),
+        None,
+        Some(foo_bar()),
+    );
+    d.metadata.annotations = Some(map(&[(REVISION_ANNOTATION, "2")]));
+    let d = f.add_deployment(&d);
+    let mut old = new_replica_set(&d, "foo-old", 3);
+    old.metadata.annotations = Some(map(&[(REVISION_ANNOTATION, "1")]));
+    set_container_image(&mut old, "foo/old");
+    old.status = Some(ReplicaSetStatus {
+        replicas: 3,
+        ready_replicas: Some(3),
+        available_replicas: Some(3),
+        ..Default::default()
+    });
+    f.add_rs(&old);
+    let mut new = new_replica_set(&d, "foo-new", 0);
+    new.metadata.annotations = Some(map(&[(REVISION_ANNOTATION, "2")]));
+    set_replicas_annotations(&mut new, 3, 4);
+    f.add_rs(&new);
+    f.fake.clear_actions();
+    f
+}
+
+fn set_container_image(rs: &mut ReplicaSet, image: &str) {
+    rs.spec
+        .as_mut()
+        .unwrap()
+        .template
+        .as_mut()
+        .unwrap()
+        .spec
+        .as_mut()
+        .unwrap()
+        .containers[0]
+        .image = Some(image.to_owned());
+}
+
+/// The user changes the Deployment's image (a new rollout); the Deployment cache shows it at
+/// once, the ReplicaSet cache is left as it is.
+async fn user_changes_image(f: &Fixture, image: &str) {
+    let mut current: Deployment = f.fake.object(Some("default"), "foo").unwrap();
+    current
+        .spec
+        .as_mut()
+        .unwrap()
+        .template
+        .spec
+        .as_mut()
+        .unwrap()
+        .containers[0]
+        .image = Some(image.to_owned());
+    let current = kctrl_client::Api::<Deployment>::namespaced(f.fake.client(), "default")
+        .update(&kctrl_client::PostParams::default(), &current)
+        .await
+        .unwrap();
+    f.deployments.insert(Arc::new(current));
+    f.fake.clear_actions();
+}
+
+/// The ReplicaSet cache catches up with the API server.
+fn replica_set_cache_catches_up(f: &Fixture) {
+    for rs in f.fake.objects::<ReplicaSet>() {
+        f.replica_sets.insert(Arc::new(rs));
+    }
+}
+
+/// Σ spec.replicas over the ReplicaSets the API server holds: the pods asked for.
+fn pods_asked_for(f: &Fixture) -> i32 {
+    f.fake
+        .objects::<ReplicaSet>()
+        .iter()
+        .map(crate::util::fields::rs_replicas)
+        .sum()
+}
+
+/// A transport failure after the request was sent: the connection was cut before the answer.
+fn connection_cut(action: &kctrl_fake::Action) -> kctrl_client::Error {
+    kctrl_client::Error::Transport {
+        verb: "PUT".to_owned(),
+        url: format!(
+            "https://fake/apis/apps/v1/namespaces/default/replicasets/{}",
+            action.name().unwrap_or_default()
+        ),
+        source: "connection closed before message completed".into(),
+    }
+}
+
+/// Fails the update that scales `foo-new` to 1 with [`connection_cut`], once; when `apply`,
+/// the API server has applied it first (the answer was lost, not the request).
+fn cut_the_scale_up_of_foo_new(f: &Fixture, apply: bool) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let fake = f.fake.clone();
+    let done = AtomicBool::new(false);
+    f.fake
+        .prepend_reactor("update", "replicasets", move |action| {
+            let rs: ReplicaSet = action.object_as().unwrap();
+            let scale_up = rs.metadata.name.as_deref() == Some("foo-new")
+                && crate::util::fields::rs_replicas(&rs) == 1;
+            if !scale_up || done.swap(true, Ordering::SeqCst) {
+                return kctrl_fake::Reaction::Continue;
+            }
+            if apply {
+                fake.add(&rs).unwrap();
+            }
+            kctrl_fake::Reaction::Error(connection_cut(action))
+        });
+}
+
+/// (a) The ReplicaSet cache lags a scale-up the API server answered. A sync from it (the user
+/// started another rollout meanwhile) must not size the next ReplicaSet as if the scale-up
+/// had not happened: 3 + 1 + 1 pods would exceed maxSurge. It waits for the cache; then the
+/// new ReplicaSet is created at the size that respects maxSurge, with no extra request.
+#[tokio::test(start_paused = true)]
+async fn a_cache_behind_our_replica_set_scale_is_not_sized_from() {
+    let f = mid_rollout_fixture();
+    let controller = f.controller();
+    controller.sync_deployment("default", "foo").await.unwrap();
+    let scaled: ReplicaSet = f.fake.object(Some("default"), "foo-new").unwrap();
+    assert_eq!(crate::util::fields::rs_replicas(&scaled), 1);
+    assert_eq!(pods_asked_for(&f), 4);
+
+    user_changes_image(&f, "foo/next").await;
+    let outcome = controller.sync_deployment("default", "foo").await.unwrap();
+    assert!(
+        pods_asked_for(&f) <= 4,
+        "maxSurge exceeded from a stale cache: {:?}",
+        f.actions()
+    );
+    assert!(f.actions().is_empty(), "{:?}", f.actions());
+    assert!(
+        matches!(outcome.requeue, Requeue::After(_)),
+        "a bounded wait: {outcome:?}"
+    );
+
+    replica_set_cache_catches_up(&f);
+    controller.sync_deployment("default", "foo").await.unwrap();
+    assert_eq!(
+        f.actions().first().map(String::as_str),
+        Some("create replicasets"),
+        "{:?}",
+        f.actions()
+    );
+    assert!(
+        !f.actions().iter().any(|a| a.starts_with("get")),
+        "no live read when the cache shows the write: {:?}",
+        f.actions()
+    );
+    let created: ReplicaSet = f.fake.actions()[0].object_as().unwrap();
+    assert_eq!(
+        crate::util::fields::rs_replicas(&created),
+        0,
+        "4 pods already"
+    );
+    assert!(pods_asked_for(&f) <= 4);
+}
+
+/// (b) The scale-up of `foo-new` is applied but its answer lost (the connection was cut). The
+/// next sync cannot tell from the cache; one live read shows the write was applied, so it
+/// waits for the cache instead of creating the next ReplicaSet beside a stale count.
+#[tokio::test(start_paused = true)]
+async fn a_lost_answer_to_an_applied_scale_does_not_breach_max_surge() {
+    let f = mid_rollout_fixture();
+    cut_the_scale_up_of_foo_new(&f, true);
+    let controller = f.controller();
+    let err = controller
+        .sync_deployment("default", "foo")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, SyncError::Api(e) if e.is_transport()),
+        "{err}"
+    );
+    assert_eq!(pods_asked_for(&f), 4, "applied on the server");
+
+    user_changes_image(&f, "foo/next").await;
+    let outcome = controller.sync_deployment("default", "foo").await.unwrap();
+    assert!(
+        pods_asked_for(&f) <= 4,
+        "maxSurge exceeded from a stale cache: {:?}",
+        f.actions()
+    );
+    assert_eq!(f.actions(), ["get replicasets"]);
+    assert!(matches!(outcome.requeue, Requeue::After(_)), "{outcome:?}");
+
+    // Retried before the cache caught up: still waiting, without reading again.
+    f.fake.clear_actions();
+    controller.sync_deployment("default", "foo").await.unwrap();
+    assert!(f.actions().is_empty(), "{:?}", f.actions());
+
+    replica_set_cache_catches_up(&f);
+    controller.sync_deployment("default", "foo").await.unwrap();
+    assert_eq!(
+        f.actions().first().map(String::as_str),
+        Some("create replicasets"),
+        "{:?}",
+        f.actions()
+    );
+    let created: ReplicaSet = f.fake.actions()[0].object_as().unwrap();
+    assert_eq!(
+        crate::util::fields::rs_replicas(&created),
+        0,
+        "4 pods already"
+    );
+    assert!(pods_asked_for(&f) <= 4);
+}
+
+/// (c) A write whose answer was lost but which the API server never applied must not hold
+/// the Deployment: the next sync's live read shows the cache is current, and it proceeds at
+/// once (here: the next rollout's ReplicaSet gets the one pod maxSurge leaves).
+#[tokio::test(start_paused = true)]
+async fn a_lost_write_that_was_not_applied_does_not_block_the_deployment() {
+    let f = mid_rollout_fixture();
+    cut_the_scale_up_of_foo_new(&f, false);
+    let controller = f.controller();
+    controller
+        .sync_deployment("default", "foo")
+        .await
+        .unwrap_err();
+    assert_eq!(pods_asked_for(&f), 3, "not applied");
+
+    user_changes_image(&f, "foo/next").await;
+    controller.sync_deployment("default", "foo").await.unwrap();
+    let actions = f.actions();
+    assert_eq!(
+        actions.first().map(String::as_str),
+        Some("get replicasets"),
+        "the unknown outcome is checked: {actions:?}"
+    );
+    assert_eq!(
+        actions.get(1).map(String::as_str),
+        Some("create replicasets"),
+        "{actions:?}"
+    );
+    assert_eq!(pods_asked_for(&f), 4);
+}
+
+/// Recreate: the new ReplicaSet was created at full size but the cache does not show it yet.
+/// A sync for the next rollout must not start its pods beside the ones the cache does not
+/// know about (old and new pods together).
+#[tokio::test(start_paused = true)]
+async fn recreate_does_not_start_pods_beside_a_replica_set_the_cache_lacks() {
+    let f = Fixture::new();
+    let mut d = new_deployment("foo", 3, None, None, None, Some(foo_bar()));
+    d.spec.as_mut().unwrap().strategy = Some(k8s_openapi::api::apps::v1::DeploymentStrategy {
+        type_: Some("Recreate".to_owned()),
+        rolling_update: None,
+    });
+    f.add_deployment(&d);
+    let controller = f.controller();
+    controller.sync_deployment("default", "foo").await.unwrap();
+    assert_eq!(pods_asked_for(&f), 3);
+
+    user_changes_image(&f, "foo/next").await;
+    controller.sync_deployment("default", "foo").await.unwrap();
+    assert!(
+        !f.actions().iter().any(|a| a == "create replicasets"),
+        "new pods beside the old ones: {:?}",
+        f.actions()
+    );
+    assert_eq!(pods_asked_for(&f), 3);
+
+    replica_set_cache_catches_up(&f);
+    controller.sync_deployment("default", "foo").await.unwrap();
+    assert_eq!(
+        f.actions().first().map(String::as_str),
+        Some("update replicasets"),
+        "the old ReplicaSet is scaled down first: {:?}",
+        f.actions()
+    );
+    assert_eq!(pods_asked_for(&f), 0);
+}
+
+/// A record the cache can never satisfy (the created ReplicaSet was deleted before the cache
+/// saw it) holds the Deployment back for at most VERIFY_AFTER: the skipped sync asks to be
+/// requeued by then, and the sync after it reads the ReplicaSet live, finds it gone and acts.
+/// A deleted Deployment's records are forgotten.
+#[tokio::test(start_paused = true)]
+async fn an_unsatisfiable_record_is_verified_after_a_bounded_wait() {
+    use crate::replica_set_writes::VERIFY_AFTER;
+
+    let f = Fixture::new();
+    f.add_deployment(&new_deployment("foo", 1, None, None, None, Some(foo_bar())));
+    let controller = f.controller();
+    controller.sync_deployment("default", "foo").await.unwrap();
+    let created = f.fake.objects::<ReplicaSet>()[0]
+        .metadata
+        .name
+        .clone()
+        .unwrap();
+    kctrl_client::Api::<ReplicaSet>::namespaced(f.fake.client(), "default")
+        .delete(&created, &kctrl_client::DeleteParams::default())
+        .await
+        .unwrap();
+    let current: Deployment = f.fake.object(Some("default"), "foo").unwrap();
+    f.deployments.insert(Arc::new(current));
+    f.fake.clear_actions();
+
+    let outcome = controller.sync_deployment("default", "foo").await.unwrap();
+    assert!(f.actions().is_empty(), "{:?}", f.actions());
+    let Requeue::After(after) = outcome.requeue else {
+        panic!("no bounded wait: {outcome:?}");
+    };
+    assert!(after <= SignedDuration::try_from(VERIFY_AFTER).unwrap());
+
+    tokio::time::advance(VERIFY_AFTER).await;
+    controller.sync_deployment("default", "foo").await.unwrap();
+    let actions = f.actions();
+    assert_eq!(
+        &actions[..2],
+        ["get replicasets", "create replicasets"],
+        "{actions:?}"
+    );
+    assert_eq!(controller.rs_writes().len(), 1);
+
+    f.deployments.remove("default/foo");
+    controller.sync_deployment("default", "foo").await.unwrap();
+    assert_eq!(
+        controller.rs_writes().len(),
+        0,
+        "forgotten with the Deployment"
+    );
+}
+
+/// A Deployment being deleted only gets its status synced (nothing is sized or created), so
+/// it does not wait for the cache to show the ReplicaSet it created.
+#[tokio::test(start_paused = true)]
+async fn a_deployment_being_deleted_does_not_wait_for_the_cache() {
+    let f = Fixture::new();
+    f.add_deployment(&new_deployment("foo", 1, None, None, None, Some(foo_bar())));
+    let controller = f.controller();
+    controller.sync_deployment("default", "foo").await.unwrap();
+    let mut current: Deployment = f.fake.object(Some("default"), "foo").unwrap();
+    current.metadata.deletion_timestamp = Some(Time(ts("2026-01-01T00:00:00Z")));
+    f.deployments.insert(Arc::new(current));
+
+    let outcome = controller.sync_deployment("default", "foo").await.unwrap();
+    assert_eq!(outcome, SyncOutcome::DONE);
+}

@@ -3,13 +3,16 @@
 //! `recreate` and `progress` hold the strategies' decisions as pure functions returning the
 //! writes to perform, so upstream's table tests drive them without an API. `controller` (with
 //! `rollback`) reads the caches and applies those decisions through the API, recording
-//! `events`; `wiring` turns informer notifications into work-queue keys and runs the workers.
+//! `events`, and does not act on a ReplicaSet cache that does not show its own last
+//! ReplicaSet writes yet (`replica_set_writes`); `wiring` turns informer notifications into
+//! work-queue keys and runs the workers.
 
 pub mod controller;
 pub mod events;
 pub mod pod_view;
 pub mod progress;
 pub mod recreate;
+mod replica_set_writes;
 pub mod rollback;
 pub mod rolling;
 pub mod sync;

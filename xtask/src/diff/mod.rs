@@ -45,10 +45,9 @@ use crate::cluster::versions::Binary;
 use crate::conformance::{Controller, check_controllers};
 use crate::controller_process::{self, ControllerProcess};
 
-/// Cluster running upstream's Deployment controller.
-const UPSTREAM_CLUSTER: &str = "diff-up";
-/// Cluster running ours.
-const OURS_CLUSTER: &str = "diff-ours";
+/// Default prefix of the two clusters' names: `diff-up` runs upstream's Deployment controller,
+/// `diff-ours` ours.
+const CLUSTER_PREFIX: &str = "diff";
 /// Poll interval while settling.
 const POLL: Duration = Duration::from_millis(400);
 /// A step that has not settled after this long fails its scenario.
@@ -77,6 +76,10 @@ pub(crate) struct DiffArgs {
     /// Deployments (ReplicaSets created and deleted, pods replaced; see docs/conformance.md).
     #[arg(long, value_name = "N")]
     switch: Option<usize>,
+    /// Prefix of the two clusters' names: `<PREFIX>-up` (upstream's controller) and
+    /// `<PREFIX>-ours`, so that runs side by side do not share a cluster name.
+    #[arg(long, default_value = CLUSTER_PREFIX, value_name = "PREFIX")]
+    name_prefix: String,
 }
 
 /// The subset `cargo xtask test` runs (`--quick`): rollouts, undo, a stuck rollout scaled,
@@ -102,6 +105,7 @@ impl DiffArgs {
             keep: false,
             retries: 2,
             switch: None,
+            name_prefix: CLUSTER_PREFIX.to_owned(),
         }
     }
 }
@@ -136,7 +140,9 @@ pub(crate) fn run(args: DiffArgs) -> Result<()> {
     let _ = fs::remove_dir_all(&out);
     fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
 
-    let clusters = Clusters::start(&[UPSTREAM_CLUSTER, OURS_CLUSTER])?;
+    let upstream_cluster = format!("{}-up", args.name_prefix);
+    let ours_cluster = format!("{}-ours", args.name_prefix);
+    let clusters = Clusters::start(&[upstream_cluster.as_str(), ours_cluster.as_str()])?;
     let result = (|| -> Result<Vec<ScenarioReport>> {
         let up = Side::start_upstream(&clusters.infos[0], &kcm)?;
         let ours = Side::start_ours(&clusters.infos[1], &ours_binary)?;
@@ -180,7 +186,7 @@ pub(crate) fn run(args: DiffArgs) -> Result<()> {
     })();
     let down = if args.keep {
         eprintln!(
-            "==> --keep: clusters {UPSTREAM_CLUSTER} and {OURS_CLUSTER} stay up \
+            "==> --keep: clusters {upstream_cluster} and {ours_cluster} stay up \
              (`cargo xtask cluster env --name …`; `cargo xtask cluster down --name …`)"
         );
         clusters.dismiss();
