@@ -255,7 +255,11 @@ impl<K: Send + Sync + 'static> Listener<K> {
             return;
         }
         if n.is_initial_add() {
-            self.shared.pending_initial.send_modify(|c| *c += 1);
+            // Nobody waits for the count to rise: wake no one.
+            self.shared.pending_initial.send_if_modified(|c| {
+                *c += 1;
+                false
+            });
         }
         buf.items.push_back(n);
         self.spawn_drain_locked(&mut buf);
@@ -334,9 +338,12 @@ impl<K: Send + Sync + 'static> Listener<K> {
         }
         if initial {
             // Counted as delivered even when the handler panicked: the handler was called.
-            self.shared
-                .pending_initial
-                .send_modify(|c| *c = c.saturating_sub(1));
+            // Waiters only care about zero: wake them then, not once per initial add (thousands
+            // at start-up).
+            self.shared.pending_initial.send_if_modified(|c| {
+                *c = c.saturating_sub(1);
+                *c == 0
+            });
         }
     }
 

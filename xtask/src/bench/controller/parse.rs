@@ -301,25 +301,49 @@ impl RolloutState {
 }
 
 /// Whether a kube-controller-manager log says the Deployment controller's caches are synced.
-/// The controller waits with the context kube-controller-manager runs it with, so in 1.36 its
-/// line is a bare `"Caches are synced"` (no key/value pairs; with only this controller enabled,
-/// no other controller writes that line); named (`logger="deployment-controller"`) and older
-/// forms (`controller="deployment"`, `Caches are synced for deployment`) count too. The serving
-/// stack's caches log with other names (`controller="RequestHeaderAuthRequestController"`).
+///
+/// In 1.36 the controller waits with the context kube-controller-manager runs it with, so its
+/// lines are a bare `"Waiting for caches to sync"` / `"Caches are synced"` pair with no
+/// key/value pairs, and so are the serving stack's (its client-CA and request-header
+/// controllers start three such waits just before the Deployment controller). A bare synced
+/// line therefore does not say whose caches synced; the Deployment controller's have once
+/// its `"Starting controller" controller="deployment"` line is in the log and every bare wait
+/// has its synced line. If a serving-stack cache synced after the controller's, that reads
+/// the later time (an upper bound; in the runs so far they synced within ~0.1 s of start,
+/// before the Deployment controller's). Named forms (`logger="deployment-controller"`,
+/// `controller="deployment"`, `Caches are synced for deployment`) count at once.
 pub(crate) fn kcm_deployment_synced(log: &str) -> bool {
-    const MESSAGE: &str = "\"Caches are synced\"";
-    log.lines().any(|l| {
+    const SYNCED: &str = "\"Caches are synced\"";
+    const WAITING: &str = "\"Waiting for caches to sync\"";
+    const STARTING: &str = "\"Starting controller\" controller=\"deployment\"";
+    let after = |l: &str, message: &str| -> Option<String> {
+        l.find(message)
+            .map(|at| l[at + message.len()..].trim().to_owned())
+    };
+    let named = |rest: &str| {
+        rest.contains("logger=\"deployment-controller\"")
+            || rest.contains("controller=\"deployment\"")
+    };
+    let (mut started, mut waits, mut synced) = (false, 0usize, 0usize);
+    for l in log.lines() {
         if l.contains("Caches are synced for deployment") {
             return true;
         }
-        let Some(at) = l.find(MESSAGE) else {
-            return false;
-        };
-        let rest = l[at + MESSAGE.len()..].trim();
-        rest.is_empty()
-            || rest.contains("logger=\"deployment-controller\"")
-            || rest.contains("controller=\"deployment\"")
-    })
+        if let Some(rest) = after(l, SYNCED) {
+            if rest.is_empty() {
+                synced += 1;
+            } else if named(&rest) {
+                return true;
+            }
+        } else if let Some(rest) = after(l, WAITING) {
+            if rest.is_empty() {
+                waits += 1;
+            }
+        } else if l.contains(STARTING) {
+            started = true;
+        }
+    }
+    started && waits > 0 && synced >= waits
 }
 
 #[cfg(test)]
@@ -533,10 +557,25 @@ apiserver_request_total{code="200",component="apiserver",dry_run="",group="",res
         ));
         let bare_wait =
             "I1124 01:00:00.1 1 shared_informer.go:402] \"Waiting for caches to sync\"\n";
-        assert!(!kcm_deployment_synced(&format!("{bare_wait}{serving}")));
+        let starting = "I1124 01:00:00.1 1 deployment_controller.go:180] \"Starting controller\" controller=\"deployment\"\n";
         let bare = "I1124 01:00:00.4 1 shared_informer.go:409] \"Caches are synced\"\n";
+        assert!(!kcm_deployment_synced(&format!(
+            "{starting}{bare_wait}{serving}"
+        )));
         assert!(kcm_deployment_synced(&format!(
-            "{bare_wait}{serving}{bare}"
+            "{starting}{bare_wait}{serving}{bare}"
+        )));
+        // 1.36: three bare waits of the serving stack, then the controller's; the first three
+        // bare synced lines are theirs.
+        let head = format!("{bare_wait}{bare_wait}{bare_wait}{starting}{bare_wait}");
+        assert!(!kcm_deployment_synced(&head));
+        assert!(!kcm_deployment_synced(&format!("{head}{bare}{bare}{bare}")));
+        assert!(kcm_deployment_synced(&format!(
+            "{head}{bare}{bare}{bare}{bare}"
+        )));
+        // The serving stack synced before the controller started waiting: not yet.
+        assert!(!kcm_deployment_synced(&format!(
+            "{bare_wait}{bare_wait}{bare}{bare}"
         )));
     }
 }
