@@ -537,8 +537,7 @@ impl DeploymentController {
                 source,
             }
         })?;
-        let mut candidates = self.replica_sets.list();
-        candidates.retain(|rs| rs.metadata.namespace.as_deref() == Some(namespace.as_str()));
+        let candidates = in_namespace(&self.replica_sets, &namespace);
         let owner = Owner::of(d);
         let can_adopt = CanAdopt::recheck_owner(self.deployments_api(&namespace), &owner);
         let manager = ControllerRefManager::new(
@@ -1172,6 +1171,22 @@ fn write_outcome_unknown(err: &kctrl_client::Error) -> bool {
         | E::BodyTooLarge { .. } => true,
         _ => false,
     }
+}
+
+/// The cached objects of `namespace`, through the store's namespace index (upstream's
+/// namespaced lister): a sync reads its own namespace, never the whole cache. Falls back to
+/// a scan if the index is missing.
+pub(crate) fn in_namespace<K>(store: &Store<K>, namespace: &str) -> Vec<Arc<K>>
+where
+    K: k8s_openapi::Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+{
+    store
+        .by_index(kctrl_informer::store::NAMESPACE_INDEX, namespace)
+        .unwrap_or_else(|_| {
+            let mut all = store.list();
+            all.retain(|o| o.metadata().namespace.as_deref() == Some(namespace));
+            all
+        })
 }
 
 /// The ReplicaSets by name, to apply [`ScaleAction`]s on their latest versions.

@@ -1344,3 +1344,32 @@ async fn a_deployment_being_deleted_does_not_wait_for_the_cache() {
     let outcome = controller.sync_deployment("default", "foo").await.unwrap();
     assert_eq!(outcome, SyncOutcome::DONE);
 }
+
+#[test]
+fn a_sync_reads_only_its_own_namespace_from_the_cache() {
+    // Upstream reads ReplicaSets through the namespaced lister; so do we, through the store's
+    // namespace index, so that a sync does not touch every cached object of the cluster.
+    let store: Store<ReplicaSet> = Store::new();
+    for (ns, name) in [("a", "one"), ("b", "two"), ("a", "three"), ("c", "four")] {
+        store.insert(Arc::new(ReplicaSet {
+            metadata: ObjectMeta {
+                namespace: Some(ns.to_owned()),
+                name: Some(name.to_owned()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }));
+    }
+    let names = |ns: &str| -> BTreeSet<String> {
+        in_namespace(&store, ns)
+            .iter()
+            .map(|rs| rs.metadata.name.clone().unwrap_or_default())
+            .collect()
+    };
+    assert_eq!(
+        names("a"),
+        BTreeSet::from(["one".to_owned(), "three".to_owned()])
+    );
+    assert_eq!(names("b"), BTreeSet::from(["two".to_owned()]));
+    assert!(names("d").is_empty());
+}

@@ -83,7 +83,8 @@ fn namespace_of(rs: &ReplicaSet) -> &str {
 /// The keys of the cached Deployments whose selector matches `rs`'s labels
 /// (`getDeploymentsForReplicaSet`; nothing when none match or `rs` has no labels).
 fn keys_of_matching_deployments(deployments: &Store<Deployment>, rs: &ReplicaSet) -> Vec<String> {
-    let found = get_deployments_for_replica_set(&deployments.list(), rs).unwrap_or_default();
+    let candidates = crate::controller::in_namespace(deployments, namespace_of(rs));
+    let found = get_deployments_for_replica_set(&candidates, rs).unwrap_or_default();
     if found.len() > 1 {
         debug!(
             namespace = namespace_of(rs),
