@@ -16,6 +16,7 @@ use crate::backend::Backend;
 use crate::dynamic::{DynamicObject, UncheckedList, fill_list_types};
 use crate::error::Error;
 use crate::managed_fields::{self, Level};
+use crate::metadata::PartialObjectMetadata;
 use crate::protobuf;
 use crate::request::{
     ApiRequest, DeleteParams, ListParams, Operation, Patch, PostParams, Representation,
@@ -522,12 +523,26 @@ where
         self.update_subresource(Some("status"), params, obj).await
     }
 
-    async fn update_subresource(
+    /// Replaces an object's status, as [`update_status`](Self::update_status) does, but decodes
+    /// only the metadata of the server's answer: for a caller that needs no more than the new
+    /// `resourceVersion`, the rest of the answer (the whole spec, for a Deployment its pod
+    /// template) is parsed past without being built. The request is the same.
+    pub async fn update_status_metadata(
+        &self,
+        params: &PostParams,
+        obj: &K,
+    ) -> Result<ObjectMeta, Error> {
+        self.update_subresource::<PartialObjectMetadata<K>>(Some("status"), params, obj)
+            .await
+            .map(|answer| answer.metadata)
+    }
+
+    async fn update_subresource<T: DeserializeOwned>(
         &self,
         subresource: Option<&str>,
         params: &PostParams,
         obj: &K,
-    ) -> Result<K, Error> {
+    ) -> Result<T, Error> {
         let name = self.name_of("update", obj)?;
         let ns = self.namespace_of_object("update", obj)?;
         let body = self.encode("update", obj)?;

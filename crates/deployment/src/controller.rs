@@ -582,14 +582,13 @@ impl DeploymentController {
         d: &mut Deployment,
     ) -> Result<(), kctrl_client::Error> {
         let namespace = d.metadata.namespace.clone().unwrap_or_default();
+        // Only the new resourceVersion of the answer is used.
         let updated = self
             .deployments_api(&namespace)
-            .update_status(&PostParams::default(), d)
+            .update_status_metadata(&PostParams::default(), d)
             .await?;
-        let replaced = std::mem::replace(
-            &mut d.metadata.resource_version,
-            updated.metadata.resource_version,
-        );
+        let replaced =
+            std::mem::replace(&mut d.metadata.resource_version, updated.resource_version);
         self.note_own_write(d, replaced);
         Ok(())
     }

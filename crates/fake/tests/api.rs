@@ -298,6 +298,19 @@ async fn status_subresource_semantics() {
     // A stale status update conflicts too.
     let err = api.update_status(&pp(), &s).await.unwrap_err();
     assert!(err.is_conflict());
+
+    // The same write answered with the metadata only: the new resourceVersion, as stored.
+    let current = api.get("web").await.unwrap();
+    let mut s = current.clone();
+    s.status.as_mut().unwrap().replicas = Some(2);
+    let meta = api.update_status_metadata(&pp(), &s).await.unwrap();
+    let stored = api.get("web").await.unwrap();
+    assert_ne!(meta.resource_version, current.metadata.resource_version);
+    assert_eq!(meta.resource_version, stored.metadata.resource_version);
+    assert_eq!(meta.name.as_deref(), Some("web"));
+    assert_eq!(stored.status.unwrap().replicas, Some(2));
+    let err = api.update_status_metadata(&pp(), &s).await.unwrap_err();
+    assert!(err.is_conflict(), "stale: {err}");
 }
 
 #[tokio::test]
