@@ -406,16 +406,18 @@ impl Aggregator {
         let Some(record) = self.cache.get(&aggregate_key) else {
             return (event.clone(), event_key(event));
         };
-        let inserted = record.local_keys.insert(local_key.clone());
+        record.local_keys.insert(local_key);
         record.last = now;
         if record.local_keys.len() < self.max_events {
             return (event.clone(), event_key(event));
         }
-        // Keep the set at most max_events - 1 long by forgetting the key just added: the
-        // group's first messages stay known (their repeats are counted on their own events)
-        // and every further new message keeps folding into the aggregate.
-        if inserted {
-            record.local_keys.remove(&local_key);
+        // Keep the set at most max_events - 1 long by forgetting one of its keys chosen at
+        // random, as upstream's `PopAny` does (Go starts a map's iteration at a random place):
+        // usually an older message, so the new one, repeated later, goes out on its own event;
+        // sometimes the new one itself.
+        let forget = fastrand::usize(..record.local_keys.len());
+        if let Some(key) = record.local_keys.iter().nth(forget).cloned() {
+            record.local_keys.remove(&key);
         }
         let aggregate = Event {
             metadata: ObjectMeta {
