@@ -252,8 +252,9 @@ impl DeploymentController {
     }
 
     /// Whether the ReplicaSet cache is behind one of this controller's own writes of
-    /// Deployment `namespace/name`'s ReplicaSets: `Some(how long until the records are due for
-    /// a live read)` when the sync must not act on it, `None` when it may.
+    /// Deployment `namespace/name`'s ReplicaSets (`key`, computed once by the sync): `Some(how
+    /// long until the records are due for a live read)` when the sync must not act on it,
+    /// `None` when it may.
     ///
     /// Reads the cache only, except for a ReplicaSet whose last write got no answer while the
     /// cache still holds the version it was sent against, or whose record has waited longer
@@ -262,10 +263,10 @@ impl DeploymentController {
     /// retried.
     async fn replica_set_cache_behind(
         &self,
+        key: &str,
         namespace: &str,
         name: &str,
     ) -> Result<Option<std::time::Duration>, SyncError> {
-        let key = format!("{namespace}/{name}");
         let cached_rv = |rs: &str| {
             self.replica_sets
                 .get_namespaced(namespace, rs)
@@ -276,7 +277,7 @@ impl DeploymentController {
         for _ in 0..3 {
             let check = self
                 .rs_writes()
-                .check(&key, cached_rv, tokio::time::Instant::now());
+                .check(key, cached_rv, tokio::time::Instant::now());
             let names = match check {
                 Check::Current => return Ok(None),
                 Check::Behind { retry_in } => return Ok(Some(retry_in)),
@@ -303,7 +304,7 @@ impl DeploymentController {
                     "checked a replica set write of unknown outcome (or long unseen) against the API server"
                 );
                 self.rs_writes().resolve(
-                    &key,
+                    key,
                     &rs,
                     cached.as_deref(),
                     answer,
@@ -448,7 +449,7 @@ impl DeploymentController {
         // so it need not wait for the cache (and a foreground deletion removing a ReplicaSet
         // we had just created would otherwise hold its status for VERIFY_AFTER).
         if cached.metadata.deletion_timestamp.is_none()
-            && let Some(retry_in) = self.replica_set_cache_behind(namespace, name).await?
+            && let Some(retry_in) = self.replica_set_cache_behind(&key, namespace, name).await?
         {
             debug!(
                 namespace,
@@ -1173,19 +1174,12 @@ fn write_outcome_unknown(err: &kctrl_client::Error) -> bool {
 }
 
 /// The cached objects of `namespace`, through the store's namespace index (upstream's
-/// namespaced lister): a sync reads its own namespace, never the whole cache. Falls back to
-/// a scan if the index is missing.
+/// namespaced lister): a sync reads its own namespace, never the whole cache.
 pub(crate) fn in_namespace<K>(store: &Store<K>, namespace: &str) -> Vec<Arc<K>>
 where
     K: k8s_openapi::Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
 {
-    store
-        .by_index(kctrl_informer::store::NAMESPACE_INDEX, namespace)
-        .unwrap_or_else(|_| {
-            let mut all = store.list();
-            all.retain(|o| o.metadata().namespace.as_deref() == Some(namespace));
-            all
-        })
+    kctrl_informer::lister::list_all_by_namespace(store, namespace, &Selector::everything())
 }
 
 /// The ReplicaSets by name, to apply [`ScaleAction`]s on their latest versions.

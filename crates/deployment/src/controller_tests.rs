@@ -1071,6 +1071,24 @@ fn replica_set_cache_catches_up(f: &Fixture) {
     }
 }
 
+/// After the cache caught up, the sync's first action created the next rollout's ReplicaSet
+/// at 0 replicas (the 4 pods maxSurge allows are already asked for), and no more are asked for.
+fn assert_next_rollout_starts_within_surge(f: &Fixture) {
+    assert_eq!(
+        f.actions().first().map(String::as_str),
+        Some("create replicasets"),
+        "{:?}",
+        f.actions()
+    );
+    let created: ReplicaSet = f.fake.actions()[0].object_as().unwrap();
+    assert_eq!(
+        crate::util::fields::rs_replicas(&created),
+        0,
+        "4 pods already"
+    );
+    assert!(pods_asked_for(f) <= 4);
+}
+
 /// Σ spec.replicas over the ReplicaSets the API server holds: the pods asked for.
 fn pods_asked_for(f: &Fixture) -> i32 {
     f.fake
@@ -1142,24 +1160,12 @@ async fn a_cache_behind_our_replica_set_scale_is_not_sized_from() {
 
     replica_set_cache_catches_up(&f);
     controller.sync_deployment("default", "foo").await.unwrap();
-    assert_eq!(
-        f.actions().first().map(String::as_str),
-        Some("create replicasets"),
-        "{:?}",
-        f.actions()
-    );
     assert!(
         !f.actions().iter().any(|a| a.starts_with("get")),
         "no live read when the cache shows the write: {:?}",
         f.actions()
     );
-    let created: ReplicaSet = f.fake.actions()[0].object_as().unwrap();
-    assert_eq!(
-        crate::util::fields::rs_replicas(&created),
-        0,
-        "4 pods already"
-    );
-    assert!(pods_asked_for(&f) <= 4);
+    assert_next_rollout_starts_within_surge(&f);
 }
 
 /// (b) The scale-up of `foo-new` is applied but its answer lost (the connection was cut). The
@@ -1197,19 +1203,7 @@ async fn a_lost_answer_to_an_applied_scale_does_not_breach_max_surge() {
 
     replica_set_cache_catches_up(&f);
     controller.sync_deployment("default", "foo").await.unwrap();
-    assert_eq!(
-        f.actions().first().map(String::as_str),
-        Some("create replicasets"),
-        "{:?}",
-        f.actions()
-    );
-    let created: ReplicaSet = f.fake.actions()[0].object_as().unwrap();
-    assert_eq!(
-        crate::util::fields::rs_replicas(&created),
-        0,
-        "4 pods already"
-    );
-    assert!(pods_asked_for(&f) <= 4);
+    assert_next_rollout_starts_within_surge(&f);
 }
 
 /// (c) A write whose answer was lost but which the API server never applied must not hold

@@ -316,10 +316,9 @@ pub(crate) fn kcm_deployment_synced(log: &str) -> bool {
     const SYNCED: &str = "\"Caches are synced\"";
     const WAITING: &str = "\"Waiting for caches to sync\"";
     const STARTING: &str = "\"Starting controller\" controller=\"deployment\"";
-    let after = |l: &str, message: &str| -> Option<String> {
-        l.find(message)
-            .map(|at| l[at + message.len()..].trim().to_owned())
-    };
+    fn after<'l>(l: &'l str, message: &str) -> Option<&'l str> {
+        l.find(message).map(|at| l[at + message.len()..].trim())
+    }
     let named = |rest: &str| {
         rest.contains("logger=\"deployment-controller\"")
             || rest.contains("controller=\"deployment\"")
@@ -332,7 +331,7 @@ pub(crate) fn kcm_deployment_synced(log: &str) -> bool {
         if let Some(rest) = after(l, SYNCED) {
             if rest.is_empty() {
                 synced += 1;
-            } else if named(&rest) {
+            } else if named(rest) {
                 return true;
             }
         } else if let Some(rest) = after(l, WAITING) {
