@@ -1,24 +1,29 @@
 //! Client-side flow control: one token bucket per backend, shared by every request and retry.
 //!
-//! This is client-go's `flowcontrol.NewTokenBucketRateLimiter(qps, burst)` built on
-//! governor's GCRA limiter, which behaves as a token bucket that starts full with `burst`
-//! tokens and refills at `qps` per second. [`Throttle`] adds what `Request.tryThrottle` does
-//! around the wait: a log line when a request had to wait, and the
-//! `rest_client_rate_limiter_duration_seconds` observation.
+//! This is client-go's `flowcontrol.NewTokenBucketRateLimiter(qps, burst)`: a bucket that
+//! starts full with `burst` tokens and refills at `qps` per second, and whose `Wait` is a
+//! *reservation* (golang.org/x/time/rate's `Limiter.Wait`): a caller takes the next token
+//! whether or not it exists yet and sleeps once, until it does. Waiters are therefore served in
+//! the order they asked, and a request never waits longer than the tokens promised before it
+//! take to refill. [`Throttle`] adds what `Request.tryThrottle` does around the wait: a log
+//! line when a request had to wait, and the `rest_client_rate_limiter_duration_seconds`
+//! observation.
+//!
+//! (An earlier version polled governor's limiter, which only answers "may I go now?": every
+//! waiter woke for each new token and all but one went back to sleep, so under saturation
+//! a request could lose to later ones again and again — waits of two minutes at 20 QPS were
+//! seen — and each token cost a wake-up per waiter. The arithmetic here is the generic
+//! cell-rate algorithm, as in the workqueue's `BucketRateLimiter`.)
 //!
 //! This limiter protects the API server from one client; it is not the server's API Priority
 //! and Fairness, which may still reject with 429 (handled by the retry policy).
 
 use std::fmt;
-use std::num::NonZeroU32;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
-use governor::clock::{Clock, MonotonicClock};
-use governor::middleware::NoOpMiddleware;
-use governor::state::{InMemoryState, NotKeyed};
-use governor::{Quota, RateLimiter};
+use tokio::time::Instant;
 
 use super::metrics::RestClientMetrics;
 use crate::error::Error;
@@ -47,16 +52,19 @@ pub(crate) fn effective_limits(qps: f32, burst: u32) -> Option<(f32, u32)> {
     (qps > 0.0).then_some((qps, burst))
 }
 
-/// Whether a limiter can be built for `qps` and `burst` (after [`effective_limits`]): the
-/// limiter counts in `u64` nanoseconds, so one token's period times the burst must fit.
-/// A QPS of 1e-30 (a period of 3e22 years) does not.
+/// The longest time the bucket's arithmetic handles: one token's interval times the burst
+/// must stay below it. A QPS of 1e-30 (an interval of 3e22 years) does not.
+const MAX_SPAN: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// Whether a limiter can be built for `qps` and `burst` (after [`effective_limits`]): one
+/// token's interval times the burst must fit in a century ([`MAX_SPAN`]), so that the
+/// bucket's clock arithmetic cannot overflow.
 pub(crate) fn check_limits(qps: f32, burst: u32) -> Result<(), Error> {
     let Some((q, b)) = effective_limits(qps, burst) else {
         return Ok(());
     };
-    let refill_nanos = 1e9 / f64::from(q) * f64::from(b.max(1));
-    // Strictly below u64::MAX, with room for the limiter's own additions.
-    if refill_nanos.is_finite() && refill_nanos < (u64::MAX / 2) as f64 {
+    let refill_secs = 1.0 / f64::from(q) * f64::from(b.max(1));
+    if refill_secs.is_finite() && refill_secs < MAX_SPAN.as_secs_f64() {
         Ok(())
     } else {
         Err(Error::InvalidRateLimit { qps, burst: b })
@@ -64,14 +72,22 @@ pub(crate) fn check_limits(qps: f32, burst: u32) -> Result<(), Error> {
 }
 
 /// A token bucket: `burst` tokens at the start, refilled at `qps` tokens per second.
-pub(crate) struct TokenBucket<C: Clock = MonotonicClock> {
-    limiter: RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<C::Instant>>,
-    clock: C,
+///
+/// The state is one instant, `full_at`: when the bucket would be full again given every token
+/// taken or promised so far. Taking a token pushes it one interval further out; the token
+/// exists once `full_at` is at most `burst` intervals away.
+pub(crate) struct TokenBucket {
+    /// Time for one token to be added.
+    interval: Duration,
+    /// Time to refill the whole bucket (`burst · interval`).
+    capacity: Duration,
+    /// `None` until the first token is taken (a full bucket).
+    full_at: Mutex<Option<Instant>>,
     qps: f32,
     burst: u32,
 }
 
-impl<C: Clock> fmt::Debug for TokenBucket<C> {
+impl fmt::Debug for TokenBucket {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TokenBucket")
             .field("qps", &self.qps)
@@ -87,75 +103,110 @@ pub(crate) struct WouldExceedDeadline {
     pub(crate) wait: Duration,
 }
 
-impl TokenBucket {
-    /// A bucket on the monotonic clock (the one `Instant` and tokio timers use, so waits
-    /// measured by callers agree with the limiter's arithmetic).
-    pub(crate) fn new(qps: f32, burst: u32) -> Self {
-        Self::with_clock(qps, burst, MonotonicClock)
+/// A token promised to one caller: it exists at `ready`. Dropped before then (the caller was
+/// cancelled), it is handed back if no later token has been promised meanwhile.
+struct Reservation<'a> {
+    bucket: &'a TokenBucket,
+    ready: Instant,
+    /// `full_at` as this reservation left it.
+    full_at: Instant,
+    kept: bool,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if self.kept || self.ready <= Instant::now() {
+            return;
+        }
+        let mut full_at = self.bucket.lock();
+        // Only the latest promise can be taken back without moving the ones after it
+        // (x/time/rate restores in the same situation).
+        if *full_at == Some(self.full_at) {
+            *full_at = self.full_at.checked_sub(self.bucket.interval);
+        }
     }
 }
 
-impl<C: Clock + Clone> TokenBucket<C> {
-    /// A bucket on `clock`; tests pass governor's fake clock.
+impl TokenBucket {
+    /// A bucket of `burst` tokens refilled at `qps` per second.
     ///
     /// `qps` should be positive and `burst` non-zero (see [`effective_limits`]) and pass
-    /// [`check_limits`]; other values are clamped to the nearest limiter that can be built
+    /// [`check_limits`]; other values are clamped to the nearest bucket that can be built
     /// (never a panic).
-    pub(crate) fn with_clock(qps: f32, burst: u32, clock: C) -> Self {
-        let burst_nz = NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN);
-        // The limiter multiplies the period by the burst in u64 nanoseconds.
-        let max_period = Duration::from_nanos(u64::MAX / 2 / u64::from(burst_nz.get()));
-        // f64 keeps the period exact enough that qps = 1/1.031425 does not drift
+    pub(crate) fn new(qps: f32, burst: u32) -> Self {
+        let burst_nz = burst.max(1);
+        let max_interval = MAX_SPAN / burst_nz;
+        // f64 keeps the interval exact enough that qps = 1/1.031425 does not drift
         // (client-go's TestRatePrecisionBug).
-        let period = Duration::try_from_secs_f64(1.0 / f64::from(qps))
-            .unwrap_or(max_period)
-            .clamp(Duration::from_nanos(1), max_period);
-        let quota = Quota::with_period(period)
-            .expect("period is non-zero")
-            .allow_burst(burst_nz);
+        let interval = Duration::try_from_secs_f64(1.0 / f64::from(qps))
+            .unwrap_or(max_interval)
+            .clamp(Duration::from_nanos(1), max_interval);
         Self {
-            limiter: RateLimiter::direct_with_clock(quota, clock.clone()),
-            clock,
+            interval,
+            capacity: interval * burst_nz,
+            full_at: Mutex::new(None),
             qps,
             burst,
         }
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        // The state is one instant, written whole: a panic elsewhere cannot leave it torn.
+        self.full_at.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Promises the next token unless it exists only after `deadline`.
+    fn reserve(&self, deadline: Option<Instant>) -> Result<Reservation<'_>, WouldExceedDeadline> {
+        let now = Instant::now();
+        let mut full_at = self.lock();
+        let from = full_at.map_or(now, |f| f.max(now));
+        let new_full_at = from + self.interval;
+        // The token exists once the bucket is at most `capacity` from full.
+        let ready = new_full_at
+            .checked_sub(self.capacity)
+            .map_or(now, |r| r.max(now));
+        if deadline.is_some_and(|d| ready > d) {
+            return Err(WouldExceedDeadline { wait: ready - now });
+        }
+        *full_at = Some(new_full_at);
+        Ok(Reservation {
+            bucket: self,
+            ready,
+            full_at: new_full_at,
+            kept: false,
+        })
+    }
+
+    /// Takes a token if one is available now, else says how long until one is (and takes
+    /// nothing).
+    #[cfg(test)]
+    pub(crate) fn try_accept_or_wait_time(&self) -> Result<(), Duration> {
+        let mut r = self.reserve(Some(Instant::now())).map_err(|e| e.wait)?;
+        r.kept = true;
+        Ok(())
+    }
+
     /// Takes a token if one is available now.
     #[cfg(test)]
     pub(crate) fn try_accept(&self) -> bool {
-        self.limiter.check().is_ok()
-    }
-
-    /// Takes a token if one is available now, else says how long until one is.
-    pub(crate) fn try_accept_or_wait_time(&self) -> Result<(), Duration> {
-        self.limiter
-            .check()
-            .map_err(|not_until| not_until.wait_time_from(self.clock.now()))
+        self.try_accept_or_wait_time().is_ok()
     }
 
     /// Waits for a token and returns how long that took. Gives up at once, without taking
     /// a token, if the token is due after `deadline` (client-go's `Wait(ctx)` with a
-    /// context deadline).
+    /// context deadline). Callers are served in the order they call; a caller dropped while
+    /// waiting hands its token back when no later caller has been promised one.
     pub(crate) async fn wait(
         &self,
-        deadline: Option<tokio::time::Instant>,
+        deadline: Option<Instant>,
     ) -> Result<Duration, WouldExceedDeadline> {
         let start = Instant::now();
-        loop {
-            match self.try_accept_or_wait_time() {
-                Ok(()) => return Ok(start.elapsed()),
-                Err(wait) => {
-                    let wake = tokio::time::Instant::now() + wait;
-                    if deadline.is_some_and(|d| wake > d) {
-                        return Err(WouldExceedDeadline { wait });
-                    }
-                    // Several waiters may wake for the same token; the losers see the
-                    // next token's time and sleep again.
-                    tokio::time::sleep_until(wake).await;
-                }
-            }
+        let mut reservation = self.reserve(deadline)?;
+        if reservation.ready > start {
+            tokio::time::sleep_until(reservation.ready).await;
         }
+        reservation.kept = true;
+        Ok(start.elapsed())
     }
 }
 
@@ -165,7 +216,7 @@ pub(crate) struct Throttle {
     bucket: Option<TokenBucket>,
     /// Milliseconds since `epoch` of the last info-level log, for rate-limiting that log.
     last_info_log_ms: AtomicU64,
-    epoch: Instant,
+    epoch: std::time::Instant,
     metrics: Arc<dyn RestClientMetrics>,
     host: String,
 }
@@ -191,7 +242,7 @@ impl Throttle {
         Self {
             bucket: effective_limits(qps, burst).map(|(q, b)| TokenBucket::new(q, b)),
             last_info_log_ms: AtomicU64::new(0),
-            epoch: Instant::now(),
+            epoch: std::time::Instant::now(),
             metrics,
             host,
         }
@@ -263,8 +314,6 @@ impl Throttle {
 mod tests {
     use std::sync::atomic::AtomicUsize;
 
-    use governor::clock::FakeRelativeClock;
-
     use super::*;
 
     #[test]
@@ -276,8 +325,8 @@ mod tests {
         assert_eq!(effective_limits(50.0, 100), Some((50.0, 100)));
     }
 
-    #[test]
-    fn tiny_qps_is_refused_and_never_panics() {
+    #[tokio::test(start_paused = true)]
+    async fn tiny_qps_is_refused_and_never_panics() {
         assert!(matches!(
             check_limits(1e-30, 10),
             Err(Error::InvalidRateLimit { burst: 10, .. })
@@ -291,49 +340,47 @@ mod tests {
         assert!(check_limits(f32::MAX, u32::MAX).is_ok());
         // Built anyway (a caller that skipped the check): clamped, not a panic.
         for (qps, burst) in [(1e-30, 10), (f32::MIN_POSITIVE, u32::MAX), (1e-3, u32::MAX)] {
-            let r = TokenBucket::with_clock(qps, burst, FakeRelativeClock::default());
+            let r = TokenBucket::new(qps, burst);
             assert!(r.try_accept());
+            let _ = r.try_accept_or_wait_time();
         }
     }
 
     // client-go flowcontrol TestBasicThrottle.
-    #[test]
-    fn basic_throttle() {
-        let r = TokenBucket::with_clock(1.0, 3, FakeRelativeClock::default());
+    #[tokio::test(start_paused = true)]
+    async fn basic_throttle() {
+        let r = TokenBucket::new(1.0, 3);
         for _ in 0..3 {
             assert!(r.try_accept(), "unexpected false accept");
         }
         assert!(!r.try_accept(), "unexpected true accept");
     }
 
-    // client-go flowcontrol TestIncrementThrottle, on a fake clock instead of a 2s sleep.
-    #[test]
-    fn increment_throttle() {
-        let clock = FakeRelativeClock::default();
-        let r = TokenBucket::with_clock(1.0, 1, clock.clone());
+    // client-go flowcontrol TestIncrementThrottle, on the paused clock instead of a 2s sleep.
+    #[tokio::test(start_paused = true)]
+    async fn increment_throttle() {
+        let r = TokenBucket::new(1.0, 1);
         assert!(r.try_accept(), "unexpected false accept");
         assert!(!r.try_accept(), "unexpected true accept");
-        clock.advance(Duration::from_secs(2));
+        tokio::time::advance(Duration::from_secs(2)).await;
         assert!(r.try_accept(), "unexpected false accept");
     }
 
     // client-go flowcontrol TestRatePrecisionBug: a QPS that is not a round number must not
     // accumulate rounding error.
-    #[test]
-    fn rate_precision_bug() {
+    #[tokio::test(start_paused = true)]
+    async fn rate_precision_bug() {
         let qps = 1.0 / 1.031_425_f32;
-        let clock = FakeRelativeClock::default();
-        let tb = TokenBucket::with_clock(qps, 1, clock.clone());
+        let tb = TokenBucket::new(qps, 1);
         for i in 0..60 {
             assert!(tb.try_accept(), "failed after {} seconds", i * 2);
-            clock.advance(Duration::from_secs(2));
+            tokio::time::advance(Duration::from_secs(2)).await;
         }
     }
 
-    #[test]
-    fn wait_time_is_reported_on_fake_clock() {
-        let clock = FakeRelativeClock::default();
-        let tb = TokenBucket::with_clock(10.0, 5, clock.clone());
+    #[tokio::test(start_paused = true)]
+    async fn wait_time_is_reported() {
+        let tb = TokenBucket::new(10.0, 5);
         for _ in 0..5 {
             assert_eq!(tb.try_accept_or_wait_time(), Ok(()));
         }
@@ -341,10 +388,78 @@ mod tests {
             tb.try_accept_or_wait_time(),
             Err(Duration::from_millis(100))
         );
-        clock.advance(Duration::from_millis(40));
+        tokio::time::advance(Duration::from_millis(40)).await;
         assert_eq!(tb.try_accept_or_wait_time(), Err(Duration::from_millis(60)));
-        clock.advance(Duration::from_millis(60));
+        tokio::time::advance(Duration::from_millis(60)).await;
         assert_eq!(tb.try_accept_or_wait_time(), Ok(()));
+    }
+
+    // The reservation: waiters are served in the order they asked, each one interval after
+    // the one before, and nobody is overtaken by a later caller (the polling limiter this
+    // replaced let a waiter lose every token to later ones).
+    #[tokio::test(start_paused = true)]
+    async fn waiters_are_served_in_order_one_interval_apart() {
+        let r = Arc::new(TokenBucket::new(10.0, 2));
+        let start = Instant::now();
+        let served = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for i in 0..20u64 {
+            let r = r.clone();
+            let served = served.clone();
+            tasks.push(tokio::spawn(async move {
+                let asked = Instant::now() - start;
+                r.wait(None).await.unwrap();
+                served
+                    .lock()
+                    .unwrap()
+                    .push((i, asked, Instant::now() - start));
+            }));
+            // Let the caller ask, then the next one a little later.
+            tokio::task::yield_now().await;
+            tokio::time::advance(Duration::from_millis(1)).await;
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let served = served.lock().unwrap().clone();
+        let order: Vec<u64> = served.iter().map(|(i, _, _)| *i).collect();
+        assert_eq!(order, (0..20).collect::<Vec<_>>(), "served out of order");
+        // Two tokens at once (the burst), then one per 100 ms: caller i gets its token at
+        // (i - 1) × 100 ms, or when it asked if that is later.
+        for (i, asked, at) in &served {
+            assert_eq!(*asked, Duration::from_millis(*i), "caller {i} asked late");
+            let due = Duration::from_millis(100 * i.saturating_sub(1)).max(*asked);
+            assert_eq!(*at, due, "caller {i}");
+        }
+    }
+
+    // A caller cancelled while waiting hands its token back when it was the last one promised,
+    // so the next caller does not wait for a token nobody used.
+    #[tokio::test(start_paused = true)]
+    async fn a_cancelled_waiter_returns_its_token() {
+        let r = TokenBucket::new(10.0, 1);
+        assert!(r.try_accept());
+        // Promised the token due in 100 ms, then cancelled after 10 ms.
+        let cancelled = tokio::time::timeout(Duration::from_millis(10), r.wait(None)).await;
+        assert!(cancelled.is_err());
+        // The next token is still the one due 100 ms after the first.
+        assert_eq!(r.try_accept_or_wait_time(), Err(Duration::from_millis(90)));
+    }
+
+    // A deadline that the token cannot meet fails at once and takes nothing.
+    #[tokio::test(start_paused = true)]
+    async fn a_missed_deadline_takes_no_token() {
+        let r = TokenBucket::new(1.0, 1);
+        assert!(r.try_accept());
+        let deadline = Instant::now() + Duration::from_millis(500);
+        let err = r.wait(Some(deadline)).await.unwrap_err();
+        assert_eq!(err.wait, Duration::from_secs(1));
+        assert_eq!(
+            Instant::now() - (deadline - Duration::from_millis(500)),
+            Duration::ZERO
+        );
+        // Nothing was taken: the next token is still due one second after the first.
+        assert_eq!(r.try_accept_or_wait_time(), Err(Duration::from_secs(1)));
     }
 
     // client-go flowcontrol TestThrottle: 16 tokens at 10 QPS with burst 5 take at least 1s.

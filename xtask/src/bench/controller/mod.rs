@@ -102,6 +102,14 @@ pub(crate) struct ControllerArgs {
     /// Do not rewrite docs/benchmarks/controller.md.
     #[arg(long)]
     no_doc: bool,
+    /// Run this binary as ours instead of the workspace's release build (an A/B experiment
+    /// between two builds of ours, each measured against upstream; implies --no-doc).
+    #[arg(long)]
+    ours_binary: Option<PathBuf>,
+    /// `KEY=VALUE` set in our controller's environment only (repeatable; e.g.
+    /// `DISABLE_HTTP2=1` or an `LD_PRELOAD`ed allocator; implies --no-doc).
+    #[arg(long = "ours-env", value_name = "KEY=VALUE")]
+    ours_env: Vec<String>,
 }
 
 /// The two Deployment controllers compared.
@@ -211,6 +219,8 @@ pub(super) struct PhaseRun {
 /// Everything the measurement needs.
 struct Env {
     ours: PathBuf,
+    /// `KEY=VALUE` pairs for our controller's environment (`--ours-env`).
+    ours_env: Vec<String>,
     kcm: PathBuf,
     info: ClusterInfo,
     /// `target/kctrl-bench-controller`: logs, audit policy and log, callgrind output.
@@ -274,18 +284,31 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
     if args.callgrind && !command_works("valgrind", &["--version"]) {
         bail!("--callgrind needs valgrind on PATH");
     }
+    if let Some(bad) = args.ours_env.iter().find(|kv| !kv.contains('=')) {
+        bail!("--ours-env {bad:?}: expected KEY=VALUE");
+    }
+    let variant = args.ours_binary.is_some() || !args.ours_env.is_empty();
+    if variant && args.callgrind {
+        bail!("--callgrind profiles the workspace's build: drop --ours-binary/--ours-env");
+    }
 
     // Room for every Pod: a KWOK node takes 110. Phase c peaks at 8 replicas plus surge; the
     // at-rest Pods come after the last round's namespace is gone.
     let pods =
         (at_rest * REPLICAS as usize + 10).max(sizes.iter().max().copied().unwrap_or(0) * 10) + 100;
-    let env = prepare(
+    let mut env = prepare(
         &args.name,
         pods,
         args.keep,
         args.callgrind,
         Duration::from_secs(args.phase_timeout_secs),
+        args.ours_binary.is_none(),
     )?;
+    if let Some(binary) = &args.ours_binary {
+        env.ours = fs::canonicalize(binary)
+            .with_context(|| format!("--ours-binary {}", binary.display()))?;
+    }
+    env.ours_env = args.ours_env.clone();
     let nodes = env.nodes;
     let machine = report::Machine::detect(&env.info.kubernetes_version);
     let mut runs = Vec::new();
@@ -341,7 +364,9 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
     }
     let text = report::text(&runs, &settings);
     println!("{text}");
-    if !args.no_doc {
+    if variant {
+        eprintln!("(not written to the docs: ours ran as a variant, --ours-binary/--ours-env)");
+    } else if !args.no_doc {
         let doc = root.join("docs/benchmarks/controller.md");
         fs::create_dir_all(doc.parent().expect("has a parent"))?;
         let existing = fs::read_to_string(&doc).unwrap_or_default();
@@ -363,8 +388,13 @@ fn prepare(
     keep: bool,
     callgrind: bool,
     phase_timeout: Duration,
+    build: bool,
 ) -> Result<Env> {
-    let ours = crate::controller_process::build_release()?;
+    let ours = if build {
+        crate::controller_process::build_release()?
+    } else {
+        PathBuf::new()
+    };
     let cache = Cache::locate()?;
     let missing = cache.missing();
     if !missing.is_empty() {
@@ -421,6 +451,7 @@ fn prepare(
     };
     Ok(Env {
         ours,
+        ours_env: Vec::new(),
         kcm,
         info,
         dir,
@@ -562,6 +593,15 @@ fn start_with(
     };
     args.extend(common);
     args.extend(extra.iter().map(|a| (*a).to_owned()));
+    let (binary, args) = if side == Side::Ours && !env.ours_env.is_empty() {
+        // `env` execs the controller, so the process id stays the controller's.
+        let mut wrapped = env.ours_env.clone();
+        wrapped.push(binary.display().to_string());
+        wrapped.extend(args);
+        (PathBuf::from("env"), wrapped)
+    } else {
+        (binary, args)
+    };
     let (binary, args) = if env.callgrind && side == Side::Ours {
         let mut wrapped = vec![
             "--tool=callgrind".to_owned(),
@@ -1331,6 +1371,7 @@ mod tests {
         let cluster = dir.join("cluster");
         let env = Env {
             ours: binary,
+            ours_env: Vec::new(),
             kcm: PathBuf::from("/nonexistent/kube-controller-manager"),
             info: ClusterInfo {
                 name: name.to_owned(),
