@@ -71,11 +71,10 @@ pub enum Error {
         limit: usize,
     },
     /// The client-side rate limit cannot be built: the QPS is so small for its burst that
-    /// refilling the token bucket would take longer than the limiter can count (about 584
-    /// years).
+    /// refilling the token bucket would take a century or more.
     #[error(
         "QPS {qps:?} with burst {burst} is too small for the client-side rate limiter (a full \
-         refill would take longer than about 584 years); use a larger QPS, or a negative QPS \
+         refill would take a century or more); use a larger QPS, or a negative QPS \
          to turn client-side rate limiting off"
     )]
     InvalidRateLimit {

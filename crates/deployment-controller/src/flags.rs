@@ -30,6 +30,14 @@ pub(crate) struct Flags {
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) concurrent_deployment_syncs: u32,
 
+    /// Threads of the async runtime that runs the informers, the syncs and the API client.
+    /// One is the cheapest in CPU: the controller's pace is set by the API client's QPS, and
+    /// a second thread mostly adds wake-ups between threads (about a quarter of the
+    /// CPU-seconds of a rollout, docs/benchmarks/controller.md). More help only when one
+    /// thread is saturated, e.g. decoding the initial lists of a very large cluster.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub(crate) runtime_threads: u16,
+
     /// Queries per second to use while talking with the API server.
     #[arg(long, default_value_t = 20.0)]
     pub(crate) kube_api_qps: f32,
@@ -164,6 +172,9 @@ mod tests {
         assert_eq!(flags.secure_port, 10257);
         assert_eq!(flags.bind_address.to_string(), "127.0.0.1");
         assert!(!flags.debug_cache_endpoint);
+        assert_eq!(flags.runtime_threads, 1);
+        let threads = Flags::try_parse_from(["d", "--runtime-threads=4"]).unwrap();
+        assert_eq!(threads.runtime_threads, 4);
     }
 
     #[test]
@@ -201,6 +212,8 @@ mod tests {
             vec!["--leader-elect-lease-duration", "1500ms"],
             vec!["--leader-elect-lease-duration", "0"],
             vec!["--concurrent-deployment-syncs", "0"],
+            vec!["--runtime-threads", "0"],
+            vec!["--runtime-threads", "many"],
             vec!["--tls-cert-file", "/x.pem"],
             vec!["--bind-address", "localhost"],
         ] {

@@ -594,11 +594,18 @@ async fn run_with_leader_election(
     result
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
     let flags = Flags::parse();
     init_logging(flags.verbosity);
-    match run(flags).await {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(usize::from(flags.runtime_threads))
+        .enable_all()
+        .build();
+    let result = match runtime {
+        Ok(runtime) => runtime.block_on(run(flags)),
+        Err(e) => Err(anyhow::Error::new(e).context("starting the async runtime")),
+    };
+    match result {
         Ok(()) => {
             info!("deployment controller stopped");
             std::process::ExitCode::SUCCESS
