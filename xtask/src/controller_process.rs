@@ -35,18 +35,19 @@ pub(crate) fn build() -> Result<PathBuf> {
     build_profile(false)
 }
 
-/// Builds the release deployment-controller binary (`cargo build --release`), as benchmarks run
-/// it, and returns its path.
+/// Builds the deployment-controller binary as shipped (`cargo build --profile dist`: release
+/// with whole-program optimisation, as deploy/Containerfile builds it), as benchmarks run it,
+/// and returns its path.
 pub(crate) fn build_release() -> Result<PathBuf> {
     build_profile(true)
 }
 
 fn build_profile(release: bool) -> Result<PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let profile: &[&str] = if release { &["--release"] } else { &[] };
+    let profile: &[&str] = if release { &["--profile", "dist"] } else { &[] };
     eprintln!(
         "==> cargo build {}-p {PACKAGE} --bin {BINARY}",
-        if release { "--release " } else { "" }
+        if release { "--profile dist " } else { "" }
     );
     let out = Command::new(&cargo)
         .arg("build")

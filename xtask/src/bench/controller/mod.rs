@@ -1,8 +1,8 @@
 //! `cargo xtask bench controller`: our deployment-controller beside kube-controller-manager's
 //! Deployment controller, on one local control plane (`cargo xtask cluster`).
 //!
-//! The two controllers take turns, each alone against the cluster: ours is the release build of
-//! `deployment-controller`; upstream's is a second kube-controller-manager from the cached build
+//! The two controllers take turns, each alone against the cluster: ours is `deployment-controller`
+//! as shipped (the `dist` profile); upstream's is a second kube-controller-manager from the cached build
 //! running only `--controllers=deployment-controller`. Both run with leader election off, QPS 20,
 //! burst 30 and 5 concurrent syncs (kube-controller-manager's defaults), each as its own
 //! ServiceAccount (ours with `deploy/`'s RBAC, upstream's through
@@ -102,7 +102,7 @@ pub(crate) struct ControllerArgs {
     /// Do not rewrite docs/benchmarks/controller.md.
     #[arg(long)]
     no_doc: bool,
-    /// Run this binary as ours instead of the workspace's release build (an A/B experiment
+    /// Run this binary as ours instead of the workspace's `dist` build (an A/B experiment
     /// between two builds of ours, each measured against upstream; implies --no-doc).
     #[arg(long)]
     ours_binary: Option<PathBuf>,
@@ -115,7 +115,7 @@ pub(crate) struct ControllerArgs {
 /// The two Deployment controllers compared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Side {
-    /// Our release `deployment-controller`.
+    /// Our `deployment-controller` (the `dist` profile).
     Ours,
     /// kube-controller-manager with only its deployment-controller.
     Upstream,
@@ -380,7 +380,7 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
     result
 }
 
-/// Builds our release binary, starts cluster `name` afresh (audit log of the two controller
+/// Builds our binary (`dist` profile), starts cluster `name` afresh (audit log of the two controller
 /// identities on, KWOK nodes for `pods` Pods) and returns what the measurements need.
 fn prepare(
     name: &str,

@@ -457,15 +457,15 @@ fn containerfile_builds_the_binary_with_the_projects_rust() {
             "{builder}"
         );
     }
-    // Both builds (dependency layer and final) name the package and the binary, release
-    // profile, with the lock file as it is.
-    let build = format!("cargo build --release --locked -p {package} --bin {binary}");
+    // Both builds (dependency layer and final) name the package and the binary, the shipping
+    // profile (release with whole-program optimisation), with the lock file as it is.
+    let build = format!("cargo build --profile dist --locked -p {package} --bin {binary}");
     assert_eq!(recipe.matches(&build).count(), 2, "{build}");
     // The dependency layer comes before the real sources.
     let first_build = recipe.find(&build).unwrap();
     let sources = recipe.find("\nCOPY . .\nRUN find").unwrap();
     assert!(first_build < sources);
-    assert!(recipe.contains(&format!("cp target/release/{binary} /{binary}\n")));
+    assert!(recipe.contains(&format!("cp target/dist/{binary} /{binary}\n")));
 
     let runtime = recipe.split(froms[2]).nth(1).unwrap();
     assert!(runtime.contains(&format!(
