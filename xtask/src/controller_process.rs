@@ -32,26 +32,27 @@ const TAIL_LINES: usize = 30;
 /// Builds the deployment-controller binary (`cargo build -p kctrl-deployment-controller`) and
 /// returns its path.
 pub(crate) fn build() -> Result<PathBuf> {
-    build_profile(false)
+    build_profile(None)
 }
 
 /// Builds the deployment-controller binary as shipped (`cargo build --profile dist`: release
 /// with whole-program optimisation, as deploy/Containerfile builds it), as benchmarks run it,
 /// and returns its path.
-pub(crate) fn build_release() -> Result<PathBuf> {
-    build_profile(true)
+pub(crate) fn build_dist() -> Result<PathBuf> {
+    build_profile(Some("dist"))
 }
 
-fn build_profile(release: bool) -> Result<PathBuf> {
+/// `cargo build` of the binary in `profile` (`None`: the dev profile).
+fn build_profile(profile: Option<&str>) -> Result<PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let profile: &[&str] = if release { &["--profile", "dist"] } else { &[] };
+    let profile: Vec<&str> = profile.map_or_else(Vec::new, |p| vec!["--profile", p]);
     eprintln!(
         "==> cargo build {}-p {PACKAGE} --bin {BINARY}",
-        if release { "--profile dist " } else { "" }
+        profile.iter().map(|a| format!("{a} ")).collect::<String>()
     );
     let out = Command::new(&cargo)
         .arg("build")
-        .args(profile)
+        .args(&profile)
         .args([
             "-p",
             PACKAGE,

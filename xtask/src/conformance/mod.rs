@@ -325,7 +325,7 @@ pub(crate) fn run(args: ConformanceArgs) -> Result<()> {
     plane::validate_name(&args.name)?;
     // Build everything first: a compile error should not cost a cluster start.
     let ours = match args.controller {
-        Controller::Ours => Some(controller_process::build_release()?),
+        Controller::Ours => Some(controller_process::build_dist()?),
         Controller::Upstream => None,
     };
     let cache = Cache::locate()?;

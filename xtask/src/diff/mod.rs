@@ -132,7 +132,7 @@ pub(crate) fn run(args: DiffArgs) -> Result<()> {
     };
     let scenarios = scenario::load_selected(&scenario_dir(), &only)?;
     let started = Instant::now();
-    let ours_binary = controller_process::build_release()?;
+    let ours_binary = controller_process::build_dist()?;
     let cache = Cache::locate()?;
     crate::cluster::toolchain::ensure_built(&cache)?;
     let kcm = cache.binary(Binary::KubeControllerManager);

@@ -201,7 +201,7 @@ pub(crate) fn run(n: usize, keep: bool) -> Result<()> {
         bail!("--switch needs at least one Deployment");
     }
     let started = Instant::now();
-    let ours_binary = controller_process::build_release()?;
+    let ours_binary = controller_process::build_dist()?;
     let cache = Cache::locate()?;
     crate::cluster::toolchain::ensure_built(&cache)?;
     let kcm = cache.binary(Binary::KubeControllerManager);

@@ -148,7 +148,7 @@ pub(crate) fn run(args: LanesArgs) -> Result<()> {
         args.keep,
         false,
         Duration::from_secs(3600),
-        true,
+        None,
     )?;
     let machine = Machine::detect(&env.info.kubernetes_version);
     let mut runs = Vec::new();

@@ -302,12 +302,8 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
         args.keep,
         args.callgrind,
         Duration::from_secs(args.phase_timeout_secs),
-        args.ours_binary.is_none(),
+        args.ours_binary.as_deref(),
     )?;
-    if let Some(binary) = &args.ours_binary {
-        env.ours = fs::canonicalize(binary)
-            .with_context(|| format!("--ours-binary {}", binary.display()))?;
-    }
     env.ours_env = args.ours_env.clone();
     let nodes = env.nodes;
     let machine = report::Machine::detect(&env.info.kubernetes_version);
@@ -380,20 +376,21 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
     result
 }
 
-/// Builds our binary (`dist` profile), starts cluster `name` afresh (audit log of the two controller
-/// identities on, KWOK nodes for `pods` Pods) and returns what the measurements need.
+/// Builds our binary (`dist` profile) unless `ours_binary` names one, starts cluster `name`
+/// afresh (audit log of the two controller identities on, KWOK nodes for `pods` Pods) and
+/// returns what the measurements need.
 fn prepare(
     name: &str,
     pods: usize,
     keep: bool,
     callgrind: bool,
     phase_timeout: Duration,
-    build: bool,
+    ours_binary: Option<&Path>,
 ) -> Result<Env> {
-    let ours = if build {
-        crate::controller_process::build_release()?
-    } else {
-        PathBuf::new()
+    let ours = match ours_binary {
+        Some(binary) => fs::canonicalize(binary)
+            .with_context(|| format!("--ours-binary {}", binary.display()))?,
+        None => crate::controller_process::build_dist()?,
     };
     let cache = Cache::locate()?;
     let missing = cache.missing();
