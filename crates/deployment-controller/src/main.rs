@@ -35,6 +35,14 @@ mod flags;
 mod metrics;
 mod serve;
 
+/// The process allocates through mimalloc unless built without the default `mimalloc` feature:
+/// every watch event, request and sync allocates and frees short-lived buffers, and mimalloc's
+/// per-thread free lists make that cheaper than glibc's malloc (docs/benchmarks/controller.md
+/// has the side-by-side figures).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use flags::Flags;
 
 /// Informer resync period: kube-controller-manager's `--min-resync-period` default (12h; it

@@ -524,7 +524,7 @@ is checked: none may run a Deployment controller; after it stops, its pid must b
 - upstream: a second kube-controller-manager ({k8s}) with only `--controllers=deployment-controller`, \
 `--leader-elect=false`, `--use-service-account-credentials` (it acts as \
 `kube-system:deployment-controller`); ours: `deployment-controller` as shipped (profile `dist`: release with whole-program \
-optimisation; one runtime thread, its default) as \
+optimisation; default features, so mimalloc as the allocator; one runtime thread, its default) as \
 `kube-system:kctrl-deployment-controller` with deploy/'s RBAC, `--leader-elect=false`. Both: \
 `--kube-api-qps=20 --kube-api-burst=30 --concurrent-deployment-syncs=5`.\n\
 - Per round and N, each controller in a fresh process and a fresh namespace (order alternating \
