@@ -239,11 +239,16 @@ fn run_peer(mut command: Command, quick: bool) -> Result<Vec<Measurement>> {
 const ANALYSIS: &str = r#"
 ## Analysis
 
-**This run.** It was taken while a local Kubernetes control plane and a controller benchmark ran
-on the same 2 CPUs: the load average was 4.8–5.6 throughout (see *Machine*), two to three
-runnable processes per CPU. Both programs' runs spread by up to 2× (the bracketed ranges), so
-single runs below 1.0× partly say when a peer was descheduled. The rows are judged on these
-numbers as they are.
+**This run, and the one before it.** This run was taken on a quiet machine (load average
+about 1, the benchmark alone; see *Machine*), and it changes the picture of the previous report
+(2026-11-24), taken at load 5 while a control plane and a controller benchmark shared the 2 CPUs.
+Under that load client-go's contended rows ran at 1.3–2.1 M adds/s and ours at 2.3–4.0, so ours
+led 1.7–2.1×; on a quiet machine client-go runs 2–3× faster (3.2–5.4) and ours does not gain
+(2.6–3.7), so the contended distinct-key rows are 0.68–0.82× (8P/2C 100k keys: 1.37×). The queue
+is bimodal the other way round from before: ahead of client-go when the machine is busy, behind
+it when it is idle. A first quiet run the same hour gave the same rows within 0.1×. The
+uncontended 100k-key row meets its 2× target (2.33×); the 1k-key row (1.17×) pays each round's
+task start-up, wake-ups and a table grown from empty, which 1000 adds do not amortize.
 
 **Design, in short.** One lock guards the queue's state, as in client-go, but the state is one
 hash table of per-item flags (dirty / processing / lane) instead of two sets, probed once per
@@ -274,9 +279,26 @@ descheduled holder can finish), then parks; it is already in the dependency tree
 prometheus-client. In ten alternating runs of the throughput rows with each lock (load 3–3.7), the
 medians stayed within noise and the slowest run of each contended row rose: 2P/2C 100 keys 12.3
 vs 6.1 M adds/s, 8P/2C 100 keys 15.8 vs 8.2, 2P/2C 100k keys 2.71 vs 1.43, 8P/2C 100k keys 2.62
-vs 1.50, 8P/2C 1k keys 4.37 vs 2.73, 2P/2C 1k keys 5.10 vs 3.76. In this run the four contended
-distinct-key rows are 1.74–2.11× with every run ≥ 1.24×. (A full run of the lanes with `std`'s
-mutex, earlier the same day at load 7–10, gave medians 2.85×, 3.05×, 2.50× and 0.71×.)
+vs 1.50, 8P/2C 1k keys 4.37 vs 2.73, 2P/2C 1k keys 5.10 vs 3.76. In the previous report (load 5) the
+four contended distinct-key rows were 1.74–2.11× with every run ≥ 1.24×; in this quiet run
+0.68–1.37× (see the next paragraphs). (A full run of the lanes with `std`'s
+mutex, earlier the same day at load 7–10, gave medians 2.85×, 3.05×, 2.50× and 0.71×.) Those
+figures are all from busy machines; the lock was never compared on an idle one.
+
+**Quiet machine: where the contended rows lose.** A profile of the 2P/2C 1k-key row (`perf
+record -g`, idle machine): the queue's own functions (add, get, done, the table probe) take
+about half of the samples, `parking_lot`'s slow lock path 7% with 4,600–8,000 `sched_yield`
+calls per run, and the kernel's wake-up paths (`try_to_wake_up`, `finish_task_switch`) about a
+quarter. `strace -c` counts about 15 eventfd writes and 15 `epoll_wait` returns per round of
+1000 adds: Tokio waking an idle worker, parked in its I/O driver, for the tasks each round spawns
+and joins and for consumers woken by an add. Go's idle processors spin looking for work before
+they sleep, so its goroutine hand-offs rarely reach the kernel. Two changes were measured and
+not kept: driving the rounds from a task on the runtime instead of from `block_on`'s thread
+(29,000 fewer `futex` calls per run, throughput unchanged), and a bounded spin in `get` before
+parking (32 × 32 pause instructions, polling with `try_lock`): +15–20% in the 2P/2C 100k-key
+row, nothing in the 1k-key row, and it would burn the only thread of a one-thread runtime (the
+deployment-controller's default). Not yet measured: `std`'s mutex on an idle machine, and a
+design whose `get` does not need the lock when an item waits.
 
 A sharded design was tried on the `workqueue` branch (64 shards of per-item state, one lock-free
 FIFO per lane): it measured 0.70× in the 100k-distinct-key rows (its own report could not say
@@ -303,10 +325,8 @@ lines move between cores for every operation. What shows up in the table:
   run producers at once and the lock is contended.
 - *Cache misses.* In the 100k-key rows the table (about 3 MB) no longer fits in cache, so each
   item's slot is a miss when added and again when handed out; client-go pays the same class of
-  misses, in two maps. This, with the load, is why the 1P/1C 100k row's median is 1.91× here
-  (runs 1.28–3.17×), just below its 2× target; the full run earlier the same day measured 4.30×
-  and a standalone pair at load ~3 1.6×: this row sits near its target and the load decides
-  which side.
+  misses, in two maps. The 1P/1C 100k row sits near its target and the load decides which
+  side: 2.33× here (runs 1.49–2.65×), 1.91× at load 5, 4.30× and 1.6× in earlier runs.
 
 **Duplication rows: below target, and why.** A callgrind count of the 1P/1C 100-key row (where
 almost every add collapses) gives about 268 instructions per `add(key.clone())`: ~68 to hash the
@@ -317,10 +337,12 @@ read-modify-writes: the caller's clone, lock, unlock, and the drop of the collap
 client-go pays two (lock, unlock) and Go compares strings by pointer first. Nothing in the queue
 removes the caller's clone and the drop of a duplicate it does not keep, and a lock-free "already
 dirty" check would need either `unsafe` code (forbidden here) or trusting 64-bit hashes as
-identity. Hence, with `add(key.clone())`: 1P/1C 1.45× (target 2×), 2P/2C 0.70× and 8P/2C 0.79×
+identity. Hence, with `add(key.clone())`: 1P/1C 1.04× (target 2×), 2P/2C 0.20× and 8P/2C 0.58×
 (target 1×), where the two producers' reference counts on neighbouring keys bounce between the
-CPUs. The same rows with `add_ref` are 2.12×, 1.12× and 1.24×, and with `&'static str` keys
-2.50×, 1.35× and 1.64×: the queue itself is ahead; the reference counting of the key type is not.
+CPUs. The same rows with `add_ref` are 1.52×, 0.45× and 1.39×, and with `&'static str` keys
+1.98×, 0.42× and 1.16× (under load, in the previous report: 2.12×, 1.12×, 1.24× and 2.50×,
+1.35×, 1.64×): the reference counting of the key type costs the 1P/1C row half its lead, and
+on an idle machine the 2P/2C row loses to lock contention whatever the key type.
 A caller that keeps its keys (an informer's store does) should use `add_ref`. Options tried and
 not kept, because alternating runs showed no gain above the noise: a per-handle copy of the
 hasher seeds with the lock on cache lines of its own.
@@ -335,7 +357,7 @@ threads waiting for a CPU) for 210,000 adds. The queue's own work per item is a 
 nanoseconds of the ~2 µs each item takes; standalone runs at load ~7 (with `std`'s mutex) measured
 0.90×, 0.88× and 0.35× for three consecutive pairs, the last one a slow mode of the runtime's thread wake-ups. This
 row therefore measures Tokio's yield and wake-up path against Go's scheduler more than the queue;
-it misses its target in this run (0.82×, runs 0.61–1.01×).
+it misses its target in this run (0.85×, runs 0.84–0.87×; 0.82× at load 5 before).
 
 **add_after.** client-go hands every entry to its waiting goroutine through a channel (a
 goroutine hand-off per call, blocking once 1000 are buffered); we insert into the heap inline,
@@ -347,7 +369,7 @@ loop therefore also arms an alarm on one process-wide thread that sleeps on a co
 with a nanosecond timeout and wakes the loop at the ready time; the loop still decides what is due
 by Tokio's clock, and its Tokio sleep stays as the fallback and is what tests on Tokio's paused
 clock see. client-go's lateness comes from Go's timers plus its waiting goroutine's wake-up. The
-alarm thread needs a CPU at the ready time: at load 5 it often waits for one, which is why this
-run's p99 (2.8 ms, runs 0.1–5.2 ms) misses 1 ms; an earlier quiet run measured 0.17 ms. This
+alarm thread needs a CPU at the ready time: at load 5 it often waits for one (p99 2.8 ms in the
+previous report); on this quiet run the p99 is 0.14 ms. This
 work did not touch the delaying queue.
 "#;
