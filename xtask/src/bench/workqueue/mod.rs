@@ -297,8 +297,11 @@ not kept: driving the rounds from a task on the runtime instead of from `block_o
 (29,000 fewer `futex` calls per run, throughput unchanged), and a bounded spin in `get` before
 parking (32 × 32 pause instructions, polling with `try_lock`): +15–20% in the 2P/2C 100k-key
 row, nothing in the 1k-key row, and it would burn the only thread of a one-thread runtime (the
-deployment-controller's default). Not yet measured: `std`'s mutex on an idle machine, and a
-design whose `get` does not need the lock when an item waits.
+deployment-controller's default). `std`'s mutex on the idle machine (three alternating pairs
+of the throughput rows): 2P/2C 1k keys 1.96–2.22 M adds/s against 4.15–4.24 with
+`parking_lot`'s, 2P/2C 100k keys 1.31–1.40 against 3.00–3.25, 8P/2C 1.1–2.0 against 3.1–4.0;
+`parking_lot` stays. Not yet tried: a design whose `get` does not take the lock when an item
+waits.
 
 A sharded design was tried on the `workqueue` branch (64 shards of per-item state, one lock-free
 FIFO per lane): it measured 0.70× in the 100k-distinct-key rows (its own report could not say
