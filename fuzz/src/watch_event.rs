@@ -76,7 +76,15 @@ pub fn check(data: &[u8]) {
             );
         }
         ("BOOKMARK", Ok(WatchEvent::Bookmark(b))) => {
-            let object = object.expect("decoded");
+            // A bookmark is read for its resourceVersion only; the rest of the object is
+            // skipped unchecked, as Go's decoder skips it. serde_json refuses some of what it
+            // skips when asked for a whole value: a lone UTF-16 surrogate escape (Go
+            // substitutes U+FFFD) or a number beyond f64. The reference has no reading then.
+            let object = match object {
+                Ok(object) => object,
+                Err(e) if skipped_unchecked(&e) => return,
+                Err(e) => panic!("accepted a bookmark whose object is not JSON: {e}"),
+            };
             let rv = object
                 .pointer("/metadata/resourceVersion")
                 .and_then(Value::as_str)
@@ -114,4 +122,10 @@ pub fn check(data: &[u8]) {
             }
         }
     }
+}
+
+/// Whether serde_json refused a value for a reason a skipping reader does not check.
+fn skipped_unchecked(e: &serde_json::Error) -> bool {
+    let message = e.to_string();
+    message.contains("surrogate") || message.contains("number out of range")
 }
