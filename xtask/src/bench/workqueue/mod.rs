@@ -44,9 +44,42 @@ pub(crate) struct WorkqueueArgs {
     /// Runs of each peer (default 5, or 2 with --quick).
     #[arg(long)]
     reps: Option<usize>,
-    /// Do not rewrite docs/benchmarks/workqueue.md.
+    /// Do not rewrite the report (docs/benchmarks/workqueue.md, or workqueue-busy.md with
+    /// --background).
     #[arg(long)]
     no_doc: bool,
+    /// Keep this many busy-looping processes at the lowest priority (`nice 19`) running for
+    /// the whole run, so that no CPU ever idles: the busy-machine regime, reported in
+    /// docs/benchmarks/workqueue-busy.md. Both programs run under the same load.
+    #[arg(long, default_value_t = 0)]
+    background: usize,
+}
+
+/// Busy-looping processes at `nice 19`, stopped when dropped.
+struct BackgroundLoad(Vec<std::process::Child>);
+
+impl BackgroundLoad {
+    fn start(count: usize) -> Result<Self> {
+        let mut load = Self(Vec::with_capacity(count));
+        for _ in 0..count {
+            let child = Command::new("nice")
+                .args(["-n", "19", "sh", "-c", "while :; do :; done"])
+                .stdin(std::process::Stdio::null())
+                .spawn()
+                .context("starting a background load process (`nice` and `sh` are needed)")?;
+            load.0.push(child);
+        }
+        Ok(load)
+    }
+}
+
+impl Drop for BackgroundLoad {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 /// One result line, as printed by both peers.
@@ -109,6 +142,14 @@ pub(crate) fn run(args: WorkqueueArgs) -> Result<()> {
     eprintln!("building the kctrl peer (release)…");
     let rust_peer = build_rust_peer(&root, &target)?;
     let machine = report::Machine::detect(&root, go_version)?;
+    let background = BackgroundLoad::start(args.background)?;
+    if args.background > 0 {
+        eprintln!(
+            "{} busy-looping process(es) at nice 19 run until the end",
+            args.background
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
 
     let mut measurements = Vec::new();
     let mut loads = Vec::new();
@@ -123,14 +164,19 @@ pub(crate) fn run(args: WorkqueueArgs) -> Result<()> {
         measurements.extend(run_peer(rust, args.quick)?);
     }
 
+    drop(background);
     let table = report::summarize(&measurements);
     println!("{}", report::text_table(&table));
     if !args.no_doc {
-        let doc = root.join("docs/benchmarks/workqueue.md");
+        let doc = root.join(if args.background > 0 {
+            "docs/benchmarks/workqueue-busy.md"
+        } else {
+            "docs/benchmarks/workqueue.md"
+        });
         std::fs::create_dir_all(doc.parent().expect("has a parent"))?;
         std::fs::write(
             &doc,
-            report::markdown(&table, &machine, &loads, reps, args.quick),
+            report::markdown(&table, &machine, &loads, reps, args.quick, args.background),
         )
         .with_context(|| format!("writing {}", doc.display()))?;
         eprintln!("wrote {}", doc.display());
