@@ -26,7 +26,7 @@ use kctrl_client::{Api, Client, DeleteParams, PostParams};
 use kctrl_controller_ref::{
     CanAdopt, ClaimError, ControllerRefManager, Owner, RealReplicaSetControl,
 };
-use kctrl_informer::Store;
+use kctrl_informer::{IndexFn, Store};
 use tracing::{debug, info, warn};
 
 use crate::events::{EventRecorder, EventType};
@@ -195,6 +195,12 @@ impl DeploymentController {
             && !matches!(err, kctrl_informer::StoreError::IndexConflict(_))
         {
             debug!(%err, "adding the pod index failed; pods will be scanned");
+        }
+        if let Err(err) = replica_sets
+            .add_indexers([(CLAIM_CANDIDATES_INDEX.to_owned(), claim_candidates_index())])
+            && !matches!(err, kctrl_informer::StoreError::IndexConflict(_))
+        {
+            debug!(%err, "adding the ReplicaSet index failed; namespaces will be scanned");
         }
         Self {
             client,
@@ -538,7 +544,7 @@ impl DeploymentController {
                 source,
             }
         })?;
-        let candidates = in_namespace(&self.replica_sets, &namespace);
+        let candidates = claim_candidates(&self.replica_sets, d, &namespace);
         let owner = Owner::of(d);
         let can_adopt = CanAdopt::recheck_owner(self.deployments_api(&namespace), &owner);
         let manager = ControllerRefManager::new(
@@ -1180,6 +1186,54 @@ where
     K: k8s_openapi::Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
 {
     kctrl_informer::lister::list_all_by_namespace(store, namespace, &Selector::everything())
+}
+
+/// The index of ReplicaSets by what a claim needs: the UID of the controller, or, for a
+/// ReplicaSet without one, its namespace's orphan key ([`orphans_of`]).
+pub const CLAIM_CANDIDATES_INDEX: &str = "claim-candidates";
+
+/// The orphan key of `namespace` in [`CLAIM_CANDIDATES_INDEX`]; a UID never holds a `/`.
+fn orphans_of(namespace: &str) -> String {
+    format!("orphans/{namespace}")
+}
+
+/// The index function of [`CLAIM_CANDIDATES_INDEX`].
+pub fn claim_candidates_index() -> IndexFn<ReplicaSet> {
+    Arc::new(|rs: &ReplicaSet| {
+        vec![
+            match kctrl_controller_ref::get_controller_of(&rs.metadata) {
+                Some(owner) => owner.uid.clone(),
+                None => orphans_of(rs.metadata.namespace.as_deref().unwrap_or_default()),
+            },
+        ]
+    })
+}
+
+/// The ReplicaSets a claim for `d` can act on: those `d` controls and the orphans of its
+/// namespace. Upstream hands the claim every ReplicaSet of the namespace, but a claim never
+/// touches one controlled by another object, so the outcome is the same without a scan that
+/// grows with the namespace. Falls back to that scan if the store lacks the index.
+fn claim_candidates(
+    store: &Store<ReplicaSet>,
+    d: &Deployment,
+    namespace: &str,
+) -> Vec<Arc<ReplicaSet>> {
+    let uid = d.metadata.uid.as_deref().unwrap_or_default();
+    let owned = if uid.is_empty() {
+        Ok(Vec::new())
+    } else {
+        store.by_index(CLAIM_CANDIDATES_INDEX, uid)
+    };
+    let orphans = store.by_index(CLAIM_CANDIDATES_INDEX, &orphans_of(namespace));
+    match (owned, orphans) {
+        (Ok(owned), Ok(orphans)) => owned
+            .into_iter()
+            // A UID names one object; the namespace is checked as a namespaced list would.
+            .filter(|rs| rs.metadata.namespace.as_deref().unwrap_or_default() == namespace)
+            .chain(orphans)
+            .collect(),
+        _ => in_namespace(store, namespace),
+    }
 }
 
 /// The ReplicaSets by name, to apply [`ScaleAction`]s on their latest versions.

@@ -1367,3 +1367,78 @@ fn a_sync_reads_only_its_own_namespace_from_the_cache() {
     assert_eq!(names("b"), BTreeSet::from(["two".to_owned()]));
     assert!(names("d").is_empty());
 }
+
+#[test]
+fn a_claim_reads_only_its_own_and_orphan_replica_sets_through_the_index() {
+    // Upstream claims over every ReplicaSet of the namespace; a claim never acts on one
+    // controlled by another object, so the index hands it only the deployment's own and the
+    // namespace's orphans, and follows adoptions and releases.
+    let rs = |ns: &str, name: &str, controller: Option<&str>| {
+        Arc::new(ReplicaSet {
+            metadata: ObjectMeta {
+                namespace: Some(ns.to_owned()),
+                name: Some(name.to_owned()),
+                owner_references: controller.map(|uid| {
+                    vec![
+                        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                            api_version: "apps/v1".to_owned(),
+                            kind: "Deployment".to_owned(),
+                            name: format!("owner-{uid}"),
+                            uid: uid.to_owned(),
+                            controller: Some(true),
+                            ..Default::default()
+                        },
+                    ]
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+    };
+    let d = Deployment {
+        metadata: ObjectMeta {
+            namespace: Some("a".to_owned()),
+            name: Some("owner-u1".to_owned()),
+            uid: Some("u1".to_owned()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let names = |store: &Store<ReplicaSet>| -> BTreeSet<String> {
+        claim_candidates(store, &d, "a")
+            .iter()
+            .map(|rs| rs.metadata.name.clone().unwrap_or_default())
+            .collect()
+    };
+    let set =
+        |names: &[&str]| -> BTreeSet<String> { names.iter().map(|n| (*n).to_owned()).collect() };
+
+    let store: Store<ReplicaSet> = Store::new();
+    for object in [
+        rs("a", "mine", Some("u1")),
+        rs("a", "theirs", Some("u2")),
+        rs("a", "orphan", None),
+        rs("b", "orphan-elsewhere", None),
+        rs("b", "mine-elsewhere", Some("u1")),
+    ] {
+        store.insert(object);
+    }
+    // Without the index: the namespace scan, as upstream's lister.
+    assert_eq!(names(&store), set(&["mine", "theirs", "orphan"]));
+
+    store
+        .add_indexers([(CLAIM_CANDIDATES_INDEX.to_owned(), claim_candidates_index())])
+        .unwrap();
+    assert_eq!(names(&store), set(&["mine", "orphan"]));
+
+    // Another controller adopts the orphan; ours releases its own.
+    store.insert(rs("a", "orphan", Some("u2")));
+    store.insert(rs("a", "mine", None));
+    assert_eq!(
+        names(&store),
+        set(&["mine"]),
+        "the released one is an orphan now"
+    );
+    store.remove_object(&rs("a", "mine", None));
+    assert!(names(&store).is_empty());
+}
