@@ -524,9 +524,11 @@ impl DeploymentController {
         }
     }
 
-    /// `getReplicaSetsForDeployment`: every ReplicaSet of the namespace (from the cache) claimed
+    /// `getReplicaSetsForDeployment`: the ReplicaSets of the namespace (from the cache) claimed
     /// for `d` — matching orphans adopted (after one uncached recheck of `d`), owned ones that
-    /// no longer match released.
+    /// no longer match released. Only `d`'s own and the namespace's orphans are examined
+    /// ([`CLAIM_CANDIDATES_INDEX`]); upstream hands the claim the whole namespace, with the
+    /// same outcome.
     pub async fn get_replica_sets_for_deployment(
         &self,
         d: &Deployment,
