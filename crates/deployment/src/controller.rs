@@ -1191,7 +1191,7 @@ where
 }
 
 /// The index of ReplicaSets by what a claim needs: the UID of the controller, or, for a
-/// ReplicaSet without one, its namespace's orphan key ([`orphans_of`]).
+/// ReplicaSet without one, `orphans/<namespace>` (a UID never holds a `/`).
 pub const CLAIM_CANDIDATES_INDEX: &str = "claim-candidates";
 
 /// The orphan key of `namespace` in [`CLAIM_CANDIDATES_INDEX`]; a UID never holds a `/`.
