@@ -188,20 +188,15 @@ impl DeploymentController {
         pods: Store<PodView>,
         recorder: Arc<dyn EventRecorder>,
     ) -> Self {
-        // Pods are looked up by their controller's UID; a store shared with an informer that
-        // already has the index keeps it.
-        if let Err(err) =
-            pods.add_indexers([(CONTROLLER_UID_INDEX.to_owned(), controller_uid_index())])
-            && !matches!(err, kctrl_informer::StoreError::IndexConflict(_))
-        {
-            debug!(%err, "adding the pod index failed; pods will be scanned");
-        }
-        if let Err(err) = replica_sets
-            .add_indexers([(CLAIM_CANDIDATES_INDEX.to_owned(), claim_candidates_index())])
-            && !matches!(err, kctrl_informer::StoreError::IndexConflict(_))
-        {
-            debug!(%err, "adding the ReplicaSet index failed; namespaces will be scanned");
-        }
+        // Pods are looked up by their controller's UID, ReplicaSets by what a claim reads; a
+        // store shared with an informer that already has an index keeps it.
+        ensure_index(&pods, CONTROLLER_UID_INDEX, controller_uid_index(), "pods");
+        ensure_index(
+            &replica_sets,
+            CLAIM_CANDIDATES_INDEX,
+            claim_candidates_index(),
+            "ReplicaSets",
+        );
         Self {
             client,
             deployments,
@@ -1190,11 +1185,24 @@ where
     kctrl_informer::lister::list_all_by_namespace(store, namespace, &Selector::everything())
 }
 
+/// Adds an index to `store` unless it has one of that name; without it, the lookups that use
+/// it fall back to scanning.
+fn ensure_index<K>(store: &Store<K>, name: &str, index: IndexFn<K>, what: &str)
+where
+    K: k8s_openapi::Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+{
+    if let Err(err) = store.add_indexers([(name.to_owned(), index)])
+        && !matches!(err, kctrl_informer::StoreError::IndexConflict(_))
+    {
+        debug!(%err, index = name, "adding the index of {what} failed; they will be scanned");
+    }
+}
+
 /// The index of ReplicaSets by what a claim needs: the UID of the controller, or, for a
 /// ReplicaSet without one, `orphans/<namespace>` (a UID never holds a `/`).
 pub const CLAIM_CANDIDATES_INDEX: &str = "claim-candidates";
 
-/// The orphan key of `namespace` in [`CLAIM_CANDIDATES_INDEX`]; a UID never holds a `/`.
+/// The orphan key of `namespace` in [`CLAIM_CANDIDATES_INDEX`].
 fn orphans_of(namespace: &str) -> String {
     format!("orphans/{namespace}")
 }
