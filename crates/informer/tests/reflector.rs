@@ -624,6 +624,65 @@ async fn reflector_resync() {
     assert_eq!(resyncs.load(Ordering::SeqCst), 2);
 }
 
+/// The resync timer keeps its period while watch events arrive in between: an event every
+/// second does not move it (resyncs at 10, 20 and 30 s over 35 s), and each resync comes
+/// in its place among the events.
+#[tokio::test(start_paused = true)]
+async fn reflector_resync_keeps_its_period_while_events_arrive() {
+    let cancel = CancellationToken::new();
+    let store = RecordingStore::new();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let lw = ScriptedLw::new(
+        |_| Ok(pod_list("1", None, vec![])),
+        move |_| {
+            let (fw, s) = fake_watch();
+            tx.send(fw).unwrap();
+            Ok(s)
+        },
+    );
+    let r = reflector(
+        &lw,
+        &store,
+        ReflectorOptions {
+            resync_period: Duration::from_secs(10),
+            ..options(false)
+        },
+    );
+    let start = Instant::now();
+    let task = tokio::spawn({
+        let (r, cancel) = (r.clone(), cancel.clone());
+        async move { r.list_and_watch(&cancel).await }
+    });
+    let fw = rx.recv().await.unwrap();
+    for second in 1..=35u64 {
+        tokio::time::sleep_until(start + Duration::from_millis(second * 1000 + 500)).await;
+        fw.add(pod(&format!("p{second}"), &(second + 1).to_string()));
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    cancel.cancel();
+    task.await.unwrap().unwrap();
+    let ops = store.ops();
+    let resyncs: Vec<usize> = ops
+        .iter()
+        .enumerate()
+        .filter(|(_, op)| **op == Op::Resync)
+        .map(|(i, _)| i)
+        .collect();
+    // Ops: the list's replace, then one add per event; a resync at 10 s follows the 9 events
+    // sent by then (at 1.5 s ... 9.5 s).
+    let adds_before = |i: usize| {
+        ops[..i]
+            .iter()
+            .filter(|op| matches!(op, Op::Add(..)))
+            .count()
+    };
+    assert_eq!(
+        resyncs.iter().map(|&i| adds_before(i)).collect::<Vec<_>>(),
+        vec![9, 19, 29],
+        "{ops:?}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn reflector_resync_respects_should_resync() {
     let cancel = CancellationToken::new();

@@ -39,6 +39,7 @@ mod pager;
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::pin::{Pin, pin};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -47,7 +48,7 @@ use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{ListableResource, Metadata};
 use kctrl_client::{Error, ResourceVersionMatch, WatchEvent, WatchParams};
-use tokio::time::{Instant, sleep_until};
+use tokio::time::{Instant, Sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 pub use backoff::BackoffOptions;
@@ -682,22 +683,35 @@ where
     ) -> WatchEnd {
         let mut events = 0usize;
         let mut past_added = false;
-        let mut warn_at =
-            exit_on_initial_events_end.then(|| start + INITIAL_EVENTS_WARNING_INTERVAL);
+        // Made once, not per event: a fresh cancellation future or sleep in every pass of the
+        // loop would register with the token or the timer wheel and leave it again per event.
+        let mut cancelled = pin!(cancel.cancelled());
+        // The warning about a slow initial-events bookmark, while one is awaited. The timer
+        // is not moved on per event: when it fires, it checks when the last event came and,
+        // if that was within the interval, waits for the rest of it instead of warning.
+        let mut warn_timer = exit_on_initial_events_end
+            .then(|| Box::pin(sleep_until(start + INITIAL_EVENTS_WARNING_INTERVAL)));
         let mut last_event: Option<Instant> = None;
         loop {
             let next = tokio::select! {
                 biased;
-                _ = cancel.cancelled() => return WatchEnd::Stopped,
+                _ = &mut cancelled => return WatchEnd::Stopped,
                 _ = resync.tick() => { self.resync(); continue; }
-                _ = wait_until(warn_at) => {
+                _ = wait_on(&mut warn_timer) => {
+                    let now = Instant::now();
+                    if let Some(at) = last_event
+                        && now < at + INITIAL_EVENTS_WARNING_INTERVAL
+                    {
+                        rearm(&mut warn_timer, at + INITIAL_EVENTS_WARNING_INTERVAL);
+                        continue;
+                    }
                     // As client-go's initial-events-end bookmark ticker words it: nothing
                     // arrived yet, or nothing for a whole interval since the last event.
                     match last_event {
                         None => log!(warn, self, waited = ?start.elapsed(), "awaiting the bookmark ending the initial events; no events received yet"),
                         Some(at) => log!(warn, self, events, since_last_event = ?at.elapsed(), "still awaiting the bookmark ending the initial events"),
                     }
-                    warn_at = Some(Instant::now() + INITIAL_EVENTS_WARNING_INTERVAL);
+                    rearm(&mut warn_timer, now + INITIAL_EVENTS_WARNING_INTERVAL);
                     continue;
                 }
                 next = stream.next() => next,
@@ -749,10 +763,8 @@ where
             if exit_on_initial_events_end && initial_events_end {
                 return WatchEnd::InitialEventsEnd;
             }
-            if let Some(at) = &mut warn_at {
-                let now = Instant::now();
-                *at = now + INITIAL_EVENTS_WARNING_INTERVAL;
-                last_event = Some(now);
+            if warn_timer.is_some() {
+                last_event = Some(Instant::now());
             }
         }
         if events == 0 && start.elapsed() < VERY_SHORT_WATCH {
@@ -849,17 +861,19 @@ fn resource_version_of<K: Metadata<Ty = ObjectMeta>>(obj: &K) -> String {
     obj.metadata().resource_version.clone().unwrap_or_default()
 }
 
-/// The resync timer: fires every period (never when the period is zero).
+/// The resync timer: fires every period (never when the period is zero). It keeps one timer
+/// registered for its whole life: the watch loop polls it once per event, and a timer made
+/// anew per event would be registered and removed again each time.
 struct Resync {
     period: Duration,
-    next: Option<Instant>,
+    timer: Option<Pin<Box<Sleep>>>,
 }
 
 impl Resync {
     fn every(period: Duration) -> Self {
         Self {
             period,
-            next: (!period.is_zero()).then(|| Instant::now() + period),
+            timer: (!period.is_zero()).then(|| Box::pin(sleep_until(Instant::now() + period))),
         }
     }
 
@@ -867,18 +881,31 @@ impl Resync {
         Self::every(Duration::ZERO)
     }
 
-    /// Completes when the timer fires, and re-arms it.
+    /// Completes when the timer fires, and re-arms it. Dropping the future before it
+    /// completes leaves the timer armed.
     async fn tick(&mut self) {
-        wait_until(self.next).await;
-        self.next = Some(Instant::now() + self.period);
+        match &mut self.timer {
+            Some(timer) => {
+                timer.as_mut().await;
+                timer.as_mut().reset(Instant::now() + self.period);
+            }
+            None => std::future::pending().await,
+        }
     }
 }
 
-/// Sleeps until `at`, or forever when `None`.
-async fn wait_until(at: Option<Instant>) {
-    match at {
-        Some(at) => sleep_until(at).await,
+/// Waits for `timer` to fire, or forever when there is none.
+async fn wait_on(timer: &mut Option<Pin<Box<Sleep>>>) {
+    match timer {
+        Some(t) => t.as_mut().await,
         None => std::future::pending().await,
+    }
+}
+
+/// Moves `timer` (if any) to fire at `at`.
+fn rearm(timer: &mut Option<Pin<Box<Sleep>>>, at: Instant) {
+    if let Some(t) = timer {
+        t.as_mut().reset(at);
     }
 }
 
