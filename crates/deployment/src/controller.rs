@@ -13,6 +13,7 @@
 //! (strategic-merge PATCH, via [`ControllerRefManager`]), history cleanup (DELETE), the
 //! Deployment's status (PUT on `/status`) and the rollback (full Deployment PUT).
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -527,7 +528,7 @@ impl DeploymentController {
     pub async fn get_replica_sets_for_deployment(
         &self,
         d: &Deployment,
-    ) -> Result<Vec<ReplicaSet>, SyncError> {
+    ) -> Result<Vec<Arc<ReplicaSet>>, SyncError> {
         let namespace = d.metadata.namespace.clone().unwrap_or_default();
         let label_selector = d
             .spec
@@ -550,18 +551,17 @@ impl DeploymentController {
             selector,
             can_adopt,
         );
-        let claimed = manager.claim_replica_sets(&candidates).await?;
-        Ok(claimed.iter().map(|rs| (**rs).clone()).collect())
+        Ok(manager.claim_replica_sets(&candidates).await?)
     }
 
     /// `getPodMapForDeployment`: the Pods controlled by each ReplicaSet, keyed by the
     /// ReplicaSet's uid (every ReplicaSet has an entry; inactive pods included).
-    pub fn get_pod_map_for_deployment(
+    pub fn get_pod_map_for_deployment<R: Borrow<ReplicaSet>>(
         &self,
-        rs_list: &[ReplicaSet],
+        rs_list: &[R],
     ) -> BTreeMap<String, Vec<Arc<PodView>>> {
         let mut map: BTreeMap<String, Vec<Arc<PodView>>> = BTreeMap::new();
-        for rs in rs_list {
+        for rs in rs_list.iter().map(Borrow::borrow) {
             let uid = rs.metadata.uid.clone().unwrap_or_default();
             // The owner index answers without scanning the cache; a UID names one object, but
             // the namespace is checked as well, as a lookup by namespace would.
@@ -634,14 +634,15 @@ impl DeploymentController {
     async fn sync_status_only(
         &self,
         d: &mut Deployment,
-        rs_list: &mut Vec<ReplicaSet>,
+        rs_list: &mut Vec<Arc<ReplicaSet>>,
     ) -> Result<(), SyncError> {
         let (new_rs, old_rss) = self
             .get_all_replica_sets_and_sync_revision(d, rs_list, false)
             .await?;
         let mut all = old_rss;
         all.extend(new_rs.clone());
-        self.sync_deployment_status(&all, new_rs.as_ref(), d).await
+        self.sync_deployment_status(&all, new_rs.as_deref(), d)
+            .await
     }
 
     /// `sync`: proportional scaling (paused Deployments and scaling events), history cleanup
@@ -649,7 +650,7 @@ impl DeploymentController {
     async fn sync(
         &self,
         d: &mut Deployment,
-        rs_list: &mut Vec<ReplicaSet>,
+        rs_list: &mut Vec<Arc<ReplicaSet>>,
     ) -> Result<(), SyncError> {
         let (new_rs, old_rss) = self
             .get_all_replica_sets_and_sync_revision(d, rs_list, false)
@@ -657,7 +658,7 @@ impl DeploymentController {
         let mut all = old_rss.clone();
         all.extend(new_rs.clone());
         let mut latest = by_name(&all);
-        for action in scale(d, new_rs.as_ref(), &old_rss) {
+        for action in scale(d, new_rs.as_deref(), &old_rss) {
             // `scale` emits one action per active ReplicaSet when scaling proportionally
             // (upstream's forceUpdate); its other actions all change the size.
             self.apply_scale(d, &mut latest, &action, true).await?;
@@ -667,7 +668,8 @@ impl DeploymentController {
         {
             self.cleanup_deployment(&old_rss, d).await?;
         }
-        self.sync_deployment_status(&all, new_rs.as_ref(), d).await
+        self.sync_deployment_status(&all, new_rs.as_deref(), d)
+            .await
     }
 
     /// `isScalingEvent`: an active ReplicaSet's desired-replicas annotation differs from
@@ -675,7 +677,7 @@ impl DeploymentController {
     async fn is_scaling_event(
         &self,
         d: &mut Deployment,
-        rs_list: &mut Vec<ReplicaSet>,
+        rs_list: &mut Vec<Arc<ReplicaSet>>,
     ) -> Result<bool, SyncError> {
         let (new_rs, old_rss) = self
             .get_all_replica_sets_and_sync_revision(d, rs_list, false)
@@ -685,7 +687,7 @@ impl DeploymentController {
         let replicas = deployment_replicas(d);
         Ok(filter_active_replica_sets(&all)
             .iter()
-            .filter_map(get_desired_replicas_annotation)
+            .filter_map(|rs| get_desired_replicas_annotation(rs))
             .any(|desired| desired != replicas))
     }
 
@@ -694,7 +696,7 @@ impl DeploymentController {
     async fn rollout_rolling(
         &self,
         d: &mut Deployment,
-        rs_list: &mut Vec<ReplicaSet>,
+        rs_list: &mut Vec<Arc<ReplicaSet>>,
     ) -> Result<SyncOutcome, SyncError> {
         let (new_rs, old_rss) = self
             .get_all_replica_sets_and_sync_revision(d, rs_list, true)
@@ -708,7 +710,7 @@ impl DeploymentController {
         match plan_rolling(&all, &filter_active_replica_sets(&old_rss), new, d)? {
             RollingPlan::ScaleNew(action) => {
                 self.apply_scale(d, &mut latest, &action, false).await?;
-                return self.sync_rollout_status(&all, Some(new), d).await;
+                return self.sync_rollout_status(&all, Some(&**new), d).await;
             }
             RollingPlan::ScaleOld(plan) => {
                 let mut written = true;
@@ -726,14 +728,14 @@ impl DeploymentController {
                     }
                 }
                 if written && plan.scaled() {
-                    return self.sync_rollout_status(&all, Some(new), d).await;
+                    return self.sync_rollout_status(&all, Some(&**new), d).await;
                 }
             }
         }
         if deployment_complete(d, &d.status.clone().unwrap_or_default()) {
             self.cleanup_deployment(&old_rss, d).await?;
         }
-        self.sync_rollout_status(&all, Some(new), d).await
+        self.sync_rollout_status(&all, Some(&**new), d).await
     }
 
     /// `rolloutRecreate`: scale every old ReplicaSet down, wait for their pods to be gone,
@@ -742,7 +744,7 @@ impl DeploymentController {
     async fn rollout_recreate(
         &self,
         d: &mut Deployment,
-        rs_list: &mut Vec<ReplicaSet>,
+        rs_list: &mut Vec<Arc<ReplicaSet>>,
         pod_map: &BTreeMap<String, Vec<Arc<PodView>>>,
     ) -> Result<SyncOutcome, SyncError> {
         let (new_rs, old_rss) = self
@@ -750,16 +752,16 @@ impl DeploymentController {
             .await?;
         let mut all = old_rss.clone();
         all.extend(new_rs.clone());
-        match plan_recreate(d, new_rs.as_ref(), &old_rss, pod_map) {
+        match plan_recreate(d, new_rs.as_deref(), &old_rss, pod_map) {
             RecreatePlan::ScaleDownOld(actions) => {
                 let mut latest = by_name(&all);
                 for action in &actions {
                     self.apply_scale(d, &mut latest, action, false).await?;
                 }
-                self.sync_rollout_status(&all, new_rs.as_ref(), d).await
+                self.sync_rollout_status(&all, new_rs.as_deref(), d).await
             }
             RecreatePlan::WaitForOldPods => {
-                self.sync_rollout_status(&all, new_rs.as_ref(), d).await
+                self.sync_rollout_status(&all, new_rs.as_deref(), d).await
             }
             RecreatePlan::ScaleUpNew { replicas, .. } => {
                 let (new_rs, old_rss) = match new_rs {
@@ -777,7 +779,7 @@ impl DeploymentController {
                 if deployment_complete(d, &d.status.clone().unwrap_or_default()) {
                     self.cleanup_deployment(&old_rss, d).await?;
                 }
-                self.sync_rollout_status(&all, new_rs.as_ref(), d).await
+                self.sync_rollout_status(&all, new_rs.as_deref(), d).await
             }
         }
     }
@@ -788,12 +790,11 @@ impl DeploymentController {
     pub(crate) async fn get_all_replica_sets_and_sync_revision(
         &self,
         d: &mut Deployment,
-        rs_list: &mut Vec<ReplicaSet>,
+        rs_list: &mut Vec<Arc<ReplicaSet>>,
         create: bool,
-    ) -> Result<(Option<ReplicaSet>, Vec<ReplicaSet>), SyncError> {
-        // Sorted through references: only the old ReplicaSets returned are copied.
-        let (_, all_old) = find_old_replica_sets(d, &mut rs_list.iter().collect::<Vec<_>>());
-        let all_old: Vec<ReplicaSet> = all_old.into_iter().cloned().collect();
+    ) -> Result<(Option<Arc<ReplicaSet>>, Vec<Arc<ReplicaSet>>), SyncError> {
+        // Sorted as a copy of the list (of pointers): `rs_list` keeps its order.
+        let (_, all_old) = find_old_replica_sets(d, &mut rs_list.clone());
         let new_rs = self
             .get_new_replica_set(d, rs_list, &all_old, create)
             .await?;
@@ -814,18 +815,19 @@ impl DeploymentController {
     async fn get_new_replica_set(
         &self,
         d: &mut Deployment,
-        rs_list: &[ReplicaSet],
-        old_rss: &[ReplicaSet],
+        rs_list: &[Arc<ReplicaSet>],
+        old_rss: &[Arc<ReplicaSet>],
         create: bool,
-    ) -> Result<Option<ReplicaSet>, SyncError> {
+    ) -> Result<Option<Arc<ReplicaSet>>, SyncError> {
         let namespace = d.metadata.namespace.clone().unwrap_or_default();
         let d_name = d.metadata.name.clone().unwrap_or_default();
-        let existing = find_new_replica_set(d, &mut rs_list.iter().collect::<Vec<_>>()).cloned();
+        let existing = find_new_replica_set(d, &mut rs_list.to_vec());
         let new_revision = (max_revision(old_rss) + 1).to_string();
         let min_ready_seconds = d.spec.as_ref().and_then(|s| s.min_ready_seconds);
 
         if let Some(existing) = existing {
-            let mut rs = existing;
+            // Copied before it is changed, as upstream deep-copies the cached object here.
+            let mut rs = (*existing).clone();
             let annotations_updated = set_new_replica_set_annotations(
                 d,
                 &mut rs,
@@ -839,7 +841,7 @@ impl DeploymentController {
             if annotations_updated || min_ready_changed {
                 spec.min_ready_seconds = min_ready_seconds;
                 let updated = self.update_replica_set(d, &rs).await?;
-                return Ok(Some(updated));
+                return Ok(Some(Arc::new(updated)));
             }
             let rs_revision = rs
                 .metadata
@@ -870,7 +872,7 @@ impl DeploymentController {
             if needs_update {
                 self.update_status(d).await?;
             }
-            return Ok(Some(rs));
+            return Ok(Some(Arc::new(rs)));
         }
         if !create {
             return Ok(None);
@@ -909,8 +911,8 @@ impl DeploymentController {
             }),
             status: None,
         };
-        let mut all = old_rss.to_vec();
-        all.push(new_rs.clone());
+        let mut all: Vec<&ReplicaSet> = old_rss.iter().map(|rs| &**rs).collect();
+        all.push(&new_rs);
         let new_replicas = new_rs_new_replicas(d, &all, &new_rs)?;
         new_rs.spec.get_or_insert_default().replicas = Some(new_replicas);
         set_new_replica_set_annotations(
@@ -927,7 +929,7 @@ impl DeploymentController {
             .await;
         self.note_replica_set_write(d, &rs_name, None, result.as_ref(), true);
         let (created, already_exists) = match result {
-            Ok(created) => (created, false),
+            Ok(created) => (Arc::new(created), false),
             Err(err) if err.is_already_exists() => {
                 let Some(cached) = self.replica_sets.get_namespaced(&namespace, &rs_name) else {
                     return Err(SyncError::NotInCache {
@@ -943,7 +945,7 @@ impl DeploymentController {
                     .and_then(|s| s.template.clone())
                     .unwrap_or_default();
                 if controlled && equal_ignore_hash(&cached_template, &spec.template) {
-                    ((*cached).clone(), true)
+                    (cached, true)
                 } else {
                     // A hash collision: bump collisionCount so the next sync hashes anew.
                     let status = d.status.get_or_insert_default();
@@ -1008,7 +1010,7 @@ impl DeploymentController {
     async fn apply_scale(
         &self,
         d: &Deployment,
-        latest: &mut HashMap<String, ReplicaSet>,
+        latest: &mut HashMap<String, Arc<ReplicaSet>>,
         action: &ScaleAction,
         force: bool,
     ) -> Result<(), SyncError> {
@@ -1026,11 +1028,11 @@ impl DeploymentController {
     /// and the ReplicaSet as written (or as given).
     pub(crate) async fn scale_replica_set(
         &self,
-        rs: &ReplicaSet,
+        rs: &Arc<ReplicaSet>,
         new_scale: i32,
         d: &Deployment,
         force: bool,
-    ) -> Result<(bool, ReplicaSet), SyncError> {
+    ) -> Result<(bool, Arc<ReplicaSet>), SyncError> {
         let old_scale = rs_replicas(rs);
         if !force && old_scale == new_scale {
             return Ok((false, rs.clone()));
@@ -1041,7 +1043,7 @@ impl DeploymentController {
         if !size_needs_update && !replicas_annotations_need_update(rs, desired, max) {
             return Ok((false, rs.clone()));
         }
-        let mut copy = rs.clone();
+        let mut copy = (**rs).clone();
         copy.spec.get_or_insert_default().replicas = Some(new_scale);
         set_replicas_annotations(&mut copy, desired, max);
         let updated = self.update_replica_set(d, &copy).await?;
@@ -1057,7 +1059,7 @@ impl DeploymentController {
                 ),
             );
         }
-        Ok((size_needs_update, updated))
+        Ok((size_needs_update, Arc::new(updated)))
     }
 
     /// `cleanupDeployment`: deletes the oldest old ReplicaSets beyond `revisionHistoryLimit`
@@ -1065,7 +1067,7 @@ impl DeploymentController {
     /// ReplicaSet controller, or being deleted (a skipped one still uses its slot).
     pub(crate) async fn cleanup_deployment(
         &self,
-        old_rss: &[ReplicaSet],
+        old_rss: &[Arc<ReplicaSet>],
         d: &Deployment,
     ) -> Result<(), SyncError> {
         if !has_revision_history_limit(d) {
@@ -1078,6 +1080,7 @@ impl DeploymentController {
             .unwrap_or(0);
         let mut cleanable: Vec<&ReplicaSet> = old_rss
             .iter()
+            .map(|rs| &**rs)
             .filter(|rs| rs.metadata.deletion_timestamp.is_none())
             .collect();
         let diff = i64::try_from(cleanable.len()).unwrap_or(i64::MAX) - i64::from(limit);
@@ -1124,7 +1127,7 @@ impl DeploymentController {
     /// `syncDeploymentStatus`: writes the status `calculateStatus` computes, if it changed.
     async fn sync_deployment_status(
         &self,
-        all_rss: &[ReplicaSet],
+        all_rss: &[Arc<ReplicaSet>],
         new_rs: Option<&ReplicaSet>,
         d: &mut Deployment,
     ) -> Result<(), SyncError> {
@@ -1141,7 +1144,7 @@ impl DeploymentController {
     /// again for a progress deadline.
     async fn sync_rollout_status(
         &self,
-        all_rss: &[ReplicaSet],
+        all_rss: &[Arc<ReplicaSet>],
         new_rs: Option<&ReplicaSet>,
         d: &mut Deployment,
     ) -> Result<SyncOutcome, SyncError> {
@@ -1247,7 +1250,7 @@ fn claim_candidates(
 }
 
 /// The ReplicaSets by name, to apply [`ScaleAction`]s on their latest versions.
-fn by_name(rss: &[ReplicaSet]) -> HashMap<String, ReplicaSet> {
+fn by_name(rss: &[Arc<ReplicaSet>]) -> HashMap<String, Arc<ReplicaSet>> {
     rss.iter()
         .map(|rs| (rs.metadata.name.clone().unwrap_or_default(), rs.clone()))
         .collect()

@@ -549,8 +549,9 @@ async fn run_cleanup(old_rss: &[ReplicaSet], limit: i32) -> Vec<String> {
     for rs in old_rss {
         f.fake.add(rs).unwrap();
     }
+    let shared: Vec<Arc<ReplicaSet>> = old_rss.iter().cloned().map(Arc::new).collect();
     f.controller()
-        .cleanup_deployment(old_rss, &d)
+        .cleanup_deployment(&shared, &d)
         .await
         .unwrap();
     let deleted: Vec<String> = f
@@ -766,7 +767,7 @@ async fn generate_replica_set_name_on_create() {
             "{case}: the name ends in the pod-template-hash"
         );
         assert_eq!(
-            new_rs.and_then(|rs| rs.metadata.name),
+            new_rs.and_then(|rs| rs.metadata.name.clone()),
             Some(rs_name),
             "{case}: the created ReplicaSet is returned"
         );

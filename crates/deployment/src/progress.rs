@@ -6,6 +6,8 @@
 //! Pure: the clock is the `now` parameter, and the result says whether to write the status
 //! ([`RolloutStatus::Update`]) or how to requeue ([`Requeue`]).
 
+use std::borrow::Borrow;
+
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentCondition, DeploymentStatus, ReplicaSet};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
@@ -54,8 +56,8 @@ impl Requeue {
 }
 
 /// `syncRolloutStatus`: the status after this pass. `all_rss` includes `new_rs`.
-pub fn sync_rollout_status(
-    all_rss: &[ReplicaSet],
+pub fn sync_rollout_status<R: Borrow<ReplicaSet>>(
+    all_rss: &[R],
     new_rs: Option<&ReplicaSet>,
     d: &Deployment,
     now: Timestamp,
@@ -70,8 +72,8 @@ pub fn sync_rollout_status(
 }
 
 /// The status `syncRolloutStatus` computes, whether or not it differs from the current one.
-pub fn rollout_status(
-    all_rss: &[ReplicaSet],
+pub fn rollout_status<R: Borrow<ReplicaSet>>(
+    all_rss: &[R],
     new_rs: Option<&ReplicaSet>,
     d: &Deployment,
     now: Timestamp,
@@ -136,8 +138,8 @@ pub fn rollout_status(
 
 /// `getReplicaFailures`: the new ReplicaSet's ReplicaFailure conditions, or else every
 /// ReplicaSet's, as Deployment conditions.
-fn replica_failures(
-    all_rss: &[ReplicaSet],
+fn replica_failures<R: Borrow<ReplicaSet>>(
+    all_rss: &[R],
     new_rs: Option<&ReplicaSet>,
 ) -> Vec<DeploymentCondition> {
     let of = |rs: &ReplicaSet| -> Vec<DeploymentCondition> {
@@ -152,7 +154,7 @@ fn replica_failures(
     if !from_new.is_empty() {
         return from_new;
     }
-    all_rss.iter().flat_map(of).collect()
+    all_rss.iter().flat_map(|rs| of(rs.borrow())).collect()
 }
 
 /// `requeueStuckDeployment`: how long until a progressing Deployment's deadline passes, so it is

@@ -14,9 +14,12 @@ use crate::util::fields::{deployment_replicas, rs_replicas};
 use crate::util::{filter_active_replica_sets, get_actual_replica_count_for_replica_sets};
 
 /// `scaleDownOldReplicaSetsForRecreate`: every old ReplicaSet that wants pods goes to 0.
-pub fn scale_down_old_replica_sets_for_recreate(old_rss: &[ReplicaSet]) -> Vec<ScaleAction> {
+pub fn scale_down_old_replica_sets_for_recreate<R: Borrow<ReplicaSet>>(
+    old_rss: &[R],
+) -> Vec<ScaleAction> {
     old_rss
         .iter()
+        .map(Borrow::borrow)
         .filter(|rs| rs_replicas(rs) != 0)
         .map(|rs| ScaleAction::new(rs, 0))
         .collect()
@@ -25,9 +28,9 @@ pub fn scale_down_old_replica_sets_for_recreate(old_rss: &[ReplicaSet]) -> Vec<S
 /// `oldPodsRunning`: old ReplicaSets still report pods, or a pod owned by anything but the new
 /// ReplicaSet (`pod_map` is keyed by owner UID) is not yet Failed or Succeeded — Pending,
 /// Running, Unknown and phase-less pods count, even while terminating.
-pub fn old_pods_running<P: Borrow<PodView>>(
+pub fn old_pods_running<R: Borrow<ReplicaSet>, P: Borrow<PodView>>(
     new_rs: Option<&ReplicaSet>,
-    old_rss: &[ReplicaSet],
+    old_rss: &[R],
     pod_map: &BTreeMap<String, Vec<P>>,
 ) -> bool {
     if get_actual_replica_count_for_replica_sets(old_rss) > 0 {
@@ -63,10 +66,10 @@ pub enum RecreatePlan {
 
 /// `rolloutRecreate`'s decision. `new_rs` is the existing new ReplicaSet (never created before
 /// the old pods are gone), `old_rss` all old ReplicaSets.
-pub fn plan_recreate<P: Borrow<PodView>>(
+pub fn plan_recreate<R: Borrow<ReplicaSet> + Clone, P: Borrow<PodView>>(
     d: &Deployment,
     new_rs: Option<&ReplicaSet>,
-    old_rss: &[ReplicaSet],
+    old_rss: &[R],
     pod_map: &BTreeMap<String, Vec<P>>,
 ) -> RecreatePlan {
     let scale_down = scale_down_old_replica_sets_for_recreate(&filter_active_replica_sets(old_rss));
@@ -128,7 +131,7 @@ mod tests {
                 assert_eq!(action, &ScaleAction::new(rs, 0));
             }
             assert!(matches!(
-                plan_recreate::<PodView>(&d, None, &old, &BTreeMap::new()),
+                plan_recreate::<ReplicaSet, PodView>(&d, None, &old, &BTreeMap::new()),
                 RecreatePlan::ScaleDownOld(a) if a == actions
             ));
         }

@@ -3,6 +3,8 @@
 //! requested revision (0: the previous one), and the annotation is cleared with a full
 //! Deployment Update.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use kctrl_client::PostParams;
 
@@ -40,7 +42,7 @@ impl DeploymentController {
     pub(crate) async fn rollback(
         &self,
         d: &mut Deployment,
-        rs_list: &mut Vec<ReplicaSet>,
+        rs_list: &mut Vec<Arc<ReplicaSet>>,
     ) -> Result<(), SyncError> {
         let (new_rs, old_rss) = self
             .get_all_replica_sets_and_sync_revision(d, rs_list, true)
@@ -61,7 +63,7 @@ impl DeploymentController {
             }
         }
         for rs in &all {
-            let Ok(v) = revision(rs) else {
+            let Ok(v) = revision(&**rs) else {
                 continue;
             };
             if v == target {

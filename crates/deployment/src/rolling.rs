@@ -6,9 +6,12 @@
 //! ([`reconcile_old_replica_sets`]): unhealthy replicas first, then healthy ones as far as
 //! `maxUnavailable` allows. [`plan_rolling`] encodes that choice.
 
+use std::borrow::Borrow;
+
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 
 use crate::sync::ScaleAction;
+use crate::util::ReplicaSetRef;
 use crate::util::fields::{deployment_replicas, rs_available_replicas, rs_replicas};
 use crate::util::sort::sort_by_creation_timestamp;
 use crate::util::{
@@ -60,8 +63,8 @@ pub struct ScaleDown {
 
 /// `reconcileNewReplicaSet`: the new ReplicaSet shrinks to `spec.replicas` if above it, else
 /// grows to what `maxSurge` allows (`NewRSNewReplicas`). `None` when its size is already right.
-pub fn reconcile_new_replica_set(
-    all_rss: &[ReplicaSet],
+pub fn reconcile_new_replica_set<R: Borrow<ReplicaSet>>(
+    all_rss: &[R],
     new_rs: &ReplicaSet,
     d: &Deployment,
 ) -> Result<Option<ScaleAction>, NewReplicasError> {
@@ -106,10 +109,10 @@ impl OldReplicaSetsPlan {
 /// `reconcileOldReplicaSets`: how far the old (active) ReplicaSets may shrink without the
 /// Deployment dropping below `replicas − maxUnavailable` available pods, counting the new
 /// ReplicaSet's not-yet-available pods as already missing.
-pub fn reconcile_old_replica_sets(
-    all_rss: &[ReplicaSet],
-    old_rss: &[ReplicaSet],
-    new_rs: &ReplicaSet,
+pub fn reconcile_old_replica_sets<R: ReplicaSetRef>(
+    all_rss: &[R],
+    old_rss: &[R],
+    new_rs: &R,
     d: &Deployment,
 ) -> OldReplicaSetsPlan {
     if get_replica_count_for_replica_sets(old_rss) == 0 {
@@ -117,7 +120,7 @@ pub fn reconcile_old_replica_sets(
     }
     let all_pods = get_replica_count_for_replica_sets(all_rss);
     let min_available = deployment_replicas(d) - max_unavailable(d);
-    let new_rs_unavailable = rs_replicas(new_rs) - rs_available_replicas(new_rs);
+    let new_rs_unavailable = rs_replicas(new_rs.borrow()) - rs_available_replicas(new_rs.borrow());
     let max_scaled_down = all_pods - min_available - new_rs_unavailable;
     if max_scaled_down <= 0 {
         return OldReplicaSetsPlan::default();
@@ -142,13 +145,17 @@ pub fn reconcile_old_replica_sets(
 /// `cleanupUnhealthyReplicas`: removes up to `max_cleanup_count` unavailable replicas from the
 /// old ReplicaSets, oldest first. Sorts `old_rss` oldest first and updates their sizes in place,
 /// as upstream replaces them with the written objects.
-pub fn cleanup_unhealthy_replicas(old_rss: &mut [ReplicaSet], max_cleanup_count: i32) -> ScaleDown {
+pub fn cleanup_unhealthy_replicas<R: ReplicaSetRef>(
+    old_rss: &mut [R],
+    max_cleanup_count: i32,
+) -> ScaleDown {
     sort_by_creation_timestamp(old_rss);
     let mut out = ScaleDown::default();
-    for rs in old_rss.iter_mut() {
+    for shared in old_rss.iter_mut() {
         if out.count >= max_cleanup_count {
             break;
         }
+        let rs: &ReplicaSet = (*shared).borrow();
         let size = rs_replicas(rs);
         let available = rs_available_replicas(rs);
         if size == 0 || size == available {
@@ -166,7 +173,7 @@ pub fn cleanup_unhealthy_replicas(old_rss: &mut [ReplicaSet], max_cleanup_count:
         }
         out.actions.push(ScaleAction::new(rs, to));
         out.count += count;
-        rs.spec.get_or_insert_default().replicas = Some(to);
+        shared.make_mut().spec.get_or_insert_default().replicas = Some(to);
     }
     out
 }
@@ -174,9 +181,12 @@ pub fn cleanup_unhealthy_replicas(old_rss: &mut [ReplicaSet], max_cleanup_count:
 /// `scaleDownOldReplicaSetsForRollingUpdate`: removes healthy old replicas, oldest ReplicaSet
 /// first, while the available pods of `all_rss` stay above `replicas − maxUnavailable`. Sorts
 /// `old_rss` oldest first in place.
-pub fn scale_down_old_replica_sets_for_rolling_update(
-    all_rss: &[ReplicaSet],
-    old_rss: &mut [ReplicaSet],
+pub fn scale_down_old_replica_sets_for_rolling_update<
+    R: Borrow<ReplicaSet>,
+    O: Borrow<ReplicaSet>,
+>(
+    all_rss: &[R],
+    old_rss: &mut [O],
     d: &Deployment,
 ) -> ScaleDown {
     let min_available = deployment_replicas(d) - max_unavailable(d);
@@ -187,7 +197,7 @@ pub fn scale_down_old_replica_sets_for_rolling_update(
     }
     sort_by_creation_timestamp(old_rss);
     let total = available - min_available;
-    for rs in old_rss.iter() {
+    for rs in old_rss.iter().map(Borrow::borrow) {
         if out.count >= total {
             break;
         }
@@ -221,13 +231,13 @@ pub enum RollingPlan {
 
 /// `rolloutRolling`'s choice between growing the new ReplicaSet and shrinking old ones.
 /// `all_rss` is every ReplicaSet (old and new), `active_old_rss` the old ones with pods wanted.
-pub fn plan_rolling(
-    all_rss: &[ReplicaSet],
-    active_old_rss: &[ReplicaSet],
-    new_rs: &ReplicaSet,
+pub fn plan_rolling<R: ReplicaSetRef>(
+    all_rss: &[R],
+    active_old_rss: &[R],
+    new_rs: &R,
     d: &Deployment,
 ) -> Result<RollingPlan, NewReplicasError> {
-    if let Some(action) = reconcile_new_replica_set(all_rss, new_rs, d)? {
+    if let Some(action) = reconcile_new_replica_set(all_rss, new_rs.borrow(), d)? {
         return Ok(RollingPlan::ScaleNew(action));
     }
     Ok(RollingPlan::ScaleOld(reconcile_old_replica_sets(

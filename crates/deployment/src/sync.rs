@@ -7,6 +7,8 @@
 //! (stamping the desired/max replica annotations, as `scaleReplicaSet` does) and records the
 //! `ScalingReplicaSet` event when the size changed.
 
+use std::borrow::Borrow;
+
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus, ReplicaSet};
 use k8s_openapi::jiff::Timestamp;
 
@@ -72,8 +74,8 @@ fn non_zero<T: Default + PartialEq>(n: T) -> Option<T> {
 ///
 /// Zero counters are `None`, as the API server returns them (Go's `omitempty`), so the result
 /// compares equal to an unchanged status read back from the API.
-pub fn calculate_status(
-    all_rss: &[ReplicaSet],
+pub fn calculate_status<R: Borrow<ReplicaSet>>(
+    all_rss: &[R],
     new_rs: Option<&ReplicaSet>,
     d: &Deployment,
     now: Timestamp,
@@ -129,21 +131,22 @@ pub fn calculate_status(
 ///   active ReplicaSet gets an action, even an unchanged one (`forceUpdate`), so its annotations
 ///   are refreshed; the applier stops at the first failed write.
 /// * Recreate with several active ReplicaSets: nothing.
-pub fn scale(
+pub fn scale<R: Borrow<ReplicaSet> + Clone>(
     d: &Deployment,
     new_rs: Option<&ReplicaSet>,
-    old_rss: &[ReplicaSet],
+    old_rss: &[R],
 ) -> Vec<ScaleAction> {
     let replicas = deployment_replicas(d);
-    let mut sorted_old = old_rss.to_vec();
-    if let Some(rs) = find_active_or_latest(new_rs, &mut sorted_old) {
-        if rs_replicas(&rs) == replicas {
+    let old_rss: Vec<&ReplicaSet> = old_rss.iter().map(Borrow::borrow).collect();
+    let mut sorted_old = old_rss.clone();
+    if let Some(rs) = find_active_or_latest(new_rs.as_ref(), &mut sorted_old) {
+        if rs_replicas(rs) == replicas {
             return Vec::new();
         }
-        return vec![ScaleAction::new(&rs, replicas)];
+        return vec![ScaleAction::new(rs, replicas)];
     }
     if is_saturated(d, new_rs) {
-        return filter_active_replica_sets(old_rss)
+        return filter_active_replica_sets(&old_rss)
             .iter()
             .map(|rs| ScaleAction::new(rs, 0))
             .collect();
@@ -151,7 +154,7 @@ pub fn scale(
     if !is_rolling_update(d) {
         return Vec::new();
     }
-    let mut all: Vec<&ReplicaSet> = old_rss.iter().collect();
+    let mut all = old_rss;
     all.extend(new_rs);
     let mut all = filter_active_replica_sets(&all);
     let sum = get_replica_count_for_replica_sets(&all);

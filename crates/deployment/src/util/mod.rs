@@ -98,3 +98,29 @@ pub use rollout::{
     deployment_complete, deployment_progressing, deployment_timed_out, has_progress_deadline,
     has_revision_history_limit,
 };
+
+use std::borrow::Borrow;
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::ReplicaSet;
+
+/// A ReplicaSet as a sync passes it around: owned (the ported table tests build them), or shared
+/// with the informer's cache (`Arc<ReplicaSet>`, what the controller holds). Upstream's sync
+/// works on pointers into its cache and deep-copies a ReplicaSet only before changing it; the
+/// shared form does the same, so a sync copies no ReplicaSet it only reads.
+pub trait ReplicaSetRef: Borrow<ReplicaSet> + Clone {
+    /// The ReplicaSet, to change: copied first if it is shared.
+    fn make_mut(&mut self) -> &mut ReplicaSet;
+}
+
+impl ReplicaSetRef for ReplicaSet {
+    fn make_mut(&mut self) -> &mut ReplicaSet {
+        self
+    }
+}
+
+impl ReplicaSetRef for Arc<ReplicaSet> {
+    fn make_mut(&mut self) -> &mut ReplicaSet {
+        Arc::make_mut(self)
+    }
+}
