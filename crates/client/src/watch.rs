@@ -55,6 +55,7 @@ impl Bookmark {
 
 #[derive(Deserialize)]
 struct BookmarkObject {
+    #[serde(deserialize_with = "from_object")]
     metadata: BookmarkMeta,
 }
 
@@ -65,6 +66,24 @@ struct BookmarkMeta {
     resource_version: String,
     #[serde(default)]
     annotations: Option<BTreeMap<String, String>>,
+}
+
+/// Reads `T` from a JSON object only. serde's derived structs also accept an array, taking
+/// its elements as the fields in declaration order (so `[["12"]]` would read as a bookmark
+/// at resourceVersion 12); Go's decoder refuses an array where an object belongs, and so does
+/// this.
+fn from_object<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<T, D::Error> {
+    struct ObjectOnly<T>(PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for ObjectOnly<T> {
+        type Value = T;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+            T::deserialize(de::value::MapAccessDeserializer::new(map))
+        }
+    }
+    d.deserialize_map(ObjectOnly(PhantomData))
 }
 
 /// The event types a frame can carry.
@@ -259,7 +278,7 @@ impl<'de, K: DeserializeOwned> DeserializeSeed<'de> for ObjectSeed<K> {
             Kind::Modified => WatchEvent::Modified(body.deserialize(d)?),
             Kind::Deleted => WatchEvent::Deleted(body.deserialize(d)?),
             Kind::Bookmark => {
-                let b = BookmarkObject::deserialize(d)?;
+                let b: BookmarkObject = from_object(d)?;
                 WatchEvent::Bookmark(Bookmark {
                     resource_version: b.metadata.resource_version,
                     annotations: b.metadata.annotations.unwrap_or_default(),
@@ -345,6 +364,38 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
+    }
+
+    /// Found by fuzzing (fuzz/regressions/watch_event/bookmark-object-is-an-array): serde's
+    /// derived structs read an array as their fields in order, so a bookmark whose object
+    /// (or metadata) was an array decoded with its first string as the resourceVersion.
+    #[test]
+    fn a_bookmark_whose_object_or_metadata_is_not_an_object_is_refused() {
+        for frame in [
+            &br#"{"type":"BOOKMARK","object":[["12"]]}"#[..],
+            br#"{"type":"BOOKMARK","object":{"metadata":["12"]}}"#,
+            br#"{"type":"BOOKMARK","object":{"metadata":"12"}}"#,
+            br#"{"type":"BOOKMARK","object":[]}"#,
+        ] {
+            let err = WatchEvent::<Pod>::from_frame(frame).unwrap_err();
+            assert!(
+                err.to_string().contains("BOOKMARK"),
+                "{}: {err}",
+                String::from_utf8_lossy(frame)
+            );
+        }
+        // Objects in any field order still read.
+        let ok = WatchEvent::<Pod>::from_frame(
+            br#"{"object":{"metadata":{"annotations":{},"resourceVersion":"9"},"kind":"Pod"},"type":"BOOKMARK"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            ok,
+            WatchEvent::Bookmark(Bookmark {
+                resource_version: "9".into(),
+                annotations: BTreeMap::new(),
+            })
+        );
     }
 
     #[test]
