@@ -76,7 +76,7 @@ fn from_object<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<T
     struct ObjectOnly<T>(PhantomData<T>);
     impl<'de, T: Deserialize<'de>> Visitor<'de> for ObjectOnly<T> {
         type Value = T;
-        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
             f.write_str("a JSON object")
         }
         fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
