@@ -181,12 +181,9 @@ pub fn cleanup_unhealthy_replicas<R: ReplicaSetRef>(
 /// `scaleDownOldReplicaSetsForRollingUpdate`: removes healthy old replicas, oldest ReplicaSet
 /// first, while the available pods of `all_rss` stay above `replicas − maxUnavailable`. Sorts
 /// `old_rss` oldest first in place.
-pub fn scale_down_old_replica_sets_for_rolling_update<
-    R: Borrow<ReplicaSet>,
-    O: Borrow<ReplicaSet>,
->(
+pub fn scale_down_old_replica_sets_for_rolling_update<R: Borrow<ReplicaSet>>(
     all_rss: &[R],
-    old_rss: &mut [O],
+    old_rss: &mut [R],
     d: &Deployment,
 ) -> ScaleDown {
     let min_available = deployment_replicas(d) - max_unavailable(d);

@@ -131,7 +131,7 @@ pub fn calculate_status<R: Borrow<ReplicaSet>>(
 ///   active ReplicaSet gets an action, even an unchanged one (`forceUpdate`), so its annotations
 ///   are refreshed; the applier stops at the first failed write.
 /// * Recreate with several active ReplicaSets: nothing.
-pub fn scale<R: Borrow<ReplicaSet> + Clone>(
+pub fn scale<R: Borrow<ReplicaSet>>(
     d: &Deployment,
     new_rs: Option<&ReplicaSet>,
     old_rss: &[R],

@@ -884,13 +884,8 @@ impl Resync {
     /// Completes when the timer fires, and re-arms it. Dropping the future before it
     /// completes leaves the timer armed.
     async fn tick(&mut self) {
-        match &mut self.timer {
-            Some(timer) => {
-                timer.as_mut().await;
-                timer.as_mut().reset(Instant::now() + self.period);
-            }
-            None => std::future::pending().await,
-        }
+        wait_on(&mut self.timer).await;
+        rearm(&mut self.timer, Instant::now() + self.period);
     }
 }
 
