@@ -16,7 +16,7 @@ use crate::backend::Backend;
 use crate::dynamic::{DynamicObject, UncheckedList, fill_list_types};
 use crate::error::Error;
 use crate::managed_fields::{self, Level};
-use crate::metadata::PartialObjectMetadata;
+use crate::object_meta::ObjectMetaAccess;
 use crate::protobuf;
 use crate::request::{
     ApiRequest, DeleteParams, ListParams, Operation, Patch, PostParams, Representation,
@@ -149,7 +149,7 @@ impl<K> fmt::Debug for Api<K> {
 
 impl<K> Api<K>
 where
-    K: Resource + Metadata<Ty = ObjectMeta> + DeserializeOwned + Send + 'static,
+    K: Resource + Metadata<Ty: ObjectMetaAccess> + DeserializeOwned + Send + 'static,
     K::Scope: 'static,
 {
     /// Objects of a namespaced resource in `namespace`.
@@ -308,7 +308,7 @@ where
         if self.resource.scope == Scope::Cluster {
             return Ok(None);
         }
-        let from_obj = obj.metadata().namespace.as_ref();
+        let from_obj = obj.metadata().namespace();
         match (&self.namespace, from_obj) {
             (Some(ns), Some(obj_ns)) if !obj_ns.is_empty() && obj_ns != ns => {
                 Err(Error::InvalidRequest(format!(
@@ -317,7 +317,7 @@ where
                 )))
             }
             (Some(ns), _) => Ok(Some(ns.clone())),
-            (None, Some(obj_ns)) if !obj_ns.is_empty() => Ok(Some(obj_ns.clone())),
+            (None, Some(obj_ns)) if !obj_ns.is_empty() => Ok(Some(obj_ns.to_owned())),
             (None, _) => Err(Error::InvalidRequest(format!(
                 "{verb} {}: the object has no namespace and this Api spans all namespaces",
                 self.resource.qualified_name()
@@ -326,7 +326,7 @@ where
     }
 
     fn name_of(&self, verb: &str, obj: &K) -> Result<String, Error> {
-        match obj.metadata().name.as_deref() {
+        match obj.metadata().name() {
             Some(n) if !n.is_empty() => Ok(n.to_owned()),
             _ => Err(Error::InvalidRequest(format!(
                 "{verb} {}: the object has no metadata.name",
@@ -483,7 +483,7 @@ where
 /// cannot be sent back (it would erase the fields they leave out).
 impl<K> Api<K>
 where
-    K: Resource + Metadata<Ty = ObjectMeta> + Serialize + DeserializeOwned + Send + 'static,
+    K: Resource + Metadata<Ty: ObjectMetaAccess> + Serialize + DeserializeOwned + Send + 'static,
     K::Scope: 'static,
 {
     fn encode(&self, verb: &str, obj: &K) -> Result<Bytes, Error> {
@@ -532,7 +532,13 @@ where
         params: &PostParams,
         obj: &K,
     ) -> Result<ObjectMeta, Error> {
-        self.update_subresource::<PartialObjectMetadata<K>>(Some("status"), params, obj)
+        /// An answer read for its metadata alone.
+        #[derive(serde::Deserialize)]
+        struct MetadataOf {
+            #[serde(default)]
+            metadata: ObjectMeta,
+        }
+        self.update_subresource::<MetadataOf>(Some("status"), params, obj)
             .await
             .map(|answer| answer.metadata)
     }
@@ -564,7 +570,12 @@ where
 
 impl<K> Api<K>
 where
-    K: Resource + ListableResource + Metadata<Ty = ObjectMeta> + DeserializeOwned + Send + 'static,
+    K: Resource
+        + ListableResource
+        + Metadata<Ty: ObjectMetaAccess>
+        + DeserializeOwned
+        + Send
+        + 'static,
     K::Scope: 'static,
 {
     /// Lists objects (one page when `params.limit` is set; see `metadata.continue`).

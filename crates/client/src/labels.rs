@@ -125,7 +125,13 @@ impl Requirement {
 
     /// Whether `labels` satisfy this requirement.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        let value = labels.get(&self.key);
+        self.matches_with(|k| labels.get(k).map(String::as_str))
+    }
+
+    /// Whether the label set that `label` looks values up in satisfies this requirement
+    /// (for label sets not held in a `BTreeMap`).
+    pub fn matches_with<'a>(&self, label: impl Fn(&str) -> Option<&'a str>) -> bool {
+        let value = label(&self.key);
         match self.op {
             Operator::Equals | Operator::In => value.is_some_and(|v| self.values.contains(v)),
             Operator::NotEquals | Operator::NotIn => value.is_none_or(|v| !self.values.contains(v)),
@@ -276,11 +282,30 @@ impl Selector {
 
     /// Whether `labels` satisfy the selector.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.matches_with(|k| labels.get(k).map(String::as_str))
+    }
+
+    /// Whether the label set that `label` looks values up in satisfies the selector.
+    ///
+    /// ```
+    /// use kctrl_client::labels::Selector;
+    ///
+    /// let selector = Selector::parse("app=web,tier notin (db)").unwrap();
+    /// let labels = [("app", "web"), ("tier", "front")];
+    /// let lookup = |k: &str| labels.iter().find(|(key, _)| *key == k).map(|(_, v)| *v);
+    /// assert!(selector.matches_with(lookup));
+    /// ```
+    pub fn matches_with<'a>(&self, label: impl Fn(&str) -> Option<&'a str>) -> bool {
         match self {
             Selector::Everything => true,
             Selector::Nothing => false,
-            Selector::Requirements(reqs) => reqs.iter().all(|r| r.matches(labels)),
+            Selector::Requirements(reqs) => reqs.iter().all(|r| r.matches_with(&label)),
         }
+    }
+
+    /// Whether an object's labels, read through its metadata, satisfy the selector.
+    pub fn matches_meta(&self, meta: &impl crate::ObjectMetaAccess) -> bool {
+        self.matches_with(|k| meta.label(k))
     }
 
     /// Like [`Selector::matches`] for an object's optional label map.

@@ -44,6 +44,7 @@ mod http;
 pub mod labels;
 mod managed_fields;
 mod metadata;
+mod object_meta;
 pub mod prometheus;
 pub mod protobuf;
 mod request;
@@ -60,6 +61,10 @@ pub use http::{
 };
 pub use kctrl_config as config;
 pub use metadata::{PartialObjectMetadata, metadata_without_managed_fields};
+pub use object_meta::{
+    CompactManagedFieldsEntry, CompactObjectMeta, CompactOwnerReference, ObjectMetaAccess,
+    StringMap,
+};
 pub use request::{
     ApiRequest, DeleteParams, ListParams, Operation, Patch, PostParams, Preconditions,
     PropagationPolicy, Representation, ResourceVersionMatch, WatchParams, WireFormat,

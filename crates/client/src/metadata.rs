@@ -64,6 +64,7 @@ use k8s_openapi::{ListableResource, Metadata, Resource};
 use serde::de::DeserializeSeed;
 use serde::{Deserialize, Deserializer};
 
+use crate::object_meta::CompactObjectMeta;
 use crate::request::{Representation, WireFormat};
 
 /// The `apiVersion` of `PartialObjectMetadata` and `PartialObjectMetadataList`.
@@ -77,28 +78,32 @@ const PARTIAL_LIST_KIND: &str = "PartialObjectMetadataList";
 /// for metadata alone, the way client-go's metadata client does
 /// (`Accept: application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1`, and
 /// `…as=PartialObjectMetadataList…` for lists). Everything in `metadata` is kept, including
-/// `managedFields`; an informer can drop those with a transform.
+/// `managedFields`, in a [`CompactObjectMeta`]: built for caches of many objects (a few hundred
+/// bytes per object plus what it does not share with others), read through methods, and
+/// [`to_object_meta`](CompactObjectMeta::to_object_meta) gives k8s-openapi's `ObjectMeta`.
 ///
 /// ```no_run
 /// # async fn demo(client: kctrl_client::Client) -> Result<(), kctrl_client::Error> {
 /// use k8s_openapi::api::apps::v1::Deployment;
 /// use kctrl_client::{Api, ListParams, PartialObjectMetadata};
 ///
+/// use kctrl_client::ObjectMetaAccess;
+///
 /// let api = Api::<PartialObjectMetadata<Deployment>>::namespaced(client, "prod");
 /// for d in api.list(&ListParams::default()).await?.items {
-///     println!("{:?} at {:?}", d.metadata.name, d.metadata.resource_version);
+///     println!("{:?} at {:?}", d.metadata.name(), d.metadata.resource_version());
 /// }
 /// # Ok(()) }
 /// ```
 pub struct PartialObjectMetadata<K> {
     /// The object's metadata.
-    pub metadata: ObjectMeta,
+    pub metadata: CompactObjectMeta,
     _kind: PhantomData<fn() -> K>,
 }
 
 impl<K> PartialObjectMetadata<K> {
     /// Metadata of an object of resource `K`.
-    pub fn new(metadata: ObjectMeta) -> Self {
+    pub fn new(metadata: CompactObjectMeta) -> Self {
         Self {
             metadata,
             _kind: PhantomData,
@@ -108,7 +113,7 @@ impl<K> PartialObjectMetadata<K> {
 
 impl<K> Default for PartialObjectMetadata<K> {
     fn default() -> Self {
-        Self::new(ObjectMeta::default())
+        Self::new(CompactObjectMeta::default())
     }
 }
 
@@ -149,13 +154,13 @@ impl<K: ListableResource> ListableResource for PartialObjectMetadata<K> {
 }
 
 impl<K: Resource> Metadata for PartialObjectMetadata<K> {
-    type Ty = ObjectMeta;
+    type Ty = CompactObjectMeta;
 
-    fn metadata(&self) -> &ObjectMeta {
+    fn metadata(&self) -> &CompactObjectMeta {
         &self.metadata
     }
 
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+    fn metadata_mut(&mut self) -> &mut CompactObjectMeta {
         &mut self.metadata
     }
 }
@@ -167,7 +172,7 @@ impl<'de, K> Deserialize<'de> for PartialObjectMetadata<K> {
         #[derive(Deserialize)]
         struct Wire {
             #[serde(default)]
-            metadata: ObjectMeta,
+            metadata: CompactObjectMeta,
         }
         Wire::deserialize(deserializer).map(|w| Self::new(w.metadata))
     }
@@ -296,11 +301,11 @@ mod tests {
                       "metadata":{"name":"a","namespace":"ns","labels":{"app":"web"}}}]}"#;
         let list: List<PartialObjectMetadata<Pod>> = serde_json::from_str(body).unwrap();
         assert_eq!(list.metadata.resource_version.as_deref(), Some("42"));
-        assert_eq!(list.items[0].metadata.name.as_deref(), Some("a"));
         assert_eq!(
-            list.items[0].metadata.labels.as_ref().unwrap()["app"],
-            "web"
+            list.items[0].metadata.to_object_meta().name.as_deref(),
+            Some("a")
         );
+        assert_eq!(list.items[0].metadata.labels().get("app"), Some("web"));
         // A PodList is not a PartialObjectMetadataList: the server ignored the request.
         let wrong = r#"{"kind":"PodList","apiVersion":"v1","metadata":{},"items":[]}"#;
         assert!(serde_json::from_str::<List<PartialObjectMetadata<Pod>>>(wrong).is_err());

@@ -6,10 +6,10 @@
 //! notifications out. Handlers are called by the caller afterwards, so the store always
 //! reflects at least what a handler is told.
 
+use kctrl_client::ObjectMetaAccess;
 use std::sync::Arc;
 
 use k8s_openapi::Metadata;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::delta::{DeletedObject, Delta};
 use crate::fifo::{DEFAULT_BATCH_SIZE, Fifo};
@@ -20,7 +20,7 @@ use crate::store::Store;
 /// queue is closed and drained.
 pub(crate) async fn process_loop<K>(fifo: &Fifo<K>, mut process: impl FnMut(Vec<Delta<K>>, bool))
 where
-    K: Metadata<Ty = ObjectMeta>,
+    K: Metadata<Ty: ObjectMetaAccess>,
 {
     while fifo
         .pop_batch(DEFAULT_BATCH_SIZE, &mut process)
@@ -46,7 +46,7 @@ pub(crate) fn apply<K>(
     is_in_initial_list: bool,
 ) -> Vec<Notification<K>>
 where
-    K: Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+    K: Metadata<Ty: ObjectMetaAccess> + Send + Sync + 'static,
 {
     let mut out = Vec::with_capacity(deltas.len());
     let add_or_update = |old: Option<Arc<K>>, new: Arc<K>| match old {
@@ -103,11 +103,11 @@ where
 /// whose resync period is due (client-go's `sharedIndexInformer.OnUpdate`).
 pub(crate) fn is_resync<K>(n: &Notification<K>) -> bool
 where
-    K: Metadata<Ty = ObjectMeta>,
+    K: Metadata<Ty: ObjectMetaAccess>,
 {
     match n {
         Notification::Update { old, new } => {
-            old.metadata().resource_version == new.metadata().resource_version
+            old.metadata().resource_version() == new.metadata().resource_version()
         }
         _ => false,
     }
@@ -116,6 +116,7 @@ where
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use std::collections::BTreeMap;
 
     use super::*;

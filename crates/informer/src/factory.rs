@@ -6,13 +6,13 @@
 //! many controllers use it. Informers are keyed by Rust type ([`TypeId`]), the way
 //! client-go keys them by Go type.
 
+use kctrl_client::ObjectMetaAccess;
 use std::any::{Any, TypeId};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures::future::{BoxFuture, join_all};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{ListableResource, Metadata, Resource};
 use kctrl_client::protobuf::{Decoder, FromProtobuf};
 use kctrl_client::{Api, Client, DynamicObject, ListParams, PartialObjectMetadata, ResourceRef};
@@ -37,7 +37,7 @@ trait Managed: HasSynced {
 
 impl<K> Managed for SharedInformer<K>
 where
-    K: ListableResource + Metadata<Ty = ObjectMeta> + Clone + Send + Sync + 'static,
+    K: ListableResource + Metadata<Ty: ObjectMetaAccess> + Clone + Send + Sync + 'static,
 {
     fn start(&self, cancel: CancellationToken) -> JoinHandle<()> {
         SharedInformer::start(self, cancel)
@@ -377,7 +377,7 @@ impl SharedInformerFactory {
     where
         K: Resource
             + ListableResource
-            + Metadata<Ty = ObjectMeta>
+            + Metadata<Ty: ObjectMetaAccess>
             + DeserializeOwned
             + Clone
             + Send
@@ -412,7 +412,7 @@ impl SharedInformerFactory {
     where
         K: Resource
             + ListableResource
-            + Metadata<Ty = ObjectMeta>
+            + Metadata<Ty: ObjectMetaAccess>
             + DeserializeOwned
             + Clone
             + Send
@@ -434,7 +434,7 @@ impl SharedInformerFactory {
     where
         K: Resource
             + ListableResource
-            + Metadata<Ty = ObjectMeta>
+            + Metadata<Ty: ObjectMetaAccess>
             + DeserializeOwned
             + Clone
             + Send
@@ -486,7 +486,7 @@ impl SharedInformerFactory {
     where
         K: Resource
             + ListableResource
-            + Metadata<Ty = ObjectMeta>
+            + Metadata<Ty: ObjectMetaAccess>
             + DeserializeOwned
             + Clone
             + Send

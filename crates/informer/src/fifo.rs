@@ -10,11 +10,11 @@
 //! [`Fifo::synced`]): a delta counts as processed only once the consumer's callback
 //! returned, so a cache is never reported synced while it is still being filled.
 
+use kctrl_client::ObjectMetaAccess;
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use k8s_openapi::Metadata;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio::sync::{Notify, watch};
 
 use crate::delta::{Delta, ReflectorStore};
@@ -289,7 +289,7 @@ impl<K> Fifo<K> {
 
 impl<K> Fifo<K>
 where
-    K: Metadata<Ty = ObjectMeta>,
+    K: Metadata<Ty: ObjectMetaAccess>,
 {
     /// Waits for deltas and calls `process(batch, is_in_initial_list)` with up to `max`
     /// consecutive ones (client-go's `PopBatch`, for applying them to a store in one
@@ -321,7 +321,7 @@ where
 }
 
 /// How many deltas from the front of a non-empty queue form the next batch.
-fn batch_len<K: Metadata<Ty = ObjectMeta>>(st: &State<K>, max: usize) -> usize {
+fn batch_len<K: Metadata<Ty: ObjectMetaAccess>>(st: &State<K>, max: usize) -> usize {
     let mut limit = max.max(1).min(st.items.len());
     if st.initial_population_count > 0 {
         limit = limit.min(st.initial_population_count);
@@ -337,8 +337,8 @@ fn batch_len<K: Metadata<Ty = ObjectMeta>>(st: &State<K>, max: usize) -> usize {
         };
         let meta = obj.metadata();
         let id = (
-            meta.namespace.as_deref().unwrap_or_default(),
-            meta.name.as_deref().unwrap_or_default(),
+            meta.namespace().unwrap_or_default(),
+            meta.name().unwrap_or_default(),
         );
         if !seen.insert(id) {
             return i; // a second delta for one object ends the batch (i ≥ 1 here)

@@ -4,18 +4,15 @@
 //! `MetaNamespaceKeyFunc`); [`split_key`] is the inverse.
 
 use k8s_openapi::Metadata;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kctrl_client::ObjectMetaAccess;
 
 /// The key of an object in a store (client-go's `MetaNamespaceKeyFunc`).
 pub type ObjectKey = String;
 
 /// `namespace/name`, or `name` when the object has no namespace.
-pub fn key_of<K: Metadata<Ty = ObjectMeta>>(obj: &K) -> ObjectKey {
+pub fn key_of<K: Metadata<Ty: ObjectMetaAccess>>(obj: &K) -> ObjectKey {
     let meta = obj.metadata();
-    key_for(
-        meta.namespace.as_deref(),
-        meta.name.as_deref().unwrap_or_default(),
-    )
+    key_for(meta.namespace(), meta.name().unwrap_or_default())
 }
 
 /// The key of the object `name` in `namespace` (`None` or `""` for cluster-scoped).
@@ -52,6 +49,7 @@ pub fn split_key(key: &str) -> Result<(Option<&str>, &str), KeyError> {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn cm(ns: Option<&str>, name: &str) -> ConfigMap {
         ConfigMap {

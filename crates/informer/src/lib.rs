@@ -88,7 +88,14 @@
 //!   Deployment controller caches its Pods this way.
 //! * **Metadata only**: [`SharedInformerFactory::metadata_informer::<K>()`](SharedInformerFactory::metadata_informer)
 //!   caches [`kctrl_client::PartialObjectMetadata<K>`]; the API server sends nothing but
-//!   `metadata` (client-go's `metadatainformer`).
+//!   `metadata` (client-go's `metadatainformer`), kept whole in a
+//!   [`kctrl_client::CompactObjectMeta`]: labels and annotations in sorted slices,
+//!   `managedFields` as the JSON text the server sent, and the strings that objects share
+//!   (the field sets of one ReplicaSet's Pods, say) held once.
+//!
+//! The machinery reads metadata through [`kctrl_client::ObjectMetaAccess`] (name, namespace,
+//! resourceVersion, labels), which k8s-openapi's `ObjectMeta` and `CompactObjectMeta` both
+//! implement, so a cached type may carry either.
 //!
 //! Both are read-only (they do not implement `Serialize`), so a view can never be written back
 //! over the object it came from.
@@ -146,6 +153,7 @@
 //! | `Lister().Pods(ns).Get(name)`                        | [`Lister::get`]`(ns, name)` or [`Lister::namespaced`]`(ns).get(name)` |
 //! | `Lister().List(selector)`                            | [`Lister::list`]                                     |
 //! | `MetaNamespaceKeyFunc` / `SplitMetaNamespaceKey`     | [`key_of`] / [`split_key`]                           |
+//! | `meta.Accessor(obj)` / `metav1.Object` (what caches read) | [`kctrl_client::ObjectMetaAccess`]              |
 //! | `NewListWatchFromClient` / `NewFilteredListWatchFromClient` | [`ListWatch::new`] (+ `labels`, `fields`, `tweak`) |
 //! | `NewReflectorWithOptions` / `RealFIFO`               | [`Reflector::new`] / [`Fifo`]                        |
 //! | `metadatainformer.NewSharedInformerFactory(…).ForResource(gvr)` | [`SharedInformerFactory::metadata_informer::<K>()`](SharedInformerFactory::metadata_informer) |

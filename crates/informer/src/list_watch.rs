@@ -1,13 +1,13 @@
 //! The [`ListerWatcher`] seam: how a reflector lists and watches one resource, and
 //! [`ListWatch`], its implementation over a [`kctrl_client::Api`].
 
+use kctrl_client::ObjectMetaAccess;
 use std::fmt;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{ListableResource, Metadata};
 use kctrl_client::{Api, Error, ListParams, WatchEvent, WatchParams};
 use serde::de::DeserializeOwned;
@@ -150,7 +150,7 @@ impl<K> ListWatch<K> {
 
 impl<K> ListerWatcher<K> for ListWatch<K>
 where
-    K: ListableResource + Metadata<Ty = ObjectMeta> + DeserializeOwned + Send + Sync + 'static,
+    K: ListableResource + Metadata<Ty: ObjectMetaAccess> + DeserializeOwned + Send + Sync + 'static,
     K::Scope: 'static,
 {
     fn list(&self, params: &ListParams) -> BoxFuture<'_, Result<k8s_openapi::List<K>, Error>> {

@@ -4,10 +4,10 @@
 //! [`namespaced`](Lister::namespaced) view does the same within one namespace, using the
 //! store's namespace index. Results are the cached `Arc`s: never modify them in place.
 
+use kctrl_client::ObjectMetaAccess;
 use std::sync::Arc;
 
 use k8s_openapi::Metadata;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kctrl_client::labels::Selector;
 
 use crate::store::{NAMESPACE_INDEX, Store};
@@ -17,7 +17,7 @@ use crate::store::{NAMESPACE_INDEX, Store};
 /// [`Selector::everything`].
 pub fn list_all<K>(store: &Store<K>, selector: &Selector) -> Vec<Arc<K>>
 where
-    K: Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+    K: Metadata<Ty: ObjectMetaAccess> + Send + Sync + 'static,
 {
     if selector.is_nothing() {
         return Vec::new();
@@ -34,7 +34,7 @@ pub fn list_all_by_namespace<K>(
     selector: &Selector,
 ) -> Vec<Arc<K>>
 where
-    K: Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+    K: Metadata<Ty: ObjectMetaAccess> + Send + Sync + 'static,
 {
     if selector.is_nothing() {
         return Vec::new();
@@ -47,7 +47,7 @@ where
         Err(_) => {
             tracing::debug!("no namespace index, listing {namespace} by a full scan");
             let mut objects = store.list();
-            objects.retain(|o| o.metadata().namespace.as_deref() == Some(namespace));
+            objects.retain(|o| o.metadata().namespace() == Some(namespace));
             filter_labels(objects, selector)
         }
     }
@@ -55,10 +55,10 @@ where
 
 fn filter_labels<K>(mut objects: Vec<Arc<K>>, selector: &Selector) -> Vec<Arc<K>>
 where
-    K: Metadata<Ty = ObjectMeta>,
+    K: Metadata<Ty: ObjectMetaAccess>,
 {
     if !selector.is_everything() {
-        objects.retain(|o| selector.matches_opt(o.metadata().labels.as_ref()));
+        objects.retain(|o| selector.matches_meta(o.metadata()));
     }
     objects
 }
@@ -84,7 +84,7 @@ impl<K> std::fmt::Debug for Lister<K> {
 
 impl<K> Lister<K>
 where
-    K: Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+    K: Metadata<Ty: ObjectMetaAccess> + Send + Sync + 'static,
 {
     /// A lister over `store`.
     pub fn new(store: Store<K>) -> Self {
@@ -141,7 +141,7 @@ impl<K> std::fmt::Debug for NamespacedLister<K> {
 
 impl<K> NamespacedLister<K>
 where
-    K: Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+    K: Metadata<Ty: ObjectMetaAccess> + Send + Sync + 'static,
 {
     /// The namespace this view lists.
     pub fn namespace(&self) -> &str {

@@ -10,11 +10,11 @@
 //! handler added while the informer runs takes the same lock to replay the cache to itself,
 //! so it sees every object exactly once: either in its replay or as a later event.
 
+use kctrl_client::ObjectMetaAccess;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{ListableResource, Metadata};
 use tokio::runtime::Handle;
 use tokio::sync::watch;
@@ -237,7 +237,7 @@ impl<K> std::fmt::Debug for SharedInformer<K> {
 
 impl<K> SharedInformer<K>
 where
-    K: ListableResource + Metadata<Ty = ObjectMeta> + Clone + Send + Sync + 'static,
+    K: ListableResource + Metadata<Ty: ObjectMetaAccess> + Clone + Send + Sync + 'static,
 {
     /// An informer over `lister_watcher`; nothing happens until [`run`](Self::run).
     pub fn new(lister_watcher: impl ListerWatcher<K>, options: SharedInformerOptions<K>) -> Self {
@@ -642,7 +642,7 @@ where
 
 impl<K> HasSynced for SharedInformer<K>
 where
-    K: ListableResource + Metadata<Ty = ObjectMeta> + Clone + Send + Sync + 'static,
+    K: ListableResource + Metadata<Ty: ObjectMetaAccess> + Clone + Send + Sync + 'static,
 {
     fn has_synced(&self) -> bool {
         SharedInformer::has_synced(self)

@@ -13,11 +13,11 @@
 //! `AtomicFIFO`): a replace or bookmark sets it; so does every write carrying an object
 //! (the object's own `metadata.resourceVersion`).
 
+use kctrl_client::ObjectMetaAccess;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use k8s_openapi::Metadata;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::delta::ReflectorStore;
 use crate::fifo::Transform;
@@ -43,13 +43,13 @@ pub enum StoreError {
 
 /// The index function of [`NAMESPACE_INDEX`]: an object's namespace, none if cluster-scoped
 /// (client-go's `MetaNamespaceIndexFunc`).
-pub fn namespace_index_fn<K: Metadata<Ty = ObjectMeta>>() -> IndexFn<K> {
+pub fn namespace_index_fn<K: Metadata<Ty: ObjectMetaAccess>>() -> IndexFn<K> {
     Arc::new(|o: &K| {
         o.metadata()
-            .namespace
-            .iter()
+            .namespace()
             .filter(|n| !n.is_empty())
-            .cloned()
+            .map(str::to_owned)
+            .into_iter()
             .collect()
     })
 }
@@ -102,20 +102,20 @@ impl<K> std::fmt::Debug for Store<K> {
 
 impl<K> Default for Store<K>
 where
-    K: Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+    K: Metadata<Ty: ObjectMetaAccess> + Send + Sync + 'static,
 {
     fn default() -> Self {
         Self::new()
     }
 }
 
-fn object_rv<K: Metadata<Ty = ObjectMeta>>(obj: &K) -> Option<&str> {
-    obj.metadata().resource_version.as_deref()
+fn object_rv<K: Metadata<Ty: ObjectMetaAccess>>(obj: &K) -> Option<&str> {
+    obj.metadata().resource_version()
 }
 
 impl<K> Inner<K>
 where
-    K: Metadata<Ty = ObjectMeta>,
+    K: Metadata<Ty: ObjectMetaAccess>,
 {
     /// Moves `key` from the index values of `old` to those of `new`, for every index.
     fn update_indices(&mut self, key: &Key, old: Option<&K>, new: Option<&K>) {
@@ -251,7 +251,7 @@ fn remove_from_index(index: &mut Index, key: &Key, values: Vec<String>) {
 
 impl<K> Store<K>
 where
-    K: Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+    K: Metadata<Ty: ObjectMetaAccess> + Send + Sync + 'static,
 {
     /// An empty store with the namespace index.
     pub fn new() -> Self {
@@ -533,7 +533,7 @@ impl<K> std::fmt::Debug for StoreTxn<'_, K> {
 
 impl<K> StoreTxn<'_, K>
 where
-    K: Metadata<Ty = ObjectMeta>,
+    K: Metadata<Ty: ObjectMetaAccess>,
 {
     /// The object with `key`.
     pub fn get(&self, key: &str) -> Option<&Arc<K>> {
@@ -585,7 +585,7 @@ where
 /// through, a list replaces, a bookmark records its resourceVersion, resync does nothing.
 impl<K> ReflectorStore<K> for Store<K>
 where
-    K: Metadata<Ty = ObjectMeta> + Clone + Send + Sync + 'static,
+    K: Metadata<Ty: ObjectMetaAccess> + Clone + Send + Sync + 'static,
 {
     fn add(&self, obj: Arc<K>) {
         self.insert(self.transform_shared(obj));

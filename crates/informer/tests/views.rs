@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     FieldsV1, ManagedFieldsEntry, ObjectMeta, OwnerReference,
 };
-use kctrl_client::{Api, DeleteParams, PartialObjectMetadata, PostParams};
+use kctrl_client::{Api, DeleteParams, ObjectMetaAccess, PartialObjectMetadata, PostParams};
 use kctrl_fake::FakeApi;
 use kctrl_informer::{
     DeletedObject, EventHandlerFns, ListWatch, SharedInformer, SharedInformerFactory,
@@ -48,14 +48,14 @@ impl Journal {
 
     fn handler<K>(&self) -> EventHandlerFns<K>
     where
-        K: k8s_openapi::Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+        K: k8s_openapi::Metadata<Ty: ObjectMetaAccess> + Send + Sync + 'static,
     {
-        fn line(tag: &str, m: &ObjectMeta) -> String {
+        fn line(tag: &str, m: &impl ObjectMetaAccess) -> String {
             format!(
                 "{tag} {}/{} {}",
-                m.namespace.as_deref().unwrap_or_default(),
-                m.name.as_deref().unwrap_or_default(),
-                m.resource_version.as_deref().unwrap_or_default()
+                m.namespace().unwrap_or_default(),
+                m.name().unwrap_or_default(),
+                m.resource_version().unwrap_or_default()
             )
         }
         let (a, u, d) = (self.0.clone(), self.0.clone(), self.0.clone());
@@ -237,9 +237,13 @@ async fn views_and_metadata_informers_see_what_the_full_informer_sees() {
         v1.metadata.owner_references.as_ref().unwrap()[0].name,
         "web-abc"
     );
+    // The metadata informer holds every field of the full object's metadata.
     let m1 = meta.store().get("ns/p1").unwrap();
-    assert_eq!(m1.metadata, full.store().get("ns/p1").unwrap().metadata);
-    assert!(m1.metadata.managed_fields.is_some());
+    assert_eq!(
+        m1.metadata.to_object_meta(),
+        full.store().get("ns/p1").unwrap().metadata
+    );
+    assert!(!m1.metadata.managed_fields().is_empty());
 
     cancel.cancel();
     for t in tasks {
@@ -262,7 +266,7 @@ async fn the_factory_serves_a_metadata_informer_beside_the_full_one() {
     assert!(synced.values().all(|s| *s));
     assert!(full.has_synced() && meta.has_synced());
     let a = lister.get("ns", "a").unwrap();
-    assert_eq!(a.metadata.labels.as_ref().unwrap()["app"], "web");
+    assert_eq!(a.metadata.labels().get("app"), Some("web"));
     // The metadata informer's requests asked for PartialObjectMetadata, the full one's did
     // not (list or streaming watch, whichever the reflector used).
     let asked: Vec<_> = fake

@@ -37,6 +37,7 @@ mod backoff;
 mod errors;
 mod pager;
 
+use kctrl_client::ObjectMetaAccess;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::pin::{Pin, pin};
@@ -45,7 +46,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{ListableResource, Metadata};
 use kctrl_client::{Error, ResourceVersionMatch, WatchEvent, WatchParams};
 use tokio::time::{Instant, Sleep, sleep_until};
@@ -223,7 +223,7 @@ macro_rules! log {
 
 impl<K> Reflector<K>
 where
-    K: ListableResource + Metadata<Ty = ObjectMeta> + Clone + Send + Sync + 'static,
+    K: ListableResource + Metadata<Ty: ObjectMetaAccess> + Clone + Send + Sync + 'static,
 {
     /// A reflector that fills `store` from `lister_watcher`. Nothing happens until
     /// [`run`](Reflector::run) (or [`list_and_watch`](Reflector::list_and_watch)).
@@ -334,7 +334,7 @@ where
 
 impl<K> Inner<K>
 where
-    K: ListableResource + Metadata<Ty = ObjectMeta> + Clone + Send + Sync + 'static,
+    K: ListableResource + Metadata<Ty: ObjectMetaAccess> + Clone + Send + Sync + 'static,
 {
     fn state(&self) -> MutexGuard<'_, RvState> {
         self.rv.lock().unwrap_or_else(|e| e.into_inner())
@@ -811,7 +811,7 @@ enum Sink<'a, K> {
     Initial(&'a mut BTreeMap<ObjectKey, Arc<K>>),
 }
 
-impl<K: Metadata<Ty = ObjectMeta> + 'static> Sink<'_, K> {
+impl<K: Metadata<Ty: ObjectMetaAccess> + 'static> Sink<'_, K> {
     fn add(&mut self, obj: Arc<K>) {
         match self {
             Sink::Store(s) => s.add(obj),
@@ -857,8 +857,11 @@ fn compact<K: Clone>(obj: K) -> K {
     obj.clone()
 }
 
-fn resource_version_of<K: Metadata<Ty = ObjectMeta>>(obj: &K) -> String {
-    obj.metadata().resource_version.clone().unwrap_or_default()
+fn resource_version_of<K: Metadata<Ty: ObjectMetaAccess>>(obj: &K) -> String {
+    obj.metadata()
+        .resource_version()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// The resync timer: fires every period (never when the period is zero). It keeps one timer

@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kctrl_client::{Api, Client, PartialObjectMetadata};
 use kctrl_config::Config;
 use kctrl_deployment::pod_view::PodView;
@@ -116,7 +115,7 @@ async fn peer(args: PeerArgs) -> Result<()> {
 async fn measure<K>(informer: SharedInformer<K>, args: &PeerArgs) -> Result<()>
 where
     K: k8s_openapi::ListableResource
-        + k8s_openapi::Metadata<Ty = ObjectMeta>
+        + k8s_openapi::Metadata<Ty: kctrl_client::ObjectMetaAccess>
         + Clone
         + Send
         + Sync

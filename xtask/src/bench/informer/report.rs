@@ -555,30 +555,36 @@ heap-counting allocator (dhat) and counting the live bytes requested, `Arc` incl
 const METADATA_ONLY: &str = r#"
 ## Metadata only: where the bytes go
 
-* **managedFields are most of it.** Kept as received, a Pod's `PartialObjectMetadata` costs
-  kctrl about 17 KB in the cache against client-go's 4.6 KB: the same 12.9 KB of
-  `FieldsV1` trees as for whole Pods (see *Where the bytes go*), and there is nothing else in
-  the object to amortise them. client-go keeps `FieldsV1` as raw bytes.
-* **Dropped, kctrl is below both peers.** With managedFields dropped the way
-  kube-controller-manager configures its metadata informers, one run on 10000 Pods
-  (2026-11-26, `--variants metadata,metadata-transform,view-protobuf --reps 1`, load 9–36 from
-  other clusters on the machine: times meaningless, bytes are not) gave 2310 B per object for
-  kctrl, 3029 B for client-go with the same transform and 4122 B for kube-rs (0.76× and
-  0.56×), and 0.50× client-go's metadatainformer as it comes (4589 B). The last is the
-  *metadata without managedFields* target row: 0.5× is met only by a hair in that run, and it
-  compares a trimmed cache with an untrimmed one, as the view's row does; the like-for-like
-  row is 0.76×.
-* **50000 Pods** (one run, 2026-11-26, quiet machine, `--pods 50000 --reps 1 --variants
-  none,view-protobuf,metadata-transform --no-doc`): the Pod view from protobuf costs 2251 B per
-  object against client-go's full informer's 11577 B (0.19×), syncs in 1184 ms against 2051 ms
-  (0.58×), and its peak RSS is its steady RSS within 1% (120.5 / 119.3 MiB); metadata without
-  managedFields 2224 B against 2406 B for client-go with the same transform (0.92×) and
-  2888 B for kube-rs (0.77×). Whole Pods: 30430 B against 11577 B (2.63×, the k8s-openapi floor
-  described above). client-go's untrimmed metadatainformer was not part of that run.
-* **What would go further.** The rest is k8s-openapi's `ObjectMeta` (about 350 B inline, a
-  `BTreeMap` node of 11 slots for three labels, one allocation per string) and the store's key
-  and namespace index. A user who needs less declares a view over just the fields it reads
-  (`resource_view!`), as the Deployment controller's `PodView` does.
+* **The compact form.** A metadata-only informer caches `PartialObjectMetadata<K>`, whose
+  metadata is a `kctrl_client::CompactObjectMeta`, not k8s-openapi's `ObjectMeta`: labels and
+  annotations are sorted slices of string pairs (a `BTreeMap`'s first node has room for 11
+  pairs, ~0.5 KB, even for one label); each managed-fields entry keeps `fieldsV1` as the JSON
+  text the server sent, as client-go keeps `FieldsV1.Raw` (as a `serde_json::Value` tree the
+  1.25 KB of this benchmark's field sets became 12.9 KB); and strings that objects share are
+  interned: namespaces, label and annotation pairs, owner references, managers, and the field
+  sets themselves, which are equal byte for byte across Pods made from one template (they
+  name fields, not values). Name, uid and resourceVersion stay each object's own. Every field
+  is kept: `to_object_meta()` gives back k8s-openapi's form, equal to a fresh GET of the object
+  (checked on the real apiserver in `informer_syncs_1000_pods`, tests/e2e/informer.rs).
+* **Measured** (2026-11-27, `--variants metadata --pods 10000 --reps 1 --no-doc`, while three
+  fuzzers ran at nice 19 on the machine: times not comparable, bytes are): 1051 B per object
+  for kctrl against 4569 B for client-go's metadatainformer (0.23×) and 17351 B for kube-rs's
+  metadata watcher; peak RSS 22.3 MiB against 68.0 and 175.7 MiB. Before the compact form
+  (k8s-openapi's `ObjectMeta`, `FieldsV1` trees): 17029 B, 3.73× client-go.
+* **What the sharing is worth.** This benchmark's Pods come from one template, as a
+  ReplicaSet's do, so they share their field sets. Objects whose field sets are all different
+  each keep their own text (1.25 KB here), which would put them near 2.3 KB per object, about
+  half of client-go's (an estimate from the sizes above, not a run).
+* **Dropped managedFields** (`metadata-transform`, the way kube-controller-manager configures
+  its metadata informers: skipped while decoding in kctrl, a transform in the peers): on
+  `ObjectMeta`, one run on 10000 Pods (2026-11-26) gave 2310 B per object for kctrl against
+  3029 B for client-go with the same transform (0.76×) and 4122 B for kube-rs; at 50000 Pods
+  2224 B against 2406 B (0.92×) and 2888 B.
+* **50000 Pods, the Pod view** (one run, 2026-11-26, quiet machine, `--pods 50000 --reps 1
+  --variants none,view-protobuf,metadata-transform --no-doc`): the Pod view from protobuf
+  costs 2251 B per object against client-go's full informer's 11577 B (0.19×), syncs in
+  1184 ms against 2051 ms (0.58×), and its peak RSS is its steady RSS within 1% (120.5 / 119.3
+  MiB). Whole Pods: 30430 B against 11577 B (2.63×, the k8s-openapi floor described above).
 "#;
 
 /// Whether protobuf beats JSON, for whole objects and for views, on the client and on the API
