@@ -54,3 +54,18 @@ pub(crate) fn nesting(json: &str) -> usize {
     }
     deepest
 }
+
+/// Whether serde_json refused a value for a reason a skipping reader does not check.
+pub(crate) fn skipped_unchecked(e: &serde_json::Error) -> bool {
+    let message = e.to_string();
+    [
+        // `\udfbc`, `\udbee` then no `\u`, `\ud800\u0041`: surrogate pairing, which a
+        // skipped string is not checked for.
+        "surrogate",
+        "unexpected end of hex escape",
+        "invalid unicode code point",
+        "number out of range",
+    ]
+    .iter()
+    .any(|class| message.contains(class))
+}

@@ -19,7 +19,7 @@ use kctrl_client::WatchEvent;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::json::{nesting, top_level_fields};
+use crate::json::{nesting, skipped_unchecked, top_level_fields};
 
 /// The property function.
 pub fn check(data: &[u8]) {
@@ -122,19 +122,4 @@ pub fn check(data: &[u8]) {
             }
         }
     }
-}
-
-/// Whether serde_json refused a value for a reason a skipping reader does not check.
-fn skipped_unchecked(e: &serde_json::Error) -> bool {
-    let message = e.to_string();
-    [
-        // `\udfbc`, `\udbee` then no `\u`, `\ud800\u0041`: surrogate pairing, which a
-        // skipped string is not checked for.
-        "surrogate",
-        "unexpected end of hex escape",
-        "invalid unicode code point",
-        "number out of range",
-    ]
-    .iter()
-    .any(|class| message.contains(class))
 }
