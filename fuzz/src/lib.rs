@@ -1,6 +1,7 @@
 //! Coverage-guided fuzz targets for the parsers that read bytes kctrl does not control: label
 //! selectors, int-or-percent values, the watch stream (framing and event decoding), API error
-//! `Status` bodies, kubeconfig YAML, exec credential plugin output and Go duration flags.
+//! `Status` bodies, kubeconfig YAML, exec credential plugin output, Go duration flags and the
+//! compact metadata of metadata-only informers.
 //!
 //! Each module holds one target's **property function**, `check(&[u8])`: it feeds the input to
 //! the code under test and panics when a property is violated (a panic inside the code under
@@ -20,6 +21,7 @@ pub mod int_or_percent;
 mod json;
 pub mod kubeconfig;
 pub mod label_selector;
+pub mod object_meta;
 pub mod status;
 pub mod watch_event;
 pub mod watch_framer;
@@ -68,6 +70,10 @@ pub const TARGETS: &[Target] = &[
     Target {
         name: "go_duration",
         check: go_duration::check,
+    },
+    Target {
+        name: "object_meta",
+        check: object_meta::check,
     },
 ];
 

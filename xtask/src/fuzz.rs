@@ -33,6 +33,7 @@ pub(crate) const TARGETS: &[&str] = &[
     "kubeconfig",
     "exec_credential",
     "go_duration",
+    "object_meta",
 ];
 
 /// cargo-fuzz's instrumentation, minus the sanitizer: 8-bit edge counters, the PC table

@@ -502,6 +502,9 @@ impl<'de> Deserialize<'de> for CompactOwnerReference {
 ///     ["f:labels"]["f:app"], serde_json::json!({}));
 /// ```
 ///
+/// A field given twice in one object is refused with serde's "duplicate field" error (the API
+/// server never sends one; k8s-openapi's decoder would keep the last).
+///
 /// An empty list or map and an absent one are the same here (both read as empty, and
 /// `to_object_meta` gives `None`), as they are to the API server.
 #[derive(Clone, Default, PartialEq, Eq)]
