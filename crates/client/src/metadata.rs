@@ -174,7 +174,7 @@ impl<'de, K> Deserialize<'de> for PartialObjectMetadata<K> {
             #[serde(default)]
             metadata: CompactObjectMeta,
         }
-        Wire::deserialize(deserializer).map(|w| Self::new(w.metadata))
+        crate::watch::from_object::<_, Wire>(deserializer).map(|w| Self::new(w.metadata))
     }
 }
 
@@ -306,6 +306,8 @@ mod tests {
             Some("a")
         );
         assert_eq!(list.items[0].metadata.labels().get("app"), Some("web"));
+        // An array is not an object, even one holding metadata.
+        assert!(serde_json::from_str::<PartialObjectMetadata<Pod>>(r#"[{"name":"a"}]"#).is_err());
         // A PodList is not a PartialObjectMetadataList: the server ignored the request.
         let wrong = r#"{"kind":"PodList","apiVersion":"v1","metadata":{},"items":[]}"#;
         assert!(serde_json::from_str::<List<PartialObjectMetadata<Pod>>>(wrong).is_err());

@@ -28,6 +28,8 @@ use serde::de::{self, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
+use crate::watch::from_object;
+
 /// What a cache reads from an object's metadata (the part of client-go's `metav1.Object`
 /// its stores, indexers and listers use).
 pub trait ObjectMetaAccess {
@@ -334,7 +336,7 @@ impl<'de> Deserialize<'de> for CompactManagedFieldsEntry {
             #[serde(default)]
             time: Option<Time>,
         }
-        let w = Wire::deserialize(d)?;
+        let w: Wire = from_object(d)?;
         Ok(Self {
             api_version: w.api_version,
             fields_type: w.fields_type,
@@ -448,7 +450,7 @@ impl<'de> Deserialize<'de> for CompactOwnerReference {
             #[serde(default)]
             block_owner_deletion: Option<bool>,
         }
-        let w = Wire::deserialize(d)?;
+        let w: Wire = from_object(d)?;
         let text = |i: Option<Interned>| i.unwrap_or_default().0;
         Ok(Self {
             api_version: text(w.api_version),
@@ -798,7 +800,7 @@ impl<'de> Deserialize<'de> for CompactObjectMeta {
             managed_fields: Box<[CompactManagedFieldsEntry]>,
             // Anything else (a field added after 1.36) is skipped while parsing.
         }
-        let w = Wire::deserialize(d)?;
+        let w: Wire = from_object(d)?;
         Ok(Self {
             name: w.name,
             namespace: w.namespace,
@@ -925,6 +927,12 @@ mod tests {
             r#"{"ownerReferences":[{"controller":"yes"}]}"#,
             r#"{"managedFields":{"manager":"m"}}"#,
             r#"{"creationTimestamp":"yesterday"}"#,
+            // An array where an object belongs: serde's derived structs would read it as
+            // the fields in order (found by fuzzing: `[]` decoded as empty metadata).
+            r#"[]"#,
+            r#"["web-1", "prod"]"#,
+            r#"{"ownerReferences":[["apps/v1","ReplicaSet","web","u"]]}"#,
+            r#"{"managedFields":[["v1","FieldsV1"]]}"#,
         ] {
             assert!(
                 serde_json::from_str::<CompactObjectMeta>(json).is_err(),

@@ -72,7 +72,9 @@ struct BookmarkMeta {
 /// its elements as the fields in declaration order (so `[["12"]]` would read as a bookmark
 /// at resourceVersion 12); Go's decoder refuses an array where an object belongs, and so does
 /// this.
-fn from_object<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<T, D::Error> {
+pub(crate) fn from_object<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<T, D::Error> {
     struct ObjectOnly<T>(PhantomData<T>);
     impl<'de, T: Deserialize<'de>> Visitor<'de> for ObjectOnly<T> {
         type Value = T;
