@@ -31,10 +31,14 @@ pub fn check(data: &[u8]) {
         (Err(_), Err(_)) => {}
     }
 
-    // The same bytes as an object's metadata in a PartialObjectMetadata answer.
+    // The same bytes as an object's metadata in a PartialObjectMetadata answer: only for one
+    // JSON value, as the wrapper would otherwise absorb what follows it (`{…},"x":1`).
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
+    if serde_json::from_str::<serde::de::IgnoredAny>(text).is_err() {
+        return;
+    }
     let wrapped = format!(
         r#"{{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{text}}}"#
     );
