@@ -566,20 +566,26 @@ const METADATA_ONLY: &str = r#"
   name fields, not values). Name, uid and resourceVersion stay each object's own. Every field
   is kept: `to_object_meta()` gives back k8s-openapi's form, equal to a fresh GET of the object
   (checked on the real apiserver in `informer_syncs_1000_pods`, tests/e2e/informer.rs).
-* **Measured** (2026-11-27, `--variants metadata --pods 10000 --reps 1 --no-doc`, while three
-  fuzzers ran at nice 19 on the machine: times not comparable, bytes are): 1051 B per object
-  for kctrl against 4569 B for client-go's metadatainformer (0.23×) and 17351 B for kube-rs's
-  metadata watcher; peak RSS 22.3 MiB against 68.0 and 175.7 MiB. Before the compact form
-  (k8s-openapi's `ObjectMeta`, `FieldsV1` trees): 17029 B, 3.73× client-go.
+* **Measured** (2026-11-27, the tables above: 3 runs of 10000 Pods, one exec-credential fuzzer
+  at nice 19 on the machine): 1026 B per object for kctrl against 4522 B for client-go's
+  metadatainformer (0.23×) and 17422 B for kube-rs's metadata watcher; synced in 398 ms
+  against 450 ms (0.88×) with 0.12 client CPU-seconds against 0.18. Before the compact form
+  (k8s-openapi's `ObjectMeta`, `FieldsV1` trees; the 2026-11-26 tables): 17029 B per object
+  (3.73×) and 614 ms against 289 ms to synced.
+* **50000 Pods** (one run, 2026-11-27, `--pods 50000 --variants metadata --reps 1 --no-doc`,
+  with a release link and a fuzzer on the machine: the times are not comparable): 933 B per
+  object against 4224 B for client-go's metadatainformer (0.22×) and 17130 B for kube-rs;
+  steady RSS 56.6 MiB against 225.6 and 826.9 MiB; 0.80 client CPU-seconds to synced against
+  1.19 and 2.57.
 * **What the sharing is worth.** This benchmark's Pods come from one template, as a
   ReplicaSet's do, so they share their field sets. Objects whose field sets are all different
   each keep their own text (1.25 KB here), which would put them near 2.3 KB per object, about
   half of client-go's (an estimate from the sizes above, not a run).
 * **Dropped managedFields** (`metadata-transform`, the way kube-controller-manager configures
-  its metadata informers: skipped while decoding in kctrl, a transform in the peers): on
-  `ObjectMeta`, one run on 10000 Pods (2026-11-26) gave 2310 B per object for kctrl against
-  3029 B for client-go with the same transform (0.76×) and 4122 B for kube-rs; at 50000 Pods
-  2224 B against 2406 B (0.92×) and 2888 B.
+  its metadata informers: skipped while decoding in kctrl, a transform in the peers): 994 B
+  per object against 2941 B for client-go with the same transform (0.34×) in the tables
+  above. On `ObjectMeta` (2026-11-26) it was 2310 B against 3029 B (0.76×) at 10000 Pods and
+  2224 B against 2406 B (0.92×) at 50000.
 * **50000 Pods, the Pod view** (one run, 2026-11-26, quiet machine, `--pods 50000 --reps 1
   --variants none,view-protobuf,metadata-transform --no-doc`): the Pod view from protobuf
   costs 2251 B per object against client-go's full informer's 11577 B (0.19×), syncs in
