@@ -272,13 +272,15 @@ impl CompactManagedFieldsEntry {
         self.time.as_ref()
     }
 
-    /// The entry as k8s-openapi holds it (`fieldsV1` parsed).
+    /// The entry as k8s-openapi holds it (`fieldsV1` parsed). A `fieldsV1` text that a
+    /// `serde_json::Value` cannot hold (a number beyond f64, a lone surrogate escape: valid
+    /// JSON text that Go's decoder and this type keep, but k8s-openapi's decoder refuses) reads
+    /// back as `null`.
     pub fn to_managed_fields_entry(&self) -> ManagedFieldsEntry {
         ManagedFieldsEntry {
             api_version: self.api_version().map(str::to_owned),
             fields_type: self.fields_type().map(str::to_owned),
             fields_v1: self.fields_v1_json().map(|text| {
-                // The text was read from the server's JSON as one value, so it parses.
                 FieldsV1(serde_json::from_str(text).unwrap_or(serde_json::Value::Null))
             }),
             manager: self.manager().map(str::to_owned),
@@ -903,6 +905,19 @@ mod tests {
         let entry: CompactObjectMeta =
             serde_json::from_str(r#"{"managedFields":[{"manager":"m","fieldsV1":null}]}"#).unwrap();
         assert_eq!(entry.managed_fields()[0].fields_v1_json(), None);
+    }
+
+    #[test]
+    fn field_sets_are_kept_as_text_even_where_a_value_tree_cannot_hold_them() {
+        // Valid JSON that serde_json's Value refuses (Go's decoder keeps it as raw bytes).
+        let json = r#"{"managedFields":[{"manager":"m","fieldsV1":{"f:x":1e400}}]}"#;
+        assert!(serde_json::from_str::<ObjectMeta>(json).is_err());
+        let compact: CompactObjectMeta = serde_json::from_str(json).unwrap();
+        let entry = &compact.managed_fields()[0];
+        assert_eq!(entry.fields_v1_json(), Some(r#"{"f:x":1e400}"#));
+        let back = entry.to_managed_fields_entry();
+        assert_eq!(back.fields_v1, Some(FieldsV1(serde_json::Value::Null)));
+        assert_eq!(back.manager.as_deref(), Some("m"));
     }
 
     #[test]
