@@ -132,6 +132,53 @@ fn opt_boxed<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<str>>, D::Err
     Ok(Option::<String>::deserialize(d)?.map(String::into_boxed_str))
 }
 
+/// An interned string, with JSON `null` as the empty string.
+fn interned_or_empty<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<str>, D::Error> {
+    Ok(Option::<Interned>::deserialize(d)?.unwrap_or_default().0)
+}
+
+/// The empty string, interned (a required string field that is missing).
+fn empty_interned() -> Arc<str> {
+    Interned::default().0
+}
+
+/// Any JSON value kept as its text, interned, with JSON `null` as absent.
+fn opt_raw_interned<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Arc<str>>, D::Error> {
+    Ok(Option::<Box<RawValue>>::deserialize(d)?.map(|raw| intern(raw.get())))
+}
+
+/// The field-by-field decoder serde derives for `T` (`#[serde(remote = "Self")]`, an inherent
+/// `T::deserialize`), as a `Deserialize` type. Each compact type's own `Deserialize` wraps it
+/// in [`from_object`], which admits only a JSON object: serde's derived decoder would also
+/// read an array as the fields in order.
+struct Derived<T>(T);
+
+/// Types whose derived decoder [`Derived`] calls.
+trait DerivedDecoder<'de>: Sized {
+    fn derived<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error>;
+}
+
+impl<'de, T: DerivedDecoder<'de>> Deserialize<'de> for Derived<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        T::derived(d).map(Derived)
+    }
+}
+
+macro_rules! derived_decoder {
+    ($($ty:ty),*) => {$(
+        impl<'de> DerivedDecoder<'de> for $ty {
+            fn derived<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                <$ty>::deserialize(d)
+            }
+        }
+    )*};
+}
+derived_decoder!(
+    CompactManagedFieldsEntry,
+    CompactOwnerReference,
+    CompactObjectMeta
+);
+
 // ---------------------------------------------------------------------------------------
 // String maps
 
@@ -225,14 +272,22 @@ impl<'de> Deserialize<'de> for StringMap {
 // Managed fields
 
 /// One `managedFields` entry, with `fieldsV1` kept as the JSON text the server sent.
-#[derive(Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(remote = "Self", rename_all = "camelCase")]
 pub struct CompactManagedFieldsEntry {
+    #[serde(default, deserialize_with = "opt_interned")]
     api_version: Option<Arc<str>>,
+    #[serde(default, deserialize_with = "opt_interned")]
     fields_type: Option<Arc<str>>,
+    #[serde(default, rename = "fieldsV1", deserialize_with = "opt_raw_interned")]
     fields_v1: Option<Arc<str>>,
+    #[serde(default, deserialize_with = "opt_interned")]
     manager: Option<Arc<str>>,
+    #[serde(default, deserialize_with = "opt_interned")]
     operation: Option<Arc<str>>,
+    #[serde(default, deserialize_with = "opt_interned")]
     subresource: Option<Arc<str>>,
+    #[serde(default)]
     time: Option<Time>,
 }
 
@@ -320,34 +375,7 @@ impl fmt::Debug for CompactManagedFieldsEntry {
 
 impl<'de> Deserialize<'de> for CompactManagedFieldsEntry {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Wire {
-            #[serde(default, deserialize_with = "opt_interned")]
-            api_version: Option<Arc<str>>,
-            #[serde(default, deserialize_with = "opt_interned")]
-            fields_type: Option<Arc<str>>,
-            #[serde(default, rename = "fieldsV1")]
-            fields_v1: Option<Box<RawValue>>,
-            #[serde(default, deserialize_with = "opt_interned")]
-            manager: Option<Arc<str>>,
-            #[serde(default, deserialize_with = "opt_interned")]
-            operation: Option<Arc<str>>,
-            #[serde(default, deserialize_with = "opt_interned")]
-            subresource: Option<Arc<str>>,
-            #[serde(default)]
-            time: Option<Time>,
-        }
-        let w: Wire = from_object(d)?;
-        Ok(Self {
-            api_version: w.api_version,
-            fields_type: w.fields_type,
-            fields_v1: w.fields_v1.map(|raw| intern(raw.get())),
-            manager: w.manager,
-            operation: w.operation,
-            subresource: w.subresource,
-            time: w.time,
-        })
+        from_object::<D, Derived<Self>>(d).map(|w| w.0)
     }
 }
 
@@ -355,13 +383,22 @@ impl<'de> Deserialize<'de> for CompactManagedFieldsEntry {
 // Owner references
 
 /// An `ownerReferences` entry, its strings interned (the Pods of one ReplicaSet share it).
-#[derive(Clone, PartialEq, Eq)]
+///
+/// A required field missing or `null` reads as empty, as k8s-openapi reads it.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(remote = "Self", rename_all = "camelCase")]
 pub struct CompactOwnerReference {
+    #[serde(default = "empty_interned", deserialize_with = "interned_or_empty")]
     api_version: Arc<str>,
+    #[serde(default = "empty_interned", deserialize_with = "interned_or_empty")]
     kind: Arc<str>,
+    #[serde(default = "empty_interned", deserialize_with = "interned_or_empty")]
     name: Arc<str>,
+    #[serde(default = "empty_interned", deserialize_with = "interned_or_empty")]
     uid: Arc<str>,
+    #[serde(default)]
     controller: Option<bool>,
+    #[serde(default)]
     block_owner_deletion: Option<bool>,
 }
 
@@ -435,33 +472,7 @@ impl fmt::Debug for CompactOwnerReference {
 
 impl<'de> Deserialize<'de> for CompactOwnerReference {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        // A required field missing or null reads as empty, as k8s-openapi reads it.
-        #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Wire {
-            #[serde(default)]
-            api_version: Option<Interned>,
-            #[serde(default)]
-            kind: Option<Interned>,
-            #[serde(default)]
-            name: Option<Interned>,
-            #[serde(default)]
-            uid: Option<Interned>,
-            #[serde(default)]
-            controller: Option<bool>,
-            #[serde(default)]
-            block_owner_deletion: Option<bool>,
-        }
-        let w: Wire = from_object(d)?;
-        let text = |i: Option<Interned>| i.unwrap_or_default().0;
-        Ok(Self {
-            api_version: text(w.api_version),
-            kind: text(w.kind),
-            name: text(w.name),
-            uid: text(w.uid),
-            controller: w.controller,
-            block_owner_deletion: w.block_owner_deletion,
-        })
+        from_object::<D, Derived<Self>>(d).map(|w| w.0)
     }
 }
 
@@ -511,23 +522,40 @@ impl<'de> Deserialize<'de> for CompactOwnerReference {
 ///
 /// An empty list or map and an absent one are the same here (both read as empty, and
 /// `to_object_meta` gives `None`), as they are to the API server.
-#[derive(Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(remote = "Self", rename_all = "camelCase")]
 pub struct CompactObjectMeta {
+    #[serde(default, deserialize_with = "opt_boxed")]
     name: Option<Box<str>>,
+    #[serde(default, deserialize_with = "opt_interned")]
     namespace: Option<Arc<str>>,
+    #[serde(default, deserialize_with = "opt_boxed")]
     uid: Option<Box<str>>,
+    #[serde(default, deserialize_with = "opt_boxed")]
     resource_version: Option<Box<str>>,
+    #[serde(default, deserialize_with = "opt_interned")]
     generate_name: Option<Arc<str>>,
+    #[serde(default, deserialize_with = "opt_boxed")]
     self_link: Option<Box<str>>,
+    #[serde(default)]
     generation: Option<i64>,
+    #[serde(default)]
     deletion_grace_period_seconds: Option<i64>,
+    #[serde(default)]
     creation_timestamp: Option<Time>,
+    #[serde(default)]
     deletion_timestamp: Option<Time>,
+    #[serde(default)]
     labels: StringMap,
+    #[serde(default)]
     annotations: StringMap,
+    #[serde(default, deserialize_with = "boxed_seq")]
     owner_references: Box<[CompactOwnerReference]>,
+    #[serde(default, deserialize_with = "boxed_interned_seq")]
     finalizers: Box<[Arc<str>]>,
+    #[serde(default, deserialize_with = "boxed_seq")]
     managed_fields: Box<[CompactManagedFieldsEntry]>,
+    // Anything else (a field added after 1.36) is skipped while parsing.
 }
 
 impl CompactObjectMeta {
@@ -767,59 +795,7 @@ fn boxed_interned_seq<'de, D: Deserializer<'de>>(d: D) -> Result<Box<[Arc<str>]>
 
 impl<'de> Deserialize<'de> for CompactObjectMeta {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Wire {
-            #[serde(default, deserialize_with = "opt_boxed")]
-            name: Option<Box<str>>,
-            #[serde(default, deserialize_with = "opt_interned")]
-            namespace: Option<Arc<str>>,
-            #[serde(default, deserialize_with = "opt_boxed")]
-            uid: Option<Box<str>>,
-            #[serde(default, deserialize_with = "opt_boxed")]
-            resource_version: Option<Box<str>>,
-            #[serde(default, deserialize_with = "opt_interned")]
-            generate_name: Option<Arc<str>>,
-            #[serde(default, deserialize_with = "opt_boxed")]
-            self_link: Option<Box<str>>,
-            #[serde(default)]
-            generation: Option<i64>,
-            #[serde(default)]
-            deletion_grace_period_seconds: Option<i64>,
-            #[serde(default)]
-            creation_timestamp: Option<Time>,
-            #[serde(default)]
-            deletion_timestamp: Option<Time>,
-            #[serde(default)]
-            labels: StringMap,
-            #[serde(default)]
-            annotations: StringMap,
-            #[serde(default, deserialize_with = "boxed_seq")]
-            owner_references: Box<[CompactOwnerReference]>,
-            #[serde(default, deserialize_with = "boxed_interned_seq")]
-            finalizers: Box<[Arc<str>]>,
-            #[serde(default, deserialize_with = "boxed_seq")]
-            managed_fields: Box<[CompactManagedFieldsEntry]>,
-            // Anything else (a field added after 1.36) is skipped while parsing.
-        }
-        let w: Wire = from_object(d)?;
-        Ok(Self {
-            name: w.name,
-            namespace: w.namespace,
-            uid: w.uid,
-            resource_version: w.resource_version,
-            generate_name: w.generate_name,
-            self_link: w.self_link,
-            generation: w.generation,
-            deletion_grace_period_seconds: w.deletion_grace_period_seconds,
-            creation_timestamp: w.creation_timestamp,
-            deletion_timestamp: w.deletion_timestamp,
-            labels: w.labels,
-            annotations: w.annotations,
-            owner_references: w.owner_references,
-            finalizers: w.finalizers,
-            managed_fields: w.managed_fields,
-        })
+        from_object::<D, Derived<Self>>(d).map(|w| w.0)
     }
 }
 
