@@ -369,7 +369,11 @@ where
         if self.trim_managed_fields {
             managed_fields::from_slice(body, level)
         } else {
-            serde_json::from_slice(body)
+            with_json_deserializer!(body, |de| {
+                let value = T::deserialize(&mut de)?;
+                de.end()?;
+                Ok(value)
+            })
         }
     }
 

@@ -66,13 +66,14 @@ pub(crate) fn from_slice<T: DeserializeOwned>(
     bytes: &[u8],
     level: Level,
 ) -> Result<T, serde_json::Error> {
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    let value = T::deserialize(Trim {
-        inner: &mut de,
-        level,
-    })?;
-    de.end()?;
-    Ok(value)
+    with_json_deserializer!(bytes, |de| {
+        let value = T::deserialize(Trim {
+            inner: &mut de,
+            level,
+        })?;
+        de.end()?;
+        Ok(value)
+    })
 }
 
 /// A seed that decodes its target at a level (used for a watch event's object).

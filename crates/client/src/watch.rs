@@ -304,14 +304,13 @@ impl<K: DeserializeOwned> WatchEvent<K> {
     /// (see [`Api::without_managed_fields`](crate::Api::without_managed_fields)).
     pub(crate) fn decode(frame: &[u8], trim: bool) -> Result<Self, Error> {
         let mut progress = Progress::Envelope;
-        let mut de = serde_json::Deserializer::from_slice(frame);
-        let decoded = de
+        let decoded = with_json_deserializer!(frame, |de| de
             .deserialize_map(FrameVisitor::<K> {
                 progress: &mut progress,
                 trim,
                 _object: PhantomData,
             })
-            .and_then(|event| de.end().map(|()| event));
+            .and_then(|event| de.end().map(|()| event)));
         decoded.map_err(|source| match progress {
             Progress::Envelope => Error::Decode {
                 what: "watch event".to_owned(),
@@ -333,6 +332,34 @@ impl<K: DeserializeOwned> WatchEvent<K> {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::Pod;
+
+    #[test]
+    fn bytes_that_are_not_utf8_decode_as_before() {
+        // Text is checked once and decoded as text; other bytes are decoded as bytes, where a
+        // skipped field's string is not checked (as Go's decoder accepts it) and a kept one is.
+        let event = |extra: &[u8], name: &[u8]| {
+            let mut frame = br#"{"type":"ADDED","object":{"metadata":{"name":""#.to_vec();
+            frame.extend_from_slice(name);
+            frame.extend_from_slice(br#""},"unknownField":""#);
+            frame.extend_from_slice(extra);
+            frame.extend_from_slice(br#""}}"#);
+            frame
+        };
+        for trim in [false, true] {
+            let text = WatchEvent::<Pod>::decode(&event(b"ok", b"a"), trim).unwrap();
+            let skipped_bad = WatchEvent::<Pod>::decode(&event(b"\xff\xfe", b"a"), trim).unwrap();
+            assert_eq!(text, skipped_bad);
+            let WatchEvent::Added(pod) = skipped_bad else {
+                panic!("{skipped_bad:?}")
+            };
+            assert_eq!(pod.metadata.name.as_deref(), Some("a"));
+            let err = WatchEvent::<Pod>::decode(&event(b"ok", b"\xff"), trim).unwrap_err();
+            assert!(
+                err.to_string().contains("invalid unicode code point"),
+                "{err}"
+            );
+        }
+    }
 
     #[test]
     fn decodes_each_event_type() {
