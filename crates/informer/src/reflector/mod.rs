@@ -21,7 +21,8 @@
 //! exactly its length, where decoding left the spare capacity of doubling growth) and moved
 //! into the `Arc` it will be cached in; from there on only pointers are collected, queued and
 //! stored. On the benchmark's Pods this is a fifth less heap per object, and the initial list
-//! never holds a second copy of its objects.
+//! never holds a second copy of its objects. [`ReflectorOptions::compact_objects`] turns the
+//! re-packing off where it does not pay (objects already built at their size).
 //!
 //! Which resourceVersion a request uses matters for the API server's load:
 //!
@@ -107,6 +108,14 @@ pub struct ReflectorOptions {
     /// How long internal errors (500) ending a watch are retried by re-watching before the
     /// reflector relists; zero relists at once (client-go's `MaxInternalErrorRetryDuration`).
     pub max_internal_error_retry_duration: Duration,
+    /// Re-pack every decoded object before caching it (a clone, which sizes each `Vec` to
+    /// its length; see the [module docs](self)). Default on. It pays for objects decoded
+    /// from JSON with lists in them (a fifth of a full Pod's heap); it does not for objects
+    /// built at their exact size (views decoded from protobuf) nor for few large ones, where
+    /// the copy costs more time than the bytes are worth: on the Deployment controller's
+    /// ReplicaSets and Deployments it saved about 300 of 7,500 bytes an object (4%) for 2.8%
+    /// of the controller's instructions (docs/benchmarks/controller.md).
+    pub compact_objects: bool,
 }
 
 impl Default for ReflectorOptions {
@@ -121,6 +130,7 @@ impl Default for ReflectorOptions {
             watch_error_handler: None,
             backoff: BackoffOptions::default(),
             max_internal_error_retry_duration: Duration::ZERO,
+            compact_objects: true,
         }
     }
 }
@@ -146,6 +156,7 @@ impl fmt::Debug for ReflectorOptions {
                 "max_internal_error_retry_duration",
                 &self.max_internal_error_retry_duration,
             )
+            .field("compact_objects", &self.compact_objects)
             .finish()
     }
 }
@@ -196,6 +207,7 @@ struct Inner<K> {
     watch_error_handler: Option<WatchErrorHandler>,
     backoff: Backoff,
     max_internal_error_retry_duration: Duration,
+    compact_objects: bool,
     transform: Option<Transform<K>>,
     rv: Mutex<RvState>,
 }
@@ -277,6 +289,7 @@ where
                 watch_error_handler: options.watch_error_handler,
                 backoff: Backoff::new(options.backoff),
                 max_internal_error_retry_duration: options.max_internal_error_retry_duration,
+                compact_objects: options.compact_objects,
                 transform,
                 rv: Mutex::new(RvState::default()),
             }),
@@ -341,13 +354,18 @@ where
     }
 
     /// Turns a freshly decoded object into what the store receives: transformed (if a
-    /// transform is set), re-packed without spare capacity, and moved into its final `Arc`.
+    /// transform is set), re-packed without spare capacity (unless the options say not to),
+    /// and moved into its final `Arc`.
     fn admit(&self, obj: K) -> Arc<K> {
         let obj = match &self.transform {
             Some(t) => t(obj),
             None => obj,
         };
-        Arc::new(compact(obj))
+        if self.compact_objects {
+            Arc::new(compact(obj))
+        } else {
+            Arc::new(obj)
+        }
     }
 
     fn set_last_sync(&self, rv: String) {
