@@ -62,7 +62,24 @@ impl Level {
 }
 
 /// Decodes `T` from JSON, skipping `managedFields` at the positions `level` names.
+///
+/// For a single object the member is first cut out of the text when [`cut_member`] can find
+/// it (see there); the wrapper still skips whatever the cut did not remove.
 pub(crate) fn from_slice<T: DeserializeOwned>(
+    bytes: &[u8],
+    level: Level,
+) -> Result<T, serde_json::Error> {
+    if level == Level::Object
+        && let Some(cut) = cut_member(bytes, &[b"metadata"], b"managedFields")
+        && let Ok(value) = trimmed_from_slice(&cut, level)
+    {
+        return Ok(value);
+    }
+    // No cut, or the cut text failed: decode the text as sent, so an error names its place.
+    trimmed_from_slice(bytes, level)
+}
+
+fn trimmed_from_slice<T: DeserializeOwned>(
     bytes: &[u8],
     level: Level,
 ) -> Result<T, serde_json::Error> {
@@ -74,6 +91,184 @@ pub(crate) fn from_slice<T: DeserializeOwned>(
         de.end()?;
         Ok(value)
     })
+}
+
+// ---------------------------------------------------------------------------------------
+// Cutting the member out of the text
+
+/// A copy of the JSON object `json` without the member `key` of the object found by following
+/// `path` (member names) from the top, with the comma that separated it; `None` when there is
+/// no such member or the text is not what the scan expects (then decode `json` as it is).
+///
+/// Why: skipping `managedFields` while decoding still parses every token of it (serde's
+/// `IgnoredAny` checks each string and number), and on a ReplicaSet or Deployment, whose field
+/// sets cover the whole template, that is a third of the object. This scan only looks for
+/// quotes, backslashes and brackets ([`memchr`] over strings), and the copy is one `memcpy`
+/// of what is kept. The profile in docs/benchmarks/controller.md has the figures.
+///
+/// The scan checks that brackets pair up and strings end, and that nothing outside strings is
+/// a byte JSON cannot hold there; it does not check the removed value's whole grammar (a
+/// stray comma inside a cut `managedFields` is not noticed). Keys are compared as sent: a key
+/// written with escapes is not recognised, and the caller's decoder then skips it as before.
+pub(crate) fn cut_member(json: &[u8], path: &[&[u8]], key: &[u8]) -> Option<Vec<u8>> {
+    let mut object = skip_ws(json, 0);
+    for step in path {
+        let (_, value) = find_member(json, object, step)?;
+        object = value;
+    }
+    let (start, value) = find_member(json, object, key)?;
+    let end = value_end(json, value)?;
+    // Take one separating comma with the member: the one before it, or else the one after.
+    let before = json[..start]
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())?;
+    let (from, to) = if json[before] == b',' {
+        (before, end)
+    } else {
+        let after = skip_ws(json, end);
+        match json.get(after) {
+            Some(b',') => (start, after + 1),
+            _ => (start, end),
+        }
+    };
+    let mut out = Vec::with_capacity(json.len() - (to - from));
+    out.extend_from_slice(&json[..from]);
+    out.extend_from_slice(&json[to..]);
+    Some(out)
+}
+
+fn skip_ws(json: &[u8], mut i: usize) -> usize {
+    while json.get(i).is_some_and(u8::is_ascii_whitespace) {
+        i += 1;
+    }
+    i
+}
+
+/// In the object starting at `i` (its `{`), the member named `name`: where its key's quote
+/// is, and where its value starts.
+fn find_member(json: &[u8], i: usize, name: &[u8]) -> Option<(usize, usize)> {
+    if json.get(i) != Some(&b'{') {
+        return None;
+    }
+    let mut i = skip_ws(json, i + 1);
+    if json.get(i) == Some(&b'}') {
+        return None;
+    }
+    loop {
+        if json.get(i) != Some(&b'"') {
+            return None;
+        }
+        let key_end = string_end(json, i)?;
+        let colon = skip_ws(json, key_end);
+        if json.get(colon) != Some(&b':') {
+            return None;
+        }
+        let value = skip_ws(json, colon + 1);
+        if &json[i + 1..key_end - 1] == name {
+            return Some((i, value));
+        }
+        i = skip_ws(json, value_end(json, value)?);
+        match json.get(i) {
+            Some(b',') => i = skip_ws(json, i + 1),
+            _ => return None,
+        }
+    }
+}
+
+/// The index just past the string whose opening quote is at `i`.
+fn string_end(json: &[u8], i: usize) -> Option<usize> {
+    let mut j = i + 1;
+    // Most strings here are short (field-set keys like `f:metadata`): byte by byte first,
+    // which costs less than starting a vectorized search for each.
+    let short = (j + 32).min(json.len());
+    while j < short {
+        match json[j] {
+            b'"' => return Some(j + 1),
+            b'\\' => j += 2, // a backslash and the byte it escapes
+            _ => j += 1,
+        }
+    }
+    loop {
+        j += memchr::memchr2(b'"', b'\\', json.get(j..)?)?;
+        if json[j] == b'"' {
+            return Some(j + 1);
+        }
+        j += 2;
+    }
+}
+
+/// Deepest nesting the scan follows; deeper values are left to the decoder.
+const MAX_DEPTH: usize = 64;
+
+/// What a byte outside strings is to [`value_end`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Class {
+    /// Not JSON outside a string.
+    Bad,
+    /// Whitespace, separators, and the bytes of numbers and literals.
+    Plain,
+    Quote,
+    Open,
+    Close,
+}
+
+const CLASSES: [Class; 256] = {
+    let mut t = [Class::Bad; 256];
+    let plain = b" \t\r\n,:0123456789-+.eEtrufalsn";
+    let mut k = 0;
+    while k < plain.len() {
+        t[plain[k] as usize] = Class::Plain;
+        k += 1;
+    }
+    t[b'"' as usize] = Class::Quote;
+    t[b'{' as usize] = Class::Open;
+    t[b'[' as usize] = Class::Open;
+    t[b'}' as usize] = Class::Close;
+    t[b']' as usize] = Class::Close;
+    t
+};
+
+/// The index just past the value starting at `i`.
+fn value_end(json: &[u8], mut i: usize) -> Option<usize> {
+    match CLASSES[*json.get(i)? as usize] {
+        Class::Quote => return string_end(json, i),
+        Class::Open => {}
+        Class::Close | Class::Bad => return None,
+        // A number or literal: up to the byte that ends it.
+        Class::Plain => {
+            let len = json[i..]
+                .iter()
+                .position(|b| matches!(b, b',' | b'}' | b']') || b.is_ascii_whitespace())
+                .unwrap_or(json.len() - i);
+            return (len > 0).then_some(i + len);
+        }
+    }
+    // The closing bracket each open container expects.
+    let mut open = [0u8; MAX_DEPTH];
+    let mut depth = 0;
+    loop {
+        let c = *json.get(i)?;
+        match CLASSES[c as usize] {
+            Class::Plain => i += 1,
+            Class::Quote => i = string_end(json, i)?,
+            Class::Open => {
+                *open.get_mut(depth)? = if c == b'{' { b'}' } else { b']' };
+                depth += 1;
+                i += 1;
+            }
+            Class::Close => {
+                if depth == 0 || open[depth - 1] != c {
+                    return None;
+                }
+                depth -= 1;
+                i += 1;
+                if depth == 0 {
+                    return Some(i);
+                }
+            }
+            Class::Bad => return None,
+        }
+    }
 }
 
 /// A seed that decodes its target at a level (used for a watch event's object).
@@ -462,6 +657,110 @@ mod tests {
             "skipped even when the view asks for it"
         );
         assert!(v.spec.is_some());
+    }
+
+    /// The reference for the cut: the document as a value, the member removed.
+    fn removed(json: &str, path: &[&str]) -> serde_json::Value {
+        let mut v: serde_json::Value = serde_json::from_str(json).unwrap();
+        let mut at = &mut v;
+        for step in path {
+            at = at.get_mut(*step).unwrap();
+        }
+        at.as_object_mut().unwrap().remove("managedFields").unwrap();
+        v
+    }
+
+    #[test]
+    fn the_cut_removes_the_member_and_one_comma_wherever_it_sits() {
+        let cases: &[(&str, &str)] = &[
+            // (document, expected text after the cut)
+            (
+                r#"{"metadata":{"managedFields":[{"a":1}],"name":"x"}}"#,
+                r#"{"metadata":{"name":"x"}}"#,
+            ),
+            (
+                r#"{"metadata":{"name":"x","managedFields":[{"a":1}]}}"#,
+                r#"{"metadata":{"name":"x"}}"#,
+            ),
+            (
+                r#"{"metadata":{"name":"x","managedFields":[],"uid":"u"}}"#,
+                r#"{"metadata":{"name":"x","uid":"u"}}"#,
+            ),
+            (
+                r#"{"metadata":{"managedFields":null}}"#,
+                r#"{"metadata":{}}"#,
+            ),
+            (
+                "{ \"metadata\" : { \"name\":\"x\" ,\n \"managedFields\" :\t[ ] } }",
+                // The whitespace around the cut stays.
+                "{ \"metadata\" : { \"name\":\"x\"  } }",
+            ),
+            // Members before metadata, with brackets and quotes inside strings.
+            (
+                r#"{"kind":"a}\"]","spec":{"x":[1,{"y":"]"}]},"metadata":{"managedFields":[{"f":"}"}],"n":-1.5e3}}"#,
+                r#"{"kind":"a}\"]","spec":{"x":[1,{"y":"]"}]},"metadata":{"n":-1.5e3}}"#,
+            ),
+        ];
+        for (doc, want) in cases {
+            let got = cut_member(doc.as_bytes(), &[b"metadata"], b"managedFields")
+                .unwrap_or_else(|| panic!("no cut in {doc}"));
+            assert_eq!(std::str::from_utf8(&got).unwrap(), *want, "{doc}");
+            let got: serde_json::Value = serde_json::from_slice(&got).unwrap();
+            assert_eq!(got, removed(doc, &["metadata"]), "{doc}");
+        }
+        // A watch event: the object's metadata.
+        let event = format!(r#"{{"type":"MODIFIED","object":{RS}}}"#);
+        let got = cut_member(
+            event.as_bytes(),
+            &[b"object", b"metadata"],
+            b"managedFields",
+        )
+        .unwrap();
+        let got: serde_json::Value = serde_json::from_slice(&got).unwrap();
+        assert_eq!(got, removed(&event, &["object", "metadata"]));
+    }
+
+    #[test]
+    fn no_cut_where_the_scan_is_not_sure() {
+        let none = |doc: &str| cut_member(doc.as_bytes(), &[b"metadata"], b"managedFields");
+        // Absent, elsewhere, or under a key written with escapes.
+        assert_eq!(none(r#"{"metadata":{"name":"x"}}"#), None);
+        assert_eq!(none(r#"{"spec":{"managedFields":[]}}"#), None);
+        assert_eq!(
+            none(r#"{"metadata":{"annotations":{"managedFields":"1"}}}"#),
+            None
+        );
+        assert_eq!(none(r#"{"metadata":{"managed\u0046ields":[]}}"#), None);
+        assert_eq!(none(r#"{"metadata":"managedFields"}"#), None);
+        // Not JSON the scan can follow: brackets that do not pair, a stray byte, a string
+        // that does not end, nesting deeper than it follows.
+        assert_eq!(none(r#"{"metadata":{"managedFields":[}}"#), None);
+        assert_eq!(none(r#"{"metadata":{"managedFields":[{]}}"#), None);
+        assert_eq!(none(r#"{"metadata":{"managedFields":[#]}}"#), None);
+        assert_eq!(none(r#"{"metadata":{"managedFields":["x]}}"#), None);
+        assert_eq!(none(r#"{"metadata":{"managedFields":"\"#), None);
+        assert_eq!(none(r#"{"metadata":{"x":1 "managedFields":[]}}"#), None);
+        let deep = format!(
+            r#"{{"metadata":{{"managedFields":{}{}}}}}"#,
+            "[".repeat(MAX_DEPTH + 1),
+            "]".repeat(MAX_DEPTH + 1)
+        );
+        assert_eq!(none(&deep), None);
+        assert_eq!(none(""), None);
+        assert_eq!(none("[]"), None);
+    }
+
+    #[test]
+    fn decoding_with_the_cut_equals_decoding_without_it() {
+        let with_cut: ReplicaSet = from_slice(RS.as_bytes(), Level::Object).unwrap();
+        let without: ReplicaSet = trimmed_from_slice(RS.as_bytes(), Level::Object).unwrap();
+        assert_eq!(with_cut, without);
+        // A cut text the decoder refuses falls back to the text as sent, whose error names
+        // its place in what the server sent.
+        let bad = r#"{"metadata":{"managedFields":[],"name":5}}"#;
+        let err = from_slice::<ReplicaSet>(bad.as_bytes(), Level::Object).unwrap_err();
+        let direct = trimmed_from_slice::<ReplicaSet>(bad.as_bytes(), Level::Object).unwrap_err();
+        assert_eq!(err.to_string(), direct.to_string());
     }
 
     #[test]
