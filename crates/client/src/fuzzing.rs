@@ -42,20 +42,3 @@ impl WatchFramer {
 pub fn error_from_response(status: StatusCode, headers: &HeaderMap, body: &[u8]) -> ApiError {
     crate::http::response::error_from_response(status, headers, body)
 }
-
-/// The cut [`WatchEvent`](crate::WatchEvent) decoding makes before skipping
-/// `object.metadata.managedFields`: the frame's text without that member, or `None` when the
-/// scan does not find it (`managed_fields.rs`, `cut_member`).
-pub fn cut_event_managed_fields(frame: &[u8]) -> Option<Vec<u8>> {
-    crate::managed_fields::cut_member(frame, &[b"object", b"metadata"], b"managedFields")
-}
-
-/// A watch event decoded without `managedFields`, as an informer of an
-/// [`Api::without_managed_fields`](crate::Api::without_managed_fields) decodes it; with
-/// `cut` false the text is decoded as sent (the member skipped while parsing), to compare.
-pub fn decode_event_without_managed_fields<K: serde::de::DeserializeOwned>(
-    frame: &[u8],
-    cut: bool,
-) -> Result<crate::WatchEvent<K>, crate::Error> {
-    crate::WatchEvent::decode_without_managed_fields(frame, cut)
-}

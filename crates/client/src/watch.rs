@@ -11,7 +11,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
 use crate::error::{ApiError, Error};
-use crate::managed_fields::{self, Level, TrimSeed};
+use crate::managed_fields::{Level, TrimSeed};
 
 /// The annotation on the bookmark that ends a streaming list's initial events.
 pub const INITIAL_EVENTS_END_ANNOTATION: &str = "k8s.io/initial-events-end";
@@ -303,29 +303,6 @@ impl<K: DeserializeOwned> WatchEvent<K> {
     /// Decodes one frame; with `trim`, the object's `metadata.managedFields` is skipped
     /// (see [`Api::without_managed_fields`](crate::Api::without_managed_fields)).
     pub(crate) fn decode(frame: &[u8], trim: bool) -> Result<Self, Error> {
-        if trim
-            && let Some(cut) =
-                managed_fields::cut_member(frame, &[b"object", b"metadata"], b"managedFields")
-            && let Ok(event) = Self::decode_text(&cut, true)
-        {
-            return Ok(event);
-        }
-        // No cut, or the cut text failed: decode the frame as sent, so an error names its
-        // place.
-        Self::decode_text(frame, trim)
-    }
-
-    /// For the fuzz targets: decoding without managedFields, with or without the cut.
-    #[cfg(feature = "fuzzing")]
-    pub(crate) fn decode_without_managed_fields(frame: &[u8], cut: bool) -> Result<Self, Error> {
-        if cut {
-            Self::decode(frame, true)
-        } else {
-            Self::decode_text(frame, true)
-        }
-    }
-
-    fn decode_text(frame: &[u8], trim: bool) -> Result<Self, Error> {
         let mut progress = Progress::Envelope;
         let decoded = with_json_deserializer!(frame, |de| de
             .deserialize_map(FrameVisitor::<K> {
