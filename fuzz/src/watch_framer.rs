@@ -13,10 +13,14 @@
 //! * each frame is one balanced JSON object or array, checked by an independent scanner,
 //!   and no frame is longer than the limit;
 //! * when serde_json reads the body as a sequence of objects and arrays that fit the limit,
-//!   the frames are exactly those values' texts.
+//!   the frames are exactly those values' texts;
+//! * a framer that cuts `object.metadata.managedFields` (for `Api::without_managed_fields`)
+//!   gives the same frames but for one contiguous range removed, whatever the chunks, and
+//!   where a frame decodes as a watch event without managedFields, its cut frame decodes to
+//!   the same event.
 
 use bytes::Bytes;
-use kctrl_client::fuzzing::WatchFramer;
+use kctrl_client::fuzzing::{WatchFramer, decode_event_without_managed_fields};
 use serde_json::value::RawValue;
 
 /// How a run of the framer ended.
@@ -27,8 +31,17 @@ struct Outcome {
     end: Result<usize, String>,
 }
 
-fn run(body: &[u8], max: usize, chunk_sizes: &mut dyn Iterator<Item = usize>) -> Outcome {
-    let mut framer = WatchFramer::new(max);
+fn run(
+    body: &[u8],
+    max: usize,
+    cut: bool,
+    chunk_sizes: &mut dyn Iterator<Item = usize>,
+) -> Outcome {
+    let mut framer = if cut {
+        WatchFramer::dropping_managed_fields(max)
+    } else {
+        WatchFramer::new(max)
+    };
     let mut frames = Vec::new();
     let mut rest = body;
     loop {
@@ -68,8 +81,8 @@ pub fn check(data: &[u8]) {
         4 * usize::from(*limit) + 1
     };
 
-    let whole = run(body, max, &mut std::iter::empty());
-    let bytewise = run(body, max, &mut std::iter::repeat(1));
+    let whole = run(body, max, false, &mut std::iter::empty());
+    let bytewise = run(body, max, false, &mut std::iter::repeat(1));
     assert_eq!(bytewise, whole, "one byte per chunk differs from one chunk");
     let mut state = u32::from(*seed) | 0x100;
     let mut random = std::iter::from_fn(|| {
@@ -80,10 +93,12 @@ pub fn check(data: &[u8]) {
         Some((state % 23) as usize)
     });
     assert_eq!(
-        run(body, max, &mut random),
+        run(body, max, false, &mut random),
         whole,
         "random chunks differ from one chunk"
     );
+
+    check_cut(body, max, *seed, &whole);
 
     // Reassemble the body from the frames.
     let mut pos = 0;
@@ -174,4 +189,47 @@ fn assert_balanced(frame: &[u8]) {
         }
     }
     assert_eq!(depth, 0, "frame {frame:?} is not closed");
+}
+
+/// The framer that cuts `object.metadata.managedFields`, against the plain one's `plain`.
+fn check_cut(body: &[u8], max: usize, seed: u8, plain: &Outcome) {
+    let whole = run(body, max, true, &mut std::iter::empty());
+    let bytewise = run(body, max, true, &mut std::iter::repeat(1));
+    assert_eq!(
+        bytewise, whole,
+        "cutting: one byte per chunk differs from one chunk"
+    );
+    let mut state = u32::from(seed) | 0x200;
+    let mut random = std::iter::from_fn(|| {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        Some((state % 29) as usize)
+    });
+    assert_eq!(
+        run(body, max, true, &mut random),
+        whole,
+        "cutting: random chunks differ from one chunk"
+    );
+    assert_eq!(whole.end, plain.end, "cutting changed how the stream ends");
+    assert_eq!(whole.frames.len(), plain.frames.len());
+    for (cut, frame) in whole.frames.iter().zip(&plain.frames) {
+        // One contiguous range removed, or nothing.
+        let head = cut
+            .iter()
+            .zip(frame.iter())
+            .take_while(|(a, b)| a == b)
+            .count();
+        assert!(
+            frame.ends_with(&cut[head..]),
+            "{cut:?} is not {frame:?} with one range removed"
+        );
+        if let Ok(event) = decode_event_without_managed_fields::<serde_json::Value>(frame) {
+            let from_cut = decode_event_without_managed_fields::<serde_json::Value>(cut)
+                .unwrap_or_else(|e| {
+                    panic!("the cut frame {cut:?} is refused ({e}) where {frame:?} decodes")
+                });
+            assert_eq!(from_cut, event, "{cut:?}");
+        }
+    }
 }

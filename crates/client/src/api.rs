@@ -285,6 +285,7 @@ where
             operation,
         );
         req.representation = self.representation;
+        req.drop_managed_fields = self.trim_managed_fields;
         if read && self.protobuf.is_some() {
             req.wire = WireFormat::Protobuf;
         }

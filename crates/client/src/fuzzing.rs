@@ -21,6 +21,12 @@ impl WatchFramer {
         Self(JsonFramer::new(max_frame_size))
     }
 
+    /// A framer that also cuts `object.metadata.managedFields` out of each frame, as the
+    /// HTTP backend's framer does for an `Api::without_managed_fields`.
+    pub fn dropping_managed_fields(max_frame_size: usize) -> Self {
+        Self(JsonFramer::new(max_frame_size).dropping_managed_fields(true))
+    }
+
     /// Appends a chunk of the body.
     pub fn push(&mut self, chunk: &[u8]) {
         self.0.push(chunk);
@@ -36,6 +42,14 @@ impl WatchFramer {
     pub fn pending(&self) -> usize {
         self.0.pending()
     }
+}
+
+/// A watch event decoded without `object.metadata.managedFields`, as an informer of an
+/// [`Api::without_managed_fields`](crate::Api::without_managed_fields) decodes it.
+pub fn decode_event_without_managed_fields<K: serde::de::DeserializeOwned>(
+    frame: &[u8],
+) -> Result<crate::WatchEvent<K>, crate::Error> {
+    crate::WatchEvent::decode(frame, true)
 }
 
 /// The error the HTTP backend builds for a non-2xx response with these headers and body.

@@ -27,6 +27,11 @@ pub struct ApiRequest {
     pub representation: Representation,
     /// The encoding the server is asked to answer in.
     pub wire: WireFormat,
+    /// The caller decodes the answer's objects without `metadata.managedFields`
+    /// ([`Api::without_managed_fields`](crate::Api::without_managed_fields)), so a backend
+    /// may drop them before decoding: the HTTP backend cuts them out of JSON watch events as
+    /// it frames them. Nothing else may differ.
+    pub drop_managed_fields: bool,
 }
 
 /// The encoding a client asks the server to answer in.
@@ -73,6 +78,7 @@ impl ApiRequest {
             operation,
             representation: Representation::Full,
             wire: WireFormat::Json,
+            drop_managed_fields: false,
         }
     }
 

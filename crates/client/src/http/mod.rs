@@ -249,6 +249,7 @@ impl HttpBackend {
         };
         let mut prepared = Prepared::new(method, url, body, kind);
         prepared.accept = crate::metadata::accept_header(req.representation, req.wire, req.verb());
+        prepared.drop_managed_fields = req.drop_managed_fields;
         Ok(prepared)
     }
 
@@ -522,6 +523,7 @@ impl HttpBackend {
                 let frames = watch_frames(
                     resp.bytes_stream(),
                     format,
+                    p.drop_managed_fields,
                     self.max_frame_size,
                     p.method.as_str(),
                     &p.url_str,
@@ -611,6 +613,8 @@ struct Prepared {
     kind: RequestKind,
     /// The `Accept` header: JSON, or JSON as `PartialObjectMetadata`.
     accept: &'static str,
+    /// Watch frames come out without `object.metadata.managedFields`.
+    drop_managed_fields: bool,
 }
 
 impl Prepared {
@@ -627,6 +631,7 @@ impl Prepared {
             body,
             kind,
             accept: JSON,
+            drop_managed_fields: false,
         }
     }
 
