@@ -13,6 +13,14 @@
 //! applies to each element of `items`. Everything else reaches the target type's own
 //! `Deserialize` unchanged, so it works for k8s-openapi types and user-defined views alike.
 //!
+//! Watches go one step further: the HTTP backend's watch framer, which scans every byte of
+//! an event anyway to find where it ends, also notes where the event's
+//! `object.metadata.managedFields` member lies and hands the decoder the event without it
+//! (see `http/framing.rs`). Skipping the member token by token while decoding was the
+//! largest single cost of the Deployment controller (8.5% of its instructions; two separate
+//! scans to find it first cost as much as they saved). The decoder still skips whatever the
+//! framer did not cut.
+//!
 //! Writing such an object back is safe: an update whose `metadata.managedFields` is absent
 //! leaves the server's record as it was (the server treats a missing list as "unchanged",
 //! only an explicit empty list resets it).

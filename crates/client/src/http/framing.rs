@@ -9,6 +9,12 @@
 //! is split, and a complete frame is handed out as a zero-copy [`Bytes`] slice. It checks
 //! only framing (balanced braces outside strings); the event decoder validates the JSON.
 //!
+//! For a watch whose objects are decoded without `managedFields`, the JSON framer also cuts
+//! `object.metadata.managedFields` out of each event as it scans it
+//! (`JsonFramer::dropping_managed_fields`). What is cut is not validated: a malformed value
+//! inside it goes unnoticed (the rest of the event is decoded as strictly as before), and a
+//! decoding error in such an event gives positions in the cut text.
+//!
 //! Frames are bounded ([`DEFAULT_MAX_FRAME_SIZE`], apimachinery's streaming decoder limit)
 //! so a broken or hostile server cannot make the client buffer without end.
 
