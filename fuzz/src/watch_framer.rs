@@ -70,6 +70,32 @@ fn run(
     }
 }
 
+/// `run` on one chunk, one byte per chunk and pseudo-random chunks (seeded by `seed`), which
+/// must agree; the one-chunk outcome.
+fn run_chunked(body: &[u8], max: usize, cut: bool, seed: u8) -> Outcome {
+    let what = if cut { "cutting: " } else { "" };
+    let whole = run(body, max, cut, &mut std::iter::empty());
+    let bytewise = run(body, max, cut, &mut std::iter::repeat(1));
+    assert_eq!(
+        bytewise, whole,
+        "{what}one byte per chunk differs from one chunk"
+    );
+    let mut state = u32::from(seed) | 0x100;
+    let mut random = std::iter::from_fn(|| {
+        // xorshift32: small chunks, now and then an empty one.
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        Some((state % 23) as usize)
+    });
+    assert_eq!(
+        run(body, max, cut, &mut random),
+        whole,
+        "{what}random chunks differ from one chunk"
+    );
+    whole
+}
+
 /// The property function.
 pub fn check(data: &[u8]) {
     let [limit, seed, body @ ..] = data else {
@@ -81,22 +107,7 @@ pub fn check(data: &[u8]) {
         4 * usize::from(*limit) + 1
     };
 
-    let whole = run(body, max, false, &mut std::iter::empty());
-    let bytewise = run(body, max, false, &mut std::iter::repeat(1));
-    assert_eq!(bytewise, whole, "one byte per chunk differs from one chunk");
-    let mut state = u32::from(*seed) | 0x100;
-    let mut random = std::iter::from_fn(|| {
-        // xorshift32: small chunks, now and then an empty one.
-        state ^= state << 13;
-        state ^= state >> 17;
-        state ^= state << 5;
-        Some((state % 23) as usize)
-    });
-    assert_eq!(
-        run(body, max, false, &mut random),
-        whole,
-        "random chunks differ from one chunk"
-    );
+    let whole = run_chunked(body, max, false, *seed);
 
     check_cut(body, max, *seed, &whole);
 
@@ -193,24 +204,7 @@ fn assert_balanced(frame: &[u8]) {
 
 /// The framer that cuts `object.metadata.managedFields`, against the plain one's `plain`.
 fn check_cut(body: &[u8], max: usize, seed: u8, plain: &Outcome) {
-    let whole = run(body, max, true, &mut std::iter::empty());
-    let bytewise = run(body, max, true, &mut std::iter::repeat(1));
-    assert_eq!(
-        bytewise, whole,
-        "cutting: one byte per chunk differs from one chunk"
-    );
-    let mut state = u32::from(seed) | 0x200;
-    let mut random = std::iter::from_fn(|| {
-        state ^= state << 13;
-        state ^= state >> 17;
-        state ^= state << 5;
-        Some((state % 29) as usize)
-    });
-    assert_eq!(
-        run(body, max, true, &mut random),
-        whole,
-        "cutting: random chunks differ from one chunk"
-    );
+    let whole = run_chunked(body, max, true, seed);
     assert_eq!(whole.end, plain.end, "cutting changed how the stream ends");
     assert_eq!(whole.frames.len(), plain.frames.len());
     for (cut, frame) in whole.frames.iter().zip(&plain.frames) {
