@@ -102,6 +102,9 @@ pub(crate) fn read_pid_file(path: &Path) -> Option<ProcRecord> {
     })
 }
 
+/// How often [`spawn_with_env`] retries an exec refused with ETXTBSY (10 ms apart).
+const EXEC_BUSY_TRIES: u32 = 200;
+
 /// Starts `binary args…` detached in a new process group, stdout and stderr appended to `log`,
 /// and writes `pid_file`. The returned [`Child`] lets the caller notice an early exit.
 pub(crate) fn spawn(
@@ -128,18 +131,33 @@ pub(crate) fn spawn_with_env(
         .append(true)
         .open(log)
         .with_context(|| format!("opening {}", log.display()))?;
-    let err = out.try_clone()?;
-    let child = Command::new(binary)
-        .args(args)
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(out))
-        .stderr(Stdio::from(err))
-        // Own process group: `down` signals the group, and a Ctrl-C in the terminal that ran
-        // `up` does not reach the components.
-        .process_group(0)
-        .spawn()
-        .with_context(|| format!("starting {}", binary.display()))?;
+    let mut tries = 0;
+    let child = loop {
+        let err = out.try_clone()?;
+        let spawned = Command::new(binary)
+            .args(args)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out.try_clone()?))
+            .stderr(Stdio::from(err))
+            // Own process group: `down` signals the group, and a Ctrl-C in the terminal that ran
+            // `up` does not reach the components.
+            .process_group(0)
+            .spawn();
+        match spawned {
+            // A file written just before (a build output, a test's script) can be held open for
+            // writing by a child that another thread of this process forked in that instant,
+            // until that child execs: exec then fails with ETXTBSY. It clears in microseconds.
+            Err(e)
+                if e.kind() == std::io::ErrorKind::ExecutableFileBusy
+                    && tries < EXEC_BUSY_TRIES =>
+            {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => break other.with_context(|| format!("starting {}", binary.display()))?,
+        }
+    };
     let pid = child.id();
     let start_time = stat(pid).map(|s| s.start_time).unwrap_or(0);
     let record = ProcRecord { pid, start_time };
@@ -287,6 +305,33 @@ mod tests {
         };
         assert!(!recycled.is_ours_and_running(&exe));
         assert!(!rec.is_ours_and_running(Path::new("/usr/bin/some-other-binary")));
+    }
+
+    /// Threads that each write a script and start it at once: without the ETXTBSY retry, a
+    /// few starts in a thousand fail on a 2-core machine ("Text file busy").
+    #[test]
+    fn scripts_written_and_started_from_many_threads_all_start() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("kctrl-busy-test-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        thread::scope(|s| {
+            for t in 0..6 {
+                let dir = &dir;
+                s.spawn(move || {
+                    for i in 0..150 {
+                        let script = dir.join(format!("s-{t}-{i}"));
+                        fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+                        fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+                        let log = dir.join(format!("s-{t}-{i}.log"));
+                        let pid = dir.join(format!("s-{t}-{i}.pid"));
+                        let (mut child, _) = spawn(&script, &[], &log, &pid)
+                            .unwrap_or_else(|e| panic!("start {t}/{i}: {e:#}"));
+                        assert!(child.wait().unwrap().success());
+                    }
+                });
+            }
+        });
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
