@@ -201,6 +201,8 @@ pub(super) struct PhaseRun {
     pub(super) p99: Option<f64>,
     /// Controller CPU-seconds (utime + stime) over the phase (phase e: since process start).
     pub(super) cpu: f64,
+    /// The kernel's part of `cpu` (stime): system calls, wake-ups, page faults.
+    pub(super) cpu_system: f64,
     /// VmHWM over the phase (reset at its start) or since process start (phase e).
     pub(super) peak_rss: u64,
     /// VmRSS at the end of the phase.
@@ -948,6 +950,10 @@ async fn run_round(
                 .then(|| parse::percentile(&completions, 99.0))
                 .flatten(),
             cpu: after.cpu.since(before.cpu).seconds(env.ticks_per_second),
+            cpu_system: after
+                .cpu
+                .since(before.cpu)
+                .system_seconds(env.ticks_per_second),
             peak_rss: memory.peak,
             steady_rss: memory.rss,
             client: match (&before.client, &after.client) {
@@ -1071,6 +1077,7 @@ async fn measure_at_rest(
                 p50: None,
                 p99: None,
                 cpu: cpu.seconds(env.ticks_per_second),
+                cpu_system: cpu.system_seconds(env.ticks_per_second),
                 peak_rss: memory.peak,
                 steady_rss: memory.rss,
                 client: client_requests,

@@ -19,6 +19,11 @@ impl CpuTicks {
         (self.user + self.system) as f64 / ticks_per_second.max(1) as f64
     }
 
+    /// System time alone in seconds, at `ticks_per_second`.
+    pub(crate) fn system_seconds(self, ticks_per_second: u64) -> f64 {
+        self.system as f64 / ticks_per_second.max(1) as f64
+    }
+
     /// Time spent since `earlier` (saturating: the counters never go back for one process).
     pub(crate) fn since(self, earlier: CpuTicks) -> CpuTicks {
         CpuTicks {

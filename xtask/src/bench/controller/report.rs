@@ -199,6 +199,12 @@ fn metrics(phase: Phase) -> Vec<Metric> {
         target: Some(0.5),
     });
     out.push(Metric {
+        name: "of which in the kernel (stime)",
+        get: |r| Some(r.cpu_system),
+        decimals: 2,
+        target: None,
+    });
+    out.push(Metric {
         name: "peak RSS (MiB)",
         get: |r| Some(r.peak_rss as f64 / MIB),
         decimals: 1,
@@ -584,6 +590,7 @@ mod tests {
             p50: Some(wall / 2.0),
             p99: Some(wall),
             cpu,
+            cpu_system: cpu / 4.0,
             peak_rss: 30 << 20,
             steady_rss: 20 << 20,
             client: [("PUT".to_string(), writes)].into(),
@@ -642,6 +649,10 @@ mod tests {
         let md = markdown(&runs, &settings(), &machine, &existing);
         assert!(
             md.contains("| CPU-seconds | 2.00 (1.00–3.00) | 4.00 | 0.50 | <= 0.5: met |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| of which in the kernel (stime) | 0.50 (0.25–0.75) | 1.00 | 0.50 |  |"),
             "{md}"
         );
         assert!(
