@@ -72,6 +72,7 @@ pub mod prometheus;
 pub mod protobuf;
 mod request;
 mod resource;
+mod resource_version;
 mod watch;
 
 pub use api::{Api, Client, DeleteOutcome};

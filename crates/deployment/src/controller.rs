@@ -586,13 +586,12 @@ impl DeploymentController {
         d: &mut Deployment,
     ) -> Result<(), kctrl_client::Error> {
         let namespace = d.metadata.namespace.clone().unwrap_or_default();
-        // Only the new resourceVersion of the answer is used.
-        let updated = self
+        // Only the new resourceVersion of the answer is used (and only it is read).
+        let version = self
             .deployments_api(&namespace)
-            .update_status_metadata(&PostParams::default(), d)
+            .update_status_version(&PostParams::default(), d)
             .await?;
-        let replaced =
-            std::mem::replace(&mut d.metadata.resource_version, updated.resource_version);
+        let replaced = d.metadata.resource_version.replace(version);
         self.note_own_write(d, replaced);
         Ok(())
     }

@@ -311,6 +311,18 @@ async fn status_subresource_semantics() {
     assert_eq!(stored.status.unwrap().replicas, Some(2));
     let err = api.update_status_metadata(&pp(), &s).await.unwrap_err();
     assert!(err.is_conflict(), "stale: {err}");
+
+    // And with the resourceVersion alone.
+    let current = api.get("web").await.unwrap();
+    let mut s = current.clone();
+    s.status.as_mut().unwrap().replicas = Some(3);
+    let version = api.update_status_version(&pp(), &s).await.unwrap();
+    let stored = api.get("web").await.unwrap();
+    assert_ne!(Some(&version), current.metadata.resource_version.as_ref());
+    assert_eq!(Some(&version), stored.metadata.resource_version.as_ref());
+    assert_eq!(stored.status.unwrap().replicas, Some(3));
+    let err = api.update_status_version(&pp(), &s).await.unwrap_err();
+    assert!(err.is_conflict(), "stale: {err}");
 }
 
 #[tokio::test]

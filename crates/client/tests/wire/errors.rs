@@ -82,6 +82,19 @@ async fn non_status_body_is_reported_with_the_code() {
 }
 
 #[tokio::test]
+async fn an_undecodable_success_body_names_the_request() {
+    let server =
+        TestServer::start([Reply::text(200, "{\"kind\": \"Pod\", \"metadata\": 7}")]).await;
+    let pods: Api<Pod> = Api::namespaced(client(unlimited(&server)), "ns");
+    let err = pods.get("p").await.unwrap_err();
+    assert!(matches!(err, Error::Decode { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains(r#"GET pods "p" in "ns" response"#),
+        "{err}"
+    );
+}
+
+#[tokio::test]
 async fn bare_404_is_not_found() {
     let server = TestServer::start([Reply::text(404, "404 page not found")]).await;
     let pods: Api<Pod> = Api::namespaced(client(unlimited(&server)), "ns");
