@@ -334,7 +334,7 @@ impl DeploymentController {
     ) {
         let namespace = d.metadata.namespace.as_deref().unwrap_or("");
         let name = d.metadata.name.as_deref().unwrap_or("");
-        let key = format!("{namespace}/{name}");
+        let key = kctrl_informer::key_for(Some(namespace), name);
         let now = tokio::time::Instant::now();
         match result {
             Ok(_) if create => self.rs_writes().created(&key, rs, now),
@@ -429,7 +429,7 @@ impl DeploymentController {
         name: &str,
     ) -> Result<SyncOutcome, SyncError> {
         debug!(namespace, name, "started syncing deployment");
-        let key = format!("{namespace}/{name}");
+        let key = kctrl_informer::key_for(Some(namespace), name);
         let Some(cached) = self.deployments.get_namespaced(namespace, name) else {
             debug!(namespace, name, "deployment has been deleted");
             self.own_writes

@@ -420,7 +420,7 @@ where
         if namespace.is_empty() {
             self.get(name)
         } else {
-            self.get(&format!("{namespace}/{name}"))
+            self.get(&crate::keys::join_key(namespace, name))
         }
     }
 
