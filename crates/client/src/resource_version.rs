@@ -18,7 +18,8 @@ const FOUND: &str = "kctrl: resourceVersion found";
 
 /// `metadata.resourceVersion` of the JSON object in `body`: `Ok(None)` when the object has
 /// no metadata or no resourceVersion, an error when the text up to it is not a JSON object
-/// or `resourceVersion` is not a string.
+/// or `resourceVersion` is not a string. Were a member repeated, the first would count (a
+/// full decoder keeps the last); the API server never repeats one.
 pub(crate) fn read(body: &[u8]) -> Result<Option<String>, serde_json::Error> {
     let mut found = None;
     let mut de = serde_json::Deserializer::from_slice(body);
