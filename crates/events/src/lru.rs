@@ -9,7 +9,9 @@ use std::collections::{BTreeMap, HashMap};
 #[derive(Debug)]
 pub(crate) struct Lru<V> {
     capacity: usize,
-    entries: HashMap<String, (V, u64)>,
+    /// foldhash (seeded per process) rather than std's slower SipHash: these keys are hashed
+    /// for every event recorded.
+    entries: HashMap<String, (V, u64), foldhash::fast::RandomState>,
     by_age: BTreeMap<u64, String>,
     tick: u64,
 }
@@ -19,7 +21,7 @@ impl<V> Lru<V> {
     pub(crate) fn new(capacity: usize) -> Self {
         Self {
             capacity: capacity.max(1),
-            entries: HashMap::new(),
+            entries: HashMap::default(),
             by_age: BTreeMap::new(),
             tick: 0,
         }

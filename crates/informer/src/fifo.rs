@@ -326,7 +326,10 @@ fn batch_len<K: Metadata<Ty: ObjectMetaAccess>>(st: &State<K>, max: usize) -> us
     if st.initial_population_count > 0 {
         limit = limit.min(st.initial_population_count);
     }
-    let mut seen: HashSet<(&str, &str)> = HashSet::with_capacity(limit);
+    // foldhash: std's SipHash is slower, and its resistance to chosen keys is not needed by
+    // a set that lives for one call.
+    let mut seen: HashSet<(&str, &str), foldhash::fast::RandomState> =
+        HashSet::with_capacity_and_hasher(limit, Default::default());
     for (i, delta) in st.items.iter().take(limit).enumerate() {
         let obj = match delta {
             Delta::Added(o) | Delta::Updated(o) | Delta::Deleted(o) => o,
