@@ -340,10 +340,20 @@ where
     /// Sends a request whose answer is one object (`Level::Object`) or a list of them
     /// (`Level::List`), decoded whole or without managedFields as this handle is set.
     async fn send<T: DeserializeOwned>(&self, req: ApiRequest, level: Level) -> Result<T, Error> {
+        self.send_with(req, |body| self.decode(body, level)).await
+    }
+
+    /// Sends a non-watch request and reads the answer with `decode`; a decode error names
+    /// the request.
+    async fn send_with<T>(
+        &self,
+        req: ApiRequest,
+        decode: impl FnOnce(&[u8]) -> serde_json::Result<T>,
+    ) -> Result<T, Error> {
         self.check_addressable()?;
         let what = Described::of(&req);
         let body = self.client.backend.call(req).await?;
-        self.decode(&body, level).map_err(|source| Error::Decode {
+        decode(&body).map_err(|source| Error::Decode {
             what: what.text(),
             source,
         })
@@ -568,20 +578,12 @@ where
     ) -> Result<String, Error> {
         use serde::de::Error as _;
         let req = self.update_request(Some("status"), params, obj)?;
-        self.check_addressable()?;
-        let what = Described::of(&req);
-        let body = self.client.backend.call(req).await?;
-        match resource_version::read(&body) {
-            Ok(Some(version)) => Ok(version),
-            Ok(None) => Err(Error::Decode {
-                what: what.text(),
-                source: serde_json::Error::custom("the answer has no metadata.resourceVersion"),
-            }),
-            Err(source) => Err(Error::Decode {
-                what: what.text(),
-                source,
-            }),
-        }
+        self.send_with(req, |body| {
+            resource_version::read(body)?.ok_or_else(|| {
+                serde_json::Error::custom("the answer has no metadata.resourceVersion")
+            })
+        })
+        .await
     }
 
     async fn update_subresource<T: DeserializeOwned>(

@@ -102,31 +102,13 @@ impl<'de> Visitor<'de> for Metadata<'_> {
 }
 
 /// A member name, as far as the walk cares.
-#[derive(PartialEq)]
+#[derive(PartialEq, serde::Deserialize)]
+#[serde(field_identifier, rename_all = "camelCase")]
 enum Key {
     Metadata,
     ResourceVersion,
+    #[serde(other)]
     Other,
-}
-
-impl<'de> de::Deserialize<'de> for Key {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct KeyVisitor;
-        impl Visitor<'_> for KeyVisitor {
-            type Value = Key;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a member name")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key, E> {
-                Ok(match v {
-                    "metadata" => Key::Metadata,
-                    "resourceVersion" => Key::ResourceVersion,
-                    _ => Key::Other,
-                })
-            }
-        }
-        d.deserialize_str(KeyVisitor)
-    }
 }
 
 #[cfg(test)]

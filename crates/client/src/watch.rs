@@ -202,30 +202,13 @@ impl<'de, K: DeserializeOwned> Visitor<'de> for FrameVisitor<'_, K> {
 }
 
 /// The envelope's field names.
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "lowercase")]
 enum Field {
     Type,
     Object,
+    #[serde(other)]
     Other,
-}
-
-impl<'de> Deserialize<'de> for Field {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct FieldVisitor;
-        impl Visitor<'_> for FieldVisitor {
-            type Value = Field;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a field name")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Field, E> {
-                Ok(match v {
-                    "type" => Field::Type,
-                    "object" => Field::Object,
-                    _ => Field::Other,
-                })
-            }
-        }
-        d.deserialize_identifier(FieldVisitor)
-    }
 }
 
 /// Decodes an event's object according to the event's type.
