@@ -393,7 +393,9 @@ struct ConfigMapMessage {
 }
 
 /// [`ConfigMapData`] from protobuf, counted.
-fn config_map_from_protobuf(message: &[u8]) -> Result<ConfigMapData, prost::DecodeError> {
+fn config_map_from_protobuf(
+    message: &[u8],
+) -> Result<ConfigMapData, kctrl_client::protobuf::ProtobufError> {
     use prost::Message as _;
     let cm = ConfigMapMessage::decode(message)?;
     CONFIG_MAPS_FROM_PROTOBUF.fetch_add(1, Ordering::Relaxed);
@@ -550,7 +552,9 @@ where
 static PODS_FROM_PROTOBUF: AtomicUsize = AtomicUsize::new(0);
 
 /// [`PodView::from_protobuf`], counted, so the test knows protobuf was really spoken.
-fn pod_view_from_protobuf(message: &[u8]) -> Result<PodView, prost::DecodeError> {
+fn pod_view_from_protobuf(
+    message: &[u8],
+) -> Result<PodView, kctrl_client::protobuf::ProtobufError> {
     PODS_FROM_PROTOBUF.fetch_add(1, Ordering::Relaxed);
     PodView::from_protobuf(message)
 }

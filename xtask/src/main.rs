@@ -11,6 +11,7 @@ mod demo;
 mod diff;
 mod e2e;
 mod fuzz;
+mod gen_protobuf;
 mod test;
 
 #[derive(Parser)]
@@ -41,6 +42,9 @@ enum Command {
     E2e(e2e::E2eArgs),
     /// Builds the fuzz targets in fuzz/ with libFuzzer and runs each for a while.
     Fuzz(fuzz::FuzzArgs),
+    /// Writes the protobuf decoders of whole Deployments and ReplicaSets from the Go types
+    /// of the targeted Kubernetes release and k8s-openapi's Rust types.
+    GenProtobuf(gen_protobuf::GenProtobufArgs),
     /// The whole test suite, as README.md and CI run it.
     Test(test::TestArgs),
 }
@@ -55,6 +59,7 @@ fn main() -> anyhow::Result<()> {
         Command::Diff(args) => diff::run(args),
         Command::E2e(args) => e2e::run(args),
         Command::Fuzz(args) => fuzz::run(args),
+        Command::GenProtobuf(args) => gen_protobuf::run(args),
         Command::Test(args) => test::run(args),
     }
 }

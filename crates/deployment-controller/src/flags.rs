@@ -46,9 +46,9 @@ pub(crate) struct Flags {
     #[arg(long, default_value_t = 30)]
     pub(crate) kube_api_burst: u32,
 
-    /// Content type of the API server's answers to the Pod informer:
-    /// application/vnd.kubernetes.protobuf (kube-controller-manager's default) or
-    /// application/json. Requests, and the answers for Deployments and ReplicaSets, are JSON.
+    /// Content type of the API server's answers to the informers (Pods, ReplicaSets,
+    /// Deployments): application/vnd.kubernetes.protobuf (kube-controller-manager's default)
+    /// or application/json. Requests, and the answers to writes, are JSON.
     #[arg(long, default_value = kctrl_client::protobuf::PROTOBUF,
           value_parser = [kctrl_client::protobuf::PROTOBUF, "application/json"])]
     pub(crate) kube_api_content_type: String,

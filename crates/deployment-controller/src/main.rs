@@ -256,8 +256,9 @@ fn informer_factory(
     // As kube-controller-manager's informers, ours cache objects without managedFields; here
     // they are skipped while decoding rather than dropped after. They are named as
     // kube-controller-manager names its informers, so their `informer_*` series carry the
-    // same labels. The Pod informer caches a view of each Pod, decoded from protobuf unless
-    // JSON was asked for.
+    // same labels. The Pod informer caches a view of each Pod; every informer reads protobuf
+    // unless JSON was asked for (whole ReplicaSets and Deployments through the decoders
+    // generated from upstream's types, which fill k8s-openapi's types as JSON would).
     // Objects are cached as decoded, not re-packed: Pod views from protobuf are built at
     // their size, and re-packing ReplicaSets and Deployments saved 4% of their bytes for 2.8%
     // of the controller's instructions (docs/benchmarks/controller.md).
@@ -269,7 +270,11 @@ fn informer_factory(
         })
         .metrics(metrics::INFORMER_NAME, metrics.informers.clone());
     if content_type == kctrl_client::protobuf::PROTOBUF {
-        factory.protobuf::<PodView>().build()
+        factory
+            .protobuf::<PodView>()
+            .protobuf::<ReplicaSet>()
+            .protobuf::<Deployment>()
+            .build()
     } else {
         factory.build()
     }

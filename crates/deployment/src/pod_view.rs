@@ -80,7 +80,7 @@ struct PodStatusMessage {
 }
 
 impl FromProtobuf for PodView {
-    fn from_protobuf(message: &[u8]) -> Result<Self, prost::DecodeError> {
+    fn from_protobuf(message: &[u8]) -> Result<Self, kctrl_client::protobuf::ProtobufError> {
         let pod = PodMessage::decode(message)?;
         Ok(PodView {
             metadata: pod.metadata.map(Into::into).unwrap_or_default(),

@@ -57,7 +57,7 @@
 //! }
 //!
 //! impl FromProtobuf for PodPhase {
-//!     fn from_protobuf(message: &[u8]) -> Result<Self, prost::DecodeError> {
+//!     fn from_protobuf(message: &[u8]) -> Result<Self, kctrl_client::protobuf::ProtobufError> {
 //!         let pod = PodMessage::decode(message)?;
 //!         Ok(PodPhase {
 //!             metadata: pod.metadata.unwrap_or_default().into(),
@@ -91,6 +91,9 @@ use prost::{DecodeError, Message};
 use crate::error::ApiError;
 use crate::watch::{Bookmark, WatchEvent};
 
+pub mod objects;
+mod wire;
+
 /// The media type of Kubernetes' protobuf encoding.
 pub const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 
@@ -104,7 +107,7 @@ pub const MAGIC: &[u8; 4] = b"k8s\0";
 /// the fields the type reads; see the [module docs](self) for an example.
 pub trait FromProtobuf: Sized {
     /// Decodes one object from its message.
-    fn from_protobuf(message: &[u8]) -> Result<Self, DecodeError>;
+    fn from_protobuf(message: &[u8]) -> Result<Self, ProtobufError>;
 }
 
 /// Why a protobuf answer could not be decoded.
@@ -120,13 +123,24 @@ pub enum ProtobufError {
     /// The envelope says the object is compressed or otherwise encoded.
     #[error("unsupported content encoding {0:?} of a protobuf object")]
     ContentEncoding(String),
+    /// A message of a whole object (one of the [`objects`] decoders) is malformed: `field` is
+    /// the number of the innermost field read when the fault was found.
+    #[error("malformed protobuf {message}: at field {field}: {reason}")]
+    Malformed {
+        /// The object's type.
+        message: &'static str,
+        /// The field number being read.
+        field: u32,
+        /// What was wrong.
+        reason: &'static str,
+    },
     /// A watch event's type is none of ADDED, MODIFIED, DELETED, BOOKMARK, ERROR.
     #[error("unknown watch event type {0:?}")]
     UnknownEventType(String),
 }
 
 /// How an [`Api`](crate::Api) decodes one object from protobuf: `K::from_protobuf`.
-pub type Decoder<K> = fn(&[u8]) -> Result<K, DecodeError>;
+pub type Decoder<K> = fn(&[u8]) -> Result<K, ProtobufError>;
 
 /// Whether a response body is protobuf (starts with [`MAGIC`]) rather than JSON.
 pub fn is_protobuf(body: &[u8]) -> bool {
@@ -461,7 +475,7 @@ pub fn from_enveloped<K: FromProtobuf>(body: &[u8]) -> Result<K, ProtobufError> 
 
 /// Decodes an enveloped object.
 pub(crate) fn decode_object<K>(body: &Bytes, decode: Decoder<K>) -> Result<K, ProtobufError> {
-    Ok(decode(&unwrap(body)?)?)
+    decode(&unwrap(body)?)
 }
 
 /// Decodes an enveloped list, each item with `decode`.
@@ -532,7 +546,7 @@ pub(crate) fn decode_watch_event<K>(
         source,
     };
     let message = unwrap(&raw).map_err(object_error)?;
-    let decoded = |m: &[u8]| decode(m).map_err(|e| object_error(e.into()));
+    let decoded = |m: &[u8]| decode(m).map_err(object_error);
     Ok(match kind.as_str() {
         "ADDED" => WatchEvent::Added(decoded(&message)?),
         "MODIFIED" => WatchEvent::Modified(decoded(&message)?),
@@ -579,7 +593,7 @@ mod tests {
         phase: Option<String>,
     }
 
-    fn phase(message: &[u8]) -> Result<Phase, DecodeError> {
+    fn phase(message: &[u8]) -> Result<Phase, ProtobufError> {
         let pod = PodMessage::decode(message)?;
         Ok(Phase {
             meta: pod.metadata.unwrap_or_default().into(),

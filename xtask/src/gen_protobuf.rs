@@ -1,0 +1,979 @@
+//! `cargo xtask gen-protobuf`: writes the protobuf decoders of whole Deployments and
+//! ReplicaSets (crates/client/src/protobuf/objects.rs).
+//!
+//! Two sources are paired field by field, by JSON name:
+//!
+//! * the Go types of the Kubernetes release we target (k8s.io/api and k8s.io/apimachinery
+//!   in the Go module cache): each field's protobuf number, whether it is a pointer, and
+//!   its JSON tag (`omitempty`, `,inline`), which together say how a value that protobuf
+//!   writes but JSON omits must be read;
+//! * k8s-openapi's Rust types of the same release (in Cargo's registry): each field's Rust
+//!   name and type, which say how the value is stored.
+//!
+//! The decoders fill k8s-openapi's types exactly as the JSON of the same object decodes
+//! into them, so a cache fed from protobuf holds the same values as one fed from JSON. The
+//! rules (see [`Field::assign`]): a pointer that protobuf sends is `Some`; a non-pointer
+//! scalar tagged `omitempty` is `None` when zero (JSON leaves it out); a non-pointer scalar
+//! without `omitempty` is `Some(zero)` even when absent (JSON always writes it); an empty
+//! list or map is `None`; a zero `metav1.Time` is `None` (JSON writes `null`).
+//!
+//! A Go field that k8s-openapi does not have is skipped (listed in the output's header); a
+//! Rust field that no Go field fills, or a type the generator does not know, stops it.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, anyhow, bail};
+
+/// The Kubernetes release of the Go types (the local control plane's).
+const KUBE_MODULE_VERSION: &str = "v0.36.5";
+/// k8s-openapi's module of the same release.
+const OPENAPI_VERSION_MODULE: &str = "v1_36";
+/// Where the decoders go, from the workspace root.
+const OUTPUT: &str = "crates/client/src/protobuf/objects.rs";
+/// The types decoded whole: (Go package, type), each gets a `FromProtobuf` impl.
+const ROOTS: &[(&str, &str)] = &[("apps/v1", "Deployment"), ("apps/v1", "ReplicaSet")];
+
+/// Command-line arguments.
+#[derive(clap::Args)]
+pub(crate) struct GenProtobufArgs {
+    /// Compare with the file in the tree instead of writing it; fail if they differ.
+    #[arg(long)]
+    check: bool,
+}
+
+pub(crate) fn run(args: GenProtobufArgs) -> Result<()> {
+    let root = workspace_root();
+    let text = generate()?;
+    let path = root.join(OUTPUT);
+    if args.check {
+        let old = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        if old != text {
+            bail!(
+                "{} is not what `cargo xtask gen-protobuf` writes from the current sources; run it",
+                path.display()
+            );
+        }
+        println!("{} is up to date", path.display());
+        return Ok(());
+    }
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask sits in the workspace")
+        .to_path_buf()
+}
+
+/// The generated file's text.
+fn generate() -> Result<String> {
+    let go = GoTypes::load()?;
+    let rust = RustTypes::load()?;
+    let text = Generator {
+        go,
+        rust,
+        done: BTreeSet::new(),
+        queue: VecDeque::new(),
+        skipped: Vec::new(),
+    }
+    .run()?;
+    rustfmt(&text)
+}
+
+/// `text` as `cargo fmt` would leave it.
+fn rustfmt(text: &str) -> Result<String> {
+    use std::io::Write as _;
+    let mut child = Command::new("rustfmt")
+        .args(["--edition", "2024", "--emit", "stdout"])
+        .current_dir(workspace_root())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .context("running rustfmt")?;
+    child
+        .stdin
+        .take()
+        .expect("piped")
+        .write_all(text.as_bytes())?;
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!(
+            "rustfmt refused the generated code:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+// ---------------------------------------------------------------------------------------
+// Go side
+
+/// A Go package of the types we read, by its path below the module.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct GoKey {
+    package: String,
+    name: String,
+}
+
+#[derive(Clone, Debug)]
+struct GoField {
+    /// The Go type as written (`*SecurityContext`, `[]Container`, `map[string]string`).
+    ty: String,
+    /// The package the type name is written in, for unqualified names.
+    package: String,
+    /// Import aliases of the file the field is declared in.
+    imports: BTreeMap<String, String>,
+    json: String,
+    omitempty: bool,
+    inline: bool,
+    number: u32,
+}
+
+impl GoField {
+    fn pointer(&self) -> bool {
+        self.ty.starts_with('*')
+    }
+
+    /// The struct the field's value is, or holds a list or pointer of.
+    fn element(&self) -> Result<GoKey> {
+        let base = self
+            .ty
+            .trim_start_matches('*')
+            .trim_start_matches("[]")
+            .trim_start_matches('*');
+        match base.split_once('.') {
+            Some((alias, name)) => {
+                let package = self
+                    .imports
+                    .get(alias)
+                    .ok_or_else(|| anyhow!("import alias {alias} of {} not known", self.ty))?;
+                Ok(GoKey {
+                    package: package.clone(),
+                    name: name.to_owned(),
+                })
+            }
+            None => Ok(GoKey {
+                package: self.package.clone(),
+                name: base.to_owned(),
+            }),
+        }
+    }
+}
+
+/// Module paths of the packages read, below the Go module cache.
+const GO_PACKAGES: &[(&str, &str)] = &[
+    ("apps/v1", "k8s.io/api@{v}/apps/v1"),
+    ("core/v1", "k8s.io/api@{v}/core/v1"),
+    ("meta/v1", "k8s.io/apimachinery@{v}/pkg/apis/meta/v1"),
+];
+
+struct GoTypes {
+    structs: BTreeMap<GoKey, Vec<GoField>>,
+}
+
+impl GoTypes {
+    fn load() -> Result<Self> {
+        let cache = go_mod_cache()?;
+        let mut structs = BTreeMap::new();
+        for (package, dir) in GO_PACKAGES {
+            let dir = cache.join(dir.replace("{v}", KUBE_MODULE_VERSION));
+            let mut files: Vec<_> = std::fs::read_dir(&dir)
+                .with_context(|| {
+                    format!(
+                        "reading {} (run `cargo xtask cluster build` to download the modules)",
+                        dir.display()
+                    )
+                })?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                    name.ends_with(".go")
+                        && !name.ends_with("_test.go")
+                        && !name.starts_with("zz_generated")
+                        && !name.ends_with(".pb.go")
+                })
+                .collect();
+            files.sort();
+            for file in files {
+                let text = std::fs::read_to_string(&file)?;
+                parse_go_file(package, &text, &mut structs);
+            }
+        }
+        Ok(Self { structs })
+    }
+}
+
+fn go_mod_cache() -> Result<PathBuf> {
+    let out = Command::new("go")
+        .args(["env", "GOMODCACHE"])
+        .output()
+        .context("running `go env GOMODCACHE`")?;
+    if !out.status.success() {
+        bail!("`go env GOMODCACHE` failed");
+    }
+    Ok(PathBuf::from(String::from_utf8(out.stdout)?.trim()))
+}
+
+/// Maps Go import paths to our package names.
+fn package_of_import(path: &str) -> Option<&'static str> {
+    match path {
+        "k8s.io/api/core/v1" => Some("core/v1"),
+        "k8s.io/api/apps/v1" => Some("apps/v1"),
+        "k8s.io/apimachinery/pkg/apis/meta/v1" => Some("meta/v1"),
+        "k8s.io/apimachinery/pkg/api/resource" => Some("resource"),
+        "k8s.io/apimachinery/pkg/util/intstr" => Some("intstr"),
+        "k8s.io/apimachinery/pkg/types" => Some("types"),
+        "k8s.io/apimachinery/pkg/runtime" => Some("runtime"),
+        _ => None,
+    }
+}
+
+fn parse_go_file(package: &str, text: &str, structs: &mut BTreeMap<GoKey, Vec<GoField>>) {
+    let mut imports = BTreeMap::new();
+    let mut lines = text.lines();
+    let mut in_imports = false;
+    while let Some(line) = lines.next() {
+        let t = line.trim();
+        if t.starts_with("import (") {
+            in_imports = true;
+            continue;
+        }
+        if in_imports {
+            if t == ")" {
+                in_imports = false;
+                continue;
+            }
+            let (alias, path) = match t.split_once(' ') {
+                Some((a, p)) => (a.to_owned(), p.trim_matches('"')),
+                None => {
+                    let p = t.trim_matches('"');
+                    (p.rsplit('/').next().unwrap_or(p).to_owned(), p)
+                }
+            };
+            if let Some(pkg) = package_of_import(path) {
+                imports.insert(alias, pkg.to_owned());
+            }
+            continue;
+        }
+        let Some(rest) = line.strip_prefix("type ") else {
+            continue;
+        };
+        let Some(name) = rest.strip_suffix(" struct {") else {
+            continue;
+        };
+        let mut fields = Vec::new();
+        for line in lines.by_ref() {
+            if line == "}" {
+                break;
+            }
+            let t = line.trim();
+            if t.starts_with("//") || !t.contains('`') {
+                continue;
+            }
+            let (decl, tag) = t.split_once('`').expect("checked");
+            let tag = tag.trim_end_matches('`');
+            let words: Vec<&str> = decl.split_whitespace().collect();
+            let ty = match words.as_slice() {
+                [_, ty] | [ty] => *ty,
+                _ => continue,
+            };
+            let Some(json) = tag_value(tag, "json") else {
+                continue;
+            };
+            let Some(proto) = tag_value(tag, "protobuf") else {
+                continue;
+            };
+            let mut json_parts = json.split(',');
+            let json_name = json_parts.next().unwrap_or("").to_owned();
+            let options: Vec<&str> = json_parts.collect();
+            let Some(number) = proto.split(',').nth(1).and_then(|n| n.parse().ok()) else {
+                continue;
+            };
+            fields.push(GoField {
+                ty: ty.to_owned(),
+                package: package.to_owned(),
+                imports: imports.clone(),
+                json: json_name,
+                omitempty: options.contains(&"omitempty") || options.contains(&"omitzero"),
+                inline: options.contains(&"inline"),
+                number,
+            });
+        }
+        structs.insert(
+            GoKey {
+                package: package.to_owned(),
+                name: name.to_owned(),
+            },
+            fields,
+        );
+    }
+}
+
+/// The value of `key:"…"` in a struct tag.
+fn tag_value<'a>(tag: &'a str, key: &str) -> Option<&'a str> {
+    let start = tag.find(&format!("{key}:\""))? + key.len() + 2;
+    let end = tag[start..].find('"')?;
+    Some(&tag[start..start + end])
+}
+
+// ---------------------------------------------------------------------------------------
+// Rust side
+
+/// A Rust field's type, as k8s-openapi declares it.
+#[derive(Clone, Debug, PartialEq)]
+enum RustType {
+    String,
+    I32,
+    I64,
+    Bool,
+    Vec(Box<RustType>),
+    Map(Box<RustType>),
+    Quantity,
+    IntOrString,
+    Time,
+    /// A struct of k8s-openapi: its module path below the crate (`api::core::v1`) and name.
+    Struct(String, String),
+}
+
+#[derive(Clone, Debug)]
+struct RustField {
+    name: String,
+    optional: bool,
+    ty: RustType,
+}
+
+struct RustTypes {
+    root: PathBuf,
+}
+
+impl RustTypes {
+    fn load() -> Result<Self> {
+        let out = Command::new(env!("CARGO"))
+            .args(["metadata", "--format-version", "1"])
+            .current_dir(workspace_root())
+            .output()
+            .context("running `cargo metadata`")?;
+        let meta: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+        let manifest = meta["packages"]
+            .as_array()
+            .and_then(|ps| ps.iter().find(|p| p["name"] == "k8s-openapi"))
+            .and_then(|p| p["manifest_path"].as_str())
+            .ok_or_else(|| anyhow!("k8s-openapi not in `cargo metadata`"))?;
+        let root = Path::new(manifest)
+            .parent()
+            .expect("manifest in a dir")
+            .join("src")
+            .join(OPENAPI_VERSION_MODULE);
+        Ok(Self { root })
+    }
+
+    /// The version of k8s-openapi read, from its directory's name.
+    fn crate_version(&self) -> String {
+        self.root
+            .parent()
+            .and_then(Path::parent)
+            .and_then(|p| p.file_name())
+            .and_then(|n| n.to_str())
+            .unwrap_or("k8s-openapi")
+            .to_owned()
+    }
+
+    /// The fields of struct `name` in module `module` (`api::core::v1`), by JSON name.
+    fn fields(&self, module: &str, name: &str) -> Result<BTreeMap<String, RustField>> {
+        let dir = self.root.join(module.replace("::", "/"));
+        let modrs = std::fs::read_to_string(dir.join("mod.rs"))?;
+        let needle = format!("::{name};");
+        let file = modrs
+            .lines()
+            .find(|l| l.starts_with("pub use self::") && l.ends_with(&needle))
+            .and_then(|l| l.strip_prefix("pub use self::"))
+            .and_then(|l| l.split("::").next())
+            .ok_or_else(|| anyhow!("{module}::{name} not found in k8s-openapi"))?;
+        let text = std::fs::read_to_string(dir.join(format!("{file}.rs")))?;
+        let header = format!("pub struct {name} {{");
+        let body = text
+            .split(&header)
+            .nth(1)
+            .ok_or_else(|| anyhow!("struct {name} not in {file}.rs"))?;
+        let body = &body[..body
+            .find("\n}\n")
+            .ok_or_else(|| anyhow!("end of struct {name}"))?];
+        let mut by_rust = BTreeMap::new();
+        for line in body.lines() {
+            let Some(decl) = line.trim().strip_prefix("pub ") else {
+                continue;
+            };
+            let (field, ty) = decl
+                .split_once(": ")
+                .ok_or_else(|| anyhow!("field line {line}"))?;
+            let ty = ty.trim_end_matches(',');
+            let (optional, ty) = match ty.strip_prefix("Option<") {
+                Some(inner) => (true, inner.strip_suffix('>').expect("balanced")),
+                None => (false, ty),
+            };
+            by_rust.insert(
+                field.to_owned(),
+                RustField {
+                    name: field.to_owned(),
+                    optional,
+                    ty: parse_rust_type(ty)?,
+                },
+            );
+        }
+        let mut by_json = BTreeMap::new();
+        for line in text.lines() {
+            let t = line.trim();
+            let Some((json, key)) = t.split_once("\" => Field::Key_") else {
+                continue;
+            };
+            let json = json.trim_start_matches('"');
+            let rust = key.trim_end_matches(',');
+            if let Some(f) = by_rust.get(rust) {
+                by_json.insert(json.to_owned(), f.clone());
+            }
+        }
+        if by_json.len() != by_rust.len() {
+            bail!("{module}::{name}: could not map every field to its JSON name");
+        }
+        Ok(by_json)
+    }
+}
+
+fn parse_rust_type(ty: &str) -> Result<RustType> {
+    Ok(match ty {
+        "std::string::String" => RustType::String,
+        "i32" => RustType::I32,
+        "i64" => RustType::I64,
+        "bool" => RustType::Bool,
+        "crate::apimachinery::pkg::api::resource::Quantity" => RustType::Quantity,
+        "crate::apimachinery::pkg::util::intstr::IntOrString" => RustType::IntOrString,
+        "crate::apimachinery::pkg::apis::meta::v1::Time" => RustType::Time,
+        _ => {
+            if let Some(inner) = ty
+                .strip_prefix("std::vec::Vec<")
+                .and_then(|t| t.strip_suffix('>'))
+            {
+                RustType::Vec(Box::new(parse_rust_type(inner)?))
+            } else if let Some(inner) = ty
+                .strip_prefix("std::collections::BTreeMap<std::string::String, ")
+                .and_then(|t| t.strip_suffix('>'))
+            {
+                RustType::Map(Box::new(parse_rust_type(inner)?))
+            } else if let Some(path) = ty.strip_prefix("crate::") {
+                let (module, name) = path.rsplit_once("::").ok_or_else(|| anyhow!("type {ty}"))?;
+                RustType::Struct(module.to_owned(), name.to_owned())
+            } else {
+                bail!("Rust type {ty} is not supported by the generator")
+            }
+        }
+    })
+}
+
+/// k8s-openapi's module of a Go package.
+fn rust_module(package: &str) -> Result<&'static str> {
+    Ok(match package {
+        "apps/v1" => "api::apps::v1",
+        "core/v1" => "api::core::v1",
+        "meta/v1" => "apimachinery::pkg::apis::meta::v1",
+        _ => bail!("no k8s-openapi module for Go package {package}"),
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Output
+
+/// One function to write: the fields of Go struct `go` read into Rust struct `rust`
+/// (the same type, or the struct a Go type is inlined into).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Job {
+    go: GoKey,
+    rust_module: String,
+    rust_name: String,
+}
+
+impl Job {
+    fn function(&self) -> String {
+        let own = format!(
+            "{}_{}",
+            self.go.package.replace('/', "_"),
+            snake(&self.go.name)
+        );
+        if self.go.name == self.rust_name {
+            format!("merge_{own}")
+        } else {
+            format!("merge_{own}_into_{}", snake(&self.rust_name))
+        }
+    }
+}
+
+fn new_function(module: &str, name: &str) -> String {
+    let short = module.rsplit("::").take(2).collect::<Vec<_>>();
+    format!("new_{}_{}_{}", short[1], short[0], snake(name))
+}
+
+fn merge_function(module: &str, name: &str) -> String {
+    let short = module.rsplit("::").take(2).collect::<Vec<_>>();
+    format!("merge_{}_{}_{}", short[1], short[0], snake(name))
+}
+
+fn snake(name: &str) -> String {
+    let chars: Vec<char> = name.chars().collect();
+    let mut out = String::new();
+    for (i, &c) in chars.iter().enumerate() {
+        if c.is_ascii_uppercase() {
+            let prev_lower = i > 0 && chars[i - 1].is_ascii_lowercase();
+            let next_lower = chars.get(i + 1).is_some_and(|n| n.is_ascii_lowercase());
+            let prev_upper = i > 0 && chars[i - 1].is_ascii_uppercase();
+            if i > 0 && (prev_lower || (prev_upper && next_lower)) {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn rust_path(module: &str, name: &str) -> String {
+    format!("k8s_openapi::{module}::{name}")
+}
+
+struct Generator {
+    go: GoTypes,
+    rust: RustTypes,
+    done: BTreeSet<Job>,
+    queue: VecDeque<Job>,
+    skipped: Vec<String>,
+}
+
+/// A Go field paired with the Rust field it fills.
+struct Field<'a> {
+    go: &'a GoField,
+    rust: RustField,
+}
+
+impl Generator {
+    fn run(mut self) -> Result<String> {
+        let mut body = String::new();
+        let mut impls = String::new();
+        let mut news = BTreeMap::new();
+        for (package, name) in ROOTS {
+            let module = rust_module(package)?;
+            self.push(Job {
+                go: GoKey {
+                    package: (*package).into(),
+                    name: (*name).into(),
+                },
+                rust_module: module.into(),
+                rust_name: (*name).into(),
+            });
+            let path = rust_path(module, name);
+            let _ = write!(
+                impls,
+                "\nimpl FromProtobuf for {path} {{\n    fn from_protobuf(message: &[u8]) -> Result<Self, ProtobufError> {{\n        let mut object = {new}();\n        {merge}(Reader::new(message, \"{name}\"), &mut object)?;\n        Ok(object)\n    }}\n}}\n",
+                new = new_function(module, name),
+                merge = merge_function(module, name),
+            );
+        }
+        while let Some(job) = self.queue.pop_front() {
+            let text = self.job(&job, &mut news)?;
+            body.push_str(&text);
+        }
+        // Constructors: every struct a merge function fills, with the values JSON always writes.
+        let mut constructors = String::new();
+        for ((module, name), inits) in &news {
+            let path = rust_path(module, name);
+            let f = new_function(module, name);
+            if !body.contains(&format!("{f})"))
+                && !body.contains(&format!("{f}()"))
+                && !impls.contains(&format!("{f}()"))
+            {
+                continue;
+            }
+            if inits.is_empty() {
+                let _ = write!(
+                    constructors,
+                    "\nfn {f}() -> {path} {{\n    Default::default()\n}}\n"
+                );
+            } else {
+                let _ = write!(constructors, "\nfn {f}() -> {path} {{\n    {path} {{\n");
+                for init in inits {
+                    let _ = writeln!(constructors, "        {init},");
+                }
+                let _ = write!(constructors, "        ..Default::default()\n    }}\n}}\n");
+            }
+        }
+        let mut out = String::new();
+        let _ = write!(
+            out,
+            "// @generated by `cargo xtask gen-protobuf` from the Go types of k8s.io/api and\n\
+             // k8s.io/apimachinery {KUBE_MODULE_VERSION} and the Rust types of {} ({OPENAPI_VERSION_MODULE}).\n\
+             // Do not edit: change xtask/src/gen_protobuf.rs and run it again.\n//\n",
+            self.rust.crate_version()
+        );
+        if self.skipped.is_empty() {
+            out.push_str("// Every Go field has a Rust field.\n");
+        } else {
+            out.push_str("// Go fields without a Rust field (skipped when read):\n");
+            for s in &self.skipped {
+                let _ = writeln!(out, "// - {s}");
+            }
+        }
+        let helpers: Vec<&str> = ["int_or_string", "nonzero", "push", "quantity", "time"]
+            .into_iter()
+            .filter(|h| body.contains(&format!("{h}(")))
+            .collect();
+        let _ = write!(
+            out,
+            "\n//! Protobuf decoders of whole Deployments and ReplicaSets, into k8s-openapi's types.\n\
+             \nuse super::wire::{{Reader, {}}};\n\
+             use super::{{FromProtobuf, ProtobufError}};\n",
+            helpers.join(", ")
+        );
+        out.push_str(&impls);
+        out.push_str(&constructors);
+        out.push_str(&body);
+        Ok(out)
+    }
+
+    fn push(&mut self, job: Job) {
+        if self.done.insert(job.clone()) {
+            self.queue.push_back(job);
+        }
+    }
+
+    /// The merge function of one job; records the constructor's initial values.
+    fn job(
+        &mut self,
+        job: &Job,
+        news: &mut BTreeMap<(String, String), Vec<String>>,
+    ) -> Result<String> {
+        let go_fields = self
+            .go
+            .structs
+            .get(&job.go)
+            .ok_or_else(|| anyhow!("Go struct {}.{} not found", job.go.package, job.go.name))?
+            .clone();
+        let rust_fields = self.rust.fields(&job.rust_module, &job.rust_name)?;
+        let inlined = job.go.name != job.rust_name;
+        let mut arms = String::new();
+        let mut inits = Vec::new();
+        let mut filled = BTreeSet::new();
+        self.fields(
+            job,
+            &go_fields,
+            &rust_fields,
+            &mut arms,
+            &mut inits,
+            &mut filled,
+        )?;
+        if inlined {
+            // The struct it is inlined into checks its fields and sets their initial values.
+            inits.clear();
+            filled.extend(rust_fields.keys().cloned());
+        }
+        // Fields of inlined structs are filled by their own merge functions; count them too.
+        for f in &go_fields {
+            if f.inline {
+                let inner = self
+                    .go
+                    .structs
+                    .get(&f.element()?)
+                    .cloned()
+                    .unwrap_or_default();
+                collect_inline(&self.go, &inner, &mut filled)?;
+            }
+        }
+        for json in rust_fields.keys() {
+            let allowed = job.rust_name == "ObjectMeta" && json == "managedFields";
+            if !filled.contains(json) && !allowed {
+                bail!(
+                    "{}::{}: no Go field fills {json}",
+                    job.rust_module,
+                    job.rust_name
+                );
+            }
+        }
+        let key = (job.rust_module.clone(), job.rust_name.clone());
+        news.entry(key).or_default().extend(inits);
+        let path = rust_path(&job.rust_module, &job.rust_name);
+        let mut text = String::new();
+        let _ = write!(
+            text,
+            "\n/// Reads Go's `{}.{}` into `{}`.\nfn {}(mut r: Reader<'_>, m: &mut {path}) -> Result<(), ProtobufError> {{\n    while let Some((field, wire)) = r.field()? {{\n        match field {{\n{arms}            _ => r.skip(wire)?,\n        }}\n    }}\n    Ok(())\n}}\n",
+            job.go.package,
+            job.go.name,
+            job.rust_name,
+            job.function()
+        );
+        Ok(text)
+    }
+
+    fn fields(
+        &mut self,
+        job: &Job,
+        go_fields: &[GoField],
+        rust_fields: &BTreeMap<String, RustField>,
+        arms: &mut String,
+        inits: &mut Vec<String>,
+        filled: &mut BTreeSet<String>,
+    ) -> Result<()> {
+        for g in go_fields {
+            if g.inline {
+                let inner = g.element()?;
+                let inner_job = Job {
+                    go: inner.clone(),
+                    rust_module: job.rust_module.clone(),
+                    rust_name: job.rust_name.clone(),
+                };
+                let _ = writeln!(
+                    arms,
+                    "            {} => {}(r.message(wire)?, m)?,",
+                    g.number,
+                    inner_job.function()
+                );
+                // The constructor also sets what the inlined struct's JSON always writes.
+                let inner_fields = self
+                    .go
+                    .structs
+                    .get(&inner)
+                    .cloned()
+                    .ok_or_else(|| anyhow!("inline {}", inner.name))?;
+                for f in &inner_fields {
+                    let init = rust_fields.get(&f.json).and_then(|r| {
+                        Field {
+                            go: f,
+                            rust: r.clone(),
+                        }
+                        .init()
+                    });
+                    inits.extend(init);
+                }
+                self.push(inner_job);
+                continue;
+            }
+            if job.rust_name == "ObjectMeta" && g.json == "managedFields" {
+                let _ = writeln!(
+                    arms,
+                    "            {} => r.skip(wire)?, // managedFields: not kept",
+                    g.number
+                );
+                continue;
+            }
+            let Some(rust) = rust_fields.get(&g.json) else {
+                self.skipped.push(format!(
+                    "{}.{}.{} ({})",
+                    job.go.package, job.go.name, g.json, g.number
+                ));
+                continue;
+            };
+            filled.insert(g.json.clone());
+            let field = Field {
+                go: g,
+                rust: rust.clone(),
+            };
+            if let Some(init) = field.init() {
+                inits.push(init);
+            }
+            let assign = self.assign(&field)?;
+            let _ = writeln!(arms, "            {} => {assign},", g.number);
+        }
+        Ok(())
+    }
+
+    /// The statement that reads field `f` from `r` (its wire type in `wire`) into `m`.
+    fn assign(&mut self, f: &Field<'_>) -> Result<String> {
+        let name = &f.rust.name;
+        let g = f.go;
+        Ok(match &f.rust.ty {
+            RustType::Vec(elem) => {
+                let target = format!("&mut m.{name}");
+                match **elem {
+                    RustType::I32 | RustType::I64 if !f.rust.optional => {
+                        bail!("required list of integers {}", g.json)
+                    }
+                    RustType::I32 => return Ok(format!("r.int32s(wire, {target})?")),
+                    RustType::I64 => return Ok(format!("r.int64s(wire, {target})?")),
+                    _ => {}
+                }
+                let value = self.value(elem, g)?;
+                match **elem {
+                    _ if f.rust.optional => format!("push({target}, {value})"),
+                    _ => format!("m.{name}.push({value})"),
+                }
+            }
+            RustType::Map(value) => {
+                let read = match **value {
+                    RustType::String => "|r, w| r.string(w)",
+                    RustType::Quantity => "|r, w| quantity(r.message(w)?)",
+                    _ => bail!("map of {value:?} in {} is not supported", g.json),
+                };
+                if !f.rust.optional {
+                    bail!("required map {}", g.json);
+                }
+                format!(
+                    "{{\n                let (k, v) = r.entry(wire, {read})?;\n                m.{name}.get_or_insert_with(Default::default).insert(k, v);\n            }}"
+                )
+            }
+            RustType::Struct(module, ty) => {
+                let merge = self.struct_job(module, ty, g)?;
+                if f.rust.optional {
+                    format!(
+                        "{merge}(r.message(wire)?, m.{name}.get_or_insert_with({}))?",
+                        new_function(module, ty)
+                    )
+                } else {
+                    format!("{merge}(r.message(wire)?, &mut m.{name})?")
+                }
+            }
+            RustType::Time => {
+                if !f.rust.optional {
+                    bail!("required time {}", g.json);
+                }
+                format!("m.{name} = time(r.message(wire)?)?")
+            }
+            scalar => {
+                let value = self.value(scalar, g)?;
+                if !f.rust.optional {
+                    format!("m.{name} = {value}")
+                } else if g.pointer()
+                    || !g.omitempty
+                    || matches!(scalar, RustType::Quantity | RustType::IntOrString)
+                {
+                    format!("m.{name} = Some({value})")
+                } else {
+                    match scalar {
+                        RustType::String | RustType::I32 | RustType::I64 | RustType::Bool => {
+                            format!("m.{name} = nonzero({value})")
+                        }
+                        other => bail!("omitempty {other:?} in {}", g.json),
+                    }
+                }
+            }
+        })
+    }
+
+    /// An expression reading one value of type `ty` (not a list or map).
+    fn value(&mut self, ty: &RustType, g: &GoField) -> Result<String> {
+        Ok(match ty {
+            RustType::String => "r.string(wire)?".into(),
+            RustType::I32 => "r.int32(wire)?".into(),
+            RustType::I64 => "r.int64(wire)?".into(),
+            RustType::Bool => "r.bool(wire)?".into(),
+            RustType::Quantity => "quantity(r.message(wire)?)?".into(),
+            RustType::IntOrString => "int_or_string(r.message(wire)?)?".into(),
+            RustType::Struct(module, name) => {
+                let merge = self.struct_job(module, name, g)?;
+                format!(
+                    "{{\n                let mut v = {}();\n                {merge}(r.message(wire)?, &mut v)?;\n                v\n            }}",
+                    new_function(module, name)
+                )
+            }
+            other => bail!("list of {other:?} in {} is not supported", g.json),
+        })
+    }
+
+    /// Queues the merge function of a struct field's type; returns its name.
+    fn struct_job(&mut self, module: &str, name: &str, g: &GoField) -> Result<String> {
+        let go = g.element()?;
+        if go.name != name {
+            bail!(
+                "Go type {} of field {} is not Rust's {name}",
+                go.name,
+                g.json
+            );
+        }
+        let job = Job {
+            go,
+            rust_module: module.to_owned(),
+            rust_name: name.to_owned(),
+        };
+        let f = job.function();
+        self.push(job);
+        Ok(f)
+    }
+}
+
+impl Field<'_> {
+    /// The constructor's value for a field JSON always writes: a non-pointer scalar without
+    /// `omitempty` (protobuf always writes it too, but an older server might not).
+    fn init(&self) -> Option<String> {
+        if !self.rust.optional || self.go.pointer() || self.go.omitempty {
+            return None;
+        }
+        let zero = match self.rust.ty {
+            RustType::String => "String::new()",
+            RustType::I32 | RustType::I64 => "0",
+            RustType::Bool => "false",
+            _ => return None,
+        };
+        Some(format!("{}: Some({zero})", self.rust.name))
+    }
+}
+
+/// The JSON names of the fields of an inlined struct (and of structs inlined in it).
+fn collect_inline(go: &GoTypes, fields: &[GoField], out: &mut BTreeSet<String>) -> Result<()> {
+    for f in fields {
+        if f.inline {
+            let inner = go.structs.get(&f.element()?).cloned().unwrap_or_default();
+            collect_inline(go, &inner, out)?;
+        } else {
+            out.insert(f.json.clone());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snake_case_of_go_names() {
+        assert_eq!(snake("PodSpec"), "pod_spec");
+        assert_eq!(
+            snake("AWSElasticBlockStoreVolumeSource"),
+            "aws_elastic_block_store_volume_source"
+        );
+        assert_eq!(snake("CSIVolumeSource"), "csi_volume_source");
+        assert_eq!(snake("HTTPGetAction"), "http_get_action");
+    }
+
+    #[test]
+    fn struct_tags_are_read() {
+        let go = "package v1\n\nimport (\n\tmetav1 \"k8s.io/apimachinery/pkg/apis/meta/v1\"\n)\n\ntype Thing struct {\n\t// A comment with `backticks`.\n\tName string `json:\"name\" protobuf:\"bytes,1,opt,name=name\"`\n\tReplicas *int32 `json:\"replicas,omitempty\" protobuf:\"varint,2,opt,name=replicas\"`\n\tmetav1.ObjectMeta `json:\"metadata,omitempty\" protobuf:\"bytes,3,opt,name=metadata\"`\n\tSource `json:\",inline\" protobuf:\"bytes,4,opt,name=source\"`\n\tmetav1.TypeMeta `json:\",inline\"`\n}\n";
+        let mut structs = BTreeMap::new();
+        parse_go_file("core/v1", go, &mut structs);
+        let fields = &structs[&GoKey {
+            package: "core/v1".into(),
+            name: "Thing".into(),
+        }];
+        assert_eq!(fields.len(), 4);
+        assert_eq!(
+            (
+                fields[0].json.as_str(),
+                fields[0].number,
+                fields[0].omitempty
+            ),
+            ("name", 1, false)
+        );
+        assert!(fields[1].pointer() && fields[1].omitempty);
+        assert_eq!(
+            fields[2].element().unwrap(),
+            GoKey {
+                package: "meta/v1".into(),
+                name: "ObjectMeta".into()
+            }
+        );
+        assert!(fields[3].inline);
+        assert_eq!(fields[3].element().unwrap().name, "Source");
+    }
+}
