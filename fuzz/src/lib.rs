@@ -1,7 +1,7 @@
 //! Coverage-guided fuzz targets for the parsers that read bytes kctrl does not control: label
 //! selectors, int-or-percent values, the watch stream (framing and event decoding), API error
-//! `Status` bodies, kubeconfig YAML, exec credential plugin output, Go duration flags and the
-//! compact metadata of metadata-only informers.
+//! `Status` bodies, kubeconfig YAML, exec credential plugin output, Go duration flags, the
+//! compact metadata of metadata-only informers and whole objects read from protobuf.
 //!
 //! Each module holds one target's **property function**, `check(&[u8])`: it feeds the input to
 //! the code under test and panics when a property is violated (a panic inside the code under
@@ -22,6 +22,7 @@ mod json;
 pub mod kubeconfig;
 pub mod label_selector;
 pub mod object_meta;
+pub mod protobuf_objects;
 pub mod status;
 pub mod watch_event;
 pub mod watch_framer;
@@ -74,6 +75,10 @@ pub const TARGETS: &[Target] = &[
     Target {
         name: "object_meta",
         check: object_meta::check,
+    },
+    Target {
+        name: "protobuf_objects",
+        check: protobuf_objects::check,
     },
 ];
 

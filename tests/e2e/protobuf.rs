@@ -1,6 +1,7 @@
 //! Whole Deployments and ReplicaSets read in protobuf (the generated decoders of
 //! `kctrl_client::protobuf::objects`) against the same objects read in JSON, from a real
-//! kube-apiserver: gets, lists and watch events must decode to equal values.
+//! kube-apiserver: gets, lists, watch events and the answers of writes must decode to equal
+//! values.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -281,6 +282,41 @@ where
         .unwrap();
     let (ea, eb) = (next_modified(&mut wa).await, next_modified(&mut wb).await);
     assert_eq!(ea, eb, "{} {name}: watch events differ", K::KIND);
+
+    // A write's answer, asked for in protobuf, against the same version read in JSON.
+    let before = FROM_PROTOBUF.load(Ordering::Relaxed);
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        assert!(
+            tries <= 50,
+            "{} {name}: no JSON read at the written version",
+            K::KIND
+        );
+        let written = pb
+            .patch(name, &PostParams::default(), &touch(tries))
+            .await
+            .unwrap();
+        let read = json.get(name).await.unwrap();
+        if read.metadata().resource_version == written.metadata().resource_version {
+            assert_eq!(
+                read,
+                written,
+                "{} {name}: the write's answer differs",
+                K::KIND
+            );
+            break;
+        }
+    }
+    assert!(
+        FROM_PROTOBUF.load(Ordering::Relaxed) > before,
+        "the write's answer was protobuf"
+    );
+}
+
+/// A patch that changes an annotation to `n`.
+fn touch(n: usize) -> Patch {
+    Patch::Merge(json!({"metadata": {"annotations": {"touched": n.to_string()}}}))
 }
 
 /// The object of the next MODIFIED event (bookmarks skipped).

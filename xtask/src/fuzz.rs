@@ -34,6 +34,7 @@ pub(crate) const TARGETS: &[&str] = &[
     "exec_credential",
     "go_duration",
     "object_meta",
+    "protobuf_objects",
 ];
 
 /// cargo-fuzz's instrumentation, minus the sanitizer: 8-bit edge counters, the PC table

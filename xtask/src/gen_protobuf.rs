@@ -41,7 +41,7 @@ const ROOTS: &[(&str, &str)] = &[("apps/v1", "Deployment"), ("apps/v1", "Replica
 pub(crate) struct GenProtobufArgs {
     /// Compare with the file in the tree instead of writing it; fail if they differ.
     #[arg(long)]
-    check: bool,
+    pub(crate) check: bool,
 }
 
 pub(crate) fn run(args: GenProtobufArgs) -> Result<()> {
@@ -181,16 +181,26 @@ struct GoTypes {
 impl GoTypes {
     fn load() -> Result<Self> {
         let cache = go_mod_cache()?;
+        let modules = [
+            format!("k8s.io/api@{KUBE_MODULE_VERSION}"),
+            format!("k8s.io/apimachinery@{KUBE_MODULE_VERSION}"),
+        ];
+        if modules.iter().any(|m| !cache.join(m).is_dir()) {
+            // Fetched through the Go module proxy, as the control plane's build does.
+            let status = Command::new("go")
+                .args(["mod", "download"])
+                .args(&modules)
+                .status()
+                .context("running `go mod download`")?;
+            if !status.success() {
+                bail!("`go mod download {}` failed", modules.join(" "));
+            }
+        }
         let mut structs = BTreeMap::new();
         for (package, dir) in GO_PACKAGES {
             let dir = cache.join(dir.replace("{v}", KUBE_MODULE_VERSION));
             let mut files: Vec<_> = std::fs::read_dir(&dir)
-                .with_context(|| {
-                    format!(
-                        "reading {} (run `cargo xtask cluster build` to download the modules)",
-                        dir.display()
-                    )
-                })?
+                .with_context(|| format!("reading {}", dir.display()))?
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| {
                     let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -634,6 +644,14 @@ impl Generator {
         let _ = write!(
             out,
             "\n//! Protobuf decoders of whole Deployments and ReplicaSets, into k8s-openapi's types.\n\
+             //!\n\
+             //! One `merge_*` function per Go struct reads its message field by field into the\n\
+             //! k8s-openapi struct of the same name (a struct Go inlines, such as a volume's\n\
+             //! source, into the struct that holds it). Values land as the same object's JSON\n\
+             //! would put them: a zero value of a non-pointer field tagged `omitempty` is `None`,\n\
+             //! an empty list or map is `None`, an empty `Time` is `None`; `managedFields` are\n\
+             //! skipped. Fields a message carries that k8s-openapi lacks are skipped, as JSON's\n\
+             //! decoder skips unknown members.\n\
              \nuse super::wire::{{Reader, {}}};\n\
              use super::{{FromProtobuf, ProtobufError}};\n",
             helpers.join(", ")

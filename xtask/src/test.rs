@@ -2,7 +2,8 @@
 //!
 //! Unit, wire-level and doc tests of every crate (kctrl-fuzz's replay every fuzz seed and
 //! regression through the targets' properties), optionally a short coverage-guided run of each
-//! fuzz target (`--fuzz-seconds`), then the end-to-end suite against the local control plane
+//! fuzz target (`--fuzz-seconds`), then a check that the generated protobuf decoders are
+//! current (`cargo xtask gen-protobuf --check`), then the end-to-end suite against the local control plane
 //! (`cargo xtask e2e`, which builds the control plane on first use), then upstream's
 //! `[sig-apps] Deployment` e2e specs against our controller (`cargo xtask conformance`, which
 //! builds upstream's e2e test binary on first use and our controller in release mode;
@@ -68,6 +69,9 @@ pub(crate) fn run(args: TestArgs) -> anyhow::Result<()> {
         eprintln!("==> --no-e2e: skipping the end-to-end suite");
         return Ok(());
     }
+    // The checked-in protobuf decoders must be what the generator writes from the targeted
+    // release's Go types (needs Go, as the end-to-end suite does).
+    crate::gen_protobuf::run(crate::gen_protobuf::GenProtobufArgs { check: true })?;
     crate::e2e::run(args.e2e)?;
     if args.no_chaos {
         eprintln!("==> --no-chaos: skipping the short chaos run");

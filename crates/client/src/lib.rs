@@ -29,7 +29,7 @@
 //! | `apierrors.IsNotFound(err)`       | [`Error::is_not_found`]             |
 //! | `discovery.ServerVersion()`       | [`Client::server_version`]          |
 //! | an informer transform that drops managedFields | [`Api::without_managed_fields`] (skipped while decoding) |
-//! | `ContentType: application/vnd.kubernetes.protobuf` (kube-controller-manager's default) | [`Api::protobuf`] for types implementing [`protobuf::FromProtobuf`] (views) |
+//! | `ContentType: application/vnd.kubernetes.protobuf` (kube-controller-manager's default) | [`Api::protobuf`] for types implementing [`protobuf::FromProtobuf`] (views; whole Deployments and ReplicaSets) |
 //! | `dynamic.NewForConfig(cfg).Resource(gvr).Namespace(ns)` | [`Api::<DynamicObject>::namespaced_dynamic`](Api::namespaced_dynamic) / [`Api::all_dynamic`] |
 //! | `unstructured.Unstructured` / `schema.GroupVersionResource` | [`DynamicObject`] / [`ResourceRef::new`] |
 

@@ -23,6 +23,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kctrl_client::labels::{Selector, SelectorError};
+use kctrl_client::protobuf::Decoder;
 use kctrl_client::{Api, Client, DeleteParams, PostParams};
 use kctrl_controller_ref::{
     CanAdopt, ClaimError, ControllerRefManager, Owner, RealReplicaSetControl,
@@ -169,6 +170,10 @@ pub struct DeploymentController {
     /// not show yet (see [`crate::replica_set_writes`] and
     /// [`replica_set_cache_behind`](Self::replica_set_cache_behind)).
     rs_writes: Mutex<ReplicaSetWrites>,
+    /// Decoders of protobuf answers to ReplicaSet writes, when they are asked for in protobuf.
+    rs_protobuf: Option<Decoder<ReplicaSet>>,
+    /// Decoders of protobuf answers to Deployment writes, likewise.
+    d_protobuf: Option<Decoder<Deployment>>,
 }
 
 impl fmt::Debug for DeploymentController {
@@ -207,7 +212,24 @@ impl DeploymentController {
             clock: Arc::new(Timestamp::now),
             own_writes: Mutex::default(),
             rs_writes: Mutex::default(),
+            rs_protobuf: None,
+            d_protobuf: None,
         }
+    }
+
+    /// Asks for the answers of ReplicaSet and Deployment writes in protobuf and decodes them
+    /// with these decoders (those the informers use, as
+    /// [`SharedInformerFactory::protobuf_decoder`](kctrl_informer::SharedInformerFactory::protobuf_decoder)
+    /// gives them); `None` keeps that type's answers JSON. Status updates of Deployments read
+    /// only the new resourceVersion of their answer, from JSON, either way.
+    pub fn with_protobuf_answers(
+        mut self,
+        replica_sets: Option<Decoder<ReplicaSet>>,
+        deployments: Option<Decoder<Deployment>>,
+    ) -> Self {
+        self.rs_protobuf = replica_sets;
+        self.d_protobuf = deployments;
+        self
     }
 
     /// Remembers that a write of `d` replaced `replaced` (the resourceVersion it was sent with)
@@ -400,12 +422,20 @@ impl DeploymentController {
     /// Deployments in `namespace`. Answers are decoded without managedFields, which the
     /// controller never reads (nor do the informers keep them in the binary).
     pub(crate) fn deployments_api(&self, namespace: &str) -> Api<Deployment> {
-        Api::namespaced(self.client.clone(), namespace).without_managed_fields()
+        let api = Api::namespaced(self.client.clone(), namespace).without_managed_fields();
+        match self.d_protobuf {
+            Some(decoder) => api.with_protobuf_decoder(decoder),
+            None => api,
+        }
     }
 
     /// ReplicaSets in `namespace`, decoded as [`deployments_api`](Self::deployments_api).
     fn replica_sets_api(&self, namespace: &str) -> Api<ReplicaSet> {
-        Api::namespaced(self.client.clone(), namespace).without_managed_fields()
+        let api = Api::namespaced(self.client.clone(), namespace).without_managed_fields();
+        match self.rs_protobuf {
+            Some(decoder) => api.with_protobuf_decoder(decoder),
+            None => api,
+        }
     }
 
     /// Records an event about `d`.

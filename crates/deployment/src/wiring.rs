@@ -622,13 +622,20 @@ impl DeploymentControllerRunner {
             rs_informer.add_event_handler_with_options(handlers.clone(), on_runtime)?,
             pod_informer.add_event_handler_with_options(handlers, on_runtime)?,
         ];
-        let controller = Arc::new(DeploymentController::new(
-            client,
-            d_informer.store().clone(),
-            rs_informer.store().clone(),
-            pod_informer.store().clone(),
-            recorder,
-        ));
+        // Writes ask for their answers in the encoding the informers read.
+        let controller = Arc::new(
+            DeploymentController::new(
+                client,
+                d_informer.store().clone(),
+                rs_informer.store().clone(),
+                pod_informer.store().clone(),
+                recorder,
+            )
+            .with_protobuf_answers(
+                factory.protobuf_decoder::<ReplicaSet>(),
+                factory.protobuf_decoder::<Deployment>(),
+            ),
+        );
         Ok(Self {
             factory: factory.clone(),
             controller,

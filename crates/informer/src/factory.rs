@@ -370,6 +370,18 @@ impl SharedInformerFactory {
         }
     }
 
+    /// The protobuf decoder the builder was given for `K`
+    /// ([`SharedInformerFactoryBuilder::protobuf`]), if any: for writes of the same type to
+    /// ask for and decode protobuf answers as its informer does
+    /// ([`Api::with_protobuf_decoder`](kctrl_client::Api::with_protobuf_decoder)).
+    pub fn protobuf_decoder<K: 'static>(&self) -> Option<Decoder<K>> {
+        self.inner
+            .protobuf
+            .get(&TypeId::of::<K>())
+            .and_then(|d| d.downcast_ref::<Decoder<K>>())
+            .copied()
+    }
+
     /// The shared informer of `K`, created on first use with the `namespace` index (client-go's
     /// `InformerFor`, `Core().V1().Pods().Informer()`). Informers created after
     /// [`start`](Self::start) run from the next `start`.

@@ -162,7 +162,7 @@
 //! | `cache.NewInformerName(name)` + `WithInformerName` + `SetInformerMetricsProvider` | [`SharedInformerFactoryBuilder::metrics`] (or [`SharedInformerOptions::metrics`]); see [`metrics`] |
 //! | component-base's `informer_*` Prometheus series | [`prometheus::PrometheusInformerMetrics`] |
 //! | `cache.TransformStripManagedFields()` / `WithTransform(trim)` | [`SharedInformerFactoryBuilder::without_managed_fields`] (skipped while decoding), a view with [`kctrl_client::metadata_without_managed_fields`], or a [`Transform`] |
-//! | `rest.Config.ContentType = "application/vnd.kubernetes.protobuf"` (kube-controller-manager's informers) | [`SharedInformerFactoryBuilder::protobuf`] for a view implementing [`kctrl_client::protobuf::FromProtobuf`] |
+//! | `rest.Config.ContentType = "application/vnd.kubernetes.protobuf"` (kube-controller-manager's informers) | [`SharedInformerFactoryBuilder::protobuf`] for a type implementing [`kctrl_client::protobuf::FromProtobuf`] (a view, a whole Deployment or ReplicaSet) |
 
 pub mod delta;
 pub mod keys;

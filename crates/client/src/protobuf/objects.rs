@@ -5,6 +5,14 @@
 // Every Go field has a Rust field.
 
 //! Protobuf decoders of whole Deployments and ReplicaSets, into k8s-openapi's types.
+//!
+//! One `merge_*` function per Go struct reads its message field by field into the
+//! k8s-openapi struct of the same name (a struct Go inlines, such as a volume's
+//! source, into the struct that holds it). Values land as the same object's JSON
+//! would put them: a zero value of a non-pointer field tagged `omitempty` is `None`,
+//! an empty list or map is `None`, an empty `Time` is `None`; `managedFields` are
+//! skipped. Fields a message carries that k8s-openapi lacks are skipped, as JSON's
+//! decoder skips unknown members.
 
 use super::wire::{Reader, int_or_string, nonzero, push, quantity, time};
 use super::{FromProtobuf, ProtobufError};

@@ -7,6 +7,7 @@
 mod discovery;
 mod errors;
 mod flow_control;
+mod protobuf;
 mod requests;
 mod retries;
 mod server;
