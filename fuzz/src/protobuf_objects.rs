@@ -11,10 +11,12 @@
 //! * a decoded object survives a JSON round trip unchanged: what the decoders build is a
 //!   value k8s-openapi's own JSON would build (no zero time, no value JSON cannot carry),
 //!   which is what the controller writes back;
-//! * decoding is deterministic.
+//! * decoding is deterministic;
+//! * a decoded object written back to protobuf (the generated encoders, which the
+//!   controller's writes use) reads back equal.
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use kctrl_client::protobuf::FromProtobuf;
+use kctrl_client::protobuf::{FromProtobuf, ToProtobuf};
 
 /// The property function.
 pub fn check(data: &[u8]) {
@@ -24,7 +26,12 @@ pub fn check(data: &[u8]) {
 
 fn check_as<K>(data: &[u8], kind: &str)
 where
-    K: FromProtobuf + serde::Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
+    K: FromProtobuf
+        + ToProtobuf
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + PartialEq
+        + std::fmt::Debug,
 {
     match K::from_protobuf(data) {
         Ok(object) => {
@@ -33,6 +40,11 @@ where
             assert_eq!(back, object, "the JSON round trip changed the {kind}");
             let again = K::from_protobuf(data).expect("a second decode succeeds too");
             assert_eq!(again, object, "decoding is not deterministic");
+            let written = object
+                .to_protobuf()
+                .expect("a decoded object has no managedFields to refuse");
+            let reread = K::from_protobuf(&written).expect("what was written reads back");
+            assert_eq!(reread, object, "the protobuf round trip changed the {kind}");
         }
         Err(err) => {
             let message = err.to_string();

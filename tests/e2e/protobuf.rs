@@ -393,3 +393,101 @@ async fn whole_deployments_and_replica_sets_from_protobuf_equal_json() {
     .await;
     ns.delete().await;
 }
+
+/// The same objects created and updated with protobuf bodies: the API server stores what it
+/// stores for their JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_written_in_protobuf_equal_objects_written_in_json() {
+    let cluster = require_cluster!();
+    let client = cluster.admin();
+    let ns = TestNamespace::create(&client, "protobuf-bodies").await;
+    let json_d = Api::<Deployment>::namespaced(client.clone(), &ns.name).without_managed_fields();
+    let pb_d = json_d.clone().protobuf_bodies();
+    let json_rs = Api::<ReplicaSet>::namespaced(client.clone(), &ns.name).without_managed_fields();
+    let pb_rs = json_rs.clone().protobuf_bodies();
+
+    let a = json_d
+        .create(&PostParams::default(), &maximal_deployment("by-json"))
+        .await
+        .unwrap();
+    let b = pb_d
+        .create(&PostParams::default(), &maximal_deployment("by-pb"))
+        .await
+        .unwrap();
+    assert_eq!(
+        comparable_deployment(a.clone()),
+        comparable_deployment(b.clone())
+    );
+    // An update of spec and status each way.
+    let change = |mut d: Deployment| {
+        let spec = d.spec.as_mut().unwrap();
+        spec.template.spec.as_mut().unwrap().containers[0].image =
+            Some("registry.k8s.io/pause:3.9".into());
+        spec.paused = None;
+        spec.min_ready_seconds = Some(0);
+        d
+    };
+    let a = json_d
+        .update(&PostParams::default(), &change(a))
+        .await
+        .unwrap();
+    let b = pb_d
+        .update(&PostParams::default(), &change(b))
+        .await
+        .unwrap();
+    assert_eq!(
+        comparable_deployment(a.clone()),
+        comparable_deployment(b.clone())
+    );
+    let with_status = |mut d: Deployment| {
+        d.status = Some(serde_json::from_value(json!({
+            "observedGeneration": 2, "replicas": 0, "collisionCount": 1,
+            "conditions": [{"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable",
+                            "message": "m", "lastUpdateTime": "2026-01-02T03:04:05Z",
+                            "lastTransitionTime": "2026-01-02T03:04:05Z"}]
+        })).unwrap());
+        d
+    };
+    let a = json_d
+        .update_status(&PostParams::default(), &with_status(a))
+        .await
+        .unwrap();
+    let b = pb_d
+        .update_status(&PostParams::default(), &with_status(b))
+        .await
+        .unwrap();
+    assert!(a.status.as_ref().unwrap().conditions.is_some());
+    assert_eq!(comparable_deployment(a), comparable_deployment(b));
+
+    let a = json_rs
+        .create(&PostParams::default(), &maximal_replica_set("by-json"))
+        .await
+        .unwrap();
+    let b = pb_rs
+        .create(&PostParams::default(), &maximal_replica_set("by-pb"))
+        .await
+        .unwrap();
+    assert_eq!(comparable_replica_set(a), comparable_replica_set(b));
+    ns.delete().await;
+}
+
+/// What two objects written the same way share: all but identity, versions, times, and the
+/// name the labels and selectors were built from.
+fn comparable_deployment(mut d: Deployment) -> serde_json::Value {
+    d.metadata = Default::default();
+    anonymous(serde_json::to_value(d).unwrap())
+}
+
+fn comparable_replica_set(mut rs: ReplicaSet) -> serde_json::Value {
+    rs.metadata = Default::default();
+    anonymous(serde_json::to_value(rs).unwrap())
+}
+
+/// `value` with the object names `by-json` and `by-pb` made one.
+fn anonymous(value: serde_json::Value) -> serde_json::Value {
+    let text = value
+        .to_string()
+        .replace("by-json", "NAME")
+        .replace("by-pb", "NAME");
+    serde_json::from_str(&text).unwrap()
+}

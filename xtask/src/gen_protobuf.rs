@@ -564,6 +564,16 @@ struct Generator {
     skipped: Vec<String>,
 }
 
+/// What one struct's fields give: the decoder's match arms, the constructor's initial values,
+/// the JSON names filled, and the encoder's statements by field number.
+#[derive(Default)]
+struct Emitted {
+    arms: String,
+    inits: Vec<String>,
+    filled: BTreeSet<String>,
+    writes: Vec<(u32, String)>,
+}
+
 /// A Go field paired with the Rust field it fills.
 struct Field<'a> {
     go: &'a GoField,
@@ -588,9 +598,10 @@ impl Generator {
             let path = rust_path(module, name);
             let _ = write!(
                 impls,
-                "\nimpl FromProtobuf for {path} {{\n    fn from_protobuf(message: &[u8]) -> Result<Self, ProtobufError> {{\n        let mut object = {new}();\n        {merge}(Reader::new(message, \"{name}\"), &mut object)?;\n        Ok(object)\n    }}\n}}\n",
+                "\nimpl FromProtobuf for {path} {{\n    fn from_protobuf(message: &[u8]) -> Result<Self, ProtobufError> {{\n        let mut object = {new}();\n        {merge}(Reader::new(message, \"{name}\"), &mut object)?;\n        Ok(object)\n    }}\n}}\n\nimpl ToProtobuf for {path} {{\n    fn to_protobuf(&self) -> Option<Vec<u8>> {{\n        let mut w = Writer::default();\n        {encode}(self, &mut w);\n        w.finish()\n    }}\n}}\n",
                 new = new_function(module, name),
                 merge = merge_function(module, name),
+                encode = encode_name(&merge_function(module, name)),
             );
         }
         while let Some(job) = self.queue.pop_front() {
@@ -637,10 +648,19 @@ impl Generator {
                 let _ = writeln!(out, "// - {s}");
             }
         }
-        let helpers: Vec<&str> = ["int_or_string", "nonzero", "push", "quantity", "time"]
-            .into_iter()
-            .filter(|h| body.contains(&format!("{h}(")))
-            .collect();
+        let helpers: Vec<&str> = [
+            "int_or_string",
+            "nonzero",
+            "push",
+            "quantity",
+            "time",
+            "write_int_or_string",
+            "write_quantity",
+            "write_time",
+        ]
+        .into_iter()
+        .filter(|h| body.contains(&format!("{h}(")))
+        .collect();
         let _ = write!(
             out,
             "\n//! Protobuf decoders of whole Deployments and ReplicaSets, into k8s-openapi's types.\n\
@@ -652,8 +672,8 @@ impl Generator {
              //! an empty list or map is `None`, an empty `Time` is `None`; `managedFields` are\n\
              //! skipped. Fields a message carries that k8s-openapi lacks are skipped, as JSON's\n\
              //! decoder skips unknown members.\n\
-             \nuse super::wire::{{Reader, {}}};\n\
-             use super::{{FromProtobuf, ProtobufError}};\n",
+             \nuse super::wire::{{Reader, Writer, {}}};\n\
+             use super::{{FromProtobuf, ProtobufError, ToProtobuf}};\n",
             helpers.join(", ")
         );
         out.push_str(&impls);
@@ -682,17 +702,16 @@ impl Generator {
             .clone();
         let rust_fields = self.rust.fields(&job.rust_module, &job.rust_name)?;
         let inlined = job.go.name != job.rust_name;
-        let mut arms = String::new();
-        let mut inits = Vec::new();
-        let mut filled = BTreeSet::new();
-        self.fields(
-            job,
-            &go_fields,
-            &rust_fields,
-            &mut arms,
-            &mut inits,
-            &mut filled,
-        )?;
+        let mut out = Emitted::default();
+        self.fields(job, &go_fields, &rust_fields, &mut out)?;
+        let Emitted {
+            arms,
+            mut inits,
+            mut filled,
+            mut writes,
+        } = out;
+        // Fields in ascending number, as Go's marshaller writes them.
+        writes.sort_by_key(|(n, _)| *n);
         if inlined {
             // The struct it is inlined into checks its fields and sets their initial values.
             inits.clear();
@@ -732,6 +751,16 @@ impl Generator {
             job.rust_name,
             job.function()
         );
+        let body: Vec<&str> = writes.iter().map(|(_, w)| w.as_str()).collect();
+        let _ = write!(
+            text,
+            "\n/// Writes `{}` as Go's `{}.{}`.\nfn {}(m: &{path}, w: &mut Writer) {{\n    {}\n}}\n",
+            job.rust_name,
+            job.go.package,
+            job.go.name,
+            encode_name(&job.function()),
+            body.join("\n    ")
+        );
         Ok(text)
     }
 
@@ -740,10 +769,14 @@ impl Generator {
         job: &Job,
         go_fields: &[GoField],
         rust_fields: &BTreeMap<String, RustField>,
-        arms: &mut String,
-        inits: &mut Vec<String>,
-        filled: &mut BTreeSet<String>,
+        out: &mut Emitted,
     ) -> Result<()> {
+        let Emitted {
+            arms,
+            inits,
+            filled,
+            writes,
+        } = out;
         for g in go_fields {
             if g.inline {
                 let inner = g.element()?;
@@ -758,6 +791,14 @@ impl Generator {
                     g.number,
                     inner_job.function()
                 );
+                writes.push((
+                    g.number,
+                    format!(
+                        "w.message({}, |w| {}(m, w));",
+                        g.number,
+                        encode_name(&inner_job.function())
+                    ),
+                ));
                 // The constructor also sets what the inlined struct's JSON always writes.
                 let inner_fields = self
                     .go
@@ -784,6 +825,11 @@ impl Generator {
                     "            {} => r.skip(wire)?, // managedFields: not kept",
                     g.number
                 );
+                // Not written either: an object that carries them is sent as JSON.
+                writes.push((
+                    g.number,
+                    "if m.managed_fields.is_some() {\n        w.unsupported();\n    }".to_owned(),
+                ));
                 continue;
             }
             let Some(rust) = rust_fields.get(&g.json) else {
@@ -803,6 +849,7 @@ impl Generator {
             }
             let assign = self.assign(&field)?;
             let _ = writeln!(arms, "            {} => {assign},", g.number);
+            writes.push((g.number, write_statement(&field)?));
         }
         Ok(())
     }
@@ -918,6 +965,65 @@ impl Generator {
         self.push(job);
         Ok(f)
     }
+}
+
+/// The encoder's name of a merge function.
+fn encode_name(merge: &str) -> String {
+    merge.replacen("merge_", "encode_", 1)
+}
+
+/// The statement that writes field `f` of `m` to `w`: every value the Rust struct holds,
+/// `None` left out (so what JSON leaves out, protobuf leaves out too).
+fn write_statement(f: &Field<'_>) -> Result<String> {
+    let n = f.go.number;
+    let name = &f.rust.name;
+    let one = |ty: &RustType, v: &str| -> Result<String> {
+        // A copied scalar: `&m.x` read as `m.x`, a reference `v` as `*v`.
+        let copied = v
+            .strip_prefix('&')
+            .map_or_else(|| format!("*{v}"), str::to_owned);
+        Ok(match ty {
+            RustType::String => format!("w.string({n}, {v})"),
+            RustType::I32 => format!("w.int32({n}, {copied})"),
+            RustType::I64 => format!("w.int64({n}, {copied})"),
+            RustType::Bool => format!("w.bool({n}, {copied})"),
+            RustType::Quantity => format!("write_quantity(w, {n}, {v})"),
+            RustType::IntOrString => format!("write_int_or_string(w, {n}, {v})"),
+            RustType::Time => format!("write_time(w, {n}, {v})"),
+            RustType::Struct(module, ty) => format!(
+                "w.message({n}, |w| {}({v}, w))",
+                encode_name(&merge_function(module, ty))
+            ),
+            other => bail!("cannot write {other:?} of {}", f.go.json),
+        })
+    };
+    Ok(match &f.rust.ty {
+        RustType::Vec(elem) => {
+            let list = if f.rust.optional {
+                format!("m.{name}.iter().flatten()")
+            } else {
+                format!("&m.{name}")
+            };
+            format!("for v in {list} {{\n        {};\n    }}", one(elem, "v")?)
+        }
+        RustType::Map(value) => {
+            let value = match **value {
+                RustType::String => "w.string(2, v)".to_owned(),
+                RustType::Quantity => "write_quantity(w, 2, v)".to_owned(),
+                ref other => bail!("cannot write a map of {other:?}"),
+            };
+            format!(
+                "for (k, v) in m.{name}.iter().flatten() {{\n        w.message({n}, |w| {{\n            w.string(1, k);\n            {value};\n        }});\n    }}"
+            )
+        }
+        ty if f.rust.optional => {
+            format!(
+                "if let Some(v) = &m.{name} {{\n        {};\n    }}",
+                one(ty, "v")?
+            )
+        }
+        ty => format!("{};", one(ty, &format!("&m.{name}"))?),
+    })
 }
 
 impl Field<'_> {

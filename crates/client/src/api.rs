@@ -118,6 +118,9 @@ pub struct Api<K> {
     trim_managed_fields: bool,
     /// Ask for protobuf on reads and decode it with this (see [`Api::protobuf`]).
     protobuf: Option<protobuf::Decoder<K>>,
+    /// Send created and updated objects in protobuf, encoded with this (see
+    /// [`Api::protobuf_bodies`]).
+    protobuf_bodies: Option<protobuf::Encoder<K>>,
     /// The resource was named at run time ([`DynamicObject`]): lists are decoded without
     /// k8s-openapi's type check and their items get the resource's type.
     dynamic: bool,
@@ -133,6 +136,7 @@ impl<K> Clone for Api<K> {
             representation: self.representation,
             trim_managed_fields: self.trim_managed_fields,
             protobuf: self.protobuf,
+            protobuf_bodies: self.protobuf_bodies,
             dynamic: self.dynamic,
             _kind: PhantomData,
         }
@@ -181,6 +185,7 @@ where
             representation: crate::metadata::representation_of::<K>(),
             trim_managed_fields: false,
             protobuf: None,
+            protobuf_bodies: None,
             dynamic: false,
             _kind: PhantomData,
         }
@@ -243,6 +248,20 @@ where
     /// over `K` that was handed the decoder (an informer factory, say).
     pub fn with_protobuf_decoder(mut self, decoder: protobuf::Decoder<K>) -> Self {
         self.protobuf = Some(decoder);
+        self
+    }
+
+    /// Sends the objects of creates and updates (of the object or its status) as protobuf,
+    /// encoded with `K`'s [`ToProtobuf`](protobuf::ToProtobuf), as kube-controller-manager
+    /// sends its writes: encoding protobuf costs a fraction of serializing JSON. An object the
+    /// encoder cannot write (one carrying `managedFields`) goes as JSON. Patches and delete
+    /// options stay JSON. Only for built-in resources, which the API server accepts in
+    /// protobuf.
+    pub fn protobuf_bodies(mut self) -> Self
+    where
+        K: protobuf::ToProtobuf,
+    {
+        self.protobuf_bodies = Some(K::to_protobuf);
         self
     }
 
@@ -518,6 +537,9 @@ where
     K::Scope: 'static,
 {
     fn encode(&self, verb: &str, obj: &K) -> Result<Bytes, Error> {
+        if let Some(message) = self.protobuf_bodies.and_then(|encode| encode(obj)) {
+            return Ok(protobuf::enveloped(K::API_VERSION, K::KIND, &message));
+        }
         serde_json::to_vec(obj)
             .map(Bytes::from)
             .map_err(|source| Error::Decode {
@@ -709,6 +731,7 @@ impl Api<DynamicObject> {
             representation: Representation::Full,
             trim_managed_fields: false,
             protobuf: None,
+            protobuf_bodies: None,
             dynamic: true,
             _kind: PhantomData,
         }

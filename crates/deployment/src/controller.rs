@@ -170,7 +170,7 @@ pub struct DeploymentController {
     /// not show yet (see [`crate::replica_set_writes`] and
     /// [`replica_set_cache_behind`](Self::replica_set_cache_behind)).
     rs_writes: Mutex<ReplicaSetWrites>,
-    /// Decoders of protobuf answers to ReplicaSet writes, when they are asked for in protobuf.
+    /// Decoders of protobuf answers to ReplicaSet writes, when writes talk protobuf.
     rs_protobuf: Option<Decoder<ReplicaSet>>,
     /// Decoders of protobuf answers to Deployment writes, likewise.
     d_protobuf: Option<Decoder<Deployment>>,
@@ -217,12 +217,13 @@ impl DeploymentController {
         }
     }
 
-    /// Asks for the answers of ReplicaSet and Deployment writes in protobuf and decodes them
-    /// with these decoders (those the informers use, as
+    /// Talks protobuf for ReplicaSet and Deployment writes, as kube-controller-manager does:
+    /// objects are sent in protobuf, and answers asked for in protobuf and decoded with these
+    /// decoders (those the informers use, as
     /// [`SharedInformerFactory::protobuf_decoder`](kctrl_informer::SharedInformerFactory::protobuf_decoder)
-    /// gives them); `None` keeps that type's answers JSON. Status updates of Deployments read
+    /// gives them); `None` keeps that type's writes JSON. Status updates of Deployments read
     /// only the new resourceVersion of their answer, from JSON, either way.
-    pub fn with_protobuf_answers(
+    pub fn with_protobuf_writes(
         mut self,
         replica_sets: Option<Decoder<ReplicaSet>>,
         deployments: Option<Decoder<Deployment>>,
@@ -424,7 +425,7 @@ impl DeploymentController {
     pub(crate) fn deployments_api(&self, namespace: &str) -> Api<Deployment> {
         let api = Api::namespaced(self.client.clone(), namespace).without_managed_fields();
         match self.d_protobuf {
-            Some(decoder) => api.with_protobuf_decoder(decoder),
+            Some(decoder) => api.with_protobuf_decoder(decoder).protobuf_bodies(),
             None => api,
         }
     }
@@ -433,7 +434,7 @@ impl DeploymentController {
     fn replica_sets_api(&self, namespace: &str) -> Api<ReplicaSet> {
         let api = Api::namespaced(self.client.clone(), namespace).without_managed_fields();
         match self.rs_protobuf {
-            Some(decoder) => api.with_protobuf_decoder(decoder),
+            Some(decoder) => api.with_protobuf_decoder(decoder).protobuf_bodies(),
             None => api,
         }
     }

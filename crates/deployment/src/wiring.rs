@@ -622,7 +622,7 @@ impl DeploymentControllerRunner {
             rs_informer.add_event_handler_with_options(handlers.clone(), on_runtime)?,
             pod_informer.add_event_handler_with_options(handlers, on_runtime)?,
         ];
-        // Writes ask for their answers in the encoding the informers read.
+        // Writes talk the encoding the informers read.
         let controller = Arc::new(
             DeploymentController::new(
                 client,
@@ -631,7 +631,7 @@ impl DeploymentControllerRunner {
                 pod_informer.store().clone(),
                 recorder,
             )
-            .with_protobuf_answers(
+            .with_protobuf_writes(
                 factory.protobuf_decoder::<ReplicaSet>(),
                 factory.protobuf_decoder::<Deployment>(),
             ),

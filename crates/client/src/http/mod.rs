@@ -217,7 +217,16 @@ impl HttpBackend {
     /// Method, URL and body of an API call.
     fn prepare(&self, req: &ApiRequest) -> Result<Prepared, Error> {
         let url = url::request_url(&self.base, req)?;
-        let json_body = |body: &Bytes| Some((body.clone(), JSON));
+        // An object body is JSON, or protobuf (`Api::protobuf_bodies`), which starts with
+        // bytes no JSON text starts with.
+        let json_body = |body: &Bytes| {
+            let content_type = if crate::protobuf::is_protobuf(body) {
+                crate::protobuf::PROTOBUF
+            } else {
+                JSON
+            };
+            Some((body.clone(), content_type))
+        };
         let (method, body, kind) = match &req.operation {
             Operation::Get { .. } | Operation::List(_) => (Method::GET, None, RequestKind::Read),
             Operation::Watch(_) => (Method::GET, None, RequestKind::Watch),

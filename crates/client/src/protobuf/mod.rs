@@ -121,6 +121,31 @@ pub trait FromProtobuf: Sized {
     fn from_protobuf(message: &[u8]) -> Result<Self, ProtobufError>;
 }
 
+/// A type that can be written as the protobuf message of its resource's objects, for request
+/// bodies ([`Api::protobuf_bodies`](crate::Api::protobuf_bodies)).
+pub trait ToProtobuf {
+    /// The object's own message (the client adds the `k8s\0` prefix and envelope), or `None`
+    /// when the object holds something the encoder does not write (then it is sent as JSON).
+    fn to_protobuf(&self) -> Option<Vec<u8>>;
+}
+
+/// How an [`Api`](crate::Api) encodes one object as protobuf: `K::to_protobuf`.
+pub type Encoder<K> = fn(&K) -> Option<Vec<u8>>;
+
+/// `message` enveloped as the API server expects a protobuf request body: `k8s\0`, then an
+/// `Unknown` whose type is `api_version`/`kind` and whose `raw` is the message.
+pub(crate) fn enveloped(api_version: &str, kind: &str, message: &[u8]) -> Bytes {
+    let mut w = wire::Writer::with_prefix(MAGIC, message.len() + 64);
+    w.message(1, |w| {
+        w.string(1, api_version);
+        w.string(2, kind);
+    });
+    w.bytes(2, message);
+    w.string(3, "");
+    w.string(4, "");
+    Bytes::from(w.into_inner())
+}
+
 /// Why a protobuf answer could not be decoded.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -14,8 +14,11 @@
 //! skipped. Fields a message carries that k8s-openapi lacks are skipped, as JSON's
 //! decoder skips unknown members.
 
-use super::wire::{Reader, int_or_string, nonzero, push, quantity, time};
-use super::{FromProtobuf, ProtobufError};
+use super::wire::{
+    Reader, Writer, int_or_string, nonzero, push, quantity, time, write_int_or_string,
+    write_quantity, write_time,
+};
+use super::{FromProtobuf, ProtobufError, ToProtobuf};
 
 impl FromProtobuf for k8s_openapi::api::apps::v1::Deployment {
     fn from_protobuf(message: &[u8]) -> Result<Self, ProtobufError> {
@@ -25,11 +28,27 @@ impl FromProtobuf for k8s_openapi::api::apps::v1::Deployment {
     }
 }
 
+impl ToProtobuf for k8s_openapi::api::apps::v1::Deployment {
+    fn to_protobuf(&self) -> Option<Vec<u8>> {
+        let mut w = Writer::default();
+        encode_apps_v1_deployment(self, &mut w);
+        w.finish()
+    }
+}
+
 impl FromProtobuf for k8s_openapi::api::apps::v1::ReplicaSet {
     fn from_protobuf(message: &[u8]) -> Result<Self, ProtobufError> {
         let mut object = new_apps_v1_replica_set();
         merge_apps_v1_replica_set(Reader::new(message, "ReplicaSet"), &mut object)?;
         Ok(object)
+    }
+}
+
+impl ToProtobuf for k8s_openapi::api::apps::v1::ReplicaSet {
+    fn to_protobuf(&self) -> Option<Vec<u8>> {
+        let mut w = Writer::default();
+        encode_apps_v1_replica_set(self, &mut w);
+        w.finish()
     }
 }
 
@@ -542,6 +561,17 @@ fn merge_apps_v1_deployment(
     Ok(())
 }
 
+/// Writes `Deployment` as Go's `apps/v1.Deployment`.
+fn encode_apps_v1_deployment(m: &k8s_openapi::api::apps::v1::Deployment, w: &mut Writer) {
+    w.message(1, |w| encode_meta_v1_object_meta(&m.metadata, w));
+    if let Some(v) = &m.spec {
+        w.message(2, |w| encode_apps_v1_deployment_spec(v, w));
+    }
+    if let Some(v) = &m.status {
+        w.message(3, |w| encode_apps_v1_deployment_status(v, w));
+    }
+}
+
 /// Reads Go's `apps/v1.ReplicaSet` into `ReplicaSet`.
 fn merge_apps_v1_replica_set(
     mut r: Reader<'_>,
@@ -562,6 +592,17 @@ fn merge_apps_v1_replica_set(
         }
     }
     Ok(())
+}
+
+/// Writes `ReplicaSet` as Go's `apps/v1.ReplicaSet`.
+fn encode_apps_v1_replica_set(m: &k8s_openapi::api::apps::v1::ReplicaSet, w: &mut Writer) {
+    w.message(1, |w| encode_meta_v1_object_meta(&m.metadata, w));
+    if let Some(v) = &m.spec {
+        w.message(2, |w| encode_apps_v1_replica_set_spec(v, w));
+    }
+    if let Some(v) = &m.status {
+        w.message(3, |w| encode_apps_v1_replica_set_status(v, w));
+    }
 }
 
 /// Reads Go's `meta/v1.ObjectMeta` into `ObjectMeta`.
@@ -604,6 +645,64 @@ fn merge_meta_v1_object_meta(
     Ok(())
 }
 
+/// Writes `ObjectMeta` as Go's `meta/v1.ObjectMeta`.
+fn encode_meta_v1_object_meta(
+    m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    w: &mut Writer,
+) {
+    if let Some(v) = &m.name {
+        w.string(1, v);
+    }
+    if let Some(v) = &m.generate_name {
+        w.string(2, v);
+    }
+    if let Some(v) = &m.namespace {
+        w.string(3, v);
+    }
+    if let Some(v) = &m.self_link {
+        w.string(4, v);
+    }
+    if let Some(v) = &m.uid {
+        w.string(5, v);
+    }
+    if let Some(v) = &m.resource_version {
+        w.string(6, v);
+    }
+    if let Some(v) = &m.generation {
+        w.int64(7, *v);
+    }
+    if let Some(v) = &m.creation_timestamp {
+        write_time(w, 8, v);
+    }
+    if let Some(v) = &m.deletion_timestamp {
+        write_time(w, 9, v);
+    }
+    if let Some(v) = &m.deletion_grace_period_seconds {
+        w.int64(10, *v);
+    }
+    for (k, v) in m.labels.iter().flatten() {
+        w.message(11, |w| {
+            w.string(1, k);
+            w.string(2, v);
+        });
+    }
+    for (k, v) in m.annotations.iter().flatten() {
+        w.message(12, |w| {
+            w.string(1, k);
+            w.string(2, v);
+        });
+    }
+    for v in m.owner_references.iter().flatten() {
+        w.message(13, |w| encode_meta_v1_owner_reference(v, w));
+    }
+    for v in m.finalizers.iter().flatten() {
+        w.string(14, v);
+    }
+    if m.managed_fields.is_some() {
+        w.unsupported();
+    }
+}
+
 /// Reads Go's `apps/v1.DeploymentSpec` into `DeploymentSpec`.
 fn merge_apps_v1_deployment_spec(
     mut r: Reader<'_>,
@@ -627,6 +726,30 @@ fn merge_apps_v1_deployment_spec(
         }
     }
     Ok(())
+}
+
+/// Writes `DeploymentSpec` as Go's `apps/v1.DeploymentSpec`.
+fn encode_apps_v1_deployment_spec(m: &k8s_openapi::api::apps::v1::DeploymentSpec, w: &mut Writer) {
+    if let Some(v) = &m.replicas {
+        w.int32(1, *v);
+    }
+    w.message(2, |w| encode_meta_v1_label_selector(&m.selector, w));
+    w.message(3, |w| encode_core_v1_pod_template_spec(&m.template, w));
+    if let Some(v) = &m.strategy {
+        w.message(4, |w| encode_apps_v1_deployment_strategy(v, w));
+    }
+    if let Some(v) = &m.min_ready_seconds {
+        w.int32(5, *v);
+    }
+    if let Some(v) = &m.revision_history_limit {
+        w.int32(6, *v);
+    }
+    if let Some(v) = &m.paused {
+        w.bool(7, *v);
+    }
+    if let Some(v) = &m.progress_deadline_seconds {
+        w.int32(9, *v);
+    }
 }
 
 /// Reads Go's `apps/v1.DeploymentStatus` into `DeploymentStatus`.
@@ -655,6 +778,40 @@ fn merge_apps_v1_deployment_status(
     Ok(())
 }
 
+/// Writes `DeploymentStatus` as Go's `apps/v1.DeploymentStatus`.
+fn encode_apps_v1_deployment_status(
+    m: &k8s_openapi::api::apps::v1::DeploymentStatus,
+    w: &mut Writer,
+) {
+    if let Some(v) = &m.observed_generation {
+        w.int64(1, *v);
+    }
+    if let Some(v) = &m.replicas {
+        w.int32(2, *v);
+    }
+    if let Some(v) = &m.updated_replicas {
+        w.int32(3, *v);
+    }
+    if let Some(v) = &m.available_replicas {
+        w.int32(4, *v);
+    }
+    if let Some(v) = &m.unavailable_replicas {
+        w.int32(5, *v);
+    }
+    for v in m.conditions.iter().flatten() {
+        w.message(6, |w| encode_apps_v1_deployment_condition(v, w));
+    }
+    if let Some(v) = &m.ready_replicas {
+        w.int32(7, *v);
+    }
+    if let Some(v) = &m.collision_count {
+        w.int32(8, *v);
+    }
+    if let Some(v) = &m.terminating_replicas {
+        w.int32(9, *v);
+    }
+}
+
 /// Reads Go's `apps/v1.ReplicaSetSpec` into `ReplicaSetSpec`.
 fn merge_apps_v1_replica_set_spec(
     mut r: Reader<'_>,
@@ -673,6 +830,20 @@ fn merge_apps_v1_replica_set_spec(
         }
     }
     Ok(())
+}
+
+/// Writes `ReplicaSetSpec` as Go's `apps/v1.ReplicaSetSpec`.
+fn encode_apps_v1_replica_set_spec(m: &k8s_openapi::api::apps::v1::ReplicaSetSpec, w: &mut Writer) {
+    if let Some(v) = &m.replicas {
+        w.int32(1, *v);
+    }
+    w.message(2, |w| encode_meta_v1_label_selector(&m.selector, w));
+    if let Some(v) = &m.template {
+        w.message(3, |w| encode_core_v1_pod_template_spec(v, w));
+    }
+    if let Some(v) = &m.min_ready_seconds {
+        w.int32(4, *v);
+    }
 }
 
 /// Reads Go's `apps/v1.ReplicaSetStatus` into `ReplicaSetStatus`.
@@ -699,6 +870,32 @@ fn merge_apps_v1_replica_set_status(
     Ok(())
 }
 
+/// Writes `ReplicaSetStatus` as Go's `apps/v1.ReplicaSetStatus`.
+fn encode_apps_v1_replica_set_status(
+    m: &k8s_openapi::api::apps::v1::ReplicaSetStatus,
+    w: &mut Writer,
+) {
+    w.int32(1, m.replicas);
+    if let Some(v) = &m.fully_labeled_replicas {
+        w.int32(2, *v);
+    }
+    if let Some(v) = &m.observed_generation {
+        w.int64(3, *v);
+    }
+    if let Some(v) = &m.ready_replicas {
+        w.int32(4, *v);
+    }
+    if let Some(v) = &m.available_replicas {
+        w.int32(5, *v);
+    }
+    for v in m.conditions.iter().flatten() {
+        w.message(6, |w| encode_apps_v1_replica_set_condition(v, w));
+    }
+    if let Some(v) = &m.terminating_replicas {
+        w.int32(7, *v);
+    }
+}
+
 /// Reads Go's `meta/v1.OwnerReference` into `OwnerReference`.
 fn merge_meta_v1_owner_reference(
     mut r: Reader<'_>,
@@ -716,6 +913,23 @@ fn merge_meta_v1_owner_reference(
         }
     }
     Ok(())
+}
+
+/// Writes `OwnerReference` as Go's `meta/v1.OwnerReference`.
+fn encode_meta_v1_owner_reference(
+    m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    w: &mut Writer,
+) {
+    w.string(1, &m.kind);
+    w.string(3, &m.name);
+    w.string(4, &m.uid);
+    w.string(5, &m.api_version);
+    if let Some(v) = &m.controller {
+        w.bool(6, *v);
+    }
+    if let Some(v) = &m.block_owner_deletion {
+        w.bool(7, *v);
+    }
 }
 
 /// Reads Go's `meta/v1.LabelSelector` into `LabelSelector`.
@@ -742,6 +956,22 @@ fn merge_meta_v1_label_selector(
     Ok(())
 }
 
+/// Writes `LabelSelector` as Go's `meta/v1.LabelSelector`.
+fn encode_meta_v1_label_selector(
+    m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+    w: &mut Writer,
+) {
+    for (k, v) in m.match_labels.iter().flatten() {
+        w.message(1, |w| {
+            w.string(1, k);
+            w.string(2, v);
+        });
+    }
+    for v in m.match_expressions.iter().flatten() {
+        w.message(2, |w| encode_meta_v1_label_selector_requirement(v, w));
+    }
+}
+
 /// Reads Go's `core/v1.PodTemplateSpec` into `PodTemplateSpec`.
 fn merge_core_v1_pod_template_spec(
     mut r: Reader<'_>,
@@ -763,6 +993,19 @@ fn merge_core_v1_pod_template_spec(
     Ok(())
 }
 
+/// Writes `PodTemplateSpec` as Go's `core/v1.PodTemplateSpec`.
+fn encode_core_v1_pod_template_spec(
+    m: &k8s_openapi::api::core::v1::PodTemplateSpec,
+    w: &mut Writer,
+) {
+    if let Some(v) = &m.metadata {
+        w.message(1, |w| encode_meta_v1_object_meta(v, w));
+    }
+    if let Some(v) = &m.spec {
+        w.message(2, |w| encode_core_v1_pod_spec(v, w));
+    }
+}
+
 /// Reads Go's `apps/v1.DeploymentStrategy` into `DeploymentStrategy`.
 fn merge_apps_v1_deployment_strategy(
     mut r: Reader<'_>,
@@ -780,6 +1023,19 @@ fn merge_apps_v1_deployment_strategy(
         }
     }
     Ok(())
+}
+
+/// Writes `DeploymentStrategy` as Go's `apps/v1.DeploymentStrategy`.
+fn encode_apps_v1_deployment_strategy(
+    m: &k8s_openapi::api::apps::v1::DeploymentStrategy,
+    w: &mut Writer,
+) {
+    if let Some(v) = &m.type_ {
+        w.string(1, v);
+    }
+    if let Some(v) = &m.rolling_update {
+        w.message(2, |w| encode_apps_v1_rolling_update_deployment(v, w));
+    }
 }
 
 /// Reads Go's `apps/v1.DeploymentCondition` into `DeploymentCondition`.
@@ -801,6 +1057,27 @@ fn merge_apps_v1_deployment_condition(
     Ok(())
 }
 
+/// Writes `DeploymentCondition` as Go's `apps/v1.DeploymentCondition`.
+fn encode_apps_v1_deployment_condition(
+    m: &k8s_openapi::api::apps::v1::DeploymentCondition,
+    w: &mut Writer,
+) {
+    w.string(1, &m.type_);
+    w.string(2, &m.status);
+    if let Some(v) = &m.reason {
+        w.string(4, v);
+    }
+    if let Some(v) = &m.message {
+        w.string(5, v);
+    }
+    if let Some(v) = &m.last_update_time {
+        write_time(w, 6, v);
+    }
+    if let Some(v) = &m.last_transition_time {
+        write_time(w, 7, v);
+    }
+}
+
 /// Reads Go's `apps/v1.ReplicaSetCondition` into `ReplicaSetCondition`.
 fn merge_apps_v1_replica_set_condition(
     mut r: Reader<'_>,
@@ -819,6 +1096,24 @@ fn merge_apps_v1_replica_set_condition(
     Ok(())
 }
 
+/// Writes `ReplicaSetCondition` as Go's `apps/v1.ReplicaSetCondition`.
+fn encode_apps_v1_replica_set_condition(
+    m: &k8s_openapi::api::apps::v1::ReplicaSetCondition,
+    w: &mut Writer,
+) {
+    w.string(1, &m.type_);
+    w.string(2, &m.status);
+    if let Some(v) = &m.last_transition_time {
+        write_time(w, 3, v);
+    }
+    if let Some(v) = &m.reason {
+        w.string(4, v);
+    }
+    if let Some(v) = &m.message {
+        w.string(5, v);
+    }
+}
+
 /// Reads Go's `meta/v1.LabelSelectorRequirement` into `LabelSelectorRequirement`.
 fn merge_meta_v1_label_selector_requirement(
     mut r: Reader<'_>,
@@ -833,6 +1128,18 @@ fn merge_meta_v1_label_selector_requirement(
         }
     }
     Ok(())
+}
+
+/// Writes `LabelSelectorRequirement` as Go's `meta/v1.LabelSelectorRequirement`.
+fn encode_meta_v1_label_selector_requirement(
+    m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement,
+    w: &mut Writer,
+) {
+    w.string(1, &m.key);
+    w.string(2, &m.operator);
+    for v in m.values.iter().flatten() {
+        w.string(3, v);
+    }
 }
 
 /// Reads Go's `core/v1.PodSpec` into `PodSpec`.
@@ -963,6 +1270,142 @@ fn merge_core_v1_pod_spec(
     Ok(())
 }
 
+/// Writes `PodSpec` as Go's `core/v1.PodSpec`.
+fn encode_core_v1_pod_spec(m: &k8s_openapi::api::core::v1::PodSpec, w: &mut Writer) {
+    for v in m.volumes.iter().flatten() {
+        w.message(1, |w| encode_core_v1_volume(v, w));
+    }
+    for v in &m.containers {
+        w.message(2, |w| encode_core_v1_container(v, w));
+    }
+    if let Some(v) = &m.restart_policy {
+        w.string(3, v);
+    }
+    if let Some(v) = &m.termination_grace_period_seconds {
+        w.int64(4, *v);
+    }
+    if let Some(v) = &m.active_deadline_seconds {
+        w.int64(5, *v);
+    }
+    if let Some(v) = &m.dns_policy {
+        w.string(6, v);
+    }
+    for (k, v) in m.node_selector.iter().flatten() {
+        w.message(7, |w| {
+            w.string(1, k);
+            w.string(2, v);
+        });
+    }
+    if let Some(v) = &m.service_account_name {
+        w.string(8, v);
+    }
+    if let Some(v) = &m.service_account {
+        w.string(9, v);
+    }
+    if let Some(v) = &m.node_name {
+        w.string(10, v);
+    }
+    if let Some(v) = &m.host_network {
+        w.bool(11, *v);
+    }
+    if let Some(v) = &m.host_pid {
+        w.bool(12, *v);
+    }
+    if let Some(v) = &m.host_ipc {
+        w.bool(13, *v);
+    }
+    if let Some(v) = &m.security_context {
+        w.message(14, |w| encode_core_v1_pod_security_context(v, w));
+    }
+    for v in m.image_pull_secrets.iter().flatten() {
+        w.message(15, |w| encode_core_v1_local_object_reference(v, w));
+    }
+    if let Some(v) = &m.hostname {
+        w.string(16, v);
+    }
+    if let Some(v) = &m.subdomain {
+        w.string(17, v);
+    }
+    if let Some(v) = &m.affinity {
+        w.message(18, |w| encode_core_v1_affinity(v, w));
+    }
+    if let Some(v) = &m.scheduler_name {
+        w.string(19, v);
+    }
+    for v in m.init_containers.iter().flatten() {
+        w.message(20, |w| encode_core_v1_container(v, w));
+    }
+    if let Some(v) = &m.automount_service_account_token {
+        w.bool(21, *v);
+    }
+    for v in m.tolerations.iter().flatten() {
+        w.message(22, |w| encode_core_v1_toleration(v, w));
+    }
+    for v in m.host_aliases.iter().flatten() {
+        w.message(23, |w| encode_core_v1_host_alias(v, w));
+    }
+    if let Some(v) = &m.priority_class_name {
+        w.string(24, v);
+    }
+    if let Some(v) = &m.priority {
+        w.int32(25, *v);
+    }
+    if let Some(v) = &m.dns_config {
+        w.message(26, |w| encode_core_v1_pod_dns_config(v, w));
+    }
+    if let Some(v) = &m.share_process_namespace {
+        w.bool(27, *v);
+    }
+    for v in m.readiness_gates.iter().flatten() {
+        w.message(28, |w| encode_core_v1_pod_readiness_gate(v, w));
+    }
+    if let Some(v) = &m.runtime_class_name {
+        w.string(29, v);
+    }
+    if let Some(v) = &m.enable_service_links {
+        w.bool(30, *v);
+    }
+    if let Some(v) = &m.preemption_policy {
+        w.string(31, v);
+    }
+    for (k, v) in m.overhead.iter().flatten() {
+        w.message(32, |w| {
+            w.string(1, k);
+            write_quantity(w, 2, v);
+        });
+    }
+    for v in m.topology_spread_constraints.iter().flatten() {
+        w.message(33, |w| encode_core_v1_topology_spread_constraint(v, w));
+    }
+    for v in m.ephemeral_containers.iter().flatten() {
+        w.message(34, |w| encode_core_v1_ephemeral_container(v, w));
+    }
+    if let Some(v) = &m.set_hostname_as_fqdn {
+        w.bool(35, *v);
+    }
+    if let Some(v) = &m.os {
+        w.message(36, |w| encode_core_v1_pod_os(v, w));
+    }
+    if let Some(v) = &m.host_users {
+        w.bool(37, *v);
+    }
+    for v in m.scheduling_gates.iter().flatten() {
+        w.message(38, |w| encode_core_v1_pod_scheduling_gate(v, w));
+    }
+    for v in m.resource_claims.iter().flatten() {
+        w.message(39, |w| encode_core_v1_pod_resource_claim(v, w));
+    }
+    if let Some(v) = &m.resources {
+        w.message(40, |w| encode_core_v1_resource_requirements(v, w));
+    }
+    if let Some(v) = &m.hostname_override {
+        w.string(41, v);
+    }
+    if let Some(v) = &m.scheduling_group {
+        w.message(43, |w| encode_core_v1_pod_scheduling_group(v, w));
+    }
+}
+
 /// Reads Go's `apps/v1.RollingUpdateDeployment` into `RollingUpdateDeployment`.
 fn merge_apps_v1_rolling_update_deployment(
     mut r: Reader<'_>,
@@ -978,6 +1421,19 @@ fn merge_apps_v1_rolling_update_deployment(
     Ok(())
 }
 
+/// Writes `RollingUpdateDeployment` as Go's `apps/v1.RollingUpdateDeployment`.
+fn encode_apps_v1_rolling_update_deployment(
+    m: &k8s_openapi::api::apps::v1::RollingUpdateDeployment,
+    w: &mut Writer,
+) {
+    if let Some(v) = &m.max_unavailable {
+        write_int_or_string(w, 1, v);
+    }
+    if let Some(v) = &m.max_surge {
+        write_int_or_string(w, 2, v);
+    }
+}
+
 /// Reads Go's `core/v1.Volume` into `Volume`.
 fn merge_core_v1_volume(
     mut r: Reader<'_>,
@@ -991,6 +1447,12 @@ fn merge_core_v1_volume(
         }
     }
     Ok(())
+}
+
+/// Writes `Volume` as Go's `core/v1.Volume`.
+fn encode_core_v1_volume(m: &k8s_openapi::api::core::v1::Volume, w: &mut Writer) {
+    w.string(1, &m.name);
+    w.message(2, |w| encode_core_v1_volume_source_into_volume(m, w));
 }
 
 /// Reads Go's `core/v1.Container` into `Container`.
@@ -1079,6 +1541,83 @@ fn merge_core_v1_container(
     Ok(())
 }
 
+/// Writes `Container` as Go's `core/v1.Container`.
+fn encode_core_v1_container(m: &k8s_openapi::api::core::v1::Container, w: &mut Writer) {
+    w.string(1, &m.name);
+    if let Some(v) = &m.image {
+        w.string(2, v);
+    }
+    for v in m.command.iter().flatten() {
+        w.string(3, v);
+    }
+    for v in m.args.iter().flatten() {
+        w.string(4, v);
+    }
+    if let Some(v) = &m.working_dir {
+        w.string(5, v);
+    }
+    for v in m.ports.iter().flatten() {
+        w.message(6, |w| encode_core_v1_container_port(v, w));
+    }
+    for v in m.env.iter().flatten() {
+        w.message(7, |w| encode_core_v1_env_var(v, w));
+    }
+    if let Some(v) = &m.resources {
+        w.message(8, |w| encode_core_v1_resource_requirements(v, w));
+    }
+    for v in m.volume_mounts.iter().flatten() {
+        w.message(9, |w| encode_core_v1_volume_mount(v, w));
+    }
+    if let Some(v) = &m.liveness_probe {
+        w.message(10, |w| encode_core_v1_probe(v, w));
+    }
+    if let Some(v) = &m.readiness_probe {
+        w.message(11, |w| encode_core_v1_probe(v, w));
+    }
+    if let Some(v) = &m.lifecycle {
+        w.message(12, |w| encode_core_v1_lifecycle(v, w));
+    }
+    if let Some(v) = &m.termination_message_path {
+        w.string(13, v);
+    }
+    if let Some(v) = &m.image_pull_policy {
+        w.string(14, v);
+    }
+    if let Some(v) = &m.security_context {
+        w.message(15, |w| encode_core_v1_security_context(v, w));
+    }
+    if let Some(v) = &m.stdin {
+        w.bool(16, *v);
+    }
+    if let Some(v) = &m.stdin_once {
+        w.bool(17, *v);
+    }
+    if let Some(v) = &m.tty {
+        w.bool(18, *v);
+    }
+    for v in m.env_from.iter().flatten() {
+        w.message(19, |w| encode_core_v1_env_from_source(v, w));
+    }
+    if let Some(v) = &m.termination_message_policy {
+        w.string(20, v);
+    }
+    for v in m.volume_devices.iter().flatten() {
+        w.message(21, |w| encode_core_v1_volume_device(v, w));
+    }
+    if let Some(v) = &m.startup_probe {
+        w.message(22, |w| encode_core_v1_probe(v, w));
+    }
+    for v in m.resize_policy.iter().flatten() {
+        w.message(23, |w| encode_core_v1_container_resize_policy(v, w));
+    }
+    if let Some(v) = &m.restart_policy {
+        w.string(24, v);
+    }
+    for v in m.restart_policy_rules.iter().flatten() {
+        w.message(25, |w| encode_core_v1_container_restart_rule(v, w));
+    }
+}
+
 /// Reads Go's `core/v1.EphemeralContainer` into `EphemeralContainer`.
 fn merge_core_v1_ephemeral_container(
     mut r: Reader<'_>,
@@ -1095,6 +1634,19 @@ fn merge_core_v1_ephemeral_container(
         }
     }
     Ok(())
+}
+
+/// Writes `EphemeralContainer` as Go's `core/v1.EphemeralContainer`.
+fn encode_core_v1_ephemeral_container(
+    m: &k8s_openapi::api::core::v1::EphemeralContainer,
+    w: &mut Writer,
+) {
+    w.message(1, |w| {
+        encode_core_v1_ephemeral_container_common_into_ephemeral_container(m, w)
+    });
+    if let Some(v) = &m.target_container_name {
+        w.string(2, v);
+    }
 }
 
 /// Reads Go's `core/v1.PodSecurityContext` into `PodSecurityContext`.
@@ -1143,6 +1695,52 @@ fn merge_core_v1_pod_security_context(
     Ok(())
 }
 
+/// Writes `PodSecurityContext` as Go's `core/v1.PodSecurityContext`.
+fn encode_core_v1_pod_security_context(
+    m: &k8s_openapi::api::core::v1::PodSecurityContext,
+    w: &mut Writer,
+) {
+    if let Some(v) = &m.se_linux_options {
+        w.message(1, |w| encode_core_v1_se_linux_options(v, w));
+    }
+    if let Some(v) = &m.run_as_user {
+        w.int64(2, *v);
+    }
+    if let Some(v) = &m.run_as_non_root {
+        w.bool(3, *v);
+    }
+    for v in m.supplemental_groups.iter().flatten() {
+        w.int64(4, *v);
+    }
+    if let Some(v) = &m.fs_group {
+        w.int64(5, *v);
+    }
+    if let Some(v) = &m.run_as_group {
+        w.int64(6, *v);
+    }
+    for v in m.sysctls.iter().flatten() {
+        w.message(7, |w| encode_core_v1_sysctl(v, w));
+    }
+    if let Some(v) = &m.windows_options {
+        w.message(8, |w| encode_core_v1_windows_security_context_options(v, w));
+    }
+    if let Some(v) = &m.fs_group_change_policy {
+        w.string(9, v);
+    }
+    if let Some(v) = &m.seccomp_profile {
+        w.message(10, |w| encode_core_v1_seccomp_profile(v, w));
+    }
+    if let Some(v) = &m.app_armor_profile {
+        w.message(11, |w| encode_core_v1_app_armor_profile(v, w));
+    }
+    if let Some(v) = &m.supplemental_groups_policy {
+        w.string(12, v);
+    }
+    if let Some(v) = &m.se_linux_change_policy {
+        w.string(13, v);
+    }
+}
+
 /// Reads Go's `core/v1.LocalObjectReference` into `LocalObjectReference`.
 fn merge_core_v1_local_object_reference(
     mut r: Reader<'_>,
@@ -1155,6 +1753,14 @@ fn merge_core_v1_local_object_reference(
         }
     }
     Ok(())
+}
+
+/// Writes `LocalObjectReference` as Go's `core/v1.LocalObjectReference`.
+fn encode_core_v1_local_object_reference(
+    m: &k8s_openapi::api::core::v1::LocalObjectReference,
+    w: &mut Writer,
+) {
+    w.string(1, &m.name);
 }
 
 /// Reads Go's `core/v1.Affinity` into `Affinity`.
@@ -1184,6 +1790,19 @@ fn merge_core_v1_affinity(
     Ok(())
 }
 
+/// Writes `Affinity` as Go's `core/v1.Affinity`.
+fn encode_core_v1_affinity(m: &k8s_openapi::api::core::v1::Affinity, w: &mut Writer) {
+    if let Some(v) = &m.node_affinity {
+        w.message(1, |w| encode_core_v1_node_affinity(v, w));
+    }
+    if let Some(v) = &m.pod_affinity {
+        w.message(2, |w| encode_core_v1_pod_affinity(v, w));
+    }
+    if let Some(v) = &m.pod_anti_affinity {
+        w.message(3, |w| encode_core_v1_pod_anti_affinity(v, w));
+    }
+}
+
 /// Reads Go's `core/v1.Toleration` into `Toleration`.
 fn merge_core_v1_toleration(
     mut r: Reader<'_>,
@@ -1202,6 +1821,25 @@ fn merge_core_v1_toleration(
     Ok(())
 }
 
+/// Writes `Toleration` as Go's `core/v1.Toleration`.
+fn encode_core_v1_toleration(m: &k8s_openapi::api::core::v1::Toleration, w: &mut Writer) {
+    if let Some(v) = &m.key {
+        w.string(1, v);
+    }
+    if let Some(v) = &m.operator {
+        w.string(2, v);
+    }
+    if let Some(v) = &m.value {
+        w.string(3, v);
+    }
+    if let Some(v) = &m.effect {
+        w.string(4, v);
+    }
+    if let Some(v) = &m.toleration_seconds {
+        w.int64(5, *v);
+    }
+}
+
 /// Reads Go's `core/v1.HostAlias` into `HostAlias`.
 fn merge_core_v1_host_alias(
     mut r: Reader<'_>,
@@ -1215,6 +1853,14 @@ fn merge_core_v1_host_alias(
         }
     }
     Ok(())
+}
+
+/// Writes `HostAlias` as Go's `core/v1.HostAlias`.
+fn encode_core_v1_host_alias(m: &k8s_openapi::api::core::v1::HostAlias, w: &mut Writer) {
+    w.string(1, &m.ip);
+    for v in m.hostnames.iter().flatten() {
+        w.string(2, v);
+    }
 }
 
 /// Reads Go's `core/v1.PodDNSConfig` into `PodDNSConfig`.
@@ -1237,6 +1883,19 @@ fn merge_core_v1_pod_dns_config(
     Ok(())
 }
 
+/// Writes `PodDNSConfig` as Go's `core/v1.PodDNSConfig`.
+fn encode_core_v1_pod_dns_config(m: &k8s_openapi::api::core::v1::PodDNSConfig, w: &mut Writer) {
+    for v in m.nameservers.iter().flatten() {
+        w.string(1, v);
+    }
+    for v in m.searches.iter().flatten() {
+        w.string(2, v);
+    }
+    for v in m.options.iter().flatten() {
+        w.message(3, |w| encode_core_v1_pod_dns_config_option(v, w));
+    }
+}
+
 /// Reads Go's `core/v1.PodReadinessGate` into `PodReadinessGate`.
 fn merge_core_v1_pod_readiness_gate(
     mut r: Reader<'_>,
@@ -1249,6 +1908,14 @@ fn merge_core_v1_pod_readiness_gate(
         }
     }
     Ok(())
+}
+
+/// Writes `PodReadinessGate` as Go's `core/v1.PodReadinessGate`.
+fn encode_core_v1_pod_readiness_gate(
+    m: &k8s_openapi::api::core::v1::PodReadinessGate,
+    w: &mut Writer,
+) {
+    w.string(1, &m.condition_type);
 }
 
 /// Reads Go's `core/v1.TopologySpreadConstraint` into `TopologySpreadConstraint`.
@@ -1276,6 +1943,31 @@ fn merge_core_v1_topology_spread_constraint(
     Ok(())
 }
 
+/// Writes `TopologySpreadConstraint` as Go's `core/v1.TopologySpreadConstraint`.
+fn encode_core_v1_topology_spread_constraint(
+    m: &k8s_openapi::api::core::v1::TopologySpreadConstraint,
+    w: &mut Writer,
+) {
+    w.int32(1, m.max_skew);
+    w.string(2, &m.topology_key);
+    w.string(3, &m.when_unsatisfiable);
+    if let Some(v) = &m.label_selector {
+        w.message(4, |w| encode_meta_v1_label_selector(v, w));
+    }
+    if let Some(v) = &m.min_domains {
+        w.int32(5, *v);
+    }
+    if let Some(v) = &m.node_affinity_policy {
+        w.string(6, v);
+    }
+    if let Some(v) = &m.node_taints_policy {
+        w.string(7, v);
+    }
+    for v in m.match_label_keys.iter().flatten() {
+        w.string(8, v);
+    }
+}
+
 /// Reads Go's `core/v1.PodOS` into `PodOS`.
 fn merge_core_v1_pod_os(
     mut r: Reader<'_>,
@@ -1288,6 +1980,11 @@ fn merge_core_v1_pod_os(
         }
     }
     Ok(())
+}
+
+/// Writes `PodOS` as Go's `core/v1.PodOS`.
+fn encode_core_v1_pod_os(m: &k8s_openapi::api::core::v1::PodOS, w: &mut Writer) {
+    w.string(1, &m.name);
 }
 
 /// Reads Go's `core/v1.PodSchedulingGate` into `PodSchedulingGate`.
@@ -1304,6 +2001,14 @@ fn merge_core_v1_pod_scheduling_gate(
     Ok(())
 }
 
+/// Writes `PodSchedulingGate` as Go's `core/v1.PodSchedulingGate`.
+fn encode_core_v1_pod_scheduling_gate(
+    m: &k8s_openapi::api::core::v1::PodSchedulingGate,
+    w: &mut Writer,
+) {
+    w.string(1, &m.name);
+}
+
 /// Reads Go's `core/v1.PodResourceClaim` into `PodResourceClaim`.
 fn merge_core_v1_pod_resource_claim(
     mut r: Reader<'_>,
@@ -1318,6 +2023,20 @@ fn merge_core_v1_pod_resource_claim(
         }
     }
     Ok(())
+}
+
+/// Writes `PodResourceClaim` as Go's `core/v1.PodResourceClaim`.
+fn encode_core_v1_pod_resource_claim(
+    m: &k8s_openapi::api::core::v1::PodResourceClaim,
+    w: &mut Writer,
+) {
+    w.string(1, &m.name);
+    if let Some(v) = &m.resource_claim_name {
+        w.string(3, v);
+    }
+    if let Some(v) = &m.resource_claim_template_name {
+        w.string(4, v);
+    }
 }
 
 /// Reads Go's `core/v1.ResourceRequirements` into `ResourceRequirements`.
@@ -1346,6 +2065,28 @@ fn merge_core_v1_resource_requirements(
     Ok(())
 }
 
+/// Writes `ResourceRequirements` as Go's `core/v1.ResourceRequirements`.
+fn encode_core_v1_resource_requirements(
+    m: &k8s_openapi::api::core::v1::ResourceRequirements,
+    w: &mut Writer,
+) {
+    for (k, v) in m.limits.iter().flatten() {
+        w.message(1, |w| {
+            w.string(1, k);
+            write_quantity(w, 2, v);
+        });
+    }
+    for (k, v) in m.requests.iter().flatten() {
+        w.message(2, |w| {
+            w.string(1, k);
+            write_quantity(w, 2, v);
+        });
+    }
+    for v in m.claims.iter().flatten() {
+        w.message(3, |w| encode_core_v1_resource_claim(v, w));
+    }
+}
+
 /// Reads Go's `core/v1.PodSchedulingGroup` into `PodSchedulingGroup`.
 fn merge_core_v1_pod_scheduling_group(
     mut r: Reader<'_>,
@@ -1358,6 +2099,16 @@ fn merge_core_v1_pod_scheduling_group(
         }
     }
     Ok(())
+}
+
+/// Writes `PodSchedulingGroup` as Go's `core/v1.PodSchedulingGroup`.
+fn encode_core_v1_pod_scheduling_group(
+    m: &k8s_openapi::api::core::v1::PodSchedulingGroup,
+    w: &mut Writer,
+) {
+    if let Some(v) = &m.pod_group_name {
+        w.string(1, v);
+    }
 }
 
 /// Reads Go's `core/v1.VolumeSource` into `Volume`.
@@ -1517,6 +2268,113 @@ fn merge_core_v1_volume_source_into_volume(
     Ok(())
 }
 
+/// Writes `Volume` as Go's `core/v1.VolumeSource`.
+fn encode_core_v1_volume_source_into_volume(
+    m: &k8s_openapi::api::core::v1::Volume,
+    w: &mut Writer,
+) {
+    if let Some(v) = &m.host_path {
+        w.message(1, |w| encode_core_v1_host_path_volume_source(v, w));
+    }
+    if let Some(v) = &m.empty_dir {
+        w.message(2, |w| encode_core_v1_empty_dir_volume_source(v, w));
+    }
+    if let Some(v) = &m.gce_persistent_disk {
+        w.message(3, |w| {
+            encode_core_v1_gce_persistent_disk_volume_source(v, w)
+        });
+    }
+    if let Some(v) = &m.aws_elastic_block_store {
+        w.message(4, |w| {
+            encode_core_v1_aws_elastic_block_store_volume_source(v, w)
+        });
+    }
+    if let Some(v) = &m.git_repo {
+        w.message(5, |w| encode_core_v1_git_repo_volume_source(v, w));
+    }
+    if let Some(v) = &m.secret {
+        w.message(6, |w| encode_core_v1_secret_volume_source(v, w));
+    }
+    if let Some(v) = &m.nfs {
+        w.message(7, |w| encode_core_v1_nfs_volume_source(v, w));
+    }
+    if let Some(v) = &m.iscsi {
+        w.message(8, |w| encode_core_v1_iscsi_volume_source(v, w));
+    }
+    if let Some(v) = &m.glusterfs {
+        w.message(9, |w| encode_core_v1_glusterfs_volume_source(v, w));
+    }
+    if let Some(v) = &m.persistent_volume_claim {
+        w.message(10, |w| {
+            encode_core_v1_persistent_volume_claim_volume_source(v, w)
+        });
+    }
+    if let Some(v) = &m.rbd {
+        w.message(11, |w| encode_core_v1_rbd_volume_source(v, w));
+    }
+    if let Some(v) = &m.flex_volume {
+        w.message(12, |w| encode_core_v1_flex_volume_source(v, w));
+    }
+    if let Some(v) = &m.cinder {
+        w.message(13, |w| encode_core_v1_cinder_volume_source(v, w));
+    }
+    if let Some(v) = &m.cephfs {
+        w.message(14, |w| encode_core_v1_ceph_fs_volume_source(v, w));
+    }
+    if let Some(v) = &m.flocker {
+        w.message(15, |w| encode_core_v1_flocker_volume_source(v, w));
+    }
+    if let Some(v) = &m.downward_api {
+        w.message(16, |w| encode_core_v1_downward_api_volume_source(v, w));
+    }
+    if let Some(v) = &m.fc {
+        w.message(17, |w| encode_core_v1_fc_volume_source(v, w));
+    }
+    if let Some(v) = &m.azure_file {
+        w.message(18, |w| encode_core_v1_azure_file_volume_source(v, w));
+    }
+    if let Some(v) = &m.config_map {
+        w.message(19, |w| encode_core_v1_config_map_volume_source(v, w));
+    }
+    if let Some(v) = &m.vsphere_volume {
+        w.message(20, |w| {
+            encode_core_v1_vsphere_virtual_disk_volume_source(v, w)
+        });
+    }
+    if let Some(v) = &m.quobyte {
+        w.message(21, |w| encode_core_v1_quobyte_volume_source(v, w));
+    }
+    if let Some(v) = &m.azure_disk {
+        w.message(22, |w| encode_core_v1_azure_disk_volume_source(v, w));
+    }
+    if let Some(v) = &m.photon_persistent_disk {
+        w.message(23, |w| {
+            encode_core_v1_photon_persistent_disk_volume_source(v, w)
+        });
+    }
+    if let Some(v) = &m.portworx_volume {
+        w.message(24, |w| encode_core_v1_portworx_volume_source(v, w));
+    }
+    if let Some(v) = &m.scale_io {
+        w.message(25, |w| encode_core_v1_scale_io_volume_source(v, w));
+    }
+    if let Some(v) = &m.projected {
+        w.message(26, |w| encode_core_v1_projected_volume_source(v, w));
+    }
+    if let Some(v) = &m.storageos {
+        w.message(27, |w| encode_core_v1_storage_os_volume_source(v, w));
+    }
+    if let Some(v) = &m.csi {
+        w.message(28, |w| encode_core_v1_csi_volume_source(v, w));
+    }
+    if let Some(v) = &m.ephemeral {
+        w.message(29, |w| encode_core_v1_ephemeral_volume_source(v, w));
+    }
+    if let Some(v) = &m.image {
+        w.message(30, |w| encode_core_v1_image_volume_source(v, w));
+    }
+}
+
 /// Reads Go's `core/v1.ContainerPort` into `ContainerPort`.
 fn merge_core_v1_container_port(
     mut r: Reader<'_>,
@@ -1533,6 +2391,23 @@ fn merge_core_v1_container_port(
         }
     }
     Ok(())
+}
+
+/// Writes `ContainerPort` as Go's `core/v1.ContainerPort`.
+fn encode_core_v1_container_port(m: &k8s_openapi::api::core::v1::ContainerPort, w: &mut Writer) {
+    if let Some(v) = &m.name {
+        w.string(1, v);
+    }
+    if let Some(v) = &m.host_port {
+        w.int32(2, *v);
+    }
+    w.int32(3, m.container_port);
+    if let Some(v) = &m.protocol {
+        w.string(4, v);
+    }
+    if let Some(v) = &m.host_ip {
+        w.string(5, v);
+    }
 }
 
 /// Reads Go's `core/v1.EnvFromSource` into `EnvFromSource`.
@@ -1559,6 +2434,19 @@ fn merge_core_v1_env_from_source(
     Ok(())
 }
 
+/// Writes `EnvFromSource` as Go's `core/v1.EnvFromSource`.
+fn encode_core_v1_env_from_source(m: &k8s_openapi::api::core::v1::EnvFromSource, w: &mut Writer) {
+    if let Some(v) = &m.prefix {
+        w.string(1, v);
+    }
+    if let Some(v) = &m.config_map_ref {
+        w.message(2, |w| encode_core_v1_config_map_env_source(v, w));
+    }
+    if let Some(v) = &m.secret_ref {
+        w.message(3, |w| encode_core_v1_secret_env_source(v, w));
+    }
+}
+
 /// Reads Go's `core/v1.EnvVar` into `EnvVar`.
 fn merge_core_v1_env_var(
     mut r: Reader<'_>,
@@ -1578,6 +2466,17 @@ fn merge_core_v1_env_var(
     Ok(())
 }
 
+/// Writes `EnvVar` as Go's `core/v1.EnvVar`.
+fn encode_core_v1_env_var(m: &k8s_openapi::api::core::v1::EnvVar, w: &mut Writer) {
+    w.string(1, &m.name);
+    if let Some(v) = &m.value {
+        w.string(2, v);
+    }
+    if let Some(v) = &m.value_from {
+        w.message(3, |w| encode_core_v1_env_var_source(v, w));
+    }
+}
+
 /// Reads Go's `core/v1.ContainerResizePolicy` into `ContainerResizePolicy`.
 fn merge_core_v1_container_resize_policy(
     mut r: Reader<'_>,
@@ -1591,6 +2490,15 @@ fn merge_core_v1_container_resize_policy(
         }
     }
     Ok(())
+}
+
+/// Writes `ContainerResizePolicy` as Go's `core/v1.ContainerResizePolicy`.
+fn encode_core_v1_container_resize_policy(
+    m: &k8s_openapi::api::core::v1::ContainerResizePolicy,
+    w: &mut Writer,
+) {
+    w.string(1, &m.resource_name);
+    w.string(2, &m.restart_policy);
 }
 
 /// Reads Go's `core/v1.ContainerRestartRule` into `ContainerRestartRule`.
@@ -1610,6 +2518,19 @@ fn merge_core_v1_container_restart_rule(
         }
     }
     Ok(())
+}
+
+/// Writes `ContainerRestartRule` as Go's `core/v1.ContainerRestartRule`.
+fn encode_core_v1_container_restart_rule(
+    m: &k8s_openapi::api::core::v1::ContainerRestartRule,
+    w: &mut Writer,
+) {
+    w.string(1, &m.action);
+    if let Some(v) = &m.exit_codes {
+        w.message(2, |w| {
+            encode_core_v1_container_restart_rule_on_exit_codes(v, w)
+        });
+    }
 }
 
 /// Reads Go's `core/v1.VolumeMount` into `VolumeMount`.
@@ -1632,6 +2553,27 @@ fn merge_core_v1_volume_mount(
     Ok(())
 }
 
+/// Writes `VolumeMount` as Go's `core/v1.VolumeMount`.
+fn encode_core_v1_volume_mount(m: &k8s_openapi::api::core::v1::VolumeMount, w: &mut Writer) {
+    w.string(1, &m.name);
+    if let Some(v) = &m.read_only {
+        w.bool(2, *v);
+    }
+    w.string(3, &m.mount_path);
+    if let Some(v) = &m.sub_path {
+        w.string(4, v);
+    }
+    if let Some(v) = &m.mount_propagation {
+        w.string(5, v);
+    }
+    if let Some(v) = &m.sub_path_expr {
+        w.string(6, v);
+    }
+    if let Some(v) = &m.recursive_read_only {
+        w.string(7, v);
+    }
+}
+
 /// Reads Go's `core/v1.VolumeDevice` into `VolumeDevice`.
 fn merge_core_v1_volume_device(
     mut r: Reader<'_>,
@@ -1645,6 +2587,12 @@ fn merge_core_v1_volume_device(
         }
     }
     Ok(())
+}
+
+/// Writes `VolumeDevice` as Go's `core/v1.VolumeDevice`.
+fn encode_core_v1_volume_device(m: &k8s_openapi::api::core::v1::VolumeDevice, w: &mut Writer) {
+    w.string(1, &m.name);
+    w.string(2, &m.device_path);
 }
 
 /// Reads Go's `core/v1.Probe` into `Probe`.
@@ -1665,6 +2613,29 @@ fn merge_core_v1_probe(
         }
     }
     Ok(())
+}
+
+/// Writes `Probe` as Go's `core/v1.Probe`.
+fn encode_core_v1_probe(m: &k8s_openapi::api::core::v1::Probe, w: &mut Writer) {
+    w.message(1, |w| encode_core_v1_probe_handler_into_probe(m, w));
+    if let Some(v) = &m.initial_delay_seconds {
+        w.int32(2, *v);
+    }
+    if let Some(v) = &m.timeout_seconds {
+        w.int32(3, *v);
+    }
+    if let Some(v) = &m.period_seconds {
+        w.int32(4, *v);
+    }
+    if let Some(v) = &m.success_threshold {
+        w.int32(5, *v);
+    }
+    if let Some(v) = &m.failure_threshold {
+        w.int32(6, *v);
+    }
+    if let Some(v) = &m.termination_grace_period_seconds {
+        w.int64(7, *v);
+    }
 }
 
 /// Reads Go's `core/v1.Lifecycle` into `Lifecycle`.
@@ -1688,6 +2659,19 @@ fn merge_core_v1_lifecycle(
         }
     }
     Ok(())
+}
+
+/// Writes `Lifecycle` as Go's `core/v1.Lifecycle`.
+fn encode_core_v1_lifecycle(m: &k8s_openapi::api::core::v1::Lifecycle, w: &mut Writer) {
+    if let Some(v) = &m.post_start {
+        w.message(1, |w| encode_core_v1_lifecycle_handler(v, w));
+    }
+    if let Some(v) = &m.pre_stop {
+        w.message(2, |w| encode_core_v1_lifecycle_handler(v, w));
+    }
+    if let Some(v) = &m.stop_signal {
+        w.string(3, v);
+    }
 }
 
 /// Reads Go's `core/v1.SecurityContext` into `SecurityContext`.
@@ -1732,6 +2716,51 @@ fn merge_core_v1_security_context(
         }
     }
     Ok(())
+}
+
+/// Writes `SecurityContext` as Go's `core/v1.SecurityContext`.
+fn encode_core_v1_security_context(
+    m: &k8s_openapi::api::core::v1::SecurityContext,
+    w: &mut Writer,
+) {
+    if let Some(v) = &m.capabilities {
+        w.message(1, |w| encode_core_v1_capabilities(v, w));
+    }
+    if let Some(v) = &m.privileged {
+        w.bool(2, *v);
+    }
+    if let Some(v) = &m.se_linux_options {
+        w.message(3, |w| encode_core_v1_se_linux_options(v, w));
+    }
+    if let Some(v) = &m.run_as_user {
+        w.int64(4, *v);
+    }
+    if let Some(v) = &m.run_as_non_root {
+        w.bool(5, *v);
+    }
+    if let Some(v) = &m.read_only_root_filesystem {
+        w.bool(6, *v);
+    }
+    if let Some(v) = &m.allow_privilege_escalation {
+        w.bool(7, *v);
+    }
+    if let Some(v) = &m.run_as_group {
+        w.int64(8, *v);
+    }
+    if let Some(v) = &m.proc_mount {
+        w.string(9, v);
+    }
+    if let Some(v) = &m.windows_options {
+        w.message(10, |w| {
+            encode_core_v1_windows_security_context_options(v, w)
+        });
+    }
+    if let Some(v) = &m.seccomp_profile {
+        w.message(11, |w| encode_core_v1_seccomp_profile(v, w));
+    }
+    if let Some(v) = &m.app_armor_profile {
+        w.message(12, |w| encode_core_v1_app_armor_profile(v, w));
+    }
 }
 
 /// Reads Go's `core/v1.EphemeralContainerCommon` into `EphemeralContainer`.
@@ -1820,6 +2849,86 @@ fn merge_core_v1_ephemeral_container_common_into_ephemeral_container(
     Ok(())
 }
 
+/// Writes `EphemeralContainer` as Go's `core/v1.EphemeralContainerCommon`.
+fn encode_core_v1_ephemeral_container_common_into_ephemeral_container(
+    m: &k8s_openapi::api::core::v1::EphemeralContainer,
+    w: &mut Writer,
+) {
+    w.string(1, &m.name);
+    if let Some(v) = &m.image {
+        w.string(2, v);
+    }
+    for v in m.command.iter().flatten() {
+        w.string(3, v);
+    }
+    for v in m.args.iter().flatten() {
+        w.string(4, v);
+    }
+    if let Some(v) = &m.working_dir {
+        w.string(5, v);
+    }
+    for v in m.ports.iter().flatten() {
+        w.message(6, |w| encode_core_v1_container_port(v, w));
+    }
+    for v in m.env.iter().flatten() {
+        w.message(7, |w| encode_core_v1_env_var(v, w));
+    }
+    if let Some(v) = &m.resources {
+        w.message(8, |w| encode_core_v1_resource_requirements(v, w));
+    }
+    for v in m.volume_mounts.iter().flatten() {
+        w.message(9, |w| encode_core_v1_volume_mount(v, w));
+    }
+    if let Some(v) = &m.liveness_probe {
+        w.message(10, |w| encode_core_v1_probe(v, w));
+    }
+    if let Some(v) = &m.readiness_probe {
+        w.message(11, |w| encode_core_v1_probe(v, w));
+    }
+    if let Some(v) = &m.lifecycle {
+        w.message(12, |w| encode_core_v1_lifecycle(v, w));
+    }
+    if let Some(v) = &m.termination_message_path {
+        w.string(13, v);
+    }
+    if let Some(v) = &m.image_pull_policy {
+        w.string(14, v);
+    }
+    if let Some(v) = &m.security_context {
+        w.message(15, |w| encode_core_v1_security_context(v, w));
+    }
+    if let Some(v) = &m.stdin {
+        w.bool(16, *v);
+    }
+    if let Some(v) = &m.stdin_once {
+        w.bool(17, *v);
+    }
+    if let Some(v) = &m.tty {
+        w.bool(18, *v);
+    }
+    for v in m.env_from.iter().flatten() {
+        w.message(19, |w| encode_core_v1_env_from_source(v, w));
+    }
+    if let Some(v) = &m.termination_message_policy {
+        w.string(20, v);
+    }
+    for v in m.volume_devices.iter().flatten() {
+        w.message(21, |w| encode_core_v1_volume_device(v, w));
+    }
+    if let Some(v) = &m.startup_probe {
+        w.message(22, |w| encode_core_v1_probe(v, w));
+    }
+    for v in m.resize_policy.iter().flatten() {
+        w.message(23, |w| encode_core_v1_container_resize_policy(v, w));
+    }
+    if let Some(v) = &m.restart_policy {
+        w.string(24, v);
+    }
+    for v in m.restart_policy_rules.iter().flatten() {
+        w.message(25, |w| encode_core_v1_container_restart_rule(v, w));
+    }
+}
+
 /// Reads Go's `core/v1.SELinuxOptions` into `SELinuxOptions`.
 fn merge_core_v1_se_linux_options(
     mut r: Reader<'_>,
@@ -1835,6 +2944,22 @@ fn merge_core_v1_se_linux_options(
         }
     }
     Ok(())
+}
+
+/// Writes `SELinuxOptions` as Go's `core/v1.SELinuxOptions`.
+fn encode_core_v1_se_linux_options(m: &k8s_openapi::api::core::v1::SELinuxOptions, w: &mut Writer) {
+    if let Some(v) = &m.user {
+        w.string(1, v);
+    }
+    if let Some(v) = &m.role {
+        w.string(2, v);
+    }
+    if let Some(v) = &m.type_ {
+        w.string(3, v);
+    }
+    if let Some(v) = &m.level {
+        w.string(4, v);
+    }
 }
 
 /// Reads Go's `core/v1.WindowsSecurityContextOptions` into `WindowsSecurityContextOptions`.
@@ -1854,6 +2979,25 @@ fn merge_core_v1_windows_security_context_options(
     Ok(())
 }
 
+/// Writes `WindowsSecurityContextOptions` as Go's `core/v1.WindowsSecurityContextOptions`.
+fn encode_core_v1_windows_security_context_options(
+    m: &k8s_openapi::api::core::v1::WindowsSecurityContextOptions,
+    w: &mut Writer,
+) {
+    if let Some(v) = &m.gmsa_credential_spec_name {
+        w.string(1, v);
+    }
+    if let Some(v) = &m.gmsa_credential_spec {
+        w.string(2, v);
+    }
+    if let Some(v) = &m.run_as_user_name {
+        w.string(3, v);
+    }
+    if let Some(v) = &m.host_process {
+        w.bool(4, *v);
+    }
+}
+
 /// Reads Go's `core/v1.Sysctl` into `Sysctl`.
 fn merge_core_v1_sysctl(
     mut r: Reader<'_>,
@@ -1867,6 +3011,12 @@ fn merge_core_v1_sysctl(
         }
     }
     Ok(())
+}
+
+/// Writes `Sysctl` as Go's `core/v1.Sysctl`.
+fn encode_core_v1_sysctl(m: &k8s_openapi::api::core::v1::Sysctl, w: &mut Writer) {
+    w.string(1, &m.name);
+    w.string(2, &m.value);
 }
 
 /// Reads Go's `core/v1.SeccompProfile` into `SeccompProfile`.
@@ -1884,6 +3034,14 @@ fn merge_core_v1_seccomp_profile(
     Ok(())
 }
 
+/// Writes `SeccompProfile` as Go's `core/v1.SeccompProfile`.
+fn encode_core_v1_seccomp_profile(m: &k8s_openapi::api::core::v1::SeccompProfile, w: &mut Writer) {
+    w.string(1, &m.type_);
+    if let Some(v) = &m.localhost_profile {
+        w.string(2, v);
+    }
+}
+
 /// Reads Go's `core/v1.AppArmorProfile` into `AppArmorProfile`.
 fn merge_core_v1_app_armor_profile(
     mut r: Reader<'_>,
@@ -1897,6 +3055,17 @@ fn merge_core_v1_app_armor_profile(
         }
     }
     Ok(())
+}
+
+/// Writes `AppArmorProfile` as Go's `core/v1.AppArmorProfile`.
+fn encode_core_v1_app_armor_profile(
+    m: &k8s_openapi::api::core::v1::AppArmorProfile,
+    w: &mut Writer,
+) {
+    w.string(1, &m.type_);
+    if let Some(v) = &m.localhost_profile {
+        w.string(2, v);
+    }
 }
 
 /// Reads Go's `core/v1.NodeAffinity` into `NodeAffinity`.
@@ -1923,6 +3092,20 @@ fn merge_core_v1_node_affinity(
         }
     }
     Ok(())
+}
+
+/// Writes `NodeAffinity` as Go's `core/v1.NodeAffinity`.
+fn encode_core_v1_node_affinity(m: &k8s_openapi::api::core::v1::NodeAffinity, w: &mut Writer) {
+    if let Some(v) = &m.required_during_scheduling_ignored_during_execution {
+        w.message(1, |w| encode_core_v1_node_selector(v, w));
+    }
+    for v in m
+        .preferred_during_scheduling_ignored_during_execution
+        .iter()
+        .flatten()
+    {
+        w.message(2, |w| encode_core_v1_preferred_scheduling_term(v, w));
+    }
 }
 
 /// Reads Go's `core/v1.PodAffinity` into `PodAffinity`.
@@ -1954,6 +3137,24 @@ fn merge_core_v1_pod_affinity(
     Ok(())
 }
 
+/// Writes `PodAffinity` as Go's `core/v1.PodAffinity`.
+fn encode_core_v1_pod_affinity(m: &k8s_openapi::api::core::v1::PodAffinity, w: &mut Writer) {
+    for v in m
+        .required_during_scheduling_ignored_during_execution
+        .iter()
+        .flatten()
+    {
+        w.message(1, |w| encode_core_v1_pod_affinity_term(v, w));
+    }
+    for v in m
+        .preferred_during_scheduling_ignored_during_execution
+        .iter()
+        .flatten()
+    {
+        w.message(2, |w| encode_core_v1_weighted_pod_affinity_term(v, w));
+    }
+}
+
 /// Reads Go's `core/v1.PodAntiAffinity` into `PodAntiAffinity`.
 fn merge_core_v1_pod_anti_affinity(
     mut r: Reader<'_>,
@@ -1983,6 +3184,27 @@ fn merge_core_v1_pod_anti_affinity(
     Ok(())
 }
 
+/// Writes `PodAntiAffinity` as Go's `core/v1.PodAntiAffinity`.
+fn encode_core_v1_pod_anti_affinity(
+    m: &k8s_openapi::api::core::v1::PodAntiAffinity,
+    w: &mut Writer,
+) {
+    for v in m
+        .required_during_scheduling_ignored_during_execution
+        .iter()
+        .flatten()
+    {
+        w.message(1, |w| encode_core_v1_pod_affinity_term(v, w));
+    }
+    for v in m
+        .preferred_during_scheduling_ignored_during_execution
+        .iter()
+        .flatten()
+    {
+        w.message(2, |w| encode_core_v1_weighted_pod_affinity_term(v, w));
+    }
+}
+
 /// Reads Go's `core/v1.PodDNSConfigOption` into `PodDNSConfigOption`.
 fn merge_core_v1_pod_dns_config_option(
     mut r: Reader<'_>,
@@ -1996,6 +3218,19 @@ fn merge_core_v1_pod_dns_config_option(
         }
     }
     Ok(())
+}
+
+/// Writes `PodDNSConfigOption` as Go's `core/v1.PodDNSConfigOption`.
+fn encode_core_v1_pod_dns_config_option(
+    m: &k8s_openapi::api::core::v1::PodDNSConfigOption,
+    w: &mut Writer,
+) {
+    if let Some(v) = &m.name {
+        w.string(1, v);
+    }
+    if let Some(v) = &m.value {
+        w.string(2, v);
+    }
 }
 
 /// Reads Go's `core/v1.ResourceClaim` into `ResourceClaim`.
@@ -2013,6 +3248,14 @@ fn merge_core_v1_resource_claim(
     Ok(())
 }
 
+/// Writes `ResourceClaim` as Go's `core/v1.ResourceClaim`.
+fn encode_core_v1_resource_claim(m: &k8s_openapi::api::core::v1::ResourceClaim, w: &mut Writer) {
+    w.string(1, &m.name);
+    if let Some(v) = &m.request {
+        w.string(2, v);
+    }
+}
+
 /// Reads Go's `core/v1.HostPathVolumeSource` into `HostPathVolumeSource`.
 fn merge_core_v1_host_path_volume_source(
     mut r: Reader<'_>,
@@ -2028,6 +3271,17 @@ fn merge_core_v1_host_path_volume_source(
     Ok(())
 }
 
+/// Writes `HostPathVolumeSource` as Go's `core/v1.HostPathVolumeSource`.
+fn encode_core_v1_host_path_volume_source(
+    m: &k8s_openapi::api::core::v1::HostPathVolumeSource,
+    w: &mut Writer,
+) {
+    w.string(1, &m.path);
+    if let Some(v) = &m.type_ {
+        w.string(2, v);
+    }
+}
+
 /// Reads Go's `core/v1.EmptyDirVolumeSource` into `EmptyDirVolumeSource`.
 fn merge_core_v1_empty_dir_volume_source(
     mut r: Reader<'_>,
@@ -2041,6 +3295,19 @@ fn merge_core_v1_empty_dir_volume_source(
         }
     }
     Ok(())
+}
+
+/// Writes `EmptyDirVolumeSource` as Go's `core/v1.EmptyDirVolumeSource`.
+fn encode_core_v1_empty_dir_volume_source(
+    m: &k8s_openapi::api::core::v1::EmptyDirVolumeSource,
+    w: &mut Writer,
+) {
+    if let Some(v) = &m.medium {
+        w.string(1, v);
+    }
+    if let Some(v) = &m.size_limit {
+        write_quantity(w, 2, v);
+    }
 }
 
 /// Reads Go's `core/v1.GCEPersistentDiskVolumeSource` into `GCEPersistentDiskVolumeSource`.
@@ -2060,6 +3327,23 @@ fn merge_core_v1_gce_persistent_disk_volume_source(
     Ok(())
 }
 
+/// Writes `GCEPersistentDiskVolumeSource` as Go's `core/v1.GCEPersistentDiskVolumeSource`.
+fn encode_core_v1_gce_persistent_disk_volume_source(
+    m: &k8s_openapi::api::core::v1::GCEPersistentDiskVolumeSource,
+    w: &mut Writer,
+) {
+    w.string(1, &m.pd_name);
+    if let Some(v) = &m.fs_type {
+        w.string(2, v);
+    }
+    if let Some(v) = &m.partition {
+        w.int32(3, *v);
+    }
+    if let Some(v) = &m.read_only {
+        w.bool(4, *v);
+    }
+}
+
 /// Reads Go's `core/v1.AWSElasticBlockStoreVolumeSource` into `AWSElasticBlockStoreVolumeSource`.
 fn merge_core_v1_aws_elastic_block_store_volume_source(
     mut r: Reader<'_>,
@@ -2077,6 +3361,23 @@ fn merge_core_v1_aws_elastic_block_store_volume_source(
     Ok(())
 }
 
+/// Writes `AWSElasticBlockStoreVolumeSource` as Go's `core/v1.AWSElasticBlockStoreVolumeSource`.
+fn encode_core_v1_aws_elastic_block_store_volume_source(
+    m: &k8s_openapi::api::core::v1::AWSElasticBlockStoreVolumeSource,
+    w: &mut Writer,
+) {
+    w.string(1, &m.volume_id);
+    if let Some(v) = &m.fs_type {
+        w.string(2, v);
+    }
+    if let Some(v) = &m.partition {
+        w.int32(3, *v);
+    }
+    if let Some(v) = &m.read_only {
+        w.bool(4, *v);
+    }
+}
+
 /// Reads Go's `core/v1.GitRepoVolumeSource` into `GitRepoVolumeSource`.
 fn merge_core_v1_git_repo_volume_source(
     mut r: Reader<'_>,
@@ -2091,6 +3392,20 @@ fn merge_core_v1_git_repo_volume_source(
         }
     }
     Ok(())
+}
+
+/// Writes `GitRepoVolumeSource` as Go's `core/v1.GitRepoVolumeSource`.
+fn encode_core_v1_git_repo_volume_source(
+    m: &k8s_openapi::api::core::v1::GitRepoVolumeSource,
+    w: &mut Writer,
+) {
+    w.string(1, &m.repository);
+    if let Some(v) = &m.revision {
+        w.string(2, v);
+    }
+    if let Some(v) = &m.directory {
+        w.string(3, v);
+    }
 }
 
 /// Reads Go's `core/v1.SecretVolumeSource` into `SecretVolumeSource`.
@@ -2114,6 +3429,25 @@ fn merge_core_v1_secret_volume_source(
     Ok(())
 }
 
+/// Writes `SecretVolumeSource` as Go's `core/v1.SecretVolumeSource`.
+fn encode_core_v1_secret_volume_source(
+    m: &k8s_openapi::api::core::v1::SecretVolumeSource,
+    w: &mut Writer,
+) {
+    if let Some(v) = &m.secret_name {
+        w.string(1, v);
+    }
+    for v in m.items.iter().flatten() {
+        w.message(2, |w| encode_core_v1_key_to_path(v, w));
+    }
+    if let Some(v) = &m.default_mode {
+        w.int32(3, *v);
+    }
+    if let Some(v) = &m.optional {
+        w.bool(4, *v);
+    }
+}
+
 /// Reads Go's `core/v1.NFSVolumeSource` into `NFSVolumeSource`.
 fn merge_core_v1_nfs_volume_source(
     mut r: Reader<'_>,
@@ -2128,6 +3462,18 @@ fn merge_core_v1_nfs_volume_source(
         }
     }
     Ok(())
+}
+
+/// Writes `NFSVolumeSource` as Go's `core/v1.NFSVolumeSource`.
+fn encode_core_v1_nfs_volume_source(
+    m: &k8s_openapi::api::core::v1::NFSVolumeSource,
+    w: &mut Writer,
+) {
+    w.string(1, &m.server);
+    w.string(2, &m.path);
+    if let Some(v) = &m.read_only {
+        w.bool(3, *v);
+    }
 }
 
 /// Reads Go's `core/v1.ISCSIVolumeSource` into `ISCSIVolumeSource`.
@@ -2158,6 +3504,40 @@ fn merge_core_v1_iscsi_volume_source(
     Ok(())
 }
 
+/// Writes `ISCSIVolumeSource` as Go's `core/v1.ISCSIVolumeSource`.
+fn encode_core_v1_iscsi_volume_source(
+    m: &k8s_openapi::api::core::v1::ISCSIVolumeSource,
+    w: &mut Writer,
+) {
+    w.string(1, &m.target_portal);
+    w.string(2, &m.iqn);
+    w.int32(3, m.lun);
+    if let Some(v) = &m.iscsi_interface {
+        w.string(4, v);
+    }
+    if let Some(v) = &m.fs_type {
+        w.string(5, v);
+    }
+    if let Some(v) = &m.read_only {
+        w.bool(6, *v);
+    }
+    for v in m.portals.iter().flatten() {
+        w.string(7, v);
+    }
+    if let Some(v) = &m.chap_auth_discovery {
+        w.bool(8, *v);
+    }
+    if let Some(v) = &m.secret_ref {
+        w.message(10, |w| encode_core_v1_local_object_reference(v, w));
+    }
+    if let Some(v) = &m.chap_auth_session {
+        w.bool(11, *v);
+    }
+    if let Some(v) = &m.initiator_name {
+        w.string(12, v);
+    }
+}
+
 /// Reads Go's `core/v1.GlusterfsVolumeSource` into `GlusterfsVolumeSource`.
 fn merge_core_v1_glusterfs_volume_source(
     mut r: Reader<'_>,
@@ -2174,6 +3554,18 @@ fn merge_core_v1_glusterfs_volume_source(
     Ok(())
 }
 
+/// Writes `GlusterfsVolumeSource` as Go's `core/v1.GlusterfsVolumeSource`.
+fn encode_core_v1_glusterfs_volume_source(
+    m: &k8s_openapi::api::core::v1::GlusterfsVolumeSource,
+    w: &mut Writer,
+) {
+    w.string(1, &m.endpoints);
+    w.string(2, &m.path);
+    if let Some(v) = &m.read_only {
+        w.bool(3, *v);
+    }
+}
+
 /// Reads Go's `core/v1.PersistentVolumeClaimVolumeSource` into `PersistentVolumeClaimVolumeSource`.
 fn merge_core_v1_persistent_volume_claim_volume_source(
     mut r: Reader<'_>,
@@ -2187,6 +3579,17 @@ fn merge_core_v1_persistent_volume_claim_volume_source(
         }
     }
     Ok(())
+}
+
+/// Writes `PersistentVolumeClaimVolumeSource` as Go's `core/v1.PersistentVolumeClaimVolumeSource`.
+fn encode_core_v1_persistent_volume_claim_volume_source(
+    m: &k8s_openapi::api::core::v1::PersistentVolumeClaimVolumeSource,
+    w: &mut Writer,
+) {
+    w.string(1, &m.claim_name);
+    if let Some(v) = &m.read_only {
+        w.bool(2, *v);
+    }
 }
 
 /// Reads Go's `core/v1.RBDVolumeSource` into `RBDVolumeSource`.
@@ -2214,6 +3617,35 @@ fn merge_core_v1_rbd_volume_source(
     Ok(())
 }
 
+/// Writes `RBDVolumeSource` as Go's `core/v1.RBDVolumeSource`.
+fn encode_core_v1_rbd_volume_source(
+    m: &k8s_openapi::api::core::v1::RBDVolumeSource,
+    w: &mut Writer,
+) {
+    for v in &m.monitors {
+        w.string(1, v);
+    }
+    w.string(2, &m.image);
+    if let Some(v) = &m.fs_type {
+        w.string(3, v);
+    }
+    if let Some(v) = &m.pool {
+        w.string(4, v);
+    }
+    if let Some(v) = &m.user {
+        w.string(5, v);
+    }
+    if let Some(v) = &m.keyring {
+        w.string(6, v);
+    }
+    if let Some(v) = &m.secret_ref {
+        w.message(7, |w| encode_core_v1_local_object_reference(v, w));
+    }
+    if let Some(v) = &m.read_only {
+        w.bool(8, *v);
+    }
+}
+
 /// Reads Go's `core/v1.FlexVolumeSource` into `FlexVolumeSource`.
 fn merge_core_v1_flex_volume_source(
     mut r: Reader<'_>,
@@ -2239,6 +3671,29 @@ fn merge_core_v1_flex_volume_source(
     Ok(())
 }
 
+/// Writes `FlexVolumeSource` as Go's `core/v1.FlexVolumeSource`.
+fn encode_core_v1_flex_volume_source(
+    m: &k8s_openapi::api::core::v1::FlexVolumeSource,
+    w: &mut Writer,
+) {
+    w.string(1, &m.driver);
+    if let Some(v) = &m.fs_type {
+        w.string(2, v);
+    }
+    if let Some(v) = &m.secret_ref {
+        w.message(3, |w| encode_core_v1_local_object_reference(v, w));
+    }
+    if let Some(v) = &m.read_only {
+        w.bool(4, *v);
+    }
+    for (k, v) in m.options.iter().flatten() {
+        w.message(5, |w| {
+            w.string(1, k);
+            w.string(2, v);
+        });
+    }
+}
+
 /// Reads Go's `core/v1.CinderVolumeSource` into `CinderVolumeSource`.
 fn merge_core_v1_cinder_volume_source(
     mut r: Reader<'_>,
@@ -2258,6 +3713,23 @@ fn merge_core_v1_cinder_volume_source(
         }
     }
     Ok(())
+}
+
+/// Writes `CinderVolumeSource` as Go's `core/v1.CinderVolumeSource`.
+fn encode_core_v1_cinder_volume_source(
+    m: &k8s_openapi::api::core::v1::CinderVolumeSource,
+    w: &mut Writer,
+) {
+    w.string(1, &m.volume_id);
+    if let Some(v) = &m.fs_type {
+        w.string(2, v);
+    }
+    if let Some(v) = &m.read_only {
+        w.bool(3, *v);
+    }
+    if let Some(v) = &m.secret_ref {
+        w.message(4, |w| encode_core_v1_local_object_reference(v, w));
+    }
 }
 
 /// Reads Go's `core/v1.CephFSVolumeSource` into `CephFSVolumeSource`.
@@ -2283,6 +3755,31 @@ fn merge_core_v1_ceph_fs_volume_source(
     Ok(())
 }
 
+/// Writes `CephFSVolumeSource` as Go's `core/v1.CephFSVolumeSource`.
+fn encode_core_v1_ceph_fs_volume_source(
+    m: &k8s_openapi::api::core::v1::CephFSVolumeSource,
+    w: &mut Writer,
+) {
+    for v in &m.monitors {
+        w.string(1, v);
+    }
+    if let Some(v) = &m.path {
+        w.string(2, v);
+    }
+    if let Some(v) = &m.user {
+        w.string(3, v);
+    }
+    if let Some(v) = &m.secret_file {
+        w.string(4, v);
+    }
+    if let Some(v) = &m.secret_ref {
+        w.message(5, |w| encode_core_v1_local_object_reference(v, w));
+    }
+    if let Some(v) = &m.read_only {
+        w.bool(6, *v);
+    }
+}
+
 /// Reads Go's `core/v1.FlockerVolumeSource` into `FlockerVolumeSource`.
 fn merge_core_v1_flocker_volume_source(
     mut r: Reader<'_>,
@@ -2296,6 +3793,19 @@ fn merge_core_v1_flocker_volume_source(
         }
     }
     Ok(())
+}
+
+/// Writes `FlockerVolumeSource` as Go's `core/v1.FlockerVolumeSource`.
+fn encode_core_v1_flocker_volume_source(
+    m: &k8s_openapi::api::core::v1::FlockerVolumeSource,
+    w: &mut Writer,
+) {
+    if let Some(v) = &m.dataset_name {
+        w.string(1, v);
+    }
+    if let Some(v) = &m.dataset_uuid {
+        w.string(2, v);
+    }
 }
 
 /// Reads Go's `core/v1.DownwardAPIVolumeSource` into `DownwardAPIVolumeSource`.
@@ -2317,6 +3827,19 @@ fn merge_core_v1_downward_api_volume_source(
     Ok(())
 }
 
+/// Writes `DownwardAPIVolumeSource` as Go's `core/v1.DownwardAPIVolumeSource`.
+fn encode_core_v1_downward_api_volume_source(
+    m: &k8s_openapi::api::core::v1::DownwardAPIVolumeSource,
+    w: &mut Writer,
+) {
+    for v in m.items.iter().flatten() {
+        w.message(1, |w| encode_core_v1_downward_api_volume_file(v, w));
+    }
+    if let Some(v) = &m.default_mode {
+        w.int32(2, *v);
+    }
+}
+
 /// Reads Go's `core/v1.FCVolumeSource` into `FCVolumeSource`.
 fn merge_core_v1_fc_volume_source(
     mut r: Reader<'_>,
@@ -2335,6 +3858,25 @@ fn merge_core_v1_fc_volume_source(
     Ok(())
 }
 
+/// Writes `FCVolumeSource` as Go's `core/v1.FCVolumeSource`.
+fn encode_core_v1_fc_volume_source(m: &k8s_openapi::api::core::v1::FCVolumeSource, w: &mut Writer) {
+    for v in m.target_wwns.iter().flatten() {
+        w.string(1, v);
+    }
+    if let Some(v) = &m.lun {
+        w.int32(2, *v);
+    }
+    if let Some(v) = &m.fs_type {
+        w.string(3, v);
+    }
+    if let Some(v) = &m.read_only {
+        w.bool(4, *v);
+    }
+    for v in m.wwids.iter().flatten() {
+        w.string(5, v);
+    }
+}
+
 /// Reads Go's `core/v1.AzureFileVolumeSource` into `AzureFileVolumeSource`.
 fn merge_core_v1_azure_file_volume_source(
     mut r: Reader<'_>,
@@ -2349,6 +3891,18 @@ fn merge_core_v1_azure_file_volume_source(
         }
     }
     Ok(())
+}
+
+/// Writes `AzureFileVolumeSource` as Go's `core/v1.AzureFileVolumeSource`.
+fn encode_core_v1_azure_file_volume_source(
+    m: &k8s_openapi::api::core::v1::AzureFileVolumeSource,
+    w: &mut Writer,
+) {
+    w.string(1, &m.secret_name);
+    w.string(2, &m.share_name);
+    if let Some(v) = &m.read_only {
+        w.bool(3, *v);
+    }
 }
 
 /// Reads Go's `core/v1.ConfigMapVolumeSource` into `ConfigMapVolumeSource`.
@@ -2375,6 +3929,25 @@ fn merge_core_v1_config_map_volume_source(
     Ok(())
 }
 
+/// Writes `ConfigMapVolumeSource` as Go's `core/v1.ConfigMapVolumeSource`.
+fn encode_core_v1_config_map_volume_source(
+    m: &k8s_openapi::api::core::v1::ConfigMapVolumeSource,
+    w: &mut Writer,
+) {
+    w.message(1, |w| {
+        encode_core_v1_local_object_reference_into_config_map_volume_source(m, w)
+    });
+    for v in m.items.iter().flatten() {
+        w.message(2, |w| encode_core_v1_key_to_path(v, w));
+    }
+    if let Some(v) = &m.default_mode {
+        w.int32(3, *v);
+    }
+    if let Some(v) = &m.optional {
+        w.bool(4, *v);
+    }
+}
+
 /// Reads Go's `core/v1.VsphereVirtualDiskVolumeSource` into `VsphereVirtualDiskVolumeSource`.
 fn merge_core_v1_vsphere_virtual_disk_volume_source(
     mut r: Reader<'_>,
@@ -2390,6 +3963,23 @@ fn merge_core_v1_vsphere_virtual_disk_volume_source(
         }
     }
     Ok(())
+}
+
+/// Writes `VsphereVirtualDiskVolumeSource` as Go's `core/v1.VsphereVirtualDiskVolumeSource`.
+fn encode_core_v1_vsphere_virtual_disk_volume_source(
+    m: &k8s_openapi::api::core::v1::VsphereVirtualDiskVolumeSource,
+    w: &mut Writer,
+) {
+    w.string(1, &m.volume_path);
+    if let Some(v) = &m.fs_type {
+        w.string(2, v);
+    }
+    if let Some(v) = &m.storage_policy_name {
+        w.string(3, v);
+    }
+    if let Some(v) = &m.storage_policy_id {
+        w.string(4, v);
+    }
 }
 
 /// Reads Go's `core/v1.QuobyteVolumeSource` into `QuobyteVolumeSource`.
@@ -2411,6 +4001,27 @@ fn merge_core_v1_quobyte_volume_source(
     Ok(())
 }
 
+/// Writes `QuobyteVolumeSource` as Go's `core/v1.QuobyteVolumeSource`.
+fn encode_core_v1_quobyte_volume_source(
+    m: &k8s_openapi::api::core::v1::QuobyteVolumeSource,
+    w: &mut Writer,
+) {
+    w.string(1, &m.registry);
+    w.string(2, &m.volume);
+    if let Some(v) = &m.read_only {
+        w.bool(3, *v);
+    }
+    if let Some(v) = &m.user {
+        w.string(4, v);
+    }
+    if let Some(v) = &m.group {
+        w.string(5, v);
+    }
+    if let Some(v) = &m.tenant {
+        w.string(6, v);
+    }
+}
+
 /// Reads Go's `core/v1.AzureDiskVolumeSource` into `AzureDiskVolumeSource`.
 fn merge_core_v1_azure_disk_volume_source(
     mut r: Reader<'_>,
@@ -2430,6 +4041,27 @@ fn merge_core_v1_azure_disk_volume_source(
     Ok(())
 }
 
+/// Writes `AzureDiskVolumeSource` as Go's `core/v1.AzureDiskVolumeSource`.
+fn encode_core_v1_azure_disk_volume_source(
+    m: &k8s_openapi::api::core::v1::AzureDiskVolumeSource,
+    w: &mut Writer,
+) {
+    w.string(1, &m.disk_name);
+    w.string(2, &m.disk_uri);
+    if let Some(v) = &m.caching_mode {
+        w.string(3, v);
+    }
+    if let Some(v) = &m.fs_type {
+        w.string(4, v);
+    }
+    if let Some(v) = &m.read_only {
+        w.bool(5, *v);
+    }
+    if let Some(v) = &m.kind {
+        w.string(6, v);
+    }
+}
+
 /// Reads Go's `core/v1.PhotonPersistentDiskVolumeSource` into `PhotonPersistentDiskVolumeSource`.
 fn merge_core_v1_photon_persistent_disk_volume_source(
     mut r: Reader<'_>,
@@ -2443,6 +4075,17 @@ fn merge_core_v1_photon_persistent_disk_volume_source(
         }
     }
     Ok(())
+}
+
+/// Writes `PhotonPersistentDiskVolumeSource` as Go's `core/v1.PhotonPersistentDiskVolumeSource`.
+fn encode_core_v1_photon_persistent_disk_volume_source(
+    m: &k8s_openapi::api::core::v1::PhotonPersistentDiskVolumeSource,
+    w: &mut Writer,
+) {
+    w.string(1, &m.pd_id);
+    if let Some(v) = &m.fs_type {
+        w.string(2, v);
+    }
 }
 
 /// Reads Go's `core/v1.ProjectedVolumeSource` into `ProjectedVolumeSource`.
@@ -2464,6 +4107,19 @@ fn merge_core_v1_projected_volume_source(
     Ok(())
 }
 
+/// Writes `ProjectedVolumeSource` as Go's `core/v1.ProjectedVolumeSource`.
+fn encode_core_v1_projected_volume_source(
+    m: &k8s_openapi::api::core::v1::ProjectedVolumeSource,
+    w: &mut Writer,
+) {
+    for v in m.sources.iter().flatten() {
+        w.message(1, |w| encode_core_v1_volume_projection(v, w));
+    }
+    if let Some(v) = &m.default_mode {
+        w.int32(2, *v);
+    }
+}
+
 /// Reads Go's `core/v1.PortworxVolumeSource` into `PortworxVolumeSource`.
 fn merge_core_v1_portworx_volume_source(
     mut r: Reader<'_>,
@@ -2478,6 +4134,20 @@ fn merge_core_v1_portworx_volume_source(
         }
     }
     Ok(())
+}
+
+/// Writes `PortworxVolumeSource` as Go's `core/v1.PortworxVolumeSource`.
+fn encode_core_v1_portworx_volume_source(
+    m: &k8s_openapi::api::core::v1::PortworxVolumeSource,
+    w: &mut Writer,
+) {
+    w.string(1, &m.volume_id);
+    if let Some(v) = &m.fs_type {
+        w.string(2, v);
+    }
+    if let Some(v) = &m.read_only {
+        w.bool(3, *v);
+    }
 }
 
 /// Reads Go's `core/v1.ScaleIOVolumeSource` into `ScaleIOVolumeSource`.
@@ -2503,6 +4173,39 @@ fn merge_core_v1_scale_io_volume_source(
     Ok(())
 }
 
+/// Writes `ScaleIOVolumeSource` as Go's `core/v1.ScaleIOVolumeSource`.
+fn encode_core_v1_scale_io_volume_source(
+    m: &k8s_openapi::api::core::v1::ScaleIOVolumeSource,
+    w: &mut Writer,
+) {
+    w.string(1, &m.gateway);
+    w.string(2, &m.system);
+    w.message(3, |w| {
+        encode_core_v1_local_object_reference(&m.secret_ref, w)
+    });
+    if let Some(v) = &m.ssl_enabled {
+        w.bool(4, *v);
+    }
+    if let Some(v) = &m.protection_domain {
+        w.string(5, v);
+    }
+    if let Some(v) = &m.storage_pool {
+        w.string(6, v);
+    }
+    if let Some(v) = &m.storage_mode {
+        w.string(7, v);
+    }
+    if let Some(v) = &m.volume_name {
+        w.string(8, v);
+    }
+    if let Some(v) = &m.fs_type {
+        w.string(9, v);
+    }
+    if let Some(v) = &m.read_only {
+        w.bool(10, *v);
+    }
+}
+
 /// Reads Go's `core/v1.StorageOSVolumeSource` into `StorageOSVolumeSource`.
 fn merge_core_v1_storage_os_volume_source(
     mut r: Reader<'_>,
@@ -2523,6 +4226,28 @@ fn merge_core_v1_storage_os_volume_source(
         }
     }
     Ok(())
+}
+
+/// Writes `StorageOSVolumeSource` as Go's `core/v1.StorageOSVolumeSource`.
+fn encode_core_v1_storage_os_volume_source(
+    m: &k8s_openapi::api::core::v1::StorageOSVolumeSource,
+    w: &mut Writer,
+) {
+    if let Some(v) = &m.volume_name {
+        w.string(1, v);
+    }
+    if let Some(v) = &m.volume_namespace {
+        w.string(2, v);
+    }
+    if let Some(v) = &m.fs_type {
+        w.string(3, v);
+    }
+    if let Some(v) = &m.read_only {
+        w.bool(4, *v);
+    }
+    if let Some(v) = &m.secret_ref {
+        w.message(5, |w| encode_core_v1_local_object_reference(v, w));
+    }
 }
 
 /// Reads Go's `core/v1.CSIVolumeSource` into `CSIVolumeSource`.
@@ -2552,6 +4277,29 @@ fn merge_core_v1_csi_volume_source(
     Ok(())
 }
 
+/// Writes `CSIVolumeSource` as Go's `core/v1.CSIVolumeSource`.
+fn encode_core_v1_csi_volume_source(
+    m: &k8s_openapi::api::core::v1::CSIVolumeSource,
+    w: &mut Writer,
+) {
+    w.string(1, &m.driver);
+    if let Some(v) = &m.read_only {
+        w.bool(2, *v);
+    }
+    if let Some(v) = &m.fs_type {
+        w.string(3, v);
+    }
+    for (k, v) in m.volume_attributes.iter().flatten() {
+        w.message(4, |w| {
+            w.string(1, k);
+            w.string(2, v);
+        });
+    }
+    if let Some(v) = &m.node_publish_secret_ref {
+        w.message(5, |w| encode_core_v1_local_object_reference(v, w));
+    }
+}
+
 /// Reads Go's `core/v1.EphemeralVolumeSource` into `EphemeralVolumeSource`.
 fn merge_core_v1_ephemeral_volume_source(
     mut r: Reader<'_>,
@@ -2570,6 +4318,16 @@ fn merge_core_v1_ephemeral_volume_source(
     Ok(())
 }
 
+/// Writes `EphemeralVolumeSource` as Go's `core/v1.EphemeralVolumeSource`.
+fn encode_core_v1_ephemeral_volume_source(
+    m: &k8s_openapi::api::core::v1::EphemeralVolumeSource,
+    w: &mut Writer,
+) {
+    if let Some(v) = &m.volume_claim_template {
+        w.message(1, |w| encode_core_v1_persistent_volume_claim_template(v, w));
+    }
+}
+
 /// Reads Go's `core/v1.ImageVolumeSource` into `ImageVolumeSource`.
 fn merge_core_v1_image_volume_source(
     mut r: Reader<'_>,
@@ -2583,6 +4341,19 @@ fn merge_core_v1_image_volume_source(
         }
     }
     Ok(())
+}
+
+/// Writes `ImageVolumeSource` as Go's `core/v1.ImageVolumeSource`.
+fn encode_core_v1_image_volume_source(
+    m: &k8s_openapi::api::core::v1::ImageVolumeSource,
+    w: &mut Writer,
+) {
+    if let Some(v) = &m.reference {
+        w.string(1, v);
+    }
+    if let Some(v) = &m.pull_policy {
+        w.string(2, v);
+    }
 }
 
 /// Reads Go's `core/v1.ConfigMapEnvSource` into `ConfigMapEnvSource`.
@@ -2603,6 +4374,19 @@ fn merge_core_v1_config_map_env_source(
     Ok(())
 }
 
+/// Writes `ConfigMapEnvSource` as Go's `core/v1.ConfigMapEnvSource`.
+fn encode_core_v1_config_map_env_source(
+    m: &k8s_openapi::api::core::v1::ConfigMapEnvSource,
+    w: &mut Writer,
+) {
+    w.message(1, |w| {
+        encode_core_v1_local_object_reference_into_config_map_env_source(m, w)
+    });
+    if let Some(v) = &m.optional {
+        w.bool(2, *v);
+    }
+}
+
 /// Reads Go's `core/v1.SecretEnvSource` into `SecretEnvSource`.
 fn merge_core_v1_secret_env_source(
     mut r: Reader<'_>,
@@ -2616,6 +4400,19 @@ fn merge_core_v1_secret_env_source(
         }
     }
     Ok(())
+}
+
+/// Writes `SecretEnvSource` as Go's `core/v1.SecretEnvSource`.
+fn encode_core_v1_secret_env_source(
+    m: &k8s_openapi::api::core::v1::SecretEnvSource,
+    w: &mut Writer,
+) {
+    w.message(1, |w| {
+        encode_core_v1_local_object_reference_into_secret_env_source(m, w)
+    });
+    if let Some(v) = &m.optional {
+        w.bool(2, *v);
+    }
 }
 
 /// Reads Go's `core/v1.EnvVarSource` into `EnvVarSource`.
@@ -2656,6 +4453,25 @@ fn merge_core_v1_env_var_source(
     Ok(())
 }
 
+/// Writes `EnvVarSource` as Go's `core/v1.EnvVarSource`.
+fn encode_core_v1_env_var_source(m: &k8s_openapi::api::core::v1::EnvVarSource, w: &mut Writer) {
+    if let Some(v) = &m.field_ref {
+        w.message(1, |w| encode_core_v1_object_field_selector(v, w));
+    }
+    if let Some(v) = &m.resource_field_ref {
+        w.message(2, |w| encode_core_v1_resource_field_selector(v, w));
+    }
+    if let Some(v) = &m.config_map_key_ref {
+        w.message(3, |w| encode_core_v1_config_map_key_selector(v, w));
+    }
+    if let Some(v) = &m.secret_key_ref {
+        w.message(4, |w| encode_core_v1_secret_key_selector(v, w));
+    }
+    if let Some(v) = &m.file_key_ref {
+        w.message(5, |w| encode_core_v1_file_key_selector(v, w));
+    }
+}
+
 /// Reads Go's `core/v1.ContainerRestartRuleOnExitCodes` into `ContainerRestartRuleOnExitCodes`.
 fn merge_core_v1_container_restart_rule_on_exit_codes(
     mut r: Reader<'_>,
@@ -2669,6 +4485,17 @@ fn merge_core_v1_container_restart_rule_on_exit_codes(
         }
     }
     Ok(())
+}
+
+/// Writes `ContainerRestartRuleOnExitCodes` as Go's `core/v1.ContainerRestartRuleOnExitCodes`.
+fn encode_core_v1_container_restart_rule_on_exit_codes(
+    m: &k8s_openapi::api::core::v1::ContainerRestartRuleOnExitCodes,
+    w: &mut Writer,
+) {
+    w.string(1, &m.operator);
+    for v in m.values.iter().flatten() {
+        w.int32(2, *v);
+    }
 }
 
 /// Reads Go's `core/v1.ProbeHandler` into `Probe`.
@@ -2701,6 +4528,22 @@ fn merge_core_v1_probe_handler_into_probe(
     Ok(())
 }
 
+/// Writes `Probe` as Go's `core/v1.ProbeHandler`.
+fn encode_core_v1_probe_handler_into_probe(m: &k8s_openapi::api::core::v1::Probe, w: &mut Writer) {
+    if let Some(v) = &m.exec {
+        w.message(1, |w| encode_core_v1_exec_action(v, w));
+    }
+    if let Some(v) = &m.http_get {
+        w.message(2, |w| encode_core_v1_http_get_action(v, w));
+    }
+    if let Some(v) = &m.tcp_socket {
+        w.message(3, |w| encode_core_v1_tcp_socket_action(v, w));
+    }
+    if let Some(v) = &m.grpc {
+        w.message(4, |w| encode_core_v1_grpc_action(v, w));
+    }
+}
+
 /// Reads Go's `core/v1.LifecycleHandler` into `LifecycleHandler`.
 fn merge_core_v1_lifecycle_handler(
     mut r: Reader<'_>,
@@ -2731,6 +4574,25 @@ fn merge_core_v1_lifecycle_handler(
     Ok(())
 }
 
+/// Writes `LifecycleHandler` as Go's `core/v1.LifecycleHandler`.
+fn encode_core_v1_lifecycle_handler(
+    m: &k8s_openapi::api::core::v1::LifecycleHandler,
+    w: &mut Writer,
+) {
+    if let Some(v) = &m.exec {
+        w.message(1, |w| encode_core_v1_exec_action(v, w));
+    }
+    if let Some(v) = &m.http_get {
+        w.message(2, |w| encode_core_v1_http_get_action(v, w));
+    }
+    if let Some(v) = &m.tcp_socket {
+        w.message(3, |w| encode_core_v1_tcp_socket_action(v, w));
+    }
+    if let Some(v) = &m.sleep {
+        w.message(4, |w| encode_core_v1_sleep_action(v, w));
+    }
+}
+
 /// Reads Go's `core/v1.Capabilities` into `Capabilities`.
 fn merge_core_v1_capabilities(
     mut r: Reader<'_>,
@@ -2744,6 +4606,16 @@ fn merge_core_v1_capabilities(
         }
     }
     Ok(())
+}
+
+/// Writes `Capabilities` as Go's `core/v1.Capabilities`.
+fn encode_core_v1_capabilities(m: &k8s_openapi::api::core::v1::Capabilities, w: &mut Writer) {
+    for v in m.add.iter().flatten() {
+        w.string(1, v);
+    }
+    for v in m.drop.iter().flatten() {
+        w.string(2, v);
+    }
 }
 
 /// Reads Go's `core/v1.NodeSelector` into `NodeSelector`.
@@ -2764,6 +4636,13 @@ fn merge_core_v1_node_selector(
     Ok(())
 }
 
+/// Writes `NodeSelector` as Go's `core/v1.NodeSelector`.
+fn encode_core_v1_node_selector(m: &k8s_openapi::api::core::v1::NodeSelector, w: &mut Writer) {
+    for v in &m.node_selector_terms {
+        w.message(1, |w| encode_core_v1_node_selector_term(v, w));
+    }
+}
+
 /// Reads Go's `core/v1.PreferredSchedulingTerm` into `PreferredSchedulingTerm`.
 fn merge_core_v1_preferred_scheduling_term(
     mut r: Reader<'_>,
@@ -2777,6 +4656,15 @@ fn merge_core_v1_preferred_scheduling_term(
         }
     }
     Ok(())
+}
+
+/// Writes `PreferredSchedulingTerm` as Go's `core/v1.PreferredSchedulingTerm`.
+fn encode_core_v1_preferred_scheduling_term(
+    m: &k8s_openapi::api::core::v1::PreferredSchedulingTerm,
+    w: &mut Writer,
+) {
+    w.int32(1, m.weight);
+    w.message(2, |w| encode_core_v1_node_selector_term(&m.preference, w));
 }
 
 /// Reads Go's `core/v1.PodAffinityTerm` into `PodAffinityTerm`.
@@ -2806,6 +4694,29 @@ fn merge_core_v1_pod_affinity_term(
     Ok(())
 }
 
+/// Writes `PodAffinityTerm` as Go's `core/v1.PodAffinityTerm`.
+fn encode_core_v1_pod_affinity_term(
+    m: &k8s_openapi::api::core::v1::PodAffinityTerm,
+    w: &mut Writer,
+) {
+    if let Some(v) = &m.label_selector {
+        w.message(1, |w| encode_meta_v1_label_selector(v, w));
+    }
+    for v in m.namespaces.iter().flatten() {
+        w.string(2, v);
+    }
+    w.string(3, &m.topology_key);
+    if let Some(v) = &m.namespace_selector {
+        w.message(4, |w| encode_meta_v1_label_selector(v, w));
+    }
+    for v in m.match_label_keys.iter().flatten() {
+        w.string(5, v);
+    }
+    for v in m.mismatch_label_keys.iter().flatten() {
+        w.string(6, v);
+    }
+}
+
 /// Reads Go's `core/v1.WeightedPodAffinityTerm` into `WeightedPodAffinityTerm`.
 fn merge_core_v1_weighted_pod_affinity_term(
     mut r: Reader<'_>,
@@ -2819,6 +4730,17 @@ fn merge_core_v1_weighted_pod_affinity_term(
         }
     }
     Ok(())
+}
+
+/// Writes `WeightedPodAffinityTerm` as Go's `core/v1.WeightedPodAffinityTerm`.
+fn encode_core_v1_weighted_pod_affinity_term(
+    m: &k8s_openapi::api::core::v1::WeightedPodAffinityTerm,
+    w: &mut Writer,
+) {
+    w.int32(1, m.weight);
+    w.message(2, |w| {
+        encode_core_v1_pod_affinity_term(&m.pod_affinity_term, w)
+    });
 }
 
 /// Reads Go's `core/v1.KeyToPath` into `KeyToPath`.
@@ -2835,6 +4757,15 @@ fn merge_core_v1_key_to_path(
         }
     }
     Ok(())
+}
+
+/// Writes `KeyToPath` as Go's `core/v1.KeyToPath`.
+fn encode_core_v1_key_to_path(m: &k8s_openapi::api::core::v1::KeyToPath, w: &mut Writer) {
+    w.string(1, &m.key);
+    w.string(2, &m.path);
+    if let Some(v) = &m.mode {
+        w.int32(3, *v);
+    }
 }
 
 /// Reads Go's `core/v1.DownwardAPIVolumeFile` into `DownwardAPIVolumeFile`.
@@ -2862,6 +4793,23 @@ fn merge_core_v1_downward_api_volume_file(
     Ok(())
 }
 
+/// Writes `DownwardAPIVolumeFile` as Go's `core/v1.DownwardAPIVolumeFile`.
+fn encode_core_v1_downward_api_volume_file(
+    m: &k8s_openapi::api::core::v1::DownwardAPIVolumeFile,
+    w: &mut Writer,
+) {
+    w.string(1, &m.path);
+    if let Some(v) = &m.field_ref {
+        w.message(2, |w| encode_core_v1_object_field_selector(v, w));
+    }
+    if let Some(v) = &m.resource_field_ref {
+        w.message(3, |w| encode_core_v1_resource_field_selector(v, w));
+    }
+    if let Some(v) = &m.mode {
+        w.int32(4, *v);
+    }
+}
+
 /// Reads Go's `core/v1.LocalObjectReference` into `ConfigMapVolumeSource`.
 fn merge_core_v1_local_object_reference_into_config_map_volume_source(
     mut r: Reader<'_>,
@@ -2874,6 +4822,14 @@ fn merge_core_v1_local_object_reference_into_config_map_volume_source(
         }
     }
     Ok(())
+}
+
+/// Writes `ConfigMapVolumeSource` as Go's `core/v1.LocalObjectReference`.
+fn encode_core_v1_local_object_reference_into_config_map_volume_source(
+    m: &k8s_openapi::api::core::v1::ConfigMapVolumeSource,
+    w: &mut Writer,
+) {
+    w.string(1, &m.name);
 }
 
 /// Reads Go's `core/v1.VolumeProjection` into `VolumeProjection`.
@@ -2918,6 +4874,31 @@ fn merge_core_v1_volume_projection(
     Ok(())
 }
 
+/// Writes `VolumeProjection` as Go's `core/v1.VolumeProjection`.
+fn encode_core_v1_volume_projection(
+    m: &k8s_openapi::api::core::v1::VolumeProjection,
+    w: &mut Writer,
+) {
+    if let Some(v) = &m.secret {
+        w.message(1, |w| encode_core_v1_secret_projection(v, w));
+    }
+    if let Some(v) = &m.downward_api {
+        w.message(2, |w| encode_core_v1_downward_api_projection(v, w));
+    }
+    if let Some(v) = &m.config_map {
+        w.message(3, |w| encode_core_v1_config_map_projection(v, w));
+    }
+    if let Some(v) = &m.service_account_token {
+        w.message(4, |w| encode_core_v1_service_account_token_projection(v, w));
+    }
+    if let Some(v) = &m.cluster_trust_bundle {
+        w.message(5, |w| encode_core_v1_cluster_trust_bundle_projection(v, w));
+    }
+    if let Some(v) = &m.pod_certificate {
+        w.message(6, |w| encode_core_v1_pod_certificate_projection(v, w));
+    }
+}
+
 /// Reads Go's `core/v1.PersistentVolumeClaimTemplate` into `PersistentVolumeClaimTemplate`.
 fn merge_core_v1_persistent_volume_claim_template(
     mut r: Reader<'_>,
@@ -2936,6 +4917,19 @@ fn merge_core_v1_persistent_volume_claim_template(
     Ok(())
 }
 
+/// Writes `PersistentVolumeClaimTemplate` as Go's `core/v1.PersistentVolumeClaimTemplate`.
+fn encode_core_v1_persistent_volume_claim_template(
+    m: &k8s_openapi::api::core::v1::PersistentVolumeClaimTemplate,
+    w: &mut Writer,
+) {
+    if let Some(v) = &m.metadata {
+        w.message(1, |w| encode_meta_v1_object_meta(v, w));
+    }
+    w.message(2, |w| {
+        encode_core_v1_persistent_volume_claim_spec(&m.spec, w)
+    });
+}
+
 /// Reads Go's `core/v1.LocalObjectReference` into `ConfigMapEnvSource`.
 fn merge_core_v1_local_object_reference_into_config_map_env_source(
     mut r: Reader<'_>,
@@ -2950,6 +4944,14 @@ fn merge_core_v1_local_object_reference_into_config_map_env_source(
     Ok(())
 }
 
+/// Writes `ConfigMapEnvSource` as Go's `core/v1.LocalObjectReference`.
+fn encode_core_v1_local_object_reference_into_config_map_env_source(
+    m: &k8s_openapi::api::core::v1::ConfigMapEnvSource,
+    w: &mut Writer,
+) {
+    w.string(1, &m.name);
+}
+
 /// Reads Go's `core/v1.LocalObjectReference` into `SecretEnvSource`.
 fn merge_core_v1_local_object_reference_into_secret_env_source(
     mut r: Reader<'_>,
@@ -2962,6 +4964,14 @@ fn merge_core_v1_local_object_reference_into_secret_env_source(
         }
     }
     Ok(())
+}
+
+/// Writes `SecretEnvSource` as Go's `core/v1.LocalObjectReference`.
+fn encode_core_v1_local_object_reference_into_secret_env_source(
+    m: &k8s_openapi::api::core::v1::SecretEnvSource,
+    w: &mut Writer,
+) {
+    w.string(1, &m.name);
 }
 
 /// Reads Go's `core/v1.ObjectFieldSelector` into `ObjectFieldSelector`.
@@ -2979,6 +4989,17 @@ fn merge_core_v1_object_field_selector(
     Ok(())
 }
 
+/// Writes `ObjectFieldSelector` as Go's `core/v1.ObjectFieldSelector`.
+fn encode_core_v1_object_field_selector(
+    m: &k8s_openapi::api::core::v1::ObjectFieldSelector,
+    w: &mut Writer,
+) {
+    if let Some(v) = &m.api_version {
+        w.string(1, v);
+    }
+    w.string(2, &m.field_path);
+}
+
 /// Reads Go's `core/v1.ResourceFieldSelector` into `ResourceFieldSelector`.
 fn merge_core_v1_resource_field_selector(
     mut r: Reader<'_>,
@@ -2993,6 +5014,20 @@ fn merge_core_v1_resource_field_selector(
         }
     }
     Ok(())
+}
+
+/// Writes `ResourceFieldSelector` as Go's `core/v1.ResourceFieldSelector`.
+fn encode_core_v1_resource_field_selector(
+    m: &k8s_openapi::api::core::v1::ResourceFieldSelector,
+    w: &mut Writer,
+) {
+    if let Some(v) = &m.container_name {
+        w.string(1, v);
+    }
+    w.string(2, &m.resource);
+    if let Some(v) = &m.divisor {
+        write_quantity(w, 3, v);
+    }
 }
 
 /// Reads Go's `core/v1.ConfigMapKeySelector` into `ConfigMapKeySelector`.
@@ -3014,6 +5049,20 @@ fn merge_core_v1_config_map_key_selector(
     Ok(())
 }
 
+/// Writes `ConfigMapKeySelector` as Go's `core/v1.ConfigMapKeySelector`.
+fn encode_core_v1_config_map_key_selector(
+    m: &k8s_openapi::api::core::v1::ConfigMapKeySelector,
+    w: &mut Writer,
+) {
+    w.message(1, |w| {
+        encode_core_v1_local_object_reference_into_config_map_key_selector(m, w)
+    });
+    w.string(2, &m.key);
+    if let Some(v) = &m.optional {
+        w.bool(3, *v);
+    }
+}
+
 /// Reads Go's `core/v1.SecretKeySelector` into `SecretKeySelector`.
 fn merge_core_v1_secret_key_selector(
     mut r: Reader<'_>,
@@ -3030,6 +5079,20 @@ fn merge_core_v1_secret_key_selector(
         }
     }
     Ok(())
+}
+
+/// Writes `SecretKeySelector` as Go's `core/v1.SecretKeySelector`.
+fn encode_core_v1_secret_key_selector(
+    m: &k8s_openapi::api::core::v1::SecretKeySelector,
+    w: &mut Writer,
+) {
+    w.message(1, |w| {
+        encode_core_v1_local_object_reference_into_secret_key_selector(m, w)
+    });
+    w.string(2, &m.key);
+    if let Some(v) = &m.optional {
+        w.bool(3, *v);
+    }
 }
 
 /// Reads Go's `core/v1.FileKeySelector` into `FileKeySelector`.
@@ -3049,6 +5112,19 @@ fn merge_core_v1_file_key_selector(
     Ok(())
 }
 
+/// Writes `FileKeySelector` as Go's `core/v1.FileKeySelector`.
+fn encode_core_v1_file_key_selector(
+    m: &k8s_openapi::api::core::v1::FileKeySelector,
+    w: &mut Writer,
+) {
+    w.string(1, &m.volume_name);
+    w.string(2, &m.path);
+    w.string(3, &m.key);
+    if let Some(v) = &m.optional {
+        w.bool(4, *v);
+    }
+}
+
 /// Reads Go's `core/v1.ExecAction` into `ExecAction`.
 fn merge_core_v1_exec_action(
     mut r: Reader<'_>,
@@ -3061,6 +5137,13 @@ fn merge_core_v1_exec_action(
         }
     }
     Ok(())
+}
+
+/// Writes `ExecAction` as Go's `core/v1.ExecAction`.
+fn encode_core_v1_exec_action(m: &k8s_openapi::api::core::v1::ExecAction, w: &mut Writer) {
+    for v in m.command.iter().flatten() {
+        w.string(1, v);
+    }
 }
 
 /// Reads Go's `core/v1.HTTPGetAction` into `HTTPGetAction`.
@@ -3085,6 +5168,23 @@ fn merge_core_v1_http_get_action(
     Ok(())
 }
 
+/// Writes `HTTPGetAction` as Go's `core/v1.HTTPGetAction`.
+fn encode_core_v1_http_get_action(m: &k8s_openapi::api::core::v1::HTTPGetAction, w: &mut Writer) {
+    if let Some(v) = &m.path {
+        w.string(1, v);
+    }
+    write_int_or_string(w, 2, &m.port);
+    if let Some(v) = &m.host {
+        w.string(3, v);
+    }
+    if let Some(v) = &m.scheme {
+        w.string(4, v);
+    }
+    for v in m.http_headers.iter().flatten() {
+        w.message(5, |w| encode_core_v1_http_header(v, w));
+    }
+}
+
 /// Reads Go's `core/v1.TCPSocketAction` into `TCPSocketAction`.
 fn merge_core_v1_tcp_socket_action(
     mut r: Reader<'_>,
@@ -3098,6 +5198,17 @@ fn merge_core_v1_tcp_socket_action(
         }
     }
     Ok(())
+}
+
+/// Writes `TCPSocketAction` as Go's `core/v1.TCPSocketAction`.
+fn encode_core_v1_tcp_socket_action(
+    m: &k8s_openapi::api::core::v1::TCPSocketAction,
+    w: &mut Writer,
+) {
+    write_int_or_string(w, 1, &m.port);
+    if let Some(v) = &m.host {
+        w.string(2, v);
+    }
 }
 
 /// Reads Go's `core/v1.GRPCAction` into `GRPCAction`.
@@ -3115,6 +5226,14 @@ fn merge_core_v1_grpc_action(
     Ok(())
 }
 
+/// Writes `GRPCAction` as Go's `core/v1.GRPCAction`.
+fn encode_core_v1_grpc_action(m: &k8s_openapi::api::core::v1::GRPCAction, w: &mut Writer) {
+    w.int32(1, m.port);
+    if let Some(v) = &m.service {
+        w.string(2, v);
+    }
+}
+
 /// Reads Go's `core/v1.SleepAction` into `SleepAction`.
 fn merge_core_v1_sleep_action(
     mut r: Reader<'_>,
@@ -3127,6 +5246,11 @@ fn merge_core_v1_sleep_action(
         }
     }
     Ok(())
+}
+
+/// Writes `SleepAction` as Go's `core/v1.SleepAction`.
+fn encode_core_v1_sleep_action(m: &k8s_openapi::api::core::v1::SleepAction, w: &mut Writer) {
+    w.int64(1, m.seconds);
 }
 
 /// Reads Go's `core/v1.NodeSelectorTerm` into `NodeSelectorTerm`.
@@ -3152,6 +5276,19 @@ fn merge_core_v1_node_selector_term(
     Ok(())
 }
 
+/// Writes `NodeSelectorTerm` as Go's `core/v1.NodeSelectorTerm`.
+fn encode_core_v1_node_selector_term(
+    m: &k8s_openapi::api::core::v1::NodeSelectorTerm,
+    w: &mut Writer,
+) {
+    for v in m.match_expressions.iter().flatten() {
+        w.message(1, |w| encode_core_v1_node_selector_requirement(v, w));
+    }
+    for v in m.match_fields.iter().flatten() {
+        w.message(2, |w| encode_core_v1_node_selector_requirement(v, w));
+    }
+}
+
 /// Reads Go's `core/v1.SecretProjection` into `SecretProjection`.
 fn merge_core_v1_secret_projection(
     mut r: Reader<'_>,
@@ -3172,6 +5309,22 @@ fn merge_core_v1_secret_projection(
     Ok(())
 }
 
+/// Writes `SecretProjection` as Go's `core/v1.SecretProjection`.
+fn encode_core_v1_secret_projection(
+    m: &k8s_openapi::api::core::v1::SecretProjection,
+    w: &mut Writer,
+) {
+    w.message(1, |w| {
+        encode_core_v1_local_object_reference_into_secret_projection(m, w)
+    });
+    for v in m.items.iter().flatten() {
+        w.message(2, |w| encode_core_v1_key_to_path(v, w));
+    }
+    if let Some(v) = &m.optional {
+        w.bool(4, *v);
+    }
+}
+
 /// Reads Go's `core/v1.DownwardAPIProjection` into `DownwardAPIProjection`.
 fn merge_core_v1_downward_api_projection(
     mut r: Reader<'_>,
@@ -3188,6 +5341,16 @@ fn merge_core_v1_downward_api_projection(
         }
     }
     Ok(())
+}
+
+/// Writes `DownwardAPIProjection` as Go's `core/v1.DownwardAPIProjection`.
+fn encode_core_v1_downward_api_projection(
+    m: &k8s_openapi::api::core::v1::DownwardAPIProjection,
+    w: &mut Writer,
+) {
+    for v in m.items.iter().flatten() {
+        w.message(1, |w| encode_core_v1_downward_api_volume_file(v, w));
+    }
 }
 
 /// Reads Go's `core/v1.ConfigMapProjection` into `ConfigMapProjection`.
@@ -3213,6 +5376,22 @@ fn merge_core_v1_config_map_projection(
     Ok(())
 }
 
+/// Writes `ConfigMapProjection` as Go's `core/v1.ConfigMapProjection`.
+fn encode_core_v1_config_map_projection(
+    m: &k8s_openapi::api::core::v1::ConfigMapProjection,
+    w: &mut Writer,
+) {
+    w.message(1, |w| {
+        encode_core_v1_local_object_reference_into_config_map_projection(m, w)
+    });
+    for v in m.items.iter().flatten() {
+        w.message(2, |w| encode_core_v1_key_to_path(v, w));
+    }
+    if let Some(v) = &m.optional {
+        w.bool(4, *v);
+    }
+}
+
 /// Reads Go's `core/v1.ServiceAccountTokenProjection` into `ServiceAccountTokenProjection`.
 fn merge_core_v1_service_account_token_projection(
     mut r: Reader<'_>,
@@ -3227,6 +5406,20 @@ fn merge_core_v1_service_account_token_projection(
         }
     }
     Ok(())
+}
+
+/// Writes `ServiceAccountTokenProjection` as Go's `core/v1.ServiceAccountTokenProjection`.
+fn encode_core_v1_service_account_token_projection(
+    m: &k8s_openapi::api::core::v1::ServiceAccountTokenProjection,
+    w: &mut Writer,
+) {
+    if let Some(v) = &m.audience {
+        w.string(1, v);
+    }
+    if let Some(v) = &m.expiration_seconds {
+        w.int64(2, *v);
+    }
+    w.string(3, &m.path);
 }
 
 /// Reads Go's `core/v1.ClusterTrustBundleProjection` into `ClusterTrustBundleProjection`.
@@ -3249,6 +5442,26 @@ fn merge_core_v1_cluster_trust_bundle_projection(
         }
     }
     Ok(())
+}
+
+/// Writes `ClusterTrustBundleProjection` as Go's `core/v1.ClusterTrustBundleProjection`.
+fn encode_core_v1_cluster_trust_bundle_projection(
+    m: &k8s_openapi::api::core::v1::ClusterTrustBundleProjection,
+    w: &mut Writer,
+) {
+    if let Some(v) = &m.name {
+        w.string(1, v);
+    }
+    if let Some(v) = &m.signer_name {
+        w.string(2, v);
+    }
+    if let Some(v) = &m.label_selector {
+        w.message(3, |w| encode_meta_v1_label_selector(v, w));
+    }
+    w.string(4, &m.path);
+    if let Some(v) = &m.optional {
+        w.bool(5, *v);
+    }
 }
 
 /// Reads Go's `core/v1.PodCertificateProjection` into `PodCertificateProjection`.
@@ -3274,6 +5487,33 @@ fn merge_core_v1_pod_certificate_projection(
         }
     }
     Ok(())
+}
+
+/// Writes `PodCertificateProjection` as Go's `core/v1.PodCertificateProjection`.
+fn encode_core_v1_pod_certificate_projection(
+    m: &k8s_openapi::api::core::v1::PodCertificateProjection,
+    w: &mut Writer,
+) {
+    w.string(1, &m.signer_name);
+    w.string(2, &m.key_type);
+    if let Some(v) = &m.max_expiration_seconds {
+        w.int32(3, *v);
+    }
+    if let Some(v) = &m.credential_bundle_path {
+        w.string(4, v);
+    }
+    if let Some(v) = &m.key_path {
+        w.string(5, v);
+    }
+    if let Some(v) = &m.certificate_chain_path {
+        w.string(6, v);
+    }
+    for (k, v) in m.user_annotations.iter().flatten() {
+        w.message(7, |w| {
+            w.string(1, k);
+            w.string(2, v);
+        });
+    }
 }
 
 /// Reads Go's `core/v1.PersistentVolumeClaimSpec` into `PersistentVolumeClaimSpec`.
@@ -3313,6 +5553,40 @@ fn merge_core_v1_persistent_volume_claim_spec(
     Ok(())
 }
 
+/// Writes `PersistentVolumeClaimSpec` as Go's `core/v1.PersistentVolumeClaimSpec`.
+fn encode_core_v1_persistent_volume_claim_spec(
+    m: &k8s_openapi::api::core::v1::PersistentVolumeClaimSpec,
+    w: &mut Writer,
+) {
+    for v in m.access_modes.iter().flatten() {
+        w.string(1, v);
+    }
+    if let Some(v) = &m.resources {
+        w.message(2, |w| encode_core_v1_volume_resource_requirements(v, w));
+    }
+    if let Some(v) = &m.volume_name {
+        w.string(3, v);
+    }
+    if let Some(v) = &m.selector {
+        w.message(4, |w| encode_meta_v1_label_selector(v, w));
+    }
+    if let Some(v) = &m.storage_class_name {
+        w.string(5, v);
+    }
+    if let Some(v) = &m.volume_mode {
+        w.string(6, v);
+    }
+    if let Some(v) = &m.data_source {
+        w.message(7, |w| encode_core_v1_typed_local_object_reference(v, w));
+    }
+    if let Some(v) = &m.data_source_ref {
+        w.message(8, |w| encode_core_v1_typed_object_reference(v, w));
+    }
+    if let Some(v) = &m.volume_attributes_class_name {
+        w.string(9, v);
+    }
+}
+
 /// Reads Go's `core/v1.LocalObjectReference` into `ConfigMapKeySelector`.
 fn merge_core_v1_local_object_reference_into_config_map_key_selector(
     mut r: Reader<'_>,
@@ -3325,6 +5599,14 @@ fn merge_core_v1_local_object_reference_into_config_map_key_selector(
         }
     }
     Ok(())
+}
+
+/// Writes `ConfigMapKeySelector` as Go's `core/v1.LocalObjectReference`.
+fn encode_core_v1_local_object_reference_into_config_map_key_selector(
+    m: &k8s_openapi::api::core::v1::ConfigMapKeySelector,
+    w: &mut Writer,
+) {
+    w.string(1, &m.name);
 }
 
 /// Reads Go's `core/v1.LocalObjectReference` into `SecretKeySelector`.
@@ -3341,6 +5623,14 @@ fn merge_core_v1_local_object_reference_into_secret_key_selector(
     Ok(())
 }
 
+/// Writes `SecretKeySelector` as Go's `core/v1.LocalObjectReference`.
+fn encode_core_v1_local_object_reference_into_secret_key_selector(
+    m: &k8s_openapi::api::core::v1::SecretKeySelector,
+    w: &mut Writer,
+) {
+    w.string(1, &m.name);
+}
+
 /// Reads Go's `core/v1.HTTPHeader` into `HTTPHeader`.
 fn merge_core_v1_http_header(
     mut r: Reader<'_>,
@@ -3354,6 +5644,12 @@ fn merge_core_v1_http_header(
         }
     }
     Ok(())
+}
+
+/// Writes `HTTPHeader` as Go's `core/v1.HTTPHeader`.
+fn encode_core_v1_http_header(m: &k8s_openapi::api::core::v1::HTTPHeader, w: &mut Writer) {
+    w.string(1, &m.name);
+    w.string(2, &m.value);
 }
 
 /// Reads Go's `core/v1.NodeSelectorRequirement` into `NodeSelectorRequirement`.
@@ -3372,6 +5668,18 @@ fn merge_core_v1_node_selector_requirement(
     Ok(())
 }
 
+/// Writes `NodeSelectorRequirement` as Go's `core/v1.NodeSelectorRequirement`.
+fn encode_core_v1_node_selector_requirement(
+    m: &k8s_openapi::api::core::v1::NodeSelectorRequirement,
+    w: &mut Writer,
+) {
+    w.string(1, &m.key);
+    w.string(2, &m.operator);
+    for v in m.values.iter().flatten() {
+        w.string(3, v);
+    }
+}
+
 /// Reads Go's `core/v1.LocalObjectReference` into `SecretProjection`.
 fn merge_core_v1_local_object_reference_into_secret_projection(
     mut r: Reader<'_>,
@@ -3386,6 +5694,14 @@ fn merge_core_v1_local_object_reference_into_secret_projection(
     Ok(())
 }
 
+/// Writes `SecretProjection` as Go's `core/v1.LocalObjectReference`.
+fn encode_core_v1_local_object_reference_into_secret_projection(
+    m: &k8s_openapi::api::core::v1::SecretProjection,
+    w: &mut Writer,
+) {
+    w.string(1, &m.name);
+}
+
 /// Reads Go's `core/v1.LocalObjectReference` into `ConfigMapProjection`.
 fn merge_core_v1_local_object_reference_into_config_map_projection(
     mut r: Reader<'_>,
@@ -3398,6 +5714,14 @@ fn merge_core_v1_local_object_reference_into_config_map_projection(
         }
     }
     Ok(())
+}
+
+/// Writes `ConfigMapProjection` as Go's `core/v1.LocalObjectReference`.
+fn encode_core_v1_local_object_reference_into_config_map_projection(
+    m: &k8s_openapi::api::core::v1::ConfigMapProjection,
+    w: &mut Writer,
+) {
+    w.string(1, &m.name);
 }
 
 /// Reads Go's `core/v1.VolumeResourceRequirements` into `VolumeResourceRequirements`.
@@ -3421,6 +5745,25 @@ fn merge_core_v1_volume_resource_requirements(
     Ok(())
 }
 
+/// Writes `VolumeResourceRequirements` as Go's `core/v1.VolumeResourceRequirements`.
+fn encode_core_v1_volume_resource_requirements(
+    m: &k8s_openapi::api::core::v1::VolumeResourceRequirements,
+    w: &mut Writer,
+) {
+    for (k, v) in m.limits.iter().flatten() {
+        w.message(1, |w| {
+            w.string(1, k);
+            write_quantity(w, 2, v);
+        });
+    }
+    for (k, v) in m.requests.iter().flatten() {
+        w.message(2, |w| {
+            w.string(1, k);
+            write_quantity(w, 2, v);
+        });
+    }
+}
+
 /// Reads Go's `core/v1.TypedLocalObjectReference` into `TypedLocalObjectReference`.
 fn merge_core_v1_typed_local_object_reference(
     mut r: Reader<'_>,
@@ -3435,6 +5778,18 @@ fn merge_core_v1_typed_local_object_reference(
         }
     }
     Ok(())
+}
+
+/// Writes `TypedLocalObjectReference` as Go's `core/v1.TypedLocalObjectReference`.
+fn encode_core_v1_typed_local_object_reference(
+    m: &k8s_openapi::api::core::v1::TypedLocalObjectReference,
+    w: &mut Writer,
+) {
+    if let Some(v) = &m.api_group {
+        w.string(1, v);
+    }
+    w.string(2, &m.kind);
+    w.string(3, &m.name);
 }
 
 /// Reads Go's `core/v1.TypedObjectReference` into `TypedObjectReference`.
@@ -3452,4 +5807,19 @@ fn merge_core_v1_typed_object_reference(
         }
     }
     Ok(())
+}
+
+/// Writes `TypedObjectReference` as Go's `core/v1.TypedObjectReference`.
+fn encode_core_v1_typed_object_reference(
+    m: &k8s_openapi::api::core::v1::TypedObjectReference,
+    w: &mut Writer,
+) {
+    if let Some(v) = &m.api_group {
+        w.string(1, v);
+    }
+    w.string(2, &m.kind);
+    w.string(3, &m.name);
+    if let Some(v) = &m.namespace {
+        w.string(4, v);
+    }
 }

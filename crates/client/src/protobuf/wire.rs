@@ -1,5 +1,5 @@
-//! Protobuf's wire format read straight from a byte slice, for the generated decoders of
-//! whole objects ([`objects`](super::objects)).
+//! Protobuf's wire format read straight from a byte slice and written into one, for the
+//! generated decoders and encoders of whole objects ([`objects`](super::objects)).
 //!
 //! The generated code reads each field into k8s-openapi's types as it comes, with no
 //! intermediate message structs; this module is the little it needs: keys, varints,
@@ -274,6 +274,123 @@ fn out_of_range(object: &'static str) -> ProtobufError {
     }
 }
 
+/// A message being written, fields in the order they are given.
+#[derive(Debug, Default)]
+pub(crate) struct Writer {
+    buf: Vec<u8>,
+    /// Whether the value held something this writer does not encode (managedFields).
+    unsupported: bool,
+}
+
+impl Writer {
+    /// A writer whose output starts with `prefix`, with room for `capacity` bytes.
+    pub(crate) fn with_prefix(prefix: &[u8], capacity: usize) -> Self {
+        let mut buf = Vec::with_capacity(prefix.len() + capacity);
+        buf.extend_from_slice(prefix);
+        Self {
+            buf,
+            unsupported: false,
+        }
+    }
+
+    /// What was written, whatever [`unsupported`](Self::unsupported) says.
+    pub(crate) fn into_inner(self) -> Vec<u8> {
+        self.buf
+    }
+
+    /// The message, or `None` if [`unsupported`](Self::unsupported) was called.
+    pub(crate) fn finish(self) -> Option<Vec<u8>> {
+        (!self.unsupported).then_some(self.buf)
+    }
+
+    /// Marks the message as one that must be sent another way.
+    pub(crate) fn unsupported(&mut self) {
+        self.unsupported = true;
+    }
+
+    fn varint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.buf.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.buf.push(v as u8);
+    }
+
+    fn key(&mut self, field: u32, wire: u8) {
+        self.varint(u64::from(field) << 3 | u64::from(wire));
+    }
+
+    /// A string field.
+    pub(crate) fn string(&mut self, field: u32, v: &str) {
+        self.bytes(field, v.as_bytes());
+    }
+
+    /// A bytes field.
+    pub(crate) fn bytes(&mut self, field: u32, v: &[u8]) {
+        self.key(field, LEN);
+        self.varint(v.len() as u64);
+        self.buf.extend_from_slice(v);
+    }
+
+    /// An `int32` field (a negative value sign-extended to ten bytes, as protobuf says).
+    pub(crate) fn int32(&mut self, field: u32, v: i32) {
+        self.int64(field, i64::from(v));
+    }
+
+    /// An `int64` field.
+    pub(crate) fn int64(&mut self, field: u32, v: i64) {
+        self.key(field, VARINT);
+        self.varint(v as u64);
+    }
+
+    /// A `bool` field.
+    pub(crate) fn bool(&mut self, field: u32, v: bool) {
+        self.key(field, VARINT);
+        self.varint(u64::from(v));
+    }
+
+    /// An embedded message, written by `f`. Its length goes before it: one byte is kept for
+    /// it, and the message moved when its length needs more.
+    pub(crate) fn message(&mut self, field: u32, f: impl FnOnce(&mut Writer)) {
+        self.key(field, LEN);
+        let at = self.buf.len();
+        self.buf.push(0);
+        f(self);
+        let len = self.buf.len() - at - 1;
+        if len < 0x80 {
+            self.buf[at] = len as u8;
+        } else {
+            let mut prefix = Writer::default();
+            prefix.varint(len as u64);
+            self.buf.splice(at..=at, prefix.buf);
+        }
+    }
+}
+
+/// A `resource.Quantity` field.
+pub(crate) fn write_quantity(w: &mut Writer, field: u32, q: &Quantity) {
+    w.message(field, |w| w.string(1, &q.0));
+}
+
+/// An `intstr.IntOrString` field.
+pub(crate) fn write_int_or_string(w: &mut Writer, field: u32, v: &IntOrString) {
+    w.message(field, |w| match v {
+        IntOrString::Int(i) => {
+            w.int64(1, 0);
+            w.int32(2, *i);
+        }
+        IntOrString::String(s) => {
+            w.int64(1, 1);
+            w.string(3, s);
+        }
+    });
+}
+
+/// A `metav1.Time` field, to the second.
+pub(crate) fn write_time(w: &mut Writer, field: u32, t: &Time) {
+    w.message(field, |w| w.int64(1, t.0.as_second()));
+}
+
 /// `None` for a zero value: what JSON leaves out of a field tagged `omitempty`.
 pub(crate) fn nonzero<T: Default + PartialEq>(value: T) -> Option<T> {
     (value != T::default()).then_some(value)
@@ -392,6 +509,67 @@ mod tests {
             time(reader(&t)).unwrap(),
             Some(Time(Timestamp::from_second(10).unwrap()))
         );
+    }
+
+    #[test]
+    fn written_values_read_back() {
+        let mut w = Writer::default();
+        w.string(1, "héllo");
+        w.int32(2, -1);
+        w.int64(3, 1 << 40);
+        w.bool(4, true);
+        // Long enough that its length takes two bytes.
+        let long = "x".repeat(300);
+        w.message(5, |w| w.string(1, &long));
+        write_quantity(&mut w, 6, &Quantity("250m".into()));
+        write_int_or_string(&mut w, 7, &IntOrString::String("25%".into()));
+        write_int_or_string(&mut w, 8, &IntOrString::Int(0));
+        write_time(
+            &mut w,
+            9,
+            &Time(Timestamp::from_second(1_700_000_000).unwrap()),
+        );
+        let buf = w.finish().unwrap();
+        let mut r = reader(&buf);
+        let next = |r: &mut Reader<'_>| r.field().unwrap().unwrap();
+        let (_, wire) = next(&mut r);
+        assert_eq!(r.string(wire).unwrap(), "héllo");
+        let (_, wire) = next(&mut r);
+        assert_eq!(r.int32(wire).unwrap(), -1);
+        let (_, wire) = next(&mut r);
+        assert_eq!(r.int64(wire).unwrap(), 1 << 40);
+        let (_, wire) = next(&mut r);
+        assert!(r.bool(wire).unwrap());
+        let (_, wire) = next(&mut r);
+        let mut inner = r.message(wire).unwrap();
+        let (_, iw) = inner.field().unwrap().unwrap();
+        assert_eq!(inner.string(iw).unwrap(), long);
+        let (_, wire) = next(&mut r);
+        assert_eq!(
+            quantity(r.message(wire).unwrap()).unwrap(),
+            Quantity("250m".into())
+        );
+        let (_, wire) = next(&mut r);
+        assert_eq!(
+            int_or_string(r.message(wire).unwrap()).unwrap(),
+            IntOrString::String("25%".into())
+        );
+        let (_, wire) = next(&mut r);
+        assert_eq!(
+            int_or_string(r.message(wire).unwrap()).unwrap(),
+            IntOrString::Int(0)
+        );
+        let (field, wire) = next(&mut r);
+        assert_eq!(field, 9);
+        assert_eq!(
+            time(r.message(wire).unwrap()).unwrap(),
+            Some(Time(Timestamp::from_second(1_700_000_000).unwrap()))
+        );
+        assert!(r.field().unwrap().is_none());
+
+        let mut w = Writer::default();
+        w.unsupported();
+        assert!(w.finish().is_none());
     }
 
     #[test]

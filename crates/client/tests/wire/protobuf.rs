@@ -194,6 +194,7 @@ fn captured_api_server_answers_decode_as_their_json() {
     fn check<K>(name: &str)
     where
         K: kctrl_client::protobuf::FromProtobuf
+            + kctrl_client::protobuf::ToProtobuf
             + serde::de::DeserializeOwned
             + k8s_openapi::Metadata<Ty = ObjectMeta>
             + PartialEq
@@ -207,7 +208,50 @@ fn captured_api_server_answers_decode_as_their_json() {
         from_json.metadata_mut().managed_fields = None;
         let from_pb: K = kctrl_client::protobuf::from_enveloped(&pb).unwrap();
         assert_eq!(from_pb, from_json, "{name}");
+        // Written back to protobuf and read again: nothing lost.
+        let message = from_pb.to_protobuf().expect("no managedFields to refuse");
+        assert_eq!(
+            K::from_protobuf(&message).unwrap(),
+            from_json,
+            "{name} round trip"
+        );
     }
     check::<k8s_openapi::api::apps::v1::Deployment>("deployments");
     check::<ReplicaSet>("replicasets");
+}
+
+#[tokio::test]
+async fn protobuf_bodies_send_created_and_updated_objects_in_protobuf() {
+    let answer = || {
+        Reply::json(
+            200,
+            json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                   "metadata": {"name": "web-1", "namespace": "ns", "resourceVersion": "9"}}),
+        )
+    };
+    let server = TestServer::start([answer(), answer(), answer()]).await;
+    let api: Api<ReplicaSet> = Api::namespaced(client(unlimited(&server)), "ns").protobuf_bodies();
+    let rs = expected();
+    api.create(&PostParams::default(), &rs).await.unwrap();
+    api.update_status(&PostParams::default(), &rs)
+        .await
+        .unwrap();
+    // An object with managedFields is sent as JSON: the encoder does not write them.
+    let mut with_managed = rs.clone();
+    with_managed.metadata.managed_fields = Some(Vec::new());
+    api.update(&PostParams::default(), &with_managed)
+        .await
+        .unwrap();
+
+    let requests = server.requests();
+    for request in &requests[..2] {
+        assert_eq!(request.header("content-type"), Some(PROTOBUF));
+        assert!(request.body.starts_with(MAGIC));
+        let decoded: ReplicaSet = kctrl_client::protobuf::from_enveloped(&request.body).unwrap();
+        assert_eq!(decoded, rs);
+    }
+    assert_eq!(requests[1].method, "PUT");
+    assert!(requests[1].path_and_query().ends_with("/web-1/status"));
+    assert_eq!(requests[2].header("content-type"), Some("application/json"));
+    assert_eq!(requests[2].json()["metadata"]["managedFields"], json!([]));
 }
