@@ -11,7 +11,6 @@ mod demo;
 mod diff;
 mod e2e;
 mod fuzz;
-mod gen_protobuf;
 mod test;
 
 #[derive(Parser)]
@@ -44,9 +43,30 @@ enum Command {
     Fuzz(fuzz::FuzzArgs),
     /// Writes the protobuf decoders of whole Deployments and ReplicaSets from the Go types
     /// of the targeted Kubernetes release and k8s-openapi's Rust types.
-    GenProtobuf(gen_protobuf::GenProtobufArgs),
+    GenProtobuf(GenProtobufArgs),
     /// The whole test suite, as README.md and CI run it.
     Test(test::TestArgs),
+}
+
+/// Arguments of `cargo xtask gen-protobuf`.
+#[derive(clap::Args)]
+pub(crate) struct GenProtobufArgs {
+    /// Compare with the file in the tree instead of writing it; fail if they differ.
+    #[arg(long)]
+    pub(crate) check: bool,
+}
+
+/// Runs the generator, a package of its own (xtask/gen-protobuf) that builds without the
+/// workspace's crates.
+pub(crate) fn gen_protobuf(args: &GenProtobufArgs) -> anyhow::Result<()> {
+    let mut cmd = std::process::Command::new(env!("CARGO"));
+    cmd.args(["run", "-q", "-p", "xtask-gen-protobuf", "--"]);
+    if args.check {
+        cmd.arg("--check");
+    }
+    let status = cmd.status()?;
+    anyhow::ensure!(status.success(), "xtask-gen-protobuf failed ({status})");
+    Ok(())
 }
 
 fn main() -> anyhow::Result<()> {
@@ -59,7 +79,7 @@ fn main() -> anyhow::Result<()> {
         Command::Diff(args) => diff::run(args),
         Command::E2e(args) => e2e::run(args),
         Command::Fuzz(args) => fuzz::run(args),
-        Command::GenProtobuf(args) => gen_protobuf::run(args),
+        Command::GenProtobuf(args) => gen_protobuf(&args),
         Command::Test(args) => test::run(args),
     }
 }

@@ -71,7 +71,7 @@ pub(crate) fn run(args: TestArgs) -> anyhow::Result<()> {
     }
     // The checked-in protobuf decoders must be what the generator writes from the targeted
     // release's Go types (needs Go, as the end-to-end suite does).
-    crate::gen_protobuf::run(crate::gen_protobuf::GenProtobufArgs { check: true })?;
+    crate::gen_protobuf(&crate::GenProtobufArgs { check: true })?;
     crate::e2e::run(args.e2e)?;
     if args.no_chaos {
         eprintln!("==> --no-chaos: skipping the short chaos run");
