@@ -414,10 +414,7 @@ async fn objects_written_in_protobuf_equal_objects_written_in_json() {
         .create(&PostParams::default(), &maximal_deployment("by-pb"))
         .await
         .unwrap();
-    assert_eq!(
-        comparable_deployment(a.clone()),
-        comparable_deployment(b.clone())
-    );
+    assert_eq!(comparable(a.clone()), comparable(b.clone()));
     // An update of spec and status each way.
     let change = |mut d: Deployment| {
         let spec = d.spec.as_mut().unwrap();
@@ -435,10 +432,7 @@ async fn objects_written_in_protobuf_equal_objects_written_in_json() {
         .update(&PostParams::default(), &change(b))
         .await
         .unwrap();
-    assert_eq!(
-        comparable_deployment(a.clone()),
-        comparable_deployment(b.clone())
-    );
+    assert_eq!(comparable(a.clone()), comparable(b.clone()));
     let with_status = |mut d: Deployment| {
         d.status = Some(serde_json::from_value(json!({
             "observedGeneration": 2, "replicas": 0, "collisionCount": 1,
@@ -457,7 +451,7 @@ async fn objects_written_in_protobuf_equal_objects_written_in_json() {
         .await
         .unwrap();
     assert!(a.status.as_ref().unwrap().conditions.is_some());
-    assert_eq!(comparable_deployment(a), comparable_deployment(b));
+    assert_eq!(comparable(a), comparable(b));
 
     let a = json_rs
         .create(&PostParams::default(), &maximal_replica_set("by-json"))
@@ -467,20 +461,19 @@ async fn objects_written_in_protobuf_equal_objects_written_in_json() {
         .create(&PostParams::default(), &maximal_replica_set("by-pb"))
         .await
         .unwrap();
-    assert_eq!(comparable_replica_set(a), comparable_replica_set(b));
+    assert_eq!(comparable(a), comparable(b));
     ns.delete().await;
 }
 
 /// What two objects written the same way share: all but identity, versions, times, and the
 /// name the labels and selectors were built from.
-fn comparable_deployment(mut d: Deployment) -> serde_json::Value {
-    d.metadata = Default::default();
-    anonymous(serde_json::to_value(d).unwrap())
-}
-
-fn comparable_replica_set(mut rs: ReplicaSet) -> serde_json::Value {
-    rs.metadata = Default::default();
-    anonymous(serde_json::to_value(rs).unwrap())
+fn comparable<K>(mut object: K) -> serde_json::Value
+where
+    K: k8s_openapi::Metadata<Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>
+        + serde::Serialize,
+{
+    *object.metadata_mut() = Default::default();
+    anonymous(serde_json::to_value(object).unwrap())
 }
 
 /// `value` with the object names `by-json` and `by-pb` made one.

@@ -460,12 +460,8 @@ impl SharedInformerFactory {
             api = api.without_managed_fields();
         }
         let id = TypeId::of::<K>();
-        if let Some(decoder) = inner
-            .protobuf
-            .get(&id)
-            .and_then(|d| d.downcast_ref::<Decoder<K>>())
-        {
-            api = api.with_protobuf_decoder(*decoder);
+        if let Some(decoder) = self.protobuf_decoder::<K>() {
+            api = api.with_protobuf_decoder(decoder);
         }
         let mut lw = ListWatch::new(api);
         if let Some(tweak) = inner.tweak.clone() {

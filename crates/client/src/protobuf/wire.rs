@@ -160,32 +160,33 @@ impl<'a> Reader<'a> {
 
     /// One element of a repeated `int32`, or a packed run of them.
     pub(crate) fn int32s(&mut self, wire: u8, out: &mut Option<Vec<i32>>) -> Result<()> {
-        let out = out.get_or_insert_with(Vec::new);
-        if wire == LEN {
-            let mut packed = self.message(wire)?;
-            while !packed.buf.is_empty() {
-                out.push(packed.varint()? as i32);
-            }
-            Ok(())
-        } else {
-            out.push(self.int32(wire)?);
-            Ok(())
-        }
+        // Truncation is the protobuf rule for int32.
+        self.varints(wire, out, |v| v as i32)
     }
 
     /// One element of a repeated `int64`, or a packed run of them.
     pub(crate) fn int64s(&mut self, wire: u8, out: &mut Option<Vec<i64>>) -> Result<()> {
+        self.varints(wire, out, |v| v as i64)
+    }
+
+    /// One varint of a repeated field, or a packed run of them, each converted by `from`.
+    fn varints<T>(
+        &mut self,
+        wire: u8,
+        out: &mut Option<Vec<T>>,
+        from: impl Fn(u64) -> T,
+    ) -> Result<()> {
         let out = out.get_or_insert_with(Vec::new);
         if wire == LEN {
             let mut packed = self.message(wire)?;
             while !packed.buf.is_empty() {
-                out.push(packed.varint()? as i64);
+                out.push(from(packed.varint()?));
             }
-            Ok(())
         } else {
-            out.push(self.int64(wire)?);
-            Ok(())
+            self.expect(wire, VARINT)?;
+            out.push(from(self.varint()?));
         }
+        Ok(())
     }
 
     /// One entry of a map field: key (1) and value (2), read with `value`; a missing value
