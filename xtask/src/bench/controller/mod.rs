@@ -89,8 +89,13 @@ pub(crate) struct ControllerArgs {
     /// Small sizes and one round: a smoke run, not numbers to publish.
     #[arg(long)]
     quick: bool,
+    /// Phases of each round to measure, comma-separated letters (default a,b,c,d; a,b,c with
+    /// --callgrind). The namespace of a round is deleted unmeasured when d is left out. A
+    /// subset is not written to the docs.
+    #[arg(long, value_delimiter = ',')]
+    phases: Vec<String>,
     /// Profile ours instead: phases a-c under `valgrind --tool=callgrind` (one round, ours only,
-    /// no doc); prints the callgrind output file. With --ours-binary, profiles that binary (to
+    /// no doc), one output part per phase (`.1` startup, `.2` phase a, ...); prints where. With --ours-binary, profiles that binary (to
     /// compare the instruction counts of two builds, which machine load does not change).
     #[arg(long)]
     callgrind: bool,
@@ -173,6 +178,17 @@ impl Phase {
         Phase::Delete,
     ];
 
+    /// The phase's name in file names and tool arguments.
+    pub(super) fn slug(self) -> &'static str {
+        match self {
+            Phase::Create => "phase-a-create",
+            Phase::Rollout => "phase-b-rollout",
+            Phase::ScaleMidRollout => "phase-c-scale",
+            Phase::Delete => "phase-d-delete",
+            Phase::AtRest => "phase-e-at-rest",
+        }
+    }
+
     /// The phase's name in reports.
     pub(super) fn title(self) -> &'static str {
         match self {
@@ -231,6 +247,8 @@ struct Env {
     audit_log: PathBuf,
     ticks_per_second: u64,
     callgrind: bool,
+    /// The phases of each round, in order.
+    phases: Vec<Phase>,
     phase_timeout: Duration,
     peak_reset_works: std::sync::atomic::AtomicBool,
     /// KWOK nodes of the cluster.
@@ -290,6 +308,8 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
     if let Some(bad) = args.ours_env.iter().find(|kv| !kv.contains('=')) {
         bail!("--ours-env {bad:?}: expected KEY=VALUE");
     }
+    let phases = round_phases(&args.phases, args.callgrind)?;
+    let subset = phases != Phase::ROUND;
     let variant = args.ours_binary.is_some() || !args.ours_env.is_empty();
     if !args.ours_env.is_empty() && args.callgrind {
         // valgrind would profile the `env` wrapper, not the controller.
@@ -309,6 +329,7 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
         args.ours_binary.as_deref(),
     )?;
     env.ours_env = args.ours_env.clone();
+    env.phases = phases;
     let nodes = env.nodes;
     let machine = report::Machine::detect(&env.info.kubernetes_version);
     let mut runs = Vec::new();
@@ -366,6 +387,8 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
     println!("{text}");
     if variant {
         eprintln!("(not written to the docs: ours ran as a variant, --ours-binary/--ours-env)");
+    } else if subset {
+        eprintln!("(not written to the docs: a subset of the phases, --phases)");
     } else if !args.no_doc {
         let doc = root.join("docs/benchmarks/controller.md");
         fs::create_dir_all(doc.parent().expect("has a parent"))?;
@@ -459,6 +482,7 @@ fn prepare(
         audit_log,
         ticks_per_second: clock_ticks(),
         callgrind,
+        phases: Phase::ROUND.to_vec(),
         phase_timeout,
         peak_reset_works: std::sync::atomic::AtomicBool::new(true),
         nodes,
@@ -682,6 +706,33 @@ impl Controller {
         }
     }
 
+    /// Under `--callgrind`, closes the profile's current part as `<out>.<n>` named `part`
+    /// (`callgrind_control --dump`), so each phase reads on its own.
+    fn dump_profile(&self, env: &Env, part: &str) -> Result<()> {
+        if !env.callgrind || self.side != Side::Ours {
+            return Ok(());
+        }
+        let out = std::process::Command::new("callgrind_control")
+            .arg(format!("--dump={part}"))
+            .arg(self.pid().to_string())
+            .output()
+            .context("running callgrind_control")?;
+        // It exits 0 even when vgdb refuses its arguments: read what it said too.
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if !out.status.success() || said.contains("error") {
+            bail!(
+                "callgrind_control --dump={part} {} failed ({}): {said}",
+                self.pid(),
+                out.status
+            );
+        }
+        Ok(())
+    }
+
     fn usage(&self) -> Result<(CpuTicks, Memory)> {
         let pid = self.pid();
         let status = fs::read_to_string(format!("/proc/{pid}/status"))
@@ -867,12 +918,8 @@ async fn run_round(
         .await?;
     let api = Api::<Deployment>::namespaced(client.clone(), &namespace);
     let mut runs = Vec::new();
-    let phases: &[Phase] = if env.callgrind {
-        &Phase::ROUND[..3]
-    } else {
-        &Phase::ROUND
-    };
-    for &phase in phases {
+    controller.dump_profile(env, "startup")?;
+    for &phase in &env.phases {
         controller.reset_peak(env);
         let before = probe(env, &controller)?;
         let started = Instant::now();
@@ -936,6 +983,7 @@ async fn run_round(
         }
         let after = probe(env, &controller)?;
         let (_, memory) = controller.usage()?;
+        controller.dump_profile(env, phase.slug())?;
         let per_deployment = phase != Phase::Delete;
         runs.push(PhaseRun {
             side,
@@ -967,7 +1015,38 @@ async fn run_round(
         });
     }
     controller.stop(env)?;
+    if !env.phases.contains(&Phase::Delete) {
+        // The next round starts from the same cluster: this one's objects go, unmeasured.
+        delete_namespace(client, &namespace, env.phase_timeout).await?;
+    }
     Ok(runs)
+}
+
+/// The phases `--phases` names (`a`-`d`), in round order; all four by default, a-c under
+/// `--callgrind`.
+fn round_phases(letters: &[String], callgrind: bool) -> Result<Vec<Phase>> {
+    if letters.is_empty() {
+        let all = Phase::ROUND.to_vec();
+        return Ok(if callgrind { all[..3].to_vec() } else { all });
+    }
+    let mut phases = Vec::new();
+    for letter in letters {
+        let phase = match letter.trim() {
+            "a" => Phase::Create,
+            "b" => Phase::Rollout,
+            "c" => Phase::ScaleMidRollout,
+            "d" => Phase::Delete,
+            other => bail!("--phases: unknown phase {other:?} (expected a, b, c or d)"),
+        };
+        if !phases.contains(&phase) {
+            phases.push(phase);
+        }
+    }
+    phases.sort();
+    if phases.iter().any(|p| *p != Phase::Create) && !phases.contains(&Phase::Create) {
+        bail!("--phases: every phase works on the Deployments phase a creates; include a");
+    }
+    Ok(phases)
 }
 
 /// Phase e: M Deployments at rest; per round and side a fresh process after one template was
@@ -1320,6 +1399,21 @@ mod tests {
     }
 
     #[test]
+    fn phases_are_named_by_letter_and_kept_in_round_order() {
+        let letters = |s: &str| s.split(',').map(str::to_owned).collect::<Vec<_>>();
+        assert_eq!(round_phases(&[], false).unwrap(), Phase::ROUND.to_vec());
+        assert_eq!(round_phases(&[], true).unwrap(), Phase::ROUND[..3].to_vec());
+        assert_eq!(
+            round_phases(&letters("c,a,a"), false).unwrap(),
+            [Phase::Create, Phase::ScaleMidRollout]
+        );
+        let unknown = round_phases(&letters("a,e"), false).unwrap_err();
+        assert!(unknown.to_string().contains("\"e\""), "{unknown}");
+        let without_a = round_phases(&letters("b"), false).unwrap_err();
+        assert!(without_a.to_string().contains("include a"), "{without_a}");
+    }
+
+    #[test]
     fn arguments_parse() {
         use clap::Parser;
         #[derive(clap::Parser)]
@@ -1393,6 +1487,7 @@ mod tests {
             audit_log: dir.join("bench/audit.log"),
             ticks_per_second: 100,
             callgrind: false,
+            phases: Phase::ROUND.to_vec(),
             phase_timeout: Duration::from_secs(10),
             peak_reset_works: std::sync::atomic::AtomicBool::new(true),
             nodes: 3,
