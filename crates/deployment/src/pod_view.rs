@@ -25,9 +25,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kctrl_client::protobuf::{FromProtobuf, ObjectMetaMessage, non_empty};
+use kctrl_client::protobuf::{FromProtobuf, MessageReader, ProtobufError, non_empty};
 use kctrl_informer::IndexFn;
-use prost::Message;
 use serde::Deserialize;
 
 /// A Pod as the Deployment controller reads it (see the [module docs](self) for why each field
@@ -62,32 +61,30 @@ impl PodView {
     }
 }
 
-/// The fields of a `Pod` message the view reads, numbered as in upstream's
-/// `k8s.io/api/core/v1/generated.proto`; the decoder skips the others (`spec` is field 2).
-#[derive(Message)]
-struct PodMessage {
-    #[prost(message, optional, tag = "1")]
-    metadata: Option<ObjectMetaMessage>,
-    #[prost(message, optional, tag = "3")]
-    status: Option<PodStatusMessage>,
-}
-
-/// The fields of a `PodStatus` message the view reads.
-#[derive(Message)]
-struct PodStatusMessage {
-    #[prost(string, optional, tag = "1")]
-    phase: Option<String>,
-}
-
+/// Reads a `Pod` message (fields numbered as in upstream's `k8s.io/api/core/v1/generated.proto`):
+/// `metadata` (1) through the generated `ObjectMeta` decoder, `status.phase` (3.1); the spec (2)
+/// and the rest of the status are stepped over unread.
 impl FromProtobuf for PodView {
-    fn from_protobuf(message: &[u8]) -> Result<Self, kctrl_client::protobuf::ProtobufError> {
-        let pod = PodMessage::decode(message)?;
-        Ok(PodView {
-            metadata: pod.metadata.map(Into::into).unwrap_or_default(),
-            status: pod.status.map(|s| PodViewStatus {
-                phase: non_empty(s.phase),
-            }),
-        })
+    fn from_protobuf(message: &[u8]) -> Result<Self, ProtobufError> {
+        let mut pod = MessageReader::new(message, "Pod");
+        let mut view = PodView::default();
+        while let Some((field, wire)) = pod.next_field()? {
+            match field {
+                1 => pod.object_meta(wire, &mut view.metadata)?,
+                3 => {
+                    let mut status = pod.message(wire)?;
+                    let view_status = view.status.get_or_insert_with(Default::default);
+                    while let Some((field, wire)) = status.next_field()? {
+                        match field {
+                            1 => view_status.phase = non_empty(Some(status.string(wire)?)),
+                            _ => status.skip(wire)?,
+                        }
+                    }
+                }
+                _ => pod.skip(wire)?,
+            }
+        }
+        Ok(view)
     }
 }
 
@@ -200,6 +197,19 @@ mod tests {
         let mut orphan = view.clone();
         orphan.metadata.owner_references.as_mut().unwrap()[0].controller = Some(false);
         assert!(controller_uid_index()(&orphan).is_empty());
+    }
+
+    #[test]
+    fn protobuf_fields_the_view_does_not_keep_are_stepped_over() {
+        // metadata {name: "p"}, spec {nodeName (10): "n"}, status {phase: "", podIP (6): "ip"}
+        let message = b"\x0a\x03\x0a\x01p\x12\x03\x52\x01n\x1a\x06\x0a\x00\x32\x02ip";
+        let view = PodView::from_protobuf(message).unwrap();
+        assert_eq!(view.metadata.name.as_deref(), Some("p"));
+        // An empty status message is a status, as `"status": {}` is in JSON; an empty phase is
+        // no phase.
+        assert_eq!(view.status, Some(PodViewStatus { phase: None }));
+        let err = PodView::from_protobuf(&message[..message.len() - 1]).unwrap_err();
+        assert!(err.to_string().contains("Pod"), "{err}");
     }
 
     #[test]

@@ -755,7 +755,7 @@ impl Generator {
         let mut text = String::new();
         let _ = write!(
             text,
-            "\n/// Reads Go's `{}.{}` into `{}`.\nfn {}(mut r: Reader<'_>, m: &mut {path}) -> Result<(), ProtobufError> {{\n    while let Some((field, wire)) = r.field()? {{\n        match field {{\n{arms}            _ => r.skip(wire)?,\n        }}\n    }}\n    Ok(())\n}}\n",
+            "\n/// Reads Go's `{}.{}` into `{}`.\npub(super) fn {}(mut r: Reader<'_>, m: &mut {path}) -> Result<(), ProtobufError> {{\n    while let Some((field, wire)) = r.field()? {{\n        match field {{\n{arms}            _ => r.skip(wire)?,\n        }}\n    }}\n    Ok(())\n}}\n",
             job.go.package,
             job.go.name,
             job.rust_name,

@@ -540,7 +540,7 @@ fn new_meta_v1_owner_reference() -> k8s_openapi::apimachinery::pkg::apis::meta::
 }
 
 /// Reads Go's `apps/v1.Deployment` into `Deployment`.
-fn merge_apps_v1_deployment(
+pub(super) fn merge_apps_v1_deployment(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::apps::v1::Deployment,
 ) -> Result<(), ProtobufError> {
@@ -573,7 +573,7 @@ fn encode_apps_v1_deployment(m: &k8s_openapi::api::apps::v1::Deployment, w: &mut
 }
 
 /// Reads Go's `apps/v1.ReplicaSet` into `ReplicaSet`.
-fn merge_apps_v1_replica_set(
+pub(super) fn merge_apps_v1_replica_set(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::apps::v1::ReplicaSet,
 ) -> Result<(), ProtobufError> {
@@ -606,7 +606,7 @@ fn encode_apps_v1_replica_set(m: &k8s_openapi::api::apps::v1::ReplicaSet, w: &mu
 }
 
 /// Reads Go's `meta/v1.ObjectMeta` into `ObjectMeta`.
-fn merge_meta_v1_object_meta(
+pub(super) fn merge_meta_v1_object_meta(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
 ) -> Result<(), ProtobufError> {
@@ -704,7 +704,7 @@ fn encode_meta_v1_object_meta(
 }
 
 /// Reads Go's `apps/v1.DeploymentSpec` into `DeploymentSpec`.
-fn merge_apps_v1_deployment_spec(
+pub(super) fn merge_apps_v1_deployment_spec(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::apps::v1::DeploymentSpec,
 ) -> Result<(), ProtobufError> {
@@ -753,7 +753,7 @@ fn encode_apps_v1_deployment_spec(m: &k8s_openapi::api::apps::v1::DeploymentSpec
 }
 
 /// Reads Go's `apps/v1.DeploymentStatus` into `DeploymentStatus`.
-fn merge_apps_v1_deployment_status(
+pub(super) fn merge_apps_v1_deployment_status(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::apps::v1::DeploymentStatus,
 ) -> Result<(), ProtobufError> {
@@ -813,7 +813,7 @@ fn encode_apps_v1_deployment_status(
 }
 
 /// Reads Go's `apps/v1.ReplicaSetSpec` into `ReplicaSetSpec`.
-fn merge_apps_v1_replica_set_spec(
+pub(super) fn merge_apps_v1_replica_set_spec(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::apps::v1::ReplicaSetSpec,
 ) -> Result<(), ProtobufError> {
@@ -847,7 +847,7 @@ fn encode_apps_v1_replica_set_spec(m: &k8s_openapi::api::apps::v1::ReplicaSetSpe
 }
 
 /// Reads Go's `apps/v1.ReplicaSetStatus` into `ReplicaSetStatus`.
-fn merge_apps_v1_replica_set_status(
+pub(super) fn merge_apps_v1_replica_set_status(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::apps::v1::ReplicaSetStatus,
 ) -> Result<(), ProtobufError> {
@@ -897,7 +897,7 @@ fn encode_apps_v1_replica_set_status(
 }
 
 /// Reads Go's `meta/v1.OwnerReference` into `OwnerReference`.
-fn merge_meta_v1_owner_reference(
+pub(super) fn merge_meta_v1_owner_reference(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
 ) -> Result<(), ProtobufError> {
@@ -933,7 +933,7 @@ fn encode_meta_v1_owner_reference(
 }
 
 /// Reads Go's `meta/v1.LabelSelector` into `LabelSelector`.
-fn merge_meta_v1_label_selector(
+pub(super) fn merge_meta_v1_label_selector(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
 ) -> Result<(), ProtobufError> {
@@ -973,7 +973,7 @@ fn encode_meta_v1_label_selector(
 }
 
 /// Reads Go's `core/v1.PodTemplateSpec` into `PodTemplateSpec`.
-fn merge_core_v1_pod_template_spec(
+pub(super) fn merge_core_v1_pod_template_spec(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::PodTemplateSpec,
 ) -> Result<(), ProtobufError> {
@@ -1007,7 +1007,7 @@ fn encode_core_v1_pod_template_spec(
 }
 
 /// Reads Go's `apps/v1.DeploymentStrategy` into `DeploymentStrategy`.
-fn merge_apps_v1_deployment_strategy(
+pub(super) fn merge_apps_v1_deployment_strategy(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::apps::v1::DeploymentStrategy,
 ) -> Result<(), ProtobufError> {
@@ -1039,7 +1039,7 @@ fn encode_apps_v1_deployment_strategy(
 }
 
 /// Reads Go's `apps/v1.DeploymentCondition` into `DeploymentCondition`.
-fn merge_apps_v1_deployment_condition(
+pub(super) fn merge_apps_v1_deployment_condition(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::apps::v1::DeploymentCondition,
 ) -> Result<(), ProtobufError> {
@@ -1079,7 +1079,7 @@ fn encode_apps_v1_deployment_condition(
 }
 
 /// Reads Go's `apps/v1.ReplicaSetCondition` into `ReplicaSetCondition`.
-fn merge_apps_v1_replica_set_condition(
+pub(super) fn merge_apps_v1_replica_set_condition(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::apps::v1::ReplicaSetCondition,
 ) -> Result<(), ProtobufError> {
@@ -1115,7 +1115,7 @@ fn encode_apps_v1_replica_set_condition(
 }
 
 /// Reads Go's `meta/v1.LabelSelectorRequirement` into `LabelSelectorRequirement`.
-fn merge_meta_v1_label_selector_requirement(
+pub(super) fn merge_meta_v1_label_selector_requirement(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement,
 ) -> Result<(), ProtobufError> {
@@ -1143,7 +1143,7 @@ fn encode_meta_v1_label_selector_requirement(
 }
 
 /// Reads Go's `core/v1.PodSpec` into `PodSpec`.
-fn merge_core_v1_pod_spec(
+pub(super) fn merge_core_v1_pod_spec(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::PodSpec,
 ) -> Result<(), ProtobufError> {
@@ -1407,7 +1407,7 @@ fn encode_core_v1_pod_spec(m: &k8s_openapi::api::core::v1::PodSpec, w: &mut Writ
 }
 
 /// Reads Go's `apps/v1.RollingUpdateDeployment` into `RollingUpdateDeployment`.
-fn merge_apps_v1_rolling_update_deployment(
+pub(super) fn merge_apps_v1_rolling_update_deployment(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::apps::v1::RollingUpdateDeployment,
 ) -> Result<(), ProtobufError> {
@@ -1435,7 +1435,7 @@ fn encode_apps_v1_rolling_update_deployment(
 }
 
 /// Reads Go's `core/v1.Volume` into `Volume`.
-fn merge_core_v1_volume(
+pub(super) fn merge_core_v1_volume(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::Volume,
 ) -> Result<(), ProtobufError> {
@@ -1456,7 +1456,7 @@ fn encode_core_v1_volume(m: &k8s_openapi::api::core::v1::Volume, w: &mut Writer)
 }
 
 /// Reads Go's `core/v1.Container` into `Container`.
-fn merge_core_v1_container(
+pub(super) fn merge_core_v1_container(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::Container,
 ) -> Result<(), ProtobufError> {
@@ -1619,7 +1619,7 @@ fn encode_core_v1_container(m: &k8s_openapi::api::core::v1::Container, w: &mut W
 }
 
 /// Reads Go's `core/v1.EphemeralContainer` into `EphemeralContainer`.
-fn merge_core_v1_ephemeral_container(
+pub(super) fn merge_core_v1_ephemeral_container(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::EphemeralContainer,
 ) -> Result<(), ProtobufError> {
@@ -1650,7 +1650,7 @@ fn encode_core_v1_ephemeral_container(
 }
 
 /// Reads Go's `core/v1.PodSecurityContext` into `PodSecurityContext`.
-fn merge_core_v1_pod_security_context(
+pub(super) fn merge_core_v1_pod_security_context(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::PodSecurityContext,
 ) -> Result<(), ProtobufError> {
@@ -1742,7 +1742,7 @@ fn encode_core_v1_pod_security_context(
 }
 
 /// Reads Go's `core/v1.LocalObjectReference` into `LocalObjectReference`.
-fn merge_core_v1_local_object_reference(
+pub(super) fn merge_core_v1_local_object_reference(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::LocalObjectReference,
 ) -> Result<(), ProtobufError> {
@@ -1764,7 +1764,7 @@ fn encode_core_v1_local_object_reference(
 }
 
 /// Reads Go's `core/v1.Affinity` into `Affinity`.
-fn merge_core_v1_affinity(
+pub(super) fn merge_core_v1_affinity(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::Affinity,
 ) -> Result<(), ProtobufError> {
@@ -1804,7 +1804,7 @@ fn encode_core_v1_affinity(m: &k8s_openapi::api::core::v1::Affinity, w: &mut Wri
 }
 
 /// Reads Go's `core/v1.Toleration` into `Toleration`.
-fn merge_core_v1_toleration(
+pub(super) fn merge_core_v1_toleration(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::Toleration,
 ) -> Result<(), ProtobufError> {
@@ -1841,7 +1841,7 @@ fn encode_core_v1_toleration(m: &k8s_openapi::api::core::v1::Toleration, w: &mut
 }
 
 /// Reads Go's `core/v1.HostAlias` into `HostAlias`.
-fn merge_core_v1_host_alias(
+pub(super) fn merge_core_v1_host_alias(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::HostAlias,
 ) -> Result<(), ProtobufError> {
@@ -1864,7 +1864,7 @@ fn encode_core_v1_host_alias(m: &k8s_openapi::api::core::v1::HostAlias, w: &mut 
 }
 
 /// Reads Go's `core/v1.PodDNSConfig` into `PodDNSConfig`.
-fn merge_core_v1_pod_dns_config(
+pub(super) fn merge_core_v1_pod_dns_config(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::PodDNSConfig,
 ) -> Result<(), ProtobufError> {
@@ -1897,7 +1897,7 @@ fn encode_core_v1_pod_dns_config(m: &k8s_openapi::api::core::v1::PodDNSConfig, w
 }
 
 /// Reads Go's `core/v1.PodReadinessGate` into `PodReadinessGate`.
-fn merge_core_v1_pod_readiness_gate(
+pub(super) fn merge_core_v1_pod_readiness_gate(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::PodReadinessGate,
 ) -> Result<(), ProtobufError> {
@@ -1919,7 +1919,7 @@ fn encode_core_v1_pod_readiness_gate(
 }
 
 /// Reads Go's `core/v1.TopologySpreadConstraint` into `TopologySpreadConstraint`.
-fn merge_core_v1_topology_spread_constraint(
+pub(super) fn merge_core_v1_topology_spread_constraint(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::TopologySpreadConstraint,
 ) -> Result<(), ProtobufError> {
@@ -1969,7 +1969,7 @@ fn encode_core_v1_topology_spread_constraint(
 }
 
 /// Reads Go's `core/v1.PodOS` into `PodOS`.
-fn merge_core_v1_pod_os(
+pub(super) fn merge_core_v1_pod_os(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::PodOS,
 ) -> Result<(), ProtobufError> {
@@ -1988,7 +1988,7 @@ fn encode_core_v1_pod_os(m: &k8s_openapi::api::core::v1::PodOS, w: &mut Writer) 
 }
 
 /// Reads Go's `core/v1.PodSchedulingGate` into `PodSchedulingGate`.
-fn merge_core_v1_pod_scheduling_gate(
+pub(super) fn merge_core_v1_pod_scheduling_gate(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::PodSchedulingGate,
 ) -> Result<(), ProtobufError> {
@@ -2010,7 +2010,7 @@ fn encode_core_v1_pod_scheduling_gate(
 }
 
 /// Reads Go's `core/v1.PodResourceClaim` into `PodResourceClaim`.
-fn merge_core_v1_pod_resource_claim(
+pub(super) fn merge_core_v1_pod_resource_claim(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::PodResourceClaim,
 ) -> Result<(), ProtobufError> {
@@ -2040,7 +2040,7 @@ fn encode_core_v1_pod_resource_claim(
 }
 
 /// Reads Go's `core/v1.ResourceRequirements` into `ResourceRequirements`.
-fn merge_core_v1_resource_requirements(
+pub(super) fn merge_core_v1_resource_requirements(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::ResourceRequirements,
 ) -> Result<(), ProtobufError> {
@@ -2088,7 +2088,7 @@ fn encode_core_v1_resource_requirements(
 }
 
 /// Reads Go's `core/v1.PodSchedulingGroup` into `PodSchedulingGroup`.
-fn merge_core_v1_pod_scheduling_group(
+pub(super) fn merge_core_v1_pod_scheduling_group(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::PodSchedulingGroup,
 ) -> Result<(), ProtobufError> {
@@ -2112,7 +2112,7 @@ fn encode_core_v1_pod_scheduling_group(
 }
 
 /// Reads Go's `core/v1.VolumeSource` into `Volume`.
-fn merge_core_v1_volume_source_into_volume(
+pub(super) fn merge_core_v1_volume_source_into_volume(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::Volume,
 ) -> Result<(), ProtobufError> {
@@ -2376,7 +2376,7 @@ fn encode_core_v1_volume_source_into_volume(
 }
 
 /// Reads Go's `core/v1.ContainerPort` into `ContainerPort`.
-fn merge_core_v1_container_port(
+pub(super) fn merge_core_v1_container_port(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::ContainerPort,
 ) -> Result<(), ProtobufError> {
@@ -2411,7 +2411,7 @@ fn encode_core_v1_container_port(m: &k8s_openapi::api::core::v1::ContainerPort, 
 }
 
 /// Reads Go's `core/v1.EnvFromSource` into `EnvFromSource`.
-fn merge_core_v1_env_from_source(
+pub(super) fn merge_core_v1_env_from_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::EnvFromSource,
 ) -> Result<(), ProtobufError> {
@@ -2448,7 +2448,7 @@ fn encode_core_v1_env_from_source(m: &k8s_openapi::api::core::v1::EnvFromSource,
 }
 
 /// Reads Go's `core/v1.EnvVar` into `EnvVar`.
-fn merge_core_v1_env_var(
+pub(super) fn merge_core_v1_env_var(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::EnvVar,
 ) -> Result<(), ProtobufError> {
@@ -2478,7 +2478,7 @@ fn encode_core_v1_env_var(m: &k8s_openapi::api::core::v1::EnvVar, w: &mut Writer
 }
 
 /// Reads Go's `core/v1.ContainerResizePolicy` into `ContainerResizePolicy`.
-fn merge_core_v1_container_resize_policy(
+pub(super) fn merge_core_v1_container_resize_policy(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::ContainerResizePolicy,
 ) -> Result<(), ProtobufError> {
@@ -2502,7 +2502,7 @@ fn encode_core_v1_container_resize_policy(
 }
 
 /// Reads Go's `core/v1.ContainerRestartRule` into `ContainerRestartRule`.
-fn merge_core_v1_container_restart_rule(
+pub(super) fn merge_core_v1_container_restart_rule(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::ContainerRestartRule,
 ) -> Result<(), ProtobufError> {
@@ -2534,7 +2534,7 @@ fn encode_core_v1_container_restart_rule(
 }
 
 /// Reads Go's `core/v1.VolumeMount` into `VolumeMount`.
-fn merge_core_v1_volume_mount(
+pub(super) fn merge_core_v1_volume_mount(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::VolumeMount,
 ) -> Result<(), ProtobufError> {
@@ -2575,7 +2575,7 @@ fn encode_core_v1_volume_mount(m: &k8s_openapi::api::core::v1::VolumeMount, w: &
 }
 
 /// Reads Go's `core/v1.VolumeDevice` into `VolumeDevice`.
-fn merge_core_v1_volume_device(
+pub(super) fn merge_core_v1_volume_device(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::VolumeDevice,
 ) -> Result<(), ProtobufError> {
@@ -2596,7 +2596,7 @@ fn encode_core_v1_volume_device(m: &k8s_openapi::api::core::v1::VolumeDevice, w:
 }
 
 /// Reads Go's `core/v1.Probe` into `Probe`.
-fn merge_core_v1_probe(
+pub(super) fn merge_core_v1_probe(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::Probe,
 ) -> Result<(), ProtobufError> {
@@ -2639,7 +2639,7 @@ fn encode_core_v1_probe(m: &k8s_openapi::api::core::v1::Probe, w: &mut Writer) {
 }
 
 /// Reads Go's `core/v1.Lifecycle` into `Lifecycle`.
-fn merge_core_v1_lifecycle(
+pub(super) fn merge_core_v1_lifecycle(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::Lifecycle,
 ) -> Result<(), ProtobufError> {
@@ -2675,7 +2675,7 @@ fn encode_core_v1_lifecycle(m: &k8s_openapi::api::core::v1::Lifecycle, w: &mut W
 }
 
 /// Reads Go's `core/v1.SecurityContext` into `SecurityContext`.
-fn merge_core_v1_security_context(
+pub(super) fn merge_core_v1_security_context(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::SecurityContext,
 ) -> Result<(), ProtobufError> {
@@ -2764,7 +2764,7 @@ fn encode_core_v1_security_context(
 }
 
 /// Reads Go's `core/v1.EphemeralContainerCommon` into `EphemeralContainer`.
-fn merge_core_v1_ephemeral_container_common_into_ephemeral_container(
+pub(super) fn merge_core_v1_ephemeral_container_common_into_ephemeral_container(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::EphemeralContainer,
 ) -> Result<(), ProtobufError> {
@@ -2930,7 +2930,7 @@ fn encode_core_v1_ephemeral_container_common_into_ephemeral_container(
 }
 
 /// Reads Go's `core/v1.SELinuxOptions` into `SELinuxOptions`.
-fn merge_core_v1_se_linux_options(
+pub(super) fn merge_core_v1_se_linux_options(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::SELinuxOptions,
 ) -> Result<(), ProtobufError> {
@@ -2963,7 +2963,7 @@ fn encode_core_v1_se_linux_options(m: &k8s_openapi::api::core::v1::SELinuxOption
 }
 
 /// Reads Go's `core/v1.WindowsSecurityContextOptions` into `WindowsSecurityContextOptions`.
-fn merge_core_v1_windows_security_context_options(
+pub(super) fn merge_core_v1_windows_security_context_options(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::WindowsSecurityContextOptions,
 ) -> Result<(), ProtobufError> {
@@ -2999,7 +2999,7 @@ fn encode_core_v1_windows_security_context_options(
 }
 
 /// Reads Go's `core/v1.Sysctl` into `Sysctl`.
-fn merge_core_v1_sysctl(
+pub(super) fn merge_core_v1_sysctl(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::Sysctl,
 ) -> Result<(), ProtobufError> {
@@ -3020,7 +3020,7 @@ fn encode_core_v1_sysctl(m: &k8s_openapi::api::core::v1::Sysctl, w: &mut Writer)
 }
 
 /// Reads Go's `core/v1.SeccompProfile` into `SeccompProfile`.
-fn merge_core_v1_seccomp_profile(
+pub(super) fn merge_core_v1_seccomp_profile(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::SeccompProfile,
 ) -> Result<(), ProtobufError> {
@@ -3043,7 +3043,7 @@ fn encode_core_v1_seccomp_profile(m: &k8s_openapi::api::core::v1::SeccompProfile
 }
 
 /// Reads Go's `core/v1.AppArmorProfile` into `AppArmorProfile`.
-fn merge_core_v1_app_armor_profile(
+pub(super) fn merge_core_v1_app_armor_profile(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::AppArmorProfile,
 ) -> Result<(), ProtobufError> {
@@ -3069,7 +3069,7 @@ fn encode_core_v1_app_armor_profile(
 }
 
 /// Reads Go's `core/v1.NodeAffinity` into `NodeAffinity`.
-fn merge_core_v1_node_affinity(
+pub(super) fn merge_core_v1_node_affinity(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::NodeAffinity,
 ) -> Result<(), ProtobufError> {
@@ -3109,7 +3109,7 @@ fn encode_core_v1_node_affinity(m: &k8s_openapi::api::core::v1::NodeAffinity, w:
 }
 
 /// Reads Go's `core/v1.PodAffinity` into `PodAffinity`.
-fn merge_core_v1_pod_affinity(
+pub(super) fn merge_core_v1_pod_affinity(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::PodAffinity,
 ) -> Result<(), ProtobufError> {
@@ -3156,7 +3156,7 @@ fn encode_core_v1_pod_affinity(m: &k8s_openapi::api::core::v1::PodAffinity, w: &
 }
 
 /// Reads Go's `core/v1.PodAntiAffinity` into `PodAntiAffinity`.
-fn merge_core_v1_pod_anti_affinity(
+pub(super) fn merge_core_v1_pod_anti_affinity(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::PodAntiAffinity,
 ) -> Result<(), ProtobufError> {
@@ -3206,7 +3206,7 @@ fn encode_core_v1_pod_anti_affinity(
 }
 
 /// Reads Go's `core/v1.PodDNSConfigOption` into `PodDNSConfigOption`.
-fn merge_core_v1_pod_dns_config_option(
+pub(super) fn merge_core_v1_pod_dns_config_option(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::PodDNSConfigOption,
 ) -> Result<(), ProtobufError> {
@@ -3234,7 +3234,7 @@ fn encode_core_v1_pod_dns_config_option(
 }
 
 /// Reads Go's `core/v1.ResourceClaim` into `ResourceClaim`.
-fn merge_core_v1_resource_claim(
+pub(super) fn merge_core_v1_resource_claim(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::ResourceClaim,
 ) -> Result<(), ProtobufError> {
@@ -3257,7 +3257,7 @@ fn encode_core_v1_resource_claim(m: &k8s_openapi::api::core::v1::ResourceClaim, 
 }
 
 /// Reads Go's `core/v1.HostPathVolumeSource` into `HostPathVolumeSource`.
-fn merge_core_v1_host_path_volume_source(
+pub(super) fn merge_core_v1_host_path_volume_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::HostPathVolumeSource,
 ) -> Result<(), ProtobufError> {
@@ -3283,7 +3283,7 @@ fn encode_core_v1_host_path_volume_source(
 }
 
 /// Reads Go's `core/v1.EmptyDirVolumeSource` into `EmptyDirVolumeSource`.
-fn merge_core_v1_empty_dir_volume_source(
+pub(super) fn merge_core_v1_empty_dir_volume_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::EmptyDirVolumeSource,
 ) -> Result<(), ProtobufError> {
@@ -3311,7 +3311,7 @@ fn encode_core_v1_empty_dir_volume_source(
 }
 
 /// Reads Go's `core/v1.GCEPersistentDiskVolumeSource` into `GCEPersistentDiskVolumeSource`.
-fn merge_core_v1_gce_persistent_disk_volume_source(
+pub(super) fn merge_core_v1_gce_persistent_disk_volume_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::GCEPersistentDiskVolumeSource,
 ) -> Result<(), ProtobufError> {
@@ -3345,7 +3345,7 @@ fn encode_core_v1_gce_persistent_disk_volume_source(
 }
 
 /// Reads Go's `core/v1.AWSElasticBlockStoreVolumeSource` into `AWSElasticBlockStoreVolumeSource`.
-fn merge_core_v1_aws_elastic_block_store_volume_source(
+pub(super) fn merge_core_v1_aws_elastic_block_store_volume_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::AWSElasticBlockStoreVolumeSource,
 ) -> Result<(), ProtobufError> {
@@ -3379,7 +3379,7 @@ fn encode_core_v1_aws_elastic_block_store_volume_source(
 }
 
 /// Reads Go's `core/v1.GitRepoVolumeSource` into `GitRepoVolumeSource`.
-fn merge_core_v1_git_repo_volume_source(
+pub(super) fn merge_core_v1_git_repo_volume_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::GitRepoVolumeSource,
 ) -> Result<(), ProtobufError> {
@@ -3409,7 +3409,7 @@ fn encode_core_v1_git_repo_volume_source(
 }
 
 /// Reads Go's `core/v1.SecretVolumeSource` into `SecretVolumeSource`.
-fn merge_core_v1_secret_volume_source(
+pub(super) fn merge_core_v1_secret_volume_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::SecretVolumeSource,
 ) -> Result<(), ProtobufError> {
@@ -3449,7 +3449,7 @@ fn encode_core_v1_secret_volume_source(
 }
 
 /// Reads Go's `core/v1.NFSVolumeSource` into `NFSVolumeSource`.
-fn merge_core_v1_nfs_volume_source(
+pub(super) fn merge_core_v1_nfs_volume_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::NFSVolumeSource,
 ) -> Result<(), ProtobufError> {
@@ -3477,7 +3477,7 @@ fn encode_core_v1_nfs_volume_source(
 }
 
 /// Reads Go's `core/v1.ISCSIVolumeSource` into `ISCSIVolumeSource`.
-fn merge_core_v1_iscsi_volume_source(
+pub(super) fn merge_core_v1_iscsi_volume_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::ISCSIVolumeSource,
 ) -> Result<(), ProtobufError> {
@@ -3539,7 +3539,7 @@ fn encode_core_v1_iscsi_volume_source(
 }
 
 /// Reads Go's `core/v1.GlusterfsVolumeSource` into `GlusterfsVolumeSource`.
-fn merge_core_v1_glusterfs_volume_source(
+pub(super) fn merge_core_v1_glusterfs_volume_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::GlusterfsVolumeSource,
 ) -> Result<(), ProtobufError> {
@@ -3567,7 +3567,7 @@ fn encode_core_v1_glusterfs_volume_source(
 }
 
 /// Reads Go's `core/v1.PersistentVolumeClaimVolumeSource` into `PersistentVolumeClaimVolumeSource`.
-fn merge_core_v1_persistent_volume_claim_volume_source(
+pub(super) fn merge_core_v1_persistent_volume_claim_volume_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::PersistentVolumeClaimVolumeSource,
 ) -> Result<(), ProtobufError> {
@@ -3593,7 +3593,7 @@ fn encode_core_v1_persistent_volume_claim_volume_source(
 }
 
 /// Reads Go's `core/v1.RBDVolumeSource` into `RBDVolumeSource`.
-fn merge_core_v1_rbd_volume_source(
+pub(super) fn merge_core_v1_rbd_volume_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::RBDVolumeSource,
 ) -> Result<(), ProtobufError> {
@@ -3647,7 +3647,7 @@ fn encode_core_v1_rbd_volume_source(
 }
 
 /// Reads Go's `core/v1.FlexVolumeSource` into `FlexVolumeSource`.
-fn merge_core_v1_flex_volume_source(
+pub(super) fn merge_core_v1_flex_volume_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::FlexVolumeSource,
 ) -> Result<(), ProtobufError> {
@@ -3695,7 +3695,7 @@ fn encode_core_v1_flex_volume_source(
 }
 
 /// Reads Go's `core/v1.CinderVolumeSource` into `CinderVolumeSource`.
-fn merge_core_v1_cinder_volume_source(
+pub(super) fn merge_core_v1_cinder_volume_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::CinderVolumeSource,
 ) -> Result<(), ProtobufError> {
@@ -3733,7 +3733,7 @@ fn encode_core_v1_cinder_volume_source(
 }
 
 /// Reads Go's `core/v1.CephFSVolumeSource` into `CephFSVolumeSource`.
-fn merge_core_v1_ceph_fs_volume_source(
+pub(super) fn merge_core_v1_ceph_fs_volume_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::CephFSVolumeSource,
 ) -> Result<(), ProtobufError> {
@@ -3781,7 +3781,7 @@ fn encode_core_v1_ceph_fs_volume_source(
 }
 
 /// Reads Go's `core/v1.FlockerVolumeSource` into `FlockerVolumeSource`.
-fn merge_core_v1_flocker_volume_source(
+pub(super) fn merge_core_v1_flocker_volume_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::FlockerVolumeSource,
 ) -> Result<(), ProtobufError> {
@@ -3809,7 +3809,7 @@ fn encode_core_v1_flocker_volume_source(
 }
 
 /// Reads Go's `core/v1.DownwardAPIVolumeSource` into `DownwardAPIVolumeSource`.
-fn merge_core_v1_downward_api_volume_source(
+pub(super) fn merge_core_v1_downward_api_volume_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::DownwardAPIVolumeSource,
 ) -> Result<(), ProtobufError> {
@@ -3841,7 +3841,7 @@ fn encode_core_v1_downward_api_volume_source(
 }
 
 /// Reads Go's `core/v1.FCVolumeSource` into `FCVolumeSource`.
-fn merge_core_v1_fc_volume_source(
+pub(super) fn merge_core_v1_fc_volume_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::FCVolumeSource,
 ) -> Result<(), ProtobufError> {
@@ -3878,7 +3878,7 @@ fn encode_core_v1_fc_volume_source(m: &k8s_openapi::api::core::v1::FCVolumeSourc
 }
 
 /// Reads Go's `core/v1.AzureFileVolumeSource` into `AzureFileVolumeSource`.
-fn merge_core_v1_azure_file_volume_source(
+pub(super) fn merge_core_v1_azure_file_volume_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::AzureFileVolumeSource,
 ) -> Result<(), ProtobufError> {
@@ -3906,7 +3906,7 @@ fn encode_core_v1_azure_file_volume_source(
 }
 
 /// Reads Go's `core/v1.ConfigMapVolumeSource` into `ConfigMapVolumeSource`.
-fn merge_core_v1_config_map_volume_source(
+pub(super) fn merge_core_v1_config_map_volume_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::ConfigMapVolumeSource,
 ) -> Result<(), ProtobufError> {
@@ -3949,7 +3949,7 @@ fn encode_core_v1_config_map_volume_source(
 }
 
 /// Reads Go's `core/v1.VsphereVirtualDiskVolumeSource` into `VsphereVirtualDiskVolumeSource`.
-fn merge_core_v1_vsphere_virtual_disk_volume_source(
+pub(super) fn merge_core_v1_vsphere_virtual_disk_volume_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::VsphereVirtualDiskVolumeSource,
 ) -> Result<(), ProtobufError> {
@@ -3983,7 +3983,7 @@ fn encode_core_v1_vsphere_virtual_disk_volume_source(
 }
 
 /// Reads Go's `core/v1.QuobyteVolumeSource` into `QuobyteVolumeSource`.
-fn merge_core_v1_quobyte_volume_source(
+pub(super) fn merge_core_v1_quobyte_volume_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::QuobyteVolumeSource,
 ) -> Result<(), ProtobufError> {
@@ -4023,7 +4023,7 @@ fn encode_core_v1_quobyte_volume_source(
 }
 
 /// Reads Go's `core/v1.AzureDiskVolumeSource` into `AzureDiskVolumeSource`.
-fn merge_core_v1_azure_disk_volume_source(
+pub(super) fn merge_core_v1_azure_disk_volume_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::AzureDiskVolumeSource,
 ) -> Result<(), ProtobufError> {
@@ -4063,7 +4063,7 @@ fn encode_core_v1_azure_disk_volume_source(
 }
 
 /// Reads Go's `core/v1.PhotonPersistentDiskVolumeSource` into `PhotonPersistentDiskVolumeSource`.
-fn merge_core_v1_photon_persistent_disk_volume_source(
+pub(super) fn merge_core_v1_photon_persistent_disk_volume_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::PhotonPersistentDiskVolumeSource,
 ) -> Result<(), ProtobufError> {
@@ -4089,7 +4089,7 @@ fn encode_core_v1_photon_persistent_disk_volume_source(
 }
 
 /// Reads Go's `core/v1.ProjectedVolumeSource` into `ProjectedVolumeSource`.
-fn merge_core_v1_projected_volume_source(
+pub(super) fn merge_core_v1_projected_volume_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::ProjectedVolumeSource,
 ) -> Result<(), ProtobufError> {
@@ -4121,7 +4121,7 @@ fn encode_core_v1_projected_volume_source(
 }
 
 /// Reads Go's `core/v1.PortworxVolumeSource` into `PortworxVolumeSource`.
-fn merge_core_v1_portworx_volume_source(
+pub(super) fn merge_core_v1_portworx_volume_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::PortworxVolumeSource,
 ) -> Result<(), ProtobufError> {
@@ -4151,7 +4151,7 @@ fn encode_core_v1_portworx_volume_source(
 }
 
 /// Reads Go's `core/v1.ScaleIOVolumeSource` into `ScaleIOVolumeSource`.
-fn merge_core_v1_scale_io_volume_source(
+pub(super) fn merge_core_v1_scale_io_volume_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::ScaleIOVolumeSource,
 ) -> Result<(), ProtobufError> {
@@ -4207,7 +4207,7 @@ fn encode_core_v1_scale_io_volume_source(
 }
 
 /// Reads Go's `core/v1.StorageOSVolumeSource` into `StorageOSVolumeSource`.
-fn merge_core_v1_storage_os_volume_source(
+pub(super) fn merge_core_v1_storage_os_volume_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::StorageOSVolumeSource,
 ) -> Result<(), ProtobufError> {
@@ -4251,7 +4251,7 @@ fn encode_core_v1_storage_os_volume_source(
 }
 
 /// Reads Go's `core/v1.CSIVolumeSource` into `CSIVolumeSource`.
-fn merge_core_v1_csi_volume_source(
+pub(super) fn merge_core_v1_csi_volume_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::CSIVolumeSource,
 ) -> Result<(), ProtobufError> {
@@ -4301,7 +4301,7 @@ fn encode_core_v1_csi_volume_source(
 }
 
 /// Reads Go's `core/v1.EphemeralVolumeSource` into `EphemeralVolumeSource`.
-fn merge_core_v1_ephemeral_volume_source(
+pub(super) fn merge_core_v1_ephemeral_volume_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::EphemeralVolumeSource,
 ) -> Result<(), ProtobufError> {
@@ -4329,7 +4329,7 @@ fn encode_core_v1_ephemeral_volume_source(
 }
 
 /// Reads Go's `core/v1.ImageVolumeSource` into `ImageVolumeSource`.
-fn merge_core_v1_image_volume_source(
+pub(super) fn merge_core_v1_image_volume_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::ImageVolumeSource,
 ) -> Result<(), ProtobufError> {
@@ -4357,7 +4357,7 @@ fn encode_core_v1_image_volume_source(
 }
 
 /// Reads Go's `core/v1.ConfigMapEnvSource` into `ConfigMapEnvSource`.
-fn merge_core_v1_config_map_env_source(
+pub(super) fn merge_core_v1_config_map_env_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::ConfigMapEnvSource,
 ) -> Result<(), ProtobufError> {
@@ -4388,7 +4388,7 @@ fn encode_core_v1_config_map_env_source(
 }
 
 /// Reads Go's `core/v1.SecretEnvSource` into `SecretEnvSource`.
-fn merge_core_v1_secret_env_source(
+pub(super) fn merge_core_v1_secret_env_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::SecretEnvSource,
 ) -> Result<(), ProtobufError> {
@@ -4416,7 +4416,7 @@ fn encode_core_v1_secret_env_source(
 }
 
 /// Reads Go's `core/v1.EnvVarSource` into `EnvVarSource`.
-fn merge_core_v1_env_var_source(
+pub(super) fn merge_core_v1_env_var_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::EnvVarSource,
 ) -> Result<(), ProtobufError> {
@@ -4473,7 +4473,7 @@ fn encode_core_v1_env_var_source(m: &k8s_openapi::api::core::v1::EnvVarSource, w
 }
 
 /// Reads Go's `core/v1.ContainerRestartRuleOnExitCodes` into `ContainerRestartRuleOnExitCodes`.
-fn merge_core_v1_container_restart_rule_on_exit_codes(
+pub(super) fn merge_core_v1_container_restart_rule_on_exit_codes(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::ContainerRestartRuleOnExitCodes,
 ) -> Result<(), ProtobufError> {
@@ -4499,7 +4499,7 @@ fn encode_core_v1_container_restart_rule_on_exit_codes(
 }
 
 /// Reads Go's `core/v1.ProbeHandler` into `Probe`.
-fn merge_core_v1_probe_handler_into_probe(
+pub(super) fn merge_core_v1_probe_handler_into_probe(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::Probe,
 ) -> Result<(), ProtobufError> {
@@ -4545,7 +4545,7 @@ fn encode_core_v1_probe_handler_into_probe(m: &k8s_openapi::api::core::v1::Probe
 }
 
 /// Reads Go's `core/v1.LifecycleHandler` into `LifecycleHandler`.
-fn merge_core_v1_lifecycle_handler(
+pub(super) fn merge_core_v1_lifecycle_handler(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::LifecycleHandler,
 ) -> Result<(), ProtobufError> {
@@ -4594,7 +4594,7 @@ fn encode_core_v1_lifecycle_handler(
 }
 
 /// Reads Go's `core/v1.Capabilities` into `Capabilities`.
-fn merge_core_v1_capabilities(
+pub(super) fn merge_core_v1_capabilities(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::Capabilities,
 ) -> Result<(), ProtobufError> {
@@ -4619,7 +4619,7 @@ fn encode_core_v1_capabilities(m: &k8s_openapi::api::core::v1::Capabilities, w: 
 }
 
 /// Reads Go's `core/v1.NodeSelector` into `NodeSelector`.
-fn merge_core_v1_node_selector(
+pub(super) fn merge_core_v1_node_selector(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::NodeSelector,
 ) -> Result<(), ProtobufError> {
@@ -4644,7 +4644,7 @@ fn encode_core_v1_node_selector(m: &k8s_openapi::api::core::v1::NodeSelector, w:
 }
 
 /// Reads Go's `core/v1.PreferredSchedulingTerm` into `PreferredSchedulingTerm`.
-fn merge_core_v1_preferred_scheduling_term(
+pub(super) fn merge_core_v1_preferred_scheduling_term(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::PreferredSchedulingTerm,
 ) -> Result<(), ProtobufError> {
@@ -4668,7 +4668,7 @@ fn encode_core_v1_preferred_scheduling_term(
 }
 
 /// Reads Go's `core/v1.PodAffinityTerm` into `PodAffinityTerm`.
-fn merge_core_v1_pod_affinity_term(
+pub(super) fn merge_core_v1_pod_affinity_term(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::PodAffinityTerm,
 ) -> Result<(), ProtobufError> {
@@ -4718,7 +4718,7 @@ fn encode_core_v1_pod_affinity_term(
 }
 
 /// Reads Go's `core/v1.WeightedPodAffinityTerm` into `WeightedPodAffinityTerm`.
-fn merge_core_v1_weighted_pod_affinity_term(
+pub(super) fn merge_core_v1_weighted_pod_affinity_term(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::WeightedPodAffinityTerm,
 ) -> Result<(), ProtobufError> {
@@ -4744,7 +4744,7 @@ fn encode_core_v1_weighted_pod_affinity_term(
 }
 
 /// Reads Go's `core/v1.KeyToPath` into `KeyToPath`.
-fn merge_core_v1_key_to_path(
+pub(super) fn merge_core_v1_key_to_path(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::KeyToPath,
 ) -> Result<(), ProtobufError> {
@@ -4769,7 +4769,7 @@ fn encode_core_v1_key_to_path(m: &k8s_openapi::api::core::v1::KeyToPath, w: &mut
 }
 
 /// Reads Go's `core/v1.DownwardAPIVolumeFile` into `DownwardAPIVolumeFile`.
-fn merge_core_v1_downward_api_volume_file(
+pub(super) fn merge_core_v1_downward_api_volume_file(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::DownwardAPIVolumeFile,
 ) -> Result<(), ProtobufError> {
@@ -4811,7 +4811,7 @@ fn encode_core_v1_downward_api_volume_file(
 }
 
 /// Reads Go's `core/v1.LocalObjectReference` into `ConfigMapVolumeSource`.
-fn merge_core_v1_local_object_reference_into_config_map_volume_source(
+pub(super) fn merge_core_v1_local_object_reference_into_config_map_volume_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::ConfigMapVolumeSource,
 ) -> Result<(), ProtobufError> {
@@ -4833,7 +4833,7 @@ fn encode_core_v1_local_object_reference_into_config_map_volume_source(
 }
 
 /// Reads Go's `core/v1.VolumeProjection` into `VolumeProjection`.
-fn merge_core_v1_volume_projection(
+pub(super) fn merge_core_v1_volume_projection(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::VolumeProjection,
 ) -> Result<(), ProtobufError> {
@@ -4900,7 +4900,7 @@ fn encode_core_v1_volume_projection(
 }
 
 /// Reads Go's `core/v1.PersistentVolumeClaimTemplate` into `PersistentVolumeClaimTemplate`.
-fn merge_core_v1_persistent_volume_claim_template(
+pub(super) fn merge_core_v1_persistent_volume_claim_template(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::PersistentVolumeClaimTemplate,
 ) -> Result<(), ProtobufError> {
@@ -4931,7 +4931,7 @@ fn encode_core_v1_persistent_volume_claim_template(
 }
 
 /// Reads Go's `core/v1.LocalObjectReference` into `ConfigMapEnvSource`.
-fn merge_core_v1_local_object_reference_into_config_map_env_source(
+pub(super) fn merge_core_v1_local_object_reference_into_config_map_env_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::ConfigMapEnvSource,
 ) -> Result<(), ProtobufError> {
@@ -4953,7 +4953,7 @@ fn encode_core_v1_local_object_reference_into_config_map_env_source(
 }
 
 /// Reads Go's `core/v1.LocalObjectReference` into `SecretEnvSource`.
-fn merge_core_v1_local_object_reference_into_secret_env_source(
+pub(super) fn merge_core_v1_local_object_reference_into_secret_env_source(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::SecretEnvSource,
 ) -> Result<(), ProtobufError> {
@@ -4975,7 +4975,7 @@ fn encode_core_v1_local_object_reference_into_secret_env_source(
 }
 
 /// Reads Go's `core/v1.ObjectFieldSelector` into `ObjectFieldSelector`.
-fn merge_core_v1_object_field_selector(
+pub(super) fn merge_core_v1_object_field_selector(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::ObjectFieldSelector,
 ) -> Result<(), ProtobufError> {
@@ -5001,7 +5001,7 @@ fn encode_core_v1_object_field_selector(
 }
 
 /// Reads Go's `core/v1.ResourceFieldSelector` into `ResourceFieldSelector`.
-fn merge_core_v1_resource_field_selector(
+pub(super) fn merge_core_v1_resource_field_selector(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::ResourceFieldSelector,
 ) -> Result<(), ProtobufError> {
@@ -5031,7 +5031,7 @@ fn encode_core_v1_resource_field_selector(
 }
 
 /// Reads Go's `core/v1.ConfigMapKeySelector` into `ConfigMapKeySelector`.
-fn merge_core_v1_config_map_key_selector(
+pub(super) fn merge_core_v1_config_map_key_selector(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::ConfigMapKeySelector,
 ) -> Result<(), ProtobufError> {
@@ -5064,7 +5064,7 @@ fn encode_core_v1_config_map_key_selector(
 }
 
 /// Reads Go's `core/v1.SecretKeySelector` into `SecretKeySelector`.
-fn merge_core_v1_secret_key_selector(
+pub(super) fn merge_core_v1_secret_key_selector(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::SecretKeySelector,
 ) -> Result<(), ProtobufError> {
@@ -5096,7 +5096,7 @@ fn encode_core_v1_secret_key_selector(
 }
 
 /// Reads Go's `core/v1.FileKeySelector` into `FileKeySelector`.
-fn merge_core_v1_file_key_selector(
+pub(super) fn merge_core_v1_file_key_selector(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::FileKeySelector,
 ) -> Result<(), ProtobufError> {
@@ -5126,7 +5126,7 @@ fn encode_core_v1_file_key_selector(
 }
 
 /// Reads Go's `core/v1.ExecAction` into `ExecAction`.
-fn merge_core_v1_exec_action(
+pub(super) fn merge_core_v1_exec_action(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::ExecAction,
 ) -> Result<(), ProtobufError> {
@@ -5147,7 +5147,7 @@ fn encode_core_v1_exec_action(m: &k8s_openapi::api::core::v1::ExecAction, w: &mu
 }
 
 /// Reads Go's `core/v1.HTTPGetAction` into `HTTPGetAction`.
-fn merge_core_v1_http_get_action(
+pub(super) fn merge_core_v1_http_get_action(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::HTTPGetAction,
 ) -> Result<(), ProtobufError> {
@@ -5186,7 +5186,7 @@ fn encode_core_v1_http_get_action(m: &k8s_openapi::api::core::v1::HTTPGetAction,
 }
 
 /// Reads Go's `core/v1.TCPSocketAction` into `TCPSocketAction`.
-fn merge_core_v1_tcp_socket_action(
+pub(super) fn merge_core_v1_tcp_socket_action(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::TCPSocketAction,
 ) -> Result<(), ProtobufError> {
@@ -5212,7 +5212,7 @@ fn encode_core_v1_tcp_socket_action(
 }
 
 /// Reads Go's `core/v1.GRPCAction` into `GRPCAction`.
-fn merge_core_v1_grpc_action(
+pub(super) fn merge_core_v1_grpc_action(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::GRPCAction,
 ) -> Result<(), ProtobufError> {
@@ -5235,7 +5235,7 @@ fn encode_core_v1_grpc_action(m: &k8s_openapi::api::core::v1::GRPCAction, w: &mu
 }
 
 /// Reads Go's `core/v1.SleepAction` into `SleepAction`.
-fn merge_core_v1_sleep_action(
+pub(super) fn merge_core_v1_sleep_action(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::SleepAction,
 ) -> Result<(), ProtobufError> {
@@ -5254,7 +5254,7 @@ fn encode_core_v1_sleep_action(m: &k8s_openapi::api::core::v1::SleepAction, w: &
 }
 
 /// Reads Go's `core/v1.NodeSelectorTerm` into `NodeSelectorTerm`.
-fn merge_core_v1_node_selector_term(
+pub(super) fn merge_core_v1_node_selector_term(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::NodeSelectorTerm,
 ) -> Result<(), ProtobufError> {
@@ -5290,7 +5290,7 @@ fn encode_core_v1_node_selector_term(
 }
 
 /// Reads Go's `core/v1.SecretProjection` into `SecretProjection`.
-fn merge_core_v1_secret_projection(
+pub(super) fn merge_core_v1_secret_projection(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::SecretProjection,
 ) -> Result<(), ProtobufError> {
@@ -5326,7 +5326,7 @@ fn encode_core_v1_secret_projection(
 }
 
 /// Reads Go's `core/v1.DownwardAPIProjection` into `DownwardAPIProjection`.
-fn merge_core_v1_downward_api_projection(
+pub(super) fn merge_core_v1_downward_api_projection(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::DownwardAPIProjection,
 ) -> Result<(), ProtobufError> {
@@ -5354,7 +5354,7 @@ fn encode_core_v1_downward_api_projection(
 }
 
 /// Reads Go's `core/v1.ConfigMapProjection` into `ConfigMapProjection`.
-fn merge_core_v1_config_map_projection(
+pub(super) fn merge_core_v1_config_map_projection(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::ConfigMapProjection,
 ) -> Result<(), ProtobufError> {
@@ -5393,7 +5393,7 @@ fn encode_core_v1_config_map_projection(
 }
 
 /// Reads Go's `core/v1.ServiceAccountTokenProjection` into `ServiceAccountTokenProjection`.
-fn merge_core_v1_service_account_token_projection(
+pub(super) fn merge_core_v1_service_account_token_projection(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::ServiceAccountTokenProjection,
 ) -> Result<(), ProtobufError> {
@@ -5423,7 +5423,7 @@ fn encode_core_v1_service_account_token_projection(
 }
 
 /// Reads Go's `core/v1.ClusterTrustBundleProjection` into `ClusterTrustBundleProjection`.
-fn merge_core_v1_cluster_trust_bundle_projection(
+pub(super) fn merge_core_v1_cluster_trust_bundle_projection(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::ClusterTrustBundleProjection,
 ) -> Result<(), ProtobufError> {
@@ -5465,7 +5465,7 @@ fn encode_core_v1_cluster_trust_bundle_projection(
 }
 
 /// Reads Go's `core/v1.PodCertificateProjection` into `PodCertificateProjection`.
-fn merge_core_v1_pod_certificate_projection(
+pub(super) fn merge_core_v1_pod_certificate_projection(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::PodCertificateProjection,
 ) -> Result<(), ProtobufError> {
@@ -5517,7 +5517,7 @@ fn encode_core_v1_pod_certificate_projection(
 }
 
 /// Reads Go's `core/v1.PersistentVolumeClaimSpec` into `PersistentVolumeClaimSpec`.
-fn merge_core_v1_persistent_volume_claim_spec(
+pub(super) fn merge_core_v1_persistent_volume_claim_spec(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::PersistentVolumeClaimSpec,
 ) -> Result<(), ProtobufError> {
@@ -5588,7 +5588,7 @@ fn encode_core_v1_persistent_volume_claim_spec(
 }
 
 /// Reads Go's `core/v1.LocalObjectReference` into `ConfigMapKeySelector`.
-fn merge_core_v1_local_object_reference_into_config_map_key_selector(
+pub(super) fn merge_core_v1_local_object_reference_into_config_map_key_selector(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::ConfigMapKeySelector,
 ) -> Result<(), ProtobufError> {
@@ -5610,7 +5610,7 @@ fn encode_core_v1_local_object_reference_into_config_map_key_selector(
 }
 
 /// Reads Go's `core/v1.LocalObjectReference` into `SecretKeySelector`.
-fn merge_core_v1_local_object_reference_into_secret_key_selector(
+pub(super) fn merge_core_v1_local_object_reference_into_secret_key_selector(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::SecretKeySelector,
 ) -> Result<(), ProtobufError> {
@@ -5632,7 +5632,7 @@ fn encode_core_v1_local_object_reference_into_secret_key_selector(
 }
 
 /// Reads Go's `core/v1.HTTPHeader` into `HTTPHeader`.
-fn merge_core_v1_http_header(
+pub(super) fn merge_core_v1_http_header(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::HTTPHeader,
 ) -> Result<(), ProtobufError> {
@@ -5653,7 +5653,7 @@ fn encode_core_v1_http_header(m: &k8s_openapi::api::core::v1::HTTPHeader, w: &mu
 }
 
 /// Reads Go's `core/v1.NodeSelectorRequirement` into `NodeSelectorRequirement`.
-fn merge_core_v1_node_selector_requirement(
+pub(super) fn merge_core_v1_node_selector_requirement(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::NodeSelectorRequirement,
 ) -> Result<(), ProtobufError> {
@@ -5681,7 +5681,7 @@ fn encode_core_v1_node_selector_requirement(
 }
 
 /// Reads Go's `core/v1.LocalObjectReference` into `SecretProjection`.
-fn merge_core_v1_local_object_reference_into_secret_projection(
+pub(super) fn merge_core_v1_local_object_reference_into_secret_projection(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::SecretProjection,
 ) -> Result<(), ProtobufError> {
@@ -5703,7 +5703,7 @@ fn encode_core_v1_local_object_reference_into_secret_projection(
 }
 
 /// Reads Go's `core/v1.LocalObjectReference` into `ConfigMapProjection`.
-fn merge_core_v1_local_object_reference_into_config_map_projection(
+pub(super) fn merge_core_v1_local_object_reference_into_config_map_projection(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::ConfigMapProjection,
 ) -> Result<(), ProtobufError> {
@@ -5725,7 +5725,7 @@ fn encode_core_v1_local_object_reference_into_config_map_projection(
 }
 
 /// Reads Go's `core/v1.VolumeResourceRequirements` into `VolumeResourceRequirements`.
-fn merge_core_v1_volume_resource_requirements(
+pub(super) fn merge_core_v1_volume_resource_requirements(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::VolumeResourceRequirements,
 ) -> Result<(), ProtobufError> {
@@ -5765,7 +5765,7 @@ fn encode_core_v1_volume_resource_requirements(
 }
 
 /// Reads Go's `core/v1.TypedLocalObjectReference` into `TypedLocalObjectReference`.
-fn merge_core_v1_typed_local_object_reference(
+pub(super) fn merge_core_v1_typed_local_object_reference(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::TypedLocalObjectReference,
 ) -> Result<(), ProtobufError> {
@@ -5793,7 +5793,7 @@ fn encode_core_v1_typed_local_object_reference(
 }
 
 /// Reads Go's `core/v1.TypedObjectReference` into `TypedObjectReference`.
-fn merge_core_v1_typed_object_reference(
+pub(super) fn merge_core_v1_typed_object_reference(
     mut r: Reader<'_>,
     m: &mut k8s_openapi::api::core::v1::TypedObjectReference,
 ) -> Result<(), ProtobufError> {

@@ -52,11 +52,23 @@ pub fn safe_encode_string(s: &str) -> String {
         .collect()
 }
 
+impl std::io::Write for Fnv32a {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        Fnv32a::write(self, bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// `ComputeHash`: the pod-template-hash of `template`, perturbed by `collision_count` (the
 /// Deployment's `status.collisionCount`) when set, so that a name clash can be escaped.
 pub fn compute_hash(template: &PodTemplateSpec, collision_count: Option<i32>) -> String {
     let mut hasher = Fnv32a::new();
-    hasher.write(canonical_json(template).as_bytes());
+    // The canonical JSON streams into the hash: no text is built. Writing to the hasher
+    // cannot fail.
+    let _ = write_canonical(&template_value(template), &mut hasher);
     if let Some(count) = collision_count {
         let mut bytes = [0_u8; 8];
         bytes[..4].copy_from_slice(&(count as u32).to_le_bytes());
@@ -67,41 +79,48 @@ pub fn compute_hash(template: &PodTemplateSpec, collision_count: Option<i32>) ->
 
 /// The canonical JSON of a pod template: sorted keys, no whitespace, unset fields omitted.
 pub fn canonical_json(template: &PodTemplateSpec) -> String {
-    // Serializing k8s-openapi types to a Value cannot fail: no non-string map keys, no
-    // non-finite floats.
-    let value = serde_json::to_value(template).unwrap_or(Value::Null);
-    let mut out = String::new();
-    write_canonical(&value, &mut out);
-    out
+    let mut out = Vec::new();
+    // Writing to a Vec cannot fail, and serde_json writes UTF-8 only.
+    let _ = write_canonical(&template_value(template), &mut out);
+    String::from_utf8_lossy(&out).into_owned()
 }
 
-fn write_canonical(value: &Value, out: &mut String) {
+/// The template as a JSON value tree.
+fn template_value(template: &PodTemplateSpec) -> Value {
+    // Serializing k8s-openapi types to a Value cannot fail: no non-string map keys, no
+    // non-finite floats.
+    serde_json::to_value(template).unwrap_or(Value::Null)
+}
+
+/// Writes `value` with object keys sorted bytewise and no whitespace; strings and numbers
+/// exactly as serde_json writes them.
+fn write_canonical(value: &Value, out: &mut impl std::io::Write) -> std::io::Result<()> {
     match value {
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-            out.push('{');
+            entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            out.write_all(b"{")?;
             for (i, (k, v)) in entries.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.write_all(b",")?;
                 }
-                out.push_str(&Value::String(k.clone()).to_string());
-                out.push(':');
-                write_canonical(v, out);
+                serde_json::to_writer(&mut *out, k)?;
+                out.write_all(b":")?;
+                write_canonical(v, out)?;
             }
-            out.push('}');
+            out.write_all(b"}")
         }
         Value::Array(items) => {
-            out.push('[');
+            out.write_all(b"[")?;
             for (i, v) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.write_all(b",")?;
                 }
-                write_canonical(v, out);
+                write_canonical(v, out)?;
             }
-            out.push(']');
+            out.write_all(b"]")
         }
-        scalar => out.push_str(&scalar.to_string()),
+        scalar => Ok(serde_json::to_writer(&mut *out, scalar)?),
     }
 }
 
