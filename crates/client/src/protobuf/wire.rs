@@ -69,6 +69,13 @@ impl<'a> Reader<'a> {
     }
 
     fn varint(&mut self) -> Result<u64> {
+        // Most varints (keys, lengths of short strings, small numbers) are one byte.
+        if let Some((&byte, rest)) = self.buf.split_first()
+            && byte < 0x80
+        {
+            self.buf = rest;
+            return Ok(u64::from(byte));
+        }
         let mut value = 0u64;
         for (i, &byte) in self.buf.iter().take(10).enumerate() {
             value |= u64::from(byte & 0x7f) << (7 * i);
@@ -424,7 +431,12 @@ mod tests {
                 }
                 buf.push(byte | 0x80);
             }
-            assert_eq!(reader(&buf).varint().unwrap(), value);
+            buf.push(0x2a);
+            let mut r = reader(&buf);
+            assert_eq!(r.varint().unwrap(), value);
+            // The next varint starts right after this one.
+            assert_eq!(r.varint().unwrap(), 0x2a, "after {value}");
+            assert!(r.buf.is_empty());
         }
         // -1 as an int32 is sent as ten bytes.
         let minus_one = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
