@@ -37,7 +37,7 @@ impl Fnv32a {
     fn new() -> Self {
         Fnv32a(FNV32_OFFSET)
     }
-    fn write(&mut self, bytes: &[u8]) {
+    fn update(&mut self, bytes: &[u8]) {
         for &b in bytes {
             self.0 ^= u32::from(b);
             self.0 = self.0.wrapping_mul(FNV32_PRIME);
@@ -54,7 +54,7 @@ pub fn safe_encode_string(s: &str) -> String {
 
 impl std::io::Write for Fnv32a {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        Fnv32a::write(self, bytes);
+        self.update(bytes);
         Ok(bytes.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -72,7 +72,7 @@ pub fn compute_hash(template: &PodTemplateSpec, collision_count: Option<i32>) ->
     if let Some(count) = collision_count {
         let mut bytes = [0_u8; 8];
         bytes[..4].copy_from_slice(&(count as u32).to_le_bytes());
-        hasher.write(&bytes);
+        hasher.update(&bytes);
     }
     safe_encode_string(&hasher.0.to_string())
 }
@@ -229,7 +229,7 @@ mod tests {
             ("foobar", 0xbf9c_f968),
         ] {
             let mut h = Fnv32a::new();
-            h.write(input.as_bytes());
+            h.update(input.as_bytes());
             assert_eq!(h.0, want, "{input:?}");
         }
     }
