@@ -9,6 +9,7 @@ use k8s_openapi::api::apps::v1::{
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSpec, PodTemplateSpec, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use kctrl_client::versioned::Versioned;
 use kctrl_client::{
     Api, DeleteOutcome, DeleteParams, ListParams, Patch, PostParams, ResourceVersionMatch,
     WatchEvent, WatchParams,
@@ -51,7 +52,7 @@ fn template(app: &str) -> PodTemplateSpec {
 fn deployment(name: &str, replicas: i32) -> Deployment {
     Deployment {
         metadata: meta(name, &[("app", name)]),
-        spec: Some(DeploymentSpec {
+        spec: DeploymentSpec {
             replicas: Some(replicas),
             selector: LabelSelector {
                 match_labels: Some(labels(&[("app", name)])),
@@ -59,7 +60,7 @@ fn deployment(name: &str, replicas: i32) -> Deployment {
             },
             template: template(name),
             ..Default::default()
-        }),
+        },
         ..Default::default()
     }
 }
@@ -84,9 +85,9 @@ async fn crud_deployments_replicasets_pods() {
     assert_eq!(created.metadata.generation, Some(1));
     let mut got = deployments.get("web").await.unwrap();
     assert_eq!(got.metadata.uid, created.metadata.uid);
-    got.spec.as_mut().unwrap().replicas = Some(2);
+    got.spec.get_mut().replicas = Some(2);
     let updated = deployments.update(&pp(), &got).await.unwrap();
-    assert_eq!(updated.spec.as_ref().unwrap().replicas, Some(2));
+    assert_eq!(updated.spec.get().unwrap().replicas, Some(2));
     assert_eq!(
         updated.metadata.generation,
         Some(2),
@@ -104,7 +105,7 @@ async fn crud_deployments_replicasets_pods() {
     let replicasets: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns.name);
     let rs = ReplicaSet {
         metadata: meta("web-abc", &[("app", "rs")]),
-        spec: Some(ReplicaSetSpec {
+        spec: ReplicaSetSpec {
             replicas: Some(0),
             selector: LabelSelector {
                 match_labels: Some(labels(&[("app", "rs")])),
@@ -112,7 +113,7 @@ async fn crud_deployments_replicasets_pods() {
             },
             template: Some(template("rs")),
             ..Default::default()
-        }),
+        },
         ..Default::default()
     };
     replicasets.create(&pp(), &rs).await.unwrap();
@@ -210,10 +211,10 @@ async fn status_subresource() {
         observed_generation: Some(1),
         ..Default::default()
     });
-    d2.spec.as_mut().unwrap().replicas = Some(9);
+    d2.spec.get_mut().replicas = Some(9);
     let d2 = deployments.update_status(&pp(), &d2).await.unwrap();
     assert_eq!(d2.status.as_ref().unwrap().replicas, Some(7));
-    assert_eq!(d2.spec.as_ref().unwrap().replicas, Some(3));
+    assert_eq!(d2.spec.get().unwrap().replicas, Some(3));
 
     // patch_status too.
     let d3 = deployments

@@ -10,6 +10,7 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, ReplicaSet, Replica
 use k8s_openapi::api::core::v1::{ConfigMap, Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use kctrl_client::labels::Selector;
+use kctrl_client::versioned::Versioned;
 use kctrl_client::{Api, Client, DeleteParams, PostParams};
 use kctrl_controller_ref::{
     CanAdopt, ControllerRefManager, Owner, OwnershipError, RealReplicaSetControl, get_controller_of,
@@ -44,7 +45,7 @@ fn deployment(name: &str) -> Deployment {
             labels: Some(app(name)),
             ..Default::default()
         },
-        spec: Some(DeploymentSpec {
+        spec: DeploymentSpec {
             replicas: Some(0),
             selector: LabelSelector {
                 match_labels: Some(app(name)),
@@ -52,7 +53,7 @@ fn deployment(name: &str) -> Deployment {
             },
             template: template(name),
             ..Default::default()
-        }),
+        },
         ..Default::default()
     }
 }
@@ -66,7 +67,7 @@ fn replica_set(name: &str, label: &str, controller: Option<OwnerReference>) -> R
             owner_references: controller.map(|r| vec![r]),
             ..Default::default()
         },
-        spec: Some(ReplicaSetSpec {
+        spec: ReplicaSetSpec {
             replicas: Some(0),
             selector: LabelSelector {
                 match_labels: Some(app(label)),
@@ -74,7 +75,7 @@ fn replica_set(name: &str, label: &str, controller: Option<OwnerReference>) -> R
             },
             template: Some(template(label)),
             ..Default::default()
-        }),
+        },
         ..Default::default()
     }
 }
@@ -89,7 +90,7 @@ fn manager(
     d: &Deployment,
 ) -> ControllerRefManager<RealReplicaSetControl> {
     let owner = Owner::of(d);
-    let selector = Selector::from_label_selector(&d.spec.as_ref().unwrap().selector).unwrap();
+    let selector = Selector::from_label_selector(&d.spec.get().unwrap().selector).unwrap();
     let recheck =
         CanAdopt::recheck_owner(Api::<Deployment>::namespaced(client.clone(), ns), &owner);
     ControllerRefManager::new(

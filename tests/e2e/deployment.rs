@@ -17,6 +17,7 @@ use k8s_openapi::api::apps::v1::{
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kctrl_client::versioned::{Text, Versioned};
 use kctrl_client::{
     Api, Client, DeleteParams, ListParams, Patch, PostParams, PropagationPolicy, WatchEvent,
     WatchParams,
@@ -183,7 +184,7 @@ fn deployment(name: &str, replicas: i32) -> Deployment {
             name: Some(name.into()),
             ..Default::default()
         },
-        spec: Some(DeploymentSpec {
+        spec: DeploymentSpec {
             replicas: Some(replicas),
             selector: LabelSelector {
                 match_labels: Some(labels(&[("app", name)])),
@@ -191,13 +192,13 @@ fn deployment(name: &str, replicas: i32) -> Deployment {
             },
             template: template(name, IMAGE_1),
             ..Default::default()
-        }),
+        },
         ..Default::default()
     }
 }
 
 fn rolling(d: &mut Deployment, max_surge: i32, max_unavailable: i32) {
-    d.spec.as_mut().unwrap().strategy = Some(DeploymentStrategy {
+    d.spec.get_mut().strategy = Some(DeploymentStrategy {
         type_: Some("RollingUpdate".into()),
         rolling_update: Some(RollingUpdateDeployment {
             max_surge: Some(IntOrString::Int(max_surge)),
@@ -207,7 +208,7 @@ fn rolling(d: &mut Deployment, max_surge: i32, max_unavailable: i32) {
 }
 
 fn spec(d: &Deployment) -> &DeploymentSpec {
-    d.spec.as_ref().unwrap()
+    d.spec.get().unwrap()
 }
 
 fn name(meta: &ObjectMeta) -> &str {
@@ -236,7 +237,7 @@ fn controller_uid(rs: &ReplicaSet) -> Option<String> {
 }
 
 fn rs_spec(rs: &ReplicaSet) -> i32 {
-    rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1)
+    rs.spec.get().and_then(|s| s.replicas).unwrap_or(1)
 }
 
 fn rs_available(rs: &ReplicaSet) -> i32 {
@@ -247,13 +248,7 @@ fn rs_available(rs: &ReplicaSet) -> i32 {
 }
 
 fn rs_image(rs: &ReplicaSet) -> Option<&str> {
-    rs.spec
-        .as_ref()?
-        .template
-        .as_ref()?
-        .spec
-        .as_ref()?
-        .containers[0]
+    rs.spec.get()?.template.as_ref()?.spec.as_ref()?.containers[0]
         .image
         .as_deref()
 }
@@ -264,12 +259,17 @@ fn condition<'a>(d: &'a Deployment, type_: &str) -> Option<&'a DeploymentConditi
         .conditions
         .as_ref()?
         .iter()
-        .find(|c| c.type_ == type_)
+        .find(|c| c.type_.text() == type_)
 }
 
 /// `(status, reason)` of a condition.
 fn cond(d: &Deployment, type_: &str) -> Option<(String, String)> {
-    condition(d, type_).map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()))
+    condition(d, type_).map(|c| {
+        (
+            c.status.text().to_owned(),
+            c.reason.clone().unwrap_or_default(),
+        )
+    })
 }
 
 fn observed(d: &Deployment) -> bool {
@@ -325,7 +325,7 @@ async fn create_makes_all_replicas_available() {
     assert!(!hash.is_empty());
     assert_eq!(name(&rs.metadata), format!("web-{hash}"));
     assert_eq!(annotation(&rs.metadata, REVISION), Some("1"));
-    let rs_spec = rs.spec.as_ref().unwrap();
+    let rs_spec = rs.spec.get().unwrap();
     assert_eq!(rs_spec.replicas, Some(3));
     assert_eq!(
         rs_spec.selector.match_labels,
@@ -474,7 +474,7 @@ async fn rolling_update_respects_surge_and_unavailability() {
 async fn recreate_never_runs_old_and_new_pods_together() {
     let env = env!("deploy-recreate");
     let mut d = deployment("web", 3);
-    d.spec.as_mut().unwrap().strategy = Some(DeploymentStrategy {
+    d.spec.get_mut().strategy = Some(DeploymentStrategy {
         type_: Some("Recreate".into()),
         rolling_update: None,
     });
@@ -674,7 +674,7 @@ async fn rollback_reuses_the_old_replica_set() {
     assert_eq!(annotation(&d.metadata, REVISION), Some("2"));
 
     // kubectl's DeploymentRollbacker: template of the target revision without the hash label.
-    let mut template = first.spec.as_ref().unwrap().template.clone().unwrap();
+    let mut template = first.spec.get().unwrap().template.clone().unwrap();
     if let Some(l) = template.metadata.as_mut().and_then(|m| m.labels.as_mut()) {
         l.remove(HASH_LABEL);
     }
@@ -708,7 +708,7 @@ async fn rollback_reuses_the_old_replica_set() {
 async fn revision_history_limit_cleans_up_old_replica_sets() {
     let env = env!("deploy-history");
     let mut d = deployment("web", 1);
-    d.spec.as_mut().unwrap().revision_history_limit = Some(1);
+    d.spec.get_mut().revision_history_limit = Some(1);
     env.create(&d).await;
     let d = env.wait_complete("web").await;
     for image in [IMAGE_2, IMAGE_3, IMAGE_4] {
@@ -747,7 +747,7 @@ async fn matching_orphan_is_adopted_and_released_when_labels_change() {
             labels: Some(labels(&own)),
             ..Default::default()
         },
-        spec: Some(ReplicaSetSpec {
+        spec: ReplicaSetSpec {
             replicas: Some(0),
             selector: LabelSelector {
                 match_labels: Some(labels(&own)),
@@ -755,7 +755,7 @@ async fn matching_orphan_is_adopted_and_released_when_labels_change() {
             },
             template: Some(t),
             ..Default::default()
-        }),
+        },
         ..Default::default()
     };
     env.sets
@@ -859,7 +859,7 @@ async fn upstream_named_replica_set_is_adopted_and_reused() {
             labels: Some(labels(&sel)),
             ..Default::default()
         },
-        spec: Some(ReplicaSetSpec {
+        spec: ReplicaSetSpec {
             replicas: Some(1),
             selector: LabelSelector {
                 match_labels: Some(labels(&sel)),
@@ -867,7 +867,7 @@ async fn upstream_named_replica_set_is_adopted_and_reused() {
             },
             template: Some(t),
             ..Default::default()
-        }),
+        },
         ..Default::default()
     };
     let upstream = env
@@ -898,7 +898,7 @@ async fn upstream_named_replica_set_is_adopted_and_reused() {
 async fn progress_deadline_exceeded_is_reported() {
     let env = env!("deploy-deadline");
     let mut d = deployment("web", 1);
-    let s = d.spec.as_mut().unwrap();
+    let s = d.spec.get_mut();
     s.progress_deadline_seconds = Some(10);
     s.template.spec.as_mut().unwrap().containers[0].image = Some(BROKEN_IMAGE.into());
     env.create(&d).await;
@@ -937,7 +937,7 @@ async fn overlapping_deployments_keep_their_own_replica_sets() {
     let mut a = deployment("a", 2);
     let mut b = deployment("b", 2);
     for (d, image) in [(&mut a, IMAGE_1), (&mut b, IMAGE_2)] {
-        let s = d.spec.as_mut().unwrap();
+        let s = d.spec.get_mut();
         s.selector.match_labels = Some(labels(&[("app", "shared")]));
         s.template = template("shared", image);
     }
@@ -1142,7 +1142,7 @@ fn template_image(d: &Deployment) -> Option<&str> {
 }
 
 fn template_annotation<'a>(rs: &'a ReplicaSet, key: &str) -> Option<&'a str> {
-    annotation(rs.spec.as_ref()?.template.as_ref()?.metadata.as_ref()?, key)
+    annotation(rs.spec.get()?.template.as_ref()?.metadata.as_ref()?, key)
 }
 
 /// `(name, revision, spec replicas)` of each ReplicaSet, for messages and comparisons.
@@ -1503,7 +1503,7 @@ fn image_pull_failure(p: &Pod) -> Result<Option<String>, String> {
 async fn pods_of_an_unpullable_image_stay_pending_with_image_pull_errors() {
     let env = env!("deploy-unpullable");
     let mut broken = deployment("broken", 2);
-    let s = broken.spec.as_mut().unwrap();
+    let s = broken.spec.get_mut();
     s.template.spec.as_mut().unwrap().containers[0].image = Some(BROKEN_IMAGE.into());
     env.create(&broken).await;
     env.create(&deployment("fine", 1)).await;
@@ -1613,7 +1613,7 @@ async fn ready_after_annotation_delays_readiness() {
     let env = env!("deploy-ready-after");
     const DELAY: i64 = 8;
     let mut d = deployment("slow", 2);
-    let template = &mut d.spec.as_mut().unwrap().template;
+    let template = &mut d.spec.get_mut().template;
     template.metadata.as_mut().unwrap().annotations =
         Some(labels(&[(READY_AFTER, &format!("{DELAY}s"))]));
     env.create(&d).await;

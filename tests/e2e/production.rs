@@ -24,6 +24,7 @@ use k8s_openapi::api::core::v1::{Container, Event, PodSpec, PodTemplateSpec};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kctrl_client::versioned::Versioned;
 use kctrl_client::{Api, DeleteParams, ListParams, Patch, PostParams, WatchEvent, WatchParams};
 use kctrl_e2e::process::{ControllerProcess, sample};
 use kctrl_e2e::{TestNamespace, eventually, labels, require_cluster};
@@ -47,7 +48,7 @@ fn deployment(name: &str, replicas: i32, image: &str, min_ready_seconds: i32) ->
             name: Some(name.to_owned()),
             ..Default::default()
         },
-        spec: Some(DeploymentSpec {
+        spec: DeploymentSpec {
             replicas: Some(replicas),
             min_ready_seconds: Some(min_ready_seconds),
             selector: LabelSelector {
@@ -76,7 +77,7 @@ fn deployment(name: &str, replicas: i32, image: &str, min_ready_seconds: i32) ->
                 }),
             },
             ..Default::default()
-        }),
+        },
         ..Default::default()
     }
 }
@@ -165,7 +166,7 @@ fn record_replica_sets(
                 Err(e) => panic!("watching ReplicaSets: {e}"),
             };
             let name = rs.metadata.name.clone().unwrap_or_default();
-            let replicas = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0);
+            let replicas = rs.spec.get().and_then(|s| s.replicas).unwrap_or(0);
             current.insert(name.clone(), replicas);
             let mut r = record.lock().unwrap();
             if added {
@@ -259,7 +260,7 @@ async fn standby_takes_over_after_kill_9_of_the_leader_without_double_acting() {
             .map_err(|e| e.to_string())?;
         let grown = list.items.iter().any(|rs| {
             !initial.contains(rs.metadata.name.as_deref().unwrap_or(""))
-                && rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0) >= 1
+                && rs.spec.get().and_then(|s| s.replicas).unwrap_or(0) >= 1
         });
         if grown {
             Ok(())
@@ -616,7 +617,7 @@ fn deploy_manifest_arguments_are_accepted_by_the_binary() {
         return;
     };
     let d: Deployment = deploy_file("05-deployment.yaml");
-    let spec = d.spec.expect("spec");
+    let spec = d.spec.into_value().expect("spec");
     let pod = spec.template.spec.expect("pod spec");
     let args = pod.containers[0].args.clone().unwrap_or_default();
     assert!(!args.is_empty());

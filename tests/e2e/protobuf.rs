@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use kctrl_client::protobuf::{FromProtobuf, ProtobufError};
+use kctrl_client::versioned::Versioned;
 use kctrl_client::{Api, ListParams, Patch, PostParams, WatchEvent, WatchParams};
 use kctrl_e2e::{TestNamespace, require_cluster};
 use serde_json::json;
@@ -352,6 +353,7 @@ async fn whole_deployments_and_replica_sets_from_protobuf_equal_json() {
     assert!(
         created
             .spec
+            .into_value()
             .unwrap()
             .template
             .spec
@@ -417,7 +419,7 @@ async fn objects_written_in_protobuf_equal_objects_written_in_json() {
     assert_eq!(comparable(a.clone()), comparable(b.clone()));
     // An update of spec and status each way.
     let change = |mut d: Deployment| {
-        let spec = d.spec.as_mut().unwrap();
+        let spec = d.spec.get_mut();
         spec.template.spec.as_mut().unwrap().containers[0].image =
             Some("registry.k8s.io/pause:3.9".into());
         spec.paused = None;

@@ -21,6 +21,7 @@ use anyhow::{Context, Result, bail};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Namespace;
+use kctrl_client::versioned::{Text, Versioned};
 use kctrl_client::{
     Api, Client, DeleteParams, ListParams, Patch, PostParams, PropagationPolicy, WatchEvent,
     WatchParams,
@@ -226,16 +227,20 @@ impl Recorder {
             .into_iter()
             .flatten()
         {
-            let now = (c.status.clone(), c.reason.clone().unwrap_or_default());
-            if self.conditions.get(&c.type_) != Some(&now) {
-                println!("  {t:6.2}s  condition {}={} ({})", c.type_, now.0, now.1);
+            let now = (
+                c.status.text().to_owned(),
+                c.reason.clone().unwrap_or_default(),
+            );
+            let kind = c.type_.text();
+            if self.conditions.get(kind) != Some(&now) {
+                println!("  {t:6.2}s  condition {kind}={} ({})", now.0, now.1);
                 self.timeline.conditions.push(ConditionChange {
                     t,
-                    kind: c.type_.clone(),
+                    kind: kind.to_owned(),
                     status: now.0.clone(),
                     reason: now.1.clone(),
                 });
-                self.conditions.insert(c.type_.clone(), now);
+                self.conditions.insert(kind.to_owned(), now);
             }
         }
         self.deployment = Some(d);
@@ -266,13 +271,13 @@ impl Recorder {
         if !owned {
             return;
         }
-        let spec = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+        let spec = rs.spec.get().and_then(|s| s.replicas).unwrap_or(1);
         let status = rs.status.as_ref();
         let ready = status.and_then(|s| s.ready_replicas).unwrap_or(0);
         let available = status.and_then(|s| s.available_replicas).unwrap_or(0);
         let image = rs
             .spec
-            .as_ref()
+            .get()
             .and_then(|s| s.template.as_ref())
             .and_then(|t| t.spec.as_ref())
             .and_then(|p| p.containers.first())
@@ -331,12 +336,12 @@ fn rollout_status(d: Option<&Deployment>) -> String {
         .conditions
         .iter()
         .flatten()
-        .find(|c| c.type_ == "Progressing")
+        .find(|c| c.type_.text() == "Progressing")
         && c.reason.as_deref() == Some("ProgressDeadlineExceeded")
     {
         return format!("deployment {name:?} exceeded its progress deadline");
     }
-    let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let want = d.spec.get().and_then(|s| s.replicas).unwrap_or(1);
     let updated = status.updated_replicas.unwrap_or(0);
     let replicas = status.replicas.unwrap_or(0);
     let available = status.available_replicas.unwrap_or(0);

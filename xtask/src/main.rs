@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod api_versions;
 mod bench;
 mod chaos;
 mod cluster;
@@ -22,6 +23,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// The library crates against every Kubernetes release k8s-openapi supports, and a crate
+    /// outside the workspace that depends on them as a user's crate does.
+    ApiVersions(api_versions::ApiVersionsArgs),
     /// Benchmarks run side by side with their upstream anchors.
     Bench(bench::BenchArgs),
     /// Faults (apiserver kills and stops, compaction, controller kills, conflicts, a slow
@@ -71,6 +75,7 @@ pub(crate) fn gen_protobuf(args: &GenProtobufArgs) -> anyhow::Result<()> {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
+        Command::ApiVersions(args) => api_versions::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Chaos(args) => chaos::run(args),
         Command::Cluster(args) => cluster::run(args),

@@ -1,7 +1,9 @@
 //! `cargo xtask test`: the project's whole test suite, as README.md and CI run it.
 //!
 //! Unit, wire-level and doc tests of every crate (kctrl-fuzz's replay every fuzz seed and
-//! regression through the targets' properties), optionally a short coverage-guided run of each
+//! regression through the targets' properties), then the library crates against the oldest
+//! Kubernetes release k8s-openapi supports and a consumer crate that selects the newest
+//! (`cargo xtask api-versions`, about 6 minutes cold; `--no-api-versions` skips it), optionally a short coverage-guided run of each
 //! fuzz target (`--fuzz-seconds`), then a check that the generated protobuf decoders are
 //! current (`cargo xtask gen-protobuf --check`), then the end-to-end suite against the local control plane
 //! (`cargo xtask e2e`, which builds the control plane on first use), then upstream's
@@ -40,6 +42,10 @@ pub(crate) struct TestArgs {
     /// Skip the short chaos run (`cargo xtask chaos --profile short`).
     #[arg(long)]
     no_chaos: bool,
+    /// Skip the library crates' build against the oldest Kubernetes release and the
+    /// consumer crate (`cargo xtask api-versions`).
+    #[arg(long)]
+    no_api_versions: bool,
     /// Also fuzz each target for this many seconds (`cargo xtask fuzz`); 0, the default,
     /// skips it (the unit tests still replay every seed and regression).
     #[arg(long, default_value_t = 0, value_name = "SECONDS")]
@@ -59,6 +65,11 @@ pub(crate) fn run(args: TestArgs) -> anyhow::Result<()> {
         "--all-targets",
     ])?;
     cargo(&["test", "--workspace", "--exclude", "kctrl-e2e", "--doc"])?;
+    if args.no_api_versions {
+        eprintln!("==> --no-api-versions: skipping the Kubernetes release checks");
+    } else {
+        crate::api_versions::run(crate::api_versions::ApiVersionsArgs::default())?;
+    }
     if args.fuzz_seconds > 0 {
         crate::fuzz::run(crate::fuzz::FuzzArgs {
             targets: Vec::new(),

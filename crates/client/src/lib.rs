@@ -73,6 +73,7 @@ pub mod protobuf;
 mod request;
 mod resource;
 mod resource_version;
+pub mod versioned;
 mod watch;
 
 pub use api::{Api, Client, DeleteOutcome};
@@ -83,6 +84,10 @@ pub use http::{
     DEFAULT_MAX_BODY_SIZE, HttpBackend, MAX_ERROR_BODY_SIZE, MAX_RETRY_AFTER,
     NoopRestClientMetrics, RestClientMetrics,
 };
+/// The Kubernetes API types kctrl works with, as selected by the user: kctrl's crates select no
+/// Kubernetes release themselves (see README.md, "Choosing the Kubernetes version"); a binary
+/// depends on `k8s-openapi` with one version feature, and this is that same crate.
+pub use k8s_openapi;
 pub use kctrl_config as config;
 pub use metadata::{PartialObjectMetadata, metadata_without_managed_fields};
 pub use object_meta::{

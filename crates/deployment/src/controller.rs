@@ -24,6 +24,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kctrl_client::labels::{Selector, SelectorError};
 use kctrl_client::protobuf::Decoder;
+use kctrl_client::versioned::Versioned;
 use kctrl_client::{Api, Client, DeleteParams, PostParams};
 use kctrl_controller_ref::{
     CanAdopt, ClaimError, ControllerRefManager, Owner, RealReplicaSetControl,
@@ -496,7 +497,7 @@ impl DeploymentController {
             });
         }
         let mut d = (*cached).clone();
-        let selector = d.spec.as_ref().map(|s| &s.selector);
+        let selector = d.spec.get().map(|s| &s.selector);
         if selector.is_none_or(|s| *s == LabelSelector::default()) {
             self.event(
                 &d,
@@ -525,7 +526,7 @@ impl DeploymentController {
 
         self.check_paused_conditions(&mut d).await?;
 
-        if d.spec.as_ref().and_then(|s| s.paused) == Some(true) {
+        if d.spec.get().and_then(|s| s.paused) == Some(true) {
             self.sync(&mut d, &mut rs_list).await?;
             return Ok(SyncOutcome::DONE);
         }
@@ -561,11 +562,7 @@ impl DeploymentController {
         d: &Deployment,
     ) -> Result<Vec<Arc<ReplicaSet>>, SyncError> {
         let namespace = d.metadata.namespace.clone().unwrap_or_default();
-        let label_selector = d
-            .spec
-            .as_ref()
-            .map(|s| s.selector.clone())
-            .unwrap_or_default();
+        let label_selector = d.spec.get().map(|s| s.selector.clone()).unwrap_or_default();
         let selector = Selector::from_label_selector(&label_selector).map_err(|source| {
             SyncError::InvalidSelector {
                 namespace: namespace.clone(),
@@ -640,7 +637,7 @@ impl DeploymentController {
             return Ok(());
         }
         let paused_cond_exists = reason.as_deref() == Some(PAUSED_DEPLOY_REASON);
-        let paused = d.spec.as_ref().and_then(|s| s.paused) == Some(true);
+        let paused = d.spec.get().and_then(|s| s.paused) == Some(true);
         let (reason, message) = if paused && !paused_cond_exists {
             (PAUSED_DEPLOY_REASON, "Deployment is paused")
         } else if !paused && paused_cond_exists {
@@ -693,7 +690,7 @@ impl DeploymentController {
             // (upstream's forceUpdate); its other actions all change the size.
             self.apply_scale(d, &mut latest, &action, true).await?;
         }
-        if d.spec.as_ref().and_then(|s| s.paused) == Some(true)
+        if d.spec.get().and_then(|s| s.paused) == Some(true)
             && crate::rollback::get_rollback_to(d).is_none()
         {
             self.cleanup_deployment(&old_rss, d).await?;
@@ -853,7 +850,7 @@ impl DeploymentController {
         let d_name = d.metadata.name.clone().unwrap_or_default();
         let existing = find_new_replica_set(d, &mut rs_list.to_vec());
         let new_revision = (max_revision(old_rss) + 1).to_string();
-        let min_ready_seconds = d.spec.as_ref().and_then(|s| s.min_ready_seconds);
+        let min_ready_seconds = d.spec.get().and_then(|s| s.min_ready_seconds);
 
         if let Some(existing) = existing {
             // Copied before it is changed, as upstream deep-copies the cached object here.
@@ -865,7 +862,7 @@ impl DeploymentController {
                 true,
                 REVISION_HISTORY_LIMIT_IN_CHARS,
             );
-            let spec = rs.spec.get_or_insert_default();
+            let spec = rs.spec.get_mut();
             let min_ready_changed =
                 spec.min_ready_seconds.unwrap_or(0) != min_ready_seconds.unwrap_or(0);
             if annotations_updated || min_ready_changed {
@@ -908,7 +905,7 @@ impl DeploymentController {
             return Ok(None);
         }
 
-        let spec = d.spec.clone().unwrap_or_default();
+        let spec = d.spec.clone().into_value().unwrap_or_default();
         let collision_count = d.status.as_ref().and_then(|s| s.collision_count);
         let mut template = spec.template.clone();
         let hash = compute_hash(&template, collision_count);
@@ -933,7 +930,7 @@ impl DeploymentController {
                 labels,
                 ..Default::default()
             },
-            spec: Some(ReplicaSetSpec {
+            spec: Versioned::from_value(ReplicaSetSpec {
                 replicas: Some(0),
                 min_ready_seconds,
                 selector,
@@ -944,7 +941,7 @@ impl DeploymentController {
         let mut all: Vec<&ReplicaSet> = old_rss.iter().map(|rs| &**rs).collect();
         all.push(&new_rs);
         let new_replicas = new_rs_new_replicas(d, &all, &new_rs)?;
-        new_rs.spec.get_or_insert_default().replicas = Some(new_replicas);
+        new_rs.spec.get_mut().replicas = Some(new_replicas);
         set_new_replica_set_annotations(
             d,
             &mut new_rs,
@@ -971,7 +968,7 @@ impl DeploymentController {
                     .is_some_and(|r| Some(&r.uid) == d.metadata.uid.as_ref());
                 let cached_template = cached
                     .spec
-                    .as_ref()
+                    .get()
                     .and_then(|s| s.template.clone())
                     .unwrap_or_default();
                 if controlled && equal_ignore_hash(&cached_template, &spec.template) {
@@ -1074,7 +1071,7 @@ impl DeploymentController {
             return Ok((false, rs.clone()));
         }
         let mut copy = (**rs).clone();
-        copy.spec.get_or_insert_default().replicas = Some(new_scale);
+        copy.spec.get_mut().replicas = Some(new_scale);
         set_replicas_annotations(&mut copy, desired, max);
         let updated = self.update_replica_set(d, &copy).await?;
         if size_needs_update {
@@ -1105,7 +1102,7 @@ impl DeploymentController {
         }
         let limit = d
             .spec
-            .as_ref()
+            .get()
             .and_then(|s| s.revision_history_limit)
             .unwrap_or(0);
         let mut cleanable: Vec<&ReplicaSet> = old_rss

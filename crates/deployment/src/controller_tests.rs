@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, ReplicaSetSpec, ReplicaSetStatus};
 use k8s_openapi::api::core::v1::PodStatus;
+use kctrl_client::versioned::{Text, Versioned};
 
 use crate::pod_view::PodView;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
@@ -90,7 +91,7 @@ fn foo_bar() -> BTreeMap<String, String> {
 /// `newReplicaSet(d, name, replicas)`: controlled by `d`, labels and selector from `d`'s
 /// selector, `d`'s template.
 fn new_replica_set(d: &Deployment, name: &str, replicas: i32) -> ReplicaSet {
-    let spec = d.spec.clone().unwrap();
+    let spec = d.spec.clone().into_value().unwrap();
     ReplicaSet {
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
@@ -99,12 +100,12 @@ fn new_replica_set(d: &Deployment, name: &str, replicas: i32) -> ReplicaSet {
             owner_references: Some(vec![Owner::of(d).controller_ref()]),
             ..Default::default()
         },
-        spec: Some(ReplicaSetSpec {
+        spec: ReplicaSetSpec {
             replicas: Some(replicas),
             selector: spec.selector.clone(),
             template: Some(spec.template.clone()),
             ..Default::default()
-        }),
+        },
         status: None,
     }
 }
@@ -138,7 +139,7 @@ async fn sync_deployment_creates_replica_set() {
         labels.get("pod-template-hash").map(String::as_str),
         Some(hash)
     );
-    let rs_spec = created.spec.clone().unwrap();
+    let rs_spec = created.spec.clone().into_value().unwrap();
     assert_eq!(rs_spec.replicas, Some(1));
     assert_eq!(
         rs_spec
@@ -179,7 +180,7 @@ async fn sync_deployment_creates_replica_set() {
     let status = second.status.unwrap();
     assert_eq!(status.observed_generation, Some(1));
     let available = &status.conditions.unwrap()[0];
-    assert_eq!(available.type_, "Available");
+    assert_eq!(available.type_.text(), "Available");
     // The clock is rounded down to whole seconds.
     assert_eq!(
         available.last_update_time,
@@ -243,7 +244,7 @@ async fn sync_deployment_deletion_race() {
 async fn dont_sync_deployments_with_empty_pod_selector() {
     let f = Fixture::new();
     let mut d = new_deployment("foo", 1, None, None, None, Some(foo_bar()));
-    d.spec.as_mut().unwrap().selector = LabelSelector::default();
+    d.spec.get_mut().selector = LabelSelector::default();
     f.fake.add(&d).unwrap();
     // The cached copy has no generation, so there is no observedGeneration to sync.
     f.deployments.insert(Arc::new(d));
@@ -271,7 +272,7 @@ async fn dont_sync_deployments_with_empty_pod_selector() {
 async fn empty_pod_selector_syncs_observed_generation_only() {
     let f = Fixture::new();
     let mut d = new_deployment("foo", 3, None, None, None, Some(foo_bar()));
-    d.spec.as_mut().unwrap().selector = LabelSelector::default();
+    d.spec.get_mut().selector = LabelSelector::default();
     let stored = f.add_deployment(&d);
     f.add_rs(&new_replica_set(&stored, "foo-1", 1));
 
@@ -315,8 +316,7 @@ fn reentrant_rollback_fixture(rollback_to: &str) -> (Fixture, Deployment) {
             revision.to_owned(),
         )]));
         rs.spec
-            .as_mut()
-            .unwrap()
+            .get_mut()
             .selector
             .match_labels
             .as_mut()
@@ -326,8 +326,7 @@ fn reentrant_rollback_fixture(rollback_to: &str) -> (Fixture, Deployment) {
     };
     let mut rs1 = with_hash(new_replica_set(&d, "deploymentrs-old", 0), "1");
     rs1.spec
-        .as_mut()
-        .unwrap()
+        .get_mut()
         .template
         .as_mut()
         .unwrap()
@@ -354,7 +353,7 @@ async fn reentrant_rollback() {
     assert_eq!(f.actions(), ["update deployments"]);
     let written: Deployment = f.fake.actions()[0].object_as().unwrap();
     assert_eq!(crate::rollback::get_rollback_to(&written), None);
-    let template = written.spec.unwrap().template;
+    let template = written.spec.into_value().unwrap().template;
     assert_eq!(
         template.spec.unwrap().termination_grace_period_seconds,
         Some(1)
@@ -381,6 +380,7 @@ async fn rollback_revision_not_found() {
     assert_eq!(
         written
             .spec
+            .into_value()
             .unwrap()
             .template
             .spec
@@ -519,14 +519,14 @@ fn rs_with_status(name: &str, spec: i32, status: i32) -> ReplicaSet {
             namespace: Some("default".to_owned()),
             ..Default::default()
         },
-        spec: Some(ReplicaSetSpec {
+        spec: ReplicaSetSpec {
             replicas: Some(spec),
             selector: LabelSelector {
                 match_labels: Some(foo_bar()),
                 ..Default::default()
             },
             ..Default::default()
-        }),
+        },
         status: Some(ReplicaSetStatus {
             replicas: status,
             ..Default::default()
@@ -840,7 +840,7 @@ async fn status_writes_never_overwrite_a_concurrent_change() {
 async fn create_hash_collision_bumps_collision_count() {
     let f = Fixture::new();
     let d = f.add_deployment(&new_deployment("foo", 1, None, None, None, Some(foo_bar())));
-    let template = d.spec.clone().unwrap().template;
+    let template = d.spec.clone().into_value().unwrap().template;
     let name = generate_replica_set_name("foo", &compute_hash(&template, None));
     let mut squatter = rs_with_status(&name, 0, 0);
     squatter.metadata.labels = Some(map(&[("other", "x")]));
@@ -894,7 +894,7 @@ async fn scaling_event_scales_the_new_replica_set() {
         ["update replicasets", "update deployments/status"]
     );
     let scaled: ReplicaSet = f.fake.object(Some("default"), "foo-1").unwrap();
-    assert_eq!(scaled.spec.as_ref().unwrap().replicas, Some(5));
+    assert_eq!(scaled.spec.get().unwrap().replicas, Some(5));
     assert_eq!(
         crate::util::get_desired_replicas_annotation(&scaled),
         Some(5)
@@ -910,15 +910,14 @@ async fn scaling_event_scales_the_new_replica_set() {
 async fn recreate_scales_old_replica_sets_down_first() {
     let f = Fixture::new();
     let mut d = new_deployment("foo", 1, None, None, None, Some(foo_bar()));
-    d.spec.as_mut().unwrap().strategy = Some(k8s_openapi::api::apps::v1::DeploymentStrategy {
+    d.spec.get_mut().strategy = Some(k8s_openapi::api::apps::v1::DeploymentStrategy {
         type_: Some("Recreate".to_owned()),
         rolling_update: None,
     });
     let d = f.add_deployment(&d);
     let mut old = new_replica_set(&d, "foo-old", 1);
     old.spec
-        .as_mut()
-        .unwrap()
+        .get_mut()
         .template
         .as_mut()
         .unwrap()
@@ -940,7 +939,7 @@ async fn recreate_scales_old_replica_sets_down_first() {
         ["update replicasets", "update deployments/status"]
     );
     let scaled: ReplicaSet = f.fake.object(Some("default"), "foo-old").unwrap();
-    assert_eq!(scaled.spec.unwrap().replicas, Some(0));
+    assert_eq!(scaled.spec.into_value().unwrap().replicas, Some(0));
     assert_eq!(
         f.events(),
         ["Normal ScalingReplicaSet Scaled down replica set foo-old from 1 to 0"]
@@ -971,7 +970,7 @@ async fn a_cache_behind_our_own_write_is_not_synced_from() {
     // The cache catches up (the Deployment as written, its ReplicaSet), with a change made
     // by someone else meanwhile, so the next sync has something to write.
     let mut current: Deployment = f.fake.object(Some("default"), "foo").unwrap();
-    current.spec.as_mut().unwrap().replicas = Some(3);
+    current.spec.get_mut().replicas = Some(3);
     let current = kctrl_client::Api::<Deployment>::namespaced(f.fake.client(), "default")
         .update(&kctrl_client::PostParams::default(), &current)
         .await
@@ -1031,8 +1030,7 @@ fn mid_rollout_fixture() -> Fixture {
 
 fn set_container_image(rs: &mut ReplicaSet, image: &str) {
     rs.spec
-        .as_mut()
-        .unwrap()
+        .get_mut()
         .template
         .as_mut()
         .unwrap()
@@ -1049,8 +1047,7 @@ async fn user_changes_image(f: &Fixture, image: &str) {
     let mut current: Deployment = f.fake.object(Some("default"), "foo").unwrap();
     current
         .spec
-        .as_mut()
-        .unwrap()
+        .get_mut()
         .template
         .spec
         .as_mut()
@@ -1244,7 +1241,7 @@ async fn a_lost_write_that_was_not_applied_does_not_block_the_deployment() {
 async fn recreate_does_not_start_pods_beside_a_replica_set_the_cache_lacks() {
     let f = Fixture::new();
     let mut d = new_deployment("foo", 3, None, None, None, Some(foo_bar()));
-    d.spec.as_mut().unwrap().strategy = Some(k8s_openapi::api::apps::v1::DeploymentStrategy {
+    d.spec.get_mut().strategy = Some(k8s_openapi::api::apps::v1::DeploymentStrategy {
         type_: Some("Recreate".to_owned()),
         rolling_update: None,
     });

@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
+use kctrl_client::versioned::Versioned;
 use kctrl_controller_ref::Owner;
 
 /// A string map from pairs.
@@ -41,7 +42,7 @@ pub(crate) fn rs(
             creation_timestamp: created.map(Time),
             ..Default::default()
         },
-        spec: Some(ReplicaSetSpec {
+        spec: ReplicaSetSpec {
             replicas: Some(replicas),
             selector: LabelSelector {
                 match_labels: selector,
@@ -49,7 +50,7 @@ pub(crate) fn rs(
             },
             template: Some(PodTemplateSpec::default()),
             ..Default::default()
-        }),
+        },
         status: None,
     }
 }
@@ -88,7 +89,7 @@ pub(crate) fn new_deployment(
             annotations: Some(BTreeMap::new()),
             ..Default::default()
         },
-        spec: Some(DeploymentSpec {
+        spec: DeploymentSpec {
             strategy: Some(DeploymentStrategy {
                 type_: Some("RollingUpdate".to_owned()),
                 rolling_update: Some(RollingUpdateDeployment {
@@ -116,7 +117,7 @@ pub(crate) fn new_deployment(
             },
             revision_history_limit,
             ..Default::default()
-        }),
+        },
         status: None,
     }
 }
@@ -137,7 +138,7 @@ pub(crate) fn current_deployment(
             name: Some("progress-test".to_owned()),
             ..Default::default()
         },
-        spec: Some(DeploymentSpec {
+        spec: DeploymentSpec {
             progress_deadline_seconds: pds,
             replicas: Some(replicas),
             strategy: Some(DeploymentStrategy {
@@ -145,7 +146,7 @@ pub(crate) fn current_deployment(
                 rolling_update: None,
             }),
             ..Default::default()
-        }),
+        },
         status: Some(DeploymentStatus {
             replicas: non_zero(status_replicas),
             updated_replicas: non_zero(updated),
@@ -162,7 +163,7 @@ pub(crate) fn pod_from_rs(rs: &ReplicaSet) -> Pod {
         metadata: ObjectMeta {
             name: Some(format!("{}-pod", rs.metadata.name.as_deref().unwrap())),
             namespace: Some("default".to_owned()),
-            labels: rs.spec.as_ref().unwrap().selector.match_labels.clone(),
+            labels: rs.spec.get().unwrap().selector.match_labels.clone(),
             owner_references: Some(vec![Owner::of(rs).controller_ref()]),
             ..Default::default()
         },

@@ -10,6 +10,7 @@ use std::borrow::Borrow;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentCondition, DeploymentStatus, ReplicaSet};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kctrl_client::versioned::{Text, Versioned};
 
 use crate::sync::calculate_status;
 use crate::util::constants::{
@@ -111,7 +112,7 @@ pub fn rollout_status<R: Borrow<ReplicaSet>>(
                 now,
             );
             if let Some(cur) = current_cond {
-                if cur.status == CONDITION_TRUE {
+                if cur.status.text() == CONDITION_TRUE {
                     condition.last_transition_time = cur.last_transition_time.clone();
                 }
                 // Remove first so lastUpdateTime is refreshed even with the same reason.
@@ -146,7 +147,7 @@ fn replica_failures<R: Borrow<ReplicaSet>>(
         rs.status
             .iter()
             .flat_map(|s| s.conditions.iter().flatten())
-            .filter(|c| c.type_ == DEPLOYMENT_REPLICA_FAILURE)
+            .filter(|c| c.type_.text() == DEPLOYMENT_REPLICA_FAILURE)
             .map(replica_set_to_deployment_condition)
             .collect()
     };
@@ -177,7 +178,7 @@ pub fn requeue_stuck_deployment(
     }
     let pds = d
         .spec
-        .as_ref()
+        .get()
         .and_then(|s| s.progress_deadline_seconds)
         .unwrap_or(0);
     // A missing lastUpdateTime is Go's zero time: the deadline is long gone.
@@ -200,8 +201,8 @@ mod tests {
 
     fn progressing(status: &str, reason: &str, at: Option<Timestamp>) -> DeploymentCondition {
         DeploymentCondition {
-            type_: DEPLOYMENT_PROGRESSING.to_owned(),
-            status: status.to_owned(),
+            type_: DEPLOYMENT_PROGRESSING.to_owned().into(),
+            status: status.to_owned().into(),
             reason: Some(reason.to_owned()).filter(|r| !r.is_empty()),
             last_update_time: at.map(Time),
             last_transition_time: at.map(Time),
@@ -459,7 +460,7 @@ mod tests {
             };
             let cond = cond.unwrap_or_else(|| panic!("{name}: no Progressing condition"));
             assert_eq!(
-                (cond.status.as_str(), cond.reason.as_deref().unwrap_or("")),
+                (cond.status.text(), cond.reason.as_deref().unwrap_or("")),
                 (want_status, want_reason),
                 "{name}"
             );
@@ -482,8 +483,8 @@ mod tests {
         let d = current_deployment(Some(60), 3, 2, 2, 2, vec![]);
         let mut foo = new_rs_with_available("foo", 3, 2, 2);
         let failure = k8s_openapi::api::apps::v1::ReplicaSetCondition {
-            type_: DEPLOYMENT_REPLICA_FAILURE.to_owned(),
-            status: CONDITION_TRUE.to_owned(),
+            type_: DEPLOYMENT_REPLICA_FAILURE.to_owned().into(),
+            status: CONDITION_TRUE.to_owned().into(),
             reason: Some("FailedCreate".to_owned()),
             message: Some("quota".to_owned()),
             last_transition_time: Some(Time(ts("2017-02-15T18:40:00Z"))),

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use kctrl_client::PostParams;
+use kctrl_client::versioned::Versioned;
 
 use crate::controller::{DeploymentController, SyncError};
 use crate::events::EventType;
@@ -96,14 +97,10 @@ impl DeploymentController {
     ) -> Result<bool, SyncError> {
         let rs_template = rs
             .spec
-            .as_ref()
+            .get()
             .and_then(|s| s.template.clone())
             .unwrap_or_default();
-        let current = d
-            .spec
-            .as_ref()
-            .map(|s| s.template.clone())
-            .unwrap_or_default();
+        let current = d.spec.get().map(|s| s.template.clone()).unwrap_or_default();
         let performed = if equal_ignore_hash(&current, &rs_template) {
             let message = format!(
                 "The rollback revision contains the same template as current deployment {:?}",

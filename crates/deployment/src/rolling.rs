@@ -9,6 +9,7 @@
 use std::borrow::Borrow;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use kctrl_client::versioned::Versioned;
 
 use crate::sync::ScaleAction;
 use crate::util::ReplicaSetRef;
@@ -173,7 +174,7 @@ pub fn cleanup_unhealthy_replicas<R: ReplicaSetRef>(
         }
         out.actions.push(ScaleAction::new(rs, to));
         out.count += count;
-        shared.make_mut().spec.get_or_insert_default().replicas = Some(to);
+        shared.make_mut().spec.get_mut().replicas = Some(to);
     }
     out
 }

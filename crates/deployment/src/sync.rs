@@ -202,6 +202,7 @@ mod tests {
     use super::*;
     use crate::fixtures::{map, new_deployment, rs, ts};
     use crate::util::set_replicas_annotations;
+    use kctrl_client::versioned::Versioned;
 
     fn d(replicas: i32, surge: Option<i32>, unavailable: Option<i32>) -> Deployment {
         new_deployment(
@@ -250,8 +251,7 @@ mod tests {
             new_deployment("foo", 14, None, None, None, Some(map(&[("foo", "bar")])));
         updated_template
             .spec
-            .as_mut()
-            .unwrap()
+            .get_mut()
             .template
             .metadata
             .as_mut()

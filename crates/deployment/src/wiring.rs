@@ -35,6 +35,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kctrl_client::labels::Selector;
+use kctrl_client::versioned::Versioned;
 use kctrl_client::{Api, Client, ListParams};
 use kctrl_controller_ref::get_controller_of;
 use kctrl_informer::{
@@ -193,11 +194,7 @@ pub async fn recreate_deployment_has_no_pods(
     d: &Deployment,
 ) -> Result<bool, SyncError> {
     let namespace = d.metadata.namespace.clone().unwrap_or_default();
-    let label_selector = d
-        .spec
-        .as_ref()
-        .map(|s| s.selector.clone())
-        .unwrap_or_default();
+    let label_selector = d.spec.get().map(|s| s.selector.clone()).unwrap_or_default();
     let selector = Selector::from_label_selector(&label_selector).map_err(|source| {
         SyncError::InvalidSelector {
             namespace: namespace.clone(),

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::api::core::v1::Pod;
+use kctrl_client::versioned::Versioned;
 
 use crate::pod_view::{CONTROLLER_UID_INDEX, PodView, controller_uid_index};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -31,7 +32,7 @@ fn deployment(name: &str, selector: BTreeMap<String, String>) -> Deployment {
 }
 
 fn recreate(mut d: Deployment) -> Deployment {
-    let strategy = d.spec.as_mut().unwrap().strategy.as_mut().unwrap();
+    let strategy = d.spec.get_mut().strategy.as_mut().unwrap();
     strategy.type_ = Some("Recreate".to_owned());
     strategy.rolling_update = None;
     d
@@ -39,7 +40,7 @@ fn recreate(mut d: Deployment) -> Deployment {
 
 /// `newReplicaSet(d, name, replicas)`: controlled by `d`, labelled with `d`'s selector.
 fn new_replica_set(d: &Deployment, name: &str, replicas: i32) -> ReplicaSet {
-    let spec = d.spec.clone().unwrap();
+    let spec = d.spec.clone().into_value().unwrap();
     ReplicaSet {
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
@@ -50,12 +51,12 @@ fn new_replica_set(d: &Deployment, name: &str, replicas: i32) -> ReplicaSet {
             owner_references: Some(vec![Owner::of(d).controller_ref()]),
             ..Default::default()
         },
-        spec: Some(ReplicaSetSpec {
+        spec: ReplicaSetSpec {
             replicas: Some(replicas),
             selector: spec.selector.clone(),
             template: Some(spec.template.clone()),
             ..Default::default()
-        }),
+        },
         status: None,
     }
 }
@@ -361,7 +362,7 @@ async fn running_controller_creates_the_replica_set() {
 
     let mut web = deployment("web", map(&[("app", "web")]));
     web.metadata.uid = None;
-    web.spec.as_mut().unwrap().replicas = Some(3);
+    web.spec.get_mut().replicas = Some(3);
     let created = Api::<Deployment>::namespaced(fake.client(), "default")
         .create(&PostParams::default(), &web)
         .await
@@ -371,7 +372,7 @@ async fn running_controller_creates_the_replica_set() {
     let owned_rs = || {
         fake.objects::<ReplicaSet>().into_iter().find(|rs| {
             get_controller_of(&rs.metadata).is_some_and(|r| r.uid == uid)
-                && rs.spec.as_ref().and_then(|s| s.replicas) == Some(3)
+                && rs.spec.get().and_then(|s| s.replicas) == Some(3)
         })
     };
     assert!(

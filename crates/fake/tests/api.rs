@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStatus, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kctrl_client::versioned::Versioned;
 use kctrl_client::{
     Api, DeleteOutcome, DeleteParams, ListParams, Patch, PostParams, Preconditions, ResourceRef,
 };
@@ -32,10 +33,10 @@ fn labels(pairs: &[(&str, &str)]) -> Option<BTreeMap<String, String>> {
 fn deployment(name: &str, replicas: i32) -> Deployment {
     Deployment {
         metadata: meta(name),
-        spec: Some(DeploymentSpec {
+        spec: DeploymentSpec {
             replicas: Some(replicas),
             ..Default::default()
-        }),
+        },
         ..Default::default()
     }
 }
@@ -79,7 +80,7 @@ async fn deployment_crud_sets_server_fields() {
     assert_eq!(got, created);
 
     let mut changed = got.clone();
-    changed.spec.as_mut().unwrap().replicas = Some(3);
+    changed.spec.get_mut().replicas = Some(3);
     let updated = api.update(&pp(), &changed).await.unwrap();
     assert_eq!(updated.metadata.generation, Some(2));
     let rv2: u64 = updated
@@ -181,10 +182,10 @@ async fn already_exists_and_stale_update_conflict() {
     );
 
     let mut a = created.clone();
-    a.spec.as_mut().unwrap().replicas = Some(2);
+    a.spec.get_mut().replicas = Some(2);
     api.update(&pp(), &a).await.unwrap();
     let mut stale = created.clone();
-    stale.spec.as_mut().unwrap().replicas = Some(5);
+    stale.spec.get_mut().replicas = Some(5);
     let err = api.update(&pp(), &stale).await.unwrap_err();
     assert!(err.is_conflict());
     assert_eq!(
@@ -196,7 +197,7 @@ async fn already_exists_and_stale_update_conflict() {
     // An empty resourceVersion is an unconditional update for built-in types.
     stale.metadata.resource_version = None;
     let forced = api.update(&pp(), &stale).await.unwrap();
-    assert_eq!(forced.spec.unwrap().replicas, Some(5));
+    assert_eq!(forced.spec.into_value().unwrap().replicas, Some(5));
     // Updating something missing is a 404.
     let err = api.update(&pp(), &deployment("nope", 1)).await.unwrap_err();
     assert!(err.is_not_found());
@@ -271,7 +272,7 @@ async fn status_subresource_semantics() {
 
     // The status subresource ignores spec and labels, keeps status, never bumps generation.
     let mut s = after.clone();
-    s.spec.as_mut().unwrap().replicas = Some(42);
+    s.spec.get_mut().replicas = Some(42);
     s.metadata.labels = labels(&[("ignored", "yes")]);
     s.status = Some(DeploymentStatus {
         replicas: Some(1),
@@ -279,7 +280,7 @@ async fn status_subresource_semantics() {
         ..Default::default()
     });
     let st = api.update_status(&pp(), &s).await.unwrap();
-    assert_eq!(st.spec.as_ref().unwrap().replicas, Some(1));
+    assert_eq!(st.spec.get().unwrap().replicas, Some(1));
     assert_eq!(st.metadata.labels, None);
     assert_eq!(st.status.as_ref().unwrap().replicas, Some(1));
     assert_eq!(st.metadata.generation, Some(1));
@@ -293,7 +294,7 @@ async fn status_subresource_semantics() {
         .await
         .unwrap();
     assert_eq!(patched.status.unwrap().ready_replicas, Some(1));
-    assert_eq!(patched.spec.unwrap().replicas, Some(1));
+    assert_eq!(patched.spec.into_value().unwrap().replicas, Some(1));
 
     // A stale status update conflicts too.
     let err = api.update_status(&pp(), &s).await.unwrap_err();
@@ -425,7 +426,7 @@ async fn merge_and_json_patches() {
         .await
         .unwrap();
     assert_eq!(p.metadata.labels, labels(&[("b", "2"), ("c", "3")]));
-    assert_eq!(p.spec.unwrap().replicas, Some(2));
+    assert_eq!(p.spec.into_value().unwrap().replicas, Some(2));
     assert_eq!(p.metadata.generation, Some(2));
 
     let p = api
@@ -439,7 +440,7 @@ async fn merge_and_json_patches() {
         )
         .await
         .unwrap();
-    assert_eq!(p.spec.unwrap().replicas, Some(5));
+    assert_eq!(p.spec.into_value().unwrap().replicas, Some(5));
     let err = api
         .patch(
             "web",

@@ -23,6 +23,12 @@
 //!
 //! A Go field that k8s-openapi does not have is skipped (listed in the output's header); a
 //! Rust field that no Go field fills, or a type the generator does not know, stops it.
+//!
+//! The code is generated once for every Kubernetes release k8s-openapi supports ([`RELEASES`])
+//! and written as one file: what all releases share is written as it is; a function, match
+//! arm, statement or constructor field that only some releases have carries a `#[cfg]` on
+//! [`CFG`], which kctrl-client's build script sets from the release the user selected in
+//! k8s-openapi. So the crate compiles for whichever release its user picks.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Write as _;
@@ -31,10 +37,20 @@ use std::process::Command;
 
 use anyhow::{Context, Result, anyhow, bail};
 
-/// The Kubernetes release of the Go types (the local control plane's).
-const KUBE_MODULE_VERSION: &str = "v0.36.5";
-/// k8s-openapi's module of the same release.
-const OPENAPI_VERSION_MODULE: &str = "v1_36";
+/// The Kubernetes releases k8s-openapi 0.29 supports (1.MINOR), oldest first, each with the
+/// version of k8s.io/api and k8s.io/apimachinery whose Go types are read for it (the newest
+/// patch on the module proxy; for 1.36 and 1.37 the local control plane's). k8s-openapi has
+/// one module of Rust types per release (`src/v1_MINOR`).
+const RELEASES: &[(u32, &str)] = &[
+    (33, "v0.33.13"),
+    (34, "v0.34.13"),
+    (35, "v0.35.10"),
+    (36, "v0.36.5"),
+    (37, "v0.37.2"),
+];
+/// The `cfg` the generated code is gated with: kctrl-client's build script sets
+/// `k8s_api_ge = "1.N"` for every supported release N up to the one k8s-openapi was built for.
+const CFG: &str = "k8s_api_ge";
 /// Where the decoders go, from the workspace root.
 const OUTPUT: &str = "crates/client/src/protobuf/objects.rs";
 /// The types decoded whole: (Go package, type), each gets a `FromProtobuf` impl.
@@ -84,17 +100,24 @@ fn workspace_root() -> PathBuf {
 
 /// The generated file's text.
 fn generate() -> Result<String> {
-    let go = GoTypes::load()?;
-    let rust = RustTypes::load()?;
-    let text = Generator {
-        go,
-        rust,
-        done: BTreeSet::new(),
-        queue: VecDeque::new(),
-        skipped: Vec::new(),
+    let mut releases = Vec::new();
+    let mut crate_version = String::new();
+    for &(minor, module_version) in RELEASES {
+        let go = GoTypes::load(module_version)?;
+        let rust = RustTypes::load(minor)?;
+        crate_version = rust.crate_version();
+        let generated = Generator {
+            go,
+            rust,
+            done: BTreeSet::new(),
+            queue: VecDeque::new(),
+            skipped: Vec::new(),
+        }
+        .run()
+        .with_context(|| format!("Kubernetes 1.{minor} ({module_version})"))?;
+        releases.push((minor, generated));
     }
-    .run()?;
-    rustfmt(&text)
+    rustfmt(&render(&releases, &crate_version)?)
 }
 
 /// `text` as `cargo fmt` would leave it.
@@ -189,11 +212,11 @@ struct GoTypes {
 }
 
 impl GoTypes {
-    fn load() -> Result<Self> {
+    fn load(version: &str) -> Result<Self> {
         let cache = go_mod_cache()?;
         let modules = [
-            format!("k8s.io/api@{KUBE_MODULE_VERSION}"),
-            format!("k8s.io/apimachinery@{KUBE_MODULE_VERSION}"),
+            format!("k8s.io/api@{version}"),
+            format!("k8s.io/apimachinery@{version}"),
         ];
         if modules.iter().any(|m| !cache.join(m).is_dir()) {
             // Fetched through the Go module proxy, as the control plane's build does.
@@ -208,7 +231,7 @@ impl GoTypes {
         }
         let mut structs = BTreeMap::new();
         for (package, dir) in GO_PACKAGES {
-            let dir = cache.join(dir.replace("{v}", KUBE_MODULE_VERSION));
+            let dir = cache.join(dir.replace("{v}", version));
             let mut files: Vec<_> = std::fs::read_dir(&dir)
                 .with_context(|| format!("reading {}", dir.display()))?
                 .filter_map(|e| e.ok().map(|e| e.path()))
@@ -300,8 +323,9 @@ fn parse_go_file(package: &str, text: &str, structs: &mut BTreeMap<GoKey, Vec<Go
             let (decl, tag) = t.split_once('`').expect("checked");
             let tag = tag.trim_end_matches('`');
             let words: Vec<&str> = decl.split_whitespace().collect();
-            let ty = match words.as_slice() {
-                [_, ty] | [ty] => *ty,
+            let (ty, embedded) = match words.as_slice() {
+                [_, ty] => (*ty, false),
+                [ty] => (*ty, true),
                 _ => continue,
             };
             let Some(json) = tag_value(tag, "json") else {
@@ -313,6 +337,9 @@ fn parse_go_file(package: &str, text: &str, structs: &mut BTreeMap<GoKey, Vec<Go
             let mut json_parts = json.split(',');
             let json_name = json_parts.next().unwrap_or("").to_owned();
             let options: Vec<&str> = json_parts.collect();
+            // An embedded struct without a JSON name is inlined, whether its tag says
+            // `json:",inline"` (up to 1.36) or `json:""` (1.37).
+            let inline = options.contains(&"inline") || (embedded && json_name.is_empty());
             let Some(number) = proto.split(',').nth(1).and_then(|n| n.parse().ok()) else {
                 continue;
             };
@@ -322,7 +349,7 @@ fn parse_go_file(package: &str, text: &str, structs: &mut BTreeMap<GoKey, Vec<Go
                 imports: imports.clone(),
                 json: json_name,
                 omitempty: options.contains(&"omitempty") || options.contains(&"omitzero"),
-                inline: options.contains(&"inline"),
+                inline,
                 number,
             });
         }
@@ -374,7 +401,8 @@ struct RustTypes {
 }
 
 impl RustTypes {
-    fn load() -> Result<Self> {
+    /// k8s-openapi's types of Kubernetes 1.`minor`.
+    fn load(minor: u32) -> Result<Self> {
         let out = Command::new(env!("CARGO"))
             .args(["metadata", "--format-version", "1"])
             .current_dir(workspace_root())
@@ -390,7 +418,7 @@ impl RustTypes {
             .parent()
             .expect("manifest in a dir")
             .join("src")
-            .join(OPENAPI_VERSION_MODULE);
+            .join(format!("v1_{minor}"));
         Ok(Self { root })
     }
 
@@ -578,7 +606,7 @@ struct Generator {
 /// the JSON names filled, and the encoder's statements by field number.
 #[derive(Default)]
 struct Emitted {
-    arms: String,
+    arms: Vec<String>,
     inits: Vec<String>,
     filled: BTreeSet<String>,
     writes: Vec<(u32, String)>,
@@ -590,10 +618,240 @@ struct Field<'a> {
     rust: RustField,
 }
 
+/// The file's text: every release's items merged, each item and unit not all releases have
+/// gated on the releases that have it.
+fn render(releases: &[(u32, Generated)], crate_version: &str) -> Result<String> {
+    let all: BTreeSet<u32> = releases.iter().map(|(m, _)| *m).collect();
+    // Items in order (newest release's order, others' inserted where they stood), each with
+    // its text per release.
+    let mut items: Vec<(String, BTreeMap<u32, &Item>)> = Vec::new();
+    let mut keys = Vec::new();
+    for (minor, generated) in releases.iter().rev() {
+        let order: Vec<&str> = generated.items.iter().map(|i| i.key.as_str()).collect();
+        keys = merge_order(keys, *minor, &order);
+        for item in &generated.items {
+            match items.iter_mut().find(|(k, _)| *k == item.key) {
+                Some((_, per)) => {
+                    per.insert(*minor, item);
+                }
+                None => items.push((item.key.clone(), BTreeMap::from([(*minor, item)]))),
+            }
+        }
+    }
+    let mut body = String::new();
+    for (key, _) in &keys {
+        let per = &items.iter().find(|(k, _)| k == key).expect("merged").1;
+        let present: BTreeSet<u32> = per.keys().copied().collect();
+        let first = per.values().next().expect("present in a release");
+        for item in per.values() {
+            if item.head != first.head || item.tail != first.tail {
+                bail!("{key} differs between releases in more than its fields");
+            }
+        }
+        let mut units = Vec::new();
+        for (minor, item) in per.iter().rev() {
+            let order: Vec<&str> = item.units.iter().map(String::as_str).collect();
+            units = merge_order(units, *minor, &order);
+        }
+        if let Some(cfg) = gate(&present, &all) {
+            let _ = write!(body, "\n#[cfg({cfg})]");
+        }
+        match &first.constructor {
+            Some(plain) if units.is_empty() => body.push_str(plain),
+            _ => {
+                body.push_str(&first.head);
+                for (unit, minors) in &units {
+                    if let Some(cfg) = gate(minors, &present) {
+                        let _ = writeln!(body, "#[cfg({cfg})]");
+                    }
+                    body.push_str(unit);
+                }
+                body.push_str(&first.tail);
+            }
+        }
+    }
+
+    let mut out = String::new();
+    let modules: Vec<&str> = RELEASES.iter().map(|(_, v)| *v).collect();
+    let _ = write!(
+        out,
+        "// @generated by `cargo xtask gen-protobuf` from the Go types of k8s.io/api and\n\
+         // k8s.io/apimachinery {} and the Rust types of {crate_version} (v1_{} to v1_{}).\n\
+         // Do not edit: change xtask/gen-protobuf/src/main.rs and run `cargo xtask gen-protobuf`.\n//\n\
+         // Code that only some Kubernetes releases have is gated on `{CFG}` (set by build.rs).\n//\n",
+        modules.join(", "),
+        all.first().expect("releases"),
+        all.last().expect("releases"),
+    );
+    let mut skipped = Vec::new();
+    for (minor, generated) in releases.iter().rev() {
+        let order: Vec<&str> = generated.skipped.iter().map(String::as_str).collect();
+        skipped = merge_order(skipped, *minor, &order);
+    }
+    if skipped.is_empty() {
+        out.push_str("// Every Go field has a Rust field.\n");
+    } else {
+        out.push_str("// Go fields without a Rust field (skipped when read):\n");
+        for (s, minors) in &skipped {
+            match minors.len() == all.len() {
+                true => {
+                    let _ = writeln!(out, "// - {s}");
+                }
+                false => {
+                    let list: Vec<String> = minors.iter().map(|m| format!("1.{m}")).collect();
+                    let _ = writeln!(out, "// - {s}, in {}", list.join(", "));
+                }
+            }
+        }
+    }
+    let helpers: BTreeSet<&str> = releases
+        .iter()
+        .flat_map(|(_, g)| g.helpers.iter().copied())
+        .collect();
+    let _ = write!(
+        out,
+        "\n//! Protobuf decoders of whole Deployments and ReplicaSets, into k8s-openapi's types.\n\
+         //!\n\
+         //! One `merge_*` function per Go struct reads its message field by field into the\n\
+         //! k8s-openapi struct of the same name (a struct Go inlines, such as a volume's\n\
+         //! source, into the struct that holds it). Values land as the same object's JSON\n\
+         //! would put them: a zero value of a non-pointer field tagged `omitempty` is `None`,\n\
+         //! an empty list or map is `None`, an empty `Time` is `None`; `managedFields` are\n\
+         //! skipped. Fields a message carries that k8s-openapi lacks are skipped, as JSON's\n\
+         //! decoder skips unknown members. The code covers every Kubernetes release\n\
+         //! k8s-openapi supports; what a release lacks is compiled out.\n\
+         \nuse super::wire::{{Reader, Writer, {}}};\n\
+         use super::{{FromProtobuf, ProtobufError, ToProtobuf}};\n",
+        helpers.into_iter().collect::<Vec<_>>().join(", ")
+    );
+    out.push_str(&body);
+    Ok(out)
+}
+
+/// Merges the ordered `units` of release `minor` into `merged` (the units of newer releases,
+/// each with the releases that have it): a unit already there gains `minor`; a new one is
+/// inserted after the unit that precedes it in `units`.
+fn merge_order(
+    mut merged: Vec<(String, BTreeSet<u32>)>,
+    minor: u32,
+    units: &[&str],
+) -> Vec<(String, BTreeSet<u32>)> {
+    let mut at = 0;
+    for unit in units {
+        match merged.iter().position(|(u, _)| u == unit) {
+            Some(i) => {
+                merged[i].1.insert(minor);
+                at = i + 1;
+            }
+            None => {
+                merged.insert(at, ((*unit).to_owned(), BTreeSet::from([minor])));
+                at += 1;
+            }
+        }
+    }
+    merged
+}
+
+/// The `cfg` predicate true exactly for the releases `some` out of `all` (both sets of minor
+/// versions), or `None` when `some` is all of them. The newest release stands for every later
+/// one and the oldest for every earlier one, so a field added in 1.35 is
+/// `k8s_api_ge = "1.35"` and one removed in 1.36 is `not(k8s_api_ge = "1.36")`.
+fn gate(some: &BTreeSet<u32>, all: &BTreeSet<u32>) -> Option<String> {
+    if some == all {
+        return None;
+    }
+    let (lo, hi) = (*all.first()?, *all.last()?);
+    // Runs of consecutive releases of `all` that `some` holds.
+    let mut runs: Vec<(u32, u32)> = Vec::new();
+    let mut run: Option<(u32, u32)> = None;
+    for m in all {
+        match (some.contains(m), run) {
+            (true, None) => run = Some((*m, *m)),
+            (true, Some((a, _))) => run = Some((a, *m)),
+            (false, Some(r)) => {
+                runs.push(r);
+                run = None;
+            }
+            (false, None) => {}
+        }
+    }
+    runs.extend(run);
+    let next = |b: u32| all.iter().copied().find(|m| *m > b);
+    let preds: Vec<String> = runs
+        .into_iter()
+        .map(|(a, b)| {
+            let mut parts = Vec::new();
+            if a > lo {
+                parts.push(format!("{CFG} = \"1.{a}\""));
+            }
+            if b < hi
+                && let Some(n) = next(b)
+            {
+                parts.push(format!("not({CFG} = \"1.{n}\")"));
+            }
+            match parts.len() {
+                1 => parts.remove(0),
+                _ => format!("all({})", parts.join(", ")),
+            }
+        })
+        .collect();
+    Some(match preds.len() {
+        0 => "any()".to_owned(),
+        1 => preds[0].clone(),
+        _ => format!("any({})", preds.join(", ")),
+    })
+}
+
+/// One release's generated code, in pieces [`render`] can merge across releases.
+struct Generated {
+    /// Impls, constructors and functions, in the order they are written.
+    items: Vec<Item>,
+    /// Go fields without a Rust field.
+    skipped: Vec<String>,
+    /// The wire helpers the code calls.
+    helpers: BTreeSet<&'static str>,
+}
+
+/// One item of the generated file (an impl or a function), named by `key`: a fixed `head`, the
+/// `units` a release may or may not have (match arms, statements, constructor fields), each
+/// on its own, and a fixed `tail`.
+#[derive(Clone, Debug, PartialEq)]
+struct Item {
+    key: String,
+    head: String,
+    units: Vec<String>,
+    tail: String,
+    /// A constructor: written as `Default::default()` when no release has a unit.
+    constructor: Option<String>,
+}
+
+impl Item {
+    fn fixed(key: String, text: String) -> Self {
+        Self {
+            key,
+            head: text,
+            units: Vec::new(),
+            tail: String::new(),
+            constructor: None,
+        }
+    }
+}
+
+/// The wire helpers generated code may call (imported when any release calls them).
+const HELPERS: &[&str] = &[
+    "int_or_string",
+    "nonzero",
+    "push",
+    "quantity",
+    "time",
+    "write_int_or_string",
+    "write_quantity",
+    "write_time",
+];
+
 impl Generator {
-    fn run(mut self) -> Result<String> {
-        let mut body = String::new();
-        let mut impls = String::new();
+    fn run(mut self) -> Result<Generated> {
+        let mut impls = Vec::new();
         let mut news = BTreeMap::new();
         for (package, name) in ROOTS {
             let module = rust_module(package)?;
@@ -606,90 +864,61 @@ impl Generator {
                 rust_name: (*name).into(),
             });
             let path = rust_path(module, name);
-            let _ = write!(
-                impls,
-                "\nimpl FromProtobuf for {path} {{\n    fn from_protobuf(message: &[u8]) -> Result<Self, ProtobufError> {{\n        let mut object = {new}();\n        {merge}(Reader::new(message, \"{name}\"), &mut object)?;\n        Ok(object)\n    }}\n}}\n\nimpl ToProtobuf for {path} {{\n    fn to_protobuf(&self) -> Option<Vec<u8>> {{\n        let mut w = Writer::default();\n        {encode}(self, &mut w);\n        w.finish()\n    }}\n}}\n",
-                new = new_function(module, name),
-                merge = merge_function(module, name),
-                encode = encode_name(&merge_function(module, name)),
-            );
+            impls.push(Item::fixed(
+                format!("impl {name}"),
+                format!(
+                    "\nimpl FromProtobuf for {path} {{\n    fn from_protobuf(message: &[u8]) -> Result<Self, ProtobufError> {{\n        let mut object = {new}();\n        {merge}(Reader::new(message, \"{name}\"), &mut object)?;\n        Ok(object)\n    }}\n}}\n\nimpl ToProtobuf for {path} {{\n    fn to_protobuf(&self) -> Option<Vec<u8>> {{\n        let mut w = Writer::default();\n        {encode}(self, &mut w);\n        w.finish()\n    }}\n}}\n",
+                    new = new_function(module, name),
+                    merge = merge_function(module, name),
+                    encode = encode_name(&merge_function(module, name)),
+                ),
+            ));
         }
+        let mut body = Vec::new();
         while let Some(job) = self.queue.pop_front() {
-            let text = self.job(&job, &mut news)?;
-            body.push_str(&text);
+            body.extend(self.job(&job, &mut news)?);
         }
+        let text = |items: &[Item]| -> String {
+            items
+                .iter()
+                .map(|i| format!("{}{}{}", i.head, i.units.concat(), i.tail))
+                .collect()
+        };
+        let (body_text, impls_text) = (text(&body), text(&impls));
         // Constructors: every struct a merge function fills, with the values JSON always writes.
-        let mut constructors = String::new();
-        for ((module, name), inits) in &news {
-            let path = rust_path(module, name);
-            let f = new_function(module, name);
-            if !body.contains(&format!("{f})"))
-                && !body.contains(&format!("{f}()"))
-                && !impls.contains(&format!("{f}()"))
+        let mut constructors = Vec::new();
+        for ((module, name), inits) in news {
+            let path = rust_path(&module, &name);
+            let f = new_function(&module, &name);
+            if !body_text.contains(&format!("{f})"))
+                && !body_text.contains(&format!("{f}()"))
+                && !impls_text.contains(&format!("{f}()"))
             {
                 continue;
             }
-            if inits.is_empty() {
-                let _ = write!(
-                    constructors,
+            constructors.push(Item {
+                key: f.clone(),
+                head: format!("\nfn {f}() -> {path} {{\n    {path} {{\n"),
+                units: inits.iter().map(|i| format!("        {i},\n")).collect(),
+                tail: "        ..Default::default()\n    }\n}\n".to_owned(),
+                constructor: Some(format!(
                     "\nfn {f}() -> {path} {{\n    Default::default()\n}}\n"
-                );
-            } else {
-                let _ = write!(constructors, "\nfn {f}() -> {path} {{\n    {path} {{\n");
-                for init in inits {
-                    let _ = writeln!(constructors, "        {init},");
-                }
-                let _ = write!(constructors, "        ..Default::default()\n    }}\n}}\n");
-            }
+                )),
+            });
         }
-        let mut out = String::new();
-        let _ = write!(
-            out,
-            "// @generated by `cargo xtask gen-protobuf` from the Go types of k8s.io/api and\n\
-             // k8s.io/apimachinery {KUBE_MODULE_VERSION} and the Rust types of {} ({OPENAPI_VERSION_MODULE}).\n\
-             // Do not edit: change xtask/gen-protobuf/src/main.rs and run `cargo xtask gen-protobuf`.\n//\n",
-            self.rust.crate_version()
-        );
-        if self.skipped.is_empty() {
-            out.push_str("// Every Go field has a Rust field.\n");
-        } else {
-            out.push_str("// Go fields without a Rust field (skipped when read):\n");
-            for s in &self.skipped {
-                let _ = writeln!(out, "// - {s}");
-            }
-        }
-        let helpers: Vec<&str> = [
-            "int_or_string",
-            "nonzero",
-            "push",
-            "quantity",
-            "time",
-            "write_int_or_string",
-            "write_quantity",
-            "write_time",
-        ]
-        .into_iter()
-        .filter(|h| body.contains(&format!("{h}(")))
-        .collect();
-        let _ = write!(
-            out,
-            "\n//! Protobuf decoders of whole Deployments and ReplicaSets, into k8s-openapi's types.\n\
-             //!\n\
-             //! One `merge_*` function per Go struct reads its message field by field into the\n\
-             //! k8s-openapi struct of the same name (a struct Go inlines, such as a volume's\n\
-             //! source, into the struct that holds it). Values land as the same object's JSON\n\
-             //! would put them: a zero value of a non-pointer field tagged `omitempty` is `None`,\n\
-             //! an empty list or map is `None`, an empty `Time` is `None`; `managedFields` are\n\
-             //! skipped. Fields a message carries that k8s-openapi lacks are skipped, as JSON's\n\
-             //! decoder skips unknown members.\n\
-             \nuse super::wire::{{Reader, Writer, {}}};\n\
-             use super::{{FromProtobuf, ProtobufError, ToProtobuf}};\n",
-            helpers.join(", ")
-        );
-        out.push_str(&impls);
-        out.push_str(&constructors);
-        out.push_str(&body);
-        Ok(out)
+        let helpers = HELPERS
+            .iter()
+            .copied()
+            .filter(|h| body_text.contains(&format!("{h}(")))
+            .collect();
+        let mut items = impls;
+        items.extend(constructors);
+        items.extend(body);
+        Ok(Generated {
+            items,
+            skipped: self.skipped,
+            helpers,
+        })
     }
 
     fn push(&mut self, job: Job) {
@@ -698,12 +927,12 @@ impl Generator {
         }
     }
 
-    /// The merge function of one job; records the constructor's initial values.
+    /// The decoder and the encoder of one struct.
     fn job(
         &mut self,
         job: &Job,
         news: &mut BTreeMap<(String, String), Vec<String>>,
-    ) -> Result<String> {
+    ) -> Result<[Item; 2]> {
         let go_fields = self
             .go
             .structs
@@ -752,26 +981,32 @@ impl Generator {
         let key = (job.rust_module.clone(), job.rust_name.clone());
         news.entry(key).or_default().extend(inits);
         let path = rust_path(&job.rust_module, &job.rust_name);
-        let mut text = String::new();
-        let _ = write!(
-            text,
-            "\n/// Reads Go's `{}.{}` into `{}`.\npub(super) fn {}(mut r: Reader<'_>, m: &mut {path}) -> Result<(), ProtobufError> {{\n    while let Some((field, wire)) = r.field()? {{\n        match field {{\n{arms}            _ => r.skip(wire)?,\n        }}\n    }}\n    Ok(())\n}}\n",
-            job.go.package,
-            job.go.name,
-            job.rust_name,
-            job.function()
-        );
-        let body: Vec<&str> = writes.iter().map(|(_, w)| w.as_str()).collect();
-        let _ = write!(
-            text,
-            "\n/// Writes `{}` as Go's `{}.{}`.\nfn {}(m: &{path}, w: &mut Writer) {{\n    {}\n}}\n",
-            job.rust_name,
-            job.go.package,
-            job.go.name,
-            encode_name(&job.function()),
-            body.join("\n    ")
-        );
-        Ok(text)
+        let merge = job.function();
+        let encode = encode_name(&merge);
+        let decoder = Item {
+            key: merge.clone(),
+            head: format!(
+                "\n/// Reads Go's `{}.{}` into `{}`.\npub(super) fn {merge}(mut r: Reader<'_>, m: &mut {path}) -> Result<(), ProtobufError> {{\n    while let Some((field, wire)) = r.field()? {{\n        match field {{\n",
+                job.go.package, job.go.name, job.rust_name,
+            ),
+            units: arms,
+            tail: "            _ => r.skip(wire)?,\n        }\n    }\n    Ok(())\n}\n".to_owned(),
+            constructor: None,
+        };
+        let encoder = Item {
+            key: encode.clone(),
+            head: format!(
+                "\n/// Writes `{}` as Go's `{}.{}`.\nfn {encode}(m: &{path}, w: &mut Writer) {{\n",
+                job.rust_name, job.go.package, job.go.name,
+            ),
+            units: writes
+                .into_iter()
+                .map(|(_, w)| format!("    {w}\n"))
+                .collect(),
+            tail: "}\n".to_owned(),
+            constructor: None,
+        };
+        Ok([decoder, encoder])
     }
 
     fn fields(
@@ -795,12 +1030,11 @@ impl Generator {
                     rust_module: job.rust_module.clone(),
                     rust_name: job.rust_name.clone(),
                 };
-                let _ = writeln!(
-                    arms,
-                    "            {} => {}(r.message(wire)?, m)?,",
+                arms.push(format!(
+                    "            {} => {}(r.message(wire)?, m)?,\n",
                     g.number,
                     inner_job.function()
-                );
+                ));
                 writes.push((
                     g.number,
                     format!(
@@ -830,11 +1064,10 @@ impl Generator {
                 continue;
             }
             if job.rust_name == "ObjectMeta" && g.json == "managedFields" {
-                let _ = writeln!(
-                    arms,
-                    "            {} => r.skip(wire)?, // managedFields: not kept",
+                arms.push(format!(
+                    "            {} => r.skip(wire)?, // managedFields: not kept\n",
                     g.number
-                );
+                ));
                 // Not written either: an object that carries them is sent as JSON.
                 writes.push((
                     g.number,
@@ -858,7 +1091,7 @@ impl Generator {
                 inits.push(init);
             }
             let assign = self.assign(&field)?;
-            let _ = writeln!(arms, "            {} => {assign},", g.number);
+            arms.push(format!("            {} => {assign},\n", g.number));
             writes.push((g.number, write_statement(&field)?));
         }
         Ok(())
@@ -1069,6 +1302,78 @@ fn collect_inline(go: &GoTypes, fields: &[GoField], out: &mut BTreeSet<String>) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn set(minors: &[u32]) -> BTreeSet<u32> {
+        minors.iter().copied().collect()
+    }
+
+    #[test]
+    fn gates_name_the_releases_that_have_the_code() {
+        let all = set(&[33, 34, 35, 36, 37]);
+        assert_eq!(gate(&all, &all), None);
+        assert_eq!(
+            gate(&set(&[35, 36, 37]), &all).as_deref(),
+            Some("k8s_api_ge = \"1.35\"")
+        );
+        assert_eq!(
+            gate(&set(&[33, 34]), &all).as_deref(),
+            Some("not(k8s_api_ge = \"1.35\")")
+        );
+        assert_eq!(
+            gate(&set(&[35]), &all).as_deref(),
+            Some("all(k8s_api_ge = \"1.35\", not(k8s_api_ge = \"1.36\"))")
+        );
+        assert_eq!(
+            gate(&set(&[33, 37]), &all).as_deref(),
+            Some("any(not(k8s_api_ge = \"1.34\"), k8s_api_ge = \"1.37\")")
+        );
+        // Within an item present from 1.35 on, a unit of 1.36 and later needs only its lower
+        // bound; the item's own gate covers the rest.
+        assert_eq!(
+            gate(&set(&[36, 37]), &set(&[35, 36, 37])).as_deref(),
+            Some("k8s_api_ge = \"1.36\"")
+        );
+    }
+
+    #[test]
+    fn units_merge_in_order_with_their_releases() {
+        // Newest first, as `render` merges them.
+        let merged = merge_order(Vec::new(), 37, &["a", "b", "d"]);
+        let merged = merge_order(merged, 36, &["a", "c", "d"]);
+        let merged = merge_order(merged, 35, &["a", "b2", "c"]);
+        let got: Vec<(&str, Vec<u32>)> = merged
+            .iter()
+            .map(|(u, m)| (u.as_str(), m.iter().copied().collect()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("a", vec![35, 36, 37]),
+                ("b2", vec![35]),
+                ("c", vec![35, 36]),
+                ("b", vec![37]),
+                ("d", vec![36, 37]),
+            ]
+        );
+    }
+
+    #[test]
+    fn embedded_structs_without_a_json_name_are_inlined() {
+        // 1.37 writes `json:""` where earlier releases wrote `json:",inline"`.
+        for tag in ["json:\",inline\"", "json:\"\""] {
+            let go = format!(
+                "package v1\n\ntype Volume struct {{\n\tName string `json:\"name\" protobuf:\"bytes,1,opt,name=name\"`\n\tVolumeSource `{tag} protobuf:\"bytes,2,opt,name=volumeSource\"`\n}}\n"
+            );
+            let mut structs = BTreeMap::new();
+            parse_go_file("core/v1", &go, &mut structs);
+            let fields = &structs[&GoKey {
+                package: "core/v1".into(),
+                name: "Volume".into(),
+            }];
+            assert!(!fields[0].inline);
+            assert!(fields[1].inline, "{tag}");
+        }
+    }
 
     #[test]
     fn snake_case_of_go_names() {

@@ -51,6 +51,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kctrl_client::versioned::Versioned;
 use kctrl_client::{Api, Client, ListParams, Patch, PostParams};
 use kctrl_config::Config;
 use tokio_util::sync::CancellationToken;
@@ -424,7 +425,7 @@ fn client(kubeconfig: &Path) -> Result<Client> {
 /// surplus pods): its controller saw the latest spec, and every replica is updated and
 /// available.
 fn complete(d: &Deployment) -> bool {
-    let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let want = d.spec.get().and_then(|s| s.replicas).unwrap_or(1);
     let Some(st) = d.status.as_ref() else {
         return false;
     };
@@ -1263,10 +1264,9 @@ async fn storm_writer(
             .labels
             .get_or_insert_with(Default::default)
             .insert("chaos.kctrl.dev/storm".to_owned(), n.to_string());
-        if let Some(spec) = d.spec.as_mut() {
-            spec.revision_history_limit = Some(2 + (n % 8) as i32);
-            spec.progress_deadline_seconds = Some(600 + (n % 60) as i32);
-        }
+        let spec = d.spec.get_mut();
+        spec.revision_history_limit = Some(2 + (n % 8) as i32);
+        spec.progress_deadline_seconds = Some(600 + (n % 60) as i32);
         // A little time between read and write, as a real client would take.
         tokio::time::sleep(Duration::from_millis(rng.u64(0..100))).await;
         match api.update(&pp, &d).await {

@@ -16,6 +16,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::{ListableResource, Metadata, Resource};
+use kctrl_client::versioned::Versioned;
 use kctrl_client::{Api, Client, ListParams, WatchEvent, WatchParams};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
@@ -70,7 +71,7 @@ fn ns_name(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) ->
 /// The checker's view of a Deployment.
 pub(crate) fn deployment_view(d: &Deployment) -> DeploymentView {
     let (namespace, name) = ns_name(&d.metadata);
-    let spec = d.spec.clone().unwrap_or_default();
+    let spec = d.spec.clone().into_value().unwrap_or_default();
     let replicas = spec.replicas.unwrap_or(1);
     let strategy = spec.strategy.unwrap_or_default();
     let strategy = if strategy.type_.as_deref() == Some("Recreate") {
@@ -95,7 +96,7 @@ pub(crate) fn deployment_view(d: &Deployment) -> DeploymentView {
 /// The checker's view of a ReplicaSet.
 pub(crate) fn replica_set_view(rs: &ReplicaSet) -> ReplicaSetView {
     let (namespace, name) = ns_name(&rs.metadata);
-    let spec = rs.spec.clone().unwrap_or_default();
+    let spec = rs.spec.clone().into_value().unwrap_or_default();
     let mut template = serde_json::to_value(&spec.template).unwrap_or_default();
     if let Some(labels) = template
         .pointer_mut("/metadata/labels")

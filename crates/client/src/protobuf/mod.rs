@@ -319,7 +319,8 @@ impl From<ListMetaMessage> for ListMeta {
             remaining_item_count: m.remaining_item_count,
             resource_version: non_empty(m.resource_version),
             self_link: non_empty(m.self_link),
-            shard_info: None,
+            // shardInfo (1.37 and later) is not read: nothing asks for sharded lists.
+            ..Default::default()
         }
     }
 }

@@ -166,6 +166,8 @@ impl<'a> Reader<'a> {
     }
 
     /// One element of a repeated `int32`, or a packed run of them.
+    // Read only by fields of Kubernetes 1.34 and later (a container's restart rules).
+    #[cfg_attr(not(k8s_api_ge = "1.34"), allow(dead_code))]
     pub(crate) fn int32s(&mut self, wire: u8, out: &mut Option<Vec<i32>>) -> Result<()> {
         // Truncation is the protobuf rule for int32.
         self.varints(wire, out, |v| v as i32)

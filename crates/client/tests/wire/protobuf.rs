@@ -100,7 +100,7 @@ fn expected() -> ReplicaSet {
             labels: app(),
             ..Default::default()
         },
-        spec: Some(ReplicaSetSpec {
+        spec: ReplicaSetSpec {
             replicas: Some(3),
             selector: LabelSelector {
                 match_labels: app(),
@@ -121,7 +121,7 @@ fn expected() -> ReplicaSet {
                 }),
             }),
             min_ready_seconds: None,
-        }),
+        },
         status: Some(ReplicaSetStatus {
             replicas: 3,
             observed_generation: Some(2),

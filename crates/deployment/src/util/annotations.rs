@@ -469,13 +469,13 @@ mod tests {
                 annotations,
                 ..Default::default()
             },
-            spec: Some(ReplicaSetSpec {
+            spec: ReplicaSetSpec {
                 selector: LabelSelector {
                     match_labels: Some(map(&[("foo", "bar")])),
                     ..Default::default()
                 },
                 ..Default::default()
-            }),
+            },
             status: None,
         };
         let cases = [

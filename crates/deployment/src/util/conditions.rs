@@ -10,6 +10,7 @@
 use k8s_openapi::api::apps::v1::{DeploymentCondition, DeploymentStatus, ReplicaSetCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use kctrl_client::versioned::Text;
 
 /// `""` → `None`, as Go's `omitempty` would serialize it.
 fn non_empty(s: &str) -> Option<String> {
@@ -25,8 +26,8 @@ pub fn new_deployment_condition(
     now: Timestamp,
 ) -> DeploymentCondition {
     DeploymentCondition {
-        type_: type_.to_owned(),
-        status: status.to_owned(),
+        type_: type_.to_owned().into(),
+        status: status.to_owned().into(),
         last_update_time: Some(Time(now)),
         last_transition_time: Some(Time(now)),
         reason: non_empty(reason),
@@ -43,13 +44,13 @@ pub fn get_deployment_condition<'a>(
         .conditions
         .iter()
         .flatten()
-        .find(|c| c.type_ == type_)
+        .find(|c| c.type_.text() == type_)
 }
 
 /// `SetDeploymentCondition`: puts `condition` in the status (replacing every condition of its
 /// type, appended last) unless one with the same status and reason is already there.
 pub fn set_deployment_condition(status: &mut DeploymentStatus, mut condition: DeploymentCondition) {
-    if let Some(current) = get_deployment_condition(status, &condition.type_) {
+    if let Some(current) = get_deployment_condition(status, condition.type_.text()) {
         if current.status == condition.status
             && current.reason.as_deref().unwrap_or("") == condition.reason.as_deref().unwrap_or("")
         {
@@ -59,7 +60,7 @@ pub fn set_deployment_condition(status: &mut DeploymentStatus, mut condition: De
             condition.last_transition_time = current.last_transition_time.clone();
         }
     }
-    remove_deployment_condition(status, &condition.type_);
+    remove_deployment_condition(status, condition.type_.text());
     status.conditions.get_or_insert_default().push(condition);
 }
 
@@ -67,7 +68,7 @@ pub fn set_deployment_condition(status: &mut DeploymentStatus, mut condition: De
 /// like Go's nil slice).
 pub fn remove_deployment_condition(status: &mut DeploymentStatus, type_: &str) {
     if let Some(conditions) = status.conditions.as_mut() {
-        conditions.retain(|c| c.type_ != type_);
+        conditions.retain(|c| c.type_.text() != type_);
         if conditions.is_empty() {
             status.conditions = None;
         }
@@ -97,8 +98,8 @@ mod tests {
 
     fn cond(type_: &str, status: &str, reason: &str) -> DeploymentCondition {
         DeploymentCondition {
-            type_: type_.into(),
-            status: status.into(),
+            type_: type_.to_owned().into(),
+            status: status.to_owned().into(),
             reason: Some(reason.into()),
             ..Default::default()
         }
@@ -248,8 +249,8 @@ mod tests {
     #[test]
     fn replica_set_condition_promotion_uses_transition_time_twice() {
         let rs_cond = ReplicaSetCondition {
-            type_: DEPLOYMENT_REPLICA_FAILURE.into(),
-            status: CONDITION_TRUE.into(),
+            type_: DEPLOYMENT_REPLICA_FAILURE.to_owned().into(),
+            status: CONDITION_TRUE.to_owned().into(),
             last_transition_time: Some(Time(at(5))),
             reason: Some("FailedCreate".into()),
             message: Some("quota".into()),

@@ -174,7 +174,7 @@ mod tests {
 
     fn rolling(replicas: Option<i32>, surge: IntOrString, unavailable: IntOrString) -> Deployment {
         Deployment {
-            spec: Some(DeploymentSpec {
+            spec: DeploymentSpec {
                 replicas,
                 strategy: Some(DeploymentStrategy {
                     type_: Some(ROLLING_UPDATE_DEPLOYMENT_STRATEGY_TYPE.into()),
@@ -184,21 +184,21 @@ mod tests {
                     }),
                 }),
                 ..Default::default()
-            }),
+            },
             ..Default::default()
         }
     }
 
     fn recreate(replicas: Option<i32>) -> Deployment {
         Deployment {
-            spec: Some(DeploymentSpec {
+            spec: DeploymentSpec {
                 replicas,
                 strategy: Some(DeploymentStrategy {
                     type_: Some(RECREATE_DEPLOYMENT_STRATEGY_TYPE.into()),
                     rolling_update: None,
                 }),
                 ..Default::default()
-            }),
+            },
             ..Default::default()
         }
     }

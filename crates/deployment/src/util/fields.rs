@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentStatus, ReplicaSet, RollingUpdateDeployment,
 };
+use kctrl_client::versioned::Versioned;
 
 /// The API server's default for `spec.replicas` of Deployments and ReplicaSets.
 pub const DEFAULT_REPLICAS: i32 = 1;
@@ -19,7 +20,7 @@ pub const DEFAULT_REPLICAS: i32 = 1;
 /// `*(d.Spec.Replicas)`: the Deployment's desired replica count.
 pub fn deployment_replicas(d: &Deployment) -> i32 {
     d.spec
-        .as_ref()
+        .get()
         .and_then(|s| s.replicas)
         .unwrap_or(DEFAULT_REPLICAS)
 }
@@ -27,7 +28,7 @@ pub fn deployment_replicas(d: &Deployment) -> i32 {
 /// `*(rs.Spec.Replicas)`: the ReplicaSet's desired replica count.
 pub fn rs_replicas(rs: &ReplicaSet) -> i32 {
     rs.spec
-        .as_ref()
+        .get()
         .and_then(|s| s.replicas)
         .unwrap_or(DEFAULT_REPLICAS)
 }
@@ -56,7 +57,7 @@ pub fn rs_available_replicas(rs: &ReplicaSet) -> i32 {
 /// The Deployment's `spec.strategy.type` (`""` when unset, as in Go).
 pub fn strategy_type(d: &Deployment) -> &str {
     d.spec
-        .as_ref()
+        .get()
         .and_then(|s| s.strategy.as_ref())
         .and_then(|s| s.type_.as_deref())
         .unwrap_or("")
@@ -65,7 +66,7 @@ pub fn strategy_type(d: &Deployment) -> &str {
 /// The Deployment's `spec.strategy.rollingUpdate`, if any.
 pub fn rolling_update(d: &Deployment) -> Option<&RollingUpdateDeployment> {
     d.spec
-        .as_ref()
+        .get()
         .and_then(|s| s.strategy.as_ref())
         .and_then(|s| s.rolling_update.as_ref())
 }

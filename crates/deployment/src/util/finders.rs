@@ -22,6 +22,7 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kctrl_client::labels::Selector;
+use kctrl_client::versioned::Versioned;
 
 use super::constants::DEFAULT_DEPLOYMENT_UNIQUE_LABEL_KEY;
 use super::equality::equal_ignore_hash;
@@ -77,13 +78,13 @@ pub fn find_new_replica_set<R: Borrow<ReplicaSet> + Clone>(
     sort_by_creation_timestamp(rss);
     // Compared in place: an absent template reads as the empty one.
     let empty = PodTemplateSpec::default();
-    let template = d.spec.as_ref().map_or(&empty, |s| &s.template);
+    let template = d.spec.get().map_or(&empty, |s| &s.template);
     rss.iter()
         .find(|rs| {
             let rs_template = (*rs)
                 .borrow()
                 .spec
-                .as_ref()
+                .get()
                 .and_then(|s| s.template.as_ref())
                 .unwrap_or(&empty);
             equal_ignore_hash(rs_template, template)
@@ -150,7 +151,7 @@ pub fn set_from_replica_set_template(d: &mut Deployment, mut template: PodTempla
     if let Some(labels) = template.metadata.as_mut().and_then(|m| m.labels.as_mut()) {
         labels.remove(DEFAULT_DEPLOYMENT_UNIQUE_LABEL_KEY);
     }
-    d.spec.get_or_insert_default().template = template;
+    d.spec.get_mut().template = template;
 }
 
 /// `GetDeploymentsForReplicaSet`: the Deployments (from `deployments`, e.g. a lister's contents)
@@ -174,7 +175,7 @@ pub fn get_deployments_for_replica_set<D: Borrow<Deployment> + Clone>(
             if d.metadata.namespace.as_deref().unwrap_or("") != namespace {
                 return false;
             }
-            let Some(spec) = d.spec.as_ref() else {
+            let Some(spec) = d.spec.get() else {
                 return false;
             };
             // An invalid selector matches nothing; an empty one must match nothing either.
@@ -281,8 +282,7 @@ mod tests {
         let mut old_deployment = generate_deployment("nginx");
         old_deployment
             .spec
-            .as_mut()
-            .unwrap()
+            .get_mut()
             .template
             .spec
             .as_mut()
@@ -378,13 +378,13 @@ mod tests {
                     namespace: Some("test".into()),
                     ..Default::default()
                 },
-                spec: Some(DeploymentSpec {
+                spec: DeploymentSpec {
                     selector: LabelSelector {
                         match_labels: Some(map(&[("app", &format!("test-{i}"))])),
                         ..Default::default()
                     },
                     ..Default::default()
-                }),
+                },
                 status: None,
             })
             .collect();
@@ -429,13 +429,13 @@ mod tests {
                 namespace: Some(ns.into()),
                 ..Default::default()
             },
-            spec: Some(DeploymentSpec {
+            spec: DeploymentSpec {
                 selector: LabelSelector {
                     match_labels: labels,
                     ..Default::default()
                 },
                 ..Default::default()
-            }),
+            },
             status: None,
         };
         let deployments = [d("test", None), d("other", Some(map(&[("app", "x")])))];
@@ -493,8 +493,7 @@ mod tests {
         let mut rs = generate_rs(&d);
         set_rs_label(&mut rs, H, "abc");
         rs.spec
-            .as_mut()
-            .unwrap()
+            .get_mut()
             .template
             .as_mut()
             .unwrap()
@@ -503,8 +502,8 @@ mod tests {
             .unwrap()
             .containers[0]
             .image = Some("nginx:old".into());
-        set_from_replica_set_template(&mut d, rs.spec.unwrap().template.unwrap());
-        let t = &d.spec.as_ref().unwrap().template;
+        set_from_replica_set_template(&mut d, rs.spec.into_value().unwrap().template.unwrap());
+        let t = &d.spec.get().unwrap().template;
         assert_eq!(
             t.metadata.as_ref().unwrap().labels,
             Some(map(&[("name", "nginx")]))

@@ -190,6 +190,7 @@ mod tests {
         DeploymentStatus, DeploymentStrategy, ReplicaSetStatus, RollingUpdateDeployment,
     };
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    use kctrl_client::versioned::Versioned;
     use std::collections::BTreeMap;
 
     fn rs_with(name: &str, observed: i64, spec: i32, status: i32, term: Option<i32>) -> ReplicaSet {
@@ -266,7 +267,7 @@ mod tests {
     }
 
     fn with_strategy(d: &mut Deployment, type_: &str, surge: IntOrString, unavailable: i32) {
-        d.spec.as_mut().unwrap().strategy = Some(DeploymentStrategy {
+        d.spec.get_mut().strategy = Some(DeploymentStrategy {
             type_: Some(type_.to_owned()),
             rolling_update: Some(RollingUpdateDeployment {
                 max_surge: Some(surge),
@@ -308,7 +309,7 @@ mod tests {
         let mut rs5 = generate_rs(&d);
         set_rs_replicas(&mut rs5, 5);
         for (name, type_, dep_replicas, new_rs_replicas, surge, want) in cases {
-            d.spec.as_mut().unwrap().replicas = Some(dep_replicas);
+            d.spec.get_mut().replicas = Some(dep_replicas);
             with_strategy(&mut d, type_, IntOrString::Int(surge), 1);
             set_rs_replicas(&mut new_rc, new_rs_replicas);
             let got = new_rs_new_replicas(&d, &[&rs5], &new_rc);
@@ -437,7 +438,7 @@ mod tests {
                 replicas: Some(status_replicas),
                 ..Default::default()
             });
-            d.spec.as_mut().unwrap().replicas = Some(replicas);
+            d.spec.get_mut().replicas = Some(replicas);
             with_strategy(
                 &mut d,
                 ROLLING_UPDATE_DEPLOYMENT_STRATEGY_TYPE,
@@ -454,7 +455,7 @@ mod tests {
     #[test]
     fn proportion_is_clamped_to_what_is_left() {
         let mut d = generate_deployment("nginx");
-        d.spec.as_mut().unwrap().replicas = Some(120);
+        d.spec.get_mut().replicas = Some(120);
         with_strategy(
             &mut d,
             ROLLING_UPDATE_DEPLOYMENT_STRATEGY_TYPE,
@@ -470,14 +471,14 @@ mod tests {
         assert_eq!(get_replica_set_proportion(Some(&rs), &d, 20, 20), 0);
         assert_eq!(get_replica_set_proportion(None, &d, 20, 0), 0);
         // Scaling down: fraction −20 (50·60/100 − 50) is clamped to the −10 left to remove.
-        d.spec.as_mut().unwrap().replicas = Some(60);
+        d.spec.get_mut().replicas = Some(60);
         assert_eq!(get_replica_set_proportion(Some(&rs), &d, -40, -30), -10);
     }
 
     #[test]
     fn fraction_rounds_half_away_from_zero() {
         let mut d = generate_deployment("nginx");
-        d.spec.as_mut().unwrap().replicas = Some(3);
+        d.spec.get_mut().replicas = Some(3);
         let mut rs = generate_rs(&d);
         // 1 · 3 / 2 = 1.5 → 2; fraction +1 (Recreate: no surge).
         rs.metadata.annotations = Some(map(&[(MAX_REPLICAS_ANNOTATION, "2")]));

@@ -9,6 +9,7 @@
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kctrl_client::versioned::Versioned;
 
 use super::conditions::get_deployment_condition;
 use super::constants::{DEPLOYMENT_PROGRESSING, NEW_RS_AVAILABLE_REASON, TIMED_OUT_REASON};
@@ -53,7 +54,7 @@ pub fn deployment_timed_out(d: &Deployment, new_status: &DeploymentStatus, now: 
     }
     let deadline = d
         .spec
-        .as_ref()
+        .get()
         .and_then(|s| s.progress_deadline_seconds)
         .unwrap_or(0);
     // A missing lastUpdateTime is Go's zero time: long ago.
@@ -76,7 +77,7 @@ pub fn deployment_timed_out(d: &Deployment, new_status: &DeploymentStatus, now: 
 /// `HasProgressDeadline`: `progressDeadlineSeconds` is set and not `i32::MAX`.
 pub fn has_progress_deadline(d: &Deployment) -> bool {
     d.spec
-        .as_ref()
+        .get()
         .and_then(|s| s.progress_deadline_seconds)
         .is_some_and(|v| v != i32::MAX)
 }
@@ -84,7 +85,7 @@ pub fn has_progress_deadline(d: &Deployment) -> bool {
 /// `HasRevisionHistoryLimit`: `revisionHistoryLimit` is set and not `i32::MAX`.
 pub fn has_revision_history_limit(d: &Deployment) -> bool {
     d.spec
-        .as_ref()
+        .get()
         .and_then(|s| s.revision_history_limit)
         .is_some_and(|v| v != i32::MAX)
 }
@@ -112,7 +113,7 @@ mod tests {
     #[test]
     fn deployment_complete_table() {
         let deployment = |desired, current, updated, available, unavailable, surge| Deployment {
-            spec: Some(DeploymentSpec {
+            spec: DeploymentSpec {
                 replicas: Some(desired),
                 strategy: Some(DeploymentStrategy {
                     type_: Some(ROLLING_UPDATE_DEPLOYMENT_STRATEGY_TYPE.into()),
@@ -122,7 +123,7 @@ mod tests {
                     }),
                 }),
                 ..Default::default()
-            }),
+            },
             status: Some(DeploymentStatus {
                 replicas: Some(current),
                 updated_replicas: Some(updated),
@@ -171,10 +172,10 @@ mod tests {
     #[test]
     fn complete_requires_observed_generation() {
         let mut d = Deployment {
-            spec: Some(DeploymentSpec {
+            spec: DeploymentSpec {
                 replicas: Some(2),
                 ..Default::default()
-            }),
+            },
             ..Default::default()
         };
         d.metadata.generation = Some(3);
@@ -249,14 +250,14 @@ mod tests {
     #[test]
     fn deployment_timed_out_table() {
         let deployment = |reason: &str, pds: Option<i32>, from: Option<Timestamp>| Deployment {
-            spec: Some(DeploymentSpec {
+            spec: DeploymentSpec {
                 progress_deadline_seconds: pds,
                 ..Default::default()
-            }),
+            },
             status: Some(DeploymentStatus {
                 conditions: Some(vec![DeploymentCondition {
-                    type_: DEPLOYMENT_PROGRESSING.into(),
-                    status: CONDITION_TRUE.into(),
+                    type_: DEPLOYMENT_PROGRESSING.to_owned().into(),
+                    status: CONDITION_TRUE.to_owned().into(),
                     reason: Some(reason.into()),
                     last_update_time: from.map(Time),
                     ..Default::default()
@@ -309,14 +310,14 @@ mod tests {
     #[test]
     fn timed_out_edges() {
         let d = |reason: &str, from: Timestamp| Deployment {
-            spec: Some(DeploymentSpec {
+            spec: DeploymentSpec {
                 progress_deadline_seconds: Some(10),
                 ..Default::default()
-            }),
+            },
             status: Some(DeploymentStatus {
                 conditions: Some(vec![DeploymentCondition {
-                    type_: DEPLOYMENT_PROGRESSING.into(),
-                    status: CONDITION_TRUE.into(),
+                    type_: DEPLOYMENT_PROGRESSING.to_owned().into(),
+                    status: CONDITION_TRUE.to_owned().into(),
                     reason: Some(reason.into()),
                     last_update_time: Some(Time(from)),
                     ..Default::default()
@@ -350,11 +351,11 @@ mod tests {
     #[test]
     fn infinite_sentinels() {
         let d = |pds, rhl| Deployment {
-            spec: Some(DeploymentSpec {
+            spec: DeploymentSpec {
                 progress_deadline_seconds: pds,
                 revision_history_limit: rhl,
                 ..Default::default()
-            }),
+            },
             ..Default::default()
         };
         assert!(!has_progress_deadline(&d(None, None)));

@@ -107,10 +107,10 @@ mod tests {
                 annotations: revision.map(|r| map(&[(REVISION_ANNOTATION, r)])),
                 ..Default::default()
             },
-            spec: Some(ReplicaSetSpec {
+            spec: ReplicaSetSpec {
                 replicas: Some(replicas),
                 ..Default::default()
-            }),
+            },
             status: None,
         }
     }

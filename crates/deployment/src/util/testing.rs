@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::api::core::v1::{Container, PodSecurityContext, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use kctrl_client::versioned::Versioned;
 
 static NEXT: AtomicU64 = AtomicU64::new(1);
 
@@ -32,7 +33,7 @@ pub(crate) fn generate_deployment(image: &str) -> Deployment {
             annotations: Some(BTreeMap::new()),
             ..Default::default()
         },
-        spec: Some(DeploymentSpec {
+        spec: DeploymentSpec {
             replicas: Some(1),
             selector: LabelSelector {
                 match_labels: Some(labels.clone()),
@@ -60,7 +61,7 @@ pub(crate) fn generate_deployment(image: &str) -> Deployment {
                 }),
             },
             ..Default::default()
-        }),
+        },
         status: None,
     }
 }
@@ -71,7 +72,7 @@ pub(crate) fn generate_deployment(image: &str) -> Deployment {
 /// that change one must change both here.
 pub(crate) fn generate_rs(d: &Deployment) -> ReplicaSet {
     let n = unique();
-    let template = d.spec.as_ref().unwrap().template.clone();
+    let template = d.spec.get().unwrap().template.clone();
     let labels = template.metadata.as_ref().and_then(|m| m.labels.clone());
     let d_name = d.metadata.name.clone().unwrap_or_default();
     ReplicaSet {
@@ -89,7 +90,7 @@ pub(crate) fn generate_rs(d: &Deployment) -> ReplicaSet {
             }]),
             ..Default::default()
         },
-        spec: Some(ReplicaSetSpec {
+        spec: ReplicaSetSpec {
             replicas: Some(0),
             template: Some(template),
             selector: LabelSelector {
@@ -97,7 +98,7 @@ pub(crate) fn generate_rs(d: &Deployment) -> ReplicaSet {
                 ..Default::default()
             },
             ..Default::default()
-        }),
+        },
         status: None,
     }
 }
@@ -129,7 +130,7 @@ pub(crate) fn set_rs_label(rs: &mut ReplicaSet, key: &str, value: &str) {
         .labels
         .get_or_insert_default()
         .insert(key.to_owned(), value.to_owned());
-    let template = rs.spec.as_mut().unwrap().template.as_mut().unwrap();
+    let template = rs.spec.get_mut().template.as_mut().unwrap();
     template
         .metadata
         .get_or_insert_default()
@@ -140,5 +141,5 @@ pub(crate) fn set_rs_label(rs: &mut ReplicaSet, key: &str, value: &str) {
 
 /// Sets `spec.replicas` of a ReplicaSet.
 pub(crate) fn set_rs_replicas(rs: &mut ReplicaSet, replicas: i32) {
-    rs.spec.get_or_insert_default().replicas = Some(replicas);
+    rs.spec.get_mut().replicas = Some(replicas);
 }

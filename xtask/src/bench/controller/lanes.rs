@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use kctrl_client::versioned::Versioned;
 use kctrl_client::{Api, ListParams, Patch, PostParams};
 
 use super::report::{Machine, Spread};
@@ -321,7 +322,7 @@ async fn measure(
 
 fn template_image(rs: &ReplicaSet) -> Option<&String> {
     rs.spec
-        .as_ref()?
+        .get()?
         .template
         .as_ref()?
         .spec

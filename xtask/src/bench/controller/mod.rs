@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Namespace;
+use kctrl_client::versioned::Versioned;
 use kctrl_client::{Api, Client, DeleteParams, ListParams, Patch, PostParams};
 
 use self::parse::{Counts, CpuTicks, Memory, RolloutState};
@@ -1260,7 +1261,7 @@ fn rollout_state(d: &Deployment) -> RolloutState {
     RolloutState {
         generation: d.metadata.generation.unwrap_or(0),
         observed_generation: status.observed_generation.unwrap_or(0),
-        spec_replicas: d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
+        spec_replicas: d.spec.get().and_then(|s| s.replicas).unwrap_or(1),
         replicas: status.replicas.unwrap_or(0),
         updated: status.updated_replicas.unwrap_or(0),
         available: status.available_replicas.unwrap_or(0),
@@ -1442,7 +1443,7 @@ mod tests {
     fn workload_objects() {
         let d = deployment(7).unwrap();
         assert_eq!(d.metadata.name.as_deref(), Some("d-0007"));
-        let spec = d.spec.unwrap();
+        let spec = d.spec.into_value().unwrap();
         assert_eq!(spec.replicas, Some(REPLICAS));
         assert_eq!(
             spec.selector.match_labels.unwrap()["app"],

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Container, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+use kctrl_client::versioned::Versioned;
 use serde::de::DeserializeOwned;
 
 use super::{
@@ -263,7 +264,7 @@ fn the_container(containers: &[Container]) -> &Container {
 fn deployment_runs_two_leader_elected_replicas_with_known_flags() {
     let d = deployment();
     assert_eq!(d.metadata.name.as_deref(), Some(CONTROLLER_NAME));
-    let spec = d.spec.unwrap();
+    let spec = d.spec.into_value().unwrap();
     assert_eq!(spec.replicas, Some(2));
     let rolling = spec.strategy.unwrap().rolling_update.unwrap();
     // Never below two ready pods while the controller rolls itself out.
@@ -308,7 +309,13 @@ fn deployment_runs_two_leader_elected_replicas_with_known_flags() {
 
 #[test]
 fn deployment_probes_resources_and_security_context() {
-    let pod = deployment().spec.unwrap().template.spec.unwrap();
+    let pod = deployment()
+        .spec
+        .into_value()
+        .unwrap()
+        .template
+        .spec
+        .unwrap();
     let c = the_container(&pod.containers);
     let ports = c.ports.clone().unwrap_or_default();
     assert_eq!(ports.len(), 1);
@@ -351,7 +358,7 @@ fn bootstrap_pod_runs_the_same_container_outside_the_deployment() {
     let pod: Pod = object("deploy/bootstrap/pod.yaml");
     assert_eq!(pod.metadata.name.as_deref(), Some(BOOTSTRAP_POD));
     assert_eq!(pod.metadata.owner_references, None);
-    let d = deployment().spec.unwrap();
+    let d = deployment().spec.into_value().unwrap();
     let template = d.template.spec.unwrap();
     let spec = pod.spec.unwrap();
     assert_eq!(
