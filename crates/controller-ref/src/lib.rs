@@ -52,10 +52,10 @@
 //! };
 //! let d = fake.add(&Deployment {
 //!     metadata: meta("web"),
-//!     spec: Some(DeploymentSpec {
+//!     spec: DeploymentSpec {
 //!         selector: LabelSelector { match_labels: Some(app.clone()), ..Default::default() },
 //!         ..Default::default()
-//!     }),
+//!     },
 //!     ..Default::default()
 //! })?;
 //! let orphan = fake.add(&ReplicaSet { metadata: meta("web-1"), ..Default::default() })?;
@@ -69,7 +69,7 @@
 //!
 //! // One manager per sync: the owner as synced, its selector, and an uncached recheck.
 //! let owner = Owner::of(&d);
-//! let selector = Selector::from_label_selector(&d.spec.as_ref().unwrap().selector)?;
+//! let selector = Selector::from_label_selector(&d.spec.selector)?;
 //! let manager = ControllerRefManager::new(
 //!     RealReplicaSetControl::new(fake.client()),
 //!     owner.clone(),

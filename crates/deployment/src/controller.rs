@@ -517,7 +517,6 @@ impl DeploymentController {
         }
 
         let mut rs_list = self.get_replica_sets_for_deployment(&d).await?;
-        let pod_map = self.get_pod_map_for_deployment(&rs_list);
 
         if d.metadata.deletion_timestamp.is_some() {
             self.sync_status_only(&mut d, &mut rs_list).await?;
@@ -543,6 +542,10 @@ impl DeploymentController {
 
         match strategy_type(&d) {
             RECREATE_DEPLOYMENT_STRATEGY_TYPE => {
+                // Only Recreate reads the Pods (to wait until no old one runs), and only now:
+                // as upstream since v1.37.2, after the paused-condition write and the scaling
+                // check, so Pods deleted meanwhile are already gone from the map.
+                let pod_map = self.get_pod_map_for_deployment(&rs_list);
                 self.rollout_recreate(&mut d, &mut rs_list, &pod_map).await
             }
             ROLLING_UPDATE_DEPLOYMENT_STRATEGY_TYPE => {
@@ -583,7 +586,9 @@ impl DeploymentController {
     }
 
     /// `getPodMapForDeployment`: the Pods controlled by each ReplicaSet, keyed by the
-    /// ReplicaSet's uid (every ReplicaSet has an entry; inactive pods included).
+    /// ReplicaSet's uid (every ReplicaSet has an entry; inactive pods included). Read from the
+    /// Pod cache, so it cannot fail; [`sync_deployment`](Self::sync_deployment) builds it for
+    /// Recreate rollouts only.
     pub fn get_pod_map_for_deployment<R: Borrow<ReplicaSet>>(
         &self,
         rs_list: &[R],

@@ -7,7 +7,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, ReplicaSetSpec, ReplicaSetStatus};
+use k8s_openapi::api::apps::v1::{
+    Deployment, DeploymentCondition, DeploymentStatus, DeploymentStrategy, ReplicaSet,
+    ReplicaSetSpec, ReplicaSetStatus,
+};
 use k8s_openapi::api::core::v1::PodStatus;
 use kctrl_client::versioned::{Text, Versioned};
 
@@ -944,6 +947,74 @@ async fn recreate_scales_old_replica_sets_down_first() {
         f.events(),
         ["Normal ScalingReplicaSet Scaled down replica set foo-old from 1 to 0"]
     );
+}
+
+/// `syncDeployment` (v1.37.2) lists a Recreate Deployment's Pods only when it is about to
+/// roll out: after the paused-condition write and the scaling check, not before them. The
+/// last old Pod, deleted while the sync writes the "resumed" condition, is already gone from
+/// the map, so this sync creates the new ReplicaSet instead of waiting for the next one.
+#[tokio::test]
+async fn recreate_reads_its_pods_after_the_paused_condition_write() {
+    let f = Fixture::new();
+    let mut d = new_deployment("foo", 1, None, None, None, Some(foo_bar()));
+    let spec = d.spec.get_mut();
+    spec.strategy = Some(DeploymentStrategy {
+        type_: Some("Recreate".to_owned()),
+        rolling_update: None,
+    });
+    spec.progress_deadline_seconds = Some(600);
+    // Resumed, but the Progressing condition still tells of the pause: the sync writes first.
+    d.status = Some(DeploymentStatus {
+        conditions: Some(vec![DeploymentCondition {
+            type_: DEPLOYMENT_PROGRESSING.to_owned().into(),
+            status: CONDITION_UNKNOWN.to_owned().into(),
+            reason: Some(PAUSED_DEPLOY_REASON.to_owned()),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    });
+    let d = f.add_deployment(&d);
+    let mut old = new_replica_set(&d, "foo-old", 0);
+    old.spec
+        .get_mut()
+        .template
+        .as_mut()
+        .unwrap()
+        .spec
+        .as_mut()
+        .unwrap()
+        .containers[0]
+        .image = Some("foo/old".to_owned());
+    let old = f.add_rs(&old);
+    let old_pod = PodView::from(&pod_from_rs(&old));
+    f.pods.insert(Arc::new(old_pod.clone()));
+    let pods = f.pods.clone();
+    f.fake
+        .prepend_reactor("update", "deployments/status", move |_| {
+            // The old Pod's deletion reaches the cache while the status write is in flight.
+            pods.remove_object(&old_pod);
+            kctrl_fake::Reaction::Continue
+        });
+
+    f.controller()
+        .sync_deployment("default", "foo")
+        .await
+        .unwrap();
+
+    let actions = f.actions();
+    assert_eq!(
+        actions.first().map(String::as_str),
+        Some("update deployments/status"),
+        "{actions:?}"
+    );
+    assert!(
+        actions.iter().any(|a| a == "create replicasets"),
+        "the new ReplicaSet waited for a Pod already gone: {actions:?}"
+    );
+    let resumed: Deployment = f.fake.object(Some("default"), "foo").unwrap();
+    let reason = get_deployment_condition(&resumed.status.unwrap(), DEPLOYMENT_PROGRESSING)
+        .and_then(|c| c.reason.clone());
+    assert_ne!(reason.as_deref(), Some(PAUSED_DEPLOY_REASON));
 }
 
 /// A sync from a cached Deployment that this controller's own write already replaced is

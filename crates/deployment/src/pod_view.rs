@@ -9,7 +9,7 @@
 //! | field | read by |
 //! |---|---|
 //! | `metadata.namespace`, `metadata.name` | cache keys, logs |
-//! | `metadata.ownerReferences` (controller) | `getPodMapForDeployment`, `getDeploymentForPod` (pod deletion) |
+//! | `metadata.ownerReferences` (controller) | `getPodMapForDeployment` (Recreate rollouts), `getDeploymentForPod` (pod deletion) |
 //! | `metadata.uid`, `metadata.resourceVersion` | identity and cache bookkeeping |
 //! | `metadata.deletionTimestamp` | terminating pods still count as running for Recreate |
 //! | `status.phase` | `oldPodsRunning` (Recreate waits for pods not yet Failed or Succeeded) |

@@ -4,8 +4,8 @@
 //!
 //! The handler rules are pure functions over the caches ([`keys_for_replica_set_add`],
 //! [`keys_for_replica_set_update`], [`keys_for_replica_set_delete`], [`deployment_for_pod`]
-//! and the one API read of [`recreate_deployment_has_no_pods`]), so upstream's handler tests
-//! drive them directly; [`EnqueueHandlers`] adapts them to [`ResourceEventHandler`]s, and
+//! and [`key_for_pod_delete`]), so upstream's handler tests drive them directly;
+//! [`EnqueueHandlers`] adapts them to [`ResourceEventHandler`]s, and
 //! [`DeploymentControllerRunner`] puts informers, handlers, queue and workers together.
 //!
 //! ```no_run
@@ -27,16 +27,13 @@
 //! # Ok(()) }
 //! ```
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kctrl_client::labels::Selector;
-use kctrl_client::versioned::Versioned;
-use kctrl_client::{Api, Client, ListParams};
+use kctrl_client::Client;
 use kctrl_controller_ref::get_controller_of;
 use kctrl_informer::{
     DeletedObject, Delivery, HandlerOptions, HandlerRegistration, InformerError,
@@ -50,7 +47,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::controller::{DeploymentController, SyncError};
 use crate::events::EventRecorder;
-use crate::pod_view::{CONTROLLER_UID_INDEX, PodView};
+use crate::pod_view::PodView;
 use crate::progress::Requeue;
 use crate::util::constants::RECREATE_DEPLOYMENT_STRATEGY_TYPE;
 use crate::util::fields::strategy_type;
@@ -185,80 +182,23 @@ pub fn deployment_for_pod(
     resolve_controller_ref(deployments, namespace_of(&rs), rs_ref)
 }
 
-/// The second half of `deletePod`, for a Recreate Deployment: whether none of its
-/// ReplicaSets (listed from the API with its selector, keeping those it controls) controls a
-/// cached Pod any more. Recreate waits for the old Pods to be gone; this wakes it up.
-pub async fn recreate_deployment_has_no_pods(
-    client: &Client,
-    pods: &Store<PodView>,
-    d: &Deployment,
-) -> Result<bool, SyncError> {
-    let namespace = d.metadata.namespace.clone().unwrap_or_default();
-    let label_selector = d.spec.get().map(|s| s.selector.clone()).unwrap_or_default();
-    let selector = Selector::from_label_selector(&label_selector).map_err(|source| {
-        SyncError::InvalidSelector {
-            namespace: namespace.clone(),
-            name: d.metadata.name.clone().unwrap_or_default(),
-            source,
-        }
-    })?;
-    let params = ListParams {
-        label_selector: Some(selector.to_string()),
-        ..Default::default()
-    };
-    let listed = Api::<ReplicaSet>::namespaced(client.clone(), &namespace)
-        .without_managed_fields()
-        .list(&params)
-        .await?;
-    let d_uid = d.metadata.uid.as_deref().unwrap_or("");
-    let rs_uids: BTreeSet<String> = listed
-        .items
-        .iter()
-        .filter(|rs| get_controller_of(&rs.metadata).is_some_and(|r| r.uid == d_uid))
-        .filter_map(|rs| rs.metadata.uid.clone())
-        .collect();
-    if rs_uids.is_empty() {
-        return Ok(true);
-    }
-    let any_pod = rs_uids.iter().any(|uid| {
-        let pods = pods
-            .by_index(CONTROLLER_UID_INDEX, uid)
-            .unwrap_or_else(|_| pods.list());
-        pods.iter().any(|pod| {
-            pod.metadata.namespace.as_deref() == Some(namespace.as_str())
-                && get_controller_of(&pod.metadata).is_some_and(|r| &r.uid == uid)
-        })
-    });
-    Ok(!any_pod)
-}
-
-/// `deletePod`: the key of the Deployment to wake for a deleted Pod — only a Recreate
-/// Deployment, and only once it has no Pods left.
-pub async fn key_for_pod_delete(
-    client: &Client,
+/// `deletePod`: the key of the Deployment to wake for a deleted Pod, found through the cached
+/// ReplicaSet controlling it: only a Recreate Deployment's (it waits for its old Pods to be
+/// gone), on every deletion. As upstream since v1.37.2; v1.36.5 first listed the Deployment's
+/// ReplicaSets from the API and woke it only once none of them had a Pod left.
+pub fn key_for_pod_delete(
     deployments: &Store<Deployment>,
     replica_sets: &Store<ReplicaSet>,
-    pods: &Store<PodView>,
     deleted: &DeletedObject<PodView>,
 ) -> Option<String> {
     let pod = deleted.object();
     let d = deployment_for_pod(deployments, replica_sets, pod)?;
-    if strategy_type(&d) != RECREATE_DEPLOYMENT_STRATEGY_TYPE {
-        return None;
-    }
-    match recreate_deployment_has_no_pods(client, pods, &d).await {
-        Ok(true) => Some(key_of(d.as_ref())),
-        Ok(false) => None,
-        Err(err) => {
-            debug!(
-                namespace = d.metadata.namespace.as_deref().unwrap_or(""),
-                name = d.metadata.name.as_deref().unwrap_or(""),
-                %err,
-                "listing replica sets after a pod deletion failed"
-            );
-            None
-        }
-    }
+    debug!(
+        namespace = pod.metadata.namespace.as_deref().unwrap_or(""),
+        name = pod.metadata.name.as_deref().unwrap_or(""),
+        "pod deleted"
+    );
+    (strategy_type(&d) == RECREATE_DEPLOYMENT_STRATEGY_TYPE).then(|| key_of(d.as_ref()))
 }
 
 /// The work-queue lane of an informer add: the flood of adds from the initial list goes to the
@@ -284,80 +224,14 @@ pub fn lane_for_update(old: &Deployment, cur: &Deployment) -> Priority {
 
 /// The informer handlers of the controller: each notification becomes the Deployment keys
 /// the rules above name, added to the queue. Registered (in an [`Arc`]) on the Deployment,
-/// ReplicaSet and Pod informers. The Pod rule needs one API list, run as a task on the tokio
-/// runtime the handlers were created on: one such check per Deployment at a time (deletions
-/// arriving meanwhile fold into one more check) and at most
-/// [`MAX_CONCURRENT_RECREATE_CHECKS`] lists at once.
+/// ReplicaSet and Pod informers; every rule reads only the caches.
 #[derive(Clone)]
 pub struct EnqueueHandlers {
-    client: Client,
     queue: RateLimitingQueue<String>,
     deployments: Store<Deployment>,
     replica_sets: Store<ReplicaSet>,
-    pods: Store<PodView>,
-    runtime: tokio::runtime::Handle,
-    recreate_checks: Arc<RecreateChecks>,
     /// Keys go to the lane their event calls for; false: all to the high lane.
     lanes: bool,
-}
-
-/// At most this many "does this Recreate Deployment still have Pods" lists run at once.
-pub const MAX_CONCURRENT_RECREATE_CHECKS: usize = 4;
-
-/// The pending Recreate checks of pod deletions: one task per Deployment key at a time,
-/// coalescing the deletions that arrive while it runs into one more check, and at most
-/// [`MAX_CONCURRENT_RECREATE_CHECKS`] lists in flight overall. Mass pod deletion thus costs
-/// a couple of lists per Deployment instead of one per Pod.
-#[derive(Debug)]
-struct RecreateChecks {
-    /// Deployment key -> another check was asked for while one runs.
-    pending: std::sync::Mutex<std::collections::HashMap<String, bool>>,
-    permits: tokio::sync::Semaphore,
-}
-
-impl RecreateChecks {
-    fn new() -> Self {
-        Self {
-            pending: std::sync::Mutex::new(std::collections::HashMap::new()),
-            permits: tokio::sync::Semaphore::new(MAX_CONCURRENT_RECREATE_CHECKS),
-        }
-    }
-
-    fn pending(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, bool>> {
-        self.pending.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Asks for a check of `key`: true when the caller must start one, false when one runs
-    /// already (it will check once more when done).
-    fn request(&self, key: &str) -> bool {
-        let mut pending = self.pending();
-        match pending.get_mut(key) {
-            Some(again) => {
-                *again = true;
-                false
-            }
-            None => {
-                pending.insert(key.to_owned(), false);
-                true
-            }
-        }
-    }
-
-    /// A check of `key` ended: true when another was asked for meanwhile (run it), false when
-    /// the key is released.
-    fn finish(&self, key: &str) -> bool {
-        let mut pending = self.pending();
-        match pending.get_mut(key) {
-            Some(again) if *again => {
-                *again = false;
-                true
-            }
-            _ => {
-                pending.remove(key);
-                false
-            }
-        }
-    }
 }
 
 impl std::fmt::Debug for EnqueueHandlers {
@@ -367,23 +241,16 @@ impl std::fmt::Debug for EnqueueHandlers {
 }
 
 impl EnqueueHandlers {
-    /// Handlers adding to `queue`, reading the given caches. Must be called inside a tokio
-    /// runtime.
+    /// Handlers adding to `queue`, reading the given caches.
     pub fn new(
-        client: Client,
         queue: RateLimitingQueue<String>,
         deployments: Store<Deployment>,
         replica_sets: Store<ReplicaSet>,
-        pods: Store<PodView>,
     ) -> Self {
         Self {
-            client,
             queue,
             deployments,
             replica_sets,
-            pods,
-            runtime: tokio::runtime::Handle::current(),
-            recreate_checks: Arc::new(RecreateChecks::new()),
             lanes: true,
         }
     }
@@ -398,41 +265,6 @@ impl EnqueueHandlers {
     /// The lane a key goes to: `wanted`, or the high lane when lanes are off.
     fn lane(&self, wanted: Priority) -> Priority {
         if self.lanes { wanted } else { Priority::High }
-    }
-
-    /// Whether no Recreate check of a pod deletion is pending or running.
-    pub fn recreate_checks_idle(&self) -> bool {
-        self.recreate_checks.pending().is_empty()
-    }
-
-    /// One coalesced check of the Recreate Deployment `key`: lists its ReplicaSets (under
-    /// a permit) and enqueues it when none of them has a cached Pod left, again while
-    /// deletions arrived during the previous check.
-    async fn check_recreate_deployment(self, key: String) {
-        loop {
-            let (namespace, name) = key.split_once('/').unwrap_or(("", key.as_str()));
-            // The Deployment as cached now: it may have changed (or gone) since the event.
-            if let Some(d) = self.deployments.get_namespaced(namespace, name)
-                && strategy_type(&d) == RECREATE_DEPLOYMENT_STRATEGY_TYPE
-            {
-                let checked = match self.recreate_checks.permits.acquire().await {
-                    Ok(_permit) => {
-                        recreate_deployment_has_no_pods(&self.client, &self.pods, &d).await
-                    }
-                    // Never closed.
-                    Err(_) => Ok(false),
-                };
-                match checked {
-                    Ok(true) => self.queue.add(key.clone()),
-                    Ok(false) => {}
-                    Err(err) => debug!(namespace, name, %err,
-                        "listing replica sets after a pod deletion failed"),
-                }
-            }
-            if !self.recreate_checks.finish(&key) {
-                return;
-            }
-        }
     }
 
     fn enqueue_all(&self, keys: Vec<String>) {
@@ -499,20 +331,8 @@ impl ResourceEventHandler<PodView> for EnqueueHandlers {
     fn on_update(&self, _old: &Arc<PodView>, _cur: &Arc<PodView>) {}
 
     fn on_delete(&self, deleted: &DeletedObject<PodView>) {
-        // Cheap cache checks here; the API list only for Recreate Deployments.
-        let Some(d) = deployment_for_pod(&self.deployments, &self.replica_sets, deleted.object())
-        else {
-            return;
-        };
-        if strategy_type(&d) != RECREATE_DEPLOYMENT_STRATEGY_TYPE {
-            return;
-        }
-        // Coalesced per Deployment and bounded overall (see RecreateChecks); the check runs
-        // after the deletion is in the cache, so the last one sees the last Pod gone.
-        let key = key_of(d.as_ref());
-        if self.recreate_checks.request(&key) {
-            self.runtime
-                .spawn(self.clone().check_recreate_deployment(key));
+        if let Some(key) = key_for_pod_delete(&self.deployments, &self.replica_sets, deleted) {
+            self.queue.add(key);
         }
     }
 }
@@ -599,17 +419,15 @@ impl DeploymentControllerRunner {
         let queue = RateLimitingQueue::with_config(default_controller_rate_limiter(), queue_config);
         let handlers = Arc::new(
             EnqueueHandlers::new(
-                client.clone(),
                 queue.clone(),
                 d_informer.store().clone(),
                 rs_informer.store().clone(),
-                pod_informer.store().clone(),
             )
             .with_priority_lanes(!options.single_lane),
         );
-        // The handlers only look at the caches and add keys to the queue (a Recreate pod
-        // deletion spawns its check as a task): they never block, so they run on the runtime
-        // rather than waking a blocking-pool thread for every burst of events.
+        // The handlers only look at the caches and add keys to the queue: they never block,
+        // so they run on the runtime rather than waking a blocking-pool thread for every
+        // burst of events.
         let on_runtime = HandlerOptions {
             delivery: Delivery::Runtime,
             ..HandlerOptions::default()

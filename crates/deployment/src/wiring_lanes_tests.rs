@@ -5,13 +5,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use kctrl_fake::FakeApi;
 use kctrl_informer::{ResourceEventHandler, Store};
 use kctrl_workqueue::{Priority, RateLimitingQueue, default_controller_rate_limiter};
 
 use super::{EnqueueHandlers, lane_for_add, lane_for_update};
 use crate::fixtures::new_deployment;
-use crate::pod_view::PodView;
 
 fn deployment(name: &str, resource_version: &str) -> Arc<Deployment> {
     let selector = BTreeMap::from([("app".to_string(), name.to_string())]);
@@ -22,11 +20,9 @@ fn deployment(name: &str, resource_version: &str) -> Arc<Deployment> {
 
 fn handlers(queue: &RateLimitingQueue<String>) -> EnqueueHandlers {
     EnqueueHandlers::new(
-        FakeApi::new().client(),
         queue.clone(),
         Store::<Deployment>::new(),
         Store::<ReplicaSet>::new(),
-        Store::<PodView>::new(),
     )
 }
 

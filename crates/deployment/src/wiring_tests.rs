@@ -10,13 +10,15 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::api::core::v1::Pod;
 use kctrl_client::versioned::Versioned;
 
-use crate::pod_view::{CONTROLLER_UID_INDEX, PodView, controller_uid_index};
+use crate::pod_view::PodView;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::SignedDuration;
 use kctrl_client::{Api, PostParams};
 use kctrl_controller_ref::{Owner, get_controller_of};
 use kctrl_fake::FakeApi;
-use kctrl_informer::{DeletedObject, SharedInformerFactory, Store};
+use kctrl_informer::{
+    DeletedObject, Delivery, HandlerOptions, SharedInformerFactory, Store, wait_for_cache_sync,
+};
 use tokio_util::sync::CancellationToken;
 
 use super::*;
@@ -218,101 +220,122 @@ fn delete_replica_set_orphan() {
     assert!(keys_for_replica_set_delete(&ds, &DeletedObject::Known(Arc::new(rs))).is_empty());
 }
 
-/// Upstream's pod-deletion fixture: `foo` (Recreate) in the cache and the API, the given
-/// ReplicaSets in the API and (if `cached`) the cache, the given pods in the pod cache.
+/// The caches the pod-deletion rule reads: `foo` and the given ReplicaSets.
 struct PodFixture {
-    fake: FakeApi,
     deployments: Store<Deployment>,
     replica_sets: Store<ReplicaSet>,
-    pods: Store<PodView>,
-}
-
-/// A Pod cache as the controller has it: views, indexed by controller UID.
-fn pod_store(pods: &[&Pod]) -> Store<PodView> {
-    let store = Store::with_indexers([(CONTROLLER_UID_INDEX.to_owned(), controller_uid_index())]);
-    for pod in pods {
-        store.insert(Arc::new(PodView::from(*pod)));
-    }
-    store
 }
 
 impl PodFixture {
-    fn new(foo: &Deployment, rss: &[&ReplicaSet], cached_rss: bool, pods: &[&Pod]) -> Self {
-        let fake = FakeApi::new();
-        fake.add(foo).unwrap();
-        let replica_sets = Store::new();
-        for rs in rss {
-            let stored = fake.add(*rs).unwrap();
-            if cached_rss {
-                replica_sets.insert(Arc::new(stored));
-            }
-        }
+    fn new(foo: &Deployment, rss: &[&ReplicaSet]) -> Self {
         Self {
-            fake,
             deployments: store_of(&[foo]),
-            replica_sets,
-            pods: pod_store(pods),
+            replica_sets: store_of(rss),
         }
     }
 
-    async fn delete_pod(&self, pod: &Pod) -> Option<String> {
+    fn delete_pod(&self, pod: &Pod) -> Option<String> {
         key_for_pod_delete(
-            &self.fake.client(),
             &self.deployments,
             &self.replica_sets,
-            &self.pods,
             &DeletedObject::Known(Arc::new(PodView::from(pod))),
         )
-        .await
     }
 }
 
-#[tokio::test]
+/// Upstream's `TestPodDeletionEnqueuesRecreateDeployment` table (v1.37.2): the Recreate
+/// Deployment `foo`, its ReplicaSet `foo-1` and that ReplicaSet's Pod, and in one case a
+/// sibling Pod, in the fake API behind real informers with [`EnqueueHandlers`] on the Pod
+/// informer. Deleting the Pod through the API enqueues `foo` whether or not a Pod is left.
+#[tokio::test(start_paused = true)]
 async fn pod_deletion_enqueues_recreate_deployment() {
-    let foo = recreate(deployment("foo", foo_bar()));
+    for (case, other_pods) in [
+        ("last pod deleted", false),
+        ("pod with siblings deleted", true),
+    ] {
+        let fake = FakeApi::new();
+        let foo = recreate(deployment("foo", foo_bar()));
+        let rs = new_replica_set(&foo, "foo-1", 1);
+        let pod = pod_from_rs(&rs);
+        fake.add(&foo).unwrap();
+        fake.add(&rs).unwrap();
+        fake.add(&pod).unwrap();
+        if other_pods {
+            let mut sibling = pod_from_rs(&rs);
+            sibling.metadata.name = Some("foo-2".to_owned());
+            fake.add(&sibling).unwrap();
+        }
+        let factory = SharedInformerFactory::new(fake.client(), Duration::ZERO);
+        let queue = test_queue();
+        let handlers = EnqueueHandlers::new(
+            queue.clone(),
+            factory.informer::<Deployment>().store().clone(),
+            factory.informer::<ReplicaSet>().store().clone(),
+        );
+        let pods = factory.informer::<PodView>();
+        let on_runtime = HandlerOptions {
+            delivery: Delivery::Runtime,
+            ..HandlerOptions::default()
+        };
+        let registration = pods
+            .add_event_handler_with_options(handlers, on_runtime)
+            .unwrap();
+        let stop = CancellationToken::new();
+        factory.start(&stop);
+        assert!(
+            wait_for_cache_sync(case, &stop, &[&registration]).await,
+            "{case}"
+        );
+        assert!(
+            factory
+                .wait_for_cache_sync(&stop)
+                .await
+                .values()
+                .all(|s| *s),
+            "{case}"
+        );
+        assert_eq!(pods.store().len(), if other_pods { 2 } else { 1 }, "{case}");
+
+        Api::<Pod>::namespaced(fake.client(), "default")
+            .delete(pod.metadata.name.as_deref().unwrap(), &Default::default())
+            .await
+            .unwrap();
+
+        let key = tokio::time::timeout(Duration::from_secs(30), queue.get()).await;
+        assert_eq!(
+            key.ok().flatten().as_deref(),
+            Some("default/foo"),
+            "{case}: expected foo to be queued after the pod deletion"
+        );
+        stop.cancel();
+        factory.shutdown().await;
+    }
+}
+
+/// Not upstream: the same deletion for a RollingUpdate Deployment enqueues nothing.
+#[test]
+fn pod_deletion_of_a_rolling_update_deployment_enqueues_nothing() {
+    let foo = deployment("foo", foo_bar());
     let rs = new_replica_set(&foo, "foo-1", 1);
-    let pod = pod_from_rs(&rs);
-    let f = PodFixture::new(&foo, &[&rs], true, &[]);
-    assert_eq!(f.delete_pod(&pod).await.as_deref(), Some("default/foo"));
-
-    // The same deletion for a RollingUpdate Deployment enqueues nothing.
-    let rolling = deployment("foo", foo_bar());
-    let f = PodFixture::new(&rolling, &[&rs], true, &[]);
-    assert_eq!(f.delete_pod(&pod).await, None);
+    let f = PodFixture::new(&foo, &[&rs]);
+    assert_eq!(f.delete_pod(&pod_from_rs(&rs)), None);
+    let foo = recreate(foo);
+    let f = PodFixture::new(&foo, &[&rs]);
+    assert_eq!(
+        f.delete_pod(&pod_from_rs(&rs)).as_deref(),
+        Some("default/foo")
+    );
 }
 
-#[tokio::test]
-async fn pod_deletion_doesnt_enqueue_recreate_deployment() {
-    let foo = recreate(deployment("foo", foo_bar()));
-    let rs1 = new_replica_set(&foo, "foo-1", 1);
-    let rs2 = new_replica_set(&foo, "foo-2", 1);
-    let (pod1, pod2) = (pod_from_rs(&rs1), pod_from_rs(&rs2));
-    // The ReplicaSets are in the API but not in the cache: the pod's owner cannot be found.
-    let f = PodFixture::new(&foo, &[&rs1, &rs2], false, &[&pod1, &pod2]);
-    assert_eq!(f.delete_pod(&pod1).await, None);
-}
-
-#[tokio::test]
-async fn pod_deletion_partial_replica_set_ownership_enqueue_recreate_deployment() {
+#[test]
+fn pod_deletion_partial_replica_set_ownership_enqueue_recreate_deployment() {
     let foo = recreate(deployment("foo", foo_bar()));
     let rs1 = new_replica_set(&foo, "foo-1", 1);
     let mut rs2 = new_replica_set(&foo, "foo-2", 2);
     rs2.metadata.owner_references = None;
     let pod = pod_from_rs(&rs1);
-    let f = PodFixture::new(&foo, &[&rs1, &rs2], true, &[]);
-    assert_eq!(f.delete_pod(&pod).await.as_deref(), Some("default/foo"));
-}
-
-#[tokio::test]
-async fn pod_deletion_partial_replica_set_ownership_doesnt_enqueue_recreate_deployment() {
-    let foo = recreate(deployment("foo", foo_bar()));
-    let rs1 = new_replica_set(&foo, "foo-1", 1);
-    let mut rs2 = new_replica_set(&foo, "foo-2", 2);
-    rs2.metadata.owner_references = None;
-    let pod = pod_from_rs(&rs1);
-    // The pod is still in the cache: the Deployment still has a pod.
-    let f = PodFixture::new(&foo, &[&rs1, &rs2], true, &[&pod]);
-    assert_eq!(f.delete_pod(&pod).await, None);
+    let f = PodFixture::new(&foo, &[&rs1, &rs2]);
+    assert_eq!(f.delete_pod(&pod).as_deref(), Some("default/foo"));
 }
 
 #[test]
@@ -444,55 +467,6 @@ async fn a_panicking_sync_counts_toward_the_retry_limit_like_an_error() {
     assert!(!process_key_with(&errors, &key, failing_sync).await);
     assert_eq!(errors.num_requeues(&key), 0, "an error is dropped");
     assert_eq!(panics.num_requeues(&key), 0, "a panic is dropped alike");
-}
-
-// Deleting a Recreate Deployment's thousand Pods at once used to spawn a thousand API lists;
-// the checks are coalesced per Deployment, and the Deployment is still enqueued once its last
-// Pod is gone (upstream's observable behaviour).
-#[tokio::test]
-async fn mass_pod_deletion_of_a_recreate_deployment_lists_a_bounded_number_of_times() {
-    let foo = recreate(deployment("foo", foo_bar()));
-    let rs = new_replica_set(&foo, "foo-1", 1000);
-    let pods: Vec<Pod> = (0..1000)
-        .map(|i| {
-            let mut pod = pod_from_rs(&rs);
-            pod.metadata.name = Some(format!("foo-1-{i}"));
-            pod
-        })
-        .collect();
-    let f = PodFixture::new(&foo, &[&rs], true, &pods.iter().collect::<Vec<_>>());
-    let queue = test_queue();
-    let handlers = EnqueueHandlers::new(
-        f.fake.client(),
-        queue.clone(),
-        f.deployments.clone(),
-        f.replica_sets.clone(),
-        f.pods.clone(),
-    );
-    f.fake.clear_actions();
-    // The informer removes each Pod from the cache, then tells the handler.
-    for (i, pod) in pods.iter().enumerate() {
-        let pod = PodView::from(pod);
-        f.pods.remove_object(&pod);
-        ResourceEventHandler::<PodView>::on_delete(&handlers, &DeletedObject::Known(Arc::new(pod)));
-        if i == 499 {
-            // Let the checks started so far run against a half-empty cache.
-            tokio::task::yield_now().await;
-        }
-    }
-    assert!(
-        wait_until(Duration::from_secs(20), || handlers.recreate_checks_idle()).await,
-        "the checks never finished"
-    );
-    let lists = f
-        .fake
-        .actions()
-        .iter()
-        .filter(|a| a.matches("list", "replicasets"))
-        .count();
-    assert!((1..=4).contains(&lists), "{lists} lists for 1000 deletions");
-    assert_eq!(queue.len(), 1);
-    assert_eq!(queue.get().await.as_deref(), Some("default/foo"));
 }
 
 // SIGTERM semantics of run(): no new keys are taken once `cancel` fires (a key still queued

@@ -45,7 +45,7 @@
 //! while let Some(key) = queue.get().await {
 //!     let (ns, name) = key.split_once('/').unwrap_or(("", &key));
 //!     match lister.get(ns, name) {
-//!         Some(d) => println!("sync {key}: {:?} replicas", d.spec.as_ref().and_then(|s| s.replicas)),
+//!         Some(d) => println!("sync {key}: {:?} replicas", d.spec.replicas),
 //!         None => println!("{key} was deleted"),
 //!     }
 //!     queue.forget(&key);

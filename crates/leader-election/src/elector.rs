@@ -20,9 +20,8 @@ use crate::lock::ResourceLock;
 use crate::metrics::LeaderMetrics;
 use crate::record::{self, LeaderElectionRecord};
 
-/// Attempts of a release that keeps meeting conflicts, and the pause between them
-/// (client-go's `retry.DefaultRetry`).
-const RELEASE_ATTEMPTS: u32 = 5;
+/// The pause before a release that met a conflict reads the lock again (client-go retries at
+/// once; the pause keeps a conflict storm from becoming a hot loop of requests).
 const RELEASE_CONFLICT_PAUSE: Duration = Duration::from_millis(10);
 
 /// Runs one candidate's side of an election (client-go's `LeaderElector`). Cheap to clone;
@@ -396,8 +395,10 @@ impl LeaderElector {
     }
 
     /// Gives the lock up: empty holder, a one-second lease, same transition count. Bounded by
-    /// the renew deadline; a conflicting write is re-read and retried unless someone else
-    /// holds the lock by then. `true` when the lock is no longer ours.
+    /// the renew deadline; a conflicting write (e.g. after a renewal that the cancellation cut
+    /// short but the API server still applied) is re-read and retried until that deadline, as
+    /// client-go does since v0.37.2, unless someone else holds the lock by then. `true` when
+    /// the lock is no longer ours.
     pub(crate) async fn release(&self) -> bool {
         let inner = &self.inner;
         let never = CancellationToken::new();
@@ -426,7 +427,6 @@ impl LeaderElector {
             self.set_observed(current);
             return true;
         }
-        let mut attempt = 1;
         loop {
             let now = record::to_micros(inner.clock.now());
             let released = LeaderElectionRecord {
@@ -450,8 +450,7 @@ impl LeaderElector {
                         "released lease");
                     return true;
                 }
-                Err(e) if e.is_conflict() && attempt < RELEASE_ATTEMPTS => {
-                    attempt += 1;
+                Err(e) if e.is_conflict() => {
                     tracing::debug!(namespace = %inner.namespace, name = %inner.name, error = %e,
                         "conflict releasing lease, re-reading it");
                     if bound

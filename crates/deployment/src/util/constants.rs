@@ -3,7 +3,7 @@
 //!
 //! These strings are the controller's contract with the API (and with kubectl, which reads the
 //! same annotations and conditions), so they are spelled exactly as kube-controller-manager
-//! 1.36 spells them and live in one place.
+//! 1.37 spells them (unchanged since 1.36) and live in one place.
 
 /// Group, version and kind of the objects this controller owns ReplicaSets for.
 pub const CONTROLLER_API_VERSION: &str = "apps/v1";

@@ -27,6 +27,7 @@
 //! use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy,
 //!     RollingUpdateDeployment};
 //! use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+//! use kctrl_client::versioned::Versioned;
 //! use kctrl_deployment::util::{max_surge, max_unavailable, resolve_fenceposts};
 //!
 //! // 25% of 10: surge rounds up, unavailability rounds down.
@@ -34,7 +35,7 @@
 //! assert_eq!(resolve_fenceposts(Some(&pct), Some(&pct), 10), Ok((3, 2)));
 //!
 //! let d = Deployment {
-//!     spec: Some(DeploymentSpec {
+//!     spec: Versioned::from_value(DeploymentSpec {
 //!         replicas: Some(10),
 //!         strategy: Some(DeploymentStrategy {
 //!             type_: Some("RollingUpdate".into()),
