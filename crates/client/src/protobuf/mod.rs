@@ -31,7 +31,10 @@
 //! types (`cargo xtask gen-protobuf`) that fill k8s-openapi's types exactly as the same
 //! object's JSON does (and, like
 //! [`Api::without_managed_fields`](crate::Api::without_managed_fields), leave
-//! `managedFields` out).
+//! `managedFields` out). They are generated for every Kubernetes release k8s-openapi
+//! supports (1.33 to 1.37) and compile for the one the user selected: fields a release lacks
+//! are compiled out (`cfg(k8s_api_ge = "1.N")`, set by the crate's build script) and, in a
+//! message from a newer server, skipped as unknown.
 //!
 //! [`Deployment`]: k8s_openapi::api::apps::v1::Deployment
 //! [`ReplicaSet`]: k8s_openapi::api::apps::v1::ReplicaSet
