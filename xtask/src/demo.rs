@@ -30,6 +30,7 @@ use kctrl_config::Config;
 
 use crate::cluster::plane::{self, ClusterInfo, UpOptions};
 use crate::cluster::process;
+use crate::cluster::versions::KubeVersionArg;
 use crate::controller_process::{self, ControllerProcess};
 
 use self::svg::{ConditionChange, Marker, RsSample, Timeline};
@@ -51,6 +52,9 @@ pub(crate) struct DemoArgs {
     /// Name of the local cluster (state in target/kctrl-cluster/<name>).
     #[arg(long, default_value = "demo")]
     name: String,
+    /// Kubernetes release of the local control plane.
+    #[command(flatten)]
+    kube: KubeVersionArg,
 }
 
 pub(crate) fn run(args: DemoArgs) -> Result<()> {
@@ -61,6 +65,7 @@ pub(crate) fn run(args: DemoArgs) -> Result<()> {
         apiserver_args: Vec::new(),
         controller_manager_args: Vec::new(),
         deployment_controller: false,
+        release: args.kube.release,
     })?;
     // From here on the cluster is ours to stop (unless --keep), whatever happens.
     let reaper = if args.keep {

@@ -28,6 +28,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::cluster::kind::{self, Engine, InClusterController, KindCluster};
 use crate::cluster::plane::{self, Layout, UpOptions};
+use crate::cluster::versions::KubeVersionArg;
 
 /// Arguments of `cargo xtask e2e`.
 #[derive(clap::Args)]
@@ -46,6 +47,10 @@ pub(crate) struct E2eArgs {
     /// default of the other clusters).
     #[arg(long, value_enum)]
     controller: Option<ControllerPlacement>,
+    /// Kubernetes release of the local control plane, or of kind's node image (`existing`
+    /// runs whatever it runs).
+    #[command(flatten)]
+    pub(crate) kube: KubeVersionArg,
     /// Arguments passed to the test binaries (e.g. a test name filter).
     #[arg(last = true)]
     test_args: Vec<String>,
@@ -134,6 +139,7 @@ pub(crate) fn run(args: E2eArgs) -> Result<()> {
                 apiserver_args: LOCAL_APISERVER_ARGS.iter().map(|s| s.to_string()).collect(),
                 controller_manager_args: Vec::new(),
                 deployment_controller: false,
+                release: args.kube.release,
             })?;
             let _ = KUBECTL.set(info.kubectl.clone());
             let xtask = std::env::current_exe().context("locating the xtask binary")?;
@@ -172,8 +178,17 @@ pub(crate) fn run(args: E2eArgs) -> Result<()> {
             )
         }
         ClusterKind::Kind => {
-            let cluster = KindCluster::new(&args.name);
-            require_tool("kind", "install kind v0.32+ (https://kind.sigs.k8s.io)")?;
+            let release = args.kube.release;
+            let cluster = KindCluster::new(&args.name, release);
+            require_tool(
+                "kind",
+                &format!(
+                    "install kind {}+ (https://kind.sigs.k8s.io), the first release with \
+                     Kubernetes {} node images",
+                    release.kind,
+                    release.minor_name()
+                ),
+            )?;
             let engine = container_engine()?;
             let dir = Path::new("target/kctrl-kind").join(&args.name);
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -772,6 +787,9 @@ workspace = true
         assert_eq!(a.test_args, ["scale"]);
         let a = parse(&["--controller", "in-cluster"]);
         assert_eq!(a.controller, Some(ControllerPlacement::InCluster));
+        let a = parse(&["--kube-version", "1.36", "--", "scale"]);
+        assert_eq!(a.kube.release.kubernetes, "v1.36.5");
+        assert_eq!(a.test_args, ["scale"]);
     }
 
     #[test]

@@ -83,22 +83,24 @@ pub(crate) fn run(args: TestArgs) -> anyhow::Result<()> {
     // The checked-in protobuf decoders must be what the generator writes from the targeted
     // release's Go types (needs Go, as the end-to-end suite does).
     crate::gen_protobuf(&crate::GenProtobufArgs { check: true })?;
+    // One release for every cluster of the run (`--kube-version`, see the e2e options).
+    let release = args.e2e.kube.release;
     crate::e2e::run(args.e2e)?;
     if args.no_chaos {
         eprintln!("==> --no-chaos: skipping the short chaos run");
     } else {
-        crate::chaos::run(crate::chaos::ChaosArgs::ci())?;
+        crate::chaos::run(crate::chaos::ChaosArgs::ci(release))?;
     }
     if args.no_conformance {
         eprintln!("==> --no-conformance: skipping upstream's Deployment specs");
     } else {
-        crate::conformance::run(crate::conformance::ConformanceArgs::ours())?;
+        crate::conformance::run(crate::conformance::ConformanceArgs::ours(release))?;
     }
     if args.no_diff {
         eprintln!("==> --no-diff: skipping the differential run");
         return Ok(());
     }
-    crate::diff::run(crate::diff::DiffArgs::quick())
+    crate::diff::run(crate::diff::DiffArgs::quick(release))
 }
 
 /// Runs `cargo <args>` with the same toolchain that runs xtask, failing on a non-zero exit.

@@ -60,6 +60,7 @@ use crate::bench::controller::{curl, free_port};
 use crate::cluster::plane::{self, ClusterInfo, Component, UpOptions};
 use crate::cluster::process;
 use crate::cluster::toolchain::fmt_duration;
+use crate::cluster::versions::{KubeVersionArg, Release};
 use crate::controller_process::{self, ControllerProcess};
 
 use self::invariants::Checker;
@@ -86,17 +87,21 @@ pub(crate) struct ChaosArgs {
     /// profile's, 20 short, 30 long).
     #[arg(long, value_name = "PER_MILLE")]
     pub(crate) slow_truncate_per_mille: Option<u32>,
+    /// Kubernetes release of the local control plane.
+    #[command(flatten)]
+    pub(crate) kube: KubeVersionArg,
 }
 
 impl ChaosArgs {
-    /// The short profile with defaults.
-    pub(crate) fn short() -> ChaosArgs {
+    /// The short profile with defaults, on `release`.
+    pub(crate) fn short(release: &'static Release) -> ChaosArgs {
         ChaosArgs {
             profile: Profile::Short,
             name: None,
             keep: false,
             seed: None,
             slow_truncate_per_mille: None,
+            kube: KubeVersionArg { release },
         }
     }
 
@@ -104,8 +109,8 @@ impl ChaosArgs {
     /// slow phase cuts one chunk for certain, then 2 % per chunk. (It cut none while a cut
     /// answer to a ReplicaSet write could lead to a surge breach; the controller now waits for
     /// its cache to show such writes, see docs/reliability.md.)
-    pub(crate) fn ci() -> ChaosArgs {
-        ChaosArgs::short()
+    pub(crate) fn ci(release: &'static Release) -> ChaosArgs {
+        ChaosArgs::short(release)
     }
 }
 
@@ -222,6 +227,8 @@ struct PhaseOutcome {
 #[derive(Debug)]
 struct Report {
     profile: Profile,
+    /// The release the cluster ran.
+    kubernetes: String,
     seed: u64,
     deployments: usize,
     replicas: i32,
@@ -243,9 +250,11 @@ impl Report {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "chaos run, profile {} (seed {}): {} Deployments x {} replicas, {} rollouts, {}",
+            "chaos run, profile {} (seed {}), Kubernetes {}: {} Deployments x {} replicas, {} \
+             rollouts, {}",
             self.profile.slug(),
             self.seed,
+            self.kubernetes,
             self.deployments,
             self.replicas,
             self.rollouts,
@@ -333,8 +342,9 @@ pub(crate) fn run(args: ChaosArgs) -> Result<()> {
             .unwrap_or(1)
     });
     eprintln!(
-        "==> chaos, profile {} (seed {seed}), cluster '{name}'",
-        args.profile.slug()
+        "==> chaos, profile {} (seed {seed}), cluster '{name}', Kubernetes {}",
+        args.profile.slug(),
+        args.kube.release.kubernetes
     );
     let started = Instant::now();
     // Build first: a compile error should not cost a cluster start.
@@ -361,6 +371,7 @@ pub(crate) fn run(args: ChaosArgs) -> Result<()> {
             .map(|s| s.to_string())
             .collect(),
         deployment_controller: false,
+        release: args.kube.release,
     });
     let info = match up {
         Ok(info) => info,
@@ -391,6 +402,7 @@ pub(crate) fn run(args: ChaosArgs) -> Result<()> {
     let mut report = result?;
     down?;
     report.profile = args.profile;
+    report.kubernetes = info.kubernetes_version.clone();
     report.took = started.elapsed();
     let text = report.render();
     print!("{text}");
@@ -1214,6 +1226,7 @@ impl<'a> Run<'a> {
         let s = &self.watch_stats;
         Ok(Report {
             profile: Profile::Short,
+            kubernetes: String::new(),
             seed: self.seed,
             deployments: self.deployments.len(),
             replicas: self.plan.replicas,

@@ -5,8 +5,11 @@
 //! bootstrap the controller and hand its lease over to the Deployment's own pods.
 //!
 //! Facts the configuration relies on:
-//! * kind v0.32.0 is the first release whose default node image is Kubernetes 1.36
-//!   (`kindest/node:v1.36.1`); for 1.36 nodes kind drives kubeadm with the v1beta4 API, where a
+//! * The node image follows the selected release (`--kube-version`): for each supported minor,
+//!   the default node image of the first kind release that defaults to it, pinned by digest
+//!   (`Release::kind_node_image`: kind v0.32.0's `kindest/node:v1.36.1` for 1.36, kind
+//!   v0.33.0's `kindest/node:v1.37.0` for 1.37; kind publishes node images for some patches
+//!   only). For 1.36 and later nodes kind drives kubeadm with the v1beta4 API, where a
 //!   component's `extraArgs` is a *list* of `{name, value}`. kind (v0.32.0+) converts the
 //!   map-style `extraArgs` of a patch that names no `apiVersion` into that list, so the patch
 //!   below deliberately omits `apiVersion` and stays valid for v1beta3 (map) as well.
@@ -28,11 +31,7 @@
 
 use std::path::{Path, PathBuf};
 
-/// kind release whose default node image is Kubernetes 1.36.
-pub(crate) const KIND_VERSION: &str = "v0.32.0";
-/// Node image for Kubernetes 1.36 (kind's release notes list its digest; pin it with
-/// `--image kindest/node:v1.36.1@sha256:…` when reproducibility matters).
-pub(crate) const KIND_NODE_IMAGE: &str = "kindest/node:v1.36.1";
+use super::versions::Release;
 /// The controller-manager's `--controllers` value: kubeadm's default minus our controller.
 pub(crate) const KIND_CONTROLLERS: &str = "*,bootstrapsigner,tokencleaner,-deployment-controller";
 
@@ -70,11 +69,11 @@ pub(crate) struct KindCluster {
 }
 
 impl KindCluster {
-    /// The default e2e cluster: one control plane, two workers, Kubernetes 1.36.
-    pub(crate) fn new(name: &str) -> KindCluster {
+    /// The default e2e cluster: one control plane, two workers, nodes of `release`'s minor.
+    pub(crate) fn new(name: &str, release: &Release) -> KindCluster {
         KindCluster {
             name: name.to_owned(),
-            image: KIND_NODE_IMAGE.to_owned(),
+            image: release.kind_node_image.to_owned(),
             workers: 2,
         }
     }
@@ -432,10 +431,11 @@ mod deploy_tests;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::versions::DEFAULT_RELEASE;
 
     #[test]
     fn config_disables_only_the_deployment_controller() {
-        let c = KindCluster::new("kctrl-e2e").config();
+        let c = KindCluster::new("kctrl-e2e", DEFAULT_RELEASE).config();
         assert!(
             c.starts_with("kind: Cluster\napiVersion: kind.x-k8s.io/v1alpha4\n"),
             "{c}"
@@ -458,14 +458,23 @@ mod tests {
     }
 
     #[test]
-    fn config_lists_nodes_with_the_1_36_image() {
-        let c = KindCluster::new("e2e").config();
+    fn config_lists_nodes_with_the_image_of_the_release() {
+        let c = KindCluster::new("e2e", Release::exact("v1.36.5").unwrap()).config();
         assert_eq!(c.matches("- role: control-plane\n").count(), 1);
         assert_eq!(c.matches("- role: worker\n").count(), 2);
-        assert_eq!(c.matches("  image: kindest/node:v1.36.1\n").count(), 3);
+        assert_eq!(
+            c.matches("  image: kindest/node:v1.36.1@sha256:3489c7674813ba5d8b1a9977baea8a6e553784dab7b84759d1014dbd78f7ebd5\n").count(),
+            3
+        );
+        let c = KindCluster::new("e2e", Release::exact("v1.37.2").unwrap()).config();
+        assert_eq!(
+            c.matches("  image: kindest/node:v1.37.0@sha256:a1ed56cfb0e7b93589bdf97c8cd566405a265939e3620fc4f5de89adff580ae5\n").count(),
+            3
+        );
+        assert!(!c.contains("v1.36"), "{c}");
         let single = KindCluster {
             workers: 0,
-            ..KindCluster::new("e2e")
+            ..KindCluster::new("e2e", DEFAULT_RELEASE)
         }
         .config();
         assert!(!single.contains("role: worker"));
@@ -473,7 +482,7 @@ mod tests {
 
     #[test]
     fn commands() {
-        let k = KindCluster::new("kctrl-e2e");
+        let k = KindCluster::new("kctrl-e2e", DEFAULT_RELEASE);
         assert_eq!(
             k.create_command(Path::new("/tmp/kind.yaml")).join(" "),
             "kind create cluster --name kctrl-e2e --config /tmp/kind.yaml --wait 5m"
@@ -490,7 +499,7 @@ mod tests {
 
     fn docker_controller() -> InClusterController {
         InClusterController::new(
-            &KindCluster::new("e2e"),
+            &KindCluster::new("e2e", DEFAULT_RELEASE),
             Engine::Docker,
             Path::new("/repo"),
             Path::new("/repo/target/kctrl-kind/e2e"),
@@ -519,7 +528,7 @@ mod tests {
     #[test]
     fn image_is_built_and_loaded_with_podman() {
         let c = InClusterController::new(
-            &KindCluster::new("e2e"),
+            &KindCluster::new("e2e", DEFAULT_RELEASE),
             Engine::Podman,
             Path::new("/repo"),
             Path::new("/w"),
@@ -588,7 +597,7 @@ mod tests {
         );
         // Without a kubeconfig kubectl uses its default; another kubectl can be chosen.
         let bare = InClusterController::new(
-            &KindCluster::new("e2e"),
+            &KindCluster::new("e2e", DEFAULT_RELEASE),
             Engine::Docker,
             Path::new(""),
             Path::new("w"),
@@ -627,7 +636,7 @@ mod tests {
 
     #[test]
     fn plan_lists_the_exact_commands_in_order() {
-        let k = KindCluster::new("kctrl-dev");
+        let k = KindCluster::new("kctrl-dev", DEFAULT_RELEASE);
         let plan = k.plan(Path::new("target/kctrl-kind/kind.yaml"));
         let commands: Vec<String> = plan
             .iter()

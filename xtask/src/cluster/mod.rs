@@ -1,5 +1,7 @@
-//! `cargo xtask cluster <up|down|status|env|compact|build|kind-plan>`: a real Kubernetes 1.36
-//! control plane on loopback, built from upstream's Go modules (see docs/local-cluster.md).
+//! `cargo xtask cluster <up|down|status|env|compact|build|kind-plan>`: a real Kubernetes
+//! control plane on loopback, built from upstream's Go modules (see docs/local-cluster.md), of
+//! one of the supported releases ([`versions::RELEASES`]; `up`, `build` and `kind-plan` take
+//! `--kube-version`, the other commands act on whatever release the cluster runs).
 //!
 //! Reusable entry points for other xtask commands (e.g. a future `cargo xtask e2e`):
 //! [`plane::ensure_up`] -> [`plane::ClusterInfo`] (kubeconfig paths, apiserver URL, etcd
@@ -21,6 +23,7 @@ use anyhow::Result;
 
 use self::plane::{Layout, Liveness, UpOptions};
 use self::toolchain::{Cache, fmt_duration};
+use self::versions::KubeVersionArg;
 
 /// Arguments of `cargo xtask cluster`.
 #[derive(clap::Args)]
@@ -47,6 +50,9 @@ enum ClusterCommand {
             allow_hyphen_values = true
         )]
         apiserver_args: Vec<String>,
+        /// The release to run.
+        #[command(flatten)]
+        kube: KubeVersionArg,
     },
     /// Stop every process of the cluster (also after a crash) and remove its runtime state;
     /// logs are kept.
@@ -58,13 +64,20 @@ enum ClusterCommand {
     Env,
     /// Compact etcd at its current revision (watches from older resourceVersions then get 410).
     Compact,
-    /// Only build (or check) the cached binaries.
-    Build,
+    /// Only build (or check) the cached binaries of one release.
+    Build {
+        /// The release to build.
+        #[command(flatten)]
+        kube: KubeVersionArg,
+    },
     /// Print the kind configuration and commands of `cargo xtask e2e --cluster kind`.
     KindPlan {
         /// Where the configuration would be written.
         #[arg(long, default_value = "target/kctrl-kind/kind.yaml")]
         config_path: PathBuf,
+        /// The release of the node image.
+        #[command(flatten)]
+        kube: KubeVersionArg,
     },
 }
 
@@ -74,6 +87,7 @@ pub(crate) fn run(args: ClusterArgs) -> Result<()> {
         ClusterCommand::Up {
             nodes,
             apiserver_args,
+            kube,
         } => {
             let info = plane::ensure_up(&UpOptions {
                 name: name.clone(),
@@ -81,6 +95,7 @@ pub(crate) fn run(args: ClusterArgs) -> Result<()> {
                 apiserver_args,
                 controller_manager_args: Vec::new(),
                 deployment_controller: false,
+                release: kube.release,
             })?;
             eprintln!(
                 "  apiserver:  {} ({})",
@@ -111,22 +126,27 @@ pub(crate) fn run(args: ClusterArgs) -> Result<()> {
             println!("compacted etcd of cluster '{name}' at revision {revision}");
             Ok(())
         }
-        ClusterCommand::Build => {
-            let cache = Cache::locate()?;
+        ClusterCommand::Build { kube } => {
+            let cache = Cache::locate(kube.release)?;
             let built = toolchain::ensure_built(&cache)?;
             if built.is_empty() {
-                println!("all binaries are cached in {}", cache.bin_dir().display());
+                println!(
+                    "all binaries of Kubernetes {} are cached in {}",
+                    kube.release.kubernetes,
+                    cache.bin_dir().display()
+                );
             }
             for (binary, took) in built {
                 println!("{:<24} {}", binary.file_name(), fmt_duration(took));
             }
             Ok(())
         }
-        ClusterCommand::KindPlan { config_path } => {
-            let cluster = kind::KindCluster::new(&format!("kctrl-{name}"));
+        ClusterCommand::KindPlan { config_path, kube } => {
+            let cluster = kind::KindCluster::new(&format!("kctrl-{name}"), kube.release);
             println!(
-                "# kind {} (needs Docker or Podman); {}:",
-                kind::KIND_VERSION,
+                "# kind {}+ (needs Docker or Podman), Kubernetes {} nodes; {}:",
+                kube.release.kind,
+                kube.release.minor_name(),
                 config_path.display()
             );
             print!("{}", cluster.config());
@@ -139,12 +159,11 @@ pub(crate) fn run(args: ClusterArgs) -> Result<()> {
     }
 }
 
-/// Stops cluster `name` (no-op if nothing runs).
+/// Stops cluster `name`, whichever release it runs (no-op if nothing runs).
 pub(crate) fn down(name: &str) -> Result<()> {
     plane::validate_name(name)?;
-    let cache = Cache::locate()?;
     let layout = Layout::new(name);
-    let stopped = plane::stop(&layout, &cache)?;
+    let stopped = plane::stop(&layout)?;
     if stopped == 0 {
         eprintln!("cluster '{name}': no process was running");
     } else {
@@ -160,6 +179,10 @@ fn status(name: &str) -> Result<()> {
     let report = plane::status(name)?;
     let layout = Layout::new(name);
     println!("cluster '{name}' ({})", layout.dir.display());
+    match &report.versions {
+        Some(versions) => println!("  release: {versions}"),
+        None => println!("  release: - (no state file: never started, or stopped)"),
+    }
     for c in &report.components {
         let state = match c.liveness {
             Liveness::Running(pid) => format!("running (pid {pid})"),
@@ -197,15 +220,13 @@ fn status(name: &str) -> Result<()> {
             println!("  nodes: {ready}/{total} Ready");
         }
     }
-    println!(
-        "  binaries: {} ({})",
-        report.cache.0.display(),
-        if report.cache.1 {
-            "built"
-        } else {
-            "not (fully) built"
-        }
-    );
+    for (version, dir, built) in &report.caches {
+        println!(
+            "  binaries of {version}: {} ({})",
+            dir.display(),
+            if *built { "built" } else { "not (fully) built" }
+        );
+    }
     if !report.healthy() {
         anyhow::bail!("cluster '{name}' is not (fully) running");
     }
@@ -248,7 +269,7 @@ mod tests {
         assert_eq!(cli.cluster.name, "e2e");
         assert!(matches!(
             cli.cluster.command,
-            ClusterCommand::Up { nodes: 2, ref apiserver_args } if apiserver_args.is_empty()
+            ClusterCommand::Up { nodes: 2, ref apiserver_args, .. } if apiserver_args.is_empty()
         ));
         let cli =
             Cli::try_parse_from(["x", "up", "--apiserver-arg", "--watch-cache=false"]).unwrap();
@@ -258,5 +279,23 @@ mod tests {
         ));
         let cli = Cli::try_parse_from(["x", "--name", "a", "env"]).unwrap();
         assert_eq!(cli.cluster.name, "a");
+        // The release: on `up`, `build` and `kind-plan`; the others act on what runs.
+        let release = |args: &[&str]| match Cli::try_parse_from(args).unwrap().cluster.command {
+            ClusterCommand::Up { kube, .. }
+            | ClusterCommand::Build { kube }
+            | ClusterCommand::KindPlan { kube, .. } => kube.release.kubernetes,
+            _ => unreachable!("{args:?}"),
+        };
+        assert_eq!(release(&["x", "up", "--kube-version", "1.36"]), "v1.36.5");
+        assert_eq!(
+            release(&["x", "build", "--kube-version", "v1.37.2"]),
+            "v1.37.2"
+        );
+        assert_eq!(
+            release(&["x", "kind-plan", "--kube-version=1.36.5"]),
+            "v1.36.5"
+        );
+        assert!(Cli::try_parse_from(["x", "up", "--kube-version", "1.38"]).is_err());
+        assert!(Cli::try_parse_from(["x", "down", "--kube-version", "1.36"]).is_err());
     }
 }

@@ -3,8 +3,10 @@
 //! controller, each a detached process supervised through pid files (see `process.rs`).
 //!
 //! Everything of cluster `<name>` lives in `target/kctrl-cluster/<name>/`:
-//! `state.json` (ports, versions), `pki/`, `kubeconfig/`, `etcd-data/`, `manifests/`,
-//! `run/<component>.pid` and `logs/<component>.log`.
+//! `state.json` (ports, the release it runs and the cache its binaries come from), `pki/`,
+//! `kubeconfig/`, `etcd-data/`, `manifests/`, `run/<component>.pid` and
+//! `logs/<component>.log`. Commands on a running cluster (status, env, down, restarts) take the
+//! release from `state.json`, whatever release a new `up` would choose.
 
 use std::fs;
 use std::net::{TcpListener, TcpStream};
@@ -21,7 +23,7 @@ use super::pki::{self, Identity, Pki};
 use super::process::{self, ProcRecord};
 use super::stages;
 use super::toolchain::{Cache, fmt_duration};
-use super::versions::{Binary, ETCD_VERSION, K8S_VERSION, KWOK_VERSION};
+use super::versions::{Binary, Release, supported_list};
 
 /// Namespace of the controller's identity.
 pub(crate) const CONTROLLER_SA_NAMESPACE: &str = "kube-system";
@@ -172,9 +174,11 @@ impl Ports {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct State {
     name: String,
+    /// The release it runs (`v1.37.2`, see [`Release::exact`]).
     kubernetes: String,
     etcd: String,
     kwok: String,
+    /// The release's cache directory, which the processes run their binaries from.
     cache_dir: PathBuf,
     nodes: usize,
     #[serde(default)]
@@ -274,7 +278,7 @@ pub(crate) struct ClusterInfo {
 }
 
 impl ClusterInfo {
-    fn from_state(layout: &Layout, state: &State, cache: &Cache) -> ClusterInfo {
+    fn from_state(layout: &Layout, state: &State) -> ClusterInfo {
         ClusterInfo {
             name: state.name.clone(),
             dir: layout.dir.clone(),
@@ -282,7 +286,7 @@ impl ClusterInfo {
             controller_kubeconfig: layout.kubeconfig(&CONTROLLER),
             apiserver_url: format!("https://127.0.0.1:{}", state.ports.apiserver),
             etcd_endpoint: format!("http://127.0.0.1:{}", state.ports.etcd_client),
-            kubectl: cache.binary(Binary::Kubectl),
+            kubectl: Cache::binary_in(&state.cache_dir, Binary::Kubectl),
             kubernetes_version: state.kubernetes.clone(),
         }
     }
@@ -370,6 +374,36 @@ fn read_state(layout: &Layout) -> Option<State> {
     serde_json::from_str(&fs::read_to_string(layout.state()).ok()?).ok()
 }
 
+/// The cache cluster `name` runs its binaries from, with its release (from its state file).
+/// A release this xtask no longer supports is an error that says how to get rid of the cluster.
+fn state_cache(name: &str, state: &State) -> Result<Cache> {
+    let release = Release::exact(&state.kubernetes).ok_or_else(|| {
+        anyhow!(
+            "cluster '{name}' runs Kubernetes {}, which this xtask does not support (supported: \
+             {}); stop it with `cargo xtask cluster down --name {name}`",
+            state.kubernetes,
+            supported_list()
+        )
+    })?;
+    Ok(Cache {
+        root: state.cache_dir.clone(),
+        release,
+    })
+}
+
+/// The cache directories whose binaries a process of a cluster may run: the one its state file
+/// names (whichever release that was) and, for a cluster whose state file is lost, those of
+/// every supported release.
+fn cache_roots(state: Option<&State>) -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = state.map(|s| s.cache_dir.clone()).into_iter().collect();
+    for cache in Cache::all().unwrap_or_default() {
+        if !roots.contains(&cache.root) {
+            roots.push(cache.root);
+        }
+    }
+    roots
+}
+
 /// Liveness of one component according to its pid file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Liveness {
@@ -381,9 +415,15 @@ pub(crate) enum Liveness {
     Absent,
 }
 
-fn liveness(layout: &Layout, cache: &Cache, c: Component) -> Liveness {
+/// Liveness of component `c`, counted as running only if it runs its binary from one of the
+/// cache directories `roots`.
+fn liveness(layout: &Layout, roots: &[PathBuf], c: Component) -> Liveness {
     match process::read_pid_file(&layout.pid_file(c)) {
-        Some(rec) if rec.is_ours_and_running(&cache.binary(c.binary())) => {
+        Some(rec)
+            if roots
+                .iter()
+                .any(|r| rec.is_ours_and_running(&Cache::binary_in(r, c.binary()))) =>
+        {
             Liveness::Running(rec.pid)
         }
         Some(rec) => Liveness::Stale(rec.pid),
@@ -409,6 +449,8 @@ pub(crate) struct UpOptions {
     /// Whether kube-controller-manager runs its own Deployment controller (upstream's, as a
     /// baseline). Off by default: ours replaces it, and the two must never run together.
     pub(crate) deployment_controller: bool,
+    /// The Kubernetes release to run (`--kube-version`).
+    pub(crate) release: &'static Release,
 }
 
 /// Checks a cluster name: it becomes a directory and part of kubeconfig names.
@@ -427,21 +469,20 @@ pub(crate) fn validate_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Returns the running cluster, if every component is up and the apiserver is ready.
+/// Returns the running cluster, if every component is up and the apiserver is ready, whatever
+/// release it runs ([`ClusterInfo::kubernetes_version`]). A cluster of a release this xtask
+/// does not support is an error.
 pub(crate) fn running_info(name: &str) -> Result<Option<ClusterInfo>> {
     validate_name(name)?;
-    let cache = Cache::locate()?;
     let layout = Layout::new(name);
     let Some(state) = read_state(&layout) else {
         return Ok(None);
     };
-    if state.cache_dir != cache.root {
-        return Ok(None);
-    }
+    let roots = [state_cache(name, &state)?.root];
     let all_up = Component::ALL
         .iter()
-        .all(|c| matches!(liveness(&layout, &cache, *c), Liveness::Running(_)));
-    let info = ClusterInfo::from_state(&layout, &state, &cache);
+        .all(|c| matches!(liveness(&layout, &roots, *c), Liveness::Running(_)));
+    let info = ClusterInfo::from_state(&layout, &state);
     let kubectl = Kubectl {
         bin: info.kubectl.clone(),
         kubeconfig: info.admin_kubeconfig.clone(),
@@ -456,7 +497,22 @@ pub(crate) fn ensure_up(opts: &UpOptions) -> Result<ClusterInfo> {
     if opts.nodes == 0 {
         bail!("--nodes must be at least 1");
     }
-    let cache = Cache::locate()?;
+    let release = opts.release;
+    // Before building anything: a cluster of this name running another release is not replaced.
+    if let Some(info) = running_info(&opts.name)?
+        && info.kubernetes_version != release.kubernetes
+    {
+        bail!(
+            "cluster '{}' is running Kubernetes {}, not {} as asked; stop it first (`cargo xtask \
+             cluster down --name {}`) or ask for its release (`--kube-version {}`)",
+            opts.name,
+            info.kubernetes_version,
+            release.kubernetes,
+            opts.name,
+            info.kubernetes_version
+        );
+    }
+    let cache = Cache::locate(release)?;
     super::toolchain::ensure_built(&cache)?;
     if let Some(info) = running_info(&opts.name)? {
         let runs_it = read_state(&Layout::new(&opts.name)).is_some_and(|s| s.deployment_controller);
@@ -470,8 +526,8 @@ pub(crate) fn ensure_up(opts: &UpOptions) -> Result<ClusterInfo> {
             );
         }
         eprintln!(
-            "cluster '{}' is already running ({}); nothing to do",
-            opts.name, info.apiserver_url
+            "cluster '{}' is already running ({}, Kubernetes {}); nothing to do",
+            opts.name, info.apiserver_url, info.kubernetes_version
         );
         return Ok(info);
     }
@@ -483,7 +539,7 @@ pub(crate) fn ensure_up(opts: &UpOptions) -> Result<ClusterInfo> {
         );
     }
     // Even without any record, a crash could have left processes behind.
-    stop(&layout, &cache)?;
+    stop(&layout)?;
     let started = Instant::now();
     match start(&layout, &cache, opts) {
         Ok(info) => {
@@ -492,15 +548,15 @@ pub(crate) fn ensure_up(opts: &UpOptions) -> Result<ClusterInfo> {
                 opts.name,
                 fmt_duration(started.elapsed()),
                 info.kubernetes_version,
-                ETCD_VERSION,
-                KWOK_VERSION,
+                release.etcd,
+                release.kwok,
                 opts.nodes
             );
             Ok(info)
         }
         Err(e) => {
             eprintln!("start-up failed; stopping what was started");
-            if let Err(stop_err) = stop(&layout, &cache) {
+            if let Err(stop_err) = stop(&layout) {
                 eprintln!("  cleanup also failed: {stop_err:#}");
             }
             Err(e)
@@ -586,9 +642,9 @@ fn start(layout: &Layout, cache: &Cache, opts: &UpOptions) -> Result<ClusterInfo
     }
     let state = State {
         name: name.clone(),
-        kubernetes: K8S_VERSION.to_owned(),
-        etcd: ETCD_VERSION.to_owned(),
-        kwok: KWOK_VERSION.to_owned(),
+        kubernetes: cache.release.kubernetes.to_owned(),
+        etcd: cache.release.etcd.to_owned(),
+        kwok: cache.release.kwok.to_owned(),
         cache_dir: cache.root.clone(),
         nodes: opts.nodes,
         apiserver_args: opts.apiserver_args.clone(),
@@ -599,7 +655,7 @@ fn start(layout: &Layout, cache: &Cache, opts: &UpOptions) -> Result<ClusterInfo
     };
     // Written before anything starts, so `down` finds a half-started cluster after a crash.
     fs::write(layout.state(), serde_json::to_string_pretty(&state)?)?;
-    let info = ClusterInfo::from_state(layout, &state, cache);
+    let info = ClusterInfo::from_state(layout, &state);
     let admin = Kubectl {
         bin: info.kubectl.clone(),
         kubeconfig: info.admin_kubeconfig.clone(),
@@ -656,9 +712,10 @@ fn start(layout: &Layout, cache: &Cache, opts: &UpOptions) -> Result<ClusterInfo
     let version: serde_json::Value =
         serde_json::from_str(&admin.run(&["get", "--raw", "/version"], None)?)?;
     let git_version = version["gitVersion"].as_str().unwrap_or("?").to_owned();
-    if git_version != K8S_VERSION {
+    if git_version != cache.release.kubernetes {
         bail!(
-            "kube-apiserver reports version {git_version}, expected {K8S_VERSION} (version ldflags missing?)"
+            "kube-apiserver reports version {git_version}, expected {} (version ldflags missing?)",
+            cache.release.kubernetes
         );
     }
 
@@ -921,14 +978,18 @@ metadata:
     )
 }
 
-/// Stops every process of the cluster (pid files first, then a `/proc` scan for strays) and
-/// removes its runtime state, keeping the logs. Returns the number of processes stopped.
-pub(crate) fn stop(layout: &Layout, cache: &Cache) -> Result<usize> {
+/// Stops every process of the cluster (pid files first, then a `/proc` scan for strays),
+/// whichever release it runs, and removes its runtime state, keeping the logs. Returns the
+/// number of processes stopped.
+pub(crate) fn stop(layout: &Layout) -> Result<usize> {
+    let roots = cache_roots(read_state(layout).as_ref());
     let mut groups = Vec::new();
     for c in Component::ALL.iter().rev() {
         let pid_file = layout.pid_file(*c);
         match process::read_pid_file(&pid_file) {
-            Some(rec) if rec.is_ours_and_running(&cache.binary(c.binary())) => groups.push(rec),
+            Some(rec) if matches!(liveness(layout, &roots, *c), Liveness::Running(_)) => {
+                groups.push(rec)
+            }
             Some(rec) => eprintln!(
                 "  ignoring stale pid file of {} (pid {} is gone or not ours)",
                 c.name(),
@@ -990,8 +1051,12 @@ pub(crate) struct StatusReport {
     pub(crate) apiserver_ready: bool,
     /// Ready nodes / all nodes.
     pub(crate) nodes: Option<(usize, usize)>,
-    /// Cache directory and whether every binary is built.
-    pub(crate) cache: (PathBuf, bool),
+    /// What the state file records the cluster runs: `Kubernetes v1.37.2, etcd v3.7.0, kwok
+    /// v0.8.0`.
+    pub(crate) versions: Option<String>,
+    /// Per binary cache (the cluster's, or every supported release's if there is no state
+    /// file): release, directory and whether every binary is built.
+    pub(crate) caches: Vec<(&'static str, PathBuf, bool)>,
 }
 
 impl StatusReport {
@@ -1008,19 +1073,17 @@ impl StatusReport {
 /// Inspects cluster `name` without changing anything.
 pub(crate) fn status(name: &str) -> Result<StatusReport> {
     validate_name(name)?;
-    let cache = Cache::locate()?;
     let layout = Layout::new(name);
     let state = read_state(&layout);
-    let info = state
-        .as_ref()
-        .map(|s| ClusterInfo::from_state(&layout, s, &cache));
+    let info = state.as_ref().map(|s| ClusterInfo::from_state(&layout, s));
+    let roots = cache_roots(state.as_ref());
     let components = Component::ALL
         .iter()
         .map(|c| {
             let port = state.as_ref().map(|s| c.port(&s.ports));
             ComponentStatus {
                 component: *c,
-                liveness: liveness(&layout, &cache, *c),
+                liveness: liveness(&layout, &roots, *c),
                 port,
                 listening: port.is_some_and(port_open),
             }
@@ -1041,13 +1104,26 @@ pub(crate) fn status(name: &str) -> Result<StatusReport> {
             nodes = ready_nodes(&k).ok().map(|r| (r, total));
         }
     }
-    let built = cache.missing().is_empty();
+    let caches = match &state {
+        // A release this xtask does not support has no cache to report.
+        Some(s) => state_cache(name, s).into_iter().collect(),
+        None => Cache::all()?,
+    };
     Ok(StatusReport {
         components,
         info,
         apiserver_ready,
         nodes,
-        cache: (cache.root, built),
+        versions: state.as_ref().map(|s| {
+            format!(
+                "Kubernetes {}, etcd {}, kwok {}",
+                s.kubernetes, s.etcd, s.kwok
+            )
+        }),
+        caches: caches
+            .into_iter()
+            .map(|c| (c.release.kubernetes, c.root.clone(), c.missing().is_empty()))
+            .collect(),
     })
 }
 
@@ -1057,9 +1133,9 @@ pub(crate) fn status(name: &str) -> Result<StatusReport> {
 /// returns how long the restart took. For fault injection (`cargo xtask chaos`).
 pub(crate) fn kill_and_restart(name: &str, c: Component) -> Result<Duration> {
     validate_name(name)?;
-    let cache = Cache::locate()?;
     let layout = Layout::new(name);
     let state = read_state(&layout).ok_or_else(|| not_running(name))?;
+    let cache = state_cache(name, &state)?;
     let binary = cache.binary(c.binary());
     let rec = process::read_pid_file(&layout.pid_file(c))
         .filter(|r| r.is_ours_and_running(&binary))
@@ -1099,7 +1175,7 @@ pub(crate) fn kill_and_restart(name: &str, c: Component) -> Result<Duration> {
         child,
         log,
     }];
-    let info = ClusterInfo::from_state(&layout, &state, &cache);
+    let info = ClusterInfo::from_state(&layout, &state);
     let admin = Kubectl {
         bin: info.kubectl.clone(),
         kubeconfig: info.admin_kubeconfig.clone(),
@@ -1129,10 +1205,11 @@ pub(crate) fn kill_and_restart(name: &str, c: Component) -> Result<Duration> {
 /// Sends `signal` (e.g. `STOP`, `CONT`) to one component of running cluster `name`.
 pub(crate) fn signal_component(name: &str, c: Component, signal: &str) -> Result<()> {
     validate_name(name)?;
-    let cache = Cache::locate()?;
     let layout = Layout::new(name);
+    let state = read_state(&layout).ok_or_else(|| not_running(name))?;
+    let binary = Cache::binary_in(&state.cache_dir, c.binary());
     let rec = process::read_pid_file(&layout.pid_file(c))
-        .filter(|r| r.is_ours_and_running(&cache.binary(c.binary())))
+        .filter(|r| r.is_ours_and_running(&binary))
         .ok_or_else(|| anyhow!("{} of cluster '{name}' is not running", c.name()))?;
     let status = Command::new("kill")
         .args([&format!("-{signal}"), "--", &rec.pid.to_string()])
@@ -1176,6 +1253,7 @@ mod tests {
             },
             Cache {
                 root: PathBuf::from("/c"),
+                release: crate::cluster::versions::DEFAULT_RELEASE,
             },
             Ports {
                 etcd_client: 1,
@@ -1298,20 +1376,14 @@ mod tests {
         assert!(m.contains("name: kwok-node-2"));
     }
 
-    #[test]
-    fn env_lists_both_kubeconfigs_and_the_etcd_endpoint() {
-        let layout = Layout {
-            dir: PathBuf::from("/t/dev"),
-        };
-        let cache = Cache {
-            root: PathBuf::from("/c"),
-        };
-        let state = State {
+    /// The state file of a cluster `dev` of Kubernetes `version` with its cache at `/c`.
+    fn state(version: &str) -> State {
+        State {
             name: "dev".into(),
-            kubernetes: K8S_VERSION.into(),
-            etcd: ETCD_VERSION.into(),
-            kwok: KWOK_VERSION.into(),
-            cache_dir: cache.root.clone(),
+            kubernetes: version.into(),
+            etcd: "v3.6.8".into(),
+            kwok: "v0.8.0".into(),
+            cache_dir: PathBuf::from("/c"),
             nodes: 3,
             ports: Ports {
                 etcd_client: 2379,
@@ -1325,8 +1397,16 @@ mod tests {
             apiserver_args: Vec::new(),
             controller_manager_args: Vec::new(),
             deployment_controller: false,
+        }
+    }
+
+    #[test]
+    fn env_lists_both_kubeconfigs_the_etcd_endpoint_and_the_running_release() {
+        let layout = Layout {
+            dir: PathBuf::from("/t/dev"),
         };
-        let vars = ClusterInfo::from_state(&layout, &state, &cache).env_vars();
+        // Whatever release a new `up` would pick, the env describes what runs.
+        let vars = ClusterInfo::from_state(&layout, &state("v1.36.5")).env_vars();
         let get = |k: &str| {
             vars.iter()
                 .find(|(n, _)| *n == k)
@@ -1340,5 +1420,28 @@ mod tests {
         );
         assert_eq!(get("KCTRL_ETCD_ENDPOINT"), "http://127.0.0.1:2379");
         assert_eq!(get("KCTRL_APISERVER"), "https://127.0.0.1:6443");
+        assert_eq!(get("KCTRL_K8S_VERSION"), "v1.36.5");
+        assert_eq!(get("KCTRL_KUBECTL"), "/c/bin/kubectl");
+    }
+
+    #[test]
+    fn a_cluster_runs_from_the_cache_its_state_file_names() {
+        for r in crate::cluster::versions::RELEASES {
+            let cache = state_cache("dev", &state(r.kubernetes)).unwrap();
+            assert_eq!(cache.root, PathBuf::from("/c"));
+            assert!(std::ptr::eq(cache.release, r));
+        }
+        let err = format!("{:#}", state_cache("dev", &state("v1.35.0")).unwrap_err());
+        assert!(err.contains("runs Kubernetes v1.35.0"), "{err}");
+        assert!(err.contains(&supported_list()), "{err}");
+        assert!(err.contains("cargo xtask cluster down --name dev"), "{err}");
+        // Processes are recognised by the binaries of the state's cache first, then by those of
+        // every supported release (a lost state file); each directory once.
+        let roots = cache_roots(Some(&state("v1.35.0")));
+        assert_eq!(roots[0], PathBuf::from("/c"));
+        let all = Cache::all().unwrap();
+        assert_eq!(roots.len(), 1 + all.len());
+        assert!(all.iter().all(|c| roots.contains(&c.root)));
+        assert_eq!(cache_roots(None).len(), all.len());
     }
 }

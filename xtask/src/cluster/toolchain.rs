@@ -1,7 +1,8 @@
 //! Building the control-plane binaries from the Go module proxy into a version-keyed cache
-//! outside the repository (`~/.cache/kctrl/k8s-<version>/`).
+//! outside the repository (`~/.cache/kctrl/k8s-<version>/`, one directory per supported
+//! release, so releases coexist and switching between them rebuilds nothing).
 //!
-//! Layout of the cache directory:
+//! Layout of a release's cache directory:
 //! * `src/<wrapper>/go.mod`, `go.sum`: generated wrapper modules (see `versions.rs`);
 //! * `bin/<binary>` plus `bin/.<binary>.recipe` (what it was built from; a mismatch rebuilds);
 //! * `share/kwok-stages/*.yaml`: KWOK stage files taken from the downloaded kwok module;
@@ -20,25 +21,47 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 
 use super::versions::{
-    Binary, E2E_TEST_BINARY, ETCD_VERSION, GO_MIN_MINOR, K8S_VERSION, KWOK_STAGE_FILES,
-    KWOK_VERSION, Wrapper, e2e_test_build_args, e2e_test_recipe,
+    Binary, E2E_TEST_BINARY, KWOK_STAGE_FILES, RELEASES, Release, Wrapper, e2e_test_build_args,
+    e2e_test_recipe,
 };
 
 /// How often a long-running Go command reports progress.
 const PROGRESS_EVERY: Duration = Duration::from_secs(20);
 
-/// The version-keyed cache of built binaries.
+/// The cache of the binaries of one release.
 #[derive(Clone, Debug)]
 pub(crate) struct Cache {
-    /// `~/.cache/kctrl/k8s-v1.36.x`.
+    /// `~/.cache/kctrl/k8s-<version>`, e.g. `~/.cache/kctrl/k8s-v1.37.2`.
     pub(crate) root: PathBuf,
+    /// The release whose binaries it holds.
+    pub(crate) release: &'static Release,
 }
 
 impl Cache {
-    /// `$KCTRL_CACHE_DIR`, else `$XDG_CACHE_HOME/kctrl`, else `$HOME/.cache/kctrl`; then
-    /// `k8s-<version>` below it.
-    pub(crate) fn locate() -> Result<Cache> {
-        let base = if let Some(dir) = std::env::var_os("KCTRL_CACHE_DIR") {
+    /// The cache of `release`: `k8s-<version>` below [`Cache::base`].
+    pub(crate) fn locate(release: &'static Release) -> Result<Cache> {
+        Ok(Cache::under(&Cache::base()?, release))
+    }
+
+    /// The caches of every supported release (e.g. to list them, or to recognise processes
+    /// started from any of them).
+    pub(crate) fn all() -> Result<Vec<Cache>> {
+        let base = Cache::base()?;
+        Ok(RELEASES.iter().map(|r| Cache::under(&base, r)).collect())
+    }
+
+    /// The cache of `release` inside `base`: the directory name is the cache key, so each
+    /// release builds into its own directory.
+    pub(crate) fn under(base: &Path, release: &'static Release) -> Cache {
+        Cache {
+            root: base.join(format!("k8s-{}", release.kubernetes)),
+            release,
+        }
+    }
+
+    /// `$KCTRL_CACHE_DIR`, else `$XDG_CACHE_HOME/kctrl`, else `$HOME/.cache/kctrl`.
+    fn base() -> Result<PathBuf> {
+        Ok(if let Some(dir) = std::env::var_os("KCTRL_CACHE_DIR") {
             PathBuf::from(dir)
         } else if let Some(dir) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
             PathBuf::from(dir).join("kctrl")
@@ -47,9 +70,6 @@ impl Cache {
                 anyhow!("neither KCTRL_CACHE_DIR, XDG_CACHE_HOME nor HOME is set")
             })?;
             PathBuf::from(home).join(".cache").join("kctrl")
-        };
-        Ok(Cache {
-            root: base.join(format!("k8s-{K8S_VERSION}")),
         })
     }
 
@@ -60,7 +80,12 @@ impl Cache {
 
     /// Path of one binary.
     pub(crate) fn binary(&self, binary: Binary) -> PathBuf {
-        self.bin_dir().join(binary.file_name())
+        Cache::binary_in(&self.root, binary)
+    }
+
+    /// Path of one binary in the cache directory `root` (of whichever release).
+    pub(crate) fn binary_in(root: &Path, binary: Binary) -> PathBuf {
+        root.join("bin").join(binary.file_name())
     }
 
     /// KWOK stage files, in the order of [`KWOK_STAGE_FILES`].
@@ -89,7 +114,7 @@ impl Cache {
     /// Whether [`Cache::e2e_test`] is present and was built from the current recipe.
     pub(crate) fn e2e_test_is_built(&self) -> bool {
         fs::read_to_string(self.recipe_file_of(E2E_TEST_BINARY))
-            .is_ok_and(|r| r.trim() == e2e_test_recipe())
+            .is_ok_and(|r| r.trim() == e2e_test_recipe(self.release))
             && self.e2e_test().is_file()
     }
 
@@ -100,7 +125,7 @@ impl Cache {
     /// Whether `binary` is present and was built from the current recipe.
     pub(crate) fn is_built(&self, binary: Binary) -> bool {
         let recipe_ok = fs::read_to_string(self.recipe_file(binary))
-            .map(|r| r.trim() == binary.recipe())
+            .map(|r| r.trim() == binary.recipe(self.release))
             .unwrap_or(false);
         let extra_ok =
             binary != Binary::Kwok || self.kwok_stage_files().iter().all(|f| f.is_file());
@@ -181,13 +206,15 @@ struct Go {
     nice: Option<PathBuf>,
 }
 
-/// Finds `go` (or `$KCTRL_GO`) and checks it is new enough.
-fn find_go() -> Result<Go> {
+/// Finds `go` (or `$KCTRL_GO`) and checks it can build `release` (Go >= 1.`go_min_minor`).
+fn find_go(release: &Release) -> Result<Go> {
     let program = std::env::var_os("KCTRL_GO").unwrap_or_else(|| OsString::from("go"));
+    let min = release.go_min_minor;
     let install_hint = format!(
-        "building the local cluster needs the Go toolchain (Go >= 1.{GO_MIN_MINOR}) and access to \
-         the Go module proxy: install Go from https://go.dev/dl/ (or a distribution package of \
-         Go 1.{GO_MIN_MINOR}+), put `go` on PATH (or set KCTRL_GO=/path/to/go), then re-run"
+        "building the local cluster (Kubernetes {}) needs the Go toolchain (Go >= 1.{min}) and \
+         access to the Go module proxy: install Go from https://go.dev/dl/ (or a distribution \
+         package of Go 1.{min}+), put `go` on PATH (or set KCTRL_GO=/path/to/go), then re-run",
+        release.kubernetes
     );
     let output = match Command::new(&program)
         .args(["env", "GOVERSION"])
@@ -212,7 +239,7 @@ fn find_go() -> Result<Go> {
     }
     let version = String::from_utf8_lossy(&output.stdout).trim().to_owned();
     if let Some(minor) = go_minor(&version)
-        && minor < GO_MIN_MINOR
+        && minor < min
     {
         bail!("found {version}, which is too old: {install_hint}");
     }
@@ -397,10 +424,11 @@ fn prepare_wrapper(
 ) -> Result<Vec<String>> {
     let dir = cache.root.join("src").join(wrapper.dir_name());
     fs::create_dir_all(&dir)?;
-    let go_mod = wrapper.go_mod();
+    let go_mod = wrapper.go_mod(cache.release);
+    let files = wrapper.files(cache.release);
     // What the resolution depends on: the go.mod and the generated sources (their imports).
     let mut inputs = go_mod.clone();
-    for (name, text) in wrapper.files() {
+    for (name, text) in &files {
         inputs.push_str(&format!("\n// {name}\n{text}"));
     }
     let go_mod_path = dir.join("go.mod");
@@ -419,11 +447,11 @@ fn prepare_wrapper(
         return Ok(no_sumdb);
     }
     fs::write(&go_mod_path, &go_mod)?;
-    for (name, text) in wrapper.files() {
+    for (name, text) in &files {
         fs::write(dir.join(name), text)?;
     }
     let _ = fs::remove_file(&go_sum_path);
-    let (module, version) = wrapper.upstream();
+    let (module, version) = wrapper.upstream(cache.release);
     let log = cache
         .log_dir()
         .join(format!("tidy-{}.log", wrapper.dir_name()));
@@ -457,10 +485,11 @@ fn prepare_wrapper(
             bail!(
                 "could not fetch the Go modules for {module}@{version} (GOPROXY={}, GOSUMDB={}).\n\
                  The build needs the Go module proxy (https://proxy.golang.org or a mirror set in \
-                 GOPROXY) and Go >= 1.{GO_MIN_MINOR}; check network access and GOPROXY/GOFLAGS.\n\
+                 GOPROXY) and Go >= 1.{}; check network access and GOPROXY/GOFLAGS.\n\
                  Last output:\n  {}\nFull log: {}",
                 go.env("GOPROXY"),
                 go.env("GOSUMDB"),
+                cache.release.go_min_minor,
                 outcome.tail.join("\n  "),
                 log.display()
             );
@@ -484,7 +513,7 @@ fn prepare_wrapper(
 /// Copies the KWOK stage files out of the downloaded kwok module.
 fn install_kwok_stages(go: &Go, cache: &Cache, no_sumdb: &[String]) -> Result<()> {
     let dir = cache.root.join("src").join(Wrapper::Kwok.dir_name());
-    let (module, _) = Wrapper::Kwok.upstream();
+    let (module, _) = Wrapper::Kwok.upstream(cache.release);
     let out = go
         .command(&dir, no_sumdb)
         .args(["list", "-m", "-f", "{{.Dir}}", module])
@@ -517,13 +546,16 @@ pub(crate) fn ensure_built(cache: &Cache) -> Result<Vec<(Binary, Duration)>> {
     if missing.is_empty() {
         return Ok(Vec::new());
     }
-    let go = find_go()?;
+    let go = find_go(cache.release)?;
     fs::create_dir_all(cache.bin_dir())?;
     fs::create_dir_all(cache.log_dir())?;
     let started_all = Instant::now();
+    let release = cache.release;
     eprintln!(
-        "building the local control plane (Kubernetes {K8S_VERSION}, etcd {ETCD_VERSION}, \
-         kwok {KWOK_VERSION}) with {} into {}",
+        "building the local control plane (Kubernetes {}, etcd {}, kwok {}) with {} into {}",
+        release.kubernetes,
+        release.etcd,
+        release.kwok,
         go.version,
         cache.root.display()
     );
@@ -563,7 +595,7 @@ pub(crate) fn ensure_built(cache: &Cache) -> Result<Vec<(Binary, Duration)>> {
             cmd.args(["-tags", binary.build_tags()]);
         }
         cmd.arg("-ldflags")
-            .arg(binary.ldflags(&build_date))
+            .arg(binary.ldflags(release, &build_date))
             .arg("-o")
             .arg(&tmp)
             .arg(binary.package());
@@ -579,7 +611,7 @@ pub(crate) fn ensure_built(cache: &Cache) -> Result<Vec<(Binary, Duration)>> {
         if binary == Binary::Kwok {
             install_kwok_stages(&go, cache, &no_sumdb)?;
         }
-        fs::write(cache.recipe_file(binary), binary.recipe())?;
+        fs::write(cache.recipe_file(binary), binary.recipe(release))?;
         let took = started.elapsed();
         eprintln!(
             "  [{}] built {name} in {}",
@@ -623,13 +655,14 @@ pub(crate) fn ensure_e2e_test_built(cache: &Cache) -> Result<(PathBuf, Option<Du
     if cache.e2e_test_is_built() {
         return Ok((cache.e2e_test(), None));
     }
-    let go = find_go()?;
+    let go = find_go(cache.release)?;
     fs::create_dir_all(cache.bin_dir())?;
     fs::create_dir_all(cache.log_dir())?;
     let started = Instant::now();
     eprintln!(
-        "building upstream's e2e test binary ({E2E_TEST_BINARY}, Kubernetes {K8S_VERSION}) with \
-         {} into {} — minutes on 2 cores; later runs reuse it",
+        "building upstream's e2e test binary ({E2E_TEST_BINARY}, Kubernetes {}) with {} into \
+         {} — minutes on 2 cores; later runs reuse it",
+        cache.release.kubernetes,
         go.version,
         cache.bin_dir().display()
     );
@@ -641,7 +674,7 @@ pub(crate) fn ensure_e2e_test_built(cache: &Cache) -> Result<(PathBuf, Option<Du
         &cache.root.join("src").join(Wrapper::E2e.dir_name()),
         &no_sumdb,
     );
-    cmd.args(e2e_test_build_args(&build_date))
+    cmd.args(e2e_test_build_args(cache.release, &build_date))
         .arg("-o")
         .arg(&tmp)
         .arg(".");
@@ -654,7 +687,10 @@ pub(crate) fn ensure_e2e_test_built(cache: &Cache) -> Result<(PathBuf, Option<Du
         );
     }
     fs::rename(&tmp, cache.e2e_test())?;
-    fs::write(cache.recipe_file_of(E2E_TEST_BINARY), e2e_test_recipe())?;
+    fs::write(
+        cache.recipe_file_of(E2E_TEST_BINARY),
+        e2e_test_recipe(cache.release),
+    )?;
     let took = started.elapsed();
     eprintln!("  built {E2E_TEST_BINARY} in {}", fmt_duration(took));
     let mut record = fs::OpenOptions::new()
@@ -701,7 +737,10 @@ mod tests {
     #[test]
     fn the_build_lock_is_exclusive_and_released_on_drop() {
         let root = std::env::temp_dir().join(format!("kctrl-build-lock-{}", std::process::id()));
-        let cache = Cache { root: root.clone() };
+        let cache = Cache {
+            root: root.clone(),
+            release: crate::cluster::versions::DEFAULT_RELEASE,
+        };
         let held = BuildLock::acquire(&cache).unwrap();
         let other = fs::OpenOptions::new()
             .write(true)
@@ -717,6 +756,55 @@ mod tests {
         let again = BuildLock::acquire(&cache).unwrap();
         drop(again);
         fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn each_release_has_its_own_cache_and_sees_only_its_own_builds() {
+        let base = std::env::temp_dir().join(format!("kctrl-cache-keys-{}", std::process::id()));
+        let caches: Vec<Cache> = RELEASES.iter().map(|r| Cache::under(&base, r)).collect();
+        assert_eq!(caches[0].root, base.join("k8s-v1.37.2"));
+        assert_eq!(caches[1].root, base.join("k8s-v1.36.5"));
+        let (new, old) = (&caches[0], &caches[1]);
+        // What a complete build of one release leaves behind.
+        let fake_build = |cache: &Cache, recipes_of: &Release| {
+            fs::create_dir_all(cache.bin_dir()).unwrap();
+            for b in Binary::ALL {
+                fs::write(cache.binary(b), b"binary").unwrap();
+                fs::write(cache.recipe_file(b), b.recipe(recipes_of)).unwrap();
+            }
+            fs::write(cache.e2e_test(), b"binary").unwrap();
+            fs::write(
+                cache.recipe_file_of(E2E_TEST_BINARY),
+                e2e_test_recipe(recipes_of),
+            )
+            .unwrap();
+        };
+        fake_build(old, old.release);
+        assert_eq!(
+            old.missing(),
+            [Binary::Kwok],
+            "KWOK's stage files are part of it"
+        );
+        for f in old.kwok_stage_files() {
+            fs::create_dir_all(f.parent().unwrap()).unwrap();
+            fs::write(f, b"stage").unwrap();
+        }
+        assert!(old.missing().is_empty());
+        assert!(old.e2e_test_is_built());
+        // The other release's cache is untouched: switching to it builds it, and switching
+        // back finds the first one still complete.
+        assert_eq!(new.missing(), Binary::ALL);
+        assert!(!new.e2e_test_is_built());
+        // Binaries recorded with the other release's recipes do not count either (KWOK, the
+        // same version in both, would, but its stage files are missing here).
+        fake_build(new, old.release);
+        assert_eq!(new.missing(), Binary::ALL);
+        assert!(!new.e2e_test_is_built());
+        fake_build(new, new.release);
+        assert_eq!(new.missing(), [Binary::Kwok]);
+        assert!(new.e2e_test_is_built());
+        assert!(old.missing().is_empty() && old.e2e_test_is_built());
+        fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]

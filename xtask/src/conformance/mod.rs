@@ -2,18 +2,20 @@
 //! e2e specs against the local control plane, with our Deployment controller or, as a baseline,
 //! kube-controller-manager's own.
 //!
-//! 1. Builds (once, cached beside the control plane in `~/.cache/kctrl/k8s-<version>/bin`)
-//!    upstream's e2e test binary `e2e.test` for the pinned Kubernetes version from the Go module
-//!    proxy: a generated wrapper module (the control plane's `require`/`replace` lines plus one
-//!    `_test.go` linking the e2e framework with the `apps` specs; see `cluster::versions`),
-//!    built with `go test -c` by `cluster::toolchain`.
+//! 1. Builds (once per release, cached beside the control plane in
+//!    `~/.cache/kctrl/k8s-<version>/bin`) upstream's e2e test binary `e2e.test` of the selected
+//!    Kubernetes release (`--kube-version`) from the Go module proxy: a generated wrapper module
+//!    (the control plane's `require`/`replace` lines plus one `_test.go` linking the e2e
+//!    framework with the `apps` specs; see `cluster::versions`), built with `go test -c` by
+//!    `cluster::toolchain`. The specs are that release's, so they run against the same
+//!    release's control plane.
 //! 2. Starts a dedicated local cluster (`--name`, default `conformance`) whose
 //!    kube-controller-manager runs without its Deployment controller (`ours`: our release
 //!    `deployment-controller` then runs as its own identity with `deploy/`'s RBAC) or with it
 //!    (`upstream`: ours does not run). Before and after the specs it checks by process id that
 //!    exactly the chosen Deployment controller runs against the cluster.
 //! 3. Runs `e2e.test` focused on `[sig-apps] Deployment`, minus [`SKIPS`] (each with its reason),
-//!    writes Ginkgo's JUnit report to `target/conformance/<controller>/junit.xml`, prints
+//!    writes Ginkgo's JUnit report to `target/conformance/<version>/<controller>/junit.xml`, prints
 //!    passed / failed / skipped per spec, and tears everything down — also on failure and, through
 //!    a watcher process, on Ctrl-C.
 
@@ -34,6 +36,7 @@ use self::junit::{Outcome, TestCase};
 use crate::cluster::plane::{self, ClusterInfo, Component, Layout, UpOptions};
 use crate::cluster::process;
 use crate::cluster::toolchain::{self, Cache, fmt_duration};
+use crate::cluster::versions::{KubeVersionArg, Release};
 use crate::controller_process::{self, ControllerProcess};
 
 /// Arguments of `cargo xtask conformance`.
@@ -49,15 +52,19 @@ pub(crate) struct ConformanceArgs {
     /// Only build (or check) the control plane and the e2e test binary.
     #[arg(long)]
     build_only: bool,
+    /// Kubernetes release of the control plane and of the specs.
+    #[command(flatten)]
+    kube: KubeVersionArg,
 }
 
 impl ConformanceArgs {
-    /// Our controller on the default cluster name (what `cargo xtask test` runs).
-    pub(crate) fn ours() -> ConformanceArgs {
+    /// Our controller on the default cluster name and `release` (what `cargo xtask test` runs).
+    pub(crate) fn ours(release: &'static Release) -> ConformanceArgs {
         ConformanceArgs {
             controller: Controller::Ours,
             name: "conformance".to_owned(),
             build_only: false,
+            kube: KubeVersionArg { release },
         }
     }
 }
@@ -104,6 +111,7 @@ pub(crate) struct Skip {
 /// by default. Everything else in [`FOCUS`] must pass.
 pub(crate) const SKIPS: &[Skip] = &[
     Skip {
+        // 1.37 appends ` [Provider:aws,azure,gce]` to this text; the literal still matches.
         text: "should not disrupt a cloud load-balancer's connectivity during rollout",
         reason: "needs a cloud provider (aws, azure, gce or gke) with LoadBalancer Services and \
                  at least 3 schedulable nodes carrying real traffic; with --provider=skeleton the \
@@ -111,13 +119,14 @@ pub(crate) const SKIPS: &[Skip] = &[
     },
     Skip {
         text: "[Alpha]",
-        reason: "needs an alpha feature gate, off by default in a 1.36 cluster (none of the \
-                 Deployment specs of v1.36.5 is tagged so; kept for future versions)",
+        reason: "needs an alpha feature gate, off by default in the local cluster (none of the \
+                 Deployment specs of v1.36.5 or v1.37.2 is tagged so; kept for future versions)",
     },
     Skip {
         text: "[Feature:OffByDefault]",
         reason: "needs a feature gate that is off by default (beta or alpha); the local cluster \
-                 runs with default gates (none of the Deployment specs of v1.36.5 is tagged so)",
+                 runs with default gates (none of the Deployment specs of v1.36.5 or v1.37.2 is \
+                 tagged so)",
     },
 ];
 
@@ -235,12 +244,13 @@ impl Summary {
         out
     }
 
-    /// The human-readable result: one line per spec, then the totals.
-    pub(crate) fn render(&self, controller: Controller) -> String {
+    /// The human-readable result of a run of Kubernetes `kubernetes`'s specs: one line per
+    /// spec, then the totals.
+    pub(crate) fn render(&self, controller: Controller, kubernetes: &str) -> String {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "[sig-apps] Deployment specs with {}:",
+            "[sig-apps] Deployment specs of Kubernetes {kubernetes} with {}:",
             controller.describe()
         );
         for s in &self.specs {
@@ -328,7 +338,8 @@ pub(crate) fn run(args: ConformanceArgs) -> Result<()> {
         Controller::Ours => Some(controller_process::build_dist()?),
         Controller::Upstream => None,
     };
-    let cache = Cache::locate()?;
+    let release = args.kube.release;
+    let cache = Cache::locate(release)?;
     toolchain::ensure_built(&cache)?;
     let (e2e_test, built) = toolchain::ensure_e2e_test_built(&cache)?;
     match built {
@@ -339,9 +350,7 @@ pub(crate) fn run(args: ConformanceArgs) -> Result<()> {
         return Ok(());
     }
 
-    let out_dir = plane::target_dir()
-        .join("conformance")
-        .join(args.controller.slug());
+    let out_dir = out_dir(release, args.controller);
     fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let junit_path = out_dir.join("junit.xml");
     let _ = fs::remove_file(&junit_path);
@@ -364,6 +373,7 @@ pub(crate) fn run(args: ConformanceArgs) -> Result<()> {
         apiserver_args: Vec::new(),
         controller_manager_args: Vec::new(),
         deployment_controller: args.controller == Controller::Upstream,
+        release,
     });
     let info = match up {
         Ok(info) => info,
@@ -386,7 +396,8 @@ pub(crate) fn run(args: ConformanceArgs) -> Result<()> {
     let down = crate::cluster::down(&args.name);
     controller_process::dismiss_reaper(reaper);
     eprintln!(
-        "==> conformance run with {} took {} (report: {})",
+        "==> conformance run of Kubernetes {} with {} took {} (report: {})",
+        release.kubernetes,
         args.controller.describe(),
         fmt_duration(started.elapsed()),
         junit_path.display()
@@ -403,6 +414,16 @@ pub(crate) fn run(args: ConformanceArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Where a run keeps its JUnit report, `e2e.test`'s output and our controller's log:
+/// `target/conformance/<version>/<ours|upstream>/`, so runs of different releases do not
+/// overwrite each other.
+pub(crate) fn out_dir(release: &Release, controller: Controller) -> std::path::PathBuf {
+    plane::target_dir()
+        .join("conformance")
+        .join(release.kubernetes)
+        .join(controller.slug())
 }
 
 /// Starts our controller if it is the one under test, runs the specs, stops it; checks the
@@ -478,7 +499,10 @@ fn with_cluster(
         )
     })?;
     let summary = Summary::from_cases(junit::parse(&xml)?);
-    print!("{}", summary.render(args.controller));
+    print!(
+        "{}",
+        summary.render(args.controller, &info.kubernetes_version)
+    );
     println!(
         "JUnit report: {}  e2e output: {}",
         junit_path.display(),
@@ -567,6 +591,9 @@ mod tests {
     fn skips_match_spec_names_literally() {
         let lb = "[It] [sig-apps] Deployment should not disrupt a cloud load-balancer's connectivity during rollout [sig-apps]";
         assert!(skip_for(lb).unwrap().reason.contains("cloud provider"));
+        // 1.37 names the providers in the text.
+        let lb = "[It] [sig-apps] Deployment should not disrupt a cloud load-balancer's connectivity during rollout [Provider:aws,azure,gce] [sig-apps]";
+        assert!(skip_for(lb).unwrap().reason.contains("cloud provider"));
         let alpha = "[It] [sig-apps] Deployment x [FeatureGate:Y] [Alpha] [Feature:OffByDefault]";
         assert!(skip_for(alpha).is_some());
         let beta_on = "[It] [sig-apps] Deployment x [FeatureGate:Y] [Beta]";
@@ -631,7 +658,13 @@ mod tests {
         assert!(summary.specs[1].text().contains("load-balancer"));
         assert!(summary.suite_failures.is_empty());
         assert!(summary.problems().is_empty(), "{:?}", summary.problems());
-        let text = summary.render(Controller::Ours);
+        let text = summary.render(Controller::Ours, "v1.37.2");
+        assert!(
+            text.starts_with(
+                "[sig-apps] Deployment specs of Kubernetes v1.37.2 with our deployment-controller:\n"
+            ),
+            "{text}"
+        );
         assert!(
             text.contains("PASS     1.0s  deployment should support rollover [Conformance]\n"),
             "{text}"
@@ -674,7 +707,7 @@ mod tests {
                 .any(|p| p.contains("did not run (the run was interrupted)"))
         );
         assert!(problems[2].contains("SynchronizedAfterSuite"));
-        let text = summary.render(Controller::Upstream);
+        let text = summary.render(Controller::Upstream, "v1.36.5");
         assert!(text.contains("FAIL"), "{text}");
         assert!(text.contains("                 timed out\n"), "{text}");
         assert!(
@@ -691,7 +724,7 @@ mod tests {
         assert!(summary.problems().is_empty());
         assert!(
             summary
-                .render(Controller::Ours)
+                .render(Controller::Ours, "v1.37.2")
                 .contains("Only supported for providers")
         );
 
@@ -736,15 +769,37 @@ mod tests {
         assert_eq!(cli.args.controller, Controller::Ours);
         assert_eq!(cli.args.name, "conformance");
         assert!(!cli.args.build_only);
-        // `cargo xtask test` runs the defaults.
-        let ours = ConformanceArgs::ours();
+        // `cargo xtask test` runs the defaults, on the release it was given.
+        let ours = ConformanceArgs::ours(cli.args.kube.release);
         assert_eq!(
             (ours.controller, ours.name, ours.build_only),
             (cli.args.controller, cli.args.name, false)
         );
+        assert!(std::ptr::eq(ours.kube.release, cli.args.kube.release));
         let cli = Cli::try_parse_from(["x", "--controller", "upstream", "--name", "c2"]).unwrap();
         assert_eq!(cli.args.controller, Controller::Upstream);
         assert_eq!(cli.args.name, "c2");
         assert!(Cli::try_parse_from(["x", "--controller", "both"]).is_err());
+        let cli = Cli::try_parse_from(["x", "--kube-version", "1.36"]).unwrap();
+        assert_eq!(cli.args.kube.release.kubernetes, "v1.36.5");
+        assert!(Cli::try_parse_from(["x", "--kube-version", "1.35"]).is_err());
+    }
+
+    #[test]
+    fn reports_of_each_release_and_controller_are_kept_apart() {
+        let dirs: Vec<std::path::PathBuf> = crate::cluster::versions::RELEASES
+            .iter()
+            .flat_map(|r| {
+                [
+                    out_dir(r, Controller::Ours),
+                    out_dir(r, Controller::Upstream),
+                ]
+            })
+            .collect();
+        for (i, d) in dirs.iter().enumerate() {
+            assert!(dirs[i + 1..].iter().all(|o| o != d), "{d:?}");
+        }
+        let ours = out_dir(crate::cluster::versions::DEFAULT_RELEASE, Controller::Ours);
+        assert!(ours.ends_with("conformance/v1.37.2/ours"), "{ours:?}");
     }
 }

@@ -41,7 +41,7 @@ use self::scenario::{Action, Scenario, Step};
 use crate::cluster::plane::{self, ClusterInfo, Layout, UpOptions};
 use crate::cluster::process;
 use crate::cluster::toolchain::{Cache, fmt_duration};
-use crate::cluster::versions::Binary;
+use crate::cluster::versions::{Binary, KubeVersionArg, Release};
 use crate::conformance::{Controller, check_controllers};
 use crate::controller_process::{self, ControllerProcess};
 
@@ -80,6 +80,9 @@ pub(crate) struct DiffArgs {
     /// `<PREFIX>-ours`, so that runs side by side do not share a cluster name.
     #[arg(long, default_value = CLUSTER_PREFIX, value_name = "PREFIX")]
     name_prefix: String,
+    /// Kubernetes release of both clusters (and of the kube-controller-manager compared with).
+    #[command(flatten)]
+    kube: KubeVersionArg,
 }
 
 /// The subset `cargo xtask test` runs (`--quick`): rollouts, undo, a stuck rollout scaled,
@@ -97,8 +100,9 @@ pub(crate) const QUICK: &[&str] = &[
 ];
 
 impl DiffArgs {
-    /// The quick subset, clusters stopped at the end (what `cargo xtask test` runs).
-    pub(crate) fn quick() -> DiffArgs {
+    /// The quick subset on `release`, clusters stopped at the end (what `cargo xtask test`
+    /// runs).
+    pub(crate) fn quick(release: &'static Release) -> DiffArgs {
         DiffArgs {
             scenarios: Vec::new(),
             quick: true,
@@ -106,6 +110,7 @@ impl DiffArgs {
             retries: 2,
             switch: None,
             name_prefix: CLUSTER_PREFIX.to_owned(),
+            kube: KubeVersionArg { release },
         }
     }
 }
@@ -122,7 +127,7 @@ fn out_dir() -> PathBuf {
 
 pub(crate) fn run(args: DiffArgs) -> Result<()> {
     if let Some(n) = args.switch {
-        return switch::run(n, args.keep);
+        return switch::run(n, args.keep, args.kube.release);
     }
     // Parse everything before anything starts: a typo should not cost two clusters.
     let only: Vec<String> = if args.quick {
@@ -133,7 +138,8 @@ pub(crate) fn run(args: DiffArgs) -> Result<()> {
     let scenarios = scenario::load_selected(&scenario_dir(), &only)?;
     let started = Instant::now();
     let ours_binary = controller_process::build_dist()?;
-    let cache = Cache::locate()?;
+    let release = args.kube.release;
+    let cache = Cache::locate(release)?;
     crate::cluster::toolchain::ensure_built(&cache)?;
     let kcm = cache.binary(Binary::KubeControllerManager);
     let out = out_dir();
@@ -142,7 +148,7 @@ pub(crate) fn run(args: DiffArgs) -> Result<()> {
 
     let upstream_cluster = format!("{}-up", args.name_prefix);
     let ours_cluster = format!("{}-ours", args.name_prefix);
-    let clusters = Clusters::start(&[upstream_cluster.as_str(), ours_cluster.as_str()])?;
+    let clusters = Clusters::start(&[upstream_cluster.as_str(), ours_cluster.as_str()], release)?;
     let result = (|| -> Result<Vec<ScenarioReport>> {
         let up = Side::start_upstream(&clusters.infos[0], &kcm)?;
         let ours = Side::start_ours(&clusters.infos[1], &ours_binary)?;
@@ -196,7 +202,7 @@ pub(crate) fn run(args: DiffArgs) -> Result<()> {
     };
     let reports = result?;
     down?;
-    let text = render(&reports, started.elapsed());
+    let text = render(&reports, release, started.elapsed());
     let path = out.join("report.md");
     fs::write(&path, &text).with_context(|| format!("writing {}", path.display()))?;
     print!("{text}");
@@ -225,8 +231,8 @@ pub(crate) struct Clusters {
 
 impl Clusters {
     /// Stops leftovers of earlier runs (Deployment controllers, clusters) and starts each
-    /// cluster afresh, its kube-controller-manager without a Deployment controller.
-    pub(crate) fn start(names: &[&str]) -> Result<Clusters> {
+    /// cluster afresh on `release`, its kube-controller-manager without a Deployment controller.
+    pub(crate) fn start(names: &[&str], release: &'static Release) -> Result<Clusters> {
         let mut clusters = Clusters {
             infos: Vec::new(),
             reapers: Vec::new(),
@@ -248,6 +254,7 @@ impl Clusters {
                 apiserver_args: Vec::new(),
                 controller_manager_args: Vec::new(),
                 deployment_controller: false,
+                release,
             });
             match up {
                 Ok(info) => {
@@ -751,11 +758,13 @@ fn settle(step: &Step, sides: &mut [Side; 2], ns: &str) -> Result<()> {
 }
 
 /// The report: per scenario and step, the differences (intended ones with their reason).
-fn render(reports: &[ScenarioReport], took: Duration) -> String {
+fn render(reports: &[ScenarioReport], release: &Release, took: Duration) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "# Differential run: upstream's Deployment controller vs ours\n"
+        "# Differential run: upstream's Deployment controller vs ours\n\n\
+         Kubernetes {} (both clusters and kube-controller-manager).\n",
+        release.kubernetes
     );
     let failed = reports.iter().filter(|r| !r.ok()).count();
     let _ = writeln!(
@@ -861,7 +870,15 @@ mod tests {
         assert!(reports[0].ok());
         assert!(!reports[1].ok());
         assert_eq!(reports[1].unintended(), 1);
-        let text = render(&reports, Duration::from_secs(7));
+        let text = render(
+            &reports,
+            crate::cluster::versions::DEFAULT_RELEASE,
+            Duration::from_secs(7),
+        );
+        assert!(
+            text.contains("\nKubernetes v1.37.2 (both clusters and kube-controller-manager).\n"),
+            "{text}"
+        );
         assert!(
             text.contains("2 scenario(s), 2 step(s), 1 with unintended"),
             "{text}"
@@ -943,8 +960,12 @@ mod tests {
         assert_eq!(cli.args.retries, 2);
         let cli = Cli::try_parse_from(["x", "--switch", "50"]).unwrap();
         assert_eq!(cli.args.switch, Some(50));
-        let quick = DiffArgs::quick();
+        let old = crate::cluster::versions::Release::exact("v1.36.5").unwrap();
+        let quick = DiffArgs::quick(old);
         assert!(quick.quick && !quick.keep && quick.switch.is_none());
+        assert!(std::ptr::eq(quick.kube.release, old));
+        let cli = Cli::try_parse_from(["x", "--quick", "--kube-version", "v1.36.5"]).unwrap();
+        assert!(std::ptr::eq(cli.args.kube.release, old));
         assert!(Cli::try_parse_from(["x", "--quick", "--scenario", "a"]).is_err());
         // Every scenario of the quick subset exists.
         let found = scenario::load_selected(

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use super::{Clusters, Side, out_dir};
 use crate::cluster::toolchain::{Cache, fmt_duration};
-use crate::cluster::versions::Binary;
+use crate::cluster::versions::{Binary, Release};
 use crate::controller_process;
 
 /// The cluster of the measurement.
@@ -196,18 +196,18 @@ fn replica_sets(list: &Value) -> usize {
         .count()
 }
 
-pub(crate) fn run(n: usize, keep: bool) -> Result<()> {
+pub(crate) fn run(n: usize, keep: bool, release: &'static Release) -> Result<()> {
     if n == 0 {
         bail!("--switch needs at least one Deployment");
     }
     let started = Instant::now();
     let ours_binary = controller_process::build_dist()?;
-    let cache = Cache::locate()?;
+    let cache = Cache::locate(release)?;
     crate::cluster::toolchain::ensure_built(&cache)?;
     let kcm = cache.binary(Binary::KubeControllerManager);
     let out = out_dir();
     fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    let clusters = Clusters::start(&[CLUSTER])?;
+    let clusters = Clusters::start(&[CLUSTER], release)?;
     let info = clusters.infos[0].clone();
     let result = (|| -> Result<String> {
         let up = Side::start_upstream(&info, &kcm)?;
@@ -257,9 +257,10 @@ pub(crate) fn run(n: usize, keep: bool) -> Result<()> {
         let _ = writeln!(
             text,
             "# Switching the Deployment controller: {n} Deployments x {REPLICAS} replicas\n\n\
-             Each Deployment had {} ReplicaSets (two templates) before the first switch and {} \
+             Kubernetes {}. Each Deployment had {} ReplicaSets (two templates) before the first switch and {} \
              after the third template. Counts over the {}s of quiet after each switch \
              (the first took {} to become quiet).\n",
+            release.kubernetes,
             replica_sets(&before) / n,
             replica_sets(&before_back) / n,
             QUIET.as_secs(),

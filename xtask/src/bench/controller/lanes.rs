@@ -31,6 +31,7 @@ use super::{
     Env, QPS, SETUP_QPS, Side, admin_client, check_cluster_kcm, concurrently, deployment_with,
     image_patch, name, prepare, start_with, wait_complete, workspace_root,
 };
+use crate::cluster::versions::KubeVersionArg;
 
 /// Arguments of `cargo xtask bench lanes`.
 #[derive(clap::Args)]
@@ -54,6 +55,9 @@ pub(crate) struct LanesArgs {
     /// Do not rewrite docs/benchmarks/lanes.md.
     #[arg(long)]
     no_doc: bool,
+    /// Kubernetes release of the cluster and of the kube-controller-manager compared with.
+    #[command(flatten)]
+    kube: KubeVersionArg,
 }
 
 /// The three configurations compared.
@@ -150,6 +154,7 @@ pub(crate) fn run(args: LanesArgs) -> Result<()> {
         false,
         Duration::from_secs(3600),
         None,
+        args.kube.release,
     )?;
     let machine = Machine::detect(&env.info.kubernetes_version);
     let mut runs = Vec::new();

@@ -40,7 +40,7 @@ use self::parse::{Counts, CpuTicks, Memory, RolloutState};
 use crate::cluster::plane::{self, ClusterInfo, Component, Layout, UpOptions};
 use crate::cluster::process::{self, ProcRecord};
 use crate::cluster::toolchain::Cache;
-use crate::cluster::versions::Binary;
+use crate::cluster::versions::{Binary, KubeVersionArg, Release};
 
 /// Replicas of every benchmark Deployment.
 const REPLICAS: i32 = 4;
@@ -117,6 +117,9 @@ pub(crate) struct ControllerArgs {
     /// `DISABLE_HTTP2=1` or an `LD_PRELOAD`ed allocator; implies --no-doc).
     #[arg(long = "ours-env", value_name = "KEY=VALUE")]
     ours_env: Vec<String>,
+    /// Kubernetes release of the cluster and of the kube-controller-manager compared with.
+    #[command(flatten)]
+    kube: KubeVersionArg,
 }
 
 /// The two Deployment controllers compared.
@@ -328,6 +331,7 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
         args.callgrind,
         Duration::from_secs(args.phase_timeout_secs),
         args.ours_binary.as_deref(),
+        args.kube.release,
     )?;
     env.ours_env = args.ours_env.clone();
     env.phases = phases;
@@ -405,8 +409,8 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
 }
 
 /// Builds our binary (`dist` profile) unless `ours_binary` names one, starts cluster `name`
-/// afresh (audit log of the two controller identities on, KWOK nodes for `pods` Pods) and
-/// returns what the measurements need.
+/// afresh on `release` (audit log of the two controller identities on, KWOK nodes for `pods`
+/// Pods) and returns what the measurements need.
 fn prepare(
     name: &str,
     pods: usize,
@@ -414,18 +418,22 @@ fn prepare(
     callgrind: bool,
     phase_timeout: Duration,
     ours_binary: Option<&Path>,
+    release: &'static Release,
 ) -> Result<Env> {
     let ours = match ours_binary {
         Some(binary) => fs::canonicalize(binary)
             .with_context(|| format!("--ours-binary {}", binary.display()))?,
         None => crate::controller_process::build_dist()?,
     };
-    let cache = Cache::locate()?;
+    let cache = Cache::locate(release)?;
     let missing = cache.missing();
     if !missing.is_empty() {
         bail!(
-            "the control-plane binaries are not built yet ({} missing): run `cargo xtask cluster build`",
-            missing.len()
+            "the control-plane binaries of Kubernetes {} are not built yet ({} missing): run \
+             `cargo xtask cluster build --kube-version {}`",
+            release.kubernetes,
+            missing.len(),
+            release.minor_name()
         );
     }
     let kcm = cache.binary(Binary::KubeControllerManager);
@@ -463,6 +471,7 @@ fn prepare(
             format!("--kube-api-burst={}", CLUSTER_KCM_QPS.1),
         ],
         deployment_controller: false,
+        release,
     });
     let info = match up {
         Ok(info) => info,

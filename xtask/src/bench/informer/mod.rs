@@ -26,6 +26,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{ChildStdout, Command};
 
 use crate::cluster::plane::{self, Component, Layout, UpOptions};
+use crate::cluster::versions::KubeVersionArg;
 
 /// Label every benchmark pod carries.
 const POD_LABEL: &str = "kctrl.bench/informer";
@@ -173,6 +174,9 @@ pub(crate) struct InformerArgs {
     /// but leaves docs/benchmarks/informer.md alone.
     #[arg(long, value_enum, value_delimiter = ',')]
     variants: Vec<Variant>,
+    /// Kubernetes release of the cluster.
+    #[command(flatten)]
+    kube: KubeVersionArg,
 }
 
 /// One JSON line of a peer.
@@ -285,6 +289,7 @@ pub(crate) fn run(args: InformerArgs) -> Result<()> {
         apiserver_args: Vec::new(),
         controller_manager_args: Vec::new(),
         deployment_controller: false,
+        release: args.kube.release,
     })?;
     let machine = report::Machine::detect(&root, go_version, &info.kubernetes_version)?;
     let kubeconfig = info.admin_kubeconfig.clone();

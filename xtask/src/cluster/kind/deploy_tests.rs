@@ -100,8 +100,9 @@ fn every_manifest_is_one_object_in_kube_system_or_cluster_scoped() {
 
 #[test]
 fn cluster_role_has_exactly_upstreams_deployment_controller_rules() {
-    // Kubernetes 1.36, system:controller:deployment-controller (bootstrap controller policy),
-    // in upstream's order; the last rule is upstream's shared events rule.
+    // Kubernetes 1.36 and 1.37 (the same rules), system:controller:deployment-controller
+    // (bootstrap controller policy), in upstream's order; the last rule is upstream's shared
+    // events rule.
     let upstream = vec![
         rule(
             &["extensions", "apps"],
