@@ -473,7 +473,7 @@ impl Machine {
             None
         };
         let kube_rs = format!(
-            "kube {} (k8s-openapi {}, feature v1_36)",
+            "kube {} (k8s-openapi {}, feature v1_37)",
             locked("kube").unwrap_or_else(|| "unknown".into()),
             locked("k8s-openapi").unwrap_or_else(|| "unknown".into())
         );
