@@ -58,6 +58,10 @@ macro_rules! with_json_deserializer {
 
 mod api;
 mod backend;
+#[cfg(feature = "derive")]
+pub mod crd;
+#[cfg(feature = "derive")]
+mod custom_resource;
 pub mod dynamic;
 mod error;
 #[cfg(feature = "fuzzing")]
@@ -101,8 +105,28 @@ pub use request::{
 pub use resource::{ResourceRef, Scope};
 pub use watch::{Bookmark, INITIAL_EVENTS_END_ANNOTATION, WatchEvent};
 
-/// What [`resource_view!`] expands to refers to; not part of the API.
+/// `#[derive(CustomResource)]`: a custom resource type and its CustomResourceDefinition from
+/// the spec struct; see the [`crd`] module for the attribute, what is generated and an
+/// example.
+#[cfg(feature = "derive")]
+pub use kctrl_derive::CustomResource;
+/// schemars 1, whose `JsonSchema` the spec and status types of a custom resource derive (the
+/// same crate k8s-openapi implements it with).
+#[cfg(feature = "derive")]
+pub use schemars;
+
+/// What [`resource_view!`] and `#[derive(CustomResource)]` expand to refers to; not part of
+/// the API.
 #[doc(hidden)]
 pub mod __private {
     pub use k8s_openapi;
+    #[cfg(feature = "derive")]
+    pub use schemars;
+    pub use serde;
+
+    /// The serde halves of a derived custom resource.
+    #[cfg(feature = "derive")]
+    pub mod custom_resource {
+        pub use crate::custom_resource::{deserialize, serialize};
+    }
 }
