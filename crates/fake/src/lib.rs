@@ -105,7 +105,11 @@
 //!   ([`FakeApi::prepend_reactor`]) can fail a call, answer it, or let it through.
 //! * **Discovery**: [`Backend::server_version`] reports v1.36.0; [`Backend::api_resources`]
 //!   lists the registered resources (a built-in registry of common types, plus
-//!   [`FakeApi::register`]) with their `status` subresources.
+//!   [`FakeApi::register`] and [`FakeApi::register_crd`]) with their `status` subresources.
+//! * **Custom resources**: [`FakeApi::register_crd`] serves what a CustomResourceDefinition
+//!   describes (e.g. `Foo::crd()` of a `#[derive(CustomResource)]` type), with CRD
+//!   semantics; a resource nobody registered is a 404 naming it, as a real server without
+//!   the CRD answers.
 //!
 //! # What is not modelled
 //!
