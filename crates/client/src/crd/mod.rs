@@ -58,7 +58,7 @@
 //! The spec and status types need `Serialize`, `Deserialize`, `JsonSchema`, `Clone` and
 //! `Debug`. `JsonSchema` is schemars 1's (add `schemars = "1"` to your dependencies, or write
 //! `#[schemars(crate = "kctrl_client::schemars")]` with the derive re-exported here as
-//! [`schemars::JsonSchema`](crate::schemars::JsonSchema)); schemars' own attributes
+//! [`schemars::JsonSchema`]); schemars' own attributes
 //! (`#[schemars(range(min = 1))]`, `length`, `regex`, `extend("x-kubernetes-validations" =
 //! ...)`) become validations the API server enforces. The derive's output itself names serde
 //! and k8s-openapi only through kctrl-client.
@@ -91,7 +91,28 @@
 //! the approved API review, or a text starting with `unapproved`), which `annotation(...)`
 //! adds. A mistake the API server would refuse (a group without a dot, a plural with capitals,
 //! an unknown printer-column type, a scale path outside `.spec`/`.status`) is a compile error
-//! at the attribute.
+//! at the attribute, saying what to write instead:
+//!
+//! ```compile_fail
+//! use kctrl_client::CustomResource;
+//!
+//! #[derive(CustomResource, Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+//! // error: group "example" is not a valid API group for a custom resource: it must be a
+//! // lowercase domain name with at least one dot, e.g. `samplecontroller.k8s.io` or `example.com`
+//! #[resource(group = "example", version = "v1", kind = "Foo")]
+//! struct FooSpec {}
+//! ```
+//!
+//! A spec or status type without one of the derives it needs is an error naming the type:
+//!
+//! ```compile_fail,E0277
+//! use kctrl_client::CustomResource;
+//!
+//! // error[E0277]: the trait bound `FooSpec: JsonSchema` is not satisfied
+//! #[derive(CustomResource, Clone, Debug, serde::Serialize, serde::Deserialize)]
+//! #[resource(group = "example.com", version = "v1", kind = "Foo")]
+//! struct FooSpec {}
+//! ```
 //!
 //! # What is generated
 //!
