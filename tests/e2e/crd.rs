@@ -605,6 +605,26 @@ async fn every_schema_construct_is_accepted_and_round_trips() {
     let cluster = require_cluster!();
     let client = cluster.admin();
     let crd = Shape::try_crd().expect("Shape's schema is structural");
+    // The API server has no warning about the schema (an unrecognized format, say).
+    if let Some(kubectl) = kubectl_binary() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("shapes.yaml");
+        std::fs::write(&file, serde_yaml_ng::to_string(&crd).unwrap()).unwrap();
+        let out = tokio::process::Command::new(&kubectl)
+            .arg("--kubeconfig")
+            .arg(&cluster.kubeconfig)
+            .args(["create", "--dry-run=server", "-f"])
+            .arg(&file)
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "kubectl create --dry-run=server: {stderr}"
+        );
+        assert!(!stderr.contains("Warning"), "{stderr}");
+    }
     install(&client, &crd, &ResourceRef::of::<Shape>()).await;
     let ns = TestNamespace::create(&client, "crd-shape").await;
     let shapes: Api<Shape> = Api::namespaced(client.clone(), &ns.name);

@@ -31,8 +31,8 @@
 //!   relaxed.
 //! * Keywords OpenAPI v3 does not have are dropped (`$schema`, `readOnly`, ...), a number
 //!   `exclusiveMinimum` becomes `minimum` + `exclusiveMinimum: true`, formats the API server
-//!   does not know (`uint32`, ...) are dropped (the minimum and maximum schemars writes for
-//!   them stay), `null` leaves enums and defaults.
+//!   does not know for the node's type (`uint32`, `binary`, ...) are dropped (the minimum and
+//!   maximum schemars writes for them stay), `null` leaves enums and defaults.
 
 use std::collections::BTreeSet;
 
@@ -130,14 +130,11 @@ enum Place {
     Element,
 }
 
-/// Formats the API server recognises (others draw a warning and are ignored).
-const KNOWN_FORMATS: &[&str] = &[
-    "int32",
-    "int64",
-    "float",
-    "double",
+/// Formats the API server recognises, by type (others draw a warning and are ignored).
+const INTEGER_FORMATS: &[&str] = &["int32", "int64"];
+const NUMBER_FORMATS: &[&str] = &["float", "double"];
+const STRING_FORMATS: &[&str] = &[
     "byte",
-    "binary",
     "password",
     "date",
     "date-time",
@@ -399,9 +396,8 @@ impl Converter {
                     }
                 }
                 "format" => {
-                    if value.as_str().is_some_and(|f| KNOWN_FORMATS.contains(&f)) {
-                        out.insert("format".to_owned(), value.clone());
-                    }
+                    // Checked against the type once it is known (`finish`).
+                    out.insert("format".to_owned(), value.clone());
                 }
                 "default" => {
                     if !value.is_null() {
@@ -553,6 +549,17 @@ impl Converter {
     /// Fills in the type, turns `uniqueItems` into a list type, and makes opaque objects keep
     /// their content.
     fn finish(&mut self, out: &mut Map<String, Value>, closed: bool) {
+        if let Some(format) = out.get("format").and_then(Value::as_str) {
+            let known = match out.get("type").and_then(Value::as_str) {
+                Some("integer") => INTEGER_FORMATS,
+                Some("number") => NUMBER_FORMATS,
+                Some("string") => STRING_FORMATS,
+                _ => &[],
+            };
+            if !known.contains(&format) {
+                out.remove("format");
+            }
+        }
         let open = flag(out, PRESERVE) || flag(out, INT_OR_STRING);
         if !out.contains_key("type") && !open {
             let inferred =

@@ -515,6 +515,9 @@ fn raw_json_schema_keywords_are_translated() {
                 "three": {"type": ["integer", "string", "boolean"]},
                 "constant": {"enum": ["only"]},
                 "readonly": {"type": "string", "readOnly": true},
+                "bytes": {"type": "string", "format": "binary"},
+                "number_formatted": {"type": "string", "format": "int32"},
+                "float": {"type": "number", "format": "float"},
                 "patterned": {"type": "object", "patternProperties": {"^a": {"type": "string"}}},
                 "negated": {"type": "string", "not": {"enum": ["x"]}},
                 "mystery": {"type": "string", "x-unknown": 1},
@@ -543,6 +546,13 @@ fn raw_json_schema_keywords_are_translated() {
         &json!({"type": "string", "enum": ["only"]})
     );
     assert_eq!(prop(&v, "readonly"), &json!({"type": "string"}));
+    // Formats the API server warns about ("unrecognized format") are left out.
+    assert_eq!(prop(&v, "bytes"), &json!({"type": "string"}));
+    assert_eq!(prop(&v, "number_formatted"), &json!({"type": "string"}));
+    assert_eq!(
+        prop(&v, "float"),
+        &json!({"type": "number", "format": "float"})
+    );
     assert_eq!(
         prop(&v, "validated")["x-kubernetes-validations"][0]["rule"],
         "self.size() > 1"
