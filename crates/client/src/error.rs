@@ -6,7 +6,9 @@
 
 use std::fmt;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Status, StatusDetails};
+
+use crate::resource::ResourceRef;
 
 /// Any error from a client call.
 #[derive(Debug, thiserror::Error)]
@@ -247,6 +249,75 @@ impl ApiError {
         }
     }
 
+    /// The 404 for a request about a resource the server does not serve at all (rather than
+    /// about one object that does not exist): a custom resource whose
+    /// CustomResourceDefinition is not installed, an API the server's release lacks. The
+    /// message names the resource and the likely cause, and ends with what the server said:
+    ///
+    /// ```
+    /// use kctrl_client::{ApiError, ResourceRef, Scope};
+    ///
+    /// let foos = ResourceRef::new("samplecontroller.k8s.io", "v1alpha1", "foos", "Foo", Scope::Namespaced);
+    /// let e = ApiError::resource_not_served(&foos, "404 page not found");
+    /// assert_eq!(
+    ///     e.to_string(),
+    ///     "foos.samplecontroller.k8s.io: the server has no such resource - is its \
+    ///      CustomResourceDefinition installed? (404 page not found)"
+    /// );
+    /// assert!(kctrl_client::Error::from(e).is_not_found());
+    /// ```
+    pub fn resource_not_served(resource: &ResourceRef, server_said: &str) -> Self {
+        let hint = if is_builtin_group(&resource.group) {
+            "is this API served by the server's Kubernetes release?"
+        } else {
+            "is its CustomResourceDefinition installed?"
+        };
+        let mut message = format!(
+            "{}: the server has no such resource - {hint}",
+            resource.qualified_name()
+        );
+        let said = server_said.trim();
+        if !said.is_empty() {
+            message.push_str(&format!(" ({said})"));
+        }
+        Self {
+            code: 404,
+            status: Status {
+                status: Some("Failure".to_owned()),
+                code: Some(404),
+                reason: Some("NotFound".to_owned()),
+                message: Some(message),
+                details: Some(StatusDetails {
+                    group: (!resource.group.is_empty()).then(|| resource.group.to_string()),
+                    kind: Some(resource.plural.to_string()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// Whether this 404 says the requested resource is not served at all: the server sent
+    /// no Status (kube-apiserver's bare `404 page not found` for an API group it does not
+    /// have), or its generic "the server could not find the requested resource" without an
+    /// object's name (a group it has, without this resource).
+    pub(crate) fn means_resource_not_served(&self) -> bool {
+        if self.code != 404 || self.reason() != "NotFound" {
+            return false;
+        }
+        let named = self
+            .status
+            .details
+            .as_ref()
+            .and_then(|d| d.name.as_deref())
+            .is_some_and(|n| !n.is_empty());
+        !named
+            && (self
+                .message()
+                .starts_with("the server responded with HTTP 404")
+                || self.message() == "the server could not find the requested resource")
+    }
+
     /// The Status reason, or "" if none.
     pub fn reason(&self) -> &str {
         self.status.reason.as_deref().unwrap_or("")
@@ -328,6 +399,37 @@ impl fmt::Display for ApiError {
 }
 
 impl std::error::Error for ApiError {}
+
+/// The API groups Kubernetes serves itself (1.33 to 1.37); any other group is a custom
+/// resource's or an aggregated API's.
+fn is_builtin_group(group: &str) -> bool {
+    const BUILTIN: &[&str] = &[
+        "",
+        "apps",
+        "autoscaling",
+        "batch",
+        "policy",
+        "admissionregistration.k8s.io",
+        "apiextensions.k8s.io",
+        "apiregistration.k8s.io",
+        "authentication.k8s.io",
+        "authorization.k8s.io",
+        "certificates.k8s.io",
+        "coordination.k8s.io",
+        "discovery.k8s.io",
+        "events.k8s.io",
+        "flowcontrol.apiserver.k8s.io",
+        "internal.apiserver.k8s.io",
+        "networking.k8s.io",
+        "node.k8s.io",
+        "rbac.authorization.k8s.io",
+        "resource.k8s.io",
+        "scheduling.k8s.io",
+        "storage.k8s.io",
+        "storagemigration.k8s.io",
+    ];
+    BUILTIN.contains(&group)
+}
 
 /// The reason apimachinery assigns to an HTTP code when the body carries no Status.
 fn reason_for_code(code: u16) -> &'static str {
@@ -429,6 +531,60 @@ mod tests {
         assert!(e.to_string().ends_with(
             "(after 3 attempts) - error from a previous attempt: invalid request: first"
         ));
+    }
+
+    #[test]
+    fn a_resource_not_served_is_told_from_a_missing_object() {
+        use crate::Scope;
+        let bare = ApiError::from_body(404, b"404 page not found\n");
+        assert!(bare.means_resource_not_served());
+        let generic = ApiError::from_status(
+            404,
+            Status {
+                reason: Some("NotFound".into()),
+                message: Some("the server could not find the requested resource".into()),
+                details: Some(StatusDetails::default()),
+                ..Default::default()
+            },
+        );
+        assert!(generic.means_resource_not_served());
+        let object = ApiError::from_status(
+            404,
+            Status {
+                reason: Some("NotFound".into()),
+                message: Some("foos.samplecontroller.k8s.io \"a\" not found".into()),
+                details: Some(StatusDetails {
+                    name: Some("a".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        );
+        assert!(!object.means_resource_not_served());
+        assert!(!ApiError::from_body(500, b"404 page not found").means_resource_not_served());
+
+        let foos = ResourceRef::new(
+            "samplecontroller.k8s.io",
+            "v1alpha1",
+            "foos",
+            "Foo",
+            Scope::Namespaced,
+        );
+        let e = ApiError::resource_not_served(&foos, bare.message());
+        assert_eq!(
+            e.to_string(),
+            "foos.samplecontroller.k8s.io: the server has no such resource - is its \
+             CustomResourceDefinition installed? (the server responded with HTTP 404: 404 page not found)"
+        );
+        assert_eq!(
+            e.status.details.as_ref().unwrap().kind.as_deref(),
+            Some("foos")
+        );
+        let jobs = ResourceRef::new("batch", "v2", "jobs", "Job", Scope::Namespaced);
+        assert_eq!(
+            ApiError::resource_not_served(&jobs, "").to_string(),
+            "jobs.batch: the server has no such resource - is this API served by the server's Kubernetes release?"
+        );
     }
 
     #[test]

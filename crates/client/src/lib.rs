@@ -32,6 +32,58 @@
 //! | `ContentType: application/vnd.kubernetes.protobuf` (kube-controller-manager's default) | [`Api::protobuf`] for types implementing [`protobuf::FromProtobuf`] (views; whole Deployments and ReplicaSets) |
 //! | `dynamic.NewForConfig(cfg).Resource(gvr).Namespace(ns)` | [`Api::<DynamicObject>::namespaced_dynamic`](Api::namespaced_dynamic) / [`Api::all_dynamic`] |
 //! | `unstructured.Unstructured` / `schema.GroupVersionResource` | [`DynamicObject`] / [`ResourceRef::new`] |
+//! | code-generator's `+genclient` and `+k8s:deepcopy-gen`, the CRD YAML | `#[derive(CustomResource)]`, `Foo::crd()` ([`crd`]) |
+//!
+//! # Custom resources
+//!
+//! `#[derive(CustomResource)]` (feature `derive`, on by default) turns a spec struct into a
+//! custom resource type that [`Api`] and everything built on it take like a k8s-openapi type,
+//! and gives its CustomResourceDefinition, with a schema generated from the Rust types. The
+//! [`crd`] module documents the attribute, what is generated and the schema rules.
+//!
+//! ```
+//! # #[cfg(feature = "derive")] {
+//! use kctrl_client::{Api, Client, CustomResource, ResourceRef};
+//! use schemars::JsonSchema;
+//! use serde::{Deserialize, Serialize};
+//!
+//! /// FooSpec is the spec for a Foo resource.
+//! #[derive(CustomResource, Clone, Debug, Serialize, Deserialize, JsonSchema)]
+//! #[resource(group = "samplecontroller.k8s.io", version = "v1alpha1", kind = "Foo",
+//!            namespaced, status = "FooStatus")]
+//! #[serde(rename_all = "camelCase")]
+//! pub struct FooSpec {
+//!     pub deployment_name: String,
+//!     #[schemars(range(min = 1, max = 10))]
+//!     pub replicas: Option<i32>,
+//! }
+//!
+//! /// FooStatus is the status for a Foo resource.
+//! #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+//! #[serde(rename_all = "camelCase")]
+//! pub struct FooStatus {
+//!     pub available_replicas: i32,
+//! }
+//!
+//! // sample-controller's example-foo.yaml is a Foo.
+//! let yaml = r#"{"apiVersion": "samplecontroller.k8s.io/v1alpha1", "kind": "Foo",
+//!     "metadata": {"name": "example-foo"},
+//!     "spec": {"deploymentName": "example-foo", "replicas": 1}}"#;
+//! let foo: Foo = serde_json::from_str(yaml).unwrap();
+//! assert_eq!(foo.spec.replicas, Some(1));
+//! assert_eq!(ResourceRef::of::<Foo>().qualified_name(), "foos.samplecontroller.k8s.io");
+//!
+//! // The CustomResourceDefinition to install, and the typed API once it is.
+//! let crd = Foo::crd();
+//! assert_eq!(crd.spec.names.list_kind.as_deref(), Some("FooList"));
+//! async fn scale(client: Client, mut foo: Foo) -> Result<Foo, kctrl_client::Error> {
+//!     let foos: Api<Foo> = Api::namespaced(client, "default");
+//!     foo.spec.replicas = Some(3);
+//!     foos.update(&Default::default(), &foo).await
+//! }
+//! # let _ = scale;
+//! # }
+//! ```
 
 /// Runs `$body` with `$de` bound to a `serde_json::Deserializer` over `$bytes`.
 ///
@@ -58,6 +110,10 @@ macro_rules! with_json_deserializer {
 
 mod api;
 mod backend;
+#[cfg(feature = "derive")]
+pub mod crd;
+#[cfg(feature = "derive")]
+mod custom_resource;
 pub mod dynamic;
 mod error;
 #[cfg(feature = "fuzzing")]
@@ -101,8 +157,33 @@ pub use request::{
 pub use resource::{ResourceRef, Scope};
 pub use watch::{Bookmark, INITIAL_EVENTS_END_ANNOTATION, WatchEvent};
 
-/// What [`resource_view!`] expands to refers to; not part of the API.
+/// `#[derive(CustomResource)]`: a custom resource type and its CustomResourceDefinition from
+/// the spec struct; see the [`crd`] module for the attribute, what is generated and an
+/// example.
+#[cfg(feature = "derive")]
+pub use kctrl_derive::CustomResource;
+/// schemars 1, whose `JsonSchema` the spec and status types of a custom resource derive (the
+/// same crate k8s-openapi implements it with).
+#[cfg(feature = "derive")]
+pub use schemars;
+/// serde, as kctrl-client uses it: a crate that would rather not depend on serde itself can
+/// derive its custom resources' spec and status through it
+/// (`#[serde(crate = "kctrl_client::serde")]`).
+#[cfg(feature = "derive")]
+pub use serde;
+
+/// What [`resource_view!`] and `#[derive(CustomResource)]` expand to refers to; not part of
+/// the API.
 #[doc(hidden)]
 pub mod __private {
     pub use k8s_openapi;
+    #[cfg(feature = "derive")]
+    pub use schemars;
+    pub use serde;
+
+    /// The serde halves of a derived custom resource.
+    #[cfg(feature = "derive")]
+    pub mod custom_resource {
+        pub use crate::custom_resource::{deserialize, serialize};
+    }
 }

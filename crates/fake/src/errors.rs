@@ -56,6 +56,16 @@ pub fn resource_not_served() -> Error {
     )
 }
 
+/// 404 for a resource the server does not serve at all, as kctrl-client reports
+/// kube-apiserver's answer for it: `foos.samplecontroller.k8s.io: the server has no such
+/// resource - is its CustomResourceDefinition installed? (404 page not found)`.
+pub fn no_such_resource(resource: &ResourceRef) -> Error {
+    Error::from(ApiError::resource_not_served(
+        resource,
+        "404 page not found",
+    ))
+}
+
 /// 409 AlreadyExists: `deployments.apps "web" already exists`.
 pub fn already_exists(resource: &ResourceRef, name: &str) -> Error {
     status(

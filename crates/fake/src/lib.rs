@@ -105,7 +105,11 @@
 //!   ([`FakeApi::prepend_reactor`]) can fail a call, answer it, or let it through.
 //! * **Discovery**: [`Backend::server_version`] reports v1.36.0; [`Backend::api_resources`]
 //!   lists the registered resources (a built-in registry of common types, plus
-//!   [`FakeApi::register`]) with their `status` subresources.
+//!   [`FakeApi::register`] and [`FakeApi::register_crd`]) with their `status` subresources.
+//! * **Custom resources**: [`FakeApi::register_crd`] serves what a CustomResourceDefinition
+//!   describes (e.g. `Foo::crd()` of a `#[derive(CustomResource)]` type), with CRD
+//!   semantics; a resource nobody registered is a 404 naming it, as a real server without
+//!   the CRD answers.
 //!
 //! # What is not modelled
 //!
@@ -137,9 +141,12 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::Resource;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{APIResource, APIResourceList};
 use k8s_openapi::apimachinery::pkg::version::Info;
-use kctrl_client::{ApiRequest, Backend, Client, Error, Operation, ResourceRef, WatchFrames};
+use kctrl_client::{
+    ApiRequest, Backend, Client, Error, Operation, ResourceRef, Scope, WatchFrames,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -206,6 +213,59 @@ impl FakeApi {
     /// built-in one.
     pub fn register(&self, spec: ResourceSpec) {
         self.lock().register(spec);
+    }
+
+    /// Serves the custom resource a CustomResourceDefinition describes, as the API server
+    /// does once the definition is created: every served version, with the `status`
+    /// subresource where the version has it and its selectable fields as field labels. Until
+    /// then, requests for the resource fail as on a server without the definition (404, "is
+    /// its CustomResourceDefinition installed?").
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use kctrl_client::{Api, CustomResource, PostParams};
+    /// use kctrl_fake::FakeApi;
+    ///
+    /// #[derive(CustomResource, Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+    /// #[resource(group = "example.com", version = "v1", kind = "Widget", namespaced)]
+    /// struct WidgetSpec {
+    ///     size: i32,
+    /// }
+    ///
+    /// let fake = FakeApi::new();
+    /// let widgets: Api<Widget> = Api::namespaced(fake.client(), "default");
+    /// let w = Widget::new("w", WidgetSpec { size: 1 });
+    /// let err = widgets.create(&PostParams::default(), &w).await.unwrap_err();
+    /// assert!(err.to_string().contains("is its CustomResourceDefinition installed?"));
+    ///
+    /// fake.register_crd(&Widget::crd());
+    /// let created = widgets.create(&PostParams::default(), &w).await?;
+    /// assert_eq!(created.metadata.generation, Some(1));
+    /// # Ok(()) }
+    /// ```
+    pub fn register_crd(&self, crd: &CustomResourceDefinition) {
+        let scope = if crd.spec.scope == "Namespaced" {
+            Scope::Namespaced
+        } else {
+            Scope::Cluster
+        };
+        let mut st = self.lock();
+        for v in crd.spec.versions.iter().filter(|v| v.served) {
+            let resource = ResourceRef::new(
+                crd.spec.group.clone(),
+                v.name.clone(),
+                crd.spec.names.plural.clone(),
+                crd.spec.names.kind.clone(),
+                scope,
+            );
+            let status = v.subresources.as_ref().is_some_and(|s| s.status.is_some());
+            let mut spec = ResourceSpec::new(resource).status_subresource(status);
+            for field in v.selectable_fields.iter().flatten() {
+                spec = spec.field_label(field.json_path.trim_start_matches('.').to_owned());
+            }
+            st.register(spec);
+        }
     }
 
     /// The current global resourceVersion.

@@ -235,7 +235,7 @@ impl State {
         self.specs
             .get(&key_of(r))
             .cloned()
-            .ok_or_else(errors::resource_not_served)
+            .ok_or_else(|| errors::no_such_resource(r))
     }
 
     /// The namespace an object-addressing request works in.

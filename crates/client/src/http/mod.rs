@@ -49,8 +49,9 @@ use self::retry::{
 };
 use crate::api::Client;
 use crate::backend::{Backend, WatchFrames};
-use crate::error::Error;
+use crate::error::{ApiError, Error};
 use crate::request::{ApiRequest, Operation};
+use crate::resource::ResourceRef;
 
 /// How much of a response that will be retried is read, so its connection can be reused
 /// (client-go reads 2 KiB too); the rest is dropped with the connection.
@@ -259,6 +260,7 @@ impl HttpBackend {
         let mut prepared = Prepared::new(method, url, body, kind);
         prepared.accept = crate::metadata::accept_header(req.representation, req.wire, req.verb());
         prepared.drop_managed_fields = req.drop_managed_fields;
+        prepared.resource = Some(req.resource.clone());
         Ok(prepared)
     }
 
@@ -455,7 +457,15 @@ impl HttpBackend {
         }
         let limit = MAX_ERROR_BODY_SIZE.min(self.max_body_size);
         match read_limited(resp, limit).await {
-            Ok(body) => Err(error_from_response(status, &headers, &body).into()),
+            Ok(body) => {
+                let mut err = error_from_response(status, &headers, &body);
+                if let Some(resource) = &p.resource
+                    && err.means_resource_not_served()
+                {
+                    err = ApiError::resource_not_served(resource, err.message());
+                }
+                Err(err.into())
+            }
             Err(ReadError::TooLarge) => Err(p.body_too_large(status, limit)),
             Err(ReadError::Transport(e)) => Err(p.transport_error(e)),
         }
@@ -624,6 +634,9 @@ struct Prepared {
     accept: &'static str,
     /// Watch frames come out without `object.metadata.managedFields`.
     drop_managed_fields: bool,
+    /// The resource an API call is about (none for discovery): a 404 saying the server does
+    /// not serve it at all names it.
+    resource: Option<ResourceRef>,
 }
 
 impl Prepared {
@@ -641,6 +654,7 @@ impl Prepared {
             kind,
             accept: JSON,
             drop_managed_fields: false,
+            resource: None,
         }
     }
 

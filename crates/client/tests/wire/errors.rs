@@ -105,6 +105,63 @@ async fn bare_404_is_not_found() {
 }
 
 #[tokio::test]
+async fn a_404_for_an_unserved_resource_names_it() {
+    use kctrl_client::{DynamicObject, ListParams, ResourceRef, Scope, WatchParams};
+    let foos = ResourceRef::new(
+        "samplecontroller.k8s.io",
+        "v1alpha1",
+        "foos",
+        "Foo",
+        Scope::Namespaced,
+    );
+    let expected = "foos.samplecontroller.k8s.io: the server has no such resource - is its \
+                    CustomResourceDefinition installed?";
+    // kube-apiserver's answer for a group it does not serve: text, no Status.
+    let server = TestServer::start([
+        Reply::text(404, "404 page not found"),
+        Reply::text(404, "404 page not found"),
+    ])
+    .await;
+    let api = Api::<DynamicObject>::namespaced_dynamic(client(unlimited(&server)), "ns", &foos);
+    let err = api.list(&ListParams::default()).await.unwrap_err();
+    assert!(err.is_not_found(), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        format!("{expected} (the server responded with HTTP 404: 404 page not found)")
+    );
+    let err = api.watch(&WatchParams::default()).await.err().unwrap();
+    assert!(err.to_string().starts_with(expected), "{err}");
+    // Its answer for a group it serves, without this resource: a generic Status.
+    let server = TestServer::start([Reply::status(
+        404,
+        "NotFound",
+        "the server could not find the requested resource",
+    )])
+    .await;
+    let api = Api::<DynamicObject>::namespaced_dynamic(client(unlimited(&server)), "ns", &foos);
+    let err = api.list(&ListParams::default()).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("{expected} (the server could not find the requested resource)")
+    );
+    // A missing object is still just that.
+    let server = TestServer::start([Reply::json(
+        404,
+        serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "reason": "NotFound", "code": 404,
+            "message": "foos.samplecontroller.k8s.io \"a\" not found",
+            "details": {"name": "a", "group": "samplecontroller.k8s.io", "kind": "foos"}}),
+    )])
+    .await;
+    let api = Api::<DynamicObject>::namespaced_dynamic(client(unlimited(&server)), "ns", &foos);
+    let err = api.get("a").await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "foos.samplecontroller.k8s.io \"a\" not found"
+    );
+}
+
+#[tokio::test]
 async fn unauthorized_is_returned_not_retried() {
     let server = TestServer::start([
         Reply::status(401, "Unauthorized", "Unauthorized"),

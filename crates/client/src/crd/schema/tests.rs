@@ -1,0 +1,571 @@
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::*;
+
+/// The schema as JSON, checked against the API server's structural rules, and its
+/// relaxations.
+fn schema_of<T: JsonSchema>() -> (Value, Vec<Relaxed>) {
+    let (props, relaxed) = structural_schema::<T>("spec");
+    let v = serde_json::to_value(&props).unwrap();
+    assert_structural(&v, "spec", false);
+    (v, relaxed)
+}
+
+/// The API server's structural-schema rules (apiextensions-apiserver's
+/// `schema.NewStructural` and `ValidateStructural`), as far as a generated schema can break
+/// them.
+fn assert_structural(v: &Value, path: &str, in_junctor: bool) {
+    let o = v
+        .as_object()
+        .unwrap_or_else(|| panic!("{path}: not an object: {v}"));
+    assert!(!o.contains_key("$ref"), "{path}: $ref");
+    assert!(!o.contains_key("definitions"), "{path}: definitions");
+    if in_junctor {
+        for k in [
+            "type",
+            "description",
+            "default",
+            "nullable",
+            "additionalProperties",
+            "title",
+        ] {
+            assert!(!o.contains_key(k), "{path}: `{k}` inside a junctor");
+        }
+        for k in [
+            "x-kubernetes-preserve-unknown-fields",
+            "x-kubernetes-int-or-string",
+        ] {
+            assert!(!o.contains_key(k), "{path}: `{k}` inside a junctor");
+        }
+    } else {
+        let open = o.get("x-kubernetes-int-or-string") == Some(&json!(true))
+            || o.get("x-kubernetes-preserve-unknown-fields") == Some(&json!(true));
+        match o.get("type") {
+            Some(Value::String(t)) => assert!(
+                ["object", "array", "string", "integer", "number", "boolean"].contains(&t.as_str()),
+                "{path}: type {t}"
+            ),
+            Some(other) => panic!("{path}: type {other} is not one string"),
+            None => assert!(open, "{path}: no type: {v}"),
+        }
+        if o.contains_key("x-kubernetes-int-or-string") {
+            assert!(!o.contains_key("type"), "{path}: int-or-string with a type");
+        }
+    }
+    assert!(
+        !(o.contains_key("properties") && o.contains_key("additionalProperties")),
+        "{path}: properties and additionalProperties"
+    );
+    assert_ne!(
+        o.get("uniqueItems"),
+        Some(&json!(true)),
+        "{path}: uniqueItems"
+    );
+    if let Some(Value::Array(e)) = o.get("enum") {
+        assert!(!e.iter().any(Value::is_null), "{path}: null in enum");
+    }
+    if let Some(Value::Object(props)) = o.get("properties") {
+        for (k, p) in props {
+            assert!(
+                p.get("nullable").is_none() || in_junctor,
+                "{path}.{k}: a nullable property"
+            );
+            assert_structural(p, &format!("{path}.{k}"), in_junctor);
+        }
+    }
+    if let Some(items) = o.get("items") {
+        assert!(items.is_object(), "{path}: items is not one schema");
+        assert_structural(items, &format!("{path}[*]"), in_junctor);
+    }
+    if let Some(ap) = o.get("additionalProperties")
+        && ap.is_object()
+    {
+        assert_structural(ap, &format!("{path}.*"), in_junctor);
+    }
+    for j in ["allOf", "anyOf", "oneOf"] {
+        if let Some(Value::Array(alts)) = o.get(j) {
+            for a in alts {
+                assert_structural(a, &format!("{path}/{j}"), true);
+                // Every field a junctor names is also named outside it.
+                if let Some(Value::Object(props)) = a.get("properties") {
+                    for k in props.keys() {
+                        assert!(
+                            o["properties"].get(k).is_some(),
+                            "{path}/{j}: {k} only inside"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    if let Some(not) = o.get("not") {
+        assert_structural(not, &format!("{path}/not"), true);
+    }
+}
+
+fn prop<'a>(v: &'a Value, name: &str) -> &'a Value {
+    v["properties"]
+        .get(name)
+        .unwrap_or_else(|| panic!("no property {name} in {v}"))
+}
+
+#[derive(JsonSchema)]
+#[allow(dead_code, reason = "only the schema is used")]
+struct Options {
+    required: String,
+    optional: Option<String>,
+    #[serde(default)]
+    defaulted: u32,
+    list_of_options: Vec<Option<i32>>,
+    map_of_options: BTreeMap<String, Option<bool>>,
+}
+
+#[test]
+fn option_is_not_required_and_only_nullable_where_null_stays() {
+    let (s, relaxed) = schema_of::<Options>();
+    assert!(relaxed.is_empty(), "{relaxed:?}");
+    assert_eq!(s["type"], "object");
+    assert_eq!(
+        s["required"],
+        json!(["required", "list_of_options", "map_of_options"])
+    );
+    assert_eq!(prop(&s, "optional"), &json!({"type": "string"}));
+    assert_eq!(prop(&s, "list_of_options")["items"]["nullable"], true);
+    assert_eq!(
+        prop(&s, "map_of_options")["additionalProperties"]["nullable"],
+        true
+    );
+    assert_eq!(
+        prop(&s, "map_of_options")["additionalProperties"]["type"],
+        "boolean"
+    );
+    // u32's "uint32" is no format the API server knows; its minimum stays.
+    assert_eq!(
+        prop(&s, "defaulted"),
+        &json!({"type": "integer", "minimum": 0.0, "default": 0})
+    );
+}
+
+/// A unit-only enum.
+#[derive(JsonSchema, Serialize, Deserialize)]
+#[allow(dead_code, reason = "only the schema is used")]
+enum Phase {
+    Pending,
+    Running,
+}
+
+#[derive(JsonSchema)]
+#[allow(dead_code, reason = "only the schema is used")]
+enum External {
+    Create { name: String },
+    Delete(String),
+    Patch(Inner),
+}
+
+#[derive(JsonSchema)]
+#[serde(tag = "type")]
+#[allow(dead_code, reason = "only the schema is used")]
+enum Internal {
+    Http { url: String },
+    Tcp { port: u16 },
+    Noop,
+}
+
+#[derive(JsonSchema)]
+#[serde(tag = "kind", content = "value")]
+#[allow(dead_code, reason = "only the schema is used")]
+enum Adjacent {
+    Size { bytes: i64 },
+    Count { n: i64 },
+}
+
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code, reason = "only the schema is used")]
+enum NumberOrName {
+    Number(i32),
+    Name(String),
+}
+
+#[derive(JsonSchema, Default, Serialize, Deserialize)]
+#[allow(dead_code, reason = "only the schema is used")]
+struct Inner {
+    y: Option<String>,
+    z: i32,
+}
+
+#[derive(JsonSchema)]
+#[allow(dead_code, reason = "only the schema is used")]
+struct Enums {
+    phase: Phase,
+    optional_phase: Option<Phase>,
+    phases: Vec<Phase>,
+    external: External,
+    internal: Internal,
+    adjacent: Adjacent,
+    number_or_name: NumberOrName,
+}
+
+#[test]
+fn enums_become_string_enums_and_objects() {
+    let (s, relaxed) = schema_of::<Enums>();
+    assert!(relaxed.is_empty(), "{relaxed:?}");
+    let phase = prop(&s, "phase");
+    assert_eq!(phase["type"], "string");
+    assert_eq!(phase["enum"], json!(["Pending", "Running"]));
+    assert_eq!(phase["description"], "A unit-only enum.");
+    assert_eq!(
+        prop(&s, "optional_phase")["enum"],
+        json!(["Pending", "Running"])
+    );
+    assert!(prop(&s, "optional_phase").get("nullable").is_none());
+    assert_eq!(
+        prop(&s, "phases")["items"]["enum"],
+        json!(["Pending", "Running"])
+    );
+
+    // Externally tagged: one optional field per variant, exactly one given.
+    let ext = prop(&s, "external");
+    assert_eq!(ext["type"], "object");
+    assert_eq!(prop(ext, "Create")["properties"]["name"]["type"], "string");
+    assert_eq!(prop(ext, "Delete")["type"], "string");
+    assert_eq!(prop(ext, "Patch")["properties"]["z"]["type"], "integer");
+    assert!(ext.get("required").is_none());
+    assert_eq!(
+        ext["oneOf"],
+        json!([{"required": ["Create"]}, {"required": ["Delete"]}, {"required": ["Patch"]}])
+    );
+
+    // Internally tagged: the tag's values as an enum, every variant's fields.
+    let int = prop(&s, "internal");
+    assert_eq!(prop(int, "type")["enum"], json!(["Http", "Tcp", "Noop"]));
+    assert_eq!(int["required"], json!(["type"]));
+    assert_eq!(prop(int, "url")["type"], "string");
+    assert_eq!(prop(int, "port")["type"], "integer");
+    assert!(int.get("oneOf").is_none());
+
+    // Adjacently tagged with object contents: the tag enum and the merged content.
+    let adj = prop(&s, "adjacent");
+    assert_eq!(prop(adj, "kind")["enum"], json!(["Size", "Count"]));
+    assert_eq!(prop(prop(adj, "value"), "bytes")["type"], "integer");
+    assert_eq!(prop(prop(adj, "value"), "n")["type"], "integer");
+    // serde ignores a field of another variant there: no oneOf refuses it.
+    assert!(prop(adj, "value").get("oneOf").is_none());
+
+    // Untagged integer-or-string.
+    assert_eq!(
+        prop(&s, "number_or_name"),
+        &json!({"x-kubernetes-int-or-string": true})
+    );
+}
+
+#[derive(JsonSchema)]
+#[allow(dead_code, reason = "only the schema is used")]
+enum Mixed {
+    Off,
+    Limit(u32),
+}
+
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code, reason = "only the schema is used")]
+enum StringOrObject {
+    Name(String),
+    Full(Inner),
+}
+
+#[derive(JsonSchema)]
+#[allow(dead_code, reason = "only the schema is used")]
+struct NotStructural {
+    mixed: Mixed,
+    string_or_object: StringOrObject,
+    next: Option<Box<Node>>,
+    pair: (i32, String),
+}
+
+#[derive(JsonSchema)]
+#[allow(dead_code, reason = "only the schema is used")]
+struct Node {
+    value: i32,
+    next: Option<Box<Node>>,
+}
+
+#[test]
+fn what_cannot_be_structural_is_relaxed_and_reported() {
+    let (s, relaxed) = schema_of::<NotStructural>();
+    assert_eq!(
+        prop(&s, "mixed"),
+        &json!({"x-kubernetes-preserve-unknown-fields": true})
+    );
+    assert_eq!(
+        prop(&s, "string_or_object"),
+        &json!({"x-kubernetes-preserve-unknown-fields": true})
+    );
+    // The first level of a recursive type is inlined; where it recurses, anything goes.
+    let next = prop(&s, "next");
+    assert_eq!(prop(next, "value")["type"], "integer");
+    assert_eq!(
+        prop(next, "next"),
+        &json!({"x-kubernetes-preserve-unknown-fields": true})
+    );
+    let pair = prop(&s, "pair");
+    assert_eq!(pair["type"], "array");
+    assert_eq!(
+        (pair["minItems"].as_i64(), pair["maxItems"].as_i64()),
+        (Some(2), Some(2))
+    );
+    assert_eq!(
+        pair["items"],
+        json!({"x-kubernetes-preserve-unknown-fields": true})
+    );
+
+    let paths: Vec<&str> = relaxed.iter().map(|r| r.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "spec.mixed",
+            "spec.next.next",
+            "spec.pair[*]",
+            "spec.string_or_object"
+        ],
+        "{relaxed:?}"
+    );
+    assert!(
+        relaxed[0]
+            .reason
+            .contains("different JSON types (object, string)"),
+        "{relaxed:?}"
+    );
+    assert!(
+        relaxed[1].reason.contains("recursive type Node"),
+        "{relaxed:?}"
+    );
+}
+
+#[derive(JsonSchema)]
+#[allow(dead_code, reason = "only the schema is used")]
+struct Flattened {
+    a: i32,
+    #[serde(flatten)]
+    inner: Inner,
+}
+
+#[derive(JsonSchema)]
+#[allow(dead_code, reason = "only the schema is used")]
+struct FlattenedMap {
+    a: i32,
+    #[serde(flatten)]
+    rest: HashMap<String, Value>,
+}
+
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code, reason = "only the schema is used")]
+struct Closed {
+    a: i32,
+}
+
+#[derive(JsonSchema)]
+#[allow(dead_code, reason = "only the schema is used")]
+struct Shapes {
+    flattened: Flattened,
+    flattened_map: FlattenedMap,
+    closed: Closed,
+    labels: BTreeMap<String, String>,
+    nested: HashMap<String, Vec<Inner>>,
+    anything: Value,
+    any_map: serde_json::Map<String, Value>,
+    optional_anything: Option<Value>,
+    tags: BTreeSet<String>,
+    unique_objects: BTreeSet<Phase>,
+    #[serde(default = "default_inner")]
+    with_default: Inner,
+    #[schemars(range(min = 1, max = 10))]
+    replicas: i32,
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z]+$"))]
+    name: String,
+    letter: char,
+    ratio: f64,
+}
+
+fn default_inner() -> Inner {
+    Inner { y: None, z: 3 }
+}
+
+#[test]
+fn structs_maps_and_values() {
+    let (s, relaxed) = schema_of::<Shapes>();
+    assert!(relaxed.is_empty(), "{relaxed:?}");
+    let flat = prop(&s, "flattened");
+    assert_eq!(flat["required"], json!(["a", "z"]));
+    assert!(flat["properties"].get("y").is_some());
+    let flat_map = prop(&s, "flattened_map");
+    assert_eq!(flat_map["x-kubernetes-preserve-unknown-fields"], true);
+    assert_eq!(prop(flat_map, "a")["type"], "integer");
+    assert!(prop(&s, "closed").get("additionalProperties").is_none());
+    assert!(
+        prop(&s, "closed")
+            .get("x-kubernetes-preserve-unknown-fields")
+            .is_none()
+    );
+    assert_eq!(
+        prop(&s, "labels"),
+        &json!({"type": "object", "additionalProperties": {"type": "string"}})
+    );
+    assert_eq!(
+        prop(&s, "nested")["additionalProperties"]["items"]["properties"]["z"]["format"],
+        "int32"
+    );
+    for any in ["anything", "optional_anything"] {
+        assert_eq!(
+            prop(&s, any),
+            &json!({"x-kubernetes-preserve-unknown-fields": true}),
+            "{any}"
+        );
+    }
+    assert_eq!(
+        prop(&s, "any_map"),
+        &json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
+    );
+    assert_eq!(
+        prop(&s, "tags"),
+        &json!({"type": "array", "items": {"type": "string"}, "x-kubernetes-list-type": "set"})
+    );
+    // Enum values are scalars too.
+    assert_eq!(prop(&s, "unique_objects")["x-kubernetes-list-type"], "set");
+    // A default without its nulls.
+    assert_eq!(prop(&s, "with_default")["default"], json!({"z": 3}));
+    let replicas = prop(&s, "replicas");
+    assert_eq!(
+        (replicas["minimum"].as_f64(), replicas["maximum"].as_f64()),
+        (Some(1.0), Some(10.0))
+    );
+    let name = prop(&s, "name");
+    assert_eq!(name["pattern"], "^[a-z]+$");
+    assert_eq!(
+        (name["minLength"].as_i64(), name["maxLength"].as_i64()),
+        (Some(1), Some(63))
+    );
+    assert_eq!(prop(&s, "letter")["maxLength"], 1);
+    assert_eq!(
+        prop(&s, "ratio"),
+        &json!({"type": "number", "format": "double"})
+    );
+}
+
+#[derive(JsonSchema)]
+#[allow(dead_code, reason = "only the schema is used")]
+struct Embedded {
+    template: PodTemplateSpec,
+    selector: LabelSelector,
+    port: IntOrString,
+    memory: Quantity,
+    since: Option<Time>,
+    raw: RawExtension,
+}
+
+#[test]
+fn k8s_openapi_types_embed_structurally() {
+    let (s, relaxed) = schema_of::<Embedded>();
+    assert!(relaxed.is_empty(), "{relaxed:?}");
+    let containers = &prop(prop(&s, "template"), "spec")["properties"]["containers"];
+    assert_eq!(containers["type"], "array");
+    assert_eq!(containers["items"]["properties"]["image"]["type"], "string");
+    let resources = &containers["items"]["properties"]["resources"]["properties"]["limits"];
+    assert_eq!(
+        resources["additionalProperties"]["x-kubernetes-int-or-string"],
+        true
+    );
+    assert_eq!(
+        prop(prop(&s, "selector"), "matchLabels")["additionalProperties"]["type"],
+        "string"
+    );
+    assert_eq!(prop(&s, "port")["x-kubernetes-int-or-string"], true);
+    assert_eq!(prop(&s, "memory")["x-kubernetes-int-or-string"], true);
+    assert_eq!(prop(&s, "since")["format"], "date-time");
+    assert_eq!(
+        prop(&s, "raw")["x-kubernetes-preserve-unknown-fields"],
+        true
+    );
+    // Embedded metadata is an ordinary object: managedFields' fieldsV1 keeps its content.
+    let fields_v1 = &prop(prop(&s, "template"), "metadata")["properties"]["managedFields"]["items"]
+        ["properties"]["fieldsV1"];
+    assert_eq!(fields_v1["x-kubernetes-preserve-unknown-fields"], true);
+}
+
+#[test]
+fn raw_json_schema_keywords_are_translated() {
+    let (s, relaxed) = structural_from_value(
+        &json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "title": "Root",
+            "type": "object",
+            "properties": {
+                "positive": {"type": "number", "exclusiveMinimum": 0},
+                "either": {"type": ["integer", "string", "null"]},
+                "three": {"type": ["integer", "string", "boolean"]},
+                "constant": {"enum": ["only"]},
+                "readonly": {"type": "string", "readOnly": true},
+                "bytes": {"type": "string", "format": "binary"},
+                "number_formatted": {"type": "string", "format": "int32"},
+                "float": {"type": "number", "format": "float"},
+                "patterned": {"type": "object", "patternProperties": {"^a": {"type": "string"}}},
+                "negated": {"type": "string", "not": {"enum": ["x"]}},
+                "mystery": {"type": "string", "x-unknown": 1},
+                "both": {"allOf": [{"type": "string"}, {"type": "integer"}]},
+                "validated": {
+                    "type": "string",
+                    "x-kubernetes-validations": [{"rule": "self.size() > 1", "message": "too short"}]
+                }
+            }
+        }),
+        "spec",
+    );
+    let v = serde_json::to_value(&s).unwrap();
+    assert_structural(&v, "spec", false);
+    assert!(v.get("title").is_none());
+    assert_eq!(
+        prop(&v, "positive"),
+        &json!({"type": "number", "minimum": 0.0, "exclusiveMinimum": true})
+    );
+    assert_eq!(
+        prop(&v, "either"),
+        &json!({"x-kubernetes-int-or-string": true})
+    );
+    assert_eq!(
+        prop(&v, "constant"),
+        &json!({"type": "string", "enum": ["only"]})
+    );
+    assert_eq!(prop(&v, "readonly"), &json!({"type": "string"}));
+    // Formats the API server warns about ("unrecognized format") are left out.
+    assert_eq!(prop(&v, "bytes"), &json!({"type": "string"}));
+    assert_eq!(prop(&v, "number_formatted"), &json!({"type": "string"}));
+    assert_eq!(
+        prop(&v, "float"),
+        &json!({"type": "number", "format": "float"})
+    );
+    assert_eq!(
+        prop(&v, "validated")["x-kubernetes-validations"][0]["rule"],
+        "self.size() > 1"
+    );
+    let reasons: Vec<String> = relaxed.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        reasons,
+        [
+            "spec.both: must be both \"string\" and \"integer\": accepts any value instead",
+            "spec.mystery: the keyword `x-unknown` is not OpenAPI v3's and is dropped",
+            "spec.negated: `not` is dropped: the value is not checked against it",
+            "spec.patterned: `patternProperties` has no place in a CRD schema and is dropped",
+            "spec.three: a value of several types (boolean, integer, string): accepts any value instead",
+        ]
+    );
+}
