@@ -597,6 +597,11 @@ impl State {
             Patch::Json(ops) => {
                 patch::json_patch(&mut obj, ops).map_err(errors::unprocessable)?;
             }
+            Patch::Apply(_) => {
+                return Err(errors::bad_request(
+                    "kctrl-fake does not answer server-side apply yet",
+                ));
+            }
         }
         if !obj.is_object() {
             return Err(errors::bad_request(
