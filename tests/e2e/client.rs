@@ -11,8 +11,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSpec, PodTemplate
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kctrl_client::versioned::Versioned;
 use kctrl_client::{
-    Api, DeleteOutcome, DeleteParams, ListParams, Patch, PostParams, ResourceVersionMatch,
-    WatchEvent, WatchParams,
+    Api, DeleteOutcome, DeleteParams, ListParams, Patch, PatchParams, PostParams,
+    ResourceVersionMatch, WatchEvent, WatchParams,
 };
 use kctrl_e2e::{TestNamespace, labels, require_cluster};
 
@@ -220,7 +220,7 @@ async fn status_subresource() {
     let d3 = deployments
         .patch_status(
             "st",
-            &pp(),
+            &PatchParams::default(),
             &Patch::Merge(
                 serde_json::json!({"status": {"readyReplicas": 2, "availableReplicas": 2}}),
             ),
@@ -256,7 +256,11 @@ async fn strategic_merge_patch_adds_and_removes_owner_reference_by_uid() {
     };
     let body = adopt("owner", &uid, true);
     let patched = cms
-        .patch("dependent", &pp(), &Patch::Strategic(body))
+        .patch(
+            "dependent",
+            &PatchParams::default(),
+            &Patch::Strategic(body),
+        )
         .await
         .unwrap();
     let refs = patched.metadata.owner_references.unwrap();
@@ -267,7 +271,11 @@ async fn strategic_merge_patch_adds_and_removes_owner_reference_by_uid() {
     // A second, non-controller reference merges by uid instead of replacing the list.
     let body = adopt("other-owner", &other_uid, false);
     let patched = cms
-        .patch("dependent", &pp(), &Patch::Strategic(body))
+        .patch(
+            "dependent",
+            &PatchParams::default(),
+            &Patch::Strategic(body),
+        )
         .await
         .unwrap();
     assert_eq!(patched.metadata.owner_references.unwrap().len(), 2);
@@ -276,7 +284,11 @@ async fn strategic_merge_patch_adds_and_removes_owner_reference_by_uid() {
     let release = serde_json::json!({"metadata": {"ownerReferences": [
         {"$patch": "delete", "uid": uid}]}});
     let patched = cms
-        .patch("dependent", &pp(), &Patch::Strategic(release))
+        .patch(
+            "dependent",
+            &PatchParams::default(),
+            &Patch::Strategic(release),
+        )
         .await
         .unwrap();
     let refs = patched.metadata.owner_references.unwrap();

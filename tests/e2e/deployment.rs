@@ -19,8 +19,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kctrl_client::versioned::{Text, Versioned};
 use kctrl_client::{
-    Api, Client, DeleteParams, ListParams, Patch, PostParams, PropagationPolicy, WatchEvent,
-    WatchParams,
+    Api, Client, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy,
+    WatchEvent, WatchParams,
 };
 use kctrl_e2e::{Cluster, TestNamespace, eventually, labels, require_cluster};
 use serde_json::json;
@@ -107,7 +107,7 @@ impl Env {
 
     async fn patch(&self, name: &str, patch: Patch) -> Deployment {
         self.deployments
-            .patch(name, &PostParams::default(), &patch)
+            .patch(name, &PatchParams::default(), &patch)
             .await
             .unwrap_or_else(|e| panic!("patching deployment {name}: {e}"))
     }
@@ -776,7 +776,7 @@ async fn matching_orphan_is_adopted_and_released_when_labels_change() {
     env.sets
         .patch(
             "orphan",
-            &PostParams::default(),
+            &PatchParams::default(),
             &Patch::Merge(json!({"metadata": {"labels": {"app": "elsewhere"}}})),
         )
         .await

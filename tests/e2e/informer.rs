@@ -13,7 +13,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSchedulingGate, P
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kctrl_client::protobuf::{FromProtobuf, ObjectMetaMessage};
 use kctrl_client::{
-    Api, DeleteParams, ListParams, ObjectMetaAccess, PartialObjectMetadata, Patch, PostParams,
+    Api, DeleteParams, ListParams, ObjectMetaAccess, PartialObjectMetadata, Patch, PatchParams,
+    PostParams,
 };
 use kctrl_deployment::pod_view::PodView;
 use kctrl_e2e::{CuttableProxy, TestNamespace, require_cluster, wait_until};
@@ -648,7 +649,7 @@ async fn pod_views_from_protobuf_equal_pod_views_from_json() {
             "annotations": {"note": null, "other": "x"}}});
         pods.patch(
             &format!("p-{i:02}"),
-            &PostParams::default(),
+            &PatchParams::default(),
             &Patch::Merge(patch),
         )
         .await
@@ -722,7 +723,7 @@ async fn pod_views_from_protobuf_equal_pod_views_from_json() {
     for name in ["p-00", "p-05", "p-10", "p-15", "p-20", "p-25", "p-30"] {
         let release = serde_json::json!({"metadata": {"finalizers": null}});
         let _ = pods
-            .patch(name, &PostParams::default(), &Patch::Merge(release))
+            .patch(name, &PatchParams::default(), &Patch::Merge(release))
             .await;
     }
     ns.delete().await;

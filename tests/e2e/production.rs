@@ -25,7 +25,9 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBind
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kctrl_client::versioned::Versioned;
-use kctrl_client::{Api, DeleteParams, ListParams, Patch, PostParams, WatchEvent, WatchParams};
+use kctrl_client::{
+    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
+};
 use kctrl_e2e::process::{ControllerProcess, sample};
 use kctrl_e2e::{TestNamespace, eventually, labels, require_cluster};
 use serde_json::json;
@@ -108,7 +110,7 @@ async fn wait_complete(api: &Api<Deployment>, name: &str, replicas: i32, hint: &
 async fn set_image(api: &Api<Deployment>, name: &str, image: &str) {
     let patch =
         json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": image}]}}}});
-    api.patch(name, &PostParams::default(), &Patch::Strategic(patch))
+    api.patch(name, &PatchParams::default(), &Patch::Strategic(patch))
         .await
         .unwrap_or_else(|e| panic!("changing {name}'s image: {e}"));
 }

@@ -10,7 +10,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use kctrl_client::protobuf::{FromProtobuf, ProtobufError};
 use kctrl_client::versioned::Versioned;
-use kctrl_client::{Api, ListParams, Patch, PostParams, WatchEvent, WatchParams};
+use kctrl_client::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kctrl_e2e::{TestNamespace, require_cluster};
 use serde_json::json;
 
@@ -278,7 +278,7 @@ where
     };
     let mut wa = Box::pin(json.watch(&params).await.unwrap());
     let mut wb = Box::pin(pb.watch(&params).await.unwrap());
-    json.patch(name, &PostParams::default(), &change)
+    json.patch(name, &PatchParams::default(), &change)
         .await
         .unwrap();
     let (ea, eb) = (next_modified(&mut wa).await, next_modified(&mut wb).await);
@@ -295,7 +295,7 @@ where
             K::KIND
         );
         let written = pb
-            .patch(name, &PostParams::default(), &touch(tries))
+            .patch(name, &PatchParams::default(), &touch(tries))
             .await
             .unwrap();
         let read = json.get(name).await.unwrap();

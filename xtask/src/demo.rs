@@ -23,8 +23,8 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Namespace;
 use kctrl_client::versioned::{Text, Versioned};
 use kctrl_client::{
-    Api, Client, DeleteParams, ListParams, Patch, PostParams, PropagationPolicy, WatchEvent,
-    WatchParams,
+    Api, Client, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy,
+    WatchEvent, WatchParams,
 };
 use kctrl_config::Config;
 
@@ -552,7 +552,11 @@ async fn rollout(kubeconfig: &Path) -> Result<Timeline> {
         "spec": {"template": {"spec": {"containers": [{"name": "pause", "image": IMAGE_AFTER}]}}}
     }));
     let t = rec.now();
-    let patched = deployments.patch(DEPLOYMENT, &pp, &patch).await?;
+    let patch_params = PatchParams {
+        field_manager: pp.field_manager.clone(),
+        ..Default::default()
+    };
+    let patched = deployments.patch(DEPLOYMENT, &patch_params, &patch).await?;
     let generation = patched.metadata.generation.unwrap_or(0);
     rec.timeline.markers.push(Marker {
         t,

@@ -16,11 +16,12 @@ use crate::backend::Backend;
 use crate::dynamic::{DynamicObject, UncheckedList, fill_list_types};
 use crate::error::Error;
 use crate::managed_fields::{self, Level};
+use crate::metadata::PartialObjectMetadata;
 use crate::object_meta::ObjectMetaAccess;
 use crate::protobuf;
 use crate::request::{
-    ApiRequest, DeleteParams, ListParams, Operation, Patch, PostParams, Representation,
-    WatchParams, WireFormat,
+    ApiRequest, DeleteParams, ListParams, Operation, Patch, PatchParams, PostParams,
+    Representation, WatchParams, WireFormat,
 };
 use crate::resource::{ResourceRef, Scope};
 use crate::resource_version;
@@ -452,16 +453,22 @@ where
         }
     }
 
-    /// Patches an object.
-    pub async fn patch(&self, name: &str, params: &PostParams, patch: &Patch) -> Result<K, Error> {
+    /// Patches an object: a merge, strategic merge or JSON patch, or a server-side apply
+    /// ([`Patch::Apply`], for which [`apply`](Self::apply) is the typed way).
+    ///
+    /// Fails with [`Error::InvalidRequest`], before sending anything, when `params` do not
+    /// fit `patch` (an apply without a field manager, [`force`](PatchParams::force) on
+    /// another patch type) or an apply body is not an object naming its `apiVersion` and
+    /// `kind`: the server would refuse all of these.
+    pub async fn patch(&self, name: &str, params: &PatchParams, patch: &Patch) -> Result<K, Error> {
         self.patch_subresource(None, name, params, patch).await
     }
 
-    /// Patches an object's status.
+    /// Patches an object's status (the `status` subresource), as [`patch`](Self::patch).
     pub async fn patch_status(
         &self,
         name: &str,
-        params: &PostParams,
+        params: &PatchParams,
         patch: &Patch,
     ) -> Result<K, Error> {
         self.patch_subresource(Some("status"), name, params, patch)
@@ -472,10 +479,20 @@ where
         &self,
         subresource: Option<&str>,
         name: &str,
-        params: &PostParams,
+        params: &PatchParams,
         patch: &Patch,
     ) -> Result<K, Error> {
         let ns = self.namespace_for("patch", name)?;
+        let refuse = |why: String| {
+            let sub = subresource.map(|s| format!("/{s}")).unwrap_or_default();
+            Error::InvalidRequest(format!(
+                "patch {}{sub} {name:?}: {why}",
+                self.resource.qualified_name()
+            ))
+        };
+        params.check(patch).map_err(refuse)?;
+        patch.check_body().map_err(refuse)?;
+        // A patch is always sent as JSON, also from a handle with `protobuf_bodies`.
         self.write(self.request(
             ns,
             subresource,
@@ -546,6 +563,101 @@ where
                 what: format!("{} for {verb}", self.resource.kind),
                 source,
             })
+    }
+
+    /// Server-side apply of `obj` by the field manager of `params`: the server merges the
+    /// fields `obj` sets into the live object (creating it if it does not exist) and records
+    /// the manager as the owner of exactly those fields (client-go's `Apply(ctx, cfg, opts)`).
+    /// The name comes from `obj`, the namespace from this handle or else from `obj`.
+    ///
+    /// Build `obj` with **only the fields you own**. k8s-openapi's types leave unset
+    /// (`None`) fields out when serialized, so a `ConfigMap` holding a name and the keys you
+    /// manage claims just those. Fields a type marks required are always written, though:
+    /// a typed `Deployment` whose spec is set (with Kubernetes 1.37's types, always) carries
+    /// `spec.selector` and `spec.template`, empty if you left them so, and would claim them
+    /// too. To own part of such an object (say, only the replicas), apply a JSON body with
+    /// [`patch`](Self::patch) and [`Patch::Apply`], or a [`DynamicObject`]. Applying a whole object read from the server would claim every
+    /// field it holds (and one carrying `metadata.managedFields` is refused by the server).
+    ///
+    /// A field you applied before and leave out now is removed, unless another manager owns
+    /// it. When another manager owns a field you set to a different value, the server
+    /// answers 409 Conflict ([`Error::is_conflict`]) naming it, e.g. `Apply failed with 1
+    /// conflict: conflict with "other-manager": .spec.replicas`; [`PatchParams::force`]
+    /// takes the field over instead.
+    ///
+    /// The body is always JSON (also from a [`protobuf_bodies`](Self::protobuf_bodies)
+    /// handle). It carries `apiVersion` and `kind`: k8s-openapi's types write them; an empty
+    /// one (a [`DynamicObject`] built without them) is filled in from this handle's resource.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: kctrl_client::Client) -> Result<(), kctrl_client::Error> {
+    /// use k8s_openapi::api::apps::v1::Deployment;
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    /// use kctrl_client::{Api, Patch, PatchParams};
+    /// use serde_json::json;
+    ///
+    /// // A typed object with only the fields this controller owns.
+    /// let settings = ConfigMap {
+    ///     metadata: ObjectMeta { name: Some("settings".into()), ..Default::default() },
+    ///     data: Some([("mode".to_owned(), "fast".to_owned())].into()),
+    ///     ..Default::default()
+    /// };
+    /// let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), "prod");
+    /// let applied = configmaps.apply(&PatchParams::apply("my-controller"), &settings).await?;
+    /// let owners: Vec<_> = applied.metadata.managed_fields.iter().flatten()
+    ///     .filter_map(|entry| entry.manager.as_deref())
+    ///     .collect();
+    /// assert!(owners.contains(&"my-controller"));
+    ///
+    /// // Part of a Deployment (its required selector and template left to their owner):
+    /// // a JSON body, forced, as an autoscaler that must win would apply it.
+    /// let scale = Patch::Apply(json!({
+    ///     "apiVersion": "apps/v1", "kind": "Deployment",
+    ///     "metadata": {"name": "web"},
+    ///     "spec": {"replicas": 5},
+    /// }));
+    /// Api::<Deployment>::namespaced(client, "prod")
+    ///     .patch("web", &PatchParams::apply("my-autoscaler").force(), &scale)
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// `kctrl-fake` answers applies too (with documented limits), so a reconciler that
+    /// applies can be unit-tested without a cluster.
+    pub async fn apply(&self, params: &PatchParams, obj: &K) -> Result<K, Error> {
+        let (name, patch) = self.apply_patch("apply", obj)?;
+        self.patch(&name, params, &patch).await
+    }
+
+    /// Server-side apply of `obj`'s status (the `status` subresource), as
+    /// [`apply`](Self::apply): `obj` holds its name and the status fields the manager owns.
+    /// The server ignores what the status subresource does not change (the spec, and for
+    /// some kinds labels).
+    pub async fn apply_status(&self, params: &PatchParams, obj: &K) -> Result<K, Error> {
+        let (name, patch) = self.apply_patch("apply status", obj)?;
+        self.patch_status(&name, params, &patch).await
+    }
+
+    /// The name and apply patch of `obj`, its empty `apiVersion` and `kind` filled in.
+    fn apply_patch(&self, verb: &str, obj: &K) -> Result<(String, Patch), Error> {
+        let name = self.name_of(verb, obj)?;
+        let mut body = serde_json::to_value(obj).map_err(|source| Error::Decode {
+            what: format!("{} for {verb}", self.resource.kind),
+            source,
+        })?;
+        if let Some(fields) = body.as_object_mut() {
+            for (field, value) in [
+                ("apiVersion", self.resource.api_version()),
+                ("kind", self.resource.kind.to_string()),
+            ] {
+                let slot = fields.entry(field).or_insert(serde_json::Value::Null);
+                if slot.as_str().is_none_or(str::is_empty) {
+                    *slot = value.into();
+                }
+            }
+        }
+        Ok((name, Patch::Apply(body)))
     }
 
     /// Creates an object.
@@ -701,6 +813,58 @@ where
                 _ => WatchEvent::decode(&f, trim),
             })
         }))
+    }
+}
+
+/// Server-side apply through a metadata-only handle.
+impl<K> Api<PartialObjectMetadata<K>>
+where
+    K: Resource + 'static,
+    K::Scope: 'static,
+{
+    /// Server-side apply of metadata alone (labels, annotations, finalizers, owner
+    /// references) by the field manager of `params`, through a metadata-only handle: the
+    /// body is `{"apiVersion": .., "kind": .., "metadata": metadata}` with `K`'s own
+    /// apiVersion and kind (not `PartialObjectMetadata`'s), as the server requires; the name
+    /// comes from `metadata`. The answer is the object's metadata, as every answer to this
+    /// handle. Fields, ownership and conflicts work as in [`Api::apply`].
+    ///
+    /// ```no_run
+    /// # async fn demo(client: kctrl_client::Client) -> Result<(), kctrl_client::Error> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    /// use kctrl_client::{Api, PartialObjectMetadata, PatchParams};
+    ///
+    /// let api: Api<PartialObjectMetadata<ConfigMap>> = Api::namespaced(client, "prod");
+    /// let labels = ObjectMeta {
+    ///     name: Some("settings".into()),
+    ///     labels: Some([("team".to_owned(), "web".to_owned())].into()),
+    ///     ..Default::default()
+    /// };
+    /// let applied = api.apply_metadata(&PatchParams::apply("labeller"), &labels).await?;
+    /// assert_eq!(applied.metadata.labels().get("team"), Some("web"));
+    /// # Ok(()) }
+    /// ```
+    pub async fn apply_metadata(
+        &self,
+        params: &PatchParams,
+        metadata: &ObjectMeta,
+    ) -> Result<PartialObjectMetadata<K>, Error> {
+        let name = match metadata.name.as_deref() {
+            Some(n) if !n.is_empty() => n.to_owned(),
+            _ => {
+                return Err(Error::InvalidRequest(format!(
+                    "apply metadata {}: the metadata has no name",
+                    self.resource.qualified_name()
+                )));
+            }
+        };
+        let body = serde_json::json!({
+            "apiVersion": K::API_VERSION,
+            "kind": K::KIND,
+            "metadata": metadata,
+        });
+        self.patch(&name, params, &Patch::Apply(body)).await
     }
 }
 

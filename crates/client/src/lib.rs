@@ -7,8 +7,9 @@
 //!                                          └──────▶ in-memory fake (tests)
 //! ```
 //!
-//! * [`Api`] gives typed `get`, `list`, `watch`, `create`, `update`, `update_status`, `patch`
-//!   and `delete` over any k8s-openapi resource, namespaced or cluster-wide.
+//! * [`Api`] gives typed `get`, `list`, `watch`, `create`, `update`, `update_status`, `patch`,
+//!   `apply` (server-side apply) and `delete` over any k8s-openapi resource, namespaced or
+//!   cluster-wide.
 //! * [`Backend`] is the seam: the HTTP backend talks to a real server; a fake answers from
 //!   memory so informers and controllers are tested unchanged.
 //! * [`Error`] decodes the server's `Status`; classify with [`Error::is_not_found`],
@@ -25,6 +26,8 @@
 //! | `Get` / `List` / `Watch`          | [`Api::get`] / [`Api::list`] / [`Api::watch`] |
 //! | `Create` / `Update` / `UpdateStatus` | [`Api::create`] / [`Api::update`] / [`Api::update_status`] |
 //! | `Patch(types.StrategicMergePatchType, ...)` | [`Api::patch`] with [`Patch::Strategic`] |
+//! | `Patch(ctx, name, types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: "m", Force: &force})` | [`Api::patch`] with [`Patch::Apply`] and [`PatchParams::apply`]`("m")` (`.force()`) |
+//! | `Apply(ctx, cfg, metav1.ApplyOptions{FieldManager: "m", Force: true})` / `ApplyStatus(...)` | [`Api::apply`] / [`Api::apply_status`] with [`PatchParams::apply`]`("m").force()`; metadata alone: [`Api::apply_metadata`] |
 //! | `Delete(metav1.DeleteOptions{...})` | [`Api::delete`] with [`DeleteParams`] |
 //! | `apierrors.IsNotFound(err)`       | [`Error::is_not_found`]             |
 //! | `discovery.ServerVersion()`       | [`Client::server_version`]          |
@@ -151,7 +154,7 @@ pub use object_meta::{
     StringMap,
 };
 pub use request::{
-    ApiRequest, DeleteParams, ListParams, Operation, Patch, PostParams, Preconditions,
+    ApiRequest, DeleteParams, ListParams, Operation, Patch, PatchParams, PostParams, Preconditions,
     PropagationPolicy, Representation, ResourceVersionMatch, WatchParams, WireFormat,
 };
 pub use resource::{ResourceRef, Scope};

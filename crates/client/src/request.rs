@@ -127,14 +127,14 @@ pub enum Operation {
         /// Write options.
         params: PostParams,
     },
-    /// Patch an object.
+    /// Patch an object, or apply a configuration to it ([`Patch::Apply`]).
     Patch {
         /// Object name.
         name: String,
         /// The patch document and its type.
         patch: Patch,
-        /// Write options.
-        params: PostParams,
+        /// Patch options.
+        params: PatchParams,
     },
     /// Delete an object.
     Delete {
@@ -282,7 +282,7 @@ impl WatchParams {
     }
 }
 
-/// Options shared by create, update and patch.
+/// Options of create and update (a patch has [`PatchParams`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PostParams {
     /// `fieldManager` recorded in managedFields.
@@ -303,6 +303,95 @@ impl PostParams {
     }
 }
 
+/// Options of a patch: the field manager, `force` (server-side apply only) and dry run.
+///
+/// A merge, strategic or JSON patch needs none of them (`PatchParams::default()`); a
+/// server-side apply ([`Patch::Apply`]) needs a field manager, which
+/// [`PatchParams::apply`] sets:
+///
+/// ```
+/// use kctrl_client::PatchParams;
+///
+/// let params = PatchParams::apply("my-controller").force();
+/// assert_eq!(
+///     params.query_pairs(),
+///     [("fieldManager", "my-controller".to_owned()), ("force", "true".to_owned())]
+/// );
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PatchParams {
+    /// `fieldManager`: who makes the change, recorded in `metadata.managedFields`. Required
+    /// (non-empty) for [`Patch::Apply`], where it names the owner of the applied fields;
+    /// for other patches the server takes the client's User-Agent when it is unset.
+    pub field_manager: Option<String>,
+    /// `force=true`: take ownership of fields another manager owns instead of failing with
+    /// a 409 Conflict. Only valid for [`Patch::Apply`].
+    pub force: bool,
+    /// Validate and default but do not persist (`dryRun=All`).
+    pub dry_run: bool,
+}
+
+impl PatchParams {
+    /// Options of a server-side apply by `field_manager`, without force.
+    pub fn apply(field_manager: impl Into<String>) -> Self {
+        Self {
+            field_manager: Some(field_manager.into()),
+            ..Self::default()
+        }
+    }
+
+    /// The same options with `force` set: the apply takes over fields other managers own
+    /// (what a controller that must converge usually wants).
+    pub fn force(mut self) -> Self {
+        self.force = true;
+        self
+    }
+
+    /// The same options with `dry_run` set.
+    pub fn dry_run(mut self) -> Self {
+        self.dry_run = true;
+        self
+    }
+
+    /// Query parameters for these options.
+    pub fn query_pairs(&self) -> Vec<(&'static str, String)> {
+        let mut q = Vec::new();
+        push_opt(&mut q, "fieldManager", &self.field_manager);
+        if self.force {
+            q.push(("force", "true".to_owned()));
+        }
+        if self.dry_run {
+            q.push(("dryRun", "All".to_owned()));
+        }
+        q
+    }
+
+    /// Why these options cannot go with `patch`, if they cannot: an apply without a field
+    /// manager, or `force` on a patch that is not an apply. The API server refuses both
+    /// (422); [`Api`](crate::Api) checks before sending, so the mistake is named at once.
+    pub(crate) fn check(&self, patch: &Patch) -> Result<(), String> {
+        let manager = self.field_manager.as_deref().unwrap_or("");
+        match patch {
+            Patch::Apply(_) if manager.is_empty() => Err(format!(
+                "a server-side apply needs a field manager, the name that will own the applied \
+                 fields; {} (e.g. PatchParams::apply(\"my-controller\"))",
+                if self.field_manager.is_none() {
+                    "none is set"
+                } else {
+                    "it is empty"
+                }
+            )),
+            Patch::Apply(_) => Ok(()),
+            _ if self.force => Err(format!(
+                "force is only valid for a server-side apply (Patch::Apply), not for a {}; \
+                 unset PatchParams::force",
+                patch.describe()
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// A patch document with its type.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Patch {
@@ -313,6 +402,15 @@ pub enum Patch {
     Strategic(serde_json::Value),
     /// RFC 6902 JSON patch (`application/json-patch+json`): an array of operations.
     Json(serde_json::Value),
+    /// Server-side apply (`application/apply-patch+yaml`; JSON is YAML, and it is sent as
+    /// JSON): the configuration of the fields the field manager owns. It must be an object
+    /// naming its `apiVersion` and `kind`; the server merges it into the live object (or
+    /// creates the object), records the manager as owner of exactly these fields, removes
+    /// fields the manager applied before and no longer does (unless another manager owns
+    /// them), and fails with 409 Conflict when another manager owns a field this one sets to
+    /// a different value, unless [`PatchParams::force`] is set. [`Api::apply`](crate::Api::apply)
+    /// builds it from a typed object.
+    Apply(serde_json::Value),
 }
 
 impl Patch {
@@ -322,14 +420,63 @@ impl Patch {
             Patch::Merge(_) => "application/merge-patch+json",
             Patch::Strategic(_) => "application/strategic-merge-patch+json",
             Patch::Json(_) => "application/json-patch+json",
+            Patch::Apply(_) => "application/apply-patch+yaml",
         }
     }
 
     /// The patch document.
     pub fn body(&self) -> &serde_json::Value {
         match self {
-            Patch::Merge(v) | Patch::Strategic(v) | Patch::Json(v) => v,
+            Patch::Merge(v) | Patch::Strategic(v) | Patch::Json(v) | Patch::Apply(v) => v,
         }
+    }
+
+    /// What kind of patch this is, for messages: `merge patch`, `apply patch`, ...
+    fn describe(&self) -> &'static str {
+        match self {
+            Patch::Merge(_) => "merge patch",
+            Patch::Strategic(_) => "strategic merge patch",
+            Patch::Json(_) => "JSON patch",
+            Patch::Apply(_) => "apply patch",
+        }
+    }
+
+    /// For an apply, why its body cannot be sent, if it cannot: it is not an object, or it
+    /// lacks `apiVersion` or `kind` (which the server reads to know what is applied).
+    pub(crate) fn check_body(&self) -> Result<(), String> {
+        let Patch::Apply(body) = self else {
+            return Ok(());
+        };
+        let Some(obj) = body.as_object() else {
+            return Err(format!(
+                "an apply patch must be a JSON object (the fields you own), not {}",
+                json_kind(body)
+            ));
+        };
+        for field in ["apiVersion", "kind"] {
+            match obj.get(field) {
+                Some(serde_json::Value::String(s)) if !s.is_empty() => {}
+                _ => {
+                    return Err(format!(
+                        "the apply patch has no {field:?}: an applied object names its \
+                         apiVersion and kind (k8s-openapi's types write both; set them on a \
+                         DynamicObject or a hand-written JSON body, or use Api::apply)"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
     }
 }
 
@@ -466,5 +613,60 @@ mod tests {
         assert!(body["preconditions"].get("resourceVersion").is_none());
         assert_eq!(body["propagationPolicy"], "Foreground");
         assert_eq!(body["kind"], "DeleteOptions");
+    }
+
+    #[test]
+    fn patch_params_query_and_checks() {
+        assert!(PatchParams::default().query_pairs().is_empty());
+        assert_eq!(
+            PatchParams::apply("m").force().dry_run().query_pairs(),
+            vec![
+                ("fieldManager", "m".to_owned()),
+                ("force", "true".to_owned()),
+                ("dryRun", "All".to_owned()),
+            ]
+        );
+        let apply = Patch::Apply(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap"}));
+        let merge = Patch::Merge(serde_json::json!({}));
+        assert_eq!(apply.content_type(), "application/apply-patch+yaml");
+        assert!(PatchParams::apply("m").check(&apply).is_ok());
+        assert!(PatchParams::apply("m").force().check(&apply).is_ok());
+        let none = PatchParams::default().check(&apply).unwrap_err();
+        assert!(
+            none.contains("needs a field manager") && none.contains("none is set"),
+            "{none}"
+        );
+        let empty = PatchParams::apply("").check(&apply).unwrap_err();
+        assert!(empty.contains("it is empty"), "{empty}");
+        assert!(PatchParams::default().check(&merge).is_ok());
+        assert!(PatchParams::apply("m").check(&merge).is_ok());
+        let forced = PatchParams::default().force().check(&merge).unwrap_err();
+        assert!(
+            forced.contains("only valid for a server-side apply") && forced.contains("merge patch"),
+            "{forced}"
+        );
+    }
+
+    #[test]
+    fn apply_bodies_must_name_their_type() {
+        assert!(
+            Patch::Apply(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap"}))
+                .check_body()
+                .is_ok()
+        );
+        let err = Patch::Apply(serde_json::json!({"apiVersion": "v1"}))
+            .check_body()
+            .unwrap_err();
+        assert!(err.contains("no \"kind\""), "{err}");
+        let err = Patch::Apply(serde_json::json!({"apiVersion": "", "kind": "ConfigMap"}))
+            .check_body()
+            .unwrap_err();
+        assert!(err.contains("no \"apiVersion\""), "{err}");
+        let err = Patch::Apply(serde_json::json!([1]))
+            .check_body()
+            .unwrap_err();
+        assert!(err.contains("not an array"), "{err}");
+        // Other patches are not checked here: the server knows their rules.
+        assert!(Patch::Merge(serde_json::json!([1])).check_body().is_ok());
     }
 }

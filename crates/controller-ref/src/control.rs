@@ -11,7 +11,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
-use kctrl_client::{Api, Client, Error, Patch, PostParams};
+use kctrl_client::{Api, Client, Error, Patch, PatchParams};
 use serde_json::Value;
 
 /// Patches ReplicaSets (upstream's `RSControlInterface`).
@@ -58,7 +58,7 @@ impl ReplicaSetControl for RealReplicaSetControl {
     ) -> BoxFuture<'a, Result<(), Error>> {
         let api = Api::<ReplicaSet>::namespaced(self.client.clone(), namespace);
         async move {
-            api.patch(name, &PostParams::default(), &Patch::Strategic(patch))
+            api.patch(name, &PatchParams::default(), &Patch::Strategic(patch))
                 .await
                 .map(drop)
         }
@@ -88,7 +88,7 @@ impl PodControl for RealPodControl {
     ) -> BoxFuture<'a, Result<(), Error>> {
         let api = Api::<Pod>::namespaced(self.client.clone(), namespace);
         async move {
-            api.patch(name, &PostParams::default(), &Patch::Strategic(patch))
+            api.patch(name, &PatchParams::default(), &Patch::Strategic(patch))
                 .await
                 .map(drop)
         }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Event;
-use kctrl_client::{Api, ApiError, Client, Patch, PostParams};
+use kctrl_client::{Api, ApiError, Client, Patch, PatchParams, PostParams};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -161,7 +161,7 @@ impl EventSink for ApiEventSink {
         Ok(api
             .patch(
                 name,
-                &PostParams::default(),
+                &PatchParams::default(),
                 &Patch::Strategic(patch.clone()),
             )
             .await?)

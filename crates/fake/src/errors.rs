@@ -178,6 +178,51 @@ pub fn invalid(group: &str, kind: &str, name: &str, errors: &[FieldError]) -> Er
     )
 }
 
+/// 409 Conflict of a server-side apply that would change fields other managers own:
+/// `Apply failed with 1 conflict: conflict with "other-manager": .spec.replicas`, each
+/// field also a `FieldManagerConflict` cause, as the apiserver reports it.
+pub(crate) fn apply_conflict(conflicts: &[crate::apply::Conflict]) -> Error {
+    let total: usize = conflicts.iter().map(|(_, paths)| paths.len()).sum();
+    let message = match conflicts {
+        [(manager, paths)] if paths.len() == 1 => format!(
+            "Apply failed with 1 conflict: conflict with {}: {}",
+            manager.describe(),
+            crate::fields::display(&paths[0])
+        ),
+        _ => {
+            let mut lines = Vec::new();
+            for (manager, paths) in conflicts {
+                lines.push(format!("conflicts with {}:", manager.describe()));
+                lines.extend(
+                    paths
+                        .iter()
+                        .map(|p| format!("- {}", crate::fields::display(p))),
+                );
+            }
+            format!("Apply failed with {total} conflicts: {}", lines.join("\n"))
+        }
+    };
+    let causes = conflicts
+        .iter()
+        .flat_map(|(manager, paths)| {
+            paths.iter().map(move |p| StatusCause {
+                reason: Some("FieldManagerConflict".to_owned()),
+                message: Some(format!("conflict with {}", manager.describe())),
+                field: Some(crate::fields::display(p)),
+            })
+        })
+        .collect();
+    status(
+        409,
+        "Conflict",
+        message,
+        Some(StatusDetails {
+            causes: Some(causes),
+            ..Default::default()
+        }),
+    )
+}
+
 /// 400 BadRequest with a message.
 pub fn bad_request(message: impl Into<String>) -> Error {
     status(400, "BadRequest", message.into(), None)

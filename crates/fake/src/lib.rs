@@ -55,6 +55,51 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Server-side apply works as on a real API server, so a reconciler that applies can be
+//! tested here, conflicts and ownership included:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+//! use kctrl_client::{Api, PatchParams};
+//! use kctrl_fake::FakeApi;
+//!
+//! let fake = FakeApi::new();
+//! let configmaps: Api<ConfigMap> = Api::namespaced(fake.client(), "default");
+//! // Only the fields a manager owns: the name and one key.
+//! let settings = |mode: &str| ConfigMap {
+//!     metadata: ObjectMeta { name: Some("settings".into()), ..Default::default() },
+//!     data: Some([("mode".to_owned(), mode.to_owned())].into()),
+//!     ..Default::default()
+//! };
+//!
+//! // The first apply creates the object; its manager owns `.data.mode`.
+//! configmaps.apply(&PatchParams::apply("reconciler"), &settings("fast")).await?;
+//!
+//! // Another manager setting the field otherwise conflicts, as on the apiserver...
+//! let err = configmaps
+//!     .apply(&PatchParams::apply("operator"), &settings("slow"))
+//!     .await
+//!     .unwrap_err();
+//! assert!(err.is_conflict());
+//! assert_eq!(
+//!     err.status().and_then(|s| s.message.as_deref()),
+//!     Some(r#"Apply failed with 1 conflict: conflict with "reconciler": .data.mode"#)
+//! );
+//!
+//! // ...until it forces: the field changes hands, and `managedFields` says so.
+//! let taken = configmaps
+//!     .apply(&PatchParams::apply("operator").force(), &settings("slow"))
+//!     .await?;
+//! let owners: Vec<_> = taken.metadata.managed_fields.iter().flatten()
+//!     .filter_map(|entry| entry.manager.as_deref())
+//!     .collect();
+//! assert_eq!(owners, ["operator"]);
+//! # Ok(()) }
+//! ```
+//!
 //! # What is modelled
 //!
 //! Each behaviour follows kube-apiserver (1.36) and its registry strategies; error `Status`es
@@ -101,6 +146,44 @@
 //!   object that stops matching is DELETED for that watcher, one that starts matching is
 //!   ADDED); `timeout_seconds`; test hooks [`FakeApi::send_bookmarks`],
 //!   [`FakeApi::close_watches`] and [`FakeApi::compact`].
+//! * **Server-side apply** ([`Patch::Apply`](kctrl_client::Patch::Apply),
+//!   [`Api::apply`](kctrl_client::Api::apply); checked against kube-apiserver 1.37 by the
+//!   cases the end-to-end suite runs on both): an apply creates the object when it is
+//!   absent (through the status subresource it is 404); otherwise the configuration is
+//!   merged into the live object. The manager then owns exactly the configuration's fields,
+//!   recorded in `metadata.managedFields` as the apiserver records them (`operation: Apply`,
+//!   `apiVersion`, `fieldsType: FieldsV1`, the fields in its `f:`/`k:`/`v:`/`.` notation,
+//!   `time` when the apply changed the object, `subresource: status` for status applies).
+//!   Fields it applied before and leaves out now are removed unless another manager owns
+//!   them (an object nobody owns anything in any more goes whole). A field another manager
+//!   owns that the apply would change is a 409 Conflict with the apiserver's message and
+//!   `FieldManagerConflict` causes (`Apply failed with 1 conflict: conflict with "other":
+//!   .spec.replicas`), unless `force` hands it over; applying the value a field already has
+//!   shares it. What the endpoint's strategy resets is never owned (the status through the
+//!   main resource; the spec, and a Deployment's labels, through the status subresource).
+//!   The request is checked as the apiserver checks it: a field manager is required (422),
+//!   `force` only goes with an apply (422), `apiVersion` and `kind` must be the resource's
+//!   (400 `invalid object type`), the name must be the URL's (taken from it when absent),
+//!   `managedFields` must not be sent (400), a stale `resourceVersion` is a 409; `dryRun`
+//!   answers without storing; an apply that changes nothing is not written.
+//! * **Field ownership of other writes**: a create, update or non-apply patch records an
+//!   `Update` entry for its field manager (when it names none, `kctrl`, the name the
+//!   apiserver takes from kctrl-client's User-Agent) owning what it added or changed, taken
+//!   from whoever owned it; a removed field belongs to nobody. A write without
+//!   `managedFields` (an object from an informer's cache) keeps them; `managedFields: [{}]`
+//!   stops the tracking. Objects seeded with [`FakeApi::add`] carry the managedFields given
+//!   (none by default) and, like objects the apiserver never tracked, stay untracked until
+//!   an apply, which first records all their fields as owned by `before-first-apply`.
+//! * **Schema, for apply**: the fake knows no OpenAPI schemas, only a small table.
+//!   Objects are maps of fields, except label selectors (`spec.selector`, `labelSelector`,
+//!   `namespaceSelector`, `podSelector`) and owner references, which are atomic (replaced
+//!   and owned whole). Lists are atomic, except `metadata.finalizers` (a set),
+//!   `metadata.ownerReferences` (keyed by `uid`) and, on built-in resources, containers,
+//!   init and ephemeral containers (by `name`), their `ports` (by `containerPort` and
+//!   `protocol`), `env` (by `name`) and `volumeMounts` (by `mountPath`), a pod's `volumes`
+//!   and `imagePullSecrets` (by `name`), `status.conditions` (by `type`) and a Service's
+//!   `spec.ports` (by `port` and `protocol`). A custom resource's own lists are atomic (a
+//!   CRD's default without `x-kubernetes-list-type`).
 //! * **Actions and reactors**: every call is recorded ([`FakeApi::actions`]); reactors
 //!   ([`FakeApi::prepend_reactor`]) can fail a call, answer it, or let it through.
 //! * **Discovery**: [`Backend::server_version`] reports v1.36.0; [`Backend::api_resources`]
@@ -119,14 +202,31 @@
 //! propagation policy is accepted and recorded but every delete behaves as `Background` with
 //! no dependents deleted or orphaned; `Foreground` and `Orphan` add no finalizer), graceful
 //! pod termination (pods without finalizers are deleted at once), namespace termination,
-//! server-side apply and `managedFields`, conversion between versions (each group/version is
-//! stored separately), subresources other than `status` (`scale`, `eviction`, ... are 404),
-//! consistent snapshots for paged lists (later pages show the current objects after the last
-//! key) and `resourceVersionMatch=Exact` lists, and watches from a resourceVersion newer
-//! than the current one (they simply wait for it).
+//! conversion between versions (each group/version is stored separately), subresources
+//! other than `status` (`scale`, `eviction`, ... are 404), consistent snapshots for paged
+//! lists (later pages show the current objects after the last key) and
+//! `resourceVersionMatch=Exact` lists, and watches from a resourceVersion newer than the
+//! current one (they simply wait for it).
+//!
+//! Of server-side apply and field ownership: keyed lists and atomic objects beyond the
+//! table above (the fake handles such a list as atomic: an apply owns and replaces it
+//! whole) and a CRD's `x-kubernetes-list-type`/`x-kubernetes-map-type`; key fields the
+//! apiserver defaults (an item without its key, such as a container port without
+//! `protocol`, is refused with a 400 saying so, where the apiserver would default it);
+//! `null` in an apply configuration (refused with a 400); unions; fields the apiserver
+//! defaults, which it records as the creator's (the fake defaults nothing, so a creator owns
+//! only what it sent); the exact shape of `Update` entries for Go structs (the apiserver
+//! marks a newly set struct with `.` only when the Go field is a pointer, the fake marks
+//! every object a write adds, e.g. a created Deployment's `spec`; `Apply` entries are
+//! exact); the cap of ten `Update` managers (`ancient-changes`); kubectl's
+//! `last-applied-configuration` annotation; and the validation of managedFields a write
+//! sets itself (taken as the starting point, as on the apiserver, when readable).
 
 mod action;
+mod apply;
 pub mod errors;
+mod fields;
+mod managed;
 mod metadata;
 mod patch;
 mod registry;
@@ -280,6 +380,9 @@ impl FakeApi {
     /// fake fills in what the server always sets (`uid`, `creationTimestamp`,
     /// `resourceVersion`, `generation: 1` where the type has one). An existing object of
     /// the same name is replaced. Watchers see the change. Returns the stored object.
+    ///
+    /// Its `managedFields` are stored as given too; without them the object's changes are
+    /// not tracked until a server-side apply (see the crate docs).
     pub fn add<K>(&self, obj: &K) -> Result<K, Error>
     where
         K: Resource + Serialize + DeserializeOwned,
@@ -445,16 +548,14 @@ impl FakeApi {
                 if sub.is_some() {
                     return Err(errors::resource_not_served());
                 }
-                st.create(r, ns, body, params.dry_run)
+                st.create(r, ns, body, params)
             }
-            Operation::Update { name, body, params } => {
-                st.update(r, ns, sub, name, body, params.dry_run)
-            }
+            Operation::Update { name, body, params } => st.update(r, ns, sub, name, body, params),
             Operation::Patch {
                 name,
                 patch,
                 params,
-            } => st.patch(r, ns, sub, name, patch, params.dry_run),
+            } => st.patch(r, ns, sub, name, patch, params),
             Operation::Delete { name, params } => st.delete(r, ns, name, params),
             Operation::Watch(_) => Err(Error::InvalidRequest(
                 "a watch must go through Backend::watch".to_owned(),

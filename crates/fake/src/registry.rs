@@ -58,6 +58,9 @@ pub struct ResourceSpec {
     pub(crate) returns_deleted_object: bool,
     pub(crate) strategic_merge: bool,
     pub(crate) field_labels: Vec<Cow<'static, str>>,
+    /// Whether server-side apply knows the keyed lists of built-in types here (custom
+    /// resources: only `ObjectMeta`'s; their own lists are atomic).
+    pub(crate) builtin_lists: bool,
 }
 
 impl ResourceSpec {
@@ -72,6 +75,7 @@ impl ResourceSpec {
             returns_deleted_object: true,
             strategic_merge: false,
             field_labels: Vec::new(),
+            builtin_lists: false,
         }
     }
 
@@ -87,6 +91,7 @@ impl ResourceSpec {
             returns_deleted_object: false,
             strategic_merge: true,
             field_labels: Vec::new(),
+            builtin_lists: true,
         }
     }
 
@@ -143,6 +148,21 @@ impl ResourceSpec {
 
     pub(crate) fn has_status(&self) -> bool {
         self.status.is_some()
+    }
+
+    /// The fields the strategy of an endpoint resets, which no write through it owns: the
+    /// status on the main resource of a type with a status subresource; on the status
+    /// subresource the spec and the metadata fields it keeps (Deployments' labels, ...).
+    pub(crate) fn reset_fields(&self, status_subresource: bool) -> Vec<crate::fields::Path> {
+        use crate::fields::path;
+        match (&self.status, status_subresource) {
+            (None, _) => Vec::new(),
+            (Some(_), false) => vec![path(&["status"])],
+            (Some(StatusUpdate::OnlyStatus), true) => vec![path(&["spec"])],
+            (Some(StatusUpdate::KeepSpecAnd(kept)), true) => std::iter::once(path(&["spec"]))
+                .chain(kept.iter().map(|f| path(&["metadata", f])))
+                .collect(),
+        }
     }
 }
 

@@ -5,14 +5,16 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use kctrl_client::{
-    DeleteParams, Error, ListParams, Patch, PropagationPolicy, ResourceRef, ResourceVersionMatch,
-    WatchParams,
+    DeleteParams, Error, ListParams, Patch, PatchParams, PostParams, PropagationPolicy,
+    ResourceRef, ResourceVersionMatch, WatchParams,
 };
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
 use crate::action::{Action, Reactor};
+use crate::apply::{self, ApplyError, Schema};
 use crate::errors::{self, FieldError};
+use crate::managed::{self, Manager};
 use crate::patch;
 use crate::registry::{GenerationPolicy, InitialStatus, ResourceSpec, StatusUpdate, pod_qos};
 use crate::select::Filter;
@@ -444,10 +446,26 @@ impl State {
         r: &ResourceRef,
         ns: Option<&str>,
         body: &[u8],
-        dry_run: bool,
+        params: &PostParams,
     ) -> Result<Value, Error> {
         let spec = self.spec(r)?;
-        let mut obj = decode_body(body)?;
+        let manager = field_manager(params.field_manager.as_deref(), "CreateOptions")?;
+        let obj = decode_body(body)?;
+        self.create_object(&spec, ns, obj, params.dry_run, Tracking::Update(manager))
+    }
+
+    /// The common tail of create and of an apply that creates: names, system metadata,
+    /// initial status, managers.
+    fn create_object(
+        &mut self,
+        spec: &ResourceSpec,
+        ns: Option<&str>,
+        mut obj: Value,
+        dry_run: bool,
+        tracking: Tracking,
+    ) -> Result<Value, Error> {
+        let spec = spec.clone();
+        let r = &spec.resource;
         let ns = Self::namespace(&spec, ns)?;
         check_namespace(&spec, &mut obj, &ns)?;
         if meta_str(&obj, "resourceVersion").is_some_and(|rv| !rv.is_empty()) {
@@ -517,6 +535,11 @@ impl State {
                 }
             }
         }
+        let managers = match tracking {
+            Tracking::Update(manager) => writer(&spec, &manager, false).update(None, &obj),
+            Tracking::Applied(managers) => Some(managers),
+        };
+        set_managers(&mut obj, None, managers);
         if dry_run {
             return Ok(obj);
         }
@@ -530,10 +553,11 @@ impl State {
         subresource: Option<&str>,
         name: &str,
         body: &[u8],
-        dry_run: bool,
+        params: &PostParams,
     ) -> Result<Value, Error> {
         let spec = self.spec(r)?;
         let status = check_subresource(&spec, subresource)?;
+        let manager = field_manager(params.field_manager.as_deref(), "UpdateOptions")?;
         let mut obj = decode_body(body)?;
         let ns = Self::namespace(&spec, ns)?;
         check_namespace(&spec, &mut obj, &ns)?;
@@ -557,7 +581,14 @@ impl State {
                 ));
             }
         }
-        self.write(&spec, existing, obj, status, dry_run)
+        self.write(
+            &spec,
+            existing,
+            obj,
+            status,
+            params.dry_run,
+            Tracking::Update(manager),
+        )
     }
 
     pub(crate) fn patch(
@@ -567,10 +598,14 @@ impl State {
         subresource: Option<&str>,
         name: &str,
         patch: &Patch,
-        dry_run: bool,
+        params: &PatchParams,
     ) -> Result<Value, Error> {
         let spec = self.spec(r)?;
         let status = check_subresource(&spec, subresource)?;
+        let manager = patch_field_manager(patch, params)?;
+        if let Patch::Apply(config) = patch {
+            return self.apply(&spec, ns, status, name, config, &manager, params);
+        }
         if matches!(patch, Patch::Strategic(_)) && !spec.strategic_merge {
             return Err(errors::unsupported_patch_type());
         }
@@ -597,6 +632,7 @@ impl State {
             Patch::Json(ops) => {
                 patch::json_patch(&mut obj, ops).map_err(errors::unprocessable)?;
             }
+            Patch::Apply(_) => unreachable!("applies return above"),
         }
         if !obj.is_object() {
             return Err(errors::bad_request(
@@ -606,22 +642,93 @@ impl State {
         check_namespace(&spec, &mut obj, &ns)?;
         check_name(&obj, name)?;
         dedup_owner_references(&mut obj);
-        // Metadata validation: the UID is immutable.
-        let new_uid = meta_str(&obj, "uid").unwrap_or("").to_owned();
-        if !new_uid.is_empty() && Some(new_uid.as_str()) != meta_str(&existing, "uid") {
-            let (group, kind) = group_kind(&spec);
-            return Err(errors::invalid(
-                group,
-                kind,
-                name,
-                &[FieldError::invalid_string(
-                    "metadata.uid",
-                    &new_uid,
-                    "field is immutable",
-                )],
+        check_uid_unchanged(&spec, &existing, &obj, name)?;
+        self.write(
+            &spec,
+            existing,
+            obj,
+            status,
+            params.dry_run,
+            Tracking::Update(manager),
+        )
+    }
+
+    /// A server-side apply: checks the configuration as the apiserver does, then merges it
+    /// into the stored object (or creates the object) and records field ownership.
+    #[allow(clippy::too_many_arguments, reason = "one request's parts")]
+    fn apply(
+        &mut self,
+        spec: &ResourceSpec,
+        ns: Option<&str>,
+        status: bool,
+        name: &str,
+        config: &Value,
+        manager: &str,
+        params: &PatchParams,
+    ) -> Result<Value, Error> {
+        let Value::Object(_) = config else {
+            return Err(errors::bad_request(
+                "error decoding patch: an apply configuration must be a JSON object",
             ));
+        };
+        let mut config = config.clone();
+        let api_version = config
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let kind = config.get("kind").and_then(Value::as_str).unwrap_or("");
+        if api_version != spec.resource.api_version() || kind != spec.resource.kind {
+            let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+            return Err(errors::bad_request(format!(
+                "invalid object type: {group}/{version}, Kind={kind}"
+            )));
         }
-        self.write(&spec, existing, obj, status, dry_run)
+        if config
+            .pointer("/metadata/managedFields")
+            .is_some_and(|m| !m.is_null())
+        {
+            return Err(errors::bad_request("metadata.managedFields must be nil"));
+        }
+        match meta_str(&config, "name") {
+            Some(n) if !n.is_empty() => check_name(&config, name)?,
+            _ => set_meta(&mut config, "name", name.into()),
+        }
+        let ns = Self::namespace(spec, ns)?;
+        check_namespace(spec, &mut config, &ns)?;
+        let write = writer(spec, manager, status);
+        let existing = self.stored(spec, &ns, name);
+        if existing.is_none() && status {
+            return Err(errors::not_found(&spec.resource, name));
+        }
+        let (obj, managers) = write
+            .apply(existing.as_deref(), &config, params.force)
+            .map_err(|e| match e {
+                ApplyError::Conflicts(conflicts) => errors::apply_conflict(&conflicts),
+                ApplyError::Invalid(why) => errors::bad_request(why),
+                ApplyError::Internal(why) => {
+                    errors::internal_error(&format!("failed to decode managed fields: {why}"))
+                }
+            })?;
+        match existing {
+            None => self.create_object(
+                spec,
+                Some(&ns),
+                obj,
+                params.dry_run,
+                Tracking::Applied(managers),
+            ),
+            Some(existing) => {
+                check_uid_unchanged(spec, &existing, &obj, name)?;
+                self.write(
+                    spec,
+                    existing,
+                    obj,
+                    status,
+                    params.dry_run,
+                    Tracking::Applied(managers),
+                )
+            }
+        }
     }
 
     /// The common tail of update and patch: optimistic concurrency, the strategy's field
@@ -633,6 +740,7 @@ impl State {
         mut obj: Value,
         status: bool,
         dry_run: bool,
+        tracking: Tracking,
     ) -> Result<Value, Error> {
         let name = meta_str(&existing, "name").unwrap_or("").to_owned();
         let (group, kind) = group_kind(spec);
@@ -684,6 +792,13 @@ impl State {
             copy_meta(&mut obj, &existing, f);
         }
         meta_mut(&mut obj).remove("selfLink");
+        let managers = match tracking {
+            Tracking::Update(manager) => {
+                writer(spec, &manager, status).update(Some(&existing), &obj)
+            }
+            Tracking::Applied(managers) => Some(managers),
+        };
+        set_managers(&mut obj, Some(&existing), managers);
         if !status && generation_changed(spec, &existing, &obj) {
             let g = generation(&existing) + 1;
             set_meta(&mut obj, "generation", g.into());
@@ -923,6 +1038,113 @@ impl State {
         }
         self.compacted = self.compacted.max(rv);
     }
+}
+
+/// Who a write records as owner of what it changes.
+enum Tracking {
+    /// A create, update or non-apply patch by this manager.
+    Update(String),
+    /// An apply, whose managers are already worked out.
+    Applied(Vec<Manager>),
+}
+
+/// The manager the fake records for a write that names none: the apiserver takes the
+/// first part of the User-Agent, which for kctrl-client is `kctrl`.
+pub(crate) const DEFAULT_FIELD_MANAGER: &str = "kctrl";
+
+/// The field manager of a create or update, checked as the apiserver checks it.
+fn field_manager(manager: Option<&str>, options: &str) -> Result<String, Error> {
+    match manager {
+        Some(m) if m.len() > 128 => Err(errors::invalid(
+            "meta.k8s.io",
+            options,
+            "",
+            &[FieldError {
+                field: "fieldManager".into(),
+                cause_type: "FieldValueTooLong".into(),
+                body: "Too long: may not be more than 128 bytes".into(),
+            }],
+        )),
+        Some(m) if !m.is_empty() => Ok(m.to_owned()),
+        _ => Ok(DEFAULT_FIELD_MANAGER.to_owned()),
+    }
+}
+
+/// The field manager of a patch: required for an apply, `force` only for one.
+fn patch_field_manager(patch: &Patch, params: &PatchParams) -> Result<String, Error> {
+    let given = params.field_manager.as_deref().unwrap_or("");
+    let refuse = |e: FieldError| errors::invalid("meta.k8s.io", "PatchOptions", "", &[e]);
+    match patch {
+        Patch::Apply(_) if given.is_empty() => Err(refuse(FieldError::required(
+            "fieldManager",
+            "is required for apply patch",
+        ))),
+        Patch::Apply(_) => field_manager(Some(given), "PatchOptions"),
+        _ if params.force => Err(refuse(FieldError::forbidden(
+            "force",
+            "may not be specified for non-apply patch",
+        ))),
+        _ => field_manager(Some(given), "PatchOptions"),
+    }
+}
+
+/// The field-ownership bookkeeping of a write through the main resource or its status.
+fn writer(spec: &ResourceSpec, manager: &str, status: bool) -> apply::Write {
+    apply::Write {
+        schema: Schema {
+            builtin: spec.builtin_lists,
+        },
+        manager: manager.to_owned(),
+        api_version: spec.resource.api_version(),
+        subresource: if status { "status" } else { "" },
+        reset: spec.reset_fields(status),
+        now: now(),
+    }
+}
+
+/// Sets `metadata.managedFields` of `obj` to `managers` (`None`: not tracked). When they
+/// are what `existing` records, its entries are kept as they are, so a write that changes
+/// nothing stays a no-op.
+fn set_managers(obj: &mut Value, existing: Option<&Value>, managers: Option<Vec<Manager>>) {
+    let unchanged = match (&managers, existing) {
+        (Some(m), Some(e)) => managed::read(e).ok().as_ref() == Some(m),
+        (None, Some(e)) => e.pointer("/metadata/managedFields").is_none(),
+        _ => false,
+    };
+    if unchanged {
+        copy_meta(obj, existing.unwrap_or(&Value::Null), "managedFields");
+        return;
+    }
+    match managers {
+        Some(m) if !m.is_empty() => set_meta(obj, "managedFields", managed::to_json(&m)),
+        _ => {
+            meta_mut(obj).remove("managedFields");
+        }
+    }
+}
+
+/// Metadata validation of a patch or apply: the UID is immutable.
+fn check_uid_unchanged(
+    spec: &ResourceSpec,
+    existing: &Value,
+    obj: &Value,
+    name: &str,
+) -> Result<(), Error> {
+    let new_uid = meta_str(obj, "uid").unwrap_or("");
+    if !new_uid.is_empty() && Some(new_uid) != meta_str(existing, "uid") {
+        let (group, kind) = group_kind(spec);
+        return Err(errors::invalid(
+            group,
+            kind,
+            name,
+            &[FieldError::invalid_string(
+                "metadata.uid",
+                new_uid,
+                "field is immutable",
+            )],
+        ));
+    }
+    Ok(())
 }
 
 fn check_subresource(spec: &ResourceSpec, subresource: Option<&str>) -> Result<bool, Error> {

@@ -9,7 +9,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kctrl_client::versioned::Versioned;
 use kctrl_client::{
-    Api, DeleteOutcome, DeleteParams, ListParams, Patch, PostParams, Preconditions, ResourceRef,
+    Api, DeleteOutcome, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions,
+    ResourceRef,
 };
 use kctrl_fake::{FakeApi, Reaction, ResourceSpec, errors};
 use serde_json::json;
@@ -245,7 +246,11 @@ async fn generation_bumps_on_spec_changes_only() {
         "ReplicaSet annotations do not bump"
     );
     let patched = rsets
-        .patch("rs", &pp(), &Patch::Merge(json!({"spec": {"replicas": 4}})))
+        .patch(
+            "rs",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 4}})),
+        )
         .await
         .unwrap();
     assert_eq!(patched.metadata.generation, Some(2));
@@ -288,7 +293,7 @@ async fn status_subresource_semantics() {
     let patched = api
         .patch_status(
             "web",
-            &pp(),
+            &PatchParams::default(),
             &Patch::Merge(json!({"status": {"readyReplicas": 1}, "spec": {"replicas": 8}})),
         )
         .await
@@ -344,7 +349,11 @@ async fn strategic_merge_adopt_and_release_owner_references() {
     let adopt = json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment",
         "name": "d", "uid": "u", "controller": true, "blockOwnerDeletion": true}], "uid": uid}});
     let adopted = rsets
-        .patch("rs", &pp(), &Patch::Strategic(adopt.clone()))
+        .patch(
+            "rs",
+            &PatchParams::default(),
+            &Patch::Strategic(adopt.clone()),
+        )
         .await
         .unwrap();
     let refs = adopted.metadata.owner_references.clone().unwrap();
@@ -357,7 +366,7 @@ async fn strategic_merge_adopt_and_release_owner_references() {
     let other = json!({"metadata": {"ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap",
         "name": "c", "uid": "u2"}]}});
     let two = rsets
-        .patch("rs", &pp(), &Patch::Strategic(other))
+        .patch("rs", &PatchParams::default(), &Patch::Strategic(other))
         .await
         .unwrap();
     assert_eq!(two.metadata.owner_references.unwrap().len(), 2);
@@ -365,7 +374,11 @@ async fn strategic_merge_adopt_and_release_owner_references() {
     let release =
         json!({"metadata": {"ownerReferences": [{"$patch": "delete", "uid": "u"}], "uid": uid}});
     let released = rsets
-        .patch("rs", &pp(), &Patch::Strategic(release.clone()))
+        .patch(
+            "rs",
+            &PatchParams::default(),
+            &Patch::Strategic(release.clone()),
+        )
         .await
         .unwrap();
     let refs = released.metadata.owner_references.unwrap();
@@ -385,7 +398,7 @@ async fn strategic_merge_adopt_and_release_owner_references() {
         .await
         .unwrap();
     let err = rsets
-        .patch("rs", &pp(), &Patch::Strategic(adopt))
+        .patch("rs", &PatchParams::default(), &Patch::Strategic(adopt))
         .await
         .unwrap_err();
     assert!(err.is_invalid(), "{err}");
@@ -402,7 +415,7 @@ async fn strategic_merge_adopt_and_release_owner_references() {
     );
     // Patching something missing is a 404.
     let err = rsets
-        .patch("gone", &pp(), &Patch::Strategic(release))
+        .patch("gone", &PatchParams::default(), &Patch::Strategic(release))
         .await
         .unwrap_err();
     assert!(err.is_not_found());
@@ -418,7 +431,7 @@ async fn merge_and_json_patches() {
     let p = api
         .patch(
             "web",
-            &pp(),
+            &PatchParams::default(),
             &Patch::Merge(
                 json!({"metadata": {"labels": {"a": null, "c": "3"}}, "spec": {"replicas": 2}}),
             ),
@@ -432,7 +445,7 @@ async fn merge_and_json_patches() {
     let p = api
         .patch(
             "web",
-            &pp(),
+            &PatchParams::default(),
             &Patch::Json(json!([
                 {"op": "test", "path": "/spec/replicas", "value": 2},
                 {"op": "replace", "path": "/spec/replicas", "value": 5}
@@ -444,7 +457,7 @@ async fn merge_and_json_patches() {
     let err = api
         .patch(
             "web",
-            &pp(),
+            &PatchParams::default(),
             &Patch::Json(json!([{"op": "test", "path": "/spec/replicas", "value": 1}])),
         )
         .await
@@ -455,7 +468,7 @@ async fn merge_and_json_patches() {
     let err = api
         .patch(
             "web",
-            &pp(),
+            &PatchParams::default(),
             &Patch::Merge(json!({"metadata": {"resourceVersion": "1"}})),
         )
         .await
@@ -489,7 +502,7 @@ async fn custom_resources_reject_strategic_merge() {
         kctrl_client::Operation::Patch {
             name: "w".into(),
             patch: Patch::Strategic(json!({"spec": {"size": 2}})),
-            params: pp(),
+            params: PatchParams::default(),
         },
     );
     use kctrl_client::Backend;
@@ -788,7 +801,7 @@ async fn actions_and_reactors() {
     rsets
         .patch(
             "rs",
-            &pp(),
+            &PatchParams::default(),
             &Patch::Merge(json!({"metadata": {"labels": null}})),
         )
         .await

@@ -2,7 +2,9 @@
 //! generation, selectable fields) and a missing CRD.
 
 use futures::StreamExt;
-use kctrl_client::{Api, CustomResource, ListParams, Patch, PostParams, WatchEvent, WatchParams};
+use kctrl_client::{
+    Api, CustomResource, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
+};
 use kctrl_fake::FakeApi;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -124,7 +126,7 @@ async fn status_goes_through_the_status_subresource() {
     let patched = foos
         .patch(
             "a",
-            &PostParams::default(),
+            &PatchParams::default(),
             &Patch::Merge(serde_json::json!({"spec": {"replicas": 5}})),
         )
         .await

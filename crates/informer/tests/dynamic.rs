@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kctrl_client::{
-    Api, DeleteParams, DynamicObject, ListParams, Patch, PostParams, ResourceRef, Scope,
+    Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, ResourceRef,
+    Scope,
 };
 use kctrl_fake::{FakeApi, Reaction, ResourceSpec, errors};
 use kctrl_informer::{
@@ -98,7 +99,7 @@ async fn exercise(fake: &FakeApi, resource: &ResourceRef, body_field: &str) {
         .unwrap();
     let patch = Patch::Merge(json!({ body_field: { "value": "2" } }));
     let a2 = api
-        .patch("a", &PostParams::default(), &patch)
+        .patch("a", &PatchParams::default(), &patch)
         .await
         .unwrap();
     api.delete("b", &DeleteParams::default()).await.unwrap();

@@ -52,7 +52,7 @@ use anyhow::{Context, Result, bail};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kctrl_client::versioned::Versioned;
-use kctrl_client::{Api, Client, ListParams, Patch, PostParams};
+use kctrl_client::{Api, Client, ListParams, Patch, PatchParams, PostParams};
 use kctrl_config::Config;
 use tokio_util::sync::CancellationToken;
 
@@ -756,7 +756,7 @@ impl<'a> Run<'a> {
             let api = self.deployment_api(&ns);
             let mut tries = 0;
             loop {
-                match api.patch(&name, &PostParams::default(), &patch).await {
+                match api.patch(&name, &PatchParams::default(), &patch).await {
                     Ok(_) => break,
                     Err(e) if tries >= 20 => {
                         return Err(e).with_context(|| format!("patching {ns}/{name}"));

@@ -54,9 +54,8 @@ pub(crate) fn request_url(base: &Url, request: &ApiRequest) -> Result<Url, Error
         Operation::Get { .. } | Operation::Delete { .. } => Vec::new(),
         Operation::List(p) => p.query_pairs(),
         Operation::Watch(p) => p.query_pairs(),
-        Operation::Create { params, .. }
-        | Operation::Update { params, .. }
-        | Operation::Patch { params, .. } => params.query_pairs(),
+        Operation::Create { params, .. } | Operation::Update { params, .. } => params.query_pairs(),
+        Operation::Patch { params, .. } => params.query_pairs(),
     };
     Ok(join(base, &segments, &query))
 }
@@ -141,7 +140,7 @@ mod tests {
 
     use super::*;
     use crate::request::{
-        DeleteParams, ListParams, Patch, PostParams, ResourceVersionMatch, WatchParams,
+        DeleteParams, ListParams, Patch, PatchParams, PostParams, ResourceVersionMatch, WatchParams,
     };
     use crate::resource::ResourceRef;
 
@@ -326,9 +325,10 @@ mod tests {
             request_url(&b, &watch).unwrap().as_str(),
             "http://h/api/v1/namespaces/ns/pods?watch=1&resourceVersion=7&allowWatchBookmarks=true&timeoutSeconds=30"
         );
-        let post = PostParams {
+        let post = PatchParams {
             field_manager: Some("kctrl".into()),
             dry_run: true,
+            force: false,
         };
         let patch = req(
             ResourceRef::of::<Pod>(),

@@ -7,7 +7,7 @@ use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetSpec, ReplicaSetStatus};
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kctrl_client::protobuf::{MAGIC, PROTOBUF};
-use kctrl_client::{Api, PostParams};
+use kctrl_client::{Api, PatchParams, PostParams};
 use serde_json::json;
 
 use crate::server::{Reply, TestServer};
@@ -254,4 +254,25 @@ async fn protobuf_bodies_send_created_and_updated_objects_in_protobuf() {
     assert!(requests[1].path_and_query().ends_with("/web-1/status"));
     assert_eq!(requests[2].header("content-type"), Some("application/json"));
     assert_eq!(requests[2].json()["metadata"]["managedFields"], json!([]));
+}
+
+#[tokio::test]
+async fn applies_stay_json_on_a_protobuf_handle() {
+    let answer = Reply::json(
+        200,
+        json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+               "metadata": {"name": "web-1", "namespace": "ns", "resourceVersion": "9"}}),
+    );
+    let server = TestServer::start([answer]).await;
+    let api: Api<ReplicaSet> = Api::namespaced(client(unlimited(&server)), "ns")
+        .protobuf()
+        .protobuf_bodies();
+    let rs = expected();
+    api.apply(&PatchParams::apply("m"), &rs).await.unwrap();
+    let request = server.single_request();
+    assert_eq!(
+        request.header("content-type"),
+        Some("application/apply-patch+yaml")
+    );
+    assert_eq!(request.json(), serde_json::to_value(&rs).unwrap());
 }

@@ -4,8 +4,8 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kctrl_client::{
-    Api, Client, DeleteOutcome, DeleteParams, HttpBackend, ListParams, Patch, PostParams,
-    Preconditions, PropagationPolicy, WatchParams,
+    Api, Client, DeleteOutcome, DeleteParams, HttpBackend, ListParams, Patch, PatchParams,
+    PostParams, Preconditions, PropagationPolicy, WatchParams,
 };
 use serde_json::json;
 
@@ -194,15 +194,15 @@ async fn patch_sends_the_patch_type_as_content_type() {
     ];
     let server = TestServer::start((0..4).map(|_| Reply::json(200, deployment_json("web")))).await;
     let deployments: Api<Deployment> = Api::namespaced(client(unlimited(&server)), "ns");
-    let params = PostParams {
+    let params = PatchParams {
         field_manager: Some("m".into()),
-        dry_run: false,
+        ..Default::default()
     };
     for (patch, _) in &patches {
         deployments.patch("web", &params, patch).await.unwrap();
     }
     deployments
-        .patch_status("web", &PostParams::default(), &patches[0].0)
+        .patch_status("web", &PatchParams::default(), &patches[0].0)
         .await
         .unwrap();
 
@@ -220,6 +220,179 @@ async fn patch_sends_the_patch_type_as_content_type() {
         r[3].path_and_query(),
         "/apis/apps/v1/namespaces/ns/deployments/web/status"
     );
+}
+
+#[tokio::test]
+async fn apply_sends_json_as_an_apply_patch_with_manager_and_force() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kctrl_client::{DynamicObject, PartialObjectMetadata, ResourceRef, Scope};
+
+    let configmap_json = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "cm", "namespace": "ns", "resourceVersion": "7"}});
+    let server = TestServer::start(
+        (0..5)
+            .map(|i| {
+                if i < 2 {
+                    Reply::json(200, deployment_json("web"))
+                } else {
+                    Reply::json(200, configmap_json.clone())
+                }
+            })
+            .collect::<Vec<_>>(),
+    )
+    .await;
+    let client = client(unlimited(&server));
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "ns");
+    let web = deployment("web", None);
+    deployments
+        .apply(&PatchParams::apply("ctl").force(), &web)
+        .await
+        .unwrap();
+    deployments
+        .apply_status(&PatchParams::apply("ctl").dry_run(), &web)
+        .await
+        .unwrap();
+    // A dynamic object without apiVersion and kind gets the handle's resource's.
+    let resource = ResourceRef::new("", "v1", "configmaps", "ConfigMap", Scope::Namespaced);
+    let dynamic = Api::<DynamicObject>::namespaced_dynamic(client.clone(), "ns", &resource);
+    let mut object = DynamicObject::default();
+    object.metadata.name = Some("cm".into());
+    object.data.insert("data".into(), json!({"k": "v"}));
+    dynamic
+        .apply(&PatchParams::apply("ctl"), &object)
+        .await
+        .unwrap();
+    // A metadata-only handle sends the resource's own apiVersion and kind.
+    let metadata: Api<PartialObjectMetadata<ConfigMap>> = Api::namespaced(client.clone(), "ns");
+    let labels = ObjectMeta {
+        name: Some("cm".into()),
+        labels: Some([("team".to_owned(), "web".to_owned())].into()),
+        ..Default::default()
+    };
+    metadata
+        .apply_metadata(&PatchParams::apply("ctl"), &labels)
+        .await
+        .unwrap();
+    // A raw apply patch through patch().
+    let raw =
+        Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}}));
+    Api::<ConfigMap>::namespaced(client, "ns")
+        .patch("cm", &PatchParams::apply("ctl"), &raw)
+        .await
+        .unwrap();
+
+    let r = server.requests();
+    assert_eq!(r.len(), 5);
+    for request in &r {
+        assert_eq!(request.method, "PATCH");
+        assert_eq!(
+            request.header("content-type"),
+            Some("application/apply-patch+yaml")
+        );
+    }
+    assert_eq!(
+        r[0].path_and_query(),
+        "/apis/apps/v1/namespaces/ns/deployments/web?fieldManager=ctl&force=true"
+    );
+    assert_eq!(r[0].json(), serde_json::to_value(&web).unwrap());
+    assert_eq!(r[0].json()["kind"], "Deployment");
+    assert_eq!(
+        r[1].path_and_query(),
+        "/apis/apps/v1/namespaces/ns/deployments/web/status?fieldManager=ctl&dryRun=All"
+    );
+    assert_eq!(
+        r[2].path_and_query(),
+        "/api/v1/namespaces/ns/configmaps/cm?fieldManager=ctl"
+    );
+    assert_eq!(
+        r[2].json(),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}, "data": {"k": "v"}})
+    );
+    assert_eq!(
+        r[3].json(),
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "cm", "labels": {"team": "web"}}})
+    );
+    assert!(
+        r[3].header("accept")
+            .is_some_and(|a| a.starts_with("application/json;as=PartialObjectMetadata;")),
+        "{:?}",
+        r[3].header("accept")
+    );
+    assert_eq!(&r[4].json(), raw.body());
+}
+
+#[tokio::test]
+async fn patch_params_that_do_not_fit_the_patch_are_refused_before_sending() {
+    let server = TestServer::start(Vec::<Reply>::new()).await;
+    let deployments: Api<Deployment> = Api::namespaced(client(unlimited(&server)), "ns");
+    let apply = Patch::Apply(json!({"apiVersion": "apps/v1", "kind": "Deployment"}));
+    let refused = |e: kctrl_client::Error| match e {
+        kctrl_client::Error::InvalidRequest(message) => message,
+        other => panic!("expected InvalidRequest, got {other:?}"),
+    };
+
+    let e = refused(
+        deployments
+            .patch("web", &PatchParams::default(), &apply)
+            .await
+            .unwrap_err(),
+    );
+    assert!(
+        e.starts_with("patch deployments.apps \"web\": a server-side apply needs a field manager"),
+        "{e}"
+    );
+    let e = refused(
+        deployments
+            .patch_status("web", &PatchParams::apply(""), &apply)
+            .await
+            .unwrap_err(),
+    );
+    assert!(
+        e.starts_with("patch deployments.apps/status \"web\""),
+        "{e}"
+    );
+    assert!(e.contains("it is empty"), "{e}");
+    let e = refused(
+        deployments
+            .apply(&PatchParams::default(), &deployment("web", None))
+            .await
+            .unwrap_err(),
+    );
+    assert!(e.contains("needs a field manager"), "{e}");
+    let e = refused(
+        deployments
+            .patch(
+                "web",
+                &PatchParams::default().force(),
+                &Patch::Merge(json!({})),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert!(
+        e.contains("force is only valid for a server-side apply"),
+        "{e}"
+    );
+    let e = refused(
+        deployments
+            .patch(
+                "web",
+                &PatchParams::apply("m"),
+                &Patch::Apply(json!({"metadata": {}})),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert!(e.contains("has no \"apiVersion\""), "{e}");
+    let e = refused(
+        deployments
+            .apply(&PatchParams::apply("m"), &deployment("", None))
+            .await
+            .unwrap_err(),
+    );
+    assert!(e.contains("no metadata.name"), "{e}");
+    assert!(server.requests().is_empty(), "nothing was sent");
 }
 
 #[tokio::test]

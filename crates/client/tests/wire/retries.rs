@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use k8s_openapi::api::core::v1::Pod;
 use kctrl_client::{
-    Api, ApiRequest, Backend, DeleteParams, Error, HttpBackend, Operation, Patch, PostParams,
-    ResourceRef,
+    Api, ApiRequest, Backend, DeleteParams, Error, HttpBackend, Operation, Patch, PatchParams,
+    PostParams, ResourceRef,
 };
 use serde_json::json;
 
@@ -156,7 +156,7 @@ async fn retryable_conditions() {
             pod_request(Operation::Patch {
                 name: "p".into(),
                 patch: Patch::Merge(json!({})),
-                params: PostParams::default(),
+                params: PatchParams::default(),
             }),
             pod_request(Operation::Delete {
                 name: "p".into(),

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use kctrl_client::versioned::Versioned;
-use kctrl_client::{Api, ListParams, Patch, PostParams};
+use kctrl_client::{Api, ListParams, Patch, PatchParams, PostParams};
 
 use super::report::{Machine, Spread};
 use super::{
@@ -250,7 +250,7 @@ async fn measure(
                 move |k| {
                     let (api, patch, i) = (api.clone(), patch.clone(), pending[k]);
                     async move {
-                        api.patch(&name(i), &PostParams::default(), &patch)
+                        api.patch(&name(i), &PatchParams::default(), &patch)
                             .await
                             .with_context(|| format!("patching {}", name(i)))?;
                         Ok(())
@@ -278,7 +278,7 @@ async fn measure(
             let changed = Instant::now();
             api.patch(
                 &name(target),
-                &PostParams::default(),
+                &PatchParams::default(),
                 &Patch::Merge(image_patch(&user_tag)),
             )
             .await

@@ -34,7 +34,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Namespace;
 use kctrl_client::versioned::Versioned;
-use kctrl_client::{Api, Client, DeleteParams, ListParams, Patch, PostParams};
+use kctrl_client::{Api, Client, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 
 use self::parse::{Counts, CpuTicks, Memory, RolloutState};
 use crate::cluster::plane::{self, ClusterInfo, Component, Layout, UpOptions};
@@ -1114,7 +1114,7 @@ async fn measure_at_rest(
             // is the new ReplicaSet.
             api.patch(
                 &target,
-                &PostParams::default(),
+                &PatchParams::default(),
                 &Patch::Merge(image_patch(&format!("rest-{round}-{}", side.slug()))),
             )
             .await
@@ -1247,7 +1247,7 @@ async fn patch_all(api: &Api<Deployment>, n: usize, patch: serde_json::Value) ->
     concurrently(n, move |i| {
         let (api, patch) = (api.clone(), patch.clone());
         async move {
-            api.patch(&name(i), &PostParams::default(), &patch)
+            api.patch(&name(i), &PatchParams::default(), &patch)
                 .await
                 .with_context(|| format!("patching {}", name(i)))?;
             Ok(())

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kctrl_client::{Api, Client, DeleteParams, ListParams, Patch, PostParams};
+use kctrl_client::{Api, Client, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde::Deserialize;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{ChildStdout, Command};
@@ -731,7 +731,7 @@ async fn run_peer(
         let elapsed = concurrently("", updates, move |i| {
             let (api, patch) = (api.clone(), patch.clone());
             async move {
-                api.patch(&pod_name(i), &PostParams::default(), &patch)
+                api.patch(&pod_name(i), &PatchParams::default(), &patch)
                     .await
                     .with_context(|| format!("patching pod {}", pod_name(i)))?;
                 Ok(())
