@@ -919,16 +919,7 @@ async fn recreate_scales_old_replica_sets_down_first() {
     });
     let d = f.add_deployment(&d);
     let mut old = new_replica_set(&d, "foo-old", 1);
-    old.spec
-        .get_mut()
-        .template
-        .as_mut()
-        .unwrap()
-        .spec
-        .as_mut()
-        .unwrap()
-        .containers[0]
-        .image = Some("foo/old".to_owned());
+    set_container_image(&mut old, "foo/old");
     let old = f.add_rs(&old);
     f.pods.insert(Arc::new(PodView::from(&pod_from_rs(&old))));
 
@@ -975,16 +966,7 @@ async fn recreate_reads_its_pods_after_the_paused_condition_write() {
     });
     let d = f.add_deployment(&d);
     let mut old = new_replica_set(&d, "foo-old", 0);
-    old.spec
-        .get_mut()
-        .template
-        .as_mut()
-        .unwrap()
-        .spec
-        .as_mut()
-        .unwrap()
-        .containers[0]
-        .image = Some("foo/old".to_owned());
+    set_container_image(&mut old, "foo/old");
     let old = f.add_rs(&old);
     let old_pod = PodView::from(&pod_from_rs(&old));
     f.pods.insert(Arc::new(old_pod.clone()));
