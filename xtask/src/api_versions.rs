@@ -14,7 +14,6 @@
 //! Builds go to `target/api-versions`, apart from the workspace's own so they do not
 //! invalidate each other.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
@@ -30,16 +29,8 @@ pub(crate) struct ApiVersionsArgs {
     all: bool,
 }
 
-/// The repository's root.
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask sits in the workspace")
-        .to_path_buf()
-}
-
 pub(crate) fn run(args: ApiVersionsArgs) -> Result<()> {
-    let root = root();
+    let root = crate::workspace_root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let meta = Command::new(&cargo)
         .args(["metadata", "--format-version", "1", "--no-deps"])
@@ -277,7 +268,7 @@ mod tests {
                 "--no-deps",
                 "--offline",
             ])
-            .current_dir(root())
+            .current_dir(crate::workspace_root())
             .output()
             .unwrap();
         assert!(

@@ -202,9 +202,10 @@ pub(crate) fn run(args: E2eArgs) -> Result<()> {
                         "the in-cluster controller is installed with kubectl (or set \
                          KCTRL_KUBECTL); `--controller host` runs it out of cluster instead",
                     )?;
-                    let ctl = InClusterController::new(&cluster, engine, &repo_root(), &dir)
-                        .with_kubeconfig(&kubeconfig)
-                        .with_kubectl(&kubectl);
+                    let ctl =
+                        InClusterController::new(&cluster, engine, &crate::workspace_root(), &dir)
+                            .with_kubeconfig(&kubeconfig)
+                            .with_kubectl(&kubectl);
                     // Like the binary above, before any cluster exists.
                     run_command(&ctl.build_image_command())?;
                     Some(ctl)
@@ -255,12 +256,6 @@ pub(crate) fn run(args: E2eArgs) -> Result<()> {
 /// How long the Deployment's pods may take to get the lease once the bootstrap Pod is gone: the
 /// lease duration (15 s) and retry period (2 s) of a lease that was not released, with margin.
 const HANDOVER_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// The repository root (the image's build context, the base of `deploy/`).
-fn repo_root() -> PathBuf {
-    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest_dir.parent().unwrap_or(manifest_dir).to_path_buf()
-}
 
 /// The kubectl to run: `$KCTRL_KUBECTL` (which `cargo xtask cluster env` exports), else the
 /// one on `PATH`.

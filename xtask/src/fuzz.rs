@@ -73,7 +73,7 @@ struct Report {
 }
 
 pub(crate) fn run(args: FuzzArgs) -> anyhow::Result<()> {
-    let root = workspace_root();
+    let root = crate::workspace_root();
     let targets: Vec<String> = if args.targets.is_empty() {
         TARGETS.iter().map(|t| (*t).to_owned()).collect()
     } else {
@@ -272,11 +272,4 @@ fn host_triple() -> anyhow::Result<String> {
         .find_map(|l| l.strip_prefix("host: "))
         .map(str::to_owned)
         .context("rustc -vV printed no host triple")
-}
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives in the workspace")
-        .to_owned()
 }

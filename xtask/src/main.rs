@@ -52,6 +52,12 @@ enum Command {
     Test(test::TestArgs),
 }
 
+/// The repository's root (the workspace, one level above xtask/).
+pub(crate) fn workspace_root() -> std::path::PathBuf {
+    let manifest_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir.parent().unwrap_or(manifest_dir).to_path_buf()
+}
+
 /// Arguments of `cargo xtask gen-protobuf`.
 #[derive(clap::Args)]
 pub(crate) struct GenProtobufArgs {

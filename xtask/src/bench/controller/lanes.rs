@@ -29,7 +29,7 @@ use kctrl_client::{Api, ListParams, Patch, PatchParams, PostParams};
 use super::report::{Machine, Spread};
 use super::{
     Env, QPS, SETUP_QPS, Side, admin_client, check_cluster_kcm, concurrently, deployment_with,
-    image_patch, name, prepare, start_with, wait_complete, workspace_root,
+    image_patch, name, prepare, start_with, wait_complete,
 };
 use crate::cluster::versions::KubeVersionArg;
 
@@ -191,7 +191,7 @@ pub(crate) fn run(args: LanesArgs) -> Result<()> {
     let text = markdown(&runs, &args, rounds, &machine, incomplete.as_deref());
     println!("{text}");
     if !args.no_doc {
-        let doc = workspace_root().join("docs/benchmarks/lanes.md");
+        let doc = crate::workspace_root().join("docs/benchmarks/lanes.md");
         fs::write(&doc, &text).with_context(|| format!("writing {}", doc.display()))?;
         eprintln!("wrote {}", doc.display());
     }

@@ -259,13 +259,6 @@ struct Env {
     nodes: usize,
 }
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives in the workspace")
-        .to_path_buf()
-}
-
 fn target_dir(root: &Path) -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from)
 }
@@ -285,7 +278,7 @@ rules:
 }
 
 pub(crate) fn run(args: ControllerArgs) -> Result<()> {
-    let root = workspace_root();
+    let root = crate::workspace_root();
     let sizes = if !args.deployments.is_empty() {
         args.deployments.clone()
     } else if args.quick || args.callgrind {
@@ -438,7 +431,7 @@ fn prepare(
     }
     let kcm = cache.binary(Binary::KubeControllerManager);
 
-    let dir = target_dir(&workspace_root()).join("kctrl-bench-controller");
+    let dir = target_dir(&crate::workspace_root()).join("kctrl-bench-controller");
     fs::create_dir_all(dir.join("logs"))?;
     let policy = dir.join("audit-policy.yaml");
     fs::write(&policy, audit_policy())?;

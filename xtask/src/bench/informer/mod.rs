@@ -242,19 +242,12 @@ impl Peers {
     }
 }
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives in the workspace")
-        .to_path_buf()
-}
-
 fn target_dir(root: &Path) -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from)
 }
 
 pub(crate) fn run(args: InformerArgs) -> Result<()> {
-    let root = workspace_root();
+    let root = crate::workspace_root();
     let target = target_dir(&root);
     let sizes = if !args.pods.is_empty() {
         args.pods.clone()

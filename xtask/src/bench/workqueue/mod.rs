@@ -120,19 +120,12 @@ impl Measurement {
     }
 }
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives in the workspace")
-        .to_path_buf()
-}
-
 fn target_dir(root: &Path) -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from)
 }
 
 pub(crate) fn run(args: WorkqueueArgs) -> Result<()> {
-    let root = workspace_root();
+    let root = crate::workspace_root();
     let target = target_dir(&root);
     let reps = args.reps.unwrap_or(if args.quick { 2 } else { 5 }).max(1);
 

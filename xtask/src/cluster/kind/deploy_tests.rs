@@ -3,7 +3,7 @@
 //! Deployment, and the container recipe against the workspace.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Container, Pod, ServiceAccount};
@@ -41,12 +41,8 @@ const BINARY_FLAGS: &[&str] = &[
 /// Flags whose value is a boolean: `--flag` alone is complete, a value needs `=`.
 const BOOL_FLAGS: &[&str] = &["leader-elect"];
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 fn read(relative: &str) -> String {
-    let path = root().join(relative);
+    let path = crate::workspace_root().join(relative);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
 }
 
@@ -72,7 +68,7 @@ fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
 fn every_manifest_is_one_object_in_kube_system_or_cluster_scoped() {
     let mut files: Vec<PathBuf> = [MANIFEST_DIR, BOOTSTRAP_DIR]
         .iter()
-        .flat_map(|dir| std::fs::read_dir(root().join(dir)).unwrap())
+        .flat_map(|dir| std::fs::read_dir(crate::workspace_root().join(dir)).unwrap())
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
         .collect();
@@ -423,7 +419,7 @@ fn toml_string(text: &str, section: &str, key: &str) -> Option<String> {
 /// one, else the workspace's `rust-version`.
 fn project_rust_version() -> String {
     for file in ["rust-toolchain.toml", "rust-toolchain"] {
-        if let Ok(text) = std::fs::read_to_string(root().join(file)) {
+        if let Ok(text) = std::fs::read_to_string(crate::workspace_root().join(file)) {
             return toml_string(&text, "[toolchain]", "channel")
                 .unwrap_or_else(|| text.trim().to_owned());
         }
