@@ -20,6 +20,7 @@
 //! between the two controllers costs (see [`switch`]).
 
 mod compare;
+mod events;
 mod observe;
 mod scenario;
 mod switch;
@@ -36,6 +37,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
 use self::compare::{Difference, INTENDED, Intended};
+use self::events::EventWatch;
 use self::observe::{Names, Observation};
 use self::scenario::{Action, Scenario, Step};
 use crate::cluster::plane::{self, ClusterInfo, Layout, UpOptions};
@@ -313,6 +315,8 @@ pub(crate) struct Side {
     pub(crate) process: Option<ControllerProcess>,
     /// Generated names seen in the current scenario.
     names: Names,
+    /// The watch on the current scenario's events.
+    events: Option<EventWatch>,
 }
 
 impl Side {
@@ -326,6 +330,7 @@ impl Side {
             info: info.clone(),
             process: None,
             names: Names::default(),
+            events: None,
         };
         side.check_none()?;
         side.process = Some(controller_process::start_upstream(kcm, info, &log)?);
@@ -343,6 +348,7 @@ impl Side {
             info: info.clone(),
             process: None,
             names: Names::default(),
+            events: None,
         };
         side.check_none()?;
         crate::e2e::grant_deploy_rbac(&info.kubectl, &info.admin_kubeconfig)?;
@@ -480,8 +486,15 @@ impl Side {
     /// The full observation: the snapshot, events, `rollout status` and `rollout history`.
     fn observe(&mut self, ns: &str) -> Result<Observation> {
         let mut obs = self.snapshot(ns)?;
-        let events = self.get_json(ns, "events")?;
-        obs.add_events(&events, &self.names);
+        // Every version the watch saw, and the current list in case the watch lags behind.
+        let seen = self
+            .events
+            .as_ref()
+            .map(EventWatch::seen)
+            .unwrap_or_default();
+        let current = self.get_json(ns, "events")?;
+        let listed = current["items"].as_array().into_iter().flatten();
+        obs.add_events(seen.iter().chain(listed), &self.names);
         for d in obs.deployment_names() {
             let target = format!("deployment/{d}");
             for (what, args) in [
@@ -639,6 +652,7 @@ fn run_steps(
     fs::create_dir_all(dir)?;
     for side in sides.iter_mut() {
         side.names = Names::default();
+        side.events = None;
         let _ = side.kubectl_in(None, &["delete", "namespace", &ns, "--wait=true"], None);
         let (code, _, err) = side.kubectl_in(None, &["create", "namespace", &ns], None)?;
         if code != 0 {
@@ -648,6 +662,11 @@ fn run_steps(
                 err.trim()
             );
         }
+        side.events = Some(EventWatch::start(
+            side.info.kubectl.clone(),
+            side.info.admin_kubeconfig.clone(),
+            &ns,
+        )?);
     }
     // Pods cannot be created before the namespace's default ServiceAccount exists.
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -16,9 +16,9 @@
 //! becomes `<deployment:rsK>` and its hash `<deployment:hashK>`, K counting the ReplicaSets of
 //! that prefix in the order the run first saw them (ties by revision, then creation time), so
 //! the same rollout gives the same labels on both clusters whatever the hash function.
-//! `kubectl.kubernetes.io/restartedAt` values become `<time>`. An aggregated event (an event
-//! recorder's `(combined from similar events): …`) keeps only that prefix: its message is that
-//! of the last similar event, which timing decides.
+//! `kubectl.kubernetes.io/restartedAt` values become `<time>`. Events come from a watch (see
+//! [`super::events`]), each version counting; an aggregated event (an event recorder's
+//! `(combined from similar events): …`) counts as the message it carries.
 
 use std::collections::BTreeMap;
 
@@ -360,11 +360,19 @@ impl Observation {
         c["status"] == status && reason.is_none_or(|r| c["reason"] == r)
     }
 
-    /// Adds the events of a `kubectl get events -o json` list to their Deployments, as a map
-    /// from `"<type> <reason> from <component>: <message>"` to the number of occurrences.
-    pub(crate) fn add_events(&mut self, list: &Value, names: &Names) {
-        let mut by_deployment: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
-        for e in list["items"].as_array().into_iter().flatten() {
+    /// Adds `events` (every version of every event seen, in any order, repeats allowed) to
+    /// their Deployments, as a map from `"<type> <reason> from <component>: <message>"` to the
+    /// number of occurrences (an event's highest `count` under that message, summed over
+    /// events; only which lines appear is compared). An aggregate's message counts as the
+    /// message it carries: which messages an event recorder folds into an aggregate is random.
+    pub(crate) fn add_events<'a>(
+        &mut self,
+        events: impl IntoIterator<Item = &'a Value>,
+        names: &Names,
+    ) {
+        // (Deployment, line) -> event uid (or name) -> highest count.
+        let mut counts: BTreeMap<(String, String), BTreeMap<String, u64>> = BTreeMap::new();
+        for e in events {
             if e["involvedObject"]["kind"] != "Deployment" {
                 continue;
             }
@@ -374,24 +382,32 @@ impl Observation {
                 .filter(|s| !s.is_empty())
                 .or_else(|| e["reportingComponent"].as_str())
                 .unwrap_or_default();
-            let mut message = e["message"].as_str().unwrap_or_default();
-            // The recorder's aggregate of many similar events carries the message of whichever
-            // came last, which is a matter of timing: keep only that it aggregated.
-            if let Some(rest) = message.strip_prefix(AGGREGATED) {
-                message = &message[..message.len() - rest.len()];
-                message = message.trim_end_matches([':', ' ']);
-            }
+            let message = e["message"].as_str().unwrap_or_default();
+            let message = message.strip_prefix(AGGREGATED).unwrap_or(message);
             let line = names.apply(&format!(
                 "{} {} from {from}: {message}",
                 e["type"].as_str().unwrap_or_default(),
                 e["reason"].as_str().unwrap_or_default(),
             ));
+            let id = e["metadata"]["uid"]
+                .as_str()
+                .or_else(|| e["metadata"]["name"].as_str())
+                .unwrap_or_default()
+                .to_owned();
             let count = e["count"].as_u64().unwrap_or(1).max(1);
-            *by_deployment
-                .entry(owner.to_owned())
+            let highest = counts
+                .entry((owner.to_owned(), line))
                 .or_default()
-                .entry(line)
-                .or_default() += count;
+                .entry(id)
+                .or_default();
+            *highest = (*highest).max(count);
+        }
+        let mut by_deployment: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+        for ((owner, line), per_event) in counts {
+            by_deployment
+                .entry(owner)
+                .or_default()
+                .insert(line, per_event.values().sum());
         }
         for (name, events) in by_deployment {
             if let Some(d) = self.0["deployments"].get_mut(&name) {
@@ -524,27 +540,41 @@ mod tests {
             ]),
             &mut names,
         );
-        let events = list(vec![
+        let events = [
             json!({"involvedObject": {"kind": "Deployment", "name": "web"}, "type": "Normal",
+                   "metadata": {"uid": "a"},
                    "reason": "ScalingReplicaSet", "count": 2, "source": {"component": "deployment-controller"},
                    "message": "Scaled up replica set web-abc12 from 0 to 1"}),
+            // The same event seen again with a higher count, and an event of its own.
             json!({"involvedObject": {"kind": "Deployment", "name": "web"}, "type": "Normal",
+                   "metadata": {"uid": "a"},
+                   "reason": "ScalingReplicaSet", "count": 3, "source": {"component": "deployment-controller"},
+                   "message": "Scaled up replica set web-abc12 from 0 to 1"}),
+            json!({"involvedObject": {"kind": "Deployment", "name": "web"}, "type": "Normal",
+                   "metadata": {"uid": "b"},
                    "reason": "ScalingReplicaSet", "reportingComponent": "deployment-controller",
                    "message": "Scaled up replica set web-abc12 from 0 to 1"}),
             json!({"involvedObject": {"kind": "ReplicaSet", "name": "web-abc12"}, "type": "Normal",
                    "reason": "SuccessfulCreate", "message": "x"}),
             json!({"involvedObject": {"kind": "Deployment", "name": "gone"}, "type": "Normal",
                    "reason": "R", "message": "m"}),
+            // An aggregate seen with two messages: both count.
             json!({"involvedObject": {"kind": "Deployment", "name": "web"}, "type": "Normal",
+                   "metadata": {"uid": "c"},
                    "reason": "ScalingReplicaSet", "count": 4, "source": {"component": "c"},
                    "message": "(combined from similar events): Scaled down replica set web-abc12 from 3 to 2"}),
-        ]);
+            json!({"involvedObject": {"kind": "Deployment", "name": "web"}, "type": "Normal",
+                   "metadata": {"uid": "c"},
+                   "reason": "ScalingReplicaSet", "count": 5, "source": {"component": "c"},
+                   "message": "(combined from similar events): Scaled down replica set web-abc12 from 2 to 1"}),
+        ];
         obs.add_events(&events, &names);
         assert_eq!(
             obs.0["deployments"]["web"]["events"],
             json!({
-                "Normal ScalingReplicaSet from deployment-controller: Scaled up replica set <web:rs1> from 0 to 1": 3,
-                "Normal ScalingReplicaSet from c: (combined from similar events)": 4,
+                "Normal ScalingReplicaSet from deployment-controller: Scaled up replica set <web:rs1> from 0 to 1": 4,
+                "Normal ScalingReplicaSet from c: Scaled down replica set <web:rs1> from 3 to 2": 4,
+                "Normal ScalingReplicaSet from c: Scaled down replica set <web:rs1> from 2 to 1": 5,
             })
         );
         assert_eq!(
