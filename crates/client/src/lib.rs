@@ -36,6 +36,7 @@
 //! | `dynamic.NewForConfig(cfg).Resource(gvr).Namespace(ns)` | [`Api::<DynamicObject>::namespaced_dynamic`](Api::namespaced_dynamic) / [`Api::all_dynamic`] |
 //! | `unstructured.Unstructured` / `schema.GroupVersionResource` | [`DynamicObject`] / [`ResourceRef::new`] |
 //! | code-generator's `+genclient` and `+k8s:deepcopy-gen`, the CRD YAML | `#[derive(CustomResource)]`, `Foo::crd()` ([`crd`]) |
+//! | `k8s.io/utils/clock` (`PassiveClock`, `RealClock`, `testing.FakeClock`) | [`clock`] ([`clock::Clock`], [`clock::SystemClock`], [`clock::FakeClock`]) |
 //!
 //! # Custom resources
 //!
@@ -113,6 +114,7 @@ macro_rules! with_json_deserializer {
 
 mod api;
 mod backend;
+pub mod clock;
 #[cfg(feature = "derive")]
 pub mod crd;
 #[cfg(feature = "derive")]
