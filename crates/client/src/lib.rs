@@ -37,6 +37,7 @@
 //! | `unstructured.Unstructured` / `schema.GroupVersionResource` | [`DynamicObject`] / [`ResourceRef::new`] |
 //! | code-generator's `+genclient` and `+k8s:deepcopy-gen`, the CRD YAML | `#[derive(CustomResource)]`, `Foo::crd()` ([`crd`]) |
 //! | `k8s.io/utils/clock` (`PassiveClock`, `RealClock`, `testing.FakeClock`) | [`clock`] ([`clock::Clock`], [`clock::SystemClock`], [`clock::FakeClock`]) |
+//! | `uuid.New().String()` (`k8s.io/apimachinery/pkg/util/uuid`) | [`uuid::new_v4`] |
 //!
 //! # Custom resources
 //!
@@ -134,6 +135,7 @@ pub mod protobuf;
 mod request;
 mod resource;
 mod resource_version;
+pub mod uuid;
 pub mod versioned;
 mod watch;
 

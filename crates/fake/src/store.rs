@@ -427,7 +427,7 @@ impl State {
         } else {
             m.remove("namespace");
         }
-        m.entry("uid").or_insert_with(|| new_uid().into());
+        m.entry("uid").or_insert_with(|| kctrl_client::uuid::new_v4().into());
         m.entry("creationTimestamp").or_insert_with(|| now().into());
         if spec.generation != GenerationPolicy::None {
             m.entry("generation").or_insert_with(|| 1.into());
@@ -503,7 +503,7 @@ impl State {
         set_type(&spec, &mut obj);
         let m = meta_mut(&mut obj);
         m.insert("name".into(), name.into());
-        m.insert("uid".into(), new_uid().into());
+        m.insert("uid".into(), kctrl_client::uuid::new_v4().into());
         m.insert("creationTimestamp".into(), now().into());
         for f in [
             "resourceVersion",
@@ -1255,21 +1255,6 @@ fn generate_name(base: &str) -> String {
         ));
     }
     prefix
-}
-
-fn new_uid() -> String {
-    let mut b = fastrand::u128(..).to_be_bytes();
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
 }
 
 /// Now as RFC 3339 in UTC with second precision, as `metav1.Time` serializes.
