@@ -36,6 +36,8 @@
 //! | `dynamic.NewForConfig(cfg).Resource(gvr).Namespace(ns)` | [`Api::<DynamicObject>::namespaced_dynamic`](Api::namespaced_dynamic) / [`Api::all_dynamic`] |
 //! | `unstructured.Unstructured` / `schema.GroupVersionResource` | [`DynamicObject`] / [`ResourceRef::new`] |
 //! | code-generator's `+genclient` and `+k8s:deepcopy-gen`, the CRD YAML | `#[derive(CustomResource)]`, `Foo::crd()` ([`crd`]) |
+//! | `k8s.io/utils/clock` (`PassiveClock`, `RealClock`, `testing.FakeClock`) | [`clock`] ([`clock::Clock`], [`clock::SystemClock`], [`clock::FakeClock`]) |
+//! | `uuid.New().String()` (`k8s.io/apimachinery/pkg/util/uuid`) | [`uuid::new_v4`] |
 //!
 //! # Custom resources
 //!
@@ -113,6 +115,7 @@ macro_rules! with_json_deserializer {
 
 mod api;
 mod backend;
+pub mod clock;
 #[cfg(feature = "derive")]
 pub mod crd;
 #[cfg(feature = "derive")]
@@ -132,6 +135,7 @@ pub mod protobuf;
 mod request;
 mod resource;
 mod resource_version;
+pub mod uuid;
 pub mod versioned;
 mod watch;
 

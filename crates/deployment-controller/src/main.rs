@@ -160,18 +160,7 @@ fn leader_identity() -> String {
         .filter(|h| !h.is_empty())
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "unknown-host".to_owned());
-    let r = fastrand::u128(..);
-    // A version-4 UUID: the random bits with the version and variant fields set.
-    let r = (r & !(0xf << 76) | (0x4 << 76)) & !(0x3 << 62) | (0x2 << 62);
-    let hex = format!("{r:032x}");
-    format!(
-        "{host}_{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
+    format!("{host}_{}", kctrl_client::uuid::new_v4())
 }
 
 /// The bound on each non-watch API request (retries included), unless the loaded

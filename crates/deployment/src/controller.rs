@@ -22,6 +22,7 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kctrl_client::clock::{Clock, FnClock, SystemClock};
 use kctrl_client::labels::{Selector, SelectorError};
 use kctrl_client::protobuf::Decoder;
 use kctrl_client::versioned::Versioned;
@@ -61,10 +62,6 @@ use crate::util::{
 
 /// Upstream's limit on the `revision-history` annotation of a ReplicaSet.
 const REVISION_HISTORY_LIMIT_IN_CHARS: usize = 2000;
-
-/// The clock: the current time (rounded down to whole seconds by the controller, as
-/// `metav1.Now()` is once serialised).
-pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 
 /// Why a sync failed; the caller retries the key (rate-limited).
 #[derive(Debug, thiserror::Error)]
@@ -162,7 +159,9 @@ pub struct DeploymentController {
     replica_sets: Store<ReplicaSet>,
     pods: Store<PodView>,
     recorder: Arc<dyn EventRecorder>,
-    clock: Clock,
+    /// Where the current time comes from; [`Self::now`] rounds it down to whole seconds, as
+    /// `metav1.Now()` is once serialised.
+    clock: Arc<dyn Clock>,
     /// Per Deployment key, the resourceVersions this controller's own writes replaced since
     /// the cache last showed the Deployment as it is now (see
     /// [`cache_predates_own_write`](Self::cache_predates_own_write)).
@@ -210,7 +209,7 @@ impl DeploymentController {
             replica_sets,
             pods,
             recorder,
-            clock: Arc::new(Timestamp::now),
+            clock: Arc::new(SystemClock),
             own_writes: Mutex::default(),
             rs_writes: Mutex::default(),
             rs_protobuf: None,
@@ -409,15 +408,16 @@ impl DeploymentController {
         result
     }
 
-    /// Replaces the clock.
+    /// Replaces the clock with `clock`, called for the current time (a shared
+    /// [`kctrl_client::clock`] clock is passed as `move || clock.now()`).
     pub fn with_clock(mut self, clock: impl Fn() -> Timestamp + Send + Sync + 'static) -> Self {
-        self.clock = Arc::new(clock);
+        self.clock = Arc::new(FnClock::new(clock));
         self
     }
 
     /// The current time, rounded down to whole seconds.
     fn now(&self) -> Timestamp {
-        let t = (self.clock)();
+        let t = self.clock.now();
         Timestamp::from_second(t.as_second()).unwrap_or(t)
     }
 

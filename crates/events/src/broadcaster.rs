@@ -24,12 +24,12 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::Level;
 
-use crate::clock::{Clock, SystemClock};
 use crate::correlator::{CorrelatorOptions, EventCorrelator};
 use crate::error::Error;
 use crate::event::{EventSource, make_event};
 use crate::recorder::{EventRecorder, EventType};
 use crate::sink::{DEFAULT_SLEEP_DURATION, EventSink, SinkWriter};
+use crate::{Clock, SystemClock};
 
 /// How many events each watcher's queue holds before new ones are dropped
 /// (`maxQueuedEvents`).

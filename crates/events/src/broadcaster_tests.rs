@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::*;
-use crate::clock::FakeClock;
+use crate::FakeClock;
 use crate::event::object_reference;
 use crate::sink::SinkError;
 use crate::test_support::{FnSink, MemorySink, Op, validate_event};

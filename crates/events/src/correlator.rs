@@ -27,10 +27,10 @@ use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde_json::{Map, Value};
 
-use crate::clock::{Clock, SystemClock};
 use crate::error::Error;
 use crate::event::{hex, unix_nanos};
 use crate::lru::Lru;
+use crate::{Clock, SystemClock};
 
 /// Default size of each correlator cache.
 pub const DEFAULT_LRU_CACHE_SIZE: usize = 4096;

@@ -7,8 +7,8 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Event;
 
 use super::*;
-use crate::clock::{FakeClock, IntervalClock};
 use crate::test_support::{make_event, object_ref, validate_event, with_count};
+use crate::{FakeClock, IntervalClock};
 
 fn correlate(c: &mut EventCorrelator, e: &Event) -> Correlation {
     c.correlate(e)

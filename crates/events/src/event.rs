@@ -126,7 +126,7 @@ pub fn generate_event_name(ref_name: &str, unix_nanos: i64) -> String {
     if is_dns_subdomain(&name) {
         name
     } else {
-        random_uuid()
+        kctrl_client::uuid::new_v4()
     }
 }
 
@@ -154,23 +154,6 @@ pub fn is_dns_subdomain(name: &str) -> bool {
                 _ => false,
             }
         })
-}
-
-/// A random (version 4) UUID in its canonical lowercase form.
-fn random_uuid() -> String {
-    let mut bytes = [0u8; 16];
-    bytes.iter_mut().for_each(|b| *b = fastrand::u8(..));
-    bytes[6] = (bytes[6] & 0x0f) | 0x40;
-    bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    let h: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
 }
 
 #[cfg(test)]

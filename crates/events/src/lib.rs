@@ -76,7 +76,7 @@
 //! | `EventAggregatorByReasonFunc` / `...MessageFunc`  | [`aggregate_by_reason`] / [`aggregate_by_reason_message`] |
 //! | `util.GenerateEventName`                          | [`generate_event_name`]                       |
 //! | `record.FakeRecorder`                             | [`RecordingEventRecorder`]                    |
-//! | `clock.PassiveClock`, `testing.FakeClock`, `SimpleIntervalClock` | [`Clock`], [`FakeClock`], [`IntervalClock`] |
+//! | `clock.PassiveClock`, `testing.FakeClock`, `SimpleIntervalClock` | [`Clock`], [`FakeClock`], [`IntervalClock`] (from [`kctrl_client::clock`]) |
 //!
 //! # Differences from client-go
 //!
@@ -96,7 +96,6 @@
 #![forbid(unsafe_code)]
 
 mod broadcaster;
-mod clock;
 mod correlator;
 mod error;
 mod event;
@@ -109,7 +108,6 @@ mod test_support;
 pub use broadcaster::{
     BroadcasterOptions, EventBroadcaster, EventWatcher, MAX_QUEUED_EVENTS, Recorder,
 };
-pub use clock::{Clock, FakeClock, IntervalClock, SystemClock};
 pub use correlator::{
     AGGREGATE_MESSAGE_PREFIX, AggregatorKeyFn, AggregatorMessageFn, Correlation, CorrelatorOptions,
     DEFAULT_AGGREGATE_INTERVAL, DEFAULT_AGGREGATE_MAX_EVENTS, DEFAULT_LRU_CACHE_SIZE,
@@ -120,6 +118,9 @@ pub use error::Error;
 pub use event::{
     DEFAULT_NAMESPACE, EventSource, generate_event_name, is_dns_subdomain, object_reference,
 };
+/// The clocks the pipeline reads event timestamps and windows from, shared with the rest of
+/// kctrl ([`kctrl_client::clock`]); re-exported here so `kctrl_events::Clock` keeps working.
+pub use kctrl_client::clock::{Clock, FakeClock, IntervalClock, SystemClock};
 pub use recorder::{
     EventRecorder, EventType, RecordedEvent, RecordingEventRecorder, TracingEventRecorder,
 };

@@ -14,7 +14,7 @@ use kctrl_client::{Api, ApiError, DeleteParams};
 use kctrl_fake::{FakeApi, Reaction, errors};
 
 use super::*;
-use crate::clock::IntervalClock;
+use crate::IntervalClock;
 use crate::correlator::CorrelatorOptions;
 use crate::test_support::FnSink;
 

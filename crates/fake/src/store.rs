@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use k8s_openapi::jiff::Timestamp;
 use kctrl_client::{
     DeleteParams, Error, ListParams, Patch, PatchParams, PostParams, PropagationPolicy,
     ResourceRef, ResourceVersionMatch, WatchParams,
@@ -427,7 +428,8 @@ impl State {
         } else {
             m.remove("namespace");
         }
-        m.entry("uid").or_insert_with(|| new_uid().into());
+        m.entry("uid")
+            .or_insert_with(|| kctrl_client::uuid::new_v4().into());
         m.entry("creationTimestamp").or_insert_with(|| now().into());
         if spec.generation != GenerationPolicy::None {
             m.entry("generation").or_insert_with(|| 1.into());
@@ -503,7 +505,7 @@ impl State {
         set_type(&spec, &mut obj);
         let m = meta_mut(&mut obj);
         m.insert("name".into(), name.into());
-        m.insert("uid".into(), new_uid().into());
+        m.insert("uid".into(), kctrl_client::uuid::new_v4().into());
         m.insert("creationTimestamp".into(), now().into());
         for f in [
             "resourceVersion",
@@ -1257,45 +1259,14 @@ fn generate_name(base: &str) -> String {
     prefix
 }
 
-fn new_uid() -> String {
-    let mut b = fastrand::u128(..).to_be_bytes();
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
-}
-
 /// Now as RFC 3339 in UTC with second precision, as `metav1.Time` serializes.
 pub(crate) fn now() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let days = i64::try_from(secs / 86_400).unwrap_or(0);
-    let rem = secs % 86_400;
-    // Civil-from-days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
+    rfc3339_seconds(Timestamp::now())
+}
+
+/// `t` as `metav1.Time` serializes it: UTC, whole seconds (the fraction is dropped), `Z`.
+fn rfc3339_seconds(t: Timestamp) -> String {
+    format!("{t:.0}")
 }
 
 fn encode_continue(rv: u64, ns: &str, name: &str) -> String {
@@ -1347,5 +1318,31 @@ mod tests {
         let t = now();
         assert_eq!(t.len(), 20, "{t}");
         assert!(t.ends_with('Z'));
+        let at = |s: &str| s.parse::<Timestamp>().unwrap();
+        assert_eq!(
+            rfc3339_seconds(at("2026-11-28T08:51:35.999999999Z")),
+            "2026-11-28T08:51:35Z",
+            "the fraction is dropped, not rounded"
+        );
+        assert_eq!(
+            rfc3339_seconds(at("2026-11-28T09:51:35+01:00")),
+            "2026-11-28T08:51:35Z"
+        );
+        assert_eq!(
+            rfc3339_seconds(at("1970-01-01T00:00:00Z")),
+            "1970-01-01T00:00:00Z"
+        );
+        assert_eq!(
+            rfc3339_seconds(at("2024-02-29T23:59:59Z")),
+            "2024-02-29T23:59:59Z"
+        );
+    }
+
+    #[test]
+    fn timestamps_read_back_as_the_api_types_write_them() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let t: Timestamp = "2026-11-28T08:51:35.25Z".parse().unwrap();
+        let written = serde_json::to_value(Time(t)).unwrap();
+        assert_eq!(written, serde_json::Value::from(rfc3339_seconds(t)));
     }
 }

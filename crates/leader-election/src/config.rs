@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kctrl_client::clock::{Clock, SystemClock};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::ConfigError;
@@ -24,55 +24,6 @@ pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
 /// Retry waits are stretched by up to this factor of the retry period (client-go's
 /// `JitterFactor`).
 pub const JITTER_FACTOR: f64 = 1.2;
-
-/// The wall clock the elector stamps records with (`acquireTime`, `renewTime`). Validity is
-/// never judged with it: that uses tokio's monotonic clock.
-pub trait WallClock: Send + Sync + 'static {
-    /// The current time.
-    fn now(&self) -> Timestamp;
-}
-
-/// The system's wall clock (the default).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SystemClock;
-
-impl WallClock for SystemClock {
-    fn now(&self) -> Timestamp {
-        Timestamp::now()
-    }
-}
-
-/// A wall clock that starts at the system time when created and then advances with tokio's
-/// clock — so with a paused tokio clock (`#[tokio::test(start_paused = true)]`), renewals
-/// written seconds apart in test time carry timestamps seconds apart.
-#[derive(Clone, Copy, Debug)]
-pub struct TokioClock {
-    wall: Timestamp,
-    start: tokio::time::Instant,
-}
-
-impl TokioClock {
-    /// A clock anchored at the current system time and tokio instant.
-    pub fn new() -> Self {
-        Self {
-            wall: Timestamp::now(),
-            start: tokio::time::Instant::now(),
-        }
-    }
-}
-
-impl Default for TokioClock {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl WallClock for TokioClock {
-    fn now(&self) -> Timestamp {
-        let elapsed = SignedDuration::try_from(self.start.elapsed()).unwrap_or(SignedDuration::MAX);
-        self.wall.checked_add(elapsed).unwrap_or(Timestamp::MAX)
-    }
-}
 
 type StartedFn = dyn Fn(CancellationToken) -> BoxFuture<'static, ()> + Send + Sync;
 type StoppedFn = dyn Fn() + Send + Sync;
@@ -151,8 +102,10 @@ pub struct LeaderElectionConfig {
     pub watchdog: Option<HealthzAdaptor>,
     /// Where election metrics go ([`NoopLeaderMetrics`] by default).
     pub metrics: Arc<dyn LeaderMetrics>,
-    /// The clock record timestamps come from ([`SystemClock`] by default).
-    pub clock: Arc<dyn WallClock>,
+    /// The wall clock the elector stamps records with (`acquireTime`, `renewTime`;
+    /// [`SystemClock`] by default). Validity is never judged with it: that uses Tokio's
+    /// monotonic clock.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl fmt::Debug for LeaderElectionConfig {

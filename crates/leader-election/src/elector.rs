@@ -11,10 +11,11 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use kctrl_client::clock::Clock;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{JITTER_FACTOR, LeaderCallbacks, LeaderElectionConfig, WallClock};
+use crate::config::{JITTER_FACTOR, LeaderCallbacks, LeaderElectionConfig};
 use crate::error::{ConfigError, HealthError, LockError};
 use crate::lock::ResourceLock;
 use crate::metrics::LeaderMetrics;
@@ -45,7 +46,7 @@ struct Inner {
     election: String,
     callbacks: LeaderCallbacks,
     metrics: Arc<dyn LeaderMetrics>,
-    clock: Arc<dyn WallClock>,
+    clock: Arc<dyn Clock>,
     observed: Mutex<Observed>,
 }
 

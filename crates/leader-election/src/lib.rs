@@ -123,11 +123,17 @@ mod elector_tests;
 
 pub use config::{
     DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD, JITTER_FACTOR,
-    LeaderCallbacks, LeaderElectionConfig, SystemClock, TokioClock, WallClock,
+    LeaderCallbacks, LeaderElectionConfig,
 };
 pub use elector::LeaderElector;
 pub use error::{ConfigError, HealthError, LockError, LockTypeError};
 pub use healthz::{DEFAULT_HEALTHZ_TIMEOUT, HEALTHZ_NAME, HealthzAdaptor};
+/// The wall clock the elector stamps records with: [`kctrl_client::clock::Clock`] under the
+/// name this crate has always used for it.
+pub use kctrl_client::clock::Clock as WallClock;
+/// The clocks for [`LeaderElectionConfig::clock`], shared with the rest of kctrl
+/// ([`kctrl_client::clock`]); re-exported here so these paths keep working.
+pub use kctrl_client::clock::{SystemClock, TokioClock};
 pub use lock::{
     EVENT_REASON, EventHook, LEASES_LOCK_TYPE, LeaderEvent, LeaseLock, ResourceLock,
     lock_client_config,

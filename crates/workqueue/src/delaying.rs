@@ -10,6 +10,7 @@
 use std::collections::hash_map::Entry as MapEntry;
 use std::collections::{BinaryHeap, HashMap};
 use std::fmt;
+use std::ops::Deref;
 use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
@@ -20,12 +21,17 @@ use tokio::time::Instant;
 
 use crate::alarm::Alarm;
 use crate::metrics::RetriesMetric;
-use crate::queue::{Item, Priority, Queue, QueueConfig};
+use crate::queue::{Item, Queue, QueueConfig};
 
 /// Longest the waiting loop sleeps without looking at the heap, as insurance.
 pub const MAX_WAIT: Duration = Duration::from_secs(10);
 
 /// A [`Queue`] that can also add items after a delay. Cloning is cheap; clones share the queue.
+///
+/// It dereferences to its [`Queue`], so every queue method (`add`, `get`, `done`, `len`,
+/// `shut_down`, ...) is called on it directly; this type adds [`add_after`](Self::add_after).
+/// Items waiting for their delay are not in the queue yet: [`len`](Queue::len) does not count
+/// them, and shutting down drops them and stops the waiting loop.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -253,59 +259,19 @@ impl<T: Item> DelayingQueue<T> {
         }
     }
 
-    /// The queue underneath, sharing all state with this handle.
+    /// The queue underneath, sharing all state with this handle. The same as dereferencing
+    /// (`&*delaying`), spelled out.
     pub fn as_queue(&self) -> &Queue<T> {
         &self.queue
     }
+}
 
-    /// See [`Queue::add`].
-    pub fn add(&self, item: T) {
-        self.queue.add(item);
-    }
+/// Every [`Queue`] method works on a delaying queue as it is, acting on the queue underneath.
+impl<T> Deref for DelayingQueue<T> {
+    type Target = Queue<T>;
 
-    /// See [`Queue::add_ref`].
-    pub fn add_ref(&self, item: &T) {
-        self.queue.add_ref(item);
-    }
-
-    /// See [`Queue::add_with_priority`].
-    pub fn add_with_priority(&self, item: T, priority: Priority) {
-        self.queue.add_with_priority(item, priority);
-    }
-
-    /// See [`Queue::len`]; items waiting for their delay are not counted.
-    pub fn len(&self) -> usize {
-        self.queue.len()
-    }
-
-    /// See [`Queue::is_empty`].
-    pub fn is_empty(&self) -> bool {
-        self.queue.is_empty()
-    }
-
-    /// See [`Queue::get`].
-    pub async fn get(&self) -> Option<T> {
-        self.queue.get().await
-    }
-
-    /// See [`Queue::done`].
-    pub fn done(&self, item: &T) {
-        self.queue.done(item);
-    }
-
-    /// See [`Queue::shut_down`]; also stops the waiting loop and drops delayed items.
-    pub fn shut_down(&self) {
-        self.queue.shut_down();
-    }
-
-    /// See [`Queue::shut_down_with_drain`]; also stops the waiting loop and drops delayed items.
-    pub async fn shut_down_with_drain(&self) {
-        self.queue.shut_down_with_drain().await;
-    }
-
-    /// See [`Queue::shutting_down`].
-    pub fn shutting_down(&self) -> bool {
-        self.queue.shutting_down()
+    fn deref(&self) -> &Queue<T> {
+        &self.queue
     }
 }
 

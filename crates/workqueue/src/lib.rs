@@ -12,7 +12,8 @@
 //!
 //! On top of [`Queue`], [`DelayingQueue`] adds items after a delay, and [`RateLimitingQueue`]
 //! picks the delay of a retry with a [`RateLimiter`] (per-item exponential backoff plus an overall
-//! token bucket, by default). [`parallelize_until`] runs many independent pieces of work on a few
+//! token bucket, by default). Each layer dereferences to the one below, so `add`, `get`, `done`
+//! and the other queue methods are called on any of the three alike. [`parallelize_until`] runs many independent pieces of work on a few
 //! workers. Metrics follow client-go's names and meanings ([`PrometheusMetricsProvider`]).
 //!
 //! # Example: a controller's worker loop

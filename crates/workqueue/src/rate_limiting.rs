@@ -2,18 +2,23 @@
 //! controllers use. It adds three methods; everything else is the delaying queue's.
 
 use std::fmt;
+use std::ops::Deref;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::delaying::DelayingQueue;
-use crate::queue::{Item, Priority, Queue, QueueConfig};
+use crate::queue::{Item, Queue, QueueConfig};
 use crate::rate_limiters::RateLimiter;
 
 /// A delaying queue with per-item retry backoff. Cloning is cheap; clones share the queue and
 /// the rate limiter.
 ///
+/// It dereferences to its [`DelayingQueue`], and that to its [`Queue`], so their methods
+/// (`add`, `add_after`, `get`, `done`, `len`, `shut_down`, ...) are called on it directly; this
+/// type adds [`add_rate_limited`](Self::add_rate_limited), [`forget`](Self::forget) and
+/// [`num_requeues`](Self::num_requeues).
+///
 /// The usual worker loop: on success [`forget`](Self::forget) the item, on failure
-/// [`add_rate_limited`](Self::add_rate_limited) it; either way call [`done`](Self::done).
+/// [`add_rate_limited`](Self::add_rate_limited) it; either way call [`done`](Queue::done).
 pub struct RateLimitingQueue<T> {
     queue: DelayingQueue<T>,
     limiter: Arc<dyn RateLimiter<T>>,
@@ -73,7 +78,7 @@ impl<T: Item> RateLimitingQueue<T> {
     }
 
     /// Tells the rate limiter to stop tracking `item`. It does not remove the item from the
-    /// queue; call [`done`](Self::done) as usual.
+    /// queue; call [`done`](Queue::done) as usual.
     pub fn forget(&self, item: &T) {
         self.limiter.forget(item);
     }
@@ -83,68 +88,26 @@ impl<T: Item> RateLimitingQueue<T> {
         self.limiter.num_requeues(item)
     }
 
-    /// The delaying queue underneath, sharing all state with this handle.
+    /// The delaying queue underneath, sharing all state with this handle (also reached by
+    /// dereferencing).
     pub fn as_delaying_queue(&self) -> &DelayingQueue<T> {
         &self.queue
     }
 
-    /// The plain queue underneath, sharing all state with this handle.
+    /// The plain queue underneath, sharing all state with this handle (also reached by
+    /// dereferencing twice).
     pub fn as_queue(&self) -> &Queue<T> {
         self.queue.as_queue()
     }
+}
 
-    /// See [`DelayingQueue::add_after`].
-    pub fn add_after(&self, item: T, delay: Duration) {
-        self.queue.add_after(item, delay);
-    }
+/// Every [`DelayingQueue`] method, and through it every [`Queue`] method, works on a
+/// rate-limiting queue as it is: `add_after`, `add`, `get`, `done`, `len`, `shut_down` and the
+/// rest act on the queues underneath.
+impl<T> Deref for RateLimitingQueue<T> {
+    type Target = DelayingQueue<T>;
 
-    /// See [`Queue::add`].
-    pub fn add(&self, item: T) {
-        self.queue.add(item);
-    }
-
-    /// See [`Queue::add_ref`].
-    pub fn add_ref(&self, item: &T) {
-        self.queue.add_ref(item);
-    }
-
-    /// See [`Queue::add_with_priority`].
-    pub fn add_with_priority(&self, item: T, priority: Priority) {
-        self.queue.add_with_priority(item, priority);
-    }
-
-    /// See [`Queue::len`].
-    pub fn len(&self) -> usize {
-        self.queue.len()
-    }
-
-    /// See [`Queue::is_empty`].
-    pub fn is_empty(&self) -> bool {
-        self.queue.is_empty()
-    }
-
-    /// See [`Queue::get`].
-    pub async fn get(&self) -> Option<T> {
-        self.queue.get().await
-    }
-
-    /// See [`Queue::done`].
-    pub fn done(&self, item: &T) {
-        self.queue.done(item);
-    }
-
-    /// See [`DelayingQueue::shut_down`].
-    pub fn shut_down(&self) {
-        self.queue.shut_down();
-    }
-
-    /// See [`DelayingQueue::shut_down_with_drain`].
-    pub async fn shut_down_with_drain(&self) {
-        self.queue.shut_down_with_drain().await;
-    }
-
-    /// See [`Queue::shutting_down`].
-    pub fn shutting_down(&self) -> bool {
-        self.queue.shutting_down()
+    fn deref(&self) -> &DelayingQueue<T> {
+        &self.queue
     }
 }

@@ -706,28 +706,9 @@ pub(crate) fn ensure_e2e_test_built(cache: &Cache) -> Result<(PathBuf, Option<Du
     Ok((cache.e2e_test(), Some(took)))
 }
 
-/// Current UTC time as `YYYY-MM-DDTHH:MM:SSZ` (std only; civil-from-days conversion).
+/// Current UTC time as `YYYY-MM-DDTHH:MM:SSZ` (RFC 3339, whole seconds).
 pub(crate) fn utc_now_rfc3339() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
-    )
+    format!("{:.0}", jiff::Timestamp::now())
 }
 
 #[cfg(test)]
@@ -843,5 +824,11 @@ mod tests {
         let now = utc_now_rfc3339();
         assert_eq!(now.len(), 20, "{now}");
         assert!(now.ends_with('Z') && now.as_bytes()[10] == b'T', "{now}");
+        let read: jiff::Timestamp = now.parse().unwrap();
+        let behind = jiff::Timestamp::now().duration_since(read);
+        assert!(
+            behind >= jiff::SignedDuration::ZERO && behind < jiff::SignedDuration::from_secs(5),
+            "{now} is {behind:?} behind"
+        );
     }
 }
