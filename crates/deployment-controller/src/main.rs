@@ -6,7 +6,8 @@
 //! cluster whose kube-controller-manager has `--controllers=*,-deployment-controller`.
 //!
 //! Modules: [`flags`] (the command line), [`metrics`] (the Prometheus registry), [`serve`]
-//! (/healthz, /livez, /readyz, /metrics over HTTPS).
+//! (/healthz, /livez, /readyz, /metrics over HTTPS), [`auth`] (their delegated
+//! authentication and authorization).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use kctrl_client::{Api, Client, HttpBackend, ListParams, ResourceRef};
-use kctrl_config::{Config, ConfigOverrides};
+use kctrl_config::{Config, ConfigOverrides, InClusterConfig};
 use kctrl_deployment::pod_view::PodView;
 use kctrl_deployment::wiring::{DeploymentControllerRunner, RunError, RunnerOptions};
 use kctrl_events::{ApiEventSink, EventBroadcaster, EventRecorder, EventSource, EventType};
@@ -31,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
 
+mod auth;
 mod flags;
 mod metrics;
 mod serve;
@@ -206,6 +208,91 @@ fn client_config(flags: &Flags) -> anyhow::Result<Config> {
         env!("CARGO_PKG_VERSION")
     ));
     Ok(config)
+}
+
+/// The client of delegated authentication or authorization (`flag` names which): the
+/// kubeconfig the flag gives, else the in-cluster ServiceAccount, else none — as
+/// kube-controller-manager, for which both kubeconfigs are optional. A kubeconfig that was
+/// given but cannot be loaded is an error; a broken in-cluster configuration is logged and
+/// leaves the client out.
+fn review_client(
+    kubeconfig: Option<&std::path::Path>,
+    flag: &str,
+    rest_metrics: &Arc<dyn kctrl_client::RestClientMetrics>,
+) -> anyhow::Result<Option<Client>> {
+    let mut config = match kubeconfig {
+        Some(path) => Config::from_flags(Some(path), None, &ConfigOverrides::default())
+            .with_context(|| format!("loading --{flag} {}", path.display()))?,
+        None => {
+            let in_cluster = InClusterConfig::from_env();
+            if !in_cluster.is_possible() {
+                return Ok(None);
+            }
+            match in_cluster.config() {
+                Ok(config) => config,
+                Err(e) => {
+                    warn!(error = %e, "reading the in-cluster configuration for delegated {flag} failed");
+                    return Ok(None);
+                }
+            }
+        }
+    };
+    // As upstream: a high client-side limit (the reviews gate the endpoints, not the
+    // controller's work) and a 10 s bound per request.
+    config.qps = 200.0;
+    config.burst = 400;
+    config.timeout = Some(auth::REVIEW_TIMEOUT);
+    config.user_agent = Some(format!(
+        "deployment-controller/{}",
+        env!("CARGO_PKG_VERSION")
+    ));
+    let backend = HttpBackend::new(config)
+        .with_context(|| format!("building the client of --{flag}"))?
+        .with_metrics(rest_metrics.clone());
+    Ok(Some(Client::new(backend, "default")))
+}
+
+/// The gate of the endpoints, from the `--authentication-*` / `--authorization-*` flags.
+fn endpoint_gate(
+    flags: &Flags,
+    registry: &mut Registry,
+    rest_metrics: &Arc<dyn kctrl_client::RestClientMetrics>,
+) -> anyhow::Result<auth::Gate> {
+    let authn = review_client(
+        flags.authentication_kubeconfig.as_deref(),
+        "authentication-kubeconfig",
+        rest_metrics,
+    )?;
+    let authz = review_client(
+        flags.authorization_kubeconfig.as_deref(),
+        "authorization-kubeconfig",
+        rest_metrics,
+    )?;
+    if authn.is_none() {
+        warn!(
+            "no --authentication-kubeconfig and not in a cluster: bearer tokens are not reviewed, \
+             every request to the endpoints is anonymous"
+        );
+    }
+    if authz.is_none() {
+        warn!(
+            "no --authorization-kubeconfig and not in a cluster: only \
+             --authorization-always-allow-paths are served"
+        );
+    }
+    let options = auth::GateOptions {
+        review_tokens: authn.is_some(),
+        review_access: authz.is_some(),
+        token_cache_ttl: flags.authentication_token_webhook_cache_ttl,
+        authorized_ttl: flags.authorization_webhook_cache_authorized_ttl,
+        unauthorized_ttl: flags.authorization_webhook_cache_unauthorized_ttl,
+        always_allow: auth::AlwaysAllowPaths::parse(&flags.always_allow_paths())?,
+    };
+    let metrics = auth::ReviewMetrics::register(registry);
+    Ok(auth::Gate::new(
+        options,
+        Arc::new(auth::ApiReviews::new(authn, authz, metrics)),
+    ))
 }
 
 /// The `/debug/cache` listing of the factory's Deployment, ReplicaSet and Pod caches.
@@ -399,9 +486,11 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
             let check: serve::Check = Arc::new(move || watchdog.check().map_err(|e| e.to_string()));
             healthz.push((HEALTHZ_NAME, check));
         }
+        let gate = endpoint_gate(&flags, &mut registry, &rest_metrics)?;
         let endpoints = serve::Endpoints {
             healthz,
             readyz: vec![("caches-synced", ready)],
+            gate: Arc::new(gate),
             registry: Arc::new(registry),
             cache_dump: flags
                 .debug_cache_endpoint

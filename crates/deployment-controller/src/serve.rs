@@ -10,9 +10,13 @@
 //!
 //! TLS: the certificate and key given with `--tls-cert-file` / `--tls-private-key-file`, or
 //! else a self-signed certificate generated in memory at start (for `localhost`, the loopback
-//! addresses, the bind address and the host name). Nothing here is authenticated: unlike
-//! kube-controller-manager, the endpoints do not delegate authentication to the API server,
-//! so restrict who can reach the port (bind address, network policy).
+//! addresses, the bind address and the host name).
+//!
+//! Every request passes the [`Gate`](crate::auth::Gate) first, as kube-controller-manager's
+//! filters: delegated authentication (bearer tokens reviewed by the API server) and
+//! authorization (SubjectAccessReviews for non-resource URLs; `/healthz`, `/readyz` and `/livez`
+//! open to anyone by default), so an unauthorized caller gets 401, 403 or 500 and never the
+//! endpoint's answer.
 //!
 //! Exhaustion limits ([`Limits`]): a connection must finish its TLS handshake within 10 s
 //! and send each request's headers within 10 s (an idle keep-alive connection is closed
@@ -44,6 +48,8 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::auth::Gate;
+
 /// A named health check: `Ok` when healthy, `Err(reason)` otherwise.
 pub(crate) type Check = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
@@ -62,6 +68,8 @@ pub(crate) struct Endpoints {
     pub(crate) registry: Arc<Registry>,
     /// The listing `/debug/cache` serves; `None` leaves the path unserved (404).
     pub(crate) cache_dump: Option<CacheDump>,
+    /// Authenticates and authorizes each request before it is answered.
+    pub(crate) gate: Arc<Gate>,
 }
 
 /// One health endpoint's answer: status and body.
@@ -338,13 +346,16 @@ pub(crate) async fn start_with_limits(
                     }
                 };
                 let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-                    let response = respond(
-                        &endpoints,
-                        request.method(),
-                        request.uri().path(),
-                        request.uri().query(),
-                    );
-                    async move { Ok::<_, Infallible>(response) }
+                    let endpoints = endpoints.clone();
+                    async move {
+                        let (method, uri) = (request.method(), request.uri());
+                        let response =
+                            match endpoints.gate.admit(method, uri, request.headers()).await {
+                                Ok(_) => respond(&endpoints, method, uri.path(), uri.query()),
+                                Err(refused) => refused,
+                            };
+                        Ok::<_, Infallible>(response)
+                    }
                 });
                 let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
                 let io = TokioIo::new(tls);
@@ -384,7 +395,67 @@ mod tests {
             readyz: vec![("caches-synced", Arc::new(|| Err("not yet".to_owned())))],
             registry: Arc::new(registry),
             cache_dump: None,
+            gate: Arc::new(gate_without_reviews(&["/healthz", "/readyz", "/livez"])),
         }
+    }
+
+    /// A gate with no API server to ask (as outside a cluster without the kubeconfig flags).
+    fn gate_without_reviews(always_allow: &[&str]) -> Gate {
+        let paths: Vec<String> = always_allow.iter().map(|p| (*p).to_owned()).collect();
+        Gate::new(
+            crate::auth::GateOptions {
+                review_tokens: false,
+                review_access: false,
+                token_cache_ttl: Duration::ZERO,
+                authorized_ttl: Duration::ZERO,
+                unauthorized_ttl: Duration::ZERO,
+                always_allow: crate::auth::AlwaysAllowPaths::parse(&paths).unwrap(),
+            },
+            Arc::new(crate::auth::ApiReviews::new(None, None, Default::default())),
+        )
+    }
+
+    // Over HTTPS, the gate answers before the endpoint: /metrics is forbidden to anonymous
+    // callers unless an always-allowed path.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_gate_guards_every_path_over_https() {
+        let (chain, key) =
+            load_or_generate_identity(None, None, "127.0.0.1".parse().unwrap()).unwrap();
+        let cancel = CancellationToken::new();
+        let addr = start(
+            "127.0.0.1:0".parse().unwrap(),
+            chain.clone(),
+            key.clone_key(),
+            endpoints(true),
+            cancel.clone(),
+        )
+        .await
+        .unwrap();
+        let answer = https_get(addr, &chain, "/metrics").await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+        assert!(
+            answer.contains(r#"User \"system:anonymous\" cannot get path \"/metrics\""#),
+            "{answer}"
+        );
+        let answer = https_get(addr, &chain, "/healthz").await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        let mut open = endpoints(true);
+        open.gate = Arc::new(gate_without_reviews(&["/healthz", "/metrics"]));
+        let addr = start(
+            "127.0.0.1:0".parse().unwrap(),
+            chain.clone(),
+            key,
+            open,
+            cancel.clone(),
+        )
+        .await
+        .unwrap();
+        let answer = https_get(addr, &chain, "/metrics").await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.contains("demo_things_total 1"), "{answer}");
+        let answer = https_get(addr, &chain, "/livez").await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+        cancel.cancel();
     }
 
     async fn body(response: Response<Full<Bytes>>) -> (StatusCode, String) {
