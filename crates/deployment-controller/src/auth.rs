@@ -27,9 +27,10 @@
 //!
 //! Answers are cached (`--authentication-token-webhook-cache-ttl`,
 //! `--authorization-webhook-cache-authorized-ttl`, `--authorization-webhook-cache-unauthorized-ttl`,
-//! 10 s each; 0 turns a cache off). Failed reviews are never cached. A review is retried
-//! on transport failures, timeouts, 429 and 5xx, after 0.5 s, 0.75 s, … (five attempts,
-//! ±20% jitter), within 10 s in all, as upstream's webhook backoff.
+//! 10 s each; 0 turns a cache off). Failed reviews are never cached. A review is retried,
+//! as upstream's webhook backoff retries it, when the connection was reset or the API server
+//! answered 500, 504 or 429: after 0.5 s, 0.75 s, … (five attempts, ±20% jitter), within 10 s
+//! in all. A refused connection fails at once.
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -39,7 +40,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use http_body_util::Full;
-use hyper::header::{AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE, HeaderMap, HeaderValue};
+use hyper::header::{
+    AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE, HeaderMap, HeaderValue, X_CONTENT_TYPE_OPTIONS,
+};
 use hyper::{Method, Response, StatusCode, Uri};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, TokenReviewStatus};
 use k8s_openapi::api::authorization::v1::{
@@ -271,12 +274,30 @@ impl Reviews for ApiReviews {
     }
 }
 
-/// Whether a failed review attempt is worth another: no answer, a timeout, 429 or 5xx.
+/// Whether a failed review attempt is worth another, as upstream's webhook decides: a
+/// connection reset or aborted mid-request, or an answer of 500 (internal error), 504 / reason
+/// `Timeout`, or 429. A refused connection or a client-side timeout is not retried.
 fn retryable(e: &kctrl_client::Error) -> bool {
-    e.is_transport()
-        || matches!(e, kctrl_client::Error::Retried { .. })
-        || e.api_error()
-            .is_some_and(|a| a.code == 429 || a.code >= 500)
+    if let Some(api) = e.api_error() {
+        return matches!(api.code, 429 | 500 | 504)
+            || matches!(
+                api.status.reason.as_deref(),
+                Some("InternalError" | "Timeout" | "TooManyRequests")
+            );
+    }
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted
+            )
+        {
+            return true;
+        }
+        source = err.source();
+    }
+    false
 }
 
 /// Runs `attempt` until it succeeds, fails for good, or [`REVIEW_TIMEOUT`] passes.
@@ -618,6 +639,10 @@ fn response(status: StatusCode, content_type: &'static str, body: String) -> Res
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if status != StatusCode::UNAUTHORIZED {
+        // As upstream's 403 and 500 answers.
+        headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    }
     response
 }
 
@@ -690,15 +715,29 @@ mod tests {
     #[derive(Default)]
     struct FakeReviews {
         failing: AtomicBool,
+        refusing: AtomicBool,
         token_reviews: AtomicUsize,
         access_reviews: AtomicUsize,
     }
 
-    fn unavailable() -> kctrl_client::Error {
+    /// A connection reset mid-request (retried), or refused (not retried).
+    fn unavailable(kind: std::io::ErrorKind) -> kctrl_client::Error {
         kctrl_client::Error::Transport {
             verb: "POST".to_owned(),
             url: "https://127.0.0.1:1/apis".to_owned(),
-            source: "connection refused".into(),
+            source: Box::new(std::io::Error::from(kind)),
+        }
+    }
+
+    impl FakeReviews {
+        fn fail(&self) -> Result<(), kctrl_client::Error> {
+            if self.failing.load(Ordering::SeqCst) {
+                return Err(unavailable(std::io::ErrorKind::ConnectionReset));
+            }
+            if self.refusing.load(Ordering::SeqCst) {
+                return Err(unavailable(std::io::ErrorKind::ConnectionRefused));
+            }
+            Ok(())
         }
     }
 
@@ -709,9 +748,7 @@ mod tests {
         ) -> BoxFuture<'_, Result<Option<TokenReviewStatus>, kctrl_client::Error>> {
             Box::pin(async move {
                 self.token_reviews.fetch_add(1, Ordering::SeqCst);
-                if self.failing.load(Ordering::SeqCst) {
-                    return Err(unavailable());
-                }
+                self.fail()?;
                 let name = match token.as_str() {
                     ALLOWED => "system:serviceaccount:monitoring:prometheus",
                     NOT_ALLOWED => "system:serviceaccount:default:nobody",
@@ -747,9 +784,7 @@ mod tests {
         ) -> BoxFuture<'_, Result<Option<SubjectAccessReviewStatus>, kctrl_client::Error>> {
             Box::pin(async move {
                 self.access_reviews.fetch_add(1, Ordering::SeqCst);
-                if self.failing.load(Ordering::SeqCst) {
-                    return Err(unavailable());
-                }
+                self.fail()?;
                 let attrs = spec.non_resource_attributes.unwrap_or_default();
                 let allowed = spec.user.as_deref()
                     == Some("system:serviceaccount:monitoring:prometheus")
@@ -867,6 +902,14 @@ mod tests {
         // Retried five times each before giving up.
         assert_eq!(fake.token_reviews.load(Ordering::SeqCst), 5);
         assert_eq!(fake.access_reviews.load(Ordering::SeqCst), 5);
+        // A refused connection is not retried.
+        fake.failing.store(false, Ordering::SeqCst);
+        fake.refusing.store(true, Ordering::SeqCst);
+        let (status, _) = answer(&gate, Method::GET, "/metrics", Some(NOT_ALLOWED)).await;
+        assert_eq!(status, 401);
+        assert_eq!(fake.token_reviews.load(Ordering::SeqCst), 6);
+        fake.refusing.store(false, Ordering::SeqCst);
+        fake.failing.store(true, Ordering::SeqCst);
         // The probes' paths still answer for anonymous requests.
         let (status, _) = answer(&gate, Method::GET, "/healthz", None).await;
         assert_eq!(status, 200);
