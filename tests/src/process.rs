@@ -21,6 +21,10 @@ pub fn controller_binary() -> PathBuf {
     PathBuf::from(path)
 }
 
+/// The `--authorization-always-allow-paths` [`ControllerProcess::start`] passes unless told
+/// otherwise: kube-controller-manager's default plus /metrics.
+pub const OPEN_PATHS: &str = "/healthz,/readyz,/livez,/metrics";
+
 /// A running `deployment-controller`.
 pub struct ControllerProcess {
     /// A name for logs and messages.
@@ -42,6 +46,11 @@ fn free_port() -> u16 {
 impl ControllerProcess {
     /// Starts the controller against `kubeconfig` with `args` (besides --kubeconfig,
     /// --secure-port and the TLS files, which this sets), and waits until /livez answers.
+    ///
+    /// Unless `args` set `--authorization-always-allow-paths`, /metrics is added to the
+    /// paths served without a token ([`OPEN_PATHS`]): outside a cluster and without the
+    /// review kubeconfigs, the controller would otherwise forbid it to the tests, as
+    /// kube-controller-manager would.
     pub async fn start(name: &str, kubeconfig: &Path, args: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("creating a temporary directory");
         let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()])
@@ -84,6 +93,12 @@ impl ControllerProcess {
             .arg(&cert)
             .arg("--tls-private-key-file")
             .arg(&key)
+            .args(
+                (!args
+                    .iter()
+                    .any(|a| a.starts_with("--authorization-always-allow-paths")))
+                .then(|| format!("--authorization-always-allow-paths={OPEN_PATHS}")),
+            )
             .args(args)
             .env("RUST_LOG", "info,kctrl_deployment=debug")
             .stdin(Stdio::null())
@@ -129,11 +144,23 @@ impl ControllerProcess {
 
     /// `GET https://127.0.0.1:<port><path>`: status and body.
     pub async fn get(&self, path: &str) -> Result<(u16, String), reqwest::Error> {
-        let response = self
+        self.get_as(path, None).await
+    }
+
+    /// `GET https://127.0.0.1:<port><path>` with `Authorization: Bearer <token>` when a
+    /// token is given: status and body.
+    pub async fn get_as(
+        &self,
+        path: &str,
+        token: Option<&str>,
+    ) -> Result<(u16, String), reqwest::Error> {
+        let mut request = self
             .http
-            .get(format!("https://127.0.0.1:{}{path}", self.port))
-            .send()
-            .await?;
+            .get(format!("https://127.0.0.1:{}{path}", self.port));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await?;
         let status = response.status().as_u16();
         Ok((status, response.text().await?))
     }
