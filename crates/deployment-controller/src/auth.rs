@@ -13,8 +13,12 @@
 //!   answer `401 Unauthorized` — on every path, `/healthz` included, as upstream;
 //! - a request without that header (or with another scheme, or an empty token) is
 //!   anonymous: user `system:anonymous`, group `system:unauthenticated`;
-//! - without a review client (no `--authentication-kubeconfig` and not in a cluster) every
-//!   request is anonymous, tokens are not looked at.
+//! - with `--client-ca-file`, a client certificate presented in the TLS handshake is verified
+//!   against those CAs (chain, validity, client-auth usage); a valid one authenticates its
+//!   subject: the common name is the user, the organizations are the groups. It is tried
+//!   before the token; an invalid certificate answers 401 unless a token authenticates;
+//! - without a review client (no `--authentication-kubeconfig` and not in a cluster) and
+//!   without a client CA, every request is anonymous and tokens are not looked at.
 //!
 //! Then **authorized**, as a non-resource request: the verb is the HTTP method in lower case
 //! (`GET` → `get`), the path is the request path. In order: a member of `system:masters` is
@@ -34,6 +38,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -53,6 +58,12 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, UnixTime};
+use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
@@ -136,6 +147,17 @@ pub(crate) enum AuthError {
     /// The SubjectAccessReview both allowed and denied the request.
     #[error("the SubjectAccessReview answered both allowed and denied")]
     AllowedAndDenied,
+    /// The client certificate does not verify against `--client-ca-file`.
+    #[error("verifying the client certificate: {0}")]
+    BadClientCertificate(String),
+    /// `--client-ca-file` cannot be used.
+    #[error("--client-ca-file {path}: {reason}")]
+    ClientCa {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// An `--authorization-always-allow-paths` entry has a `*` that is not its last character.
     #[error("--authorization-always-allow-paths: only a trailing * is allowed in {0:?}")]
     BadAlwaysAllowPath(String),
@@ -424,6 +446,151 @@ impl AlwaysAllowPaths {
     }
 }
 
+/// `--client-ca-file`: the CAs client certificates are verified against, and what the TLS
+/// server needs to ask for them.
+#[derive(Clone)]
+pub(crate) struct ClientCertificates {
+    verifier: Arc<dyn ClientCertVerifier>,
+}
+
+impl std::fmt::Debug for ClientCertificates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientCertificates").finish_non_exhaustive()
+    }
+}
+
+impl ClientCertificates {
+    /// The CAs of a PEM file (one certificate or more).
+    pub(crate) fn from_pem_file(path: &Path) -> Result<Self, AuthError> {
+        let fail = |reason: String| AuthError::ClientCa {
+            path: path.display().to_string(),
+            reason,
+        };
+        let certificates = CertificateDer::pem_file_iter(path)
+            .map_err(|e| fail(e.to_string()))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| fail(e.to_string()))?;
+        Self::from_certificates(certificates).map_err(fail)
+    }
+
+    /// The CAs `certificates` (DER).
+    pub(crate) fn from_certificates(
+        certificates: Vec<CertificateDer<'static>>,
+    ) -> Result<Self, String> {
+        if certificates.is_empty() {
+            return Err("holds no PEM certificate".to_owned());
+        }
+        let mut roots = rustls::RootCertStore::empty();
+        for certificate in certificates {
+            roots.add(certificate).map_err(|e| e.to_string())?;
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+            .allow_unauthenticated()
+            .build()
+            .map_err(|e| e.to_string())?;
+        Ok(Self { verifier })
+    }
+
+    /// The verifier for the TLS server: asks for a client certificate naming these CAs,
+    /// checks the handshake's signatures, and accepts any chain, which
+    /// [`authenticate`](Self::authenticate) judges afterwards (as upstream's server asks for a
+    /// certificate without verifying it in the handshake, so a bad one answers 401 rather
+    /// than failing the connection).
+    pub(crate) fn tls_verifier(&self) -> Arc<dyn ClientCertVerifier> {
+        Arc::new(RequestClientCertificate {
+            inner: self.verifier.clone(),
+        })
+    }
+
+    /// The user of a presented chain (leaf first): `Ok(None)` when its subject has no common
+    /// name.
+    pub(crate) fn authenticate(
+        &self,
+        chain: &[CertificateDer<'static>],
+    ) -> Result<Option<UserInfo>, AuthError> {
+        let Some((leaf, intermediates)) = chain.split_first() else {
+            return Ok(None);
+        };
+        self.verifier
+            .verify_client_cert(leaf, intermediates, UnixTime::now())
+            .map_err(|e| AuthError::BadClientCertificate(e.to_string()))?;
+        let (_, parsed) = x509_parser::parse_x509_certificate(leaf)
+            .map_err(|e| AuthError::BadClientCertificate(e.to_string()))?;
+        let subject = parsed.subject();
+        let Some(name) = subject
+            .iter_common_name()
+            .find_map(|cn| cn.as_str().ok())
+            .filter(|cn| !cn.is_empty())
+        else {
+            return Ok(None);
+        };
+        let groups = subject
+            .iter_organization()
+            .filter_map(|o| o.as_str().ok())
+            .map(str::to_owned)
+            .collect();
+        Ok(Some(UserInfo {
+            name: name.to_owned(),
+            uid: String::new(),
+            groups,
+            extra: BTreeMap::new(),
+        }))
+    }
+}
+
+/// Asks for a client certificate without requiring one, and leaves the chain to the
+/// authenticator (see [`ClientCertificates::tls_verifier`]).
+#[derive(Debug)]
+struct RequestClientCertificate {
+    inner: Arc<dyn ClientCertVerifier>,
+}
+
+impl ClientCertVerifier for RequestClientCertificate {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
 /// The settings of a [`Gate`].
 #[derive(Clone, Debug)]
 pub(crate) struct GateOptions {
@@ -441,6 +608,8 @@ pub(crate) struct GateOptions {
     pub(crate) unauthorized_ttl: Duration,
     /// `--authorization-always-allow-paths`.
     pub(crate) always_allow: AlwaysAllowPaths,
+    /// `--client-ca-file`, if given.
+    pub(crate) client_certificates: Option<ClientCertificates>,
 }
 
 /// An authorizer's verdict on one request.
@@ -471,11 +640,41 @@ impl Gate {
         }
     }
 
-    /// Who sent a request with these headers: `Ok(None)` for anonymous.
+    /// The client certificate verifier the TLS server needs, with `--client-ca-file`.
+    pub(crate) fn tls_client_verifier(&self) -> Option<Arc<dyn ClientCertVerifier>> {
+        self.options
+            .client_certificates
+            .as_ref()
+            .map(ClientCertificates::tls_verifier)
+    }
+
+    /// Who sent a request with these headers over a connection that presented `chain`
+    /// (empty without a client certificate): `Ok(None)` for anonymous. The certificate is
+    /// tried first, then the token; an error of either only counts when neither
+    /// authenticates.
     pub(crate) async fn authenticate(
         &self,
         headers: &HeaderMap,
+        chain: &[CertificateDer<'static>],
     ) -> Result<Option<UserInfo>, AuthError> {
+        let mut first_error = None;
+        if let Some(certificates) = &self.options.client_certificates {
+            match certificates.authenticate(chain) {
+                Ok(Some(user)) => return Ok(Some(with_authenticated_group(user))),
+                Ok(None) => {}
+                Err(e) => first_error = Some(e),
+            }
+        }
+        match self.authenticate_token(headers).await {
+            Ok(Some(user)) => Ok(Some(user)),
+            Ok(None) => first_error.map_or(Ok(None), Err),
+            Err(e) => Err(first_error.unwrap_or(e)),
+        }
+    }
+
+    /// The user of the request's bearer token: `Ok(None)` without one (or without a review
+    /// client).
+    async fn authenticate_token(&self, headers: &HeaderMap) -> Result<Option<UserInfo>, AuthError> {
         if !self.options.review_tokens {
             return Ok(None);
         }
@@ -510,19 +709,12 @@ impl Gate {
             };
         }
         let reviewed = status.user.unwrap_or_default();
-        let mut groups = reviewed.groups.unwrap_or_default();
-        if !groups
-            .iter()
-            .any(|g| g == AUTHENTICATED_GROUP || g == UNAUTHENTICATED_GROUP)
-        {
-            groups.push(AUTHENTICATED_GROUP.to_owned());
-        }
-        let user = UserInfo {
+        let user = with_authenticated_group(UserInfo {
             name: reviewed.username.unwrap_or_default(),
             uid: reviewed.uid.unwrap_or_default(),
-            groups,
+            groups: reviewed.groups.unwrap_or_default(),
             extra: reviewed.extra.unwrap_or_default(),
-        };
+        });
         self.tokens.put(
             token.to_owned(),
             TokenOutcome::User(user.clone()),
@@ -596,12 +788,15 @@ impl Gate {
         method: &Method,
         uri: &Uri,
         headers: &HeaderMap,
+        chain: &[CertificateDer<'static>],
     ) -> Result<UserInfo, Response<Full<Bytes>>> {
-        let user = match self.authenticate(headers).await {
+        let user = match self.authenticate(headers, chain).await {
             Ok(user) => user.unwrap_or_else(UserInfo::anonymous),
             Err(e) => {
                 match e {
-                    AuthError::InvalidToken | AuthError::TokenRejected(_) => {
+                    AuthError::InvalidToken
+                    | AuthError::TokenRejected(_)
+                    | AuthError::BadClientCertificate(_) => {
                         debug!(path = uri.path(), error = %e, "unable to authenticate the request");
                     }
                     _ => warn!(path = uri.path(), error = %e, "unable to authenticate the request"),
@@ -624,6 +819,19 @@ impl Gate {
             }
         }
     }
+}
+
+/// `user` with `system:authenticated` added, unless it names either authentication group
+/// already (upstream's authenticated-group adder).
+fn with_authenticated_group(mut user: UserInfo) -> UserInfo {
+    if !user
+        .groups
+        .iter()
+        .any(|g| g == AUTHENTICATED_GROUP || g == UNAUTHENTICATED_GROUP)
+    {
+        user.groups.push(AUTHENTICATED_GROUP.to_owned());
+    }
+    user
 }
 
 /// Escapes what upstream's response writer escapes in messages (`&`, `<`, `>`).
@@ -815,6 +1023,7 @@ mod tests {
             unauthorized_ttl: DEFAULT_CACHE_TTL,
             always_allow: AlwaysAllowPaths::parse(&DEFAULT_ALWAYS_ALLOW_PATHS.map(str::to_owned))
                 .unwrap(),
+            client_certificates: None,
         }
     }
 
@@ -837,7 +1046,7 @@ mod tests {
     /// The status and body of the gate's answer, 200 when it lets the request through.
     async fn answer(gate: &Gate, method: Method, path: &str, token: Option<&str>) -> (u16, String) {
         let uri: Uri = path.parse().unwrap();
-        match gate.admit(&method, &uri, &headers(token)).await {
+        match gate.admit(&method, &uri, &headers(token), &[]).await {
             Ok(_) => (200, String::new()),
             Err(response) => {
                 let status = response.status().as_u16();

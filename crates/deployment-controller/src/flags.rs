@@ -124,6 +124,12 @@ pub(crate) struct Flags {
     #[arg(long, default_value = "10s", value_parser = parse_go_duration, value_name = "DURATION")]
     pub(crate) authentication_token_webhook_cache_ttl: Duration,
 
+    /// PEM bundle of the CAs that sign client certificates: a client certificate presented
+    /// to the endpoints and signed by one of them authenticates its common name as the user
+    /// and its organizations as the groups (kube-controller-manager's flag).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) client_ca_file: Option<PathBuf>,
+
     /// kubeconfig file pointing at the 'core' Kubernetes API server with enough rights to
     /// create subjectaccessreviews.authorization.k8s.io (kube-controller-manager's flag).
     /// Without it, the in-cluster ServiceAccount is used; outside a cluster, every request
@@ -228,6 +234,7 @@ mod tests {
         assert_eq!(flags.runtime_threads, 1);
         assert_eq!(flags.authentication_kubeconfig, None);
         assert_eq!(flags.authorization_kubeconfig, None);
+        assert_eq!(flags.client_ca_file, None);
         for ttl in [
             flags.authentication_token_webhook_cache_ttl,
             flags.authorization_webhook_cache_authorized_ttl,

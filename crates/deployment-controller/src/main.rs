@@ -287,6 +287,11 @@ fn endpoint_gate(
         authorized_ttl: flags.authorization_webhook_cache_authorized_ttl,
         unauthorized_ttl: flags.authorization_webhook_cache_unauthorized_ttl,
         always_allow: auth::AlwaysAllowPaths::parse(&flags.always_allow_paths())?,
+        client_certificates: flags
+            .client_ca_file
+            .as_deref()
+            .map(auth::ClientCertificates::from_pem_file)
+            .transpose()?,
     };
     let metrics = auth::ReviewMetrics::register(registry);
     Ok(auth::Gate::new(

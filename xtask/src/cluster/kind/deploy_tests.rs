@@ -42,6 +42,7 @@ const BINARY_FLAGS: &[&str] = &[
     "authorization-webhook-cache-authorized-ttl",
     "authorization-webhook-cache-unauthorized-ttl",
     "authorization-always-allow-paths",
+    "client-ca-file",
 ];
 
 /// Flags whose value is a boolean: `--flag` alone is complete, a value needs `=`.
