@@ -452,6 +452,7 @@ const DEPLOY_RBAC: &[&str] = &[
     "03-role-leader-election.yaml",
     "04-rolebinding-leader-election.yaml",
     "06-clusterrolebinding-auth-delegator.yaml",
+    "07-rolebinding-authentication-reader.yaml",
 ];
 
 /// `kubectl apply` of [`DEPLOY_RBAC`] as the admin.

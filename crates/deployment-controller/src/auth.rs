@@ -13,8 +13,10 @@
 //!   answer `401 Unauthorized` — on every path, `/healthz` included, as upstream;
 //! - a request without that header (or with another scheme, or an empty token) is
 //!   anonymous: user `system:anonymous`, group `system:unauthenticated`;
-//! - with `--client-ca-file`, a client certificate presented in the TLS handshake is verified
-//!   against those CAs (chain, validity, client-auth usage); a valid one authenticates its
+//! - with a client CA (`--client-ca-file`, else the `client-ca-file` the API server publishes
+//!   in the ConfigMap kube-system/extension-apiserver-authentication, looked up at start unless
+//!   `--authentication-skip-lookup`), a client certificate presented in the TLS handshake is
+//!   verified against those CAs (chain, validity, client-auth usage); a valid one authenticates its
 //!   subject: the common name is the user, the organizations are the groups. It is tried
 //!   before the token; an invalid certificate answers 401 unless a token authenticates;
 //! - without a review client (no `--authentication-kubeconfig` and not in a cluster) and
@@ -471,6 +473,14 @@ impl ClientCertificates {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| fail(e.to_string()))?;
         Self::from_certificates(certificates).map_err(fail)
+    }
+
+    /// The CAs of PEM text (`what` names its source in errors).
+    pub(crate) fn from_pem(pem: &str, what: &str) -> Result<Self, String> {
+        let certificates = CertificateDer::pem_slice_iter(pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("{what}: {e}"))?;
+        Self::from_certificates(certificates).map_err(|e| format!("{what}: {e}"))
     }
 
     /// The CAs `certificates` (DER).

@@ -130,6 +130,13 @@ pub(crate) struct Flags {
     #[arg(long, value_name = "PATH")]
     pub(crate) client_ca_file: Option<PathBuf>,
 
+    /// Without --client-ca-file, do not look the client CA up in the ConfigMap
+    /// kube-system/extension-apiserver-authentication (key client-ca-file) with the
+    /// authentication client; client certificates are then not used.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, value_name = "BOOL",
+          num_args = 0..=1, default_missing_value = "true")]
+    pub(crate) authentication_skip_lookup: bool,
+
     /// kubeconfig file pointing at the 'core' Kubernetes API server with enough rights to
     /// create subjectaccessreviews.authorization.k8s.io (kube-controller-manager's flag).
     /// Without it, the in-cluster ServiceAccount is used; outside a cluster, every request
@@ -235,6 +242,12 @@ mod tests {
         assert_eq!(flags.authentication_kubeconfig, None);
         assert_eq!(flags.authorization_kubeconfig, None);
         assert_eq!(flags.client_ca_file, None);
+        assert!(!flags.authentication_skip_lookup);
+        assert!(
+            Flags::try_parse_from(["d", "--authentication-skip-lookup"])
+                .unwrap()
+                .authentication_skip_lookup
+        );
         for ttl in [
             flags.authentication_token_webhook_cache_ttl,
             flags.authorization_webhook_cache_authorized_ttl,
