@@ -20,7 +20,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, RoleBinding, RoleRef, Subject,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kctrl_client::{Api, DeleteParams, PostParams};
 use kctrl_e2e::process::ControllerProcess;
@@ -114,6 +116,18 @@ async fn endpoints_answer_as_kube_controller_manager() {
         &deploy_file("06-clusterrolebinding-auth-delegator.yaml"),
     )
     .await;
+    let reader_binding: RoleBinding = deploy_file("07-rolebinding-authentication-reader.yaml");
+    let reader_ns = reader_binding
+        .metadata
+        .namespace
+        .clone()
+        .expect("the reader RoleBinding is namespaced");
+    if let Err(e) = Api::<RoleBinding>::namespaced(admin.clone(), &reader_ns)
+        .create(&PostParams::default(), &reader_binding)
+        .await
+    {
+        assert!(e.is_already_exists(), "creating {reader_binding:?}: {e}");
+    }
 
     let ns = TestNamespace::create(&admin, "endpoints-auth").await;
     let accounts = Api::<ServiceAccount>::namespaced(admin.clone(), &ns.name);
@@ -284,6 +298,25 @@ async fn endpoints_answer_as_kube_controller_manager() {
         403,
         "cannot get path \\\"/debug/cache\\\"",
     );
+
+    // A client certificate of the cluster's client CA (the admin's, when its kubeconfig has
+    // one): the CA was looked up in kube-system/extension-apiserver-authentication, and the
+    // subject authenticated (the admin is in system:masters, or allowed everything by RBAC).
+    let admin_config = kctrl_config::Config::from_flags(
+        Some(&cluster.kubeconfig),
+        None,
+        &kctrl_config::ConfigOverrides::default(),
+    )
+    .expect("the admin kubeconfig");
+    if let Some(identity) = &admin_config.tls.client_identity {
+        let (code, body) = c
+            .get_with_certificate("/metrics", &identity.cert_pem, identity.key_pem.expose())
+            .await
+            .expect("GET /metrics with the admin's certificate");
+        assert_eq!(code, 200, "{body}");
+    } else {
+        eprintln!("e2e: the admin kubeconfig has no client certificate; skipping that case");
+    }
 
     // Revoking the right takes effect once the cached allowance (10 s) expires.
     bindings

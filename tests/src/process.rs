@@ -35,6 +35,8 @@ pub struct ControllerProcess {
     /// Its combined stdout and stderr.
     pub log: PathBuf,
     http: reqwest::Client,
+    /// The serving certificate (PEM), for clients built later.
+    server_cert: PathBuf,
     _dir: tempfile::TempDir,
 }
 
@@ -114,6 +116,7 @@ impl ControllerProcess {
             port,
             log,
             http,
+            server_cert: cert.clone(),
             _dir: dir,
         };
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -161,6 +164,49 @@ impl ControllerProcess {
             request = request.bearer_auth(token);
         }
         let response = request.send().await?;
+        let status = response.status().as_u16();
+        Ok((status, response.text().await?))
+    }
+
+    /// `GET https://127.0.0.1:<port><path>` presenting the client certificate `cert_pem`
+    /// (with its key `key_pem`) in the TLS handshake: status and body.
+    pub async fn get_with_certificate(
+        &self,
+        path: &str,
+        cert_pem: &[u8],
+        key_pem: &[u8],
+    ) -> Result<(u16, String), reqwest::Error> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in
+            CertificateDer::pem_file_iter(&self.server_cert).expect("the serving certificate")
+        {
+            roots
+                .add(cert.expect("a PEM certificate"))
+                .expect("trusting the serving certificate");
+        }
+        let chain = CertificateDer::pem_slice_iter(cert_pem)
+            .collect::<Result<Vec<_>, _>>()
+            .expect("a PEM client certificate");
+        let key = PrivateKeyDer::from_pem_slice(key_pem).expect("a PEM private key");
+        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .expect("a usable client certificate");
+        let http = reqwest::Client::builder()
+            .use_preconfigured_tls(tls)
+            .timeout(Duration::from_secs(5))
+            .build()
+            .expect("building the HTTPS client");
+        let response = http
+            .get(format!("https://127.0.0.1:{}{path}", self.port))
+            .send()
+            .await?;
         let status = response.status().as_u16();
         Ok((status, response.text().await?))
     }
