@@ -9,6 +9,7 @@
 //! | token the API server does not authenticate | 401 | 401 |
 //! | no token (`system:anonymous`) | 403 | 200 |
 //! | any, while the review API server is unreachable | 401 with a token, 500 without | 200 without a token |
+//! | client certificate of the cluster's client CA (the admin's) | 200 | 200 |
 //!
 //! The review clients run as the controller identity with `deploy/`'s auth-delegator binding.
 //! The controller processes are standbys on a Lease another holder keeps for an hour, so they
