@@ -21,6 +21,10 @@ pub fn controller_binary() -> PathBuf {
     PathBuf::from(path)
 }
 
+/// The `--authorization-always-allow-paths` [`ControllerProcess::start`] passes unless told
+/// otherwise: kube-controller-manager's default plus /metrics.
+pub const OPEN_PATHS: &str = "/healthz,/readyz,/livez,/metrics";
+
 /// A running `deployment-controller`.
 pub struct ControllerProcess {
     /// A name for logs and messages.
@@ -31,6 +35,8 @@ pub struct ControllerProcess {
     /// Its combined stdout and stderr.
     pub log: PathBuf,
     http: reqwest::Client,
+    /// The serving certificate (PEM), for clients built later.
+    server_cert: PathBuf,
     _dir: tempfile::TempDir,
 }
 
@@ -42,6 +48,11 @@ fn free_port() -> u16 {
 impl ControllerProcess {
     /// Starts the controller against `kubeconfig` with `args` (besides --kubeconfig,
     /// --secure-port and the TLS files, which this sets), and waits until /livez answers.
+    ///
+    /// Unless `args` set `--authorization-always-allow-paths`, /metrics is added to the
+    /// paths served without a token ([`OPEN_PATHS`]): outside a cluster and without the
+    /// review kubeconfigs, the controller would otherwise forbid it to the tests, as
+    /// kube-controller-manager would.
     pub async fn start(name: &str, kubeconfig: &Path, args: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("creating a temporary directory");
         let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()])
@@ -84,6 +95,12 @@ impl ControllerProcess {
             .arg(&cert)
             .arg("--tls-private-key-file")
             .arg(&key)
+            .args(
+                (!args
+                    .iter()
+                    .any(|a| a.starts_with("--authorization-always-allow-paths")))
+                .then(|| format!("--authorization-always-allow-paths={OPEN_PATHS}")),
+            )
             .args(args)
             .env("RUST_LOG", "info,kctrl_deployment=debug")
             .stdin(Stdio::null())
@@ -99,6 +116,7 @@ impl ControllerProcess {
             port,
             log,
             http,
+            server_cert: cert.clone(),
             _dir: dir,
         };
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -129,8 +147,63 @@ impl ControllerProcess {
 
     /// `GET https://127.0.0.1:<port><path>`: status and body.
     pub async fn get(&self, path: &str) -> Result<(u16, String), reqwest::Error> {
-        let response = self
+        self.get_as(path, None).await
+    }
+
+    /// `GET https://127.0.0.1:<port><path>` with `Authorization: Bearer <token>` when a
+    /// token is given: status and body.
+    pub async fn get_as(
+        &self,
+        path: &str,
+        token: Option<&str>,
+    ) -> Result<(u16, String), reqwest::Error> {
+        let mut request = self
             .http
+            .get(format!("https://127.0.0.1:{}{path}", self.port));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await?;
+        let status = response.status().as_u16();
+        Ok((status, response.text().await?))
+    }
+
+    /// `GET https://127.0.0.1:<port><path>` presenting the client certificate `cert_pem`
+    /// (with its key `key_pem`) in the TLS handshake: status and body.
+    pub async fn get_with_certificate(
+        &self,
+        path: &str,
+        cert_pem: &[u8],
+        key_pem: &[u8],
+    ) -> Result<(u16, String), reqwest::Error> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in
+            CertificateDer::pem_file_iter(&self.server_cert).expect("the serving certificate")
+        {
+            roots
+                .add(cert.expect("a PEM certificate"))
+                .expect("trusting the serving certificate");
+        }
+        let chain = CertificateDer::pem_slice_iter(cert_pem)
+            .collect::<Result<Vec<_>, _>>()
+            .expect("a PEM client certificate");
+        let key = PrivateKeyDer::from_pem_slice(key_pem).expect("a PEM private key");
+        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .expect("a usable client certificate");
+        let http = reqwest::Client::builder()
+            .use_preconfigured_tls(tls)
+            .timeout(Duration::from_secs(5))
+            .build()
+            .expect("building the HTTPS client");
+        let response = http
             .get(format!("https://127.0.0.1:{}{path}", self.port))
             .send()
             .await?;

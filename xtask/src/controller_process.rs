@@ -149,6 +149,11 @@ pub(crate) fn start_upstream(
     )
 }
 
+/// The `--authorization-always-allow-paths` of the controllers the benchmarks and fault runs
+/// start, ours and kube-controller-manager alike: their health and metrics are read without
+/// a token (both would otherwise answer an anonymous `/metrics` with 403).
+pub(crate) const ALWAYS_ALLOW_PATHS: &str = "/healthz,/readyz,/livez,/metrics";
+
 /// kube-controller-manager's arguments to run only its Deployment controller, as its own
 /// ServiceAccount, with `kubeconfig` (the cluster's kube-controller-manager kubeconfig).
 pub(crate) fn upstream_args(kubeconfig: &Path) -> Vec<String> {
@@ -157,7 +162,7 @@ pub(crate) fn upstream_args(kubeconfig: &Path) -> Vec<String> {
         format!("--kubeconfig={kc}"),
         format!("--authentication-kubeconfig={kc}"),
         format!("--authorization-kubeconfig={kc}"),
-        "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics".to_owned(),
+        format!("--authorization-always-allow-paths={ALWAYS_ALLOW_PATHS}"),
         "--controllers=deployment-controller".to_owned(),
         "--use-service-account-credentials=true".to_owned(),
         "--profiling=false".to_owned(),

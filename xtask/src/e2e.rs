@@ -451,6 +451,8 @@ const DEPLOY_RBAC: &[&str] = &[
     "02-clusterrolebinding.yaml",
     "03-role-leader-election.yaml",
     "04-rolebinding-leader-election.yaml",
+    "06-clusterrolebinding-auth-delegator.yaml",
+    "07-rolebinding-authentication-reader.yaml",
 ];
 
 /// `kubectl apply` of [`DEPLOY_RBAC`] as the admin.

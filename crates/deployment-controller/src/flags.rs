@@ -112,10 +112,64 @@ pub(crate) struct Flags {
     #[arg(long, value_name = "PATH", requires = "tls_cert_file")]
     pub(crate) tls_private_key_file: Option<PathBuf>,
 
+    /// kubeconfig file pointing at the 'core' Kubernetes API server with enough rights to
+    /// create tokenreviews.authentication.k8s.io (kube-controller-manager's flag). Without
+    /// it, the in-cluster ServiceAccount is used; outside a cluster, bearer tokens are not
+    /// reviewed and every request to the endpoints is anonymous.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) authentication_kubeconfig: Option<PathBuf>,
+
+    /// How long answers of the TokenReview API (authenticated or not) are cached. 0 turns
+    /// the cache off.
+    #[arg(long, default_value = "10s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub(crate) authentication_token_webhook_cache_ttl: Duration,
+
+    /// PEM bundle of the CAs that sign client certificates: a client certificate presented
+    /// to the endpoints and signed by one of them authenticates its common name as the user
+    /// and its organizations as the groups (kube-controller-manager's flag).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) client_ca_file: Option<PathBuf>,
+
+    /// Without --client-ca-file, do not look the client CA up in the ConfigMap
+    /// kube-system/extension-apiserver-authentication (key client-ca-file) with the
+    /// authentication client; client certificates are then not used.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, value_name = "BOOL",
+          num_args = 0..=1, default_missing_value = "true")]
+    pub(crate) authentication_skip_lookup: bool,
+
+    /// kubeconfig file pointing at the 'core' Kubernetes API server with enough rights to
+    /// create subjectaccessreviews.authorization.k8s.io (kube-controller-manager's flag).
+    /// Without it, the in-cluster ServiceAccount is used; outside a cluster, every request
+    /// not allowed by --authorization-always-allow-paths (or from system:masters) is
+    /// forbidden.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) authorization_kubeconfig: Option<PathBuf>,
+
+    /// How long 'authorized' answers of the SubjectAccessReview API are cached. 0 turns the
+    /// cache off.
+    #[arg(long, default_value = "10s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub(crate) authorization_webhook_cache_authorized_ttl: Duration,
+
+    /// How long 'unauthorized' answers of the SubjectAccessReview API are cached. 0 turns
+    /// the cache off.
+    #[arg(long, default_value = "10s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub(crate) authorization_webhook_cache_unauthorized_ttl: Duration,
+
+    /// HTTP paths served to anyone without asking the API server (comma-separated, or the
+    /// flag repeated; an entry ending in * is a prefix). Authentication still applies: a
+    /// bearer token that does not authenticate is refused on these paths too.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "/healthz,/readyz,/livez",
+        value_name = "PATHS"
+    )]
+    pub(crate) authorization_always_allow_paths: Vec<String>,
+
     /// Also serve /debug/cache: the key and resourceVersion of every object in the informer
     /// caches, one per line (for fault-injection tests that compare the caches with a fresh
-    /// list). Off by default: the endpoints are not authenticated and the listing names
-    /// objects.
+    /// list). Off by default: the listing names objects (it is authorized as any other
+    /// path, with a SubjectAccessReview of `get` on /debug/cache).
     #[arg(long)]
     pub(crate) debug_cache_endpoint: bool,
 
@@ -123,6 +177,18 @@ pub(crate) struct Flags {
     /// takes precedence.
     #[arg(short = 'v', long = "v", default_value_t = 0, value_name = "LEVEL")]
     pub(crate) verbosity: u8,
+}
+
+impl Flags {
+    /// `--authorization-always-allow-paths` without empty entries (an empty value is an empty
+    /// list, as pflag's string slices read it).
+    pub(crate) fn always_allow_paths(&self) -> Vec<String> {
+        self.authorization_always_allow_paths
+            .iter()
+            .filter(|p| !p.is_empty())
+            .cloned()
+            .collect()
+    }
 }
 
 /// A lease duration: a Go duration that is a whole number of seconds, at least one (the
@@ -173,8 +239,59 @@ mod tests {
         assert_eq!(flags.bind_address.to_string(), "127.0.0.1");
         assert!(!flags.debug_cache_endpoint);
         assert_eq!(flags.runtime_threads, 1);
+        assert_eq!(flags.authentication_kubeconfig, None);
+        assert_eq!(flags.authorization_kubeconfig, None);
+        assert_eq!(flags.client_ca_file, None);
+        assert!(!flags.authentication_skip_lookup);
+        assert!(
+            Flags::try_parse_from(["d", "--authentication-skip-lookup"])
+                .unwrap()
+                .authentication_skip_lookup
+        );
+        for ttl in [
+            flags.authentication_token_webhook_cache_ttl,
+            flags.authorization_webhook_cache_authorized_ttl,
+            flags.authorization_webhook_cache_unauthorized_ttl,
+        ] {
+            assert_eq!(ttl, Duration::from_secs(10));
+        }
+        assert_eq!(
+            flags.authorization_always_allow_paths,
+            ["/healthz", "/readyz", "/livez"]
+        );
         let threads = Flags::try_parse_from(["d", "--runtime-threads=4"]).unwrap();
         assert_eq!(threads.runtime_threads, 4);
+    }
+
+    #[test]
+    fn always_allow_paths_are_a_comma_list_as_kcm_reads_it() {
+        let parse = |args: &[&str]| {
+            Flags::try_parse_from(std::iter::once("d").chain(args.iter().copied()))
+                .unwrap()
+                .authorization_always_allow_paths
+        };
+        assert_eq!(
+            parse(&["--authorization-always-allow-paths=/healthz,/metrics"]),
+            ["/healthz", "/metrics"]
+        );
+        // Repeated: the values add up, and replace the default.
+        assert_eq!(
+            parse(&[
+                "--authorization-always-allow-paths=/healthz",
+                "--authorization-always-allow-paths",
+                "/debug/*"
+            ]),
+            ["/healthz", "/debug/*"]
+        );
+        // An empty value is an empty list, as pflag reads it: no path is always allowed.
+        let none = Flags::try_parse_from(["d", "--authorization-always-allow-paths="]).unwrap();
+        assert!(none.always_allow_paths().is_empty(), "{none:?}");
+        let ttl =
+            Flags::try_parse_from(["d", "--authorization-webhook-cache-authorized-ttl=0"]).unwrap();
+        assert_eq!(
+            ttl.authorization_webhook_cache_authorized_ttl,
+            Duration::ZERO
+        );
     }
 
     #[test]

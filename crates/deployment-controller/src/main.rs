@@ -6,7 +6,8 @@
 //! cluster whose kube-controller-manager has `--controllers=*,-deployment-controller`.
 //!
 //! Modules: [`flags`] (the command line), [`metrics`] (the Prometheus registry), [`serve`]
-//! (/healthz, /livez, /readyz, /metrics over HTTPS).
+//! (/healthz, /livez, /readyz, /metrics over HTTPS), [`auth`] (their delegated
+//! authentication and authorization).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use kctrl_client::{Api, Client, HttpBackend, ListParams, ResourceRef};
-use kctrl_config::{Config, ConfigOverrides};
+use kctrl_config::{Config, ConfigOverrides, InClusterConfig};
 use kctrl_deployment::pod_view::PodView;
 use kctrl_deployment::wiring::{DeploymentControllerRunner, RunError, RunnerOptions};
 use kctrl_events::{ApiEventSink, EventBroadcaster, EventRecorder, EventSource, EventType};
@@ -31,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
 
+mod auth;
 mod flags;
 mod metrics;
 mod serve;
@@ -195,6 +197,149 @@ fn client_config(flags: &Flags) -> anyhow::Result<Config> {
         env!("CARGO_PKG_VERSION")
     ));
     Ok(config)
+}
+
+/// The client of delegated authentication or authorization (`flag` names which): the
+/// kubeconfig the flag gives, else the in-cluster ServiceAccount, else none — as
+/// kube-controller-manager, for which both kubeconfigs are optional. A kubeconfig that was
+/// given but cannot be loaded is an error; a broken in-cluster configuration is logged and
+/// leaves the client out.
+fn review_client(
+    kubeconfig: Option<&std::path::Path>,
+    flag: &str,
+    rest_metrics: &Arc<dyn kctrl_client::RestClientMetrics>,
+) -> anyhow::Result<Option<Client>> {
+    let mut config = match kubeconfig {
+        Some(path) => Config::from_flags(Some(path), None, &ConfigOverrides::default())
+            .with_context(|| format!("loading --{flag} {}", path.display()))?,
+        None => {
+            let in_cluster = InClusterConfig::from_env();
+            if !in_cluster.is_possible() {
+                return Ok(None);
+            }
+            match in_cluster.config() {
+                Ok(config) => config,
+                Err(e) => {
+                    warn!(error = %e, "reading the in-cluster configuration for delegated {flag} failed");
+                    return Ok(None);
+                }
+            }
+        }
+    };
+    // As upstream: a high client-side limit (the reviews gate the endpoints, not the
+    // controller's work) and a 10 s bound per request.
+    config.qps = 200.0;
+    config.burst = 400;
+    config.timeout = Some(auth::REVIEW_TIMEOUT);
+    config.user_agent = Some(format!(
+        "deployment-controller/{}",
+        env!("CARGO_PKG_VERSION")
+    ));
+    let backend = HttpBackend::new(config)
+        .with_context(|| format!("building the client of --{flag}"))?
+        .with_metrics(rest_metrics.clone());
+    Ok(Some(Client::new(backend, "default")))
+}
+
+/// The ConfigMap where the API server publishes its client CA, and the key.
+const AUTHENTICATION_CONFIGMAP: (&str, &str, &str) = (
+    "kube-system",
+    "extension-apiserver-authentication",
+    "client-ca-file",
+);
+
+/// The client CA the API server publishes in [`AUTHENTICATION_CONFIGMAP`], as
+/// kube-controller-manager looks it up without `--client-ca-file`. Read once; a failure is
+/// logged and leaves client certificates unused (upstream keeps retrying in the background).
+async fn lookup_client_ca(client: &Client) -> Option<auth::ClientCertificates> {
+    let (namespace, name, key) = AUTHENTICATION_CONFIGMAP;
+    let found = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await;
+    let pem = match found {
+        Ok(Some(map)) => map.data.and_then(|mut data| data.remove(key)),
+        Ok(None) => None,
+        Err(e) => {
+            warn!(error = %e, "looking up {key} in configmap {namespace}/{name} failed: client certificates are not used (--authentication-skip-lookup skips the lookup)");
+            return None;
+        }
+    };
+    let Some(pem) = pem else {
+        warn!("configmap {namespace}/{name} has no {key}: client certificates are not used");
+        return None;
+    };
+    match auth::ClientCertificates::from_pem(
+        &pem,
+        &format!("{key} of configmap {namespace}/{name}"),
+    ) {
+        Ok(certificates) => {
+            info!(
+                "client certificates are verified against the {key} of configmap {namespace}/{name}"
+            );
+            Some(certificates)
+        }
+        Err(e) => {
+            warn!(error = %e, "client certificates are not used");
+            None
+        }
+    }
+}
+
+/// The gate of the endpoints, from the `--authentication-*` / `--authorization-*` flags.
+async fn endpoint_gate(
+    flags: &Flags,
+    registry: &mut Registry,
+    rest_metrics: &Arc<dyn kctrl_client::RestClientMetrics>,
+) -> anyhow::Result<auth::Gate> {
+    let authn = review_client(
+        flags.authentication_kubeconfig.as_deref(),
+        "authentication-kubeconfig",
+        rest_metrics,
+    )?;
+    let authz = review_client(
+        flags.authorization_kubeconfig.as_deref(),
+        "authorization-kubeconfig",
+        rest_metrics,
+    )?;
+    if authn.is_none() {
+        warn!(
+            "no --authentication-kubeconfig and not in a cluster: bearer tokens are not reviewed, \
+             every request to the endpoints is anonymous"
+        );
+    }
+    if authz.is_none() {
+        warn!(
+            "no --authorization-kubeconfig and not in a cluster: only \
+             --authorization-always-allow-paths are served"
+        );
+    }
+    let client_certificates = match (&flags.client_ca_file, &authn) {
+        (Some(path), _) => Some(auth::ClientCertificates::from_pem_file(path)?),
+        (None, _) if flags.authentication_skip_lookup => None,
+        (None, Some(client)) => lookup_client_ca(client).await,
+        (None, None) => {
+            warn!(
+                "no --authentication-kubeconfig and not in a cluster to look up the client CA \
+                 in configmap kube-system/extension-apiserver-authentication: client \
+                 certificates are not used"
+            );
+            None
+        }
+    };
+    let options = auth::GateOptions {
+        review_tokens: authn.is_some(),
+        review_access: authz.is_some(),
+        token_cache_ttl: flags.authentication_token_webhook_cache_ttl,
+        authorized_ttl: flags.authorization_webhook_cache_authorized_ttl,
+        unauthorized_ttl: flags.authorization_webhook_cache_unauthorized_ttl,
+        always_allow: auth::AlwaysAllowPaths::parse(&flags.always_allow_paths())?,
+        client_certificates,
+    };
+    let metrics = auth::ReviewMetrics::register(registry);
+    Ok(auth::Gate::new(
+        options,
+        Arc::new(auth::ApiReviews::new(authn, authz, metrics)),
+    ))
 }
 
 /// The `/debug/cache` listing of the factory's Deployment, ReplicaSet and Pod caches.
@@ -388,9 +533,11 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
             let check: serve::Check = Arc::new(move || watchdog.check().map_err(|e| e.to_string()));
             healthz.push((HEALTHZ_NAME, check));
         }
+        let gate = endpoint_gate(&flags, &mut registry, &rest_metrics).await?;
         let endpoints = serve::Endpoints {
             healthz,
             readyz: vec![("caches-synced", ready)],
+            gate: Arc::new(gate),
             registry: Arc::new(registry),
             cache_dump: flags
                 .debug_cache_endpoint
@@ -630,6 +777,62 @@ fn main() -> std::process::ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Without --client-ca-file the client CA is looked up where the API server publishes it;
+    // a missing ConfigMap, key or certificate leaves client certificates unused.
+    #[tokio::test]
+    async fn the_client_ca_is_looked_up_in_the_authentication_configmap() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let fake = kctrl_fake::FakeApi::new();
+        let client = fake.client();
+        assert!(lookup_client_ca(&client).await.is_none());
+        let (namespace, name, key) = AUTHENTICATION_CONFIGMAP;
+        let configmaps = Api::<ConfigMap>::namespaced(client.clone(), namespace);
+        let mut map = ConfigMap {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some(namespace.to_owned()),
+                ..Default::default()
+            },
+            data: Some([("other".to_owned(), "x".to_owned())].into()),
+            ..Default::default()
+        };
+        let map = configmaps
+            .create(&kctrl_client::PostParams::default(), &map.clone())
+            .await
+            .map(|created| {
+                map.metadata.resource_version = created.metadata.resource_version;
+                map
+            })
+            .unwrap();
+        assert!(lookup_client_ca(&client).await.is_none());
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = params
+            .self_signed(&rcgen::KeyPair::generate().unwrap())
+            .unwrap();
+        let mut with_ca = map.clone();
+        with_ca
+            .data
+            .get_or_insert_default()
+            .insert(key.to_owned(), ca.pem());
+        configmaps
+            .update(&kctrl_client::PostParams::default(), &with_ca)
+            .await
+            .unwrap();
+        assert!(lookup_client_ca(&client).await.is_some());
+        let mut broken = with_ca.clone();
+        broken
+            .data
+            .get_or_insert_default()
+            .insert(key.to_owned(), "not a certificate".to_owned());
+        broken.metadata.resource_version = None;
+        configmaps
+            .update(&kctrl_client::PostParams::default(), &broken)
+            .await
+            .unwrap();
+        assert!(lookup_client_ca(&client).await.is_none());
+    }
 
     fn flags(args: &[&str]) -> Flags {
         Flags::try_parse_from(

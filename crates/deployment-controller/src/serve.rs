@@ -10,9 +10,14 @@
 //!
 //! TLS: the certificate and key given with `--tls-cert-file` / `--tls-private-key-file`, or
 //! else a self-signed certificate generated in memory at start (for `localhost`, the loopback
-//! addresses, the bind address and the host name). Nothing here is authenticated: unlike
-//! kube-controller-manager, the endpoints do not delegate authentication to the API server,
-//! so restrict who can reach the port (bind address, network policy).
+//! addresses, the bind address and the host name).
+//!
+//! Every request passes the [`Gate`](crate::auth::Gate) first, as kube-controller-manager's
+//! filters: delegated authentication (client certificates of `--client-ca-file`, which the
+//! TLS server then asks for, and bearer tokens reviewed by the API server) and
+//! authorization (SubjectAccessReviews for non-resource URLs; `/healthz`, `/readyz` and `/livez`
+//! open to anyone by default), so an unauthorized caller gets 401, 403 or 500 and never the
+//! endpoint's answer.
 //!
 //! Exhaustion limits ([`Limits`]): a connection must finish its TLS handshake within 10 s
 //! and send each request's headers within 10 s (an idle keep-alive connection is closed
@@ -44,6 +49,8 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::auth::Gate;
+
 /// A named health check: `Ok` when healthy, `Err(reason)` otherwise.
 pub(crate) type Check = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
@@ -62,6 +69,8 @@ pub(crate) struct Endpoints {
     pub(crate) registry: Arc<Registry>,
     /// The listing `/debug/cache` serves; `None` leaves the path unserved (404).
     pub(crate) cache_dump: Option<CacheDump>,
+    /// Authenticates and authorizes each request before it is answered.
+    pub(crate) gate: Arc<Gate>,
 }
 
 /// One health endpoint's answer: status and body.
@@ -265,10 +274,15 @@ pub(crate) async fn start_with_limits(
     limits: Limits,
 ) -> Result<SocketAddr> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut tls = rustls::ServerConfig::builder_with_provider(provider)
+    let tls = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .context("choosing TLS versions")?
-        .with_no_client_auth()
+        .context("choosing TLS versions")?;
+    // With --client-ca-file a client certificate is asked for (not required).
+    let tls = match endpoints.gate.tls_client_verifier() {
+        Some(verifier) => tls.with_client_cert_verifier(verifier),
+        None => tls.with_no_client_auth(),
+    };
+    let mut tls = tls
         .with_single_cert(chain, key)
         .context("the serving certificate and key do not form a usable pair")?;
     tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
@@ -337,14 +351,28 @@ pub(crate) async fn start_with_limits(
                         return;
                     }
                 };
+                // The client certificate chain, if the client presented one.
+                let chain: Arc<[CertificateDer<'static>]> = tls
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .map(|c| c.iter().map(|c| c.clone().into_owned()).collect())
+                    .unwrap_or_else(|| Arc::from(Vec::new()));
                 let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-                    let response = respond(
-                        &endpoints,
-                        request.method(),
-                        request.uri().path(),
-                        request.uri().query(),
-                    );
-                    async move { Ok::<_, Infallible>(response) }
+                    let endpoints = endpoints.clone();
+                    let chain = chain.clone();
+                    async move {
+                        let (method, uri) = (request.method(), request.uri());
+                        let admitted = endpoints
+                            .gate
+                            .admit(method, uri, request.headers(), &chain)
+                            .await;
+                        let response = match admitted {
+                            Ok(_) => respond(&endpoints, method, uri.path(), uri.query()),
+                            Err(refused) => refused,
+                        };
+                        Ok::<_, Infallible>(response)
+                    }
                 });
                 let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
                 let io = TokioIo::new(tls);
@@ -384,7 +412,68 @@ mod tests {
             readyz: vec![("caches-synced", Arc::new(|| Err("not yet".to_owned())))],
             registry: Arc::new(registry),
             cache_dump: None,
+            gate: Arc::new(gate_without_reviews(&["/healthz", "/readyz", "/livez"])),
         }
+    }
+
+    /// A gate with no API server to ask (as outside a cluster without the kubeconfig flags).
+    fn gate_without_reviews(always_allow: &[&str]) -> Gate {
+        let paths: Vec<String> = always_allow.iter().map(|p| (*p).to_owned()).collect();
+        Gate::new(
+            crate::auth::GateOptions {
+                review_tokens: false,
+                review_access: false,
+                token_cache_ttl: Duration::ZERO,
+                authorized_ttl: Duration::ZERO,
+                unauthorized_ttl: Duration::ZERO,
+                always_allow: crate::auth::AlwaysAllowPaths::parse(&paths).unwrap(),
+                client_certificates: None,
+            },
+            Arc::new(crate::auth::ApiReviews::new(None, None, Default::default())),
+        )
+    }
+
+    // Over HTTPS, the gate answers before the endpoint: /metrics is forbidden to anonymous
+    // callers unless an always-allowed path.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_gate_guards_every_path_over_https() {
+        let (chain, key) =
+            load_or_generate_identity(None, None, "127.0.0.1".parse().unwrap()).unwrap();
+        let cancel = CancellationToken::new();
+        let addr = start(
+            "127.0.0.1:0".parse().unwrap(),
+            chain.clone(),
+            key.clone_key(),
+            endpoints(true),
+            cancel.clone(),
+        )
+        .await
+        .unwrap();
+        let answer = https_get(addr, &chain, "/metrics").await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+        assert!(
+            answer.contains(r#"User \"system:anonymous\" cannot get path \"/metrics\""#),
+            "{answer}"
+        );
+        let answer = https_get(addr, &chain, "/healthz").await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        let mut open = endpoints(true);
+        open.gate = Arc::new(gate_without_reviews(&["/healthz", "/metrics"]));
+        let addr = start(
+            "127.0.0.1:0".parse().unwrap(),
+            chain.clone(),
+            key,
+            open,
+            cancel.clone(),
+        )
+        .await
+        .unwrap();
+        let answer = https_get(addr, &chain, "/metrics").await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.contains("demo_things_total 1"), "{answer}");
+        let answer = https_get(addr, &chain, "/livez").await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+        cancel.cancel();
     }
 
     async fn body(response: Response<Full<Bytes>>) -> (StatusCode, String) {
@@ -461,14 +550,29 @@ mod tests {
         addr: SocketAddr,
         chain: &[CertificateDer<'static>],
     ) -> std::io::Result<ClientTls> {
+        tls_connect_as(addr, chain, None).await
+    }
+
+    /// A client certificate chain and its key.
+    type ClientIdentity = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
+
+    /// [`tls_connect`], presenting `identity` when asked for a client certificate.
+    async fn tls_connect_as(
+        addr: SocketAddr,
+        chain: &[CertificateDer<'static>],
+        identity: Option<ClientIdentity>,
+    ) -> std::io::Result<ClientTls> {
         let mut roots = rustls::RootCertStore::empty();
         roots.add(chain[0].clone()).unwrap();
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let config = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+            .with_root_certificates(roots);
+        let config = match identity {
+            Some((certs, key)) => config.with_client_auth_cert(certs, key).unwrap(),
+            None => config.with_no_client_auth(),
+        };
         let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
         let tcp = tokio::net::TcpStream::connect(addr).await?;
         let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
@@ -481,8 +585,18 @@ mod tests {
         chain: &[CertificateDer<'static>],
         path: &str,
     ) -> std::io::Result<String> {
+        https_get_as(addr, chain, path, None).await
+    }
+
+    /// [`https_get`] presenting a client certificate.
+    async fn https_get_as(
+        addr: SocketAddr,
+        chain: &[CertificateDer<'static>],
+        path: &str,
+        identity: Option<ClientIdentity>,
+    ) -> std::io::Result<String> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut tls = tls_connect(addr, chain).await?;
+        let mut tls = tls_connect_as(addr, chain, identity).await?;
         tls.write_all(
             format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
                 .as_bytes(),
@@ -569,6 +683,111 @@ mod tests {
         );
         let answer = https_get(addr, &chain, "/livez").await.unwrap();
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        cancel.cancel();
+    }
+
+    /// A CA: its certificate and what signs with it.
+    fn test_ca(
+        name: &str,
+    ) -> (
+        CertificateDer<'static>,
+        rcgen::Issuer<'static, rcgen::KeyPair>,
+    ) {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        (cert.der().clone(), rcgen::Issuer::new(params, key))
+    }
+
+    /// A client certificate of `ca` for `cn` in organization `org`.
+    fn client_certificate(
+        ca: &rcgen::Issuer<'static, rcgen::KeyPair>,
+        cn: &str,
+        org: Option<&str>,
+    ) -> ClientIdentity {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        if let Some(org) = org {
+            params
+                .distinguished_name
+                .push(rcgen::DnType::OrganizationName, org);
+        }
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, ca).unwrap();
+        (
+            vec![cert.der().clone()],
+            PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
+        )
+    }
+
+    // With --client-ca-file, a certificate of that CA authenticates its CN and O (here
+    // system:masters, allowed without a review); another CA's answers 401 even on /healthz;
+    // without a certificate the caller is anonymous.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn client_certificates_of_the_client_ca_authenticate() {
+        let (ca_cert, ca) = test_ca("client CA");
+        let (_, other_ca) = test_ca("another CA");
+        let (chain, key) =
+            load_or_generate_identity(None, None, "127.0.0.1".parse().unwrap()).unwrap();
+        let mut open = endpoints(true);
+        let mut gate_options = crate::auth::GateOptions {
+            review_tokens: false,
+            review_access: false,
+            token_cache_ttl: Duration::ZERO,
+            authorized_ttl: Duration::ZERO,
+            unauthorized_ttl: Duration::ZERO,
+            always_allow: crate::auth::AlwaysAllowPaths::parse(&["/healthz".to_owned()]).unwrap(),
+            client_certificates: None,
+        };
+        gate_options.client_certificates =
+            Some(crate::auth::ClientCertificates::from_certificates(vec![ca_cert]).unwrap());
+        open.gate = Arc::new(Gate::new(
+            gate_options,
+            Arc::new(crate::auth::ApiReviews::new(None, None, Default::default())),
+        ));
+        let cancel = CancellationToken::new();
+        let addr = start(
+            "127.0.0.1:0".parse().unwrap(),
+            chain.clone(),
+            key,
+            open,
+            cancel.clone(),
+        )
+        .await
+        .unwrap();
+        let get = |path: &'static str, identity: Option<ClientIdentity>| {
+            let chain = chain.clone();
+            async move { https_get_as(addr, &chain, path, identity).await.unwrap() }
+        };
+        let admin = get(
+            "/metrics",
+            Some(client_certificate(&ca, "alice", Some("system:masters"))),
+        )
+        .await;
+        assert!(admin.starts_with("HTTP/1.1 200"), "{admin}");
+        assert!(admin.contains("demo_things_total 1"), "{admin}");
+        let bob = get("/metrics", Some(client_certificate(&ca, "bob", None))).await;
+        assert!(bob.starts_with("HTTP/1.1 403"), "{bob}");
+        assert!(bob.contains(r#"User \"bob\" cannot get path"#), "{bob}");
+        let stranger = client_certificate(&other_ca, "mallory", Some("system:masters"));
+        let refused = get("/metrics", Some(stranger)).await;
+        assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+        let stranger = client_certificate(&other_ca, "mallory", Some("system:masters"));
+        let refused = get("/healthz", Some(stranger)).await;
+        assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+        let anonymous = get("/metrics", None).await;
+        assert!(anonymous.starts_with("HTTP/1.1 403"), "{anonymous}");
+        assert!(anonymous.contains("system:anonymous"), "{anonymous}");
+        let health = get("/healthz", None).await;
+        assert!(health.starts_with("HTTP/1.1 200"), "{health}");
         cancel.cancel();
     }
 

@@ -610,6 +610,11 @@ impl<'a> Run<'a> {
     /// Starts our controller (through the proxy) and checks it is the cluster's only one.
     fn start_controller(&mut self) -> Result<()> {
         let port = self.metrics_port.to_string();
+        // /metrics and /debug/cache are read without a token.
+        let open_paths = format!(
+            "--authorization-always-allow-paths={},/debug/cache",
+            controller_process::ALWAYS_ALLOW_PATHS
+        );
         let c = tokio::task::block_in_place(|| {
             controller_process::start_with_env(
                 self.binary,
@@ -620,6 +625,7 @@ impl<'a> Run<'a> {
                     "--secure-port",
                     &port,
                     "--debug-cache-endpoint",
+                    &open_paths,
                 ],
                 &[("RUST_LOG", CONTROLLER_RUST_LOG)],
             )

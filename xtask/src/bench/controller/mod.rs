@@ -609,10 +609,14 @@ fn start_with(
     let (binary, mut args) = match side {
         Side::Ours => (
             env.ours.clone(),
-            vec![format!(
-                "--kubeconfig={}",
-                env.info.controller_kubeconfig.display()
-            )],
+            vec![
+                format!("--kubeconfig={}", env.info.controller_kubeconfig.display()),
+                // Scraped without a token, as kube-controller-manager is (upstream_args).
+                format!(
+                    "--authorization-always-allow-paths={}",
+                    crate::controller_process::ALWAYS_ALLOW_PATHS
+                ),
+            ],
         ),
         Side::Upstream => (
             env.kcm.clone(),

@@ -36,10 +36,18 @@ const BINARY_FLAGS: &[&str] = &[
     "secure-port",
     "tls-cert-file",
     "tls-private-key-file",
+    "authentication-kubeconfig",
+    "authentication-token-webhook-cache-ttl",
+    "authorization-kubeconfig",
+    "authorization-webhook-cache-authorized-ttl",
+    "authorization-webhook-cache-unauthorized-ttl",
+    "authorization-always-allow-paths",
+    "client-ca-file",
+    "authentication-skip-lookup",
 ];
 
 /// Flags whose value is a boolean: `--flag` alone is complete, a value needs `=`.
-const BOOL_FLAGS: &[&str] = &["leader-elect"];
+const BOOL_FLAGS: &[&str] = &["leader-elect", "authentication-skip-lookup"];
 
 fn read(relative: &str) -> String {
     let path = crate::workspace_root().join(relative);
@@ -73,7 +81,7 @@ fn every_manifest_is_one_object_in_kube_system_or_cluster_scoped() {
         .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
         .collect();
     files.sort();
-    assert_eq!(files.len(), 7, "{files:?}");
+    assert_eq!(files.len(), 9, "{files:?}");
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
         // `kubectl apply -f` accepts several documents per file; we keep one per file.
@@ -186,6 +194,31 @@ fn bindings_grant_the_roles_to_our_service_account() {
         "kctrl:deployment-controller:leader-election"
     );
     assert_eq!(subject(rb.subjects), ours);
+
+    // Delegated authentication and authorization of the endpoints: TokenReviews and
+    // SubjectAccessReviews, through the bootstrap role kube-apiserver keeps for that.
+    let delegator: ClusterRoleBinding = object("deploy/06-clusterrolebinding-auth-delegator.yaml");
+    assert_eq!(delegator.role_ref.kind, "ClusterRole");
+    assert_eq!(delegator.role_ref.name, "system:auth-delegator");
+    assert_eq!(
+        delegator.role_ref.api_group.as_deref(),
+        Some("rbac.authorization.k8s.io")
+    );
+    assert_eq!(subject(delegator.subjects), ours);
+
+    // Reading the client CA the API server publishes (kube-system/extension-apiserver-
+    // authentication), through the bootstrap Role kube-apiserver keeps for that.
+    let reader: RoleBinding = object("deploy/07-rolebinding-authentication-reader.yaml");
+    assert_eq!(
+        reader.metadata.namespace.as_deref(),
+        Some(CONTROLLER_NAMESPACE)
+    );
+    assert_eq!(reader.role_ref.kind, "Role");
+    assert_eq!(
+        reader.role_ref.name,
+        "extension-apiserver-authentication-reader"
+    );
+    assert_eq!(subject(reader.subjects), ours);
 }
 
 /// The flag names in `args` (`--name=value`, `--name value`, `-v=2`, `-v 2`), or what is not

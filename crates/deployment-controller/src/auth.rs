@@ -1,0 +1,1283 @@
+//! Delegated authentication and authorization of the endpoints, as kube-controller-manager
+//! does it (k8s.io/apiserver's `DelegatingAuthenticationOptions` and
+//! `DelegatingAuthorizationOptions`, with its `--authentication-*` / `--authorization-*`
+//! flags and their defaults).
+//!
+//! Every request is first **authenticated**:
+//!
+//! - an `Authorization: Bearer <token>` header is checked with a `TokenReview`
+//!   (authentication.k8s.io/v1) created on the API server of `--authentication-kubeconfig`
+//!   (or the in-cluster ServiceAccount). An answer that authenticates the token gives the
+//!   user (with the group `system:authenticated` added); a token the API server does not
+//!   authenticate, and a review that fails (API server unreachable, 5xx, timeout, refused),
+//!   answer `401 Unauthorized` — on every path, `/healthz` included, as upstream;
+//! - a request without that header (or with another scheme, or an empty token) is
+//!   anonymous: user `system:anonymous`, group `system:unauthenticated`;
+//! - with a client CA (`--client-ca-file`, else the `client-ca-file` the API server publishes
+//!   in the ConfigMap kube-system/extension-apiserver-authentication, looked up at start unless
+//!   `--authentication-skip-lookup`), a client certificate presented in the TLS handshake is
+//!   verified against those CAs (chain, validity, client-auth usage); a valid one authenticates its
+//!   subject: the common name is the user, the organizations are the groups. It is tried
+//!   before the token; an invalid certificate answers 401 unless a token authenticates;
+//! - without a review client (no `--authentication-kubeconfig` and not in a cluster) and
+//!   without a client CA, every request is anonymous and tokens are not looked at.
+//!
+//! Then **authorized**, as a non-resource request: the verb is the HTTP method in lower case
+//! (`GET` → `get`), the path is the request path. In order: a member of `system:masters` is
+//! allowed; a path of `--authorization-always-allow-paths` (default `/healthz`, `/readyz`,
+//! `/livez`; an entry ending in `*` is a prefix) is allowed for anyone; otherwise a
+//! `SubjectAccessReview` (authorization.k8s.io/v1) created on the API server of
+//! `--authorization-kubeconfig` decides. Not allowed answers `403 Forbidden` naming the user,
+//! verb and path; a review that fails answers `500` — the request is never let through. Without
+//! a review client only the first two rules apply, so every other path is forbidden.
+//!
+//! Answers are cached (`--authentication-token-webhook-cache-ttl`,
+//! `--authorization-webhook-cache-authorized-ttl`, `--authorization-webhook-cache-unauthorized-ttl`,
+//! 10 s each; 0 turns a cache off). Failed reviews are never cached. A review is retried,
+//! as upstream's webhook backoff retries it, when the connection was reset or the API server
+//! answered 500, 504 or 429: after 0.5 s, 0.75 s, … (five attempts, ±20% jitter), within 10 s
+//! in all. A refused connection fails at once.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use http_body_util::Full;
+use hyper::header::{
+    AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE, HeaderMap, HeaderValue, X_CONTENT_TYPE_OPTIONS,
+};
+use hyper::{Method, Response, StatusCode, Uri};
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, TokenReviewStatus};
+use k8s_openapi::api::authorization::v1::{
+    NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec, SubjectAccessReviewStatus,
+};
+use kctrl_client::{Api, Client, PostParams};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, UnixTime};
+use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+/// The user of a request without credentials.
+pub(crate) const ANONYMOUS_USER: &str = "system:anonymous";
+/// The group of a request without credentials.
+pub(crate) const UNAUTHENTICATED_GROUP: &str = "system:unauthenticated";
+/// The group added to every authenticated user.
+pub(crate) const AUTHENTICATED_GROUP: &str = "system:authenticated";
+/// The group allowed everything without a review.
+pub(crate) const MASTERS_GROUP: &str = "system:masters";
+/// How long one review may take, retries included (upstream's `TokenRequestTimeout` and
+/// `ClientTimeout`).
+pub(crate) const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
+/// Attempts per review, and the first delay between two (then ×1.5, ±20%).
+const REVIEW_ATTEMPTS: u32 = 5;
+const FIRST_RETRY_DELAY: Duration = Duration::from_millis(500);
+/// At most this many answers are cached per cache; past it, answers are not cached until
+/// entries expire (so a flood of distinct tokens cannot grow the process).
+const CACHE_CAPACITY: usize = 4096;
+/// Paths and verbs longer than this together are never cached (upstream's bound).
+const MAX_CACHED_ATTRIBUTES: usize = 10_000;
+
+/// Who made a request.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct UserInfo {
+    /// The user name.
+    pub(crate) name: String,
+    /// The user's UID, if the authenticator knows one.
+    pub(crate) uid: String,
+    /// The user's groups.
+    pub(crate) groups: Vec<String>,
+    /// Further attributes (e.g. the pod a ServiceAccount token is bound to).
+    pub(crate) extra: BTreeMap<String, Vec<String>>,
+}
+
+impl UserInfo {
+    /// The user of requests without credentials.
+    pub(crate) fn anonymous() -> Self {
+        Self {
+            name: ANONYMOUS_USER.to_owned(),
+            uid: String::new(),
+            groups: vec![UNAUTHENTICATED_GROUP.to_owned()],
+            extra: BTreeMap::new(),
+        }
+    }
+}
+
+/// Why a request could not be authenticated or authorized.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AuthError {
+    /// The API server did not authenticate the bearer token.
+    #[error("invalid bearer token")]
+    InvalidToken,
+    /// The API server did not authenticate the bearer token, and said why.
+    #[error("the token review did not authenticate the token: {0}")]
+    TokenRejected(String),
+    /// Creating a review failed (after retries).
+    #[error("creating a {review}: {source}")]
+    Review {
+        /// `TokenReview` or `SubjectAccessReview`.
+        review: &'static str,
+        /// The client's error.
+        #[source]
+        source: kctrl_client::Error,
+    },
+    /// A review took longer than [`REVIEW_TIMEOUT`], retries included.
+    #[error("creating a {review}: no answer within {after:?}")]
+    ReviewTimedOut {
+        /// `TokenReview` or `SubjectAccessReview`.
+        review: &'static str,
+        /// The bound that expired.
+        after: Duration,
+    },
+    /// The API server answered a review without a status.
+    #[error("the API server answered the {review} without a status")]
+    NoStatus {
+        /// `TokenReview` or `SubjectAccessReview`.
+        review: &'static str,
+    },
+    /// The SubjectAccessReview both allowed and denied the request.
+    #[error("the SubjectAccessReview answered both allowed and denied")]
+    AllowedAndDenied,
+    /// The client certificate does not verify against `--client-ca-file`.
+    #[error("verifying the client certificate: {0}")]
+    BadClientCertificate(String),
+    /// `--client-ca-file` cannot be used.
+    #[error("--client-ca-file {path}: {reason}")]
+    ClientCa {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An `--authorization-always-allow-paths` entry has a `*` that is not its last character.
+    #[error("--authorization-always-allow-paths: only a trailing * is allowed in {0:?}")]
+    BadAlwaysAllowPath(String),
+}
+
+/// The two reviews the API server performs for us.
+pub(crate) trait Reviews: Send + Sync {
+    /// Creates a TokenReview of `token`; its status.
+    fn token_review(
+        &self,
+        token: String,
+    ) -> BoxFuture<'_, Result<Option<TokenReviewStatus>, kctrl_client::Error>>;
+    /// Creates a SubjectAccessReview of `spec`; its status.
+    fn access_review(
+        &self,
+        spec: SubjectAccessReviewSpec,
+    ) -> BoxFuture<'_, Result<Option<SubjectAccessReviewStatus>, kctrl_client::Error>>;
+}
+
+/// The `code` label of the review request counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CodeLabel {
+    code: String,
+}
+
+/// Counters of the review requests, by answer: upstream's
+/// `apiserver_delegated_authn_request_total` and `apiserver_delegated_authz_request_total`.
+#[derive(Clone, Default)]
+pub(crate) struct ReviewMetrics {
+    authn: Family<CodeLabel, Counter>,
+    authz: Family<CodeLabel, Counter>,
+}
+
+impl ReviewMetrics {
+    /// Registers the two counters in `registry`.
+    pub(crate) fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        registry.register(
+            "apiserver_delegated_authn_request",
+            "Number of HTTP requests partitioned by status code (or <error>) made for delegated authentication (TokenReviews)",
+            metrics.authn.clone(),
+        );
+        registry.register(
+            "apiserver_delegated_authz_request",
+            "Number of HTTP requests partitioned by status code (or <error>) made for delegated authorization (SubjectAccessReviews)",
+            metrics.authz.clone(),
+        );
+        metrics
+    }
+}
+
+/// The code an attempt is counted under: the HTTP status, or `<error>` without one.
+fn code_of<T>(result: &Result<T, kctrl_client::Error>) -> String {
+    match result {
+        Ok(_) => "201".to_owned(),
+        Err(e) => e
+            .api_error()
+            .map_or_else(|| "<error>".to_owned(), |a| a.code.to_string()),
+    }
+}
+
+/// [`Reviews`] through the API: creates of `tokenreviews` and `subjectaccessreviews`.
+pub(crate) struct ApiReviews {
+    authn: Option<Client>,
+    authz: Option<Client>,
+    metrics: ReviewMetrics,
+}
+
+impl ApiReviews {
+    /// Reviews through `authn` (TokenReviews) and `authz` (SubjectAccessReviews).
+    pub(crate) fn new(
+        authn: Option<Client>,
+        authz: Option<Client>,
+        metrics: ReviewMetrics,
+    ) -> Self {
+        Self {
+            authn,
+            authz,
+            metrics,
+        }
+    }
+}
+
+impl Reviews for ApiReviews {
+    fn token_review(
+        &self,
+        token: String,
+    ) -> BoxFuture<'_, Result<Option<TokenReviewStatus>, kctrl_client::Error>> {
+        Box::pin(async move {
+            let client = self.authn.clone().ok_or_else(|| {
+                kctrl_client::Error::InvalidRequest("no TokenReview client".to_owned())
+            })?;
+            let review = TokenReview {
+                spec: TokenReviewSpec {
+                    token,
+                    audiences: None,
+                },
+                ..TokenReview::default()
+            };
+            let result = Api::<TokenReview>::all(client)
+                .create(&PostParams::default(), &review)
+                .await;
+            self.metrics
+                .authn
+                .get_or_create(&CodeLabel {
+                    code: code_of(&result),
+                })
+                .inc();
+            result.map(|r| r.status)
+        })
+    }
+
+    fn access_review(
+        &self,
+        spec: SubjectAccessReviewSpec,
+    ) -> BoxFuture<'_, Result<Option<SubjectAccessReviewStatus>, kctrl_client::Error>> {
+        Box::pin(async move {
+            let client = self.authz.clone().ok_or_else(|| {
+                kctrl_client::Error::InvalidRequest("no SubjectAccessReview client".to_owned())
+            })?;
+            let review = SubjectAccessReview {
+                spec,
+                ..SubjectAccessReview::default()
+            };
+            let result = Api::<SubjectAccessReview>::all(client)
+                .create(&PostParams::default(), &review)
+                .await;
+            self.metrics
+                .authz
+                .get_or_create(&CodeLabel {
+                    code: code_of(&result),
+                })
+                .inc();
+            result.map(|r| r.status)
+        })
+    }
+}
+
+/// Whether a failed review attempt is worth another, as upstream's webhook decides: a
+/// connection reset or aborted mid-request, or an answer of 500 (internal error), 504 / reason
+/// `Timeout`, or 429. A refused connection or a client-side timeout is not retried.
+fn retryable(e: &kctrl_client::Error) -> bool {
+    if let Some(api) = e.api_error() {
+        return matches!(api.code, 429 | 500 | 504)
+            || matches!(
+                api.status.reason.as_deref(),
+                Some("InternalError" | "Timeout" | "TooManyRequests")
+            );
+    }
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted
+            )
+        {
+            return true;
+        }
+        source = err.source();
+    }
+    false
+}
+
+/// Runs `attempt` until it succeeds, fails for good, or [`REVIEW_TIMEOUT`] passes.
+async fn with_retries<T, F, Fut>(review: &'static str, mut attempt: F) -> Result<T, AuthError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, kctrl_client::Error>>,
+{
+    let deadline = Instant::now() + REVIEW_TIMEOUT;
+    let timed_out = || AuthError::ReviewTimedOut {
+        review,
+        after: REVIEW_TIMEOUT,
+    };
+    let mut delay = FIRST_RETRY_DELAY;
+    for n in 1..=REVIEW_ATTEMPTS {
+        match tokio::time::timeout_at(deadline, attempt()).await {
+            Err(_) => return Err(timed_out()),
+            Ok(Ok(value)) => return Ok(value),
+            Ok(Err(source)) if n < REVIEW_ATTEMPTS && retryable(&source) => {
+                debug!(review, attempt = n, error = %source, "review failed; retrying");
+                let jitter = 0.8 + 0.4 * fastrand::f64();
+                if tokio::time::timeout_at(deadline, tokio::time::sleep(delay.mul_f64(jitter)))
+                    .await
+                    .is_err()
+                {
+                    return Err(timed_out());
+                }
+                delay = delay.mul_f64(1.5);
+            }
+            Ok(Err(source)) => return Err(AuthError::Review { review, source }),
+        }
+    }
+    Err(timed_out())
+}
+
+/// Answers kept for a while, keyed by string.
+struct TtlCache<V> {
+    entries: Mutex<HashMap<String, (V, Instant)>>,
+}
+
+impl<V: Clone> TtlCache<V> {
+    fn new() -> Self {
+        Self {
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<V> {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        match entries.get(key) {
+            Some((value, expires)) if *expires > Instant::now() => Some(value.clone()),
+            Some(_) => {
+                entries.remove(key);
+                None
+            }
+            None => None,
+        }
+    }
+
+    fn put(&self, key: String, value: V, ttl: Duration) {
+        if ttl.is_zero() {
+            return;
+        }
+        let now = Instant::now();
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if entries.len() >= CACHE_CAPACITY {
+            entries.retain(|_, (_, expires)| *expires > now);
+            if entries.len() >= CACHE_CAPACITY {
+                return;
+            }
+        }
+        entries.insert(key, (value, now + ttl));
+    }
+}
+
+/// A cached TokenReview answer: the user, or "not authenticated" (without an error).
+#[derive(Clone)]
+enum TokenOutcome {
+    User(UserInfo),
+    NotAuthenticated,
+}
+
+/// The bearer token of an `Authorization` header, read as upstream does: the scheme is
+/// `Bearer` in any case, the token is the next space-separated word and must not be empty.
+pub(crate) fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(AUTHORIZATION)?.to_str().ok()?.trim();
+    let mut parts = value.splitn(3, ' ');
+    let scheme = parts.next()?;
+    let token = parts.next()?;
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// `--authorization-always-allow-paths`: exact paths, and prefixes (entries ending in `*`).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct AlwaysAllowPaths {
+    exact: Vec<String>,
+    prefixes: Vec<String>,
+}
+
+impl AlwaysAllowPaths {
+    /// Parses the flag's entries; a `*` anywhere but at the end is refused.
+    pub(crate) fn parse(entries: &[String]) -> Result<Self, AuthError> {
+        let mut paths = Self::default();
+        for entry in entries {
+            let p = entry.strip_prefix('/').unwrap_or(entry);
+            if let Some(prefix) = p.strip_suffix('*') {
+                if prefix.contains('*') {
+                    return Err(AuthError::BadAlwaysAllowPath(entry.clone()));
+                }
+                paths.prefixes.push(prefix.to_owned());
+            } else if p.contains('*') {
+                return Err(AuthError::BadAlwaysAllowPath(entry.clone()));
+            } else {
+                paths.exact.push(p.to_owned());
+            }
+        }
+        Ok(paths)
+    }
+
+    /// Whether `path` is allowed without a review.
+    pub(crate) fn allows(&self, path: &str) -> bool {
+        let p = path.strip_prefix('/').unwrap_or(path);
+        self.exact.iter().any(|e| e == p) || self.prefixes.iter().any(|pre| p.starts_with(pre))
+    }
+}
+
+/// `--client-ca-file`: the CAs client certificates are verified against, and what the TLS
+/// server needs to ask for them.
+#[derive(Clone)]
+pub(crate) struct ClientCertificates {
+    verifier: Arc<dyn ClientCertVerifier>,
+}
+
+impl std::fmt::Debug for ClientCertificates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientCertificates").finish_non_exhaustive()
+    }
+}
+
+impl ClientCertificates {
+    /// The CAs of a PEM file (one certificate or more).
+    pub(crate) fn from_pem_file(path: &Path) -> Result<Self, AuthError> {
+        let fail = |reason: String| AuthError::ClientCa {
+            path: path.display().to_string(),
+            reason,
+        };
+        let certificates = CertificateDer::pem_file_iter(path)
+            .map_err(|e| fail(e.to_string()))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| fail(e.to_string()))?;
+        Self::from_certificates(certificates).map_err(fail)
+    }
+
+    /// The CAs of PEM text (`what` names its source in errors).
+    pub(crate) fn from_pem(pem: &str, what: &str) -> Result<Self, String> {
+        let certificates = CertificateDer::pem_slice_iter(pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("{what}: {e}"))?;
+        Self::from_certificates(certificates).map_err(|e| format!("{what}: {e}"))
+    }
+
+    /// The CAs `certificates` (DER).
+    pub(crate) fn from_certificates(
+        certificates: Vec<CertificateDer<'static>>,
+    ) -> Result<Self, String> {
+        if certificates.is_empty() {
+            return Err("holds no PEM certificate".to_owned());
+        }
+        let mut roots = rustls::RootCertStore::empty();
+        for certificate in certificates {
+            roots.add(certificate).map_err(|e| e.to_string())?;
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+            .allow_unauthenticated()
+            .build()
+            .map_err(|e| e.to_string())?;
+        Ok(Self { verifier })
+    }
+
+    /// The verifier for the TLS server: asks for a client certificate naming these CAs,
+    /// checks the handshake's signatures, and accepts any chain, which
+    /// [`authenticate`](Self::authenticate) judges afterwards (as upstream's server asks for a
+    /// certificate without verifying it in the handshake, so a bad one answers 401 rather
+    /// than failing the connection).
+    pub(crate) fn tls_verifier(&self) -> Arc<dyn ClientCertVerifier> {
+        Arc::new(RequestClientCertificate {
+            inner: self.verifier.clone(),
+        })
+    }
+
+    /// The user of a presented chain (leaf first): `Ok(None)` when its subject has no common
+    /// name.
+    pub(crate) fn authenticate(
+        &self,
+        chain: &[CertificateDer<'static>],
+    ) -> Result<Option<UserInfo>, AuthError> {
+        let Some((leaf, intermediates)) = chain.split_first() else {
+            return Ok(None);
+        };
+        self.verifier
+            .verify_client_cert(leaf, intermediates, UnixTime::now())
+            .map_err(|e| AuthError::BadClientCertificate(e.to_string()))?;
+        let (_, parsed) = x509_parser::parse_x509_certificate(leaf)
+            .map_err(|e| AuthError::BadClientCertificate(e.to_string()))?;
+        let subject = parsed.subject();
+        let Some(name) = subject
+            .iter_common_name()
+            .find_map(|cn| cn.as_str().ok())
+            .filter(|cn| !cn.is_empty())
+        else {
+            return Ok(None);
+        };
+        let groups = subject
+            .iter_organization()
+            .filter_map(|o| o.as_str().ok())
+            .map(str::to_owned)
+            .collect();
+        Ok(Some(UserInfo {
+            name: name.to_owned(),
+            uid: String::new(),
+            groups,
+            extra: BTreeMap::new(),
+        }))
+    }
+}
+
+/// Asks for a client certificate without requiring one, and leaves the chain to the
+/// authenticator (see [`ClientCertificates::tls_verifier`]).
+#[derive(Debug)]
+struct RequestClientCertificate {
+    inner: Arc<dyn ClientCertVerifier>,
+}
+
+impl ClientCertVerifier for RequestClientCertificate {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+/// The settings of a [`Gate`].
+#[derive(Clone, Debug)]
+pub(crate) struct GateOptions {
+    /// Review bearer tokens (an authentication client exists); otherwise every request is
+    /// anonymous.
+    pub(crate) review_tokens: bool,
+    /// Review access (an authorization client exists); otherwise only `system:masters` and
+    /// the always-allowed paths are allowed.
+    pub(crate) review_access: bool,
+    /// `--authentication-token-webhook-cache-ttl`.
+    pub(crate) token_cache_ttl: Duration,
+    /// `--authorization-webhook-cache-authorized-ttl`.
+    pub(crate) authorized_ttl: Duration,
+    /// `--authorization-webhook-cache-unauthorized-ttl`.
+    pub(crate) unauthorized_ttl: Duration,
+    /// `--authorization-always-allow-paths`.
+    pub(crate) always_allow: AlwaysAllowPaths,
+    /// `--client-ca-file`, if given.
+    pub(crate) client_certificates: Option<ClientCertificates>,
+}
+
+/// An authorizer's verdict on one request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Decision {
+    /// Serve it.
+    Allow,
+    /// Forbidden, with the reason to append to the message (possibly empty).
+    Forbid(String),
+}
+
+/// Authenticates and authorizes the requests of the endpoints.
+pub(crate) struct Gate {
+    options: GateOptions,
+    reviews: Arc<dyn Reviews>,
+    tokens: TtlCache<TokenOutcome>,
+    access: TtlCache<SubjectAccessReviewStatus>,
+}
+
+impl Gate {
+    /// A gate reviewing through `reviews` as `options` say.
+    pub(crate) fn new(options: GateOptions, reviews: Arc<dyn Reviews>) -> Self {
+        Self {
+            options,
+            reviews,
+            tokens: TtlCache::new(),
+            access: TtlCache::new(),
+        }
+    }
+
+    /// The client certificate verifier the TLS server needs, with `--client-ca-file`.
+    pub(crate) fn tls_client_verifier(&self) -> Option<Arc<dyn ClientCertVerifier>> {
+        self.options
+            .client_certificates
+            .as_ref()
+            .map(ClientCertificates::tls_verifier)
+    }
+
+    /// Who sent a request with these headers over a connection that presented `chain`
+    /// (empty without a client certificate): `Ok(None)` for anonymous. The certificate is
+    /// tried first, then the token; an error of either only counts when neither
+    /// authenticates.
+    pub(crate) async fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        chain: &[CertificateDer<'static>],
+    ) -> Result<Option<UserInfo>, AuthError> {
+        let mut first_error = None;
+        if let Some(certificates) = &self.options.client_certificates {
+            match certificates.authenticate(chain) {
+                Ok(Some(user)) => return Ok(Some(with_authenticated_group(user))),
+                Ok(None) => {}
+                Err(e) => first_error = Some(e),
+            }
+        }
+        match self.authenticate_token(headers).await {
+            Ok(Some(user)) => Ok(Some(user)),
+            Ok(None) => first_error.map_or(Ok(None), Err),
+            Err(e) => Err(first_error.unwrap_or(e)),
+        }
+    }
+
+    /// The user of the request's bearer token: `Ok(None)` without one (or without a review
+    /// client).
+    async fn authenticate_token(&self, headers: &HeaderMap) -> Result<Option<UserInfo>, AuthError> {
+        if !self.options.review_tokens {
+            return Ok(None);
+        }
+        let Some(token) = bearer_token(headers) else {
+            return Ok(None);
+        };
+        if let Some(outcome) = self.tokens.get(token) {
+            return match outcome {
+                TokenOutcome::User(user) => Ok(Some(user)),
+                TokenOutcome::NotAuthenticated => Err(AuthError::InvalidToken),
+            };
+        }
+        let status = with_retries("TokenReview", || {
+            self.reviews.token_review(token.to_owned())
+        })
+        .await?
+        .ok_or(AuthError::NoStatus {
+            review: "TokenReview",
+        })?;
+        if status.authenticated != Some(true) {
+            return match status.error.filter(|e| !e.is_empty()) {
+                // An error is not cached, as upstream.
+                Some(error) => Err(AuthError::TokenRejected(error)),
+                None => {
+                    self.tokens.put(
+                        token.to_owned(),
+                        TokenOutcome::NotAuthenticated,
+                        self.options.token_cache_ttl,
+                    );
+                    Err(AuthError::InvalidToken)
+                }
+            };
+        }
+        let reviewed = status.user.unwrap_or_default();
+        let user = with_authenticated_group(UserInfo {
+            name: reviewed.username.unwrap_or_default(),
+            uid: reviewed.uid.unwrap_or_default(),
+            groups: reviewed.groups.unwrap_or_default(),
+            extra: reviewed.extra.unwrap_or_default(),
+        });
+        self.tokens.put(
+            token.to_owned(),
+            TokenOutcome::User(user.clone()),
+            self.options.token_cache_ttl,
+        );
+        Ok(Some(user))
+    }
+
+    /// Whether `user` may `verb` the non-resource URL `path`.
+    pub(crate) async fn authorize(
+        &self,
+        user: &UserInfo,
+        verb: &str,
+        path: &str,
+    ) -> Result<Decision, AuthError> {
+        if user.groups.iter().any(|g| g == MASTERS_GROUP) || self.options.always_allow.allows(path)
+        {
+            return Ok(Decision::Allow);
+        }
+        if !self.options.review_access {
+            return Ok(Decision::Forbid(String::new()));
+        }
+        let spec = SubjectAccessReviewSpec {
+            user: Some(user.name.clone()),
+            uid: (!user.uid.is_empty()).then(|| user.uid.clone()),
+            groups: (!user.groups.is_empty()).then(|| user.groups.clone()),
+            extra: (!user.extra.is_empty()).then(|| user.extra.clone()),
+            non_resource_attributes: Some(NonResourceAttributes {
+                path: Some(path.to_owned()),
+                verb: Some(verb.to_owned()),
+            }),
+            resource_attributes: None,
+        };
+        let key = serde_json::to_string(&spec).unwrap_or_default();
+        let status = match self.access.get(&key) {
+            Some(status) => status,
+            None => {
+                let status = with_retries("SubjectAccessReview", || {
+                    self.reviews.access_review(spec.clone())
+                })
+                .await?
+                .ok_or(AuthError::NoStatus {
+                    review: "SubjectAccessReview",
+                })?;
+                if !key.is_empty() && path.len() + verb.len() < MAX_CACHED_ATTRIBUTES {
+                    let ttl = if status.allowed {
+                        self.options.authorized_ttl
+                    } else {
+                        self.options.unauthorized_ttl
+                    };
+                    self.access.put(key, status.clone(), ttl);
+                }
+                status
+            }
+        };
+        let reason = status.reason.unwrap_or_default();
+        match (status.allowed, status.denied == Some(true)) {
+            (true, true) => Err(AuthError::AllowedAndDenied),
+            (true, false) => Ok(Decision::Allow),
+            // A denial's reason as it is; no opinion's reason named by its authorizer.
+            (false, true) => Ok(Decision::Forbid(reason)),
+            (false, false) if reason.is_empty() => Ok(Decision::Forbid(String::new())),
+            (false, false) => Ok(Decision::Forbid(format!("kubernetes.io/webhook: {reason}"))),
+        }
+    }
+
+    /// Authenticates and authorizes one request: `Ok` to serve it, or the answer to send
+    /// instead (401, 403 or 500).
+    pub(crate) async fn admit(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        chain: &[CertificateDer<'static>],
+    ) -> Result<UserInfo, Response<Full<Bytes>>> {
+        let user = match self.authenticate(headers, chain).await {
+            Ok(user) => user.unwrap_or_else(UserInfo::anonymous),
+            Err(e) => {
+                match e {
+                    AuthError::InvalidToken
+                    | AuthError::TokenRejected(_)
+                    | AuthError::BadClientCertificate(_) => {
+                        debug!(path = uri.path(), error = %e, "unable to authenticate the request");
+                    }
+                    _ => warn!(path = uri.path(), error = %e, "unable to authenticate the request"),
+                }
+                return Err(unauthorized());
+            }
+        };
+        let verb = method.as_str().to_ascii_lowercase();
+        let path = uri.path();
+        match self.authorize(&user, &verb, path).await {
+            Ok(Decision::Allow) => Ok(user),
+            Ok(Decision::Forbid(reason)) => {
+                debug!(user = %user.name, verb, path, reason, "forbidden");
+                Err(forbidden(&user, &verb, path, &reason))
+            }
+            Err(e) => {
+                warn!(user = %user.name, verb, path, error = %e, "authorization failed; refusing the request");
+                let uri = uri.path_and_query().map_or(path, |p| p.as_str());
+                Err(internal_error(uri, &e))
+            }
+        }
+    }
+}
+
+/// `user` with `system:authenticated` added, unless it names either authentication group
+/// already (upstream's authenticated-group adder).
+fn with_authenticated_group(mut user: UserInfo) -> UserInfo {
+    if !user
+        .groups
+        .iter()
+        .any(|g| g == AUTHENTICATED_GROUP || g == UNAUTHENTICATED_GROUP)
+    {
+        user.groups.push(AUTHENTICATED_GROUP.to_owned());
+    }
+    user
+}
+
+/// Escapes what upstream's response writer escapes in messages (`&`, `<`, `>`).
+fn sanitize(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+fn response(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if status != StatusCode::UNAUTHORIZED {
+        // As upstream's 403 and 500 answers.
+        headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    }
+    response
+}
+
+/// A `Status` object as the API server encodes it: compact, its fields in its order.
+fn status_body(code: u16, reason: &str, message: &str, details: bool) -> String {
+    let quoted = |text: &str| serde_json::Value::from(text).to_string();
+    format!(
+        "{{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{{}},\"status\":\"Failure\",\
+         \"message\":{},\"reason\":{},{}\"code\":{code}}}\n",
+        quoted(message),
+        quoted(reason),
+        if details { "\"details\":{}," } else { "" },
+    )
+}
+
+/// The answer to a request that could not be authenticated.
+pub(crate) fn unauthorized() -> Response<Full<Bytes>> {
+    response(
+        StatusCode::UNAUTHORIZED,
+        "application/json",
+        status_body(401, "Unauthorized", "Unauthorized", false),
+    )
+}
+
+/// The answer to a request `user` may not make.
+pub(crate) fn forbidden(
+    user: &UserInfo,
+    verb: &str,
+    path: &str,
+    reason: &str,
+) -> Response<Full<Bytes>> {
+    let mut message = sanitize(&format!(
+        "forbidden: User {:?} cannot {verb} path {:?}",
+        user.name, path
+    ));
+    if !reason.is_empty() {
+        message.push_str(": ");
+        message.push_str(reason);
+    }
+    response(
+        StatusCode::FORBIDDEN,
+        "application/json",
+        status_body(403, "Forbidden", &message, true),
+    )
+}
+
+/// The answer when authorization itself failed.
+fn internal_error(request_uri: &str, error: &AuthError) -> Response<Full<Bytes>> {
+    response(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "text/plain; charset=utf-8",
+        sanitize(&format!(
+            "Internal Server Error: {request_uri:?}: {error}\n"
+        )),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use k8s_openapi::api::authentication::v1::UserInfo as ReviewedUser;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    const ALLOWED: &str = "allowed-token";
+    const NOT_ALLOWED: &str = "valid-token";
+    const MASTER: &str = "master-token";
+
+    /// An API server in memory: two valid tokens, one of them allowed `get /metrics`.
+    #[derive(Default)]
+    struct FakeReviews {
+        failing: AtomicBool,
+        refusing: AtomicBool,
+        token_reviews: AtomicUsize,
+        access_reviews: AtomicUsize,
+    }
+
+    /// A connection reset mid-request (retried), or refused (not retried).
+    fn unavailable(kind: std::io::ErrorKind) -> kctrl_client::Error {
+        kctrl_client::Error::Transport {
+            verb: "POST".to_owned(),
+            url: "https://127.0.0.1:1/apis".to_owned(),
+            source: Box::new(std::io::Error::from(kind)),
+        }
+    }
+
+    impl FakeReviews {
+        fn fail(&self) -> Result<(), kctrl_client::Error> {
+            if self.failing.load(Ordering::SeqCst) {
+                return Err(unavailable(std::io::ErrorKind::ConnectionReset));
+            }
+            if self.refusing.load(Ordering::SeqCst) {
+                return Err(unavailable(std::io::ErrorKind::ConnectionRefused));
+            }
+            Ok(())
+        }
+    }
+
+    impl Reviews for FakeReviews {
+        fn token_review(
+            &self,
+            token: String,
+        ) -> BoxFuture<'_, Result<Option<TokenReviewStatus>, kctrl_client::Error>> {
+            Box::pin(async move {
+                self.token_reviews.fetch_add(1, Ordering::SeqCst);
+                self.fail()?;
+                let name = match token.as_str() {
+                    ALLOWED => "system:serviceaccount:monitoring:prometheus",
+                    NOT_ALLOWED => "system:serviceaccount:default:nobody",
+                    MASTER => "admin",
+                    _ => {
+                        return Ok(Some(TokenReviewStatus {
+                            authenticated: Some(false),
+                            ..TokenReviewStatus::default()
+                        }));
+                    }
+                };
+                let groups = if token == MASTER {
+                    vec![MASTERS_GROUP.to_owned()]
+                } else {
+                    vec!["system:serviceaccounts".to_owned()]
+                };
+                Ok(Some(TokenReviewStatus {
+                    authenticated: Some(true),
+                    user: Some(ReviewedUser {
+                        username: Some(name.to_owned()),
+                        uid: Some("uid-1".to_owned()),
+                        groups: Some(groups),
+                        extra: None,
+                    }),
+                    ..TokenReviewStatus::default()
+                }))
+            })
+        }
+
+        fn access_review(
+            &self,
+            spec: SubjectAccessReviewSpec,
+        ) -> BoxFuture<'_, Result<Option<SubjectAccessReviewStatus>, kctrl_client::Error>> {
+            Box::pin(async move {
+                self.access_reviews.fetch_add(1, Ordering::SeqCst);
+                self.fail()?;
+                let attrs = spec.non_resource_attributes.unwrap_or_default();
+                let allowed = spec.user.as_deref()
+                    == Some("system:serviceaccount:monitoring:prometheus")
+                    && spec
+                        .groups
+                        .as_ref()
+                        .is_some_and(|g| g.iter().any(|g| g == AUTHENTICATED_GROUP))
+                    && attrs.path.as_deref() == Some("/metrics")
+                    && attrs.verb.as_deref() == Some("get");
+                Ok(Some(SubjectAccessReviewStatus {
+                    allowed,
+                    ..SubjectAccessReviewStatus::default()
+                }))
+            })
+        }
+    }
+
+    /// kube-controller-manager's default TTLs and paths.
+    const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(10);
+    const DEFAULT_ALWAYS_ALLOW_PATHS: [&str; 3] = ["/healthz", "/readyz", "/livez"];
+
+    fn options() -> GateOptions {
+        GateOptions {
+            review_tokens: true,
+            review_access: true,
+            token_cache_ttl: DEFAULT_CACHE_TTL,
+            authorized_ttl: DEFAULT_CACHE_TTL,
+            unauthorized_ttl: DEFAULT_CACHE_TTL,
+            always_allow: AlwaysAllowPaths::parse(&DEFAULT_ALWAYS_ALLOW_PATHS.map(str::to_owned))
+                .unwrap(),
+            client_certificates: None,
+        }
+    }
+
+    fn new_gate(options: GateOptions) -> (Gate, Arc<FakeReviews>) {
+        let fake = Arc::new(FakeReviews::default());
+        (Gate::new(options, fake.clone()), fake)
+    }
+
+    fn headers(token: Option<&str>) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        if let Some(token) = token {
+            headers.insert(
+                AUTHORIZATION,
+                HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
+            );
+        }
+        headers
+    }
+
+    /// The status and body of the gate's answer, 200 when it lets the request through.
+    async fn answer(gate: &Gate, method: Method, path: &str, token: Option<&str>) -> (u16, String) {
+        let uri: Uri = path.parse().unwrap();
+        match gate.admit(&method, &uri, &headers(token), &[]).await {
+            Ok(_) => (200, String::new()),
+            Err(response) => {
+                let status = response.status().as_u16();
+                let body = response.into_body().collect().await.unwrap().to_bytes();
+                (status, String::from_utf8(body.to_vec()).unwrap())
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn decisions_as_kube_controller_manager() {
+        let (gate, _) = new_gate(options());
+        let cases: &[(&str, Option<&str>, u16)] = &[
+            ("/metrics", Some(ALLOWED), 200),
+            ("/metrics", Some(NOT_ALLOWED), 403),
+            ("/metrics", Some("garbage"), 401),
+            ("/metrics", None, 403),
+            ("/metrics", Some(MASTER), 200),
+            ("/debug/cache", Some(ALLOWED), 403),
+            ("/healthz", None, 200),
+            ("/readyz", None, 200),
+            ("/livez", Some(NOT_ALLOWED), 200),
+            // Authentication comes first, on every path.
+            ("/healthz", Some("garbage"), 401),
+        ];
+        for (path, token, want) in cases {
+            let (status, body) = answer(&gate, Method::GET, path, *token).await;
+            assert_eq!(status, *want, "{path} with {token:?}: {body}");
+        }
+        let (_, body) = answer(&gate, Method::GET, "/metrics", None).await;
+        assert_eq!(
+            body,
+            "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\
+             \"message\":\"forbidden: User \\\"system:anonymous\\\" cannot get path \\\"/metrics\\\"\",\
+             \"reason\":\"Forbidden\",\"details\":{},\"code\":403}\n"
+        );
+        let (_, body) = answer(&gate, Method::GET, "/metrics", Some("garbage")).await;
+        assert_eq!(
+            body,
+            "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\
+             \"message\":\"Unauthorized\",\"reason\":\"Unauthorized\",\"code\":401}\n"
+        );
+        // The verb is the method in lower case: the allowed token may get, not post.
+        let (status, body) = answer(&gate, Method::POST, "/metrics", Some(ALLOWED)).await;
+        assert_eq!(status, 403);
+        assert!(body.contains("cannot post path"), "{body}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_api_server_never_lets_a_request_through() {
+        let (gate, fake) = new_gate(options());
+        fake.failing.store(true, Ordering::SeqCst);
+        // A token cannot be reviewed: 401; no token: authorization cannot be reviewed: 500.
+        let (status, _) = answer(&gate, Method::GET, "/metrics", Some(ALLOWED)).await;
+        assert_eq!(status, 401);
+        let (status, body) = answer(&gate, Method::GET, "/metrics", None).await;
+        assert_eq!(status, 500, "{body}");
+        assert!(
+            body.starts_with("Internal Server Error: \"/metrics\": creating a SubjectAccessReview"),
+            "{body}"
+        );
+        // Retried five times each before giving up.
+        assert_eq!(fake.token_reviews.load(Ordering::SeqCst), 5);
+        assert_eq!(fake.access_reviews.load(Ordering::SeqCst), 5);
+        // A refused connection is not retried.
+        fake.failing.store(false, Ordering::SeqCst);
+        fake.refusing.store(true, Ordering::SeqCst);
+        let (status, _) = answer(&gate, Method::GET, "/metrics", Some(NOT_ALLOWED)).await;
+        assert_eq!(status, 401);
+        assert_eq!(fake.token_reviews.load(Ordering::SeqCst), 6);
+        fake.refusing.store(false, Ordering::SeqCst);
+        fake.failing.store(true, Ordering::SeqCst);
+        // The probes' paths still answer for anonymous requests.
+        let (status, _) = answer(&gate, Method::GET, "/healthz", None).await;
+        assert_eq!(status, 200);
+        // Failures are not cached: the API server back, the next request succeeds.
+        fake.failing.store(false, Ordering::SeqCst);
+        let (status, _) = answer(&gate, Method::GET, "/metrics", Some(ALLOWED)).await;
+        assert_eq!(status, 200);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn answers_are_cached_for_their_ttl() {
+        let mut opts = options();
+        opts.token_cache_ttl = Duration::from_secs(10);
+        opts.authorized_ttl = Duration::from_secs(10);
+        opts.unauthorized_ttl = Duration::from_secs(3);
+        let (gate, fake) = new_gate(opts);
+        let reviews = |fake: &FakeReviews| {
+            (
+                fake.token_reviews.load(Ordering::SeqCst),
+                fake.access_reviews.load(Ordering::SeqCst),
+            )
+        };
+        assert_eq!(
+            answer(&gate, Method::GET, "/metrics", Some(ALLOWED))
+                .await
+                .0,
+            200
+        );
+        assert_eq!(
+            answer(&gate, Method::GET, "/metrics", Some(ALLOWED))
+                .await
+                .0,
+            200
+        );
+        assert_eq!(reviews(&fake), (1, 1));
+        assert_eq!(answer(&gate, Method::GET, "/metrics", None).await.0, 403);
+        assert_eq!(reviews(&fake), (1, 2));
+        tokio::time::advance(Duration::from_secs(4)).await;
+        // The denial (3 s) expired, the allowance (10 s) did not.
+        assert_eq!(answer(&gate, Method::GET, "/metrics", None).await.0, 403);
+        assert_eq!(
+            answer(&gate, Method::GET, "/metrics", Some(ALLOWED))
+                .await
+                .0,
+            200
+        );
+        assert_eq!(reviews(&fake), (1, 3));
+        tokio::time::advance(Duration::from_secs(7)).await;
+        assert_eq!(
+            answer(&gate, Method::GET, "/metrics", Some(ALLOWED))
+                .await
+                .0,
+            200
+        );
+        assert_eq!(reviews(&fake), (2, 4));
+        // An invalid token's answer is cached too (it carried no error).
+        assert_eq!(
+            answer(&gate, Method::GET, "/metrics", Some("garbage"))
+                .await
+                .0,
+            401
+        );
+        assert_eq!(
+            answer(&gate, Method::GET, "/metrics", Some("garbage"))
+                .await
+                .0,
+            401
+        );
+        assert_eq!(reviews(&fake), (3, 4));
+        // A TTL of 0 turns a cache off.
+        let mut opts = options();
+        opts.token_cache_ttl = Duration::ZERO;
+        opts.authorized_ttl = Duration::ZERO;
+        let (gate, fake) = new_gate(opts);
+        assert_eq!(
+            answer(&gate, Method::GET, "/metrics", Some(ALLOWED))
+                .await
+                .0,
+            200
+        );
+        assert_eq!(
+            answer(&gate, Method::GET, "/metrics", Some(ALLOWED))
+                .await
+                .0,
+            200
+        );
+        assert_eq!(reviews(&fake), (2, 2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_review_clients_everyone_is_anonymous_and_only_the_listed_paths_open() {
+        let mut opts = options();
+        opts.review_tokens = false;
+        opts.review_access = false;
+        let (gate, fake) = new_gate(opts);
+        assert_eq!(
+            answer(&gate, Method::GET, "/metrics", Some(ALLOWED))
+                .await
+                .0,
+            403
+        );
+        assert_eq!(
+            answer(&gate, Method::GET, "/metrics", Some("garbage"))
+                .await
+                .0,
+            403
+        );
+        assert_eq!(
+            answer(&gate, Method::GET, "/healthz", Some("garbage"))
+                .await
+                .0,
+            200
+        );
+        assert_eq!(fake.token_reviews.load(Ordering::SeqCst), 0);
+        assert_eq!(fake.access_reviews.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn bearer_tokens_are_read_as_upstream_reads_them() {
+        let with = |value: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(AUTHORIZATION, HeaderValue::from_str(value).unwrap());
+            bearer_token(&h).map(str::to_owned)
+        };
+        assert_eq!(with("Bearer abc"), Some("abc".to_owned()));
+        assert_eq!(with("bearer abc"), Some("abc".to_owned()));
+        assert_eq!(with("  Bearer abc  "), Some("abc".to_owned()));
+        assert_eq!(with("Bearer abc def"), Some("abc".to_owned()));
+        assert_eq!(with("Bearer  abc"), None);
+        assert_eq!(with("Bearer"), None);
+        assert_eq!(with("Basic abc"), None);
+        assert_eq!(bearer_token(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn always_allow_paths_match_exactly_or_by_trailing_star() {
+        let paths = AlwaysAllowPaths::parse(&[
+            "/healthz".to_owned(),
+            "/debug/*".to_owned(),
+            "/".to_owned(),
+        ])
+        .unwrap();
+        assert!(paths.allows("/healthz"));
+        assert!(!paths.allows("/healthz/ping"));
+        assert!(paths.allows("/debug/cache"));
+        assert!(paths.allows("/"));
+        assert!(!paths.allows("/metrics"));
+        let err = AlwaysAllowPaths::parse(&["/a*b".to_owned()]).unwrap_err();
+        assert!(err.to_string().contains("only a trailing *"), "{err}");
+        assert!(AlwaysAllowPaths::parse(&["/a**".to_owned()]).is_err());
+    }
+}
