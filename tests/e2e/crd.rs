@@ -19,7 +19,7 @@ use kctrl_client::{
     Api, Client, CustomResource, DeleteParams, DynamicObject, ListParams, PostParams, ResourceRef,
     WatchEvent, WatchParams,
 };
-use kctrl_e2e::{TestNamespace, require_cluster, wait_until};
+use kctrl_e2e::{TestNamespace, install_crd, require_cluster, uninstall_crd, wait_until};
 use kctrl_informer::SharedInformerFactory;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -207,62 +207,6 @@ mod v1 {
     }
 }
 
-/// Creates `crd` (deleting a leftover of an earlier run first) and waits until it is
-/// Established and its resource is served.
-async fn install(client: &Client, crd: &CustomResourceDefinition, resource: &ResourceRef) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let name = crd.metadata.name.clone().unwrap();
-    uninstall(client, &name).await;
-    crds.create(&PostParams::default(), crd)
-        .await
-        .unwrap_or_else(|e| panic!("creating the CRD {name}: {e}"));
-    let mut established = false;
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    while !established {
-        let got = crds.get(&name).await.unwrap();
-        let conditions = got.status.and_then(|s| s.conditions).unwrap_or_default();
-        for c in &conditions {
-            assert!(
-                !(c.type_ == "NonStructuralSchema" && c.status == "True"),
-                "{name}: {:?}",
-                c.message
-            );
-        }
-        established = conditions
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True");
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{name} not Established: {conditions:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    // Established comes a moment before every apiserver handler serves the resource.
-    let mut served = false;
-    while !served {
-        served = client.is_served(resource).await.unwrap();
-        assert!(tokio::time::Instant::now() < deadline, "{name} not served");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Deletes the CRD `name` if it exists and waits until it is gone.
-async fn uninstall(client: &Client, name: &str) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    if crds.get_opt(name).await.unwrap().is_none() {
-        return;
-    }
-    let _ = crds.delete(name, &DeleteParams::default()).await;
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    while crds.get_opt(name).await.unwrap().is_some() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the CRD {name} is still there"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 /// Waits until a list of `resource` fails as the resource is not served, and returns the
 /// message.
 async fn not_served_message(client: &Client, resource: &ResourceRef) -> String {
@@ -306,7 +250,7 @@ async fn sample_controller_foo_end_to_end() {
     let client = cluster.admin();
     let foos_ref = ResourceRef::of::<Foo>();
     let crd = Foo::try_crd().expect("Foo's schema is structural");
-    uninstall(&client, &Foo::crd_name()).await;
+    uninstall_crd(&client, &Foo::crd_name()).await;
 
     // Before the CRD exists, a list names the resource and the likely cause.
     let message = not_served_message(&client, &foos_ref).await;
@@ -318,7 +262,7 @@ async fn sample_controller_foo_end_to_end() {
         "{message}"
     );
 
-    install(&client, &crd, &foos_ref).await;
+    install_crd(&client, &crd, &foos_ref).await;
     let ns = TestNamespace::create(&client, "crd-foo").await;
     let foos: Api<Foo> = Api::namespaced(client.clone(), &ns.name);
 
@@ -543,7 +487,7 @@ async fn sample_controller_foo_end_to_end() {
     factory.shutdown().await;
     ns.delete().await;
     // Cleanup: without its CRD the resource is reported missing again, by name.
-    uninstall(&client, &Foo::crd_name()).await;
+    uninstall_crd(&client, &Foo::crd_name()).await;
     let message = not_served_message(&client, &foos_ref).await;
     assert!(
         message.contains("is its CustomResourceDefinition installed?"),
@@ -625,7 +569,7 @@ async fn every_schema_construct_is_accepted_and_round_trips() {
         );
         assert!(!stderr.contains("Warning"), "{stderr}");
     }
-    install(&client, &crd, &ResourceRef::of::<Shape>()).await;
+    install_crd(&client, &crd, &ResourceRef::of::<Shape>()).await;
     let ns = TestNamespace::create(&client, "crd-shape").await;
     let shapes: Api<Shape> = Api::namespaced(client.clone(), &ns.name);
 
@@ -710,7 +654,7 @@ async fn every_schema_construct_is_accepted_and_round_trips() {
     assert_eq!(got.spec.optional_phase, None);
 
     ns.delete().await;
-    uninstall(&client, &Shape::crd_name()).await;
+    uninstall_crd(&client, &Shape::crd_name()).await;
 }
 
 #[tokio::test]
@@ -722,7 +666,7 @@ async fn versions_merged_into_one_crd_serve_each_other() {
         .with_strict::<v1::Gizmo>()
         .crd()
         .unwrap();
-    install(&client, &crd, &ResourceRef::of::<v1::Gizmo>()).await;
+    install_crd(&client, &crd, &ResourceRef::of::<v1::Gizmo>()).await;
     wait_until_served(&client, &ResourceRef::of::<v1alpha1::Gizmo>()).await;
     let ns = TestNamespace::create(&client, "crd-versions").await;
     let old: Api<v1alpha1::Gizmo> = Api::namespaced(client.clone(), &ns.name);
@@ -754,7 +698,7 @@ async fn versions_merged_into_one_crd_serve_each_other() {
         Some(vec!["v1".to_owned()])
     );
     ns.delete().await;
-    uninstall(&client, &v1::Gizmo::crd_name()).await;
+    uninstall_crd(&client, &v1::Gizmo::crd_name()).await;
 }
 
 async fn wait_until_served(client: &Client, resource: &ResourceRef) {

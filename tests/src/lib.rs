@@ -10,8 +10,9 @@ use std::path::PathBuf;
 use std::sync::Once;
 
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kctrl_client::{Api, Client, DeleteParams, PostParams};
+use kctrl_client::{Api, Client, DeleteParams, PostParams, ResourceRef};
 
 pub mod process;
 
@@ -322,4 +323,63 @@ pub fn labels(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, Stri
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect()
+}
+
+/// How long [`install_crd`] and [`uninstall_crd`] wait.
+const CRD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Creates `crd` (deleting a leftover of an earlier run first) and waits until it is
+/// Established and its resource is served; panics after a minute.
+pub async fn install_crd(client: &Client, crd: &CustomResourceDefinition, resource: &ResourceRef) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = crd.metadata.name.clone().unwrap();
+    uninstall_crd(client, &name).await;
+    crds.create(&PostParams::default(), crd)
+        .await
+        .unwrap_or_else(|e| panic!("creating the CRD {name}: {e}"));
+    let mut established = false;
+    let deadline = tokio::time::Instant::now() + CRD_TIMEOUT;
+    while !established {
+        let got = crds.get(&name).await.unwrap();
+        let conditions = got.status.and_then(|s| s.conditions).unwrap_or_default();
+        for c in &conditions {
+            assert!(
+                !(c.type_ == "NonStructuralSchema" && c.status == "True"),
+                "{name}: {:?}",
+                c.message
+            );
+        }
+        established = conditions
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{name} not Established: {conditions:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // Established comes a moment before every apiserver handler serves the resource.
+    let mut served = false;
+    while !served {
+        served = client.is_served(resource).await.unwrap();
+        assert!(tokio::time::Instant::now() < deadline, "{name} not served");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// Deletes the CRD `name` if it exists and waits until it is gone; panics after a minute.
+pub async fn uninstall_crd(client: &Client, name: &str) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    if crds.get_opt(name).await.unwrap().is_none() {
+        return;
+    }
+    let _ = crds.delete(name, &DeleteParams::default()).await;
+    let deadline = tokio::time::Instant::now() + CRD_TIMEOUT;
+    while crds.get_opt(name).await.unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the CRD {name} is still there"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }

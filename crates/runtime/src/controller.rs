@@ -1,0 +1,449 @@
+//! [`Controller`]: the builder, and the workers that run reconciles.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::{ListableResource, Metadata, Resource};
+use kctrl_informer::{
+    Delivery, HandlerOptions, HandlerRegistration, HasSynced, InformerError, ObjectKey,
+    SharedInformerFactory, Store, split_key, wait_for_cache_sync,
+};
+use kctrl_workqueue::{
+    MetricsProvider, QueueConfig, RateLimitingQueue, default_controller_rate_limiter,
+};
+use serde::de::DeserializeOwned;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use crate::action::{Action, Next};
+use crate::handlers::{MappedHandler, OwnedHandler, PrimaryHandler, PrimaryKind};
+use crate::metrics::{ControllerMetrics, ReconcileResult};
+use crate::predicate::Predicate;
+
+/// Why [`Controller::run`] could not run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// Registering a handler on an informer failed (the informer was stopped).
+    #[error("controller {controller}: registering an informer handler: {source}")]
+    Informer {
+        /// The controller's name.
+        controller: String,
+        /// What the informer said.
+        #[source]
+        source: InformerError,
+    },
+    /// Cancelled (or an informer stopped) before every cache had synced; no reconcile ran.
+    #[error("controller {controller}: stopped before the caches synced")]
+    CachesNotSynced {
+        /// The controller's name.
+        controller: String,
+    },
+}
+
+/// A resource a [`Controller`] can reconcile or watch: a typed Kubernetes object with full
+/// metadata (every k8s-openapi type, and every `#[derive(CustomResource)]` type).
+pub trait Object:
+    Resource<Scope: 'static>
+    + ListableResource
+    + Metadata<Ty = ObjectMeta>
+    + DeserializeOwned
+    + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Object for K where
+    K: Resource<Scope: 'static>
+        + ListableResource
+        + Metadata<Ty = ObjectMeta>
+        + DeserializeOwned
+        + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// A controller of resource `K`: which events enqueue which keys, how many workers reconcile
+/// them, and the loop that runs until cancelled.
+///
+/// Informers come from the [`SharedInformerFactory`] given to [`new`](Self::new), so the
+/// controllers of one process share one cache (and one watch) per resource. The work queue is
+/// client-go's rate-limited queue: one key is never reconciled by two workers at once, a key
+/// enqueued while it is being reconciled runs once more afterwards, and a failing key backs
+/// off exponentially.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+/// use kctrl_informer::SharedInformerFactory;
+/// use kctrl_runtime::{Action, Controller};
+///
+/// #[derive(Debug, thiserror::Error)]
+/// #[error("{0}")]
+/// struct Error(String);
+///
+/// async fn reconcile(d: Arc<Deployment>, _ctx: Arc<()>) -> Result<Action, Error> {
+///     println!("reconciling {:?}", d.metadata.name);
+///     Ok(Action::requeue(Duration::from_secs(300)))
+/// }
+///
+/// # async fn demo(client: kctrl_client::Client) -> Result<(), Box<dyn std::error::Error>> {
+/// let factory = SharedInformerFactory::new(client, Duration::from_secs(10 * 3600));
+/// Controller::<Deployment>::new(&factory)
+///     .owns::<ReplicaSet>()
+///     .run(reconcile, |_d, _err, _ctx| Action::rate_limited(), Arc::new(()), kctrl_runtime::shutdown_on_signal())
+///     .await?;
+/// factory.shutdown().await;
+/// # Ok(()) }
+/// ```
+pub struct Controller<K: Object> {
+    name: String,
+    factory: SharedInformerFactory,
+    queue: RateLimitingQueue<ObjectKey>,
+    store: Store<K>,
+    registrations: Result<Vec<HandlerRegistration>, InformerError>,
+    predicates: Vec<Predicate<K>>,
+    workers: usize,
+    max_retries: Option<usize>,
+    metrics: Option<ControllerMetrics>,
+    _k: PhantomData<fn() -> K>,
+}
+
+impl<K: Object> fmt::Debug for Controller<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Controller")
+            .field("name", &self.name)
+            .field("workers", &self.workers)
+            .field("max_retries", &self.max_retries)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Handlers call the informer's callbacks on the runtime: they only push keys.
+const ON_RUNTIME: HandlerOptions = HandlerOptions {
+    resync_period: None,
+    delivery: Delivery::Runtime,
+};
+
+impl<K: Object> Controller<K> {
+    /// A controller of `K` named after its kind in lower case (the name of its queue, its
+    /// metrics and its logs), with one worker. Must be called inside a tokio runtime.
+    pub fn new(factory: &SharedInformerFactory) -> Self {
+        Self::with_queue(
+            factory,
+            K::KIND.to_ascii_lowercase(),
+            default_controller_rate_limiter(),
+            None,
+        )
+    }
+
+    /// Like [`new`](Self::new), with a name, a rate limiter of your choice (e.g.
+    /// [`kctrl_workqueue::ItemExponentialFailureRateLimiter`] alone, without the overall
+    /// bucket) and the work queue's metrics (`workqueue_*{name="<name>"}`, e.g. from a
+    /// [`kctrl_workqueue::PrometheusMetricsProvider`] shared by the
+    /// process's queues).
+    pub fn with_queue(
+        factory: &SharedInformerFactory,
+        name: impl Into<String>,
+        limiter: impl kctrl_workqueue::RateLimiter<ObjectKey> + 'static,
+        queue_metrics: Option<Arc<dyn MetricsProvider>>,
+    ) -> Self {
+        let name = name.into();
+        let mut config = QueueConfig::new().name(&name);
+        if let Some(provider) = queue_metrics {
+            config = config.shared_metrics_provider(provider);
+        }
+        let queue = RateLimitingQueue::with_config(limiter, config);
+        let informer = factory.informer::<K>();
+        Controller {
+            name,
+            factory: factory.clone(),
+            queue,
+            store: informer.store().clone(),
+            registrations: Ok(Vec::new()),
+            predicates: Vec::new(),
+            workers: 1,
+            max_retries: None,
+            metrics: None,
+            _k: PhantomData,
+        }
+    }
+
+    fn register<C: Object>(&mut self, handler: impl kctrl_informer::ResourceEventHandler<C>) {
+        if let Ok(regs) = &mut self.registrations {
+            match self
+                .factory
+                .informer::<C>()
+                .add_event_handler_with_options(handler, ON_RUNTIME)
+            {
+                Ok(r) => regs.push(r),
+                Err(e) => self.registrations = Err(e),
+            }
+        }
+    }
+
+    /// Also reconcile `K` when an object of kind `C` that it controls changes (an owner
+    /// reference with `controller: true` to `K`'s group and kind), deletions included.
+    pub fn owns<C: Object>(mut self) -> Self {
+        let handler = OwnedHandler {
+            queue: self.queue.clone(),
+            primary: PrimaryKind::of::<K>(),
+        };
+        self.register::<C>(handler);
+        self
+    }
+
+    /// Also reconcile the `K` keys (`namespace/name`, or `name` if `K` is cluster-scoped;
+    /// see [`kctrl_informer::key_for`]) that `map` returns for an object of kind `W` that
+    /// changed. On an update both the old and the new state are mapped.
+    pub fn watches<W: Object>(
+        mut self,
+        map: impl Fn(&W) -> Vec<ObjectKey> + Send + Sync + 'static,
+    ) -> Self {
+        let handler = MappedHandler {
+            queue: self.queue.clone(),
+            map: Arc::new(map),
+        };
+        self.register::<W>(handler);
+        self
+    }
+
+    /// Only updates of `K` that pass `predicate` enqueue it (all predicates given must pass;
+    /// combine alternatives with [`Predicate::or`]).
+    pub fn with_predicate(mut self, predicate: Predicate<K>) -> Self {
+        self.predicates.push(predicate);
+        self
+    }
+
+    /// How many reconciles run at once (at least 1; one key is never in two at once).
+    pub fn workers(mut self, workers: usize) -> Self {
+        self.workers = workers.max(1);
+        self
+    }
+
+    /// After this many rate-limited retries in a row, a key is dropped until an event
+    /// enqueues it again (the Deployment controller's 15). Default: retried for ever.
+    pub fn max_retries(mut self, retries: usize) -> Self {
+        self.max_retries = Some(retries);
+        self
+    }
+
+    /// Record the reconcile metrics ([`crate::metrics`]).
+    pub fn metrics(mut self, metrics: ControllerMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// The controller's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The cache of `K` the reconciles read from.
+    pub fn store(&self) -> &Store<K> {
+        &self.store
+    }
+
+    /// The work queue, e.g. to enqueue a key by hand.
+    pub fn queue(&self) -> &RateLimitingQueue<ObjectKey> {
+        &self.queue
+    }
+
+    /// Runs until `cancel` fires: starts the factory's informers, waits for the caches,
+    /// then reconciles keys with the configured number of workers.
+    ///
+    /// `reconcile` gets the cached object (a key whose object is gone from the cache is
+    /// skipped: cleanup that must run belongs in a finalizer). Its [`Action`]
+    /// says what happens next; on success the key's failures are forgotten. On an error,
+    /// `error_policy` decides ([`Action::rate_limited`] is client-go's usual answer); a
+    /// panicking reconcile is caught, logged, counted and retried rate-limited.
+    ///
+    /// On `cancel` the workers take no new key, the reconciles in flight finish (their keys
+    /// stay queued for whoever runs next), and this returns; the informers it started stop
+    /// then. Call the factory's [`shutdown`](SharedInformerFactory::shutdown) afterwards to
+    /// wait for them.
+    pub async fn run<Ctx, E, R, Fut, P>(
+        mut self,
+        reconcile: R,
+        error_policy: P,
+        ctx: Arc<Ctx>,
+        cancel: CancellationToken,
+    ) -> Result<(), RunError>
+    where
+        Ctx: Send + Sync + 'static,
+        E: StdError + Send + 'static,
+        R: Fn(Arc<K>, Arc<Ctx>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Action, E>> + Send + 'static,
+        P: Fn(Arc<K>, &E, Arc<Ctx>) -> Action + Send + Sync + 'static,
+    {
+        let primary = PrimaryHandler {
+            queue: self.queue.clone(),
+            predicates: std::mem::take(&mut self.predicates),
+        };
+        self.register::<K>(primary);
+        let registrations =
+            std::mem::replace(&mut self.registrations, Ok(Vec::new())).map_err(|source| {
+                RunError::Informer {
+                    controller: self.name.clone(),
+                    source,
+                }
+            })?;
+        info!(controller = %self.name, workers = self.workers, "starting controller");
+        let informers = CancellationToken::new();
+        let _stop_informers = informers.clone().drop_guard();
+        self.factory.start(&informers);
+        let synced: Vec<&dyn HasSynced> =
+            registrations.iter().map(|r| r as &dyn HasSynced).collect();
+        if !wait_for_cache_sync(&self.name, &cancel, &synced).await {
+            self.queue.shut_down();
+            return Err(RunError::CachesNotSynced {
+                controller: self.name.clone(),
+            });
+        }
+        if let Some(m) = &self.metrics {
+            m.workers(&self.name, self.workers);
+        }
+        let shared = Arc::new(Shared {
+            name: self.name.clone(),
+            queue: self.queue.clone(),
+            store: self.store.clone(),
+            reconcile,
+            error_policy,
+            ctx,
+            max_retries: self.max_retries,
+            metrics: self.metrics.clone(),
+        });
+        let tasks: Vec<_> = (0..self.workers)
+            .map(|_| tokio::spawn(worker(shared.clone(), cancel.clone())))
+            .collect();
+        cancel.cancelled().await;
+        info!(controller = %self.name, "shutting down controller: no new reconciles; waiting for those in flight");
+        self.queue.shut_down();
+        for task in tasks {
+            if let Err(err) = task.await {
+                error!(controller = %self.name, %err, "worker ended abnormally");
+            }
+        }
+        drop(registrations);
+        Ok(())
+    }
+}
+
+/// What every worker of one controller shares.
+struct Shared<K, Ctx, R, P> {
+    name: String,
+    queue: RateLimitingQueue<ObjectKey>,
+    store: Store<K>,
+    reconcile: R,
+    error_policy: P,
+    ctx: Arc<Ctx>,
+    max_retries: Option<usize>,
+    metrics: Option<ControllerMetrics>,
+}
+
+async fn worker<K, Ctx, E, R, Fut, P>(shared: Arc<Shared<K, Ctx, R, P>>, stop: CancellationToken)
+where
+    K: Object,
+    Ctx: Send + Sync + 'static,
+    E: StdError + Send + 'static,
+    R: Fn(Arc<K>, Arc<Ctx>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Action, E>> + Send + 'static,
+    P: Fn(Arc<K>, &E, Arc<Ctx>) -> Action + Send + Sync + 'static,
+{
+    loop {
+        let next = tokio::select! {
+            biased;
+            () = stop.cancelled() => None,
+            key = shared.queue.get() => key,
+        };
+        let Some(key) = next else { break };
+        if let Some(m) = &shared.metrics {
+            m.worker_busy(&shared.name, true);
+        }
+        process(&shared, &key).await;
+        if let Some(m) = &shared.metrics {
+            m.worker_busy(&shared.name, false);
+        }
+        shared.queue.done(&key);
+    }
+}
+
+/// Reconciles one key and files it according to the outcome.
+async fn process<K, Ctx, E, R, Fut, P>(shared: &Shared<K, Ctx, R, P>, key: &ObjectKey)
+where
+    K: Object,
+    Ctx: Send + Sync + 'static,
+    E: StdError + Send + 'static,
+    R: Fn(Arc<K>, Arc<Ctx>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Action, E>> + Send + 'static,
+    P: Fn(Arc<K>, &E, Arc<Ctx>) -> Action + Send + Sync + 'static,
+{
+    let (namespace, name) = match split_key(key) {
+        Ok((ns, name)) => (ns.unwrap_or(""), name),
+        Err(err) => {
+            error!(controller = %shared.name, %err, "dropping a key that is not namespace/name");
+            shared.queue.forget(key);
+            return;
+        }
+    };
+    let Some(obj) = shared.store.get(key) else {
+        debug!(controller = %shared.name, namespace, name, "gone from the cache; nothing to reconcile");
+        shared.queue.forget(key);
+        return;
+    };
+    let started = Instant::now();
+    // A task of its own, so a panic fails this key instead of the worker.
+    let task = tokio::spawn((shared.reconcile)(obj.clone(), shared.ctx.clone()));
+    let (action, result, panicked) = match task.await {
+        Ok(Ok(action)) => {
+            shared.queue.forget(key);
+            let result = match action.next() {
+                Next::AwaitChange => ReconcileResult::Success,
+                Next::After(_) => ReconcileResult::RequeueAfter,
+                Next::RateLimited => ReconcileResult::Requeue,
+            };
+            (action, result, false)
+        }
+        Ok(Err(err)) => {
+            let retries = shared.queue.num_requeues(key);
+            warn!(controller = %shared.name, namespace, name, retries, error = %err, "reconcile failed");
+            let action = (shared.error_policy)(obj, &err, shared.ctx.clone());
+            (action, ReconcileResult::Error, false)
+        }
+        Err(join_err) => {
+            error!(controller = %shared.name, namespace, name, %join_err, "reconcile panicked");
+            (Action::rate_limited(), ReconcileResult::Error, true)
+        }
+    };
+    if let Some(m) = &shared.metrics {
+        m.reconciled(&shared.name, result, started.elapsed(), panicked);
+    }
+    match action.next() {
+        Next::AwaitChange => shared.queue.forget(key),
+        Next::After(after) => {
+            shared.queue.forget(key);
+            shared.queue.add_after(key.clone(), after);
+        }
+        Next::RateLimited => {
+            let retries = shared.queue.num_requeues(key);
+            match shared.max_retries {
+                Some(max) if retries >= max && result == ReconcileResult::Error => {
+                    warn!(controller = %shared.name, namespace, name, retries,
+                        "dropping the key out of the queue after too many retries");
+                    shared.queue.forget(key);
+                }
+                _ => shared.queue.add_rate_limited(key.clone()),
+            }
+        }
+    }
+}

@@ -1,0 +1,326 @@
+//! The informer handlers a [`Controller`](crate::Controller) registers: each turns a
+//! notification into keys of the primary resource on the work queue.
+//!
+//! Lanes: objects from an informer's initial list and resyncs (an update with an unchanged
+//! resourceVersion) go to the queue's low lane, live changes to the high lane, so a restart's
+//! thousands of initial keys do not delay a change a user just made.
+
+use std::any::TypeId;
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::{Metadata, NamespaceResourceScope, Resource};
+use kctrl_informer::{DeletedObject, ObjectKey, ResourceEventHandler, key_for, key_of};
+use kctrl_workqueue::{Priority, RateLimitingQueue};
+
+use crate::predicate::Predicate;
+
+/// The lane of an add.
+fn add_lane(is_in_initial_list: bool) -> Priority {
+    if is_in_initial_list {
+        Priority::Low
+    } else {
+        Priority::High
+    }
+}
+
+/// The lane of an update: a resync (same resourceVersion) is background work.
+fn update_lane(old: &ObjectMeta, new: &ObjectMeta) -> Priority {
+    if old.resource_version == new.resource_version {
+        Priority::Low
+    } else {
+        Priority::High
+    }
+}
+
+/// Enqueues the primary resource itself on adds and on updates its predicates pass.
+pub(crate) struct PrimaryHandler<K> {
+    pub(crate) queue: RateLimitingQueue<ObjectKey>,
+    pub(crate) predicates: Vec<Predicate<K>>,
+}
+
+impl<K> ResourceEventHandler<K> for PrimaryHandler<K>
+where
+    K: Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+{
+    fn on_add(&self, obj: &Arc<K>, is_in_initial_list: bool) {
+        self.queue
+            .add_with_priority(key_of(obj.as_ref()), add_lane(is_in_initial_list));
+    }
+
+    fn on_update(&self, old: &Arc<K>, new: &Arc<K>) {
+        if self.predicates.iter().all(|p| p.matches(old, new)) {
+            let lane = update_lane(old.metadata(), new.metadata());
+            self.queue.add_with_priority(key_of(new.as_ref()), lane);
+        }
+    }
+
+    fn on_delete(&self, _obj: &DeletedObject<K>) {
+        // Nothing left to reconcile: cleanup that must run belongs in a finalizer, and what
+        // the object owned goes with it (garbage collection by owner references).
+    }
+}
+
+/// Who the primary resource is, to recognise it in owner references.
+#[derive(Clone, Debug)]
+pub(crate) struct PrimaryKind {
+    group: &'static str,
+    kind: &'static str,
+    namespaced: bool,
+}
+
+impl PrimaryKind {
+    pub(crate) fn of<K: Resource>() -> Self
+    where
+        K::Scope: 'static,
+    {
+        PrimaryKind {
+            group: K::GROUP,
+            kind: K::KIND,
+            namespaced: TypeId::of::<K::Scope>() == TypeId::of::<NamespaceResourceScope>(),
+        }
+    }
+
+    /// The primary's key named by `owner` as the controller of an object in `namespace`, if
+    /// `owner` is a controller reference to the primary kind (group and kind; the version
+    /// may be any the group serves).
+    pub(crate) fn controller_key(
+        &self,
+        namespace: Option<&str>,
+        owner: &OwnerReference,
+    ) -> Option<ObjectKey> {
+        if owner.controller != Some(true) || owner.kind != self.kind {
+            return None;
+        }
+        let group = owner
+            .api_version
+            .rsplit_once('/')
+            .map_or("", |(group, _version)| group);
+        if group != self.group {
+            return None;
+        }
+        let namespace = if self.namespaced { namespace } else { None };
+        Some(key_for(namespace, &owner.name))
+    }
+
+    fn key_of_owner(&self, meta: &ObjectMeta) -> Option<ObjectKey> {
+        meta.owner_references
+            .iter()
+            .flatten()
+            .find_map(|o| self.controller_key(meta.namespace.as_deref(), o))
+    }
+}
+
+/// Enqueues the controller owner (of the primary kind) of an owned object.
+pub(crate) struct OwnedHandler {
+    pub(crate) queue: RateLimitingQueue<ObjectKey>,
+    pub(crate) primary: PrimaryKind,
+}
+
+impl<C> ResourceEventHandler<C> for OwnedHandler
+where
+    C: Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+{
+    fn on_add(&self, obj: &Arc<C>, is_in_initial_list: bool) {
+        if let Some(key) = self.primary.key_of_owner(obj.metadata()) {
+            self.queue
+                .add_with_priority(key, add_lane(is_in_initial_list));
+        }
+    }
+
+    fn on_update(&self, old: &Arc<C>, new: &Arc<C>) {
+        let lane = update_lane(old.metadata(), new.metadata());
+        let new_owner = self.primary.key_of_owner(new.metadata());
+        let old_owner = self.primary.key_of_owner(old.metadata());
+        // An owner that let go of the object hears of it too.
+        if old_owner.is_some() && old_owner != new_owner {
+            self.queue
+                .add_with_priority(old_owner.unwrap_or_default(), lane);
+        }
+        if let Some(key) = new_owner {
+            self.queue.add_with_priority(key, lane);
+        }
+    }
+
+    fn on_delete(&self, obj: &DeletedObject<C>) {
+        // Tombstones included: the last known state names the owner.
+        if let Some(key) = self.primary.key_of_owner(obj.object().metadata()) {
+            self.queue.add_with_priority(key, Priority::High);
+        }
+    }
+}
+
+/// The mapping function of [`Controller::watches`](crate::Controller::watches).
+pub(crate) type MapFn<W> = dyn Fn(&W) -> Vec<ObjectKey> + Send + Sync;
+
+/// Enqueues the primary keys a user function maps a watched object to.
+pub(crate) struct MappedHandler<W> {
+    pub(crate) queue: RateLimitingQueue<ObjectKey>,
+    pub(crate) map: Arc<MapFn<W>>,
+}
+
+impl<W> ResourceEventHandler<W> for MappedHandler<W>
+where
+    W: Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+{
+    fn on_add(&self, obj: &Arc<W>, is_in_initial_list: bool) {
+        for key in (self.map)(obj) {
+            self.queue
+                .add_with_priority(key, add_lane(is_in_initial_list));
+        }
+    }
+
+    fn on_update(&self, old: &Arc<W>, new: &Arc<W>) {
+        let lane = update_lane(old.metadata(), new.metadata());
+        let mut keys = (self.map)(old);
+        keys.extend((self.map)(new));
+        keys.sort();
+        keys.dedup();
+        for key in keys {
+            self.queue.add_with_priority(key, lane);
+        }
+    }
+
+    fn on_delete(&self, obj: &DeletedObject<W>) {
+        for key in (self.map)(obj.object()) {
+            self.queue.add_with_priority(key, Priority::High);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+    use kctrl_workqueue::default_controller_rate_limiter;
+
+    fn owner(api_version: &str, kind: &str, name: &str, controller: bool) -> OwnerReference {
+        OwnerReference {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: "u".into(),
+            controller: Some(controller),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn controller_references_name_the_primary_by_group_and_kind() {
+        let deployments = PrimaryKind::of::<Deployment>();
+        let ns = Some("shop");
+        let cases = [
+            (
+                owner("apps/v1", "Deployment", "web", true),
+                Some("shop/web"),
+            ),
+            // Another version of the same group is the same resource.
+            (
+                owner("apps/v1beta2", "Deployment", "web", true),
+                Some("shop/web"),
+            ),
+            // Not the controller, another group, another kind.
+            (owner("apps/v1", "Deployment", "web", false), None),
+            (owner("example.com/v1", "Deployment", "web", true), None),
+            (owner("apps/v1", "StatefulSet", "web", true), None),
+            // The core group has no slash.
+            (owner("v1", "Deployment", "web", true), None),
+        ];
+        for (o, want) in cases {
+            assert_eq!(deployments.controller_key(ns, &o).as_deref(), want, "{o:?}");
+        }
+        // A cluster-scoped primary is keyed without the owned object's namespace.
+        let namespaces = PrimaryKind::of::<Namespace>();
+        assert_eq!(
+            namespaces
+                .controller_key(ns, &owner("v1", "Namespace", "shop", true))
+                .as_deref(),
+            Some("shop")
+        );
+    }
+
+    fn configmap(rv: &str, owners: Vec<OwnerReference>) -> Arc<ConfigMap> {
+        Arc::new(ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("settings".into()),
+                namespace: Some("shop".into()),
+                resource_version: Some(rv.into()),
+                owner_references: Some(owners),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+    }
+
+    #[tokio::test]
+    async fn owned_objects_enqueue_their_owner_in_the_right_lane() {
+        let queue = RateLimitingQueue::new(default_controller_rate_limiter());
+        let h = OwnedHandler {
+            queue: queue.clone(),
+            primary: PrimaryKind::of::<Deployment>(),
+        };
+        let web = || vec![owner("apps/v1", "Deployment", "web", true)];
+        let api = || vec![owner("apps/v1", "Deployment", "api", true)];
+        h.on_add(&configmap("1", web()), true);
+        assert_eq!(queue.as_queue().lane_len(Priority::Low), 1);
+        // Released to another owner: both hear of it, live.
+        h.on_update(&configmap("1", web()), &configmap("2", api()));
+        assert_eq!(queue.as_queue().lane_len(Priority::High), 2);
+        let mut got = Vec::new();
+        while !queue.is_empty() {
+            let k = queue.get().await.unwrap();
+            queue.done(&k);
+            got.push(k);
+        }
+        got.sort();
+        assert_eq!(got, ["shop/api", "shop/web"]);
+        // A tombstone names the owner too; an unowned object enqueues nothing.
+        h.on_delete(&DeletedObject::FinalStateUnknown {
+            key: "shop/settings".into(),
+            last_known: configmap("3", web()),
+        });
+        h.on_add(&configmap("4", vec![]), false);
+        assert_eq!(queue.len(), 1);
+        assert_eq!(queue.get().await.as_deref(), Some("shop/web"));
+    }
+
+    #[tokio::test]
+    async fn the_primary_passes_its_predicates_and_resyncs_go_low() {
+        let queue = RateLimitingQueue::new(default_controller_rate_limiter());
+        let h = PrimaryHandler::<ConfigMap> {
+            queue: queue.clone(),
+            predicates: vec![Predicate::resource_version_changed()],
+        };
+        h.on_update(&configmap("1", vec![]), &configmap("1", vec![]));
+        assert!(queue.is_empty(), "a resync is filtered out");
+        h.on_update(&configmap("1", vec![]), &configmap("2", vec![]));
+        assert_eq!(queue.as_queue().lane_len(Priority::High), 1);
+        let unfiltered = PrimaryHandler::<ConfigMap> {
+            queue: queue.clone(),
+            predicates: vec![],
+        };
+        let k = queue.get().await.unwrap();
+        queue.done(&k);
+        unfiltered.on_update(&configmap("2", vec![]), &configmap("2", vec![]));
+        assert_eq!(queue.as_queue().lane_len(Priority::Low), 1);
+    }
+
+    #[tokio::test]
+    async fn mapped_objects_enqueue_what_the_function_says_once() {
+        let queue = RateLimitingQueue::new(default_controller_rate_limiter());
+        let h = MappedHandler::<ConfigMap> {
+            queue: queue.clone(),
+            map: Arc::new(|cm: &ConfigMap| {
+                vec![format!(
+                    "shop/{}",
+                    cm.metadata.resource_version.as_deref().unwrap()
+                )]
+            }),
+        };
+        h.on_update(&configmap("a", vec![]), &configmap("a", vec![]));
+        assert_eq!(queue.len(), 1);
+        h.on_update(&configmap("a", vec![]), &configmap("b", vec![]));
+        assert_eq!(queue.len(), 2, "shop/a already queued, shop/b added");
+    }
+}

@@ -1,0 +1,217 @@
+//! The controller runtime against a real kube-apiserver: a controller of a custom resource
+//! (`Widget`) that owns a ConfigMap per Widget, written with server-side apply, and the
+//! Widget's status; a deleted ConfigMap is put back (the owned delete enqueues its owner), a
+//! spec change reaches the ConfigMap, and a second controller in the same process shares the
+//! factory's ConfigMap informer.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kctrl_client::crd::CustomResourceExt;
+use kctrl_client::{
+    Api, Client, CustomResource, DeleteParams, PatchParams, PostParams, ResourceRef,
+};
+use kctrl_e2e::{TestNamespace, eventually, install_crd, require_cluster, uninstall_crd};
+use kctrl_informer::SharedInformerFactory;
+use kctrl_runtime::{Action, Controller, Predicate};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+const MANAGER: &str = "widget-controller";
+
+/// A Widget asks for a ConfigMap holding its colour.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[resource(
+    group = "e2e.kctrl.dev",
+    version = "v1",
+    kind = "Widget",
+    namespaced,
+    status = "WidgetStatus"
+)]
+struct WidgetSpec {
+    color: String,
+}
+
+/// What the controller reports.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct WidgetStatus {
+    config_map: String,
+    observed_generation: i64,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+struct Error(#[from] kctrl_client::Error);
+
+async fn reconcile(w: Arc<Widget>, client: Arc<Client>) -> Result<Action, Error> {
+    let name = w.metadata.name.clone().unwrap_or_default();
+    let ns = w.metadata.namespace.clone().unwrap_or_default();
+    let cm_name = format!("{name}-color");
+    let owner = OwnerReference {
+        api_version: "e2e.kctrl.dev/v1".into(),
+        kind: "Widget".into(),
+        name: name.clone(),
+        uid: w.metadata.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    };
+    let cm = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(cm_name.clone()),
+            owner_references: Some(vec![owner]),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([("color".into(), w.spec.color.clone())])),
+        ..Default::default()
+    };
+    let apply = PatchParams::apply(MANAGER);
+    Api::<ConfigMap>::namespaced((*client).clone(), &ns)
+        .apply(&apply, &cm)
+        .await?;
+    let mut status = Widget::new(&name, w.spec.clone());
+    status.status = Some(WidgetStatus {
+        config_map: cm_name,
+        observed_generation: w.metadata.generation.unwrap_or_default(),
+    });
+    Api::<Widget>::namespaced((*client).clone(), &ns)
+        .apply_status(&apply, &status)
+        .await?;
+    Ok(Action::await_change())
+}
+
+#[tokio::test]
+async fn a_custom_resource_controller_owns_its_config_maps() {
+    let cluster = require_cluster!();
+    let client = cluster.admin();
+    install_crd(&client, &Widget::crd(), &ResourceRef::of::<Widget>()).await;
+    let ns = TestNamespace::create(&client, "runtime").await;
+
+    let factory = SharedInformerFactory::builder(client.clone(), Duration::from_secs(3600))
+        .namespace(&ns.name)
+        .build();
+    let cancel = CancellationToken::new();
+    let widgets = Controller::<Widget>::new(&factory)
+        .owns::<ConfigMap>()
+        .with_predicate(Predicate::generation_changed())
+        .workers(2)
+        .run(
+            reconcile,
+            |_w, _e: &Error, _ctx| Action::rate_limited(),
+            Arc::new(client.clone()),
+            cancel.clone(),
+        );
+    // A second controller in the same process: it counts reconciles of ConfigMaps, from the
+    // same ConfigMap informer as the first one's `owns`.
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counter = seen.clone();
+    let configmap_controller = Controller::<ConfigMap>::new(&factory).run(
+        move |_cm, _ctx: Arc<()>| {
+            let counter = counter.clone();
+            async move {
+                counter.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, Error>(Action::await_change())
+            }
+        },
+        |_cm, _e, _ctx| Action::rate_limited(),
+        Arc::new(()),
+        cancel.clone(),
+    );
+    let running = tokio::spawn(async move {
+        let (a, b) = tokio::join!(widgets, configmap_controller);
+        a.and(b)
+    });
+
+    let widgets: Api<Widget> = Api::namespaced(client.clone(), &ns.name);
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let created = widgets
+        .create(
+            &PostParams::default(),
+            &Widget::new(
+                "w1",
+                WidgetSpec {
+                    color: "blue".into(),
+                },
+            ),
+        )
+        .await
+        .unwrap();
+
+    let color = |cm: &ConfigMap| cm.data.as_ref().and_then(|d| d.get("color").cloned());
+    let cm = eventually("the ConfigMap of w1", TIMEOUT, || async {
+        configmaps.get("w1-color").await
+    })
+    .await;
+    assert_eq!(color(&cm).as_deref(), Some("blue"));
+    let owner = &cm.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(owner.uid, created.metadata.uid.clone().unwrap());
+    assert_eq!(owner.controller, Some(true));
+    let managers: Vec<_> = cm
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert_eq!(managers, [MANAGER]);
+    eventually("w1's status", TIMEOUT, || async {
+        let w = widgets.get("w1").await.map_err(|e| e.to_string())?;
+        match w.status {
+            Some(s) if s.config_map == "w1-color" && s.observed_generation == 1 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+
+    // Deleted by someone: the owned delete enqueues w1, which applies it again.
+    let first_uid = cm.metadata.uid.clone();
+    configmaps
+        .delete("w1-color", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("w1-color put back", TIMEOUT, || async {
+        match configmaps.get("w1-color").await {
+            Ok(cm) if cm.metadata.uid != first_uid => Ok(cm),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+
+    // A spec change (a new generation) reaches the ConfigMap.
+    let mut w = widgets.get("w1").await.unwrap();
+    w.spec.color = "green".into();
+    widgets.update(&PostParams::default(), &w).await.unwrap();
+    eventually("w1-color green", TIMEOUT, || async {
+        let cm = configmaps
+            .get("w1-color")
+            .await
+            .map_err(|e| e.to_string())?;
+        match color(&cm).as_deref() {
+            Some("green") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+
+    // The second controller saw the same ConfigMaps through the shared informer.
+    assert!(
+        seen.load(Ordering::SeqCst) >= 2,
+        "ConfigMap reconciles: {seen:?}"
+    );
+
+    cancel.cancel();
+    tokio::time::timeout(TIMEOUT, running)
+        .await
+        .expect("the controllers stop")
+        .unwrap()
+        .unwrap();
+    factory.shutdown().await;
+    ns.delete().await;
+    uninstall_crd(&client, &Widget::crd_name()).await;
+}
