@@ -26,9 +26,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use crate::cluster::kind::{self, Engine, InClusterController, KindCluster};
-use crate::cluster::plane::{self, Layout, UpOptions};
-use crate::cluster::versions::KubeVersionArg;
+use crate::cluster::KubeVersionArg;
+use kctrl_cluster::kind::{self, Engine, InClusterController, KindCluster};
+use kctrl_cluster::plane::{self, Layout, UpOptions};
 
 /// Arguments of `cargo xtask e2e`.
 #[derive(clap::Args)]
