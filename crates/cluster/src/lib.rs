@@ -14,7 +14,7 @@
 //! * [`etcd`]: etcd's health and compaction over its HTTP gateway;
 //! * [`stages`]: our KWOK stages for pods;
 //! * [`plane`]: starting, inspecting and stopping one plane ([`plane::ensure_up`],
-//!   [`plane::stop`], [`plane::status`]);
+//!   [`plane::start_in`], [`plane::stop`], [`plane::status`]);
 //! * [`kind`]: the kind cluster of `cargo xtask e2e --cluster kind`.
 
 pub mod etcd;

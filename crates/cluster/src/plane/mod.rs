@@ -206,6 +206,10 @@ impl Layout {
             dir: target_dir().join("kctrl-cluster").join(name),
         }
     }
+    /// Layout of a plane in directory `dir`, wherever it is (for [`start_in`]).
+    pub fn at(dir: impl Into<PathBuf>) -> Layout {
+        Layout { dir: dir.into() }
+    }
     fn state(&self) -> PathBuf {
         self.dir.join("state.json")
     }
@@ -457,6 +461,43 @@ pub struct UpOptions {
     pub release: &'static Release,
 }
 
+/// Starts a plane of `components` in `layout` from the binaries of `cache`, which must be
+/// built (see [`crate::toolchain::ensure_built`]): unlike [`ensure_up`] it never builds, never
+/// reuses a running plane and keeps no name-based state under the workspace. Etcd and
+/// kube-apiserver always run; kube-controller-manager, kube-scheduler and KWOK (with
+/// `opts.nodes` fake nodes) only if listed. Whatever was left in `layout.dir` is stopped and
+/// removed first; on failure, what was started is stopped again. Stop it with [`stop`].
+pub fn start_in(
+    layout: &Layout,
+    cache: &Cache,
+    opts: &UpOptions,
+    components: &[Component],
+) -> Result<ClusterInfo> {
+    validate_name(&opts.name)?;
+    if components.contains(&Component::Kwok) && opts.nodes == 0 {
+        bail!("KWOK needs at least one node");
+    }
+    let missing = cache.missing();
+    if !missing.is_empty() {
+        bail!(
+            "the binaries of Kubernetes {} are not built in {} (missing: {})",
+            cache.release.kubernetes,
+            cache.root.display(),
+            missing
+                .iter()
+                .map(|b| b.file_name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    stop(layout)?;
+    start(layout, cache, opts, components).inspect_err(|_| {
+        if let Err(e) = stop(layout) {
+            eprintln!("  cleanup after the failed start also failed: {e:#}");
+        }
+    })
+}
+
 /// Checks a cluster name: it becomes a directory and part of kubeconfig names.
 pub fn validate_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
@@ -545,7 +586,7 @@ pub fn ensure_up(opts: &UpOptions) -> Result<ClusterInfo> {
     // Even without any record, a crash could have left processes behind.
     stop(&layout)?;
     let started = Instant::now();
-    match start(&layout, &cache, opts) {
+    match start(&layout, &cache, opts, &Component::ALL) {
         Ok(info) => {
             eprintln!(
                 "cluster '{}' is up in {}: Kubernetes {}, etcd {}, kwok {}, {} KWOK node(s) Ready",

@@ -55,8 +55,16 @@ pub(super) fn wait_for(
     }
 }
 
-pub(super) fn start(layout: &Layout, cache: &Cache, opts: &UpOptions) -> Result<ClusterInfo> {
+/// Starts the `components` of a plane (etcd and kube-apiserver always; the others as listed)
+/// into `layout`, which is wiped first, and waits until it is usable.
+pub(super) fn start(
+    layout: &Layout,
+    cache: &Cache,
+    opts: &UpOptions,
+    components: &[Component],
+) -> Result<ClusterInfo> {
     let name = &opts.name;
+    let runs = |c: Component| components.contains(&c);
     if layout.dir.exists() {
         fs::remove_dir_all(&layout.dir)
             .with_context(|| format!("removing {}", layout.dir.display()))?;
@@ -158,63 +166,70 @@ pub(super) fn start(layout: &Layout, cache: &Cache, opts: &UpOptions) -> Result<
         );
     }
 
-    for c in [
+    let others: Vec<Component> = [
         Component::ControllerManager,
         Component::Scheduler,
         Component::Kwok,
-    ] {
-        launch(c, &mut started)?;
+    ]
+    .into_iter()
+    .filter(|c| runs(*c))
+    .collect();
+    for c in &others {
+        launch(*c, &mut started)?;
     }
-    for c in [
-        Component::ControllerManager,
-        Component::Scheduler,
-        Component::Kwok,
-    ] {
+    for c in &others {
         let port = c.port(&ports);
         wait_for(
             &format!("{} is serving", c.name()),
             Duration::from_secs(120),
             &mut started,
-            c,
+            *c,
             layout,
             || port_open(port),
         )?;
     }
 
-    let nodes = nodes_manifest(opts.nodes);
-    let nodes_file = layout.manifests().join("nodes.yaml");
-    fs::write(&nodes_file, &nodes)?;
-    admin.run(&["apply", "-f", "-"], Some(&nodes))?;
+    if runs(Component::Kwok) {
+        let nodes = nodes_manifest(opts.nodes);
+        let nodes_file = layout.manifests().join("nodes.yaml");
+        fs::write(&nodes_file, &nodes)?;
+        admin.run(&["apply", "-f", "-"], Some(&nodes))?;
+    }
     let identity = identity_manifest();
     fs::write(layout.manifests().join("identity.yaml"), &identity)?;
     admin.run(&["apply", "-f", "-"], Some(&identity))?;
 
-    wait_for(
-        &format!("{} KWOK node(s) are Ready", opts.nodes),
-        Duration::from_secs(120),
-        &mut started,
-        Component::Kwok,
-        layout,
-        || ready_nodes(&admin).is_ok_and(|n| n >= opts.nodes),
-    )?;
-    wait_for(
-        "the default ServiceAccount exists",
-        Duration::from_secs(120),
-        &mut started,
-        Component::ControllerManager,
-        layout,
-        || {
-            admin.ok(&[
-                "-n",
-                "default",
-                "get",
-                "serviceaccount",
-                "default",
-                "-o",
-                "name",
-            ])
-        },
-    )?;
+    if runs(Component::Kwok) {
+        wait_for(
+            &format!("{} KWOK node(s) are Ready", opts.nodes),
+            Duration::from_secs(120),
+            &mut started,
+            Component::Kwok,
+            layout,
+            || ready_nodes(&admin).is_ok_and(|n| n >= opts.nodes),
+        )?;
+    }
+    // The ServiceAccount controller of kube-controller-manager creates it.
+    if runs(Component::ControllerManager) {
+        wait_for(
+            "the default ServiceAccount exists",
+            Duration::from_secs(120),
+            &mut started,
+            Component::ControllerManager,
+            layout,
+            || {
+                admin.ok(&[
+                    "-n",
+                    "default",
+                    "get",
+                    "serviceaccount",
+                    "default",
+                    "-o",
+                    "name",
+                ])
+            },
+        )?;
+    }
     check_alive(&mut started)?;
     Ok(info)
 }

@@ -205,3 +205,53 @@ fn a_cluster_runs_from_the_cache_its_state_file_names() {
     assert!(all.iter().all(|c| roots.contains(&c.root)));
     assert_eq!(cache_roots(None).len(), all.len());
 }
+
+#[test]
+fn start_in_refuses_an_unbuilt_cache_before_touching_the_directory() {
+    let base = std::env::temp_dir().join(format!("kctrl-start-in-{}", std::process::id()));
+    let cache = Cache::under(&base.join("cache"), crate::versions::DEFAULT_RELEASE);
+    let layout = Layout::at(base.join("plane"));
+    let opts = UpOptions {
+        name: "t".into(),
+        nodes: 1,
+        apiserver_args: Vec::new(),
+        controller_manager_args: Vec::new(),
+        deployment_controller: false,
+        release: crate::versions::DEFAULT_RELEASE,
+    };
+    let err = start_in(
+        &layout,
+        &cache,
+        &opts,
+        &[Component::Etcd, Component::Apiserver],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("are not built in"), "{err}");
+    assert!(err.contains("kube-apiserver"), "{err}");
+    assert!(!layout.dir.exists());
+    let err = start_in(
+        &layout,
+        &cache,
+        &UpOptions {
+            nodes: 0,
+            ..opts.clone()
+        },
+        &Component::ALL,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("at least one node"), "{err}");
+    let err = start_in(
+        &layout,
+        &cache,
+        &UpOptions {
+            name: "A b".into(),
+            ..opts
+        },
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("invalid cluster name"), "{err}");
+}
