@@ -10,7 +10,7 @@ use kctrl_client::Client;
 use kctrl_client::config::{Config, ConfigOverrides};
 use kctrl_cluster::plane::{self, ClusterInfo, Component, Layout, UpOptions};
 use kctrl_cluster::toolchain::{self, Cache};
-use kctrl_cluster::versions::{DEFAULT_RELEASE, Release};
+use kctrl_cluster::versions::{DEFAULT_RELEASE, KUBE_VERSION_ENV, Release};
 
 use crate::Error;
 use crate::reaper::{KEEP_MARKER, Reaper};
@@ -24,15 +24,17 @@ static NEXT: AtomicU32 = AtomicU32::new(0);
 
 /// How to start a [`TestEnv`]; from [`TestEnv::builder`].
 ///
-/// The default is the smallest useful plane: etcd and kube-apiserver of the default release,
+/// The default is the smallest useful plane: etcd and kube-apiserver of the release that
+/// `$KCTRL_KUBE_VERSION` names (as `cargo xtask` commands take it), else the newest supported,
 /// nothing else. That is enough for controllers that only read and write objects; add
 /// [`controller_manager`](Self::controller_manager) for garbage collection, namespace deletion,
 /// ServiceAccounts and the built-in controllers (ReplicaSets, Jobs…; never its Deployment
 /// controller), and [`kwok_nodes`](Self::kwok_nodes) for nodes on which pods are scheduled and
 /// become Running and Ready.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct TestEnvBuilder {
-    release: &'static Release,
+    /// `None`: from the environment, else the default.
+    release: Option<&'static Release>,
     kwok_nodes: usize,
     controller_manager: bool,
     apiserver_args: Vec<String>,
@@ -40,27 +42,26 @@ pub struct TestEnvBuilder {
     build_if_missing: bool,
 }
 
-impl Default for TestEnvBuilder {
-    fn default() -> Self {
-        TestEnvBuilder {
-            release: DEFAULT_RELEASE,
-            kwok_nodes: 0,
-            controller_manager: false,
-            apiserver_args: Vec::new(),
-            crds: Vec::new(),
-            build_if_missing: false,
-        }
-    }
-}
-
 impl TestEnvBuilder {
     /// The Kubernetes release, e.g. `"1.36"`, `"1.37.2"` or `"v1.37.2"`; one of
-    /// [`kctrl_cluster::versions::RELEASES`] (the default is the newest). An unsupported
-    /// version is an error naming the supported ones.
+    /// [`kctrl_cluster::versions::RELEASES`]. An unsupported version is an error naming the
+    /// supported ones. Without it: `$KCTRL_KUBE_VERSION`, else the newest.
     pub fn kube_version(mut self, version: &str) -> Result<Self, Error> {
         self.release =
-            Release::parse(version).map_err(|e| Error::UnsupportedVersion(format!("{e:#}")))?;
+            Some(Release::parse(version).map_err(|e| Error::UnsupportedVersion(format!("{e:#}")))?);
         Ok(self)
+    }
+
+    /// The release to run: as set, else from the environment, else the newest.
+    fn release(&self) -> Result<&'static Release, Error> {
+        if let Some(r) = self.release {
+            return Ok(r);
+        }
+        match std::env::var(KUBE_VERSION_ENV) {
+            Ok(v) if !v.is_empty() => Release::parse(&v)
+                .map_err(|e| Error::UnsupportedVersion(format!("{e:#} (from {KUBE_VERSION_ENV})"))),
+            _ => Ok(DEFAULT_RELEASE),
+        }
     }
 
     /// `n` fake nodes run by KWOK, plus kube-scheduler to place pods on them: pods become
@@ -129,7 +130,7 @@ impl TestEnvBuilder {
         /// Serialises the first start across the tests' runtimes.
         static STARTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-        let asked = self.describe();
+        let asked = self.describe()?;
         if SHARED.get().is_none() {
             let _guard = STARTING.lock().await;
             if SHARED.get().is_none() {
@@ -148,21 +149,21 @@ impl TestEnvBuilder {
     }
 
     /// The configuration in words, to compare shared environments and report a mismatch.
-    fn describe(&self) -> String {
+    fn describe(&self) -> Result<String, Error> {
         let crds: Vec<&str> = self
             .crds
             .iter()
             .filter_map(|c| c.metadata.name.as_deref())
             .collect();
-        format!(
+        Ok(format!(
             "Kubernetes {}, {} KWOK node(s), kube-controller-manager {}, apiserver flags {:?}, \
              CRDs {:?}",
-            self.release.kubernetes,
+            self.release()?.kubernetes,
             self.kwok_nodes,
             if self.controller_manager { "on" } else { "off" },
             self.apiserver_args,
             crds
-        )
+        ))
     }
 
     /// The components to run.
@@ -211,12 +212,13 @@ impl TestEnv {
 
     fn start_blocking(b: &TestEnvBuilder) -> Result<TestEnv, Error> {
         let t0 = Instant::now();
-        let cache = Cache::locate(b.release).map_err(|e| Error::Build(format!("{e:#}")))?;
+        let release = b.release()?;
+        let cache = Cache::locate(release).map_err(|e| Error::Build(format!("{e:#}")))?;
         let missing = cache.missing();
         if !missing.is_empty() {
             if !b.build_if_missing {
                 return Err(Error::NotBuilt {
-                    release: b.release.kubernetes,
+                    release: release.kubernetes,
                     cache: cache.root.clone(),
                     missing: missing
                         .iter()
@@ -243,7 +245,7 @@ impl TestEnv {
             apiserver_args: b.apiserver_args.clone(),
             controller_manager_args: Vec::new(),
             deployment_controller: false,
-            release: b.release,
+            release,
         };
         let info = match plane::start_in(&layout, &cache, &opts, &b.components()) {
             Ok(info) => info,

@@ -286,42 +286,52 @@ async fn the_shared_environment_is_started_once() {
     );
 }
 
-/// Without a cached build, the error names the command that makes one.
+/// Without a cached build, the error names the command that makes one; a bad
+/// `KCTRL_KUBE_VERSION` is refused naming the variable.
 #[tokio::test]
 async fn a_missing_build_names_the_command_that_makes_it() {
-    // Needs no plane: it points the cache somewhere empty. Only this binary's environment
-    // changes, and the other tests read the variable only when they start a plane of their
-    // own, which this test's value would break: run it alone in its process.
-    if std::env::var_os("KCTRL_TESTENV_MISSING_BUILD_CHILD").is_none() {
-        let exe = std::env::current_exe().unwrap();
-        let empty =
-            std::env::temp_dir().join(format!("kctrl-testenv-empty-{}", std::process::id()));
-        let out = std::process::Command::new(exe)
-            .args([
-                "a_missing_build_names_the_command_that_makes_it",
-                "--exact",
-                "--nocapture",
-            ])
-            .env("KCTRL_TESTENV_MISSING_BUILD_CHILD", "1")
-            .env("KCTRL_CACHE_DIR", &empty)
+    const NAME: &str = "a_missing_build_names_the_command_that_makes_it";
+    // Needs no plane: the child processes point the cache somewhere empty, or ask for a
+    // release that does not exist, through their environment (which a test cannot change in
+    // its own process without affecting the others).
+    match std::env::var("KCTRL_TESTENV_MISSING_BUILD_CHILD").as_deref() {
+        Ok("missing") => {
+            let err = TestEnv::start().await.unwrap_err();
+            assert!(matches!(err, Error::NotBuilt { .. }), "{err}");
+            let message = err.to_string();
+            assert!(
+                message.contains("`cargo xtask cluster build --kube-version v1."),
+                "{message}"
+            );
+            assert!(message.contains("kube-apiserver"), "{message}");
+            assert!(message.contains("build_if_missing(true)"), "{message}");
+            // An unsupported version is refused before anything else.
+            let err = TestEnv::builder().kube_version("1.20").unwrap_err();
+            assert!(matches!(err, Error::UnsupportedVersion(_)), "{err}");
+            return;
+        }
+        Ok("bad-version") => {
+            let err = TestEnv::start().await.unwrap_err();
+            assert!(matches!(err, Error::UnsupportedVersion(_)), "{err}");
+            assert!(err.to_string().contains("KCTRL_KUBE_VERSION"), "{err}");
+            return;
+        }
+        _ => {}
+    }
+    let empty = std::env::temp_dir().join(format!("kctrl-testenv-empty-{}", std::process::id()));
+    for (case, var, value) in [
+        ("missing", "KCTRL_CACHE_DIR", empty.to_str().unwrap()),
+        ("bad-version", "KCTRL_KUBE_VERSION", "1.20"),
+    ] {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([NAME, "--exact", "--nocapture"])
+            .env("KCTRL_TESTENV_MISSING_BUILD_CHILD", case)
+            .env(var, value)
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned()
             + &String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{text}");
-        assert!(text.contains("1 passed"), "{text}");
-        return;
+        assert!(out.status.success(), "{case}: {text}");
+        assert!(text.contains("1 passed"), "{case}: {text}");
     }
-    let err = TestEnv::start().await.unwrap_err();
-    assert!(matches!(err, Error::NotBuilt { .. }), "{err}");
-    let message = err.to_string();
-    assert!(
-        message.contains("`cargo xtask cluster build --kube-version v1."),
-        "{message}"
-    );
-    assert!(message.contains("kube-apiserver"), "{message}");
-    assert!(message.contains("build_if_missing(true)"), "{message}");
-    // An unsupported version is refused before anything else.
-    let err = TestEnv::builder().kube_version("1.20").unwrap_err();
-    assert!(matches!(err, Error::UnsupportedVersion(_)), "{err}");
 }
