@@ -356,7 +356,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-/// The one Go file of the [`Wrapper::E2e`] module for `release`: [`E2E_TEST_TEMPLATE`] with
+/// The one Go file of the [`Wrapper::E2e`] module for `release`: `E2E_TEST_TEMPLATE` with
 /// the release's YAML-formatting package.
 pub fn e2e_test_file(release: &Release) -> String {
     E2E_TEST_TEMPLATE.replace(E2E_FORMAT_PLACEHOLDER, release.e2e_format_package)

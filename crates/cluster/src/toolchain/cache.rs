@@ -22,7 +22,8 @@ pub struct Cache {
 }
 
 impl Cache {
-    /// The cache of `release`: `k8s-<version>` below [`Cache::base`].
+    /// The cache of `release`: `k8s-<version>` below the cache base (`$KCTRL_CACHE_DIR`, else
+    /// `$XDG_CACHE_HOME/kctrl`, else `~/.cache/kctrl`).
     pub fn locate(release: &'static Release) -> Result<Cache> {
         Ok(Cache::under(&Cache::base()?, release))
     }
