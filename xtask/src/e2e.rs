@@ -32,7 +32,8 @@ use anyhow::{Context, Result, bail};
 use crate::cluster::KubeVersionArg;
 use kctrl_cluster::kind::{self, Engine, InClusterController, KindCluster};
 use kctrl_cluster::plane::{self, Layout, UpOptions};
-use kctrl_cluster::versions::{KUBE_VERSION_ENV, Release};
+
+mod testenv;
 
 /// Arguments of `cargo xtask e2e`.
 #[derive(clap::Args)]
@@ -156,7 +157,7 @@ pub(crate) fn run(args: E2eArgs) -> Result<()> {
             let result = run_suite_with_controller(&controller, &target, &args.test_args);
             let suite = finish(result, args.keep, || crate::cluster::down(&args.name));
             // After the teardown, so that no more than one plane of the suite runs at a time.
-            let testenv = run_testenv_tests(args.kube.release, &args.test_args);
+            let testenv = testenv::run(args.kube.release, &args.test_args);
             match (suite, testenv) {
                 (Err(e), Err(e2)) => {
                     eprintln!("==> kctrl-testenv's tests failed too: {e2:#}");
@@ -619,32 +620,6 @@ fn run_suite(target: &Target, selection: &[String], test_args: &[String]) -> Res
     let status = cmd.status().with_context(|| format!("running {cargo}"))?;
     if !status.success() {
         bail!("the e2e suite failed ({status})");
-    }
-    Ok(())
-}
-
-/// The variable that turns on the tests of `kctrl-testenv` that start control planes.
-const TESTENV_RUN_ENV: &str = "KCTRL_TESTENV_E2E";
-
-/// `cargo test -p kctrl-testenv --tests -- <test_args…>` with its real-plane tests turned on:
-/// they start planes of their own (etcd, kube-apiserver, and in one test every component) from
-/// the cache of `release`, which the local cluster has just used.
-fn run_testenv_tests(release: &Release, test_args: &[String]) -> Result<()> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    eprintln!(
-        "==> {TESTENV_RUN_ENV}=1 {KUBE_VERSION_ENV}={} cargo test -p kctrl-testenv --tests -- {}",
-        release.kubernetes,
-        test_args.join(" ")
-    );
-    let status = Command::new(&cargo)
-        .args(["test", "-p", "kctrl-testenv", "--tests", "--"])
-        .args(test_args)
-        .env(TESTENV_RUN_ENV, "1")
-        .env(KUBE_VERSION_ENV, release.kubernetes)
-        .status()
-        .with_context(|| format!("running {cargo}"))?;
-    if !status.success() {
-        bail!("kctrl-testenv's tests failed ({status})");
     }
     Ok(())
 }
