@@ -1,6 +1,6 @@
 //! Our `deployment-controller` binary as a supervised child process of xtask (e2e suite, demo).
 //!
-//! The process runs in its own process group (see [`crate::cluster::process::spawn`]), so a
+//! The process runs in its own process group (see [`kctrl_cluster::process::spawn`]), so a
 //! Ctrl-C in the terminal does not reach it directly; [`ControllerProcess::stop`] stops it
 //! gracefully (SIGTERM, then SIGKILL after 15 s) and dropping a [`ControllerProcess`] kills it.
 
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use crate::cluster::process::{self, ProcRecord};
+use kctrl_cluster::process::{self, ProcRecord, runs_deployment_controller};
 
 /// Cargo package of the binary.
 const PACKAGE: &str = "kctrl-deployment-controller";
@@ -127,7 +127,7 @@ pub(crate) fn start_with_env(
 /// kube-controller-manager must run without its Deployment controller.
 pub(crate) fn start_upstream(
     kcm: &Path,
-    info: &crate::cluster::plane::ClusterInfo,
+    info: &kctrl_cluster::plane::ClusterInfo,
     log: &Path,
 ) -> Result<ControllerProcess> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
@@ -334,48 +334,6 @@ impl Drop for ControllerProcess {
     }
 }
 
-/// Whether a command line runs a Deployment controller: our `deployment-controller` (also as
-/// the program a wrapper such as valgrind runs), or a kube-controller-manager whose
-/// `--controllers` enables `deployment-controller` (alias `deployment`). As
-/// kube-controller-manager decides: the first entry naming the controller (`name` or `-name`)
-/// wins, else `*` enables it; without the flag the default is `*`.
-pub(crate) fn runs_deployment_controller(args: &[String]) -> bool {
-    let file_name = |a: &str| {
-        std::path::Path::new(a)
-            .file_name()
-            .map(|f| f.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    };
-    let program = args.first().map(|a| file_name(a)).unwrap_or_default();
-    if args
-        .iter()
-        .filter(|a| !a.starts_with('-'))
-        .any(|a| file_name(a) == "deployment-controller")
-    {
-        return true;
-    }
-    if program != "kube-controller-manager" {
-        return false;
-    }
-    let mut controllers = "*".to_owned();
-    let mut it = args.iter().skip(1);
-    while let Some(a) = it.next() {
-        if let Some(v) = a.strip_prefix("--controllers=") {
-            controllers = v.to_owned();
-        } else if a == "--controllers" {
-            controllers = it.next().cloned().unwrap_or_default();
-        }
-    }
-    for entry in controllers.split(',').map(str::trim) {
-        match entry {
-            "deployment-controller" | "deployment" => return true,
-            "-deployment-controller" | "-deployment" => return false,
-            _ => {}
-        }
-    }
-    controllers.split(',').any(|e| e.trim() == "*")
-}
-
 /// Processes that run a Deployment controller against this cluster (their command line names a
 /// file of the cluster's directory, e.g. its kubeconfig).
 pub(crate) fn deployment_controllers(cluster_dir: &Path) -> Vec<(u32, String)> {
@@ -526,56 +484,5 @@ mod tests {
         drop(p);
         assert!(!Path::new(&format!("/proc/{pid}")).exists());
         fs::remove_dir_all(&dir).unwrap();
-    }
-
-    fn argv(s: &str) -> Vec<String> {
-        s.split_whitespace().map(str::to_owned).collect()
-    }
-
-    #[test]
-    fn which_command_lines_run_a_deployment_controller() {
-        assert!(runs_deployment_controller(&argv(
-            "/t/release/deployment-controller --kubeconfig=/c/k --leader-elect=false"
-        )));
-        assert!(runs_deployment_controller(&argv(
-            "valgrind --tool=callgrind /t/release/deployment-controller --kubeconfig=/c/k"
-        )));
-        assert!(runs_deployment_controller(&argv(
-            "/usr/libexec/valgrind/callgrind-amd64-linux --tool=callgrind /t/deployment-controller"
-        )));
-        assert!(!runs_deployment_controller(&argv(
-            "/t/release/xtask bench controller --name bench-controller"
-        )));
-        assert!(!runs_deployment_controller(&argv(
-            "valgrind --tool=callgrind /usr/bin/etcd"
-        )));
-        let kcm = |flags: &str| {
-            argv(&format!(
-                "/cache/bin/kube-controller-manager --kubeconfig=/c {flags}"
-            ))
-        };
-        assert!(runs_deployment_controller(&kcm("")), "default is *");
-        assert!(runs_deployment_controller(&kcm(
-            "--controllers=deployment-controller"
-        )));
-        assert!(runs_deployment_controller(&kcm("--controllers deployment")));
-        assert!(runs_deployment_controller(&kcm("--controllers=*")));
-        assert!(!runs_deployment_controller(&kcm(
-            "--controllers=*,-deployment-controller"
-        )));
-        assert!(!runs_deployment_controller(&kcm(
-            "--controllers=-deployment,*"
-        )));
-        assert!(!runs_deployment_controller(&kcm(
-            "--controllers=replicaset-controller"
-        )));
-        assert!(
-            runs_deployment_controller(&kcm("--controllers=deployment,-deployment")),
-            "the first entry naming it wins"
-        );
-        assert!(!runs_deployment_controller(&argv(
-            "/usr/bin/kube-scheduler --kubeconfig=/c"
-        )));
-        assert!(!runs_deployment_controller(&[]));
     }
 }

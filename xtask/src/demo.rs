@@ -28,10 +28,10 @@ use kctrl_client::{
 };
 use kctrl_config::Config;
 
-use crate::cluster::plane::{self, ClusterInfo, UpOptions};
-use crate::cluster::process;
-use crate::cluster::versions::KubeVersionArg;
+use crate::cluster::KubeVersionArg;
 use crate::controller_process::{self, ControllerProcess};
+use kctrl_cluster::plane::{self, ClusterInfo, UpOptions};
+use kctrl_cluster::process;
 
 use self::svg::{ConditionChange, Marker, RsSample, Timeline};
 

@@ -8,6 +8,9 @@
 //! (out of cluster; on the local cluster as its own identity with exactly `deploy/`'s RBAC), the targets that need it run, and it is stopped
 //! (also when they fail).
 //!
+//! On the local cluster, once it is torn down, the tests of `kctrl-testenv` run too (with
+//! `KCTRL_TESTENV_E2E=1`): they start control planes of their own from the same cached build.
+//!
 //! * `local` (default): the control plane of `cargo xtask cluster`, built from upstream's Go
 //!   modules, with the apiserver's watch cache disabled for ConfigMaps only so compaction tests
 //!   can observe 410 Gone from etcd (every other resource is cached as in a real cluster).
@@ -26,9 +29,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use crate::cluster::kind::{self, Engine, InClusterController, KindCluster};
-use crate::cluster::plane::{self, Layout, UpOptions};
-use crate::cluster::versions::KubeVersionArg;
+use crate::cluster::KubeVersionArg;
+use kctrl_cluster::kind::{self, Engine, InClusterController, KindCluster};
+use kctrl_cluster::plane::{self, Layout, UpOptions};
+
+mod testenv;
 
 /// Arguments of `cargo xtask e2e`.
 #[derive(clap::Args)]
@@ -150,7 +155,16 @@ pub(crate) fn run(args: E2eArgs) -> Result<()> {
                 controller_log: Some(Layout::new(&args.name).logs().join(CONTROLLER_LOG)),
             };
             let result = run_suite_with_controller(&controller, &target, &args.test_args);
-            finish(result, args.keep, || crate::cluster::down(&args.name))
+            let suite = finish(result, args.keep, || crate::cluster::down(&args.name));
+            // After the teardown, so that no more than one plane of the suite runs at a time.
+            let testenv = testenv::run(args.kube.release, &args.test_args);
+            match (suite, testenv) {
+                (Err(e), Err(e2)) => {
+                    eprintln!("==> kctrl-testenv's tests failed too: {e2:#}");
+                    Err(e)
+                }
+                (r1, r2) => r1.and(r2),
+            }
         }
         ClusterKind::Existing => {
             let Some(kubeconfig) = std::env::var_os("KUBECONFIG") else {

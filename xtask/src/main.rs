@@ -12,6 +12,8 @@ mod demo;
 mod diff;
 mod e2e;
 mod fuzz;
+#[cfg(test)]
+mod kind_deploy_tests;
 mod test;
 
 #[derive(Parser)]

@@ -57,11 +57,12 @@ use kctrl_config::Config;
 use tokio_util::sync::CancellationToken;
 
 use crate::bench::controller::{curl, free_port};
-use crate::cluster::plane::{self, ClusterInfo, Component, UpOptions};
-use crate::cluster::process;
-use crate::cluster::toolchain::fmt_duration;
-use crate::cluster::versions::{KubeVersionArg, Release};
+use crate::cluster::KubeVersionArg;
 use crate::controller_process::{self, ControllerProcess};
+use kctrl_cluster::plane::{self, ClusterInfo, Component, UpOptions};
+use kctrl_cluster::process;
+use kctrl_cluster::toolchain::fmt_duration;
+use kctrl_cluster::versions::Release;
 
 use self::invariants::Checker;
 use self::proxy::{FaultProxy, Mode};

@@ -33,11 +33,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 
 use self::junit::{Outcome, TestCase};
-use crate::cluster::plane::{self, ClusterInfo, Component, Layout, UpOptions};
-use crate::cluster::process;
-use crate::cluster::toolchain::{self, Cache, fmt_duration};
-use crate::cluster::versions::{KubeVersionArg, Release};
+use crate::cluster::KubeVersionArg;
 use crate::controller_process::{self, ControllerProcess};
+use kctrl_cluster::plane::{self, ClusterInfo, Component, Layout, UpOptions};
+use kctrl_cluster::process;
+use kctrl_cluster::toolchain::{self, Cache, fmt_duration};
+use kctrl_cluster::versions::Release;
 
 /// Arguments of `cargo xtask conformance`.
 #[derive(clap::Args)]
@@ -787,7 +788,7 @@ mod tests {
 
     #[test]
     fn reports_of_each_release_and_controller_are_kept_apart() {
-        let dirs: Vec<std::path::PathBuf> = crate::cluster::versions::RELEASES
+        let dirs: Vec<std::path::PathBuf> = kctrl_cluster::versions::RELEASES
             .iter()
             .flat_map(|r| {
                 [
@@ -799,7 +800,7 @@ mod tests {
         for (i, d) in dirs.iter().enumerate() {
             assert!(dirs[i + 1..].iter().all(|o| o != d), "{d:?}");
         }
-        let ours = out_dir(crate::cluster::versions::DEFAULT_RELEASE, Controller::Ours);
+        let ours = out_dir(kctrl_cluster::versions::DEFAULT_RELEASE, Controller::Ours);
         assert!(ours.ends_with("conformance/v1.37.2/ours"), "{ours:?}");
     }
 }

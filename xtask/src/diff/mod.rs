@@ -40,12 +40,13 @@ use self::compare::{Difference, INTENDED, Intended};
 use self::events::EventWatch;
 use self::observe::{Names, Observation};
 use self::scenario::{Action, Scenario, Step};
-use crate::cluster::plane::{self, ClusterInfo, Layout, UpOptions};
-use crate::cluster::process;
-use crate::cluster::toolchain::{Cache, fmt_duration};
-use crate::cluster::versions::{Binary, KubeVersionArg, Release};
+use crate::cluster::KubeVersionArg;
 use crate::conformance::{Controller, check_controllers};
 use crate::controller_process::{self, ControllerProcess};
+use kctrl_cluster::plane::{self, ClusterInfo, Layout, UpOptions};
+use kctrl_cluster::process;
+use kctrl_cluster::toolchain::{Cache, fmt_duration};
+use kctrl_cluster::versions::{Binary, Release};
 
 /// Default prefix of the two clusters' names: `diff-up` runs upstream's Deployment controller,
 /// `diff-ours` ours.
@@ -142,7 +143,7 @@ pub(crate) fn run(args: DiffArgs) -> Result<()> {
     let ours_binary = controller_process::build_dist()?;
     let release = args.kube.release;
     let cache = Cache::locate(release)?;
-    crate::cluster::toolchain::ensure_built(&cache)?;
+    kctrl_cluster::toolchain::ensure_built(&cache)?;
     let kcm = cache.binary(Binary::KubeControllerManager);
     let out = out_dir();
     let _ = fs::remove_dir_all(&out);
@@ -891,7 +892,7 @@ mod tests {
         assert_eq!(reports[1].unintended(), 1);
         let text = render(
             &reports,
-            crate::cluster::versions::DEFAULT_RELEASE,
+            kctrl_cluster::versions::DEFAULT_RELEASE,
             Duration::from_secs(7),
         );
         assert!(
@@ -979,7 +980,7 @@ mod tests {
         assert_eq!(cli.args.retries, 2);
         let cli = Cli::try_parse_from(["x", "--switch", "50"]).unwrap();
         assert_eq!(cli.args.switch, Some(50));
-        let old = crate::cluster::versions::Release::exact("v1.36.5").unwrap();
+        let old = kctrl_cluster::versions::Release::exact("v1.36.5").unwrap();
         let quick = DiffArgs::quick(old);
         assert!(quick.quick && !quick.keep && quick.switch.is_none());
         assert!(std::ptr::eq(quick.kube.release, old));

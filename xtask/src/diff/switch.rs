@@ -20,9 +20,9 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
 use super::{Clusters, Side, out_dir};
-use crate::cluster::toolchain::{Cache, fmt_duration};
-use crate::cluster::versions::{Binary, Release};
 use crate::controller_process;
+use kctrl_cluster::toolchain::{Cache, fmt_duration};
+use kctrl_cluster::versions::{Binary, Release};
 
 /// The cluster of the measurement.
 const CLUSTER: &str = "diff-switch";
@@ -203,7 +203,7 @@ pub(crate) fn run(n: usize, keep: bool, release: &'static Release) -> Result<()>
     let started = Instant::now();
     let ours_binary = controller_process::build_dist()?;
     let cache = Cache::locate(release)?;
-    crate::cluster::toolchain::ensure_built(&cache)?;
+    kctrl_cluster::toolchain::ensure_built(&cache)?;
     let kcm = cache.binary(Binary::KubeControllerManager);
     let out = out_dir();
     fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;

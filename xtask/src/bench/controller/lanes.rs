@@ -31,7 +31,7 @@ use super::{
     Env, QPS, SETUP_QPS, Side, admin_client, check_cluster_kcm, concurrently, deployment_with,
     image_patch, name, prepare, start_with, wait_complete,
 };
-use crate::cluster::versions::KubeVersionArg;
+use crate::cluster::KubeVersionArg;
 
 /// Arguments of `cargo xtask bench lanes`.
 #[derive(clap::Args)]

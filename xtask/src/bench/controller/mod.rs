@@ -37,10 +37,11 @@ use kctrl_client::versioned::Versioned;
 use kctrl_client::{Api, Client, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 
 use self::parse::{Counts, CpuTicks, Memory, RolloutState};
-use crate::cluster::plane::{self, ClusterInfo, Component, Layout, UpOptions};
-use crate::cluster::process::{self, ProcRecord};
-use crate::cluster::toolchain::Cache;
-use crate::cluster::versions::{Binary, KubeVersionArg, Release};
+use crate::cluster::KubeVersionArg;
+use kctrl_cluster::plane::{self, ClusterInfo, Component, Layout, UpOptions};
+use kctrl_cluster::process::{self, ProcRecord};
+use kctrl_cluster::toolchain::Cache;
+use kctrl_cluster::versions::{Binary, Release};
 
 /// Replicas of every benchmark Deployment.
 const REPLICAS: i32 = 4;
@@ -542,7 +543,7 @@ fn check_cluster_kcm(env: &Env) -> Result<()> {
             record.pid
         );
     }
-    if crate::controller_process::runs_deployment_controller(&args) {
+    if kctrl_cluster::process::runs_deployment_controller(&args) {
         bail!(
             "the cluster's kube-controller-manager runs the Deployment controller: {}",
             args.join(" ")

@@ -25,8 +25,8 @@ use serde::Deserialize;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{ChildStdout, Command};
 
-use crate::cluster::plane::{self, Component, Layout, UpOptions};
-use crate::cluster::versions::KubeVersionArg;
+use crate::cluster::KubeVersionArg;
+use kctrl_cluster::plane::{self, Component, Layout, UpOptions};
 
 /// Label every benchmark pod carries.
 const POD_LABEL: &str = "kctrl.bench/informer";
@@ -291,7 +291,7 @@ pub(crate) fn run(args: InformerArgs) -> Result<()> {
         .enable_all()
         .build()?;
     let probe = CpuProbe {
-        apiserver_pid: crate::cluster::process::read_pid_file(
+        apiserver_pid: kctrl_cluster::process::read_pid_file(
             &Layout::new(&args.name).pid_file(Component::Apiserver),
         )
         .map(|r| r.pid),

@@ -18,186 +18,19 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, bail};
 
-use super::versions::{
-    Binary, E2E_TEST_BINARY, KWOK_STAGE_FILES, RELEASES, Release, Wrapper, e2e_test_build_args,
+use crate::versions::{
+    Binary, E2E_TEST_BINARY, KWOK_STAGE_FILES, Release, Wrapper, e2e_test_build_args,
     e2e_test_recipe,
 };
 
 /// How often a long-running Go command reports progress.
 const PROGRESS_EVERY: Duration = Duration::from_secs(20);
 
-/// The cache of the binaries of one release.
-#[derive(Clone, Debug)]
-pub(crate) struct Cache {
-    /// `~/.cache/kctrl/k8s-<version>`, e.g. `~/.cache/kctrl/k8s-v1.37.2`.
-    pub(crate) root: PathBuf,
-    /// The release whose binaries it holds.
-    pub(crate) release: &'static Release,
-}
+mod cache;
 
-impl Cache {
-    /// The cache of `release`: `k8s-<version>` below [`Cache::base`].
-    pub(crate) fn locate(release: &'static Release) -> Result<Cache> {
-        Ok(Cache::under(&Cache::base()?, release))
-    }
-
-    /// The caches of every supported release (e.g. to list them, or to recognise processes
-    /// started from any of them).
-    pub(crate) fn all() -> Result<Vec<Cache>> {
-        let base = Cache::base()?;
-        Ok(RELEASES.iter().map(|r| Cache::under(&base, r)).collect())
-    }
-
-    /// The cache of `release` inside `base`: the directory name is the cache key, so each
-    /// release builds into its own directory.
-    pub(crate) fn under(base: &Path, release: &'static Release) -> Cache {
-        Cache {
-            root: base.join(format!("k8s-{}", release.kubernetes)),
-            release,
-        }
-    }
-
-    /// `$KCTRL_CACHE_DIR`, else `$XDG_CACHE_HOME/kctrl`, else `$HOME/.cache/kctrl`.
-    fn base() -> Result<PathBuf> {
-        Ok(if let Some(dir) = std::env::var_os("KCTRL_CACHE_DIR") {
-            PathBuf::from(dir)
-        } else if let Some(dir) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
-            PathBuf::from(dir).join("kctrl")
-        } else {
-            let home = std::env::var_os("HOME").ok_or_else(|| {
-                anyhow!("neither KCTRL_CACHE_DIR, XDG_CACHE_HOME nor HOME is set")
-            })?;
-            PathBuf::from(home).join(".cache").join("kctrl")
-        })
-    }
-
-    /// Directory holding the binaries.
-    pub(crate) fn bin_dir(&self) -> PathBuf {
-        self.root.join("bin")
-    }
-
-    /// Path of one binary.
-    pub(crate) fn binary(&self, binary: Binary) -> PathBuf {
-        Cache::binary_in(&self.root, binary)
-    }
-
-    /// Path of one binary in the cache directory `root` (of whichever release).
-    pub(crate) fn binary_in(root: &Path, binary: Binary) -> PathBuf {
-        root.join("bin").join(binary.file_name())
-    }
-
-    /// KWOK stage files, in the order of [`KWOK_STAGE_FILES`].
-    pub(crate) fn kwok_stage_files(&self) -> Vec<PathBuf> {
-        let dir = self.root.join("share").join("kwok-stages");
-        KWOK_STAGE_FILES
-            .iter()
-            .map(|f| dir.join(Path::new(f).file_name().expect("stage file has a name")))
-            .collect()
-    }
-
-    fn recipe_file(&self, binary: Binary) -> PathBuf {
-        self.recipe_file_of(binary.file_name())
-    }
-
-    fn recipe_file_of(&self, file_name: &str) -> PathBuf {
-        self.bin_dir().join(format!(".{file_name}.recipe"))
-    }
-
-    /// Upstream's e2e test binary (`cargo xtask conformance`; not part of the control plane, so
-    /// not in [`Cache::missing`]).
-    pub(crate) fn e2e_test(&self) -> PathBuf {
-        self.bin_dir().join(E2E_TEST_BINARY)
-    }
-
-    /// Whether [`Cache::e2e_test`] is present and was built from the current recipe.
-    pub(crate) fn e2e_test_is_built(&self) -> bool {
-        fs::read_to_string(self.recipe_file_of(E2E_TEST_BINARY))
-            .is_ok_and(|r| r.trim() == e2e_test_recipe(self.release))
-            && self.e2e_test().is_file()
-    }
-
-    fn log_dir(&self) -> PathBuf {
-        self.root.join("logs")
-    }
-
-    /// Whether `binary` is present and was built from the current recipe.
-    pub(crate) fn is_built(&self, binary: Binary) -> bool {
-        let recipe_ok = fs::read_to_string(self.recipe_file(binary))
-            .map(|r| r.trim() == binary.recipe(self.release))
-            .unwrap_or(false);
-        let extra_ok =
-            binary != Binary::Kwok || self.kwok_stage_files().iter().all(|f| f.is_file());
-        recipe_ok && extra_ok && self.binary(binary).is_file()
-    }
-
-    /// Binaries that still have to be built.
-    pub(crate) fn missing(&self) -> Vec<Binary> {
-        Binary::ALL
-            .into_iter()
-            .filter(|b| !self.is_built(*b))
-            .collect()
-    }
-
-    /// Total size of the cache directory in bytes (binaries, wrappers, logs).
-    pub(crate) fn size_bytes(&self) -> u64 {
-        dir_size(&self.root)
-    }
-}
-
-fn dir_size(path: &Path) -> u64 {
-    let Ok(meta) = fs::symlink_metadata(path) else {
-        return 0;
-    };
-    if meta.is_dir() {
-        fs::read_dir(path)
-            .map(|rd| rd.flatten().map(|e| dir_size(&e.path())).sum())
-            .unwrap_or(0)
-    } else {
-        meta.len()
-    }
-}
-
-/// An exclusive lock on `<cache>/.build.lock`, held while building into the cache, so that
-/// concurrent xtask commands (e.g. `cluster up` in one terminal and `conformance` in another)
-/// build once: the second waits, then finds the binaries built. Released on drop (and by the
-/// kernel if the process dies).
-pub(crate) struct BuildLock {
-    _file: fs::File,
-}
-
-impl BuildLock {
-    /// Takes the lock, waiting (and saying so) while another process holds it.
-    pub(crate) fn acquire(cache: &Cache) -> Result<BuildLock> {
-        fs::create_dir_all(&cache.root)
-            .with_context(|| format!("creating {}", cache.root.display()))?;
-        let path = cache.root.join(".build.lock");
-        let file = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .with_context(|| format!("opening {}", path.display()))?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(fs::TryLockError::WouldBlock) => {
-                eprintln!(
-                    "another process is building into {}; waiting for it to finish",
-                    cache.root.display()
-                );
-                let waited = Instant::now();
-                file.lock()
-                    .with_context(|| format!("locking {}", path.display()))?;
-                eprintln!("  … it finished after {}", fmt_duration(waited.elapsed()));
-            }
-            Err(fs::TryLockError::Error(e)) => {
-                return Err(e).with_context(|| format!("locking {}", path.display()));
-            }
-        }
-        Ok(BuildLock { _file: file })
-    }
-}
+pub use cache::{BuildLock, Cache};
 
 /// The Go toolchain found on this machine.
 struct Go {
@@ -260,7 +93,7 @@ fn go_minor(version: &str) -> Option<u32> {
 }
 
 /// Looks `name` up on PATH.
-pub(crate) fn which(name: &str) -> Option<PathBuf> {
+pub fn which(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|d| d.join(name))
@@ -385,7 +218,7 @@ fn run_with_progress(
 }
 
 /// `1h02m03s` / `4m05s` / `6.7s`.
-pub(crate) fn fmt_duration(d: Duration) -> String {
+pub fn fmt_duration(d: Duration) -> String {
     let secs = d.as_secs();
     if secs >= 3600 {
         format!("{}h{:02}m{:02}s", secs / 3600, secs / 60 % 60, secs % 60)
@@ -536,7 +369,7 @@ fn install_kwok_stages(go: &Go, cache: &Cache, no_sumdb: &[String]) -> Result<()
 
 /// Builds whatever is missing from the cache. Prints progress on stderr. Returns the per-binary
 /// build times (empty when everything was cached).
-pub(crate) fn ensure_built(cache: &Cache) -> Result<Vec<(Binary, Duration)>> {
+pub fn ensure_built(cache: &Cache) -> Result<Vec<(Binary, Duration)>> {
     if cache.missing().is_empty() {
         return Ok(Vec::new());
     }
@@ -647,7 +480,7 @@ pub(crate) fn ensure_built(cache: &Cache) -> Result<Vec<(Binary, Duration)>> {
 /// cache holds one from the current recipe. Returns its path and, if it was built now, how
 /// long that took. The control plane's packages are shared through GOCACHE, so this is much
 /// faster after `cargo xtask cluster build`.
-pub(crate) fn ensure_e2e_test_built(cache: &Cache) -> Result<(PathBuf, Option<Duration>)> {
+pub fn ensure_e2e_test_built(cache: &Cache) -> Result<(PathBuf, Option<Duration>)> {
     if cache.e2e_test_is_built() {
         return Ok((cache.e2e_test(), None));
     }
@@ -707,20 +540,21 @@ pub(crate) fn ensure_e2e_test_built(cache: &Cache) -> Result<(PathBuf, Option<Du
 }
 
 /// Current UTC time as `YYYY-MM-DDTHH:MM:SSZ` (RFC 3339, whole seconds).
-pub(crate) fn utc_now_rfc3339() -> String {
+pub fn utc_now_rfc3339() -> String {
     format!("{:.0}", jiff::Timestamp::now())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::versions::RELEASES;
 
     #[test]
     fn the_build_lock_is_exclusive_and_released_on_drop() {
         let root = std::env::temp_dir().join(format!("kctrl-build-lock-{}", std::process::id()));
         let cache = Cache {
             root: root.clone(),
-            release: crate::cluster::versions::DEFAULT_RELEASE,
+            release: crate::versions::DEFAULT_RELEASE,
         };
         let held = BuildLock::acquire(&cache).unwrap();
         let other = fs::OpenOptions::new()

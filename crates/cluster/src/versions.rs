@@ -8,51 +8,51 @@
 use anyhow::{Result, bail};
 
 /// `gitMajor` for the version ldflags (every supported release is 1.x).
-pub(crate) const K8S_MAJOR: &str = "1";
+pub const K8S_MAJOR: &str = "1";
 
 /// The variable that selects the release where a command takes `--kube-version`.
-pub(crate) const KUBE_VERSION_ENV: &str = "KCTRL_KUBE_VERSION";
+pub const KUBE_VERSION_ENV: &str = "KCTRL_KUBE_VERSION";
 
 /// One Kubernetes release the local control plane can run, with everything pinned along with
 /// it. The go.mod texts and ldflags built from it are generated at build time into that
 /// release's own cache directory (see `toolchain.rs`).
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Release {
+pub struct Release {
     /// The k8s.io/kubernetes module version, and what `/version` reports (`v1.37.2`).
-    pub(crate) kubernetes: &'static str,
+    pub kubernetes: &'static str,
     /// Minor version (`gitMinor`; `--kube-version 1.<minor>` picks this release).
-    pub(crate) minor: u32,
+    pub minor: u32,
     /// The published version of every staging module that matches [`Release::kubernetes`].
-    pub(crate) staging: &'static str,
+    pub staging: &'static str,
     /// Staging modules that k8s.io/kubernetes's go.mod maps to `./staging/...`, which is not
     /// part of the module zip, so the wrapper replaces each with its published version.
-    pub(crate) staging_modules: &'static [&'static str],
+    pub staging_modules: &'static [&'static str],
     /// The `go` line of k8s.io/kubernetes's go.mod, mirrored by the wrapper (the main module's
     /// `go`/`godebug` lines decide the GODEBUG defaults).
-    pub(crate) go: &'static str,
+    pub go: &'static str,
     /// The `godebug default=` value of that go.mod.
-    pub(crate) godebug: &'static str,
+    pub godebug: &'static str,
     /// The etcd release paired with it (kubeadm's `DefaultEtcdVersion` and
     /// `build/dependencies.yaml` of the same k8s.io/kubernetes version).
-    pub(crate) etcd: &'static str,
+    pub etcd: &'static str,
     /// The `go` line of go.etcd.io/etcd/server/v3's go.mod at [`Release::etcd`].
-    pub(crate) etcd_go: &'static str,
+    pub etcd_go: &'static str,
     /// KWOK release.
-    pub(crate) kwok: &'static str,
+    pub kwok: &'static str,
     /// The `go` line of sigs.k8s.io/kwok's go.mod at [`Release::kwok`].
-    pub(crate) kwok_go: &'static str,
+    pub kwok_go: &'static str,
     /// Oldest Go minor version (1.x) able to build all of the above.
-    pub(crate) go_min_minor: u32,
+    pub go_min_minor: u32,
     /// The package upstream's e2e main imports to print API objects as YAML in failure
     /// messages (it moved between releases); linked into `e2e.test` as upstream does.
-    pub(crate) e2e_format_package: &'static str,
+    pub e2e_format_package: &'static str,
     /// The kind release whose default node image is this minor (the `cargo xtask e2e
     /// --cluster kind` path).
-    pub(crate) kind: &'static str,
+    pub kind: &'static str,
     /// That kind release's default node image for this minor, pinned by digest (kind publishes
     /// node images for some patches only, so the patch may differ from
     /// [`Release::kubernetes`]).
-    pub(crate) kind_node_image: &'static str,
+    pub kind_node_image: &'static str,
 }
 
 /// Staging modules of k8s.io/kubernetes 1.36 and 1.37: the two go.mod files list the same 33
@@ -94,7 +94,7 @@ const STAGING_MODULES_1_36_AND_1_37: &[&str] = &[
 ];
 
 /// Every supported release, newest first; the first is the default.
-pub(crate) static RELEASES: &[Release] = &[
+pub static RELEASES: &[Release] = &[
     // Newest v1.37 patch on the module proxy. etcd 3.7.0 (go 1.26) as dependencies.yaml and
     // kubeadm say; KWOK v0.8.0, the newest release, is built against the 1.36 libraries and
     // works against a 1.37 apiserver. kind v0.33.0 is the first release defaulting to 1.37.
@@ -137,19 +137,19 @@ pub(crate) static RELEASES: &[Release] = &[
 ];
 
 /// The release used when none is selected.
-pub(crate) static DEFAULT_RELEASE: &Release = &RELEASES[0];
+pub static DEFAULT_RELEASE: &Release = &RELEASES[0];
 
 impl Release {
     /// The release whose Kubernetes version is exactly `version` (`v1.37.2`), as recorded in
     /// a cluster's state file.
-    pub(crate) fn exact(version: &str) -> Option<&'static Release> {
+    pub fn exact(version: &str) -> Option<&'static Release> {
         RELEASES.iter().find(|r| r.kubernetes == version)
     }
 
     /// The release a user named: `1.37`, `1.37.2` or `v1.37.2` (a minor alone picks our
     /// pinned patch). Anything else, or a release we do not pin, is refused with the list of
     /// supported ones.
-    pub(crate) fn parse(text: &str) -> Result<&'static Release> {
+    pub fn parse(text: &str) -> Result<&'static Release> {
         let trimmed = text.trim();
         let bare = trimmed.strip_prefix('v').unwrap_or(trimmed);
         let parts: Vec<&str> = bare.split('.').collect();
@@ -191,12 +191,12 @@ impl Release {
     }
 
     /// `1.37`.
-    pub(crate) fn minor_name(&self) -> String {
+    pub fn minor_name(&self) -> String {
         format!("{K8S_MAJOR}.{}", self.minor)
     }
 
     /// The patch number of [`Release::kubernetes`].
-    pub(crate) fn patch(&self) -> u32 {
+    pub fn patch(&self) -> u32 {
         self.kubernetes
             .rsplit('.')
             .next()
@@ -206,7 +206,7 @@ impl Release {
 }
 
 /// `v1.37.2 (default), v1.36.5`.
-pub(crate) fn supported_list() -> String {
+pub fn supported_list() -> String {
     RELEASES
         .iter()
         .map(|r| {
@@ -220,33 +220,12 @@ pub(crate) fn supported_list() -> String {
         .join(", ")
 }
 
-/// `--kube-version` (or [`KUBE_VERSION_ENV`]) of every command that starts a local control
-/// plane.
-#[derive(clap::Args, Clone, Copy, Debug)]
-pub(crate) struct KubeVersionArg {
-    /// Kubernetes release of the local control plane: 1.37 or 1.36, also as 1.37.2 or
-    /// v1.37.2 (a minor alone picks the pinned patch). Supported: v1.37.2 (default), v1.36.5.
-    #[arg(
-        long = "kube-version",
-        env = KUBE_VERSION_ENV,
-        value_name = "VERSION",
-        value_parser = parse_kube_version,
-        default_value = DEFAULT_RELEASE.kubernetes,
-    )]
-    pub(crate) release: &'static Release,
-}
-
-/// clap's parser of [`KubeVersionArg`].
-fn parse_kube_version(text: &str) -> std::result::Result<&'static Release, String> {
-    Release::parse(text).map_err(|e| format!("{e:#} (from --kube-version or {KUBE_VERSION_ENV})"))
-}
-
 /// KWOK stage files (paths inside the sigs.k8s.io/kwok module) used as they are: nodes become
 /// Ready and keep a lease, Job pods complete, deleted pods go away immediately (what `kwokctl`
 /// configures by default). KWOK's pod-ready stage is replaced by ours (see `stages.rs`), which
 /// leaves pods with unpullable images Pending; a cache built when it was listed here still holds
 /// it, unused.
-pub(crate) const KWOK_STAGE_FILES: &[&str] = &[
+pub const KWOK_STAGE_FILES: &[&str] = &[
     "kustomize/stage/node/fast/node-initialize.yaml",
     "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
     "kustomize/stage/pod/fast/pod-complete.yaml",
@@ -255,7 +234,7 @@ pub(crate) const KWOK_STAGE_FILES: &[&str] = &[
 
 /// One Go wrapper module; each builds one or more binaries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Wrapper {
+pub enum Wrapper {
     /// k8s.io/kubernetes with the staging replaces.
     Kubernetes,
     /// go.etcd.io/etcd/server/v3 (its root package is etcd's `main`).
@@ -269,7 +248,7 @@ pub(crate) enum Wrapper {
 
 impl Wrapper {
     /// Directory name under `<cache>/src/`.
-    pub(crate) fn dir_name(self) -> &'static str {
+    pub fn dir_name(self) -> &'static str {
         match self {
             Wrapper::Kubernetes => "kubernetes",
             Wrapper::Etcd => "etcd",
@@ -279,7 +258,7 @@ impl Wrapper {
     }
 
     /// The upstream module this wrapper requires, with its version in `release`.
-    pub(crate) fn upstream(self, release: &Release) -> (&'static str, &'static str) {
+    pub fn upstream(self, release: &Release) -> (&'static str, &'static str) {
         match self {
             Wrapper::Kubernetes | Wrapper::E2e => ("k8s.io/kubernetes", release.kubernetes),
             Wrapper::Etcd => ("go.etcd.io/etcd/server/v3", release.etcd),
@@ -288,7 +267,7 @@ impl Wrapper {
     }
 
     /// The generated `go.mod` text for `release`.
-    pub(crate) fn go_mod(self, release: &Release) -> String {
+    pub fn go_mod(self, release: &Release) -> String {
         let (module, version) = self.upstream(release);
         let mut out = format!(
             "// Generated by `cargo xtask cluster`; throw-away wrapper, not part of the repository.\n\
@@ -330,7 +309,7 @@ impl Wrapper {
 
     /// Source files generated next to the go.mod (before `go mod tidy`, which keeps only the
     /// requirements they import), as (file name, text).
-    pub(crate) fn files(self, release: &Release) -> Vec<(&'static str, String)> {
+    pub fn files(self, release: &Release) -> Vec<(&'static str, String)> {
         match self {
             Wrapper::E2e => vec![("conformance_test.go", e2e_test_file(release))],
             _ => Vec::new(),
@@ -339,11 +318,11 @@ impl Wrapper {
 }
 
 /// File name of upstream's e2e test binary in `<cache>/bin`.
-pub(crate) const E2E_TEST_BINARY: &str = "e2e.test";
+pub const E2E_TEST_BINARY: &str = "e2e.test";
 
 /// `go test -c` flags of [`E2E_TEST_BINARY`] (besides `-o`): no vet (nothing of ours to check),
 /// upstream's build tags, trimmed paths and the Kubernetes binaries' version ldflags.
-pub(crate) fn e2e_test_build_args(release: &Release, build_date: &str) -> Vec<String> {
+pub fn e2e_test_build_args(release: &Release, build_date: &str) -> Vec<String> {
     vec![
         "test".to_owned(),
         "-c".to_owned(),
@@ -357,7 +336,7 @@ pub(crate) fn e2e_test_build_args(release: &Release, build_date: &str) -> Vec<St
 }
 
 /// What [`E2E_TEST_BINARY`] is built from; a different recipe means "rebuild".
-pub(crate) fn e2e_test_recipe(release: &Release) -> String {
+pub fn e2e_test_recipe(release: &Release) -> String {
     let (module, version) = Wrapper::E2e.upstream(release);
     let mut recipe = format!(
         "{E2E_TEST_BINARY} {module}@{version} {:?}",
@@ -377,9 +356,9 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-/// The one Go file of the [`Wrapper::E2e`] module for `release`: [`E2E_TEST_TEMPLATE`] with
+/// The one Go file of the [`Wrapper::E2e`] module for `release`: `E2E_TEST_TEMPLATE` with
 /// the release's YAML-formatting package.
-pub(crate) fn e2e_test_file(release: &Release) -> String {
+pub fn e2e_test_file(release: &Release) -> String {
     E2E_TEST_TEMPLATE.replace(E2E_FORMAT_PLACEHOLDER, release.e2e_format_package)
 }
 
@@ -446,7 +425,7 @@ func TestDeploymentConformance(t *testing.T) {
 
 /// A binary of the local control plane.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Binary {
+pub enum Binary {
     /// etcd server.
     Etcd,
     /// kube-apiserver.
@@ -463,7 +442,7 @@ pub(crate) enum Binary {
 
 impl Binary {
     /// Build order: etcd first (smallest), then the Kubernetes binaries, then KWOK.
-    pub(crate) const ALL: [Binary; 6] = [
+    pub const ALL: [Binary; 6] = [
         Binary::Etcd,
         Binary::KubeApiserver,
         Binary::KubeControllerManager,
@@ -473,7 +452,7 @@ impl Binary {
     ];
 
     /// File name in `<cache>/bin`.
-    pub(crate) fn file_name(self) -> &'static str {
+    pub fn file_name(self) -> &'static str {
         match self {
             Binary::Etcd => "etcd",
             Binary::KubeApiserver => "kube-apiserver",
@@ -485,7 +464,7 @@ impl Binary {
     }
 
     /// The wrapper module that builds it.
-    pub(crate) fn wrapper(self) -> Wrapper {
+    pub fn wrapper(self) -> Wrapper {
         match self {
             Binary::Etcd => Wrapper::Etcd,
             Binary::Kwok => Wrapper::Kwok,
@@ -494,7 +473,7 @@ impl Binary {
     }
 
     /// The Go main package.
-    pub(crate) fn package(self) -> &'static str {
+    pub fn package(self) -> &'static str {
         match self {
             Binary::Etcd => "go.etcd.io/etcd/server/v3",
             Binary::KubeApiserver => "k8s.io/kubernetes/cmd/kube-apiserver",
@@ -507,7 +486,7 @@ impl Binary {
 
     /// The recipe recorded next to the binary built for `release`; a different recipe means
     /// "rebuild".
-    pub(crate) fn recipe(self, release: &Release) -> String {
+    pub fn recipe(self, release: &Release) -> String {
         let (module, version) = self.wrapper().upstream(release);
         format!(
             "{} {} {module}@{version} tags={:?} ldflags={:?}",
@@ -519,7 +498,7 @@ impl Binary {
     }
 
     /// `go build -tags` (upstream builds the Kubernetes binaries with `selinux,notest`).
-    pub(crate) fn build_tags(self) -> &'static str {
+    pub fn build_tags(self) -> &'static str {
         match self.wrapper() {
             Wrapper::Kubernetes => "selinux,notest",
             _ => "",
@@ -527,7 +506,7 @@ impl Binary {
     }
 
     /// `go build -ldflags` for `release`; `build_date` is RFC 3339 UTC.
-    pub(crate) fn ldflags(self, release: &Release, build_date: &str) -> String {
+    pub fn ldflags(self, release: &Release, build_date: &str) -> String {
         let mut flags = String::from("-s -w");
         if self.wrapper() == Wrapper::Kubernetes {
             // Without these, /version reports v0.0.0-master+$Format:%H$. The module proxy does
@@ -634,36 +613,6 @@ mod tests {
             Release::exact("1.37.2").is_none(),
             "state files record the v form"
         );
-    }
-
-    #[test]
-    fn kube_version_option_defaults_parses_and_refuses() {
-        use clap::{CommandFactory, Parser};
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            kube: KubeVersionArg,
-        }
-        // The variable would override the default; this test's process does not set it.
-        if std::env::var_os(KUBE_VERSION_ENV).is_none() {
-            let cli = Cli::try_parse_from(["x"]).unwrap();
-            assert!(std::ptr::eq(cli.kube.release, DEFAULT_RELEASE));
-        }
-        let cli = Cli::try_parse_from(["x", "--kube-version", "1.36"]).unwrap();
-        assert_eq!(cli.kube.release.kubernetes, "v1.36.5");
-        let cli = Cli::try_parse_from(["x", "--kube-version=v1.37.2"]).unwrap();
-        assert_eq!(cli.kube.release.kubernetes, "v1.37.2");
-        let err = Cli::try_parse_from(["x", "--kube-version", "1.34"])
-            .err()
-            .unwrap()
-            .to_string();
-        assert!(err.contains("Kubernetes 1.34 is not supported"), "{err}");
-        assert!(err.contains("v1.37.2 (default), v1.36.5"), "{err}");
-        assert!(err.contains(KUBE_VERSION_ENV), "{err}");
-        // The help names every supported release and the default.
-        let help = Cli::command().render_long_help().to_string();
-        assert!(help.contains(&supported_list()), "{help}");
-        assert!(help.contains(KUBE_VERSION_ENV), "{help}");
     }
 
     #[test]

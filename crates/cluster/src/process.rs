@@ -17,11 +17,11 @@ use anyhow::{Context, Result, bail};
 
 /// A process we started, as recorded in its pid file (`<pid> <starttime>`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct ProcRecord {
+pub struct ProcRecord {
     /// Process id, also the process group id (each component leads its own group).
-    pub(crate) pid: u32,
+    pub pid: u32,
     /// Field 22 of `/proc/<pid>/stat` (clock ticks since boot).
-    pub(crate) start_time: u64,
+    pub start_time: u64,
 }
 
 /// Parsed fields of `/proc/<pid>/stat` we care about.
@@ -47,12 +47,12 @@ fn stat(pid: u32) -> Option<Stat> {
 }
 
 /// The parent of `pid`, if it still runs.
-pub(crate) fn parent(pid: u32) -> Option<u32> {
+pub fn parent(pid: u32) -> Option<u32> {
     stat(pid).map(|s| s.ppid)
 }
 
 /// The command line of `pid` (empty for kernel threads or vanished processes).
-pub(crate) fn cmdline(pid: u32) -> Vec<String> {
+pub fn cmdline(pid: u32) -> Vec<String> {
     fs::read(format!("/proc/{pid}/cmdline"))
         .map(|raw| {
             raw.split(|b| *b == 0)
@@ -70,7 +70,7 @@ fn running(pid: u32) -> bool {
 
 impl ProcRecord {
     /// Whether the recorded process is still the one we started, running `binary`.
-    pub(crate) fn is_ours_and_running(&self, binary: &Path) -> bool {
+    pub fn is_ours_and_running(&self, binary: &Path) -> bool {
         let Some(st) = stat(self.pid) else {
             return false;
         };
@@ -93,7 +93,7 @@ impl ProcRecord {
 }
 
 /// Reads a pid file; `None` if it is missing or malformed.
-pub(crate) fn read_pid_file(path: &Path) -> Option<ProcRecord> {
+pub fn read_pid_file(path: &Path) -> Option<ProcRecord> {
     let text = fs::read_to_string(path).ok()?;
     let mut it = text.split_whitespace();
     Some(ProcRecord {
@@ -107,7 +107,7 @@ const EXEC_BUSY_TRIES: u32 = 200;
 
 /// Starts `binary args…` detached in a new process group, stdout and stderr appended to `log`,
 /// and writes `pid_file`. The returned [`Child`] lets the caller notice an early exit.
-pub(crate) fn spawn(
+pub fn spawn(
     binary: &Path,
     args: &[String],
     log: &Path,
@@ -117,7 +117,7 @@ pub(crate) fn spawn(
 }
 
 /// [`spawn`] with extra environment variables.
-pub(crate) fn spawn_with_env(
+pub fn spawn_with_env(
     binary: &Path,
     args: &[String],
     env: &[(&str, &str)],
@@ -181,7 +181,7 @@ fn signal_group(pgid: u32, signal: &str) {
 
 /// Sends SIGKILL to process group `pgid` (a crash: no chance to clean up) and waits up to 10 s
 /// for its leader to be gone.
-pub(crate) fn kill_group(pgid: u32) -> Result<()> {
+pub fn kill_group(pgid: u32) -> Result<()> {
     signal_group(pgid, "KILL");
     let deadline = Instant::now() + Duration::from_secs(10);
     while running(pgid) {
@@ -195,7 +195,7 @@ pub(crate) fn kill_group(pgid: u32) -> Result<()> {
 
 /// Processes of the given component binaries (by file name) whose command line mentions
 /// `marker_dir` (the cluster directory): leftovers whose pid file was lost.
-pub(crate) fn find_strays(component_names: &[&str], marker_dir: &Path) -> Vec<u32> {
+pub fn find_strays(component_names: &[&str], marker_dir: &Path) -> Vec<u32> {
     let marker = format!("{}/", marker_dir.display());
     let me = std::process::id();
     let Ok(entries) = fs::read_dir("/proc") else {
@@ -221,7 +221,7 @@ pub(crate) fn find_strays(component_names: &[&str], marker_dir: &Path) -> Vec<u3
 
 /// Stops the given process groups and stray pids: TERM, wait up to `grace`, then KILL.
 /// Returns an error listing survivors.
-pub(crate) fn stop_all(groups: &[ProcRecord], strays: &[u32], grace: Duration) -> Result<usize> {
+pub fn stop_all(groups: &[ProcRecord], strays: &[u32], grace: Duration) -> Result<usize> {
     let mut pids: Vec<u32> = groups
         .iter()
         .map(|r| r.pid)
@@ -272,7 +272,7 @@ pub(crate) fn stop_all(groups: &[ProcRecord], strays: &[u32], grace: Duration) -
 }
 
 /// Last `n` lines of a log file, for error messages.
-pub(crate) fn tail(path: &Path, n: usize) -> String {
+pub fn tail(path: &Path, n: usize) -> String {
     let text = fs::read(path)
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .unwrap_or_default();
@@ -281,8 +281,50 @@ pub(crate) fn tail(path: &Path, n: usize) -> String {
 }
 
 /// Pid file path of a component.
-pub(crate) fn pid_file(run_dir: &Path, component: &str) -> PathBuf {
+pub fn pid_file(run_dir: &Path, component: &str) -> PathBuf {
     run_dir.join(format!("{component}.pid"))
+}
+
+/// Whether a command line runs a Deployment controller: our `deployment-controller` (also as
+/// the program a wrapper such as valgrind runs), or a kube-controller-manager whose
+/// `--controllers` enables `deployment-controller` (alias `deployment`). As
+/// kube-controller-manager decides: the first entry naming the controller (`name` or `-name`)
+/// wins, else `*` enables it; without the flag the default is `*`.
+pub fn runs_deployment_controller(args: &[String]) -> bool {
+    let file_name = |a: &str| {
+        std::path::Path::new(a)
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let program = args.first().map(|a| file_name(a)).unwrap_or_default();
+    if args
+        .iter()
+        .filter(|a| !a.starts_with('-'))
+        .any(|a| file_name(a) == "deployment-controller")
+    {
+        return true;
+    }
+    if program != "kube-controller-manager" {
+        return false;
+    }
+    let mut controllers = "*".to_owned();
+    let mut it = args.iter().skip(1);
+    while let Some(a) = it.next() {
+        if let Some(v) = a.strip_prefix("--controllers=") {
+            controllers = v.to_owned();
+        } else if a == "--controllers" {
+            controllers = it.next().cloned().unwrap_or_default();
+        }
+    }
+    for entry in controllers.split(',').map(str::trim) {
+        match entry {
+            "deployment-controller" | "deployment" => return true,
+            "-deployment-controller" | "-deployment" => return false,
+            _ => {}
+        }
+    }
+    controllers.split(',').any(|e| e.trim() == "*")
 }
 
 #[cfg(test)]
@@ -356,7 +398,7 @@ mod tests {
     fn spawned_group_is_stopped() {
         let dir = std::env::temp_dir().join(format!("kctrl-spawn-test-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
-        let sleep = super::super::toolchain::which("sleep").expect("sleep on PATH");
+        let sleep = crate::toolchain::which("sleep").expect("sleep on PATH");
         let (mut child, rec) = spawn(
             &sleep,
             &["30".to_owned()],
@@ -372,5 +414,56 @@ mod tests {
         reaper.join().unwrap().unwrap();
         assert!(!running(rec.pid));
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn argv(s: &str) -> Vec<String> {
+        s.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn which_command_lines_run_a_deployment_controller() {
+        assert!(runs_deployment_controller(&argv(
+            "/t/release/deployment-controller --kubeconfig=/c/k --leader-elect=false"
+        )));
+        assert!(runs_deployment_controller(&argv(
+            "valgrind --tool=callgrind /t/release/deployment-controller --kubeconfig=/c/k"
+        )));
+        assert!(runs_deployment_controller(&argv(
+            "/usr/libexec/valgrind/callgrind-amd64-linux --tool=callgrind /t/deployment-controller"
+        )));
+        assert!(!runs_deployment_controller(&argv(
+            "/t/release/xtask bench controller --name bench-controller"
+        )));
+        assert!(!runs_deployment_controller(&argv(
+            "valgrind --tool=callgrind /usr/bin/etcd"
+        )));
+        let kcm = |flags: &str| {
+            argv(&format!(
+                "/cache/bin/kube-controller-manager --kubeconfig=/c {flags}"
+            ))
+        };
+        assert!(runs_deployment_controller(&kcm("")), "default is *");
+        assert!(runs_deployment_controller(&kcm(
+            "--controllers=deployment-controller"
+        )));
+        assert!(runs_deployment_controller(&kcm("--controllers deployment")));
+        assert!(runs_deployment_controller(&kcm("--controllers=*")));
+        assert!(!runs_deployment_controller(&kcm(
+            "--controllers=*,-deployment-controller"
+        )));
+        assert!(!runs_deployment_controller(&kcm(
+            "--controllers=-deployment,*"
+        )));
+        assert!(!runs_deployment_controller(&kcm(
+            "--controllers=replicaset-controller"
+        )));
+        assert!(
+            runs_deployment_controller(&kcm("--controllers=deployment,-deployment")),
+            "the first entry naming it wins"
+        );
+        assert!(!runs_deployment_controller(&argv(
+            "/usr/bin/kube-scheduler --kubeconfig=/c"
+        )));
+        assert!(!runs_deployment_controller(&[]));
     }
 }

@@ -12,30 +12,30 @@ use base64::Engine as _;
 
 /// A certificate and its private key (PEM files).
 #[derive(Clone, Debug)]
-pub(crate) struct CertPair {
+pub struct CertPair {
     /// Certificate (PEM).
-    pub(crate) cert: PathBuf,
+    pub cert: PathBuf,
     /// Private key (PEM, PKCS#8).
-    pub(crate) key: PathBuf,
+    pub key: PathBuf,
 }
 
 /// A client identity: its user name and groups, as the apiserver's x509 authenticator maps them
 /// (CN -> user, O -> groups).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Identity {
+pub struct Identity {
     /// File stem of the certificate and kubeconfig.
-    pub(crate) file: &'static str,
+    pub file: &'static str,
     /// Common name: the Kubernetes user name.
-    pub(crate) user: &'static str,
+    pub user: &'static str,
     /// Organisations: the Kubernetes groups.
-    pub(crate) groups: &'static [&'static str],
+    pub groups: &'static [&'static str],
 }
 
 /// Where every file of the PKI lives.
 #[derive(Clone, Debug)]
-pub(crate) struct Pki {
+pub struct Pki {
     /// `pki/` directory.
-    pub(crate) dir: PathBuf,
+    pub dir: PathBuf,
 }
 
 const OPENSSL_CONFIG: &str = "\
@@ -104,7 +104,7 @@ fn subject(user: &str, groups: &[&str]) -> String {
 impl Pki {
     /// Creates the CA, the serving certificate, one client certificate per identity and the
     /// service-account key pair under `dir`.
-    pub(crate) fn generate(dir: &Path, cluster: &str, identities: &[Identity]) -> Result<Pki> {
+    pub fn generate(dir: &Path, cluster: &str, identities: &[Identity]) -> Result<Pki> {
         fs::create_dir_all(dir)?;
         let pki = Pki {
             dir: dir.to_path_buf(),
@@ -213,27 +213,27 @@ impl Pki {
     }
 
     /// The cluster CA.
-    pub(crate) fn ca(&self) -> CertPair {
+    pub fn ca(&self) -> CertPair {
         self.pair("ca")
     }
 
     /// Serving certificate of the apiserver (and of the other components' HTTPS endpoints).
-    pub(crate) fn serving(&self) -> CertPair {
+    pub fn serving(&self) -> CertPair {
         self.pair("serving")
     }
 
     /// Client certificate of an identity.
-    pub(crate) fn client(&self, id: &Identity) -> CertPair {
+    pub fn client(&self, id: &Identity) -> CertPair {
         self.pair(id.file)
     }
 
     /// Service-account token signing key (private).
-    pub(crate) fn sa_key(&self) -> PathBuf {
+    pub fn sa_key(&self) -> PathBuf {
         self.dir.join("sa.key")
     }
 
     /// Service-account token verification key (public).
-    pub(crate) fn sa_pub(&self) -> PathBuf {
+    pub fn sa_pub(&self) -> PathBuf {
         self.dir.join("sa.pub")
     }
 }
@@ -244,7 +244,7 @@ fn path_str(p: &Path) -> Result<&str> {
 }
 
 /// A self-contained kubeconfig (certificates embedded as `*-data`) for `id`.
-pub(crate) fn kubeconfig(pki: &Pki, cluster: &str, server: &str, id: &Identity) -> Result<String> {
+pub fn kubeconfig(pki: &Pki, cluster: &str, server: &str, id: &Identity) -> Result<String> {
     let b64 = |p: &Path| -> Result<String> {
         Ok(base64::engine::general_purpose::STANDARD
             .encode(fs::read(p).with_context(|| format!("reading {}", p.display()))?))
@@ -302,7 +302,7 @@ mod tests {
 
     #[test]
     fn generates_a_pki_and_kubeconfig() {
-        if super::super::toolchain::which("openssl").is_none() {
+        if crate::toolchain::which("openssl").is_none() {
             eprintln!("openssl not installed; skipping");
             return;
         }

@@ -33,44 +33,43 @@ use std::path::{Path, PathBuf};
 
 use super::versions::Release;
 /// The controller-manager's `--controllers` value: kubeadm's default minus our controller.
-pub(crate) const KIND_CONTROLLERS: &str = "*,bootstrapsigner,tokencleaner,-deployment-controller";
+pub const KIND_CONTROLLERS: &str = "*,bootstrapsigner,tokencleaner,-deployment-controller";
 
 /// The image `deploy/` runs (built from [`CONTAINERFILE`]).
-pub(crate) const CONTROLLER_IMAGE: &str = "kctrl/deployment-controller:dev";
+pub const CONTROLLER_IMAGE: &str = "kctrl/deployment-controller:dev";
 /// The container recipe, relative to the repository root (the build context).
-pub(crate) const CONTAINERFILE: &str = "deploy/Containerfile";
+pub const CONTAINERFILE: &str = "deploy/Containerfile";
 /// The recipe's own ignore file (BuildKit finds it by name; Podman is given it explicitly).
-pub(crate) const CONTAINERFILE_IGNORE: &str = "deploy/Containerfile.dockerignore";
+pub const CONTAINERFILE_IGNORE: &str = "deploy/Containerfile.dockerignore";
 /// The manifests `kubectl apply -f` installs (not recursive: `bootstrap/` is separate).
-pub(crate) const MANIFEST_DIR: &str = "deploy";
+pub const MANIFEST_DIR: &str = "deploy";
 /// The one-off bootstrap Pod (see the module docs).
-pub(crate) const BOOTSTRAP_DIR: &str = "deploy/bootstrap";
+pub const BOOTSTRAP_DIR: &str = "deploy/bootstrap";
 /// Namespace of everything in `deploy/`.
-pub(crate) const CONTROLLER_NAMESPACE: &str = "kube-system";
+pub const CONTROLLER_NAMESPACE: &str = "kube-system";
 /// Name of our Deployment, ServiceAccount and leader-election Lease.
-pub(crate) const CONTROLLER_NAME: &str = "kctrl-deployment-controller";
+pub const CONTROLLER_NAME: &str = "kctrl-deployment-controller";
 /// Name of the bootstrap Pod.
-pub(crate) const BOOTSTRAP_POD: &str = "kctrl-deployment-controller-bootstrap";
+pub const BOOTSTRAP_POD: &str = "kctrl-deployment-controller-bootstrap";
 /// Label selector matching the Deployment's pods and the bootstrap Pod (for their logs).
-pub(crate) const CONTROLLER_POD_SELECTOR: &str =
-    "app.kubernetes.io/name=kctrl-deployment-controller";
+pub const CONTROLLER_POD_SELECTOR: &str = "app.kubernetes.io/name=kctrl-deployment-controller";
 /// How long `kubectl rollout status` waits for our Deployment.
-pub(crate) const ROLLOUT_TIMEOUT: &str = "5m";
+pub const ROLLOUT_TIMEOUT: &str = "5m";
 
 /// A kind cluster to create.
 #[derive(Clone, Debug)]
-pub(crate) struct KindCluster {
+pub struct KindCluster {
     /// `kind --name`.
-    pub(crate) name: String,
+    pub name: String,
     /// Node image.
-    pub(crate) image: String,
+    pub image: String,
     /// Worker nodes besides the control-plane node.
-    pub(crate) workers: usize,
+    pub workers: usize,
 }
 
 impl KindCluster {
     /// The default e2e cluster: one control plane, two workers, nodes of `release`'s minor.
-    pub(crate) fn new(name: &str, release: &Release) -> KindCluster {
+    pub fn new(name: &str, release: &Release) -> KindCluster {
         KindCluster {
             name: name.to_owned(),
             image: release.kind_node_image.to_owned(),
@@ -79,7 +78,7 @@ impl KindCluster {
     }
 
     /// The `kind.x-k8s.io/v1alpha4` Cluster configuration.
-    pub(crate) fn config(&self) -> String {
+    pub fn config(&self) -> String {
         let mut nodes = format!("- role: control-plane\n  image: {}\n", self.image);
         for _ in 0..self.workers {
             nodes.push_str(&format!("- role: worker\n  image: {}\n", self.image));
@@ -101,7 +100,7 @@ nodes:
     }
 
     /// `kind create cluster …` (waits for the control plane to be Ready).
-    pub(crate) fn create_command(&self, config_path: &Path) -> Vec<String> {
+    pub fn create_command(&self, config_path: &Path) -> Vec<String> {
         argv(&[
             "kind",
             "create",
@@ -116,12 +115,12 @@ nodes:
     }
 
     /// `kind get kubeconfig …` (prints the admin kubeconfig on stdout).
-    pub(crate) fn kubeconfig_command(&self) -> Vec<String> {
+    pub fn kubeconfig_command(&self) -> Vec<String> {
         argv(&["kind", "get", "kubeconfig", "--name", &self.name])
     }
 
     /// `kind delete cluster …`.
-    pub(crate) fn delete_command(&self) -> Vec<String> {
+    pub fn delete_command(&self) -> Vec<String> {
         argv(&["kind", "delete", "cluster", "--name", &self.name])
     }
 
@@ -130,7 +129,7 @@ nodes:
     /// whose first element is `#`, which are notes (where the suite runs, what is polled).
     /// The kubeconfig is written next to the configuration; paths are relative to the
     /// repository root. These are the commands `cargo xtask e2e --cluster kind` runs.
-    pub(crate) fn plan(&self, config_path: &Path) -> Vec<Vec<String>> {
+    pub fn plan(&self, config_path: &Path) -> Vec<Vec<String>> {
         let kubeconfig = config_path.with_file_name("kubeconfig");
         let work_dir = config_path.parent().unwrap_or(Path::new("")).to_path_buf();
         let ctl = InClusterController::new(self, Engine::Docker, Path::new(""), &work_dir)
@@ -185,7 +184,7 @@ nodes:
 
 /// The container engine that builds our image.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Engine {
+pub enum Engine {
     /// Docker (BuildKit reads the recipe's own ignore file).
     Docker,
     /// Podman (kind's `load docker-image` cannot read its images, see the module docs).
@@ -194,7 +193,7 @@ pub(crate) enum Engine {
 
 impl Engine {
     /// The engine's command.
-    pub(crate) fn program(self) -> &'static str {
+    pub fn program(self) -> &'static str {
         match self {
             Engine::Docker => "docker",
             Engine::Podman => "podman",
@@ -203,7 +202,7 @@ impl Engine {
 
     /// The name the image is built under: with Podman, [`CONTROLLER_IMAGE`] qualified with the
     /// registry containerd resolves it to.
-    pub(crate) fn image_name(self) -> String {
+    pub fn image_name(self) -> String {
         match self {
             Engine::Docker => CONTROLLER_IMAGE.to_owned(),
             Engine::Podman => format!("docker.io/{CONTROLLER_IMAGE}"),
@@ -213,7 +212,7 @@ impl Engine {
 
 /// Our controller running inside a kind cluster from `deploy/`: the commands of each step.
 #[derive(Clone, Debug)]
-pub(crate) struct InClusterController {
+pub struct InClusterController {
     cluster: String,
     engine: Engine,
     /// The repository root (build context, base of `deploy/`); empty for relative paths.
@@ -228,7 +227,7 @@ pub(crate) struct InClusterController {
 
 impl InClusterController {
     /// The controller of `cluster`, built with `engine` from the repository at `root`.
-    pub(crate) fn new(
+    pub fn new(
         cluster: &KindCluster,
         engine: Engine,
         root: &Path,
@@ -245,13 +244,13 @@ impl InClusterController {
     }
 
     /// kubectl talks to the cluster through `kubeconfig`.
-    pub(crate) fn with_kubeconfig(mut self, kubeconfig: &Path) -> InClusterController {
+    pub fn with_kubeconfig(mut self, kubeconfig: &Path) -> InClusterController {
         self.kubeconfig = Some(kubeconfig.to_path_buf());
         self
     }
 
     /// Runs `kubectl` as `program` (e.g. `$KCTRL_KUBECTL`).
-    pub(crate) fn with_kubectl(mut self, program: &str) -> InClusterController {
+    pub fn with_kubectl(mut self, program: &str) -> InClusterController {
         program.clone_into(&mut self.kubectl);
         self
     }
@@ -266,18 +265,18 @@ impl InClusterController {
     }
 
     /// Where the image is saved for `kind load image-archive` (Podman only).
-    pub(crate) fn archive_path(&self) -> PathBuf {
+    pub fn archive_path(&self) -> PathBuf {
         self.work_dir.join("deployment-controller-image.tar")
     }
 
     /// Where the controller's logs are collected after the suite.
-    pub(crate) fn log_path(&self) -> PathBuf {
+    pub fn log_path(&self) -> PathBuf {
         self.work_dir.join("deployment-controller.log")
     }
 
     /// `docker build …` / `podman build …` of [`CONTAINERFILE`], with the repository root as
     /// the context.
-    pub(crate) fn build_image_command(&self) -> Vec<String> {
+    pub fn build_image_command(&self) -> Vec<String> {
         let mut cmd = argv(&[
             self.engine.program(),
             "build",
@@ -297,7 +296,7 @@ impl InClusterController {
     }
 
     /// The commands that copy the image into every node of the cluster.
-    pub(crate) fn load_image_commands(&self) -> Vec<Vec<String>> {
+    pub fn load_image_commands(&self) -> Vec<Vec<String>> {
         match self.engine {
             Engine::Docker => vec![argv(&[
                 "kind",
@@ -334,17 +333,17 @@ impl InClusterController {
     }
 
     /// `kubectl apply -f deploy/`: ServiceAccount, RBAC and the Deployment.
-    pub(crate) fn apply_command(&self) -> Vec<String> {
+    pub fn apply_command(&self) -> Vec<String> {
         self.kubectl(&["apply", "-f", &self.dir(MANIFEST_DIR)])
     }
 
     /// `kubectl apply -f deploy/bootstrap/`: the bootstrap Pod.
-    pub(crate) fn bootstrap_command(&self) -> Vec<String> {
+    pub fn bootstrap_command(&self) -> Vec<String> {
         self.kubectl(&["apply", "-f", &self.dir(BOOTSTRAP_DIR)])
     }
 
     /// `kubectl rollout status` of our Deployment (all replicas updated and available).
-    pub(crate) fn rollout_status_command(&self) -> Vec<String> {
+    pub fn rollout_status_command(&self) -> Vec<String> {
         self.kubectl(&[
             "-n",
             CONTROLLER_NAMESPACE,
@@ -356,12 +355,12 @@ impl InClusterController {
     }
 
     /// `kubectl delete -f deploy/bootstrap/` (waits until the Pod is gone).
-    pub(crate) fn remove_bootstrap_command(&self) -> Vec<String> {
+    pub fn remove_bootstrap_command(&self) -> Vec<String> {
         self.kubectl(&["delete", "-f", &self.dir(BOOTSTRAP_DIR), "--wait=true"])
     }
 
     /// Prints the holder of our leader-election Lease.
-    pub(crate) fn lease_holder_command(&self) -> Vec<String> {
+    pub fn lease_holder_command(&self) -> Vec<String> {
         self.kubectl(&[
             "-n",
             CONTROLLER_NAMESPACE,
@@ -374,7 +373,7 @@ impl InClusterController {
     }
 
     /// The logs of every controller pod still present, each line prefixed with its pod.
-    pub(crate) fn logs_command(&self) -> Vec<String> {
+    pub fn logs_command(&self) -> Vec<String> {
         self.kubectl(&[
             "-n",
             CONTROLLER_NAMESPACE,
@@ -388,7 +387,7 @@ impl InClusterController {
     }
 
     /// What to show when the installation fails: the Deployment, its pods and their events.
-    pub(crate) fn diagnostics_commands(&self) -> Vec<Vec<String>> {
+    pub fn diagnostics_commands(&self) -> Vec<Vec<String>> {
         vec![
             self.kubectl(&[
                 "-n",
@@ -412,7 +411,7 @@ impl InClusterController {
 
 /// Whether a Lease `holderIdentity` (`<hostname>_<suffix>`) names one of our Deployment's pods
 /// (pod name = hostname), not the bootstrap Pod and not nobody.
-pub(crate) fn held_by_deployment_pod(holder: &str) -> bool {
+pub fn held_by_deployment_pod(holder: &str) -> bool {
     let host = holder.trim().split('_').next().unwrap_or("");
     host != BOOTSTRAP_POD
         && host
@@ -426,12 +425,9 @@ fn argv(args: &[&str]) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod deploy_tests;
-
-#[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::versions::DEFAULT_RELEASE;
+    use crate::versions::DEFAULT_RELEASE;
 
     #[test]
     fn config_disables_only_the_deployment_controller() {

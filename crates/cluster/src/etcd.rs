@@ -22,7 +22,7 @@ fn socket_addr(endpoint: &str) -> Result<SocketAddr> {
 }
 
 /// One request; returns the status code and the body (de-chunked).
-pub(crate) fn request(
+pub fn request(
     endpoint: &str,
     method: &str,
     path: &str,
@@ -81,7 +81,7 @@ fn dechunk(mut body: &str) -> Result<String> {
 }
 
 /// Whether etcd answers `GET /health` with `"health":"true"`.
-pub(crate) fn healthy(endpoint: &str) -> bool {
+pub fn healthy(endpoint: &str) -> bool {
     matches!(request(endpoint, "GET", "/health", None), Ok((200, body)) if body.contains("\"health\":\"true\""))
 }
 
@@ -99,7 +99,7 @@ fn int64(v: &serde_json::Value) -> Option<i64> {
 }
 
 /// The current revision of the store.
-pub(crate) fn current_revision(endpoint: &str) -> Result<i64> {
+pub fn current_revision(endpoint: &str) -> Result<i64> {
     // key "/" (base64 "Lw=="), count only: the header carries the store's revision.
     let v = post_json(
         endpoint,
@@ -115,7 +115,7 @@ pub(crate) fn current_revision(endpoint: &str) -> Result<i64> {
 /// Concurrent callers (tests running in parallel) may race: one that read an older revision
 /// finds etcd already compacted past it by another. That is no failure — every revision up to
 /// the one it read is compacted — so it is reported as success.
-pub(crate) fn compact(endpoint: &str) -> Result<i64> {
+pub fn compact(endpoint: &str) -> Result<i64> {
     let revision = current_revision(endpoint)?;
     match post_json(
         endpoint,

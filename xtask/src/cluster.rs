@@ -3,27 +3,18 @@
 //! one of the supported releases ([`versions::RELEASES`]; `up`, `build` and `kind-plan` take
 //! `--kube-version`, the other commands act on whatever release the cluster runs).
 //!
-//! Reusable entry points for other xtask commands (e.g. a future `cargo xtask e2e`):
-//! [`plane::ensure_up`] -> [`plane::ClusterInfo`] (kubeconfig paths, apiserver URL, etcd
-//! endpoint, [`plane::ClusterInfo::env_vars`]), [`plane::running_info`], [`down`],
-//! [`plane::compact`], and [`kind::KindCluster`] for the kind path.
-
-pub(crate) mod etcd;
-pub(crate) mod kind;
-pub(crate) mod pki;
-pub(crate) mod plane;
-pub(crate) mod process;
-pub(crate) mod stages;
-pub(crate) mod toolchain;
-pub(crate) mod versions;
+//! The layers themselves (toolchain, versions, PKI, etcd, the control plane, kind, processes,
+//! KWOK stages) are the `kctrl-cluster` crate; this module is only the command line over them,
+//! plus [`KubeVersionArg`], the `--kube-version` option of every command that starts a plane.
 
 use std::path::PathBuf;
 
 use anyhow::Result;
 
-use self::plane::{Layout, Liveness, UpOptions};
-use self::toolchain::{Cache, fmt_duration};
-use self::versions::KubeVersionArg;
+use kctrl_cluster::kind;
+use kctrl_cluster::plane::{self, Layout, Liveness, UpOptions};
+use kctrl_cluster::toolchain::{self, Cache, fmt_duration};
+use kctrl_cluster::versions::{DEFAULT_RELEASE, KUBE_VERSION_ENV, Release};
 
 /// Arguments of `cargo xtask cluster`.
 #[derive(clap::Args)]
@@ -233,6 +224,27 @@ fn status(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// `--kube-version` (or [`KUBE_VERSION_ENV`]) of every command that starts a local control
+/// plane.
+#[derive(clap::Args, Clone, Copy, Debug)]
+pub(crate) struct KubeVersionArg {
+    /// Kubernetes release of the local control plane: 1.37 or 1.36, also as 1.37.2 or
+    /// v1.37.2 (a minor alone picks the pinned patch). Supported: v1.37.2 (default), v1.36.5.
+    #[arg(
+        long = "kube-version",
+        env = KUBE_VERSION_ENV,
+        value_name = "VERSION",
+        value_parser = parse_kube_version,
+        default_value = DEFAULT_RELEASE.kubernetes,
+    )]
+    pub(crate) release: &'static Release,
+}
+
+/// clap's parser of [`KubeVersionArg`].
+fn parse_kube_version(text: &str) -> std::result::Result<&'static Release, String> {
+    Release::parse(text).map_err(|e| format!("{e:#} (from --kube-version or {KUBE_VERSION_ENV})"))
+}
+
 /// Single-quotes `s` for POSIX shells.
 fn shell_quote(s: &str) -> String {
     if !s.is_empty()
@@ -297,5 +309,38 @@ mod tests {
         );
         assert!(Cli::try_parse_from(["x", "up", "--kube-version", "1.38"]).is_err());
         assert!(Cli::try_parse_from(["x", "down", "--kube-version", "1.36"]).is_err());
+    }
+
+    #[test]
+    fn kube_version_option_defaults_parses_and_refuses() {
+        use clap::{CommandFactory, Parser};
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            kube: KubeVersionArg,
+        }
+        // The variable would override the default; this test's process does not set it.
+        if std::env::var_os(KUBE_VERSION_ENV).is_none() {
+            let cli = Cli::try_parse_from(["x"]).unwrap();
+            assert!(std::ptr::eq(cli.kube.release, DEFAULT_RELEASE));
+        }
+        let cli = Cli::try_parse_from(["x", "--kube-version", "1.36"]).unwrap();
+        assert_eq!(cli.kube.release.kubernetes, "v1.36.5");
+        let cli = Cli::try_parse_from(["x", "--kube-version=v1.37.2"]).unwrap();
+        assert_eq!(cli.kube.release.kubernetes, "v1.37.2");
+        let err = Cli::try_parse_from(["x", "--kube-version", "1.34"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("Kubernetes 1.34 is not supported"), "{err}");
+        assert!(err.contains("v1.37.2 (default), v1.36.5"), "{err}");
+        assert!(err.contains(KUBE_VERSION_ENV), "{err}");
+        // The help names every supported release and the default.
+        let help = Cli::command().render_long_help().to_string();
+        assert!(
+            help.contains(&kctrl_cluster::versions::supported_list()),
+            "{help}"
+        );
+        assert!(help.contains(KUBE_VERSION_ENV), "{help}");
     }
 }

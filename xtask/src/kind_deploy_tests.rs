@@ -1,6 +1,8 @@
 //! Checks of the in-cluster artefacts in `deploy/`: the RBAC rules against upstream's bootstrap
 //! policy, the Deployment's flags against the binary's, the bootstrap Pod against the
-//! Deployment, and the container recipe against the workspace.
+//! Deployment, and the container recipe against the workspace. (Here rather than in
+//! `kctrl-cluster`, beside the constants it checks, because it reads the workspace's files and
+//! parses them with kctrl's types.)
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -11,7 +13,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Ro
 use kctrl_client::versioned::Versioned;
 use serde::de::DeserializeOwned;
 
-use super::{
+use kctrl_cluster::kind::{
     BOOTSTRAP_DIR, BOOTSTRAP_POD, CONTAINERFILE, CONTAINERFILE_IGNORE, CONTROLLER_IMAGE,
     CONTROLLER_NAME, CONTROLLER_NAMESPACE, CONTROLLER_POD_SELECTOR, MANIFEST_DIR,
 };

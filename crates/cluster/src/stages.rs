@@ -1,4 +1,4 @@
-//! Our own KWOK stages for pods (`kwok-stages/*.yaml` next to this file), compiled into xtask and
+//! Our own KWOK stages for pods (`kwok-stages/*.yaml` next to this file), compiled into this crate and
 //! written into each cluster's directory at `up`, where kwok reads them (`--config`).
 //!
 //! They replace KWOK's "fast" pod-ready stage so that pods behave like a kubelet's in the cases
@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 /// The stage files: name in the cluster directory, contents.
-pub(crate) const STAGES: &[(&str, &str)] = &[
+pub const STAGES: &[(&str, &str)] = &[
     ("pod-ready.yaml", include_str!("kwok-stages/pod-ready.yaml")),
     (
         "pod-image-pull-error.yaml",
@@ -40,12 +40,12 @@ pub(crate) const STAGES: &[(&str, &str)] = &[
 ];
 
 /// Where the stage files of a cluster go: `<dir>/<file>` for each of [`STAGES`].
-pub(crate) fn paths(dir: &Path) -> Vec<PathBuf> {
+pub fn paths(dir: &Path) -> Vec<PathBuf> {
     STAGES.iter().map(|(name, _)| dir.join(name)).collect()
 }
 
 /// Writes [`STAGES`] into `dir` (created if needed) and returns their paths.
-pub(crate) fn install(dir: &Path) -> Result<Vec<PathBuf>> {
+pub fn install(dir: &Path) -> Result<Vec<PathBuf>> {
     fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     for ((_, text), path) in STAGES.iter().zip(paths(dir)) {
         fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
@@ -60,7 +60,7 @@ mod tests {
     use serde_yaml_ng::Value;
 
     use super::*;
-    use crate::cluster::versions::KWOK_STAGE_FILES;
+    use crate::versions::KWOK_STAGE_FILES;
 
     /// Text in an image reference that makes the local cluster treat the image as unpullable.
     const UNPULLABLE_MARKER: &str = "kctrl-image-pull-failure";

@@ -1,0 +1,374 @@
+//! [`TestEnv`] and its builder.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kctrl_client::Client;
+use kctrl_client::config::{Config, ConfigOverrides};
+use kctrl_cluster::plane::{self, ClusterInfo, Component, Layout, UpOptions};
+use kctrl_cluster::toolchain::{self, Cache};
+use kctrl_cluster::versions::{DEFAULT_RELEASE, KUBE_VERSION_ENV, Release};
+
+use crate::Error;
+use crate::reaper::{KEEP_MARKER, Reaper};
+
+/// The cluster name of every environment (it names the etcd member and the certificates; the
+/// environments differ by directory and ports).
+const NAME: &str = "testenv";
+
+/// Numbers the environments of one process, for their directories.
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// How to start a [`TestEnv`]; from [`TestEnv::builder`].
+///
+/// The default is the smallest useful plane: etcd and kube-apiserver of the release that
+/// `$KCTRL_KUBE_VERSION` names (as `cargo xtask` commands take it), else the newest supported,
+/// nothing else. That is enough for controllers that only read and write objects; add
+/// [`controller_manager`](Self::controller_manager) for garbage collection, namespace deletion,
+/// ServiceAccounts and the built-in controllers (ReplicaSets, Jobs…; never its Deployment
+/// controller), and [`kwok_nodes`](Self::kwok_nodes) for nodes on which pods are scheduled and
+/// become Running and Ready.
+#[derive(Clone, Debug, Default)]
+pub struct TestEnvBuilder {
+    /// `None`: from the environment, else the default.
+    release: Option<&'static Release>,
+    kwok_nodes: usize,
+    controller_manager: bool,
+    apiserver_args: Vec<String>,
+    crds: Vec<CustomResourceDefinition>,
+    build_if_missing: bool,
+}
+
+impl TestEnvBuilder {
+    /// The Kubernetes release, e.g. `"1.36"`, `"1.37.2"` or `"v1.37.2"`; one of
+    /// [`kctrl_cluster::versions::RELEASES`]. An unsupported version is an error naming the
+    /// supported ones. Without it: `$KCTRL_KUBE_VERSION`, else the newest.
+    pub fn kube_version(mut self, version: &str) -> Result<Self, Error> {
+        self.release =
+            Some(Release::parse(version).map_err(|e| Error::UnsupportedVersion(format!("{e:#}")))?);
+        Ok(self)
+    }
+
+    /// The release to run: as set, else from the environment, else the newest.
+    fn release(&self) -> Result<&'static Release, Error> {
+        if let Some(r) = self.release {
+            return Ok(r);
+        }
+        match std::env::var(KUBE_VERSION_ENV) {
+            Ok(v) if !v.is_empty() => Release::parse(&v)
+                .map_err(|e| Error::UnsupportedVersion(format!("{e:#} (from {KUBE_VERSION_ENV})"))),
+            _ => Ok(DEFAULT_RELEASE),
+        }
+    }
+
+    /// `n` fake nodes run by KWOK, plus kube-scheduler to place pods on them: pods become
+    /// Running and Ready at once (or fail to pull an image whose tag is `:404`, see the KWOK
+    /// stages of `kctrl-cluster`). 0 (the default) runs neither. Pods need their namespace's
+    /// `default` ServiceAccount, which kube-controller-manager creates: use with
+    /// [`controller_manager`](Self::controller_manager).
+    pub fn kwok_nodes(mut self, n: usize) -> Self {
+        self.kwok_nodes = n;
+        self
+    }
+
+    /// Also run kube-controller-manager, with every controller it runs by default except its
+    /// Deployment controller.
+    pub fn controller_manager(mut self, on: bool) -> Self {
+        self.controller_manager = on;
+        self
+    }
+
+    /// An extra kube-apiserver flag (`--flag=value`), after ours (later flags win).
+    pub fn apiserver_arg(mut self, flag: impl Into<String>) -> Self {
+        self.apiserver_args.push(flag.into());
+        self
+    }
+
+    /// CustomResourceDefinitions to install once the plane is up; `start` returns when each is
+    /// Established and served (see [`TestEnv::install_crd`]).
+    pub fn crds(mut self, crds: impl IntoIterator<Item = CustomResourceDefinition>) -> Self {
+        self.crds.extend(crds);
+        self
+    }
+
+    /// Build the control-plane binaries when the cache lacks them (from the Go module proxy;
+    /// needs Go and 20 minutes or more on 2 cores; progress on stderr) instead of failing
+    /// with [`Error::NotBuilt`].
+    pub fn build_if_missing(mut self, on: bool) -> Self {
+        self.build_if_missing = on;
+        self
+    }
+
+    /// Starts an environment of its own, stopped when the returned value is dropped.
+    pub async fn start(self) -> Result<TestEnv, Error> {
+        let crds = self.crds.clone();
+        let env = tokio::task::spawn_blocking(move || TestEnv::start_blocking(&self))
+            .await
+            .map_err(|e| Error::Start(format!("the start-up task failed: {e}")))??;
+        for crd in crds {
+            env.install_crd(crd).await?;
+        }
+        Ok(env)
+    }
+
+    /// The environment shared by every test of this test binary: started by the first call,
+    /// returned as it is by the later ones, stopped when the process exits.
+    ///
+    /// `cargo test` runs the tests of one binary on threads of one process, each
+    /// `#[tokio::test]` on a runtime of its own; the environment lives in a `static` of that
+    /// process, which is never dropped. The reaper process started with it (see the crate
+    /// documentation) stops it and removes its directory when the process exits, whether the
+    /// tests passed, failed, panicked or the binary was killed. The configuration of the first
+    /// call wins; a later call asking for another one gets [`Error::SharedMismatch`]. Tests
+    /// sharing it should work in namespaces of their own.
+    pub async fn shared(self) -> Result<&'static TestEnv, Error> {
+        /// The shared environment (or why it failed), and the configuration it was started with.
+        static SHARED: OnceLock<Result<(TestEnv, String), String>> = OnceLock::new();
+        /// Serialises the first start across the tests' runtimes.
+        static STARTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+        let asked = self.describe()?;
+        if SHARED.get().is_none() {
+            let _guard = STARTING.lock().await;
+            if SHARED.get().is_none() {
+                let started = self.start().await.map_err(|e| e.to_string());
+                let _ = SHARED.set(started.map(|env| (env, asked.clone())));
+            }
+        }
+        match SHARED.get().expect("set above") {
+            Ok((env, running)) if *running == asked => Ok(env),
+            Ok((_, running)) => Err(Error::SharedMismatch {
+                running: running.clone(),
+                asked,
+            }),
+            Err(e) => Err(Error::SharedFailed(e.clone())),
+        }
+    }
+
+    /// The configuration in words, to compare shared environments and report a mismatch.
+    fn describe(&self) -> Result<String, Error> {
+        let crds: Vec<&str> = self
+            .crds
+            .iter()
+            .filter_map(|c| c.metadata.name.as_deref())
+            .collect();
+        Ok(format!(
+            "Kubernetes {}, {} KWOK node(s), kube-controller-manager {}, apiserver flags {:?}, \
+             CRDs {:?}",
+            self.release()?.kubernetes,
+            self.kwok_nodes,
+            if self.controller_manager { "on" } else { "off" },
+            self.apiserver_args,
+            crds
+        ))
+    }
+
+    /// The components to run.
+    fn components(&self) -> Vec<Component> {
+        let mut c = vec![Component::Etcd, Component::Apiserver];
+        if self.controller_manager {
+            c.push(Component::ControllerManager);
+        }
+        if self.kwok_nodes > 0 {
+            c.extend([Component::Scheduler, Component::Kwok]);
+        }
+        c
+    }
+}
+
+/// A running control plane for tests: etcd and kube-apiserver on loopback (and, as configured,
+/// kube-controller-manager, kube-scheduler and KWOK), in a directory and on ports of its own.
+///
+/// Dropping it stops every process and removes its directory (kept, with the components' logs,
+/// when the drop happens during a panic, so a failed test can be investigated; the path is
+/// printed). See the [crate documentation](crate) for an example.
+#[derive(Debug)]
+pub struct TestEnv {
+    layout: Layout,
+    info: ClusterInfo,
+    /// `None` once stopped.
+    reaper: Mutex<Option<Reaper>>,
+    started_in: Duration,
+}
+
+impl TestEnv {
+    /// A builder with the defaults (etcd and kube-apiserver of the newest supported release).
+    pub fn builder() -> TestEnvBuilder {
+        TestEnvBuilder::default()
+    }
+
+    /// [`TestEnvBuilder::start`] with the defaults: a plane of this test's own.
+    pub async fn start() -> Result<TestEnv, Error> {
+        TestEnv::builder().start().await
+    }
+
+    /// [`TestEnvBuilder::shared`] with the defaults: the plane of this test binary.
+    pub async fn shared() -> Result<&'static TestEnv, Error> {
+        TestEnv::builder().shared().await
+    }
+
+    fn start_blocking(b: &TestEnvBuilder) -> Result<TestEnv, Error> {
+        let t0 = Instant::now();
+        let release = b.release()?;
+        let cache = Cache::locate(release).map_err(|e| Error::Build(format!("{e:#}")))?;
+        let missing = cache.missing();
+        if !missing.is_empty() {
+            if !b.build_if_missing {
+                return Err(Error::NotBuilt {
+                    release: release.kubernetes,
+                    cache: cache.root.clone(),
+                    missing: missing
+                        .iter()
+                        .map(|b| b.file_name())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                });
+            }
+            toolchain::ensure_built(&cache).map_err(|e| Error::Build(format!("{e:#}")))?;
+        }
+        let dir = std::env::temp_dir().join(format!(
+            "kctrl-testenv-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let layout = Layout::at(&dir);
+        let run_dir = layout.pid_file(Component::Etcd);
+        let run_dir = run_dir.parent().expect("pid files are in a directory");
+        // First, so that a crash during start-up is cleaned up too.
+        let reaper = Reaper::spawn(run_dir, &dir)?;
+        let opts = UpOptions {
+            name: NAME.to_owned(),
+            nodes: b.kwok_nodes,
+            apiserver_args: b.apiserver_args.clone(),
+            controller_manager_args: Vec::new(),
+            deployment_controller: false,
+            release,
+        };
+        let info = match plane::start_in(&layout, &cache, &opts, &b.components()) {
+            Ok(info) => info,
+            Err(e) => {
+                // start_in stopped what it started; keep the logs for the report.
+                let _ = std::fs::write(dir.join(KEEP_MARKER), "");
+                reaper.finish();
+                return Err(Error::Start(format!(
+                    "{e:#}\n(logs of the components: {})",
+                    layout.logs().display()
+                )));
+            }
+        };
+        Ok(TestEnv {
+            layout,
+            info,
+            reaper: Mutex::new(Some(reaper)),
+            started_in: t0.elapsed(),
+        })
+    }
+
+    /// A new client for the admin identity (`system:masters`).
+    ///
+    /// A new one per call, on purpose: a client keeps connections that belong to the Tokio
+    /// runtime it first ran on, and each `#[tokio::test]` has its own, so a client must not
+    /// outlive its test when the environment is shared. Building one takes a few milliseconds.
+    pub fn client(&self) -> Result<Client, Error> {
+        self.client_with(|_| {})
+    }
+
+    /// [`client`](Self::client) with the configuration adjusted first (QPS, timeouts, user
+    /// agent…).
+    pub fn client_with(&self, tweak: impl FnOnce(&mut Config)) -> Result<Client, Error> {
+        let path = self.kubeconfig_path();
+        let mut config = Config::from_flags(Some(path), None, &ConfigOverrides::default())
+            .map_err(|source| Error::Kubeconfig {
+                path: path.to_owned(),
+                source: Box::new(source),
+            })?;
+        tweak(&mut config);
+        Ok(Client::try_from_config(config)?)
+    }
+
+    /// The admin kubeconfig, for tools (kubectl) and processes the test starts.
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.info.admin_kubeconfig
+    }
+
+    /// A kubeconfig that authenticates as the ServiceAccount
+    /// `kube-system/kctrl-deployment-controller`, with no RBAC grants: a least-privilege
+    /// identity for tests of authorization.
+    pub fn unprivileged_kubeconfig_path(&self) -> &Path {
+        &self.info.controller_kubeconfig
+    }
+
+    /// The API server's URL, `https://127.0.0.1:<port>`.
+    pub fn apiserver_url(&self) -> &str {
+        &self.info.apiserver_url
+    }
+
+    /// The Kubernetes release the plane runs, e.g. `v1.37.2`.
+    pub fn kubernetes_version(&self) -> &str {
+        &self.info.kubernetes_version
+    }
+
+    /// kubectl of the same release, from the cache.
+    pub fn kubectl(&self) -> &Path {
+        &self.info.kubectl
+    }
+
+    /// The environment's directory (PKI, kubeconfigs, etcd data, `logs/`).
+    pub fn dir(&self) -> &Path {
+        &self.layout.dir
+    }
+
+    /// The components' logs.
+    pub fn logs_dir(&self) -> PathBuf {
+        self.layout.logs()
+    }
+
+    /// How long the start took (building excluded).
+    pub fn started_in(&self) -> Duration {
+        self.started_in
+    }
+
+    /// Creates `crd` and waits (up to a minute) until it is Established and its resource is
+    /// served, so that the next request for it does not get a 404. A CRD of that name that
+    /// already exists is left as it is.
+    pub async fn install_crd(&self, crd: CustomResourceDefinition) -> Result<(), Error> {
+        crate::crd::install(&self.client()?, crd, Duration::from_secs(60)).await
+    }
+
+    /// Stops every process and removes the directory now; what dropping does, for callers
+    /// that want it at a point of their choosing. Reports a failure to stop instead of
+    /// printing it.
+    pub fn stop(self) -> Result<(), Error> {
+        self.stop_inner(false)
+    }
+
+    fn stop_inner(&self, keep_dir: bool) -> Result<(), Error> {
+        let Some(reaper) = self.reaper.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return Ok(());
+        };
+        let stopped = plane::stop(&self.layout).map_err(|e| Error::Stop(format!("{e:#}")));
+        if keep_dir {
+            let _ = std::fs::write(self.layout.dir.join(KEEP_MARKER), "");
+        }
+        reaper.finish();
+        stopped.map(|_| ())
+    }
+}
+
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        let panicking = std::thread::panicking();
+        if panicking {
+            eprintln!(
+                "kctrl-testenv: keeping {} (the components' logs are in logs/)",
+                self.layout.dir.display()
+            );
+        }
+        if let Err(e) = self.stop_inner(panicking) {
+            eprintln!("kctrl-testenv: stopping the control plane: {e}");
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! The error of every fallible operation of this crate.
+
+use std::path::PathBuf;
+
+/// What went wrong starting or using a [`TestEnv`](crate::TestEnv).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The control-plane binaries of the release are not in the cache, and the environment was
+    /// not asked to build them ([`TestEnvBuilder::build_if_missing`](crate::TestEnvBuilder::build_if_missing)).
+    #[error(
+        "the control-plane binaries of Kubernetes {release} are not built in {} (missing: \
+         {missing}); build them once with `cargo xtask cluster build --kube-version {release}` in \
+         a kctrl checkout (20 minutes or more on a cold cache; set KCTRL_CACHE_DIR if the cache \
+         lives elsewhere), or let the environment build them with \
+         `TestEnv::builder().build_if_missing(true)`",
+        cache.display()
+    )]
+    NotBuilt {
+        /// The Kubernetes release asked for, e.g. `v1.37.2`.
+        release: &'static str,
+        /// The cache directory of that release.
+        cache: PathBuf,
+        /// The binaries missing from it, comma-separated.
+        missing: String,
+    },
+    /// The Kubernetes version asked for is not one the control plane supports.
+    #[error("{0}")]
+    UnsupportedVersion(String),
+    /// Locating the cache or building the binaries into it failed.
+    #[error("building the control-plane binaries: {0}")]
+    Build(String),
+    /// A component did not start, or the plane did not become usable.
+    #[error("starting the control plane: {0}")]
+    Start(String),
+    /// A component did not stop (it survived SIGKILL).
+    #[error("stopping the control plane: {0}")]
+    Stop(String),
+    /// The environment shared by this test binary could not be started by an earlier call;
+    /// later calls report the same failure instead of trying again.
+    #[error("the shared test environment of this test binary failed to start: {0}")]
+    SharedFailed(String),
+    /// [`TestEnvBuilder::shared`](crate::TestEnvBuilder::shared) was called with a configuration
+    /// other than the one the shared environment runs.
+    #[error(
+        "the shared test environment of this test binary runs another configuration ({running}) \
+         than asked ({asked}); every test of one binary must ask for the same one, or start an \
+         environment of its own with `start()`"
+    )]
+    SharedMismatch {
+        /// The configuration it runs.
+        running: String,
+        /// The configuration asked for.
+        asked: String,
+    },
+    /// The environment's own directory or the process that cleans up after it could not be
+    /// created.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The admin kubeconfig could not be turned into a client configuration.
+    #[error("loading the kubeconfig {}: {source}", path.display())]
+    Kubeconfig {
+        /// The kubeconfig.
+        path: PathBuf,
+        /// The underlying error.
+        source: Box<kctrl_client::config::ConfigError>,
+    },
+    /// A request to the API server failed.
+    #[error(transparent)]
+    Client(Box<kctrl_client::Error>),
+    /// A CustomResourceDefinition was rejected, or was not Established and served in time.
+    #[error("CustomResourceDefinition {name}: {reason}")]
+    Crd {
+        /// Its name.
+        name: String,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+impl From<kctrl_client::Error> for Error {
+    fn from(e: kctrl_client::Error) -> Self {
+        Error::Client(Box::new(e))
+    }
+}
