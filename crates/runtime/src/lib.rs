@@ -66,6 +66,9 @@
 //! | `Result{RequeueAfter: d}` | `Action::requeue(d)` | [`Action::requeue`] |
 //! | `mgr.Start(ctrl.SetupSignalHandler())` | `.shutdown_on_signal()` | [`shutdown_on_signal`] |
 //! | `controller_runtime_reconcile_*` | — | [`metrics::ControllerMetrics`] |
+//!
+//! A guide from an empty crate to a tested controller of a custom resource:
+//! `docs/writing-a-controller.md` in the kctrl repository.
 
 #![forbid(unsafe_code)]
 
