@@ -23,6 +23,8 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
+/// Both tests install and remove the Widget CRD: one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const MANAGER: &str = "widget-controller";
 
 /// A Widget asks for a ConfigMap holding its colour.
@@ -89,6 +91,7 @@ async fn reconcile(w: Arc<Widget>, client: Arc<Client>) -> Result<Action, Error>
 #[tokio::test]
 async fn a_custom_resource_controller_owns_its_config_maps() {
     let cluster = require_cluster!();
+    let _serial = SERIAL.lock().await;
     let client = cluster.admin();
     install_crd(&client, &Widget::crd(), &ResourceRef::of::<Widget>()).await;
     let ns = TestNamespace::create(&client, "runtime").await;
@@ -209,6 +212,106 @@ async fn a_custom_resource_controller_owns_its_config_maps() {
     tokio::time::timeout(TIMEOUT, running)
         .await
         .expect("the controllers stop")
+        .unwrap()
+        .unwrap();
+    factory.shutdown().await;
+    ns.delete().await;
+    uninstall_crd(&client, &Widget::crd_name()).await;
+}
+
+const FINALIZER: &str = "e2e.kctrl.dev/cleanup";
+
+#[tokio::test]
+async fn a_finalizer_holds_deletion_until_cleanup() {
+    use kctrl_runtime::finalizer::{Event, FinalizerError, finalizer};
+
+    let cluster = require_cluster!();
+    let _serial = SERIAL.lock().await;
+    let client = cluster.admin();
+    install_crd(&client, &Widget::crd(), &ResourceRef::of::<Widget>()).await;
+    let ns = TestNamespace::create(&client, "runtime-fin").await;
+    let factory = SharedInformerFactory::builder(client.clone(), Duration::from_secs(3600))
+        .namespace(&ns.name)
+        .build();
+    let cancel = CancellationToken::new();
+    // What the callback saw, in order.
+    let log = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = log.clone();
+    let c = client.clone();
+    let run = Controller::<Widget>::new(&factory).run(
+        move |w, _ctx: Arc<()>| {
+            let (c, seen) = (c.clone(), seen.clone());
+            async move {
+                finalizer(&c, FINALIZER, w, |event| async move {
+                    let what = match event {
+                        Event::Apply(w) => format!("apply {}", w.spec.color),
+                        Event::Cleanup(w) => format!("cleanup {}", w.spec.color),
+                    };
+                    seen.lock().unwrap().push(what);
+                    Ok::<_, Error>(Action::await_change())
+                })
+                .await
+            }
+        },
+        |_w, _e: &FinalizerError<Error>, _ctx| Action::rate_limited(),
+        Arc::new(()),
+        cancel.clone(),
+    );
+    let running = tokio::spawn(run);
+
+    let widgets: Api<Widget> = Api::namespaced(client.clone(), &ns.name);
+    widgets
+        .create(
+            &PostParams::default(),
+            &Widget::new(
+                "w2",
+                WidgetSpec {
+                    color: "red".into(),
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    eventually("the finalizer on w2", TIMEOUT, || async {
+        let w = widgets.get("w2").await.map_err(|e| e.to_string())?;
+        match w.metadata.finalizers.as_deref() {
+            Some([f]) if f == FINALIZER => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    widgets
+        .delete("w2", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("w2 gone after its cleanup", TIMEOUT, || async {
+        match widgets.get_opt("w2").await {
+            Ok(None) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let log = log.lock().unwrap().clone();
+    assert_eq!(
+        log.first().map(String::as_str),
+        Some("apply red"),
+        "{log:?}"
+    );
+    assert_eq!(
+        log.last().map(String::as_str),
+        Some("cleanup red"),
+        "{log:?}"
+    );
+    assert_eq!(
+        log.iter().filter(|l| l.starts_with("cleanup")).count(),
+        1,
+        "{log:?}"
+    );
+
+    cancel.cancel();
+    tokio::time::timeout(TIMEOUT, running)
+        .await
+        .expect("the controller stops")
         .unwrap()
         .unwrap();
     factory.shutdown().await;

@@ -66,6 +66,7 @@
 //! | `Result{RequeueAfter: d}` | `Action::requeue(d)` | [`Action::requeue`] |
 //! | `mgr.Start(ctrl.SetupSignalHandler())` | `.shutdown_on_signal()` | [`shutdown_on_signal`] |
 //! | `controller_runtime_reconcile_*` | — | [`metrics::ControllerMetrics`] |
+//! | `controllerutil.AddFinalizer` / `RemoveFinalizer` around cleanup | `finalizer::finalizer` | [`finalizer::finalizer`] |
 //!
 //! A guide from an empty crate to a tested controller of a custom resource:
 //! `docs/writing-a-controller.md` in the kctrl repository.
@@ -74,6 +75,7 @@
 
 pub mod action;
 pub mod controller;
+pub mod finalizer;
 mod handlers;
 pub mod metrics;
 pub mod predicate;

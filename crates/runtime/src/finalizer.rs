@@ -1,0 +1,305 @@
+//! Cleanup before deletion: [`finalizer`] adds a finalizer to an object on first sight, runs
+//! the cleanup once the object is being deleted, and removes the finalizer after it, so the
+//! API server deletes the object only when the cleanup is done.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! use kctrl_client::Client;
+//! use kctrl_runtime::finalizer::{Event, FinalizerError, finalizer};
+//! use kctrl_runtime::Action;
+//!
+//! #[derive(Debug, thiserror::Error)]
+//! #[error("the bucket service said no")]
+//! struct BucketError;
+//!
+//! async fn reconcile(cm: Arc<ConfigMap>, client: Arc<Client>) -> Result<Action, FinalizerError<BucketError>> {
+//!     finalizer(&client, "example.com/bucket", cm, |event| async move {
+//!         match event {
+//!             Event::Apply(_cm) => { /* make the bucket exist */ }
+//!             Event::Cleanup(_cm) => { /* delete the bucket */ }
+//!         }
+//!         Ok(Action::await_change())
+//!     })
+//!     .await
+//! }
+//! ```
+//!
+//! The finalizer list is written with a JSON patch that first tests the object's
+//! resourceVersion: a write based on a stale copy fails (and the key is retried with a fresher
+//! one) instead of dropping a finalizer someone else added meanwhile.
+
+use std::any::TypeId;
+use std::error::Error as StdError;
+use std::future::Future;
+use std::sync::Arc;
+
+use k8s_openapi::NamespaceResourceScope;
+use kctrl_client::{Api, Client, Patch, PatchParams};
+use serde_json::json;
+
+use crate::action::Action;
+use crate::controller::Object;
+
+/// What [`finalizer`] asks of its callback.
+#[derive(Debug)]
+pub enum Event<K> {
+    /// The object lives (and carries the finalizer): make the world match it.
+    Apply(Arc<K>),
+    /// The object is being deleted: clean up. When this succeeds the finalizer is removed
+    /// and the API server finishes the deletion; when it fails it is tried again.
+    Cleanup(Arc<K>),
+}
+
+/// Why [`finalizer`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FinalizerError<E: StdError + 'static> {
+    /// The callback failed on [`Event::Apply`].
+    #[error("reconciling: {0}")]
+    Apply(#[source] E),
+    /// The callback failed on [`Event::Cleanup`]; the finalizer stays.
+    #[error("cleaning up before deletion: {0}")]
+    Cleanup(#[source] E),
+    /// Writing the finalizer list failed (e.g. a conflict with another writer: retried).
+    #[error("{action} finalizer {finalizer} on {object}: {source}")]
+    Patch {
+        /// `adding` or `removing`.
+        action: &'static str,
+        /// The finalizer.
+        finalizer: String,
+        /// `namespace/name` of the object.
+        object: String,
+        /// The API error.
+        #[source]
+        source: kctrl_client::Error,
+    },
+    /// The object has no name or no resourceVersion: not an object read from the API server.
+    #[error(
+        "finalizer {finalizer}: the object has no {missing}; pass one read from the API server or a cache"
+    )]
+    NotStored {
+        /// The finalizer.
+        finalizer: String,
+        /// `name` or `resourceVersion`.
+        missing: &'static str,
+    },
+}
+
+/// Runs `reconcile` behind finalizer `name` (e.g. `example.com/cleanup`, a qualified name):
+///
+/// | the object | what happens |
+/// |---|---|
+/// | alive, without the finalizer | the finalizer is added, then `Apply` with the updated object |
+/// | alive, with it | `Apply` |
+/// | being deleted, with it | `Cleanup`; on success the finalizer is removed |
+/// | being deleted, without it | nothing ([`Action::await_change`]): not ours to finish |
+pub async fn finalizer<K, E, F, Fut>(
+    client: &Client,
+    name: &str,
+    obj: Arc<K>,
+    reconcile: F,
+) -> Result<Action, FinalizerError<E>>
+where
+    K: Object,
+    E: StdError + 'static,
+    F: FnOnce(Event<K>) -> Fut,
+    Fut: Future<Output = Result<Action, E>>,
+{
+    let meta = obj.metadata();
+    let finalizers = meta.finalizers.clone().unwrap_or_default();
+    let has = finalizers.iter().any(|f| f == name);
+    let deleting = meta.deletion_timestamp.is_some();
+    match (deleting, has) {
+        (false, true) => reconcile(Event::Apply(obj))
+            .await
+            .map_err(FinalizerError::Apply),
+        (true, false) => Ok(Action::await_change()),
+        (false, false) => {
+            let mut wanted = finalizers;
+            wanted.push(name.to_owned());
+            let updated = write_finalizers(client, obj.as_ref(), name, "adding", wanted).await?;
+            reconcile(Event::Apply(Arc::new(updated)))
+                .await
+                .map_err(FinalizerError::Apply)
+        }
+        (true, true) => {
+            let action = reconcile(Event::Cleanup(obj.clone()))
+                .await
+                .map_err(FinalizerError::Cleanup)?;
+            let rest: Vec<String> = finalizers.into_iter().filter(|f| f != name).collect();
+            write_finalizers(client, obj.as_ref(), name, "removing", rest).await?;
+            Ok(action)
+        }
+    }
+}
+
+/// Replaces `metadata.finalizers` of `obj` with `wanted`, if `obj` is still current.
+async fn write_finalizers<K: Object, E: StdError + 'static>(
+    client: &Client,
+    obj: &K,
+    finalizer: &str,
+    action: &'static str,
+    wanted: Vec<String>,
+) -> Result<K, FinalizerError<E>> {
+    let meta = obj.metadata();
+    let not_stored = |missing| FinalizerError::NotStored {
+        finalizer: finalizer.to_owned(),
+        missing,
+    };
+    let name = meta.name.as_deref().ok_or_else(|| not_stored("name"))?;
+    let rv = meta
+        .resource_version
+        .as_deref()
+        .ok_or_else(|| not_stored("resourceVersion"))?;
+    let namespace = meta.namespace.as_deref().unwrap_or("");
+    let api: Api<K> = if TypeId::of::<K::Scope>() == TypeId::of::<NamespaceResourceScope>() {
+        Api::namespaced(client.clone(), namespace)
+    } else {
+        Api::all(client.clone())
+    };
+    let patch = Patch::Json(json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+        {"op": "add", "path": "/metadata/finalizers", "value": wanted},
+    ]));
+    api.patch(name, &PatchParams::default(), &patch)
+        .await
+        .map_err(|source| FinalizerError::Patch {
+            action,
+            finalizer: finalizer.to_owned(),
+            object: kctrl_informer::key_for(Some(namespace), name),
+            source,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use kctrl_client::{DeleteParams, PostParams};
+    use kctrl_fake::FakeApi;
+    use std::sync::Mutex;
+
+    const F: &str = "example.com/cleanup";
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("asked to fail")]
+    struct Failed;
+
+    async fn run(
+        client: &Client,
+        cm: ConfigMap,
+        seen: &Mutex<Vec<&'static str>>,
+        fail: bool,
+    ) -> Result<Action, FinalizerError<Failed>> {
+        finalizer(client, F, Arc::new(cm), |event| async move {
+            let (what, obj) = match &event {
+                Event::Apply(o) => ("apply", o),
+                Event::Cleanup(o) => ("cleanup", o),
+            };
+            assert!(
+                obj.metadata.finalizers.iter().flatten().any(|f| f == F),
+                "{what} sees its finalizer"
+            );
+            seen.lock().unwrap().push(what);
+            if fail {
+                Err(Failed)
+            } else {
+                Ok(Action::await_change())
+            }
+        })
+        .await
+    }
+
+    #[tokio::test]
+    async fn added_on_first_sight_removed_after_cleanup() {
+        let fake = FakeApi::new();
+        let client = fake.client();
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), "ns");
+        let created = api
+            .create(
+                &PostParams::default(),
+                &ConfigMap {
+                    metadata: ObjectMeta {
+                        name: Some("c".into()),
+                        finalizers: Some(vec!["someone.else/keep".into()]),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        let seen = Mutex::new(Vec::new());
+
+        // First sight: added beside the other one, then applied.
+        run(&client, created.clone(), &seen, false).await.unwrap();
+        let live = api.get("c").await.unwrap();
+        assert_eq!(
+            live.metadata.finalizers.clone().unwrap(),
+            ["someone.else/keep", F]
+        );
+        // A stale copy cannot write: the resourceVersion test fails.
+        let mut stale = created.clone();
+        stale.metadata.finalizers = None;
+        let err = run(&client, stale, &seen, false).await.unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("adding finalizer example.com/cleanup on ns/c:"),
+            "{err}"
+        );
+        // Alive with it: applied, nothing written.
+        run(&client, live.clone(), &seen, false).await.unwrap();
+        assert_eq!(
+            api.get("c").await.unwrap().metadata.resource_version,
+            live.metadata.resource_version
+        );
+
+        // Deleted: the object stays while finalizers remain.
+        api.delete("c", &DeleteParams::default()).await.unwrap();
+        let deleting = api.get("c").await.unwrap();
+        assert!(deleting.metadata.deletion_timestamp.is_some());
+        // A failed cleanup keeps the finalizer.
+        let err = run(&client, deleting.clone(), &seen, true)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, FinalizerError::Cleanup(Failed)), "{err}");
+        assert_eq!(
+            api.get("c")
+                .await
+                .unwrap()
+                .metadata
+                .finalizers
+                .unwrap()
+                .len(),
+            2
+        );
+        // A successful one removes ours only.
+        run(&client, deleting, &seen, false).await.unwrap();
+        let after = api.get("c").await.unwrap();
+        assert_eq!(
+            after.metadata.finalizers.clone().unwrap(),
+            ["someone.else/keep"]
+        );
+        // Being deleted without ours: nothing to do.
+        run(&client, after, &seen, false).await.unwrap();
+        assert_eq!(
+            *seen.lock().unwrap(),
+            ["apply", "apply", "cleanup", "cleanup"]
+        );
+    }
+
+    #[tokio::test]
+    async fn an_object_not_from_the_server_is_refused_by_name() {
+        let fake = FakeApi::new();
+        let seen = Mutex::new(Vec::new());
+        let err = run(&fake.client(), ConfigMap::default(), &seen, false)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "finalizer example.com/cleanup: the object has no name; pass one read from the API server or a cache"
+        );
+        assert!(seen.lock().unwrap().is_empty());
+    }
+}
