@@ -318,3 +318,142 @@ async fn a_finalizer_holds_deletion_until_cleanup() {
     ns.delete().await;
     uninstall_crd(&client, &Widget::crd_name()).await;
 }
+
+/// The example's controller, compiled into this test.
+#[path = "../../crates/runtime/examples/sample_controller.rs"]
+mod sample_controller;
+
+#[tokio::test]
+async fn the_sample_controller_example_does_what_sample_controller_does() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::Event;
+    use sample_controller::{Ctx, Foo, FooSpec};
+
+    let cluster = require_cluster!();
+    let client = cluster.admin();
+    let _serial = SERIAL.lock().await;
+    install_crd(&client, &Foo::crd(), &ResourceRef::of::<Foo>()).await;
+    let ns = TestNamespace::create(&client, "sample").await;
+    let factory = SharedInformerFactory::builder(client.clone(), Duration::from_secs(3600))
+        .namespace(&ns.name)
+        .build();
+    let broadcaster = kctrl_events::EventBroadcaster::new();
+    broadcaster
+        .start_recording_to_sink(kctrl_events::ApiEventSink::new(client.clone()))
+        .unwrap();
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        deployments: factory.informer::<Deployment>().store().clone(),
+        recorder: Arc::new(
+            broadcaster.new_recorder(kctrl_events::EventSource::new("sample-controller")),
+        ),
+    });
+    let cancel = CancellationToken::new();
+    let running = tokio::spawn(Controller::<Foo>::new(&factory).owns::<Deployment>().run(
+        sample_controller::reconcile,
+        |_f, _e, _ctx| Action::rate_limited(),
+        ctx,
+        cancel.clone(),
+    ));
+
+    let foos: Api<Foo> = Api::namespaced(client.clone(), &ns.name);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let spec = |name: &str, replicas| FooSpec {
+        deployment_name: name.into(),
+        replicas: Some(replicas),
+    };
+    let foo = foos
+        .create(
+            &PostParams::default(),
+            &Foo::new("example-foo", spec("example-foo", 1)),
+        )
+        .await
+        .unwrap();
+    let d = eventually("the Deployment of example-foo", TIMEOUT, || async {
+        deployments.get("example-foo").await
+    })
+    .await;
+    assert_eq!(d.spec.replicas, Some(1));
+    let controller = kctrl_controller_ref::get_controller_of(&d.metadata).unwrap();
+    assert_eq!(
+        (controller.kind.as_str(), controller.uid.clone()),
+        ("Foo", foo.metadata.uid.clone().unwrap())
+    );
+    eventually("example-foo's status", TIMEOUT, || async {
+        let f = foos.get("example-foo").await.map_err(|e| e.to_string())?;
+        f.status.ok_or_else(|| "no status".to_owned())
+    })
+    .await;
+
+    // The Foo's replicas reach the Deployment.
+    let mut f = foos.get("example-foo").await.unwrap();
+    f.spec.replicas = Some(3);
+    foos.update(&PostParams::default(), &f).await.unwrap();
+    eventually("3 replicas", TIMEOUT, || async {
+        let d = deployments
+            .get("example-foo")
+            .await
+            .map_err(|e| e.to_string())?;
+        (d.spec.replicas == Some(3))
+            .then_some(())
+            .ok_or(format!("{:?}", d.spec.replicas))
+    })
+    .await;
+
+    // A Deployment of that name owned by nobody: refused, with a Warning event on the Foo.
+    let stranger = Deployment {
+        metadata: ObjectMeta {
+            name: Some("stranger".into()),
+            ..Default::default()
+        },
+        ..d.clone()
+    };
+    let mut stranger = stranger;
+    stranger.metadata.owner_references = None;
+    stranger.metadata.resource_version = None;
+    stranger.metadata.uid = None;
+    stranger.metadata.managed_fields = None;
+    stranger.metadata.creation_timestamp = None;
+    stranger.status = None;
+    deployments
+        .create(&PostParams::default(), &stranger)
+        .await
+        .unwrap();
+    foos.create(
+        &PostParams::default(),
+        &Foo::new("other-foo", spec("stranger", 1)),
+    )
+    .await
+    .unwrap();
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns.name);
+    eventually("ErrResourceExists on other-foo", TIMEOUT, || async {
+        let list = events
+            .list(&kctrl_client::ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        list.items
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some("ErrResourceExists")
+                    && e.involved_object.name.as_deref() == Some("other-foo")
+            })
+            .map(|e| e.message)
+            .ok_or("no event yet".to_owned())
+    })
+    .await
+    .filter(|m| m == "Resource \"stranger\" already exists and is not managed by Foo")
+    .expect("the refusal's message");
+    let untouched = deployments.get("stranger").await.unwrap();
+    assert!(untouched.metadata.owner_references.is_none());
+
+    cancel.cancel();
+    tokio::time::timeout(TIMEOUT, running)
+        .await
+        .expect("the controller stops")
+        .unwrap()
+        .unwrap();
+    factory.shutdown().await;
+    broadcaster.shutdown().await;
+    ns.delete().await;
+    uninstall_crd(&client, &Foo::crd_name()).await;
+}
