@@ -88,19 +88,53 @@ async fn reconcile(w: Arc<Widget>, client: Arc<Client>) -> Result<Action, Error>
     Ok(Action::await_change())
 }
 
+/// A test's namespace with an informer factory of its own, and the CRD of `K` installed.
+struct Setup {
+    client: Client,
+    ns: TestNamespace,
+    factory: SharedInformerFactory,
+    cancel: CancellationToken,
+    crd: String,
+}
+
+impl Setup {
+    async fn new<K: CustomResourceExt>(client: Client, prefix: &str) -> Setup {
+        install_crd(&client, &K::crd(), &ResourceRef::of::<K>()).await;
+        let ns = TestNamespace::create(&client, prefix).await;
+        let factory = SharedInformerFactory::builder(client.clone(), Duration::from_secs(3600))
+            .namespace(&ns.name)
+            .build();
+        Setup {
+            client,
+            ns,
+            factory,
+            cancel: CancellationToken::new(),
+            crd: K::crd_name(),
+        }
+    }
+
+    /// Stops the controllers (which must stop in time and without error), then removes the
+    /// namespace and the CRD.
+    async fn finish(self, running: tokio::task::JoinHandle<Result<(), kctrl_runtime::RunError>>) {
+        self.cancel.cancel();
+        tokio::time::timeout(TIMEOUT, running)
+            .await
+            .expect("the controllers stop in time")
+            .unwrap()
+            .unwrap();
+        self.factory.shutdown().await;
+        self.ns.delete().await;
+        uninstall_crd(&self.client, &self.crd).await;
+    }
+}
+
 #[tokio::test]
 async fn a_custom_resource_controller_owns_its_config_maps() {
     let cluster = require_cluster!();
     let _serial = SERIAL.lock().await;
-    let client = cluster.admin();
-    install_crd(&client, &Widget::crd(), &ResourceRef::of::<Widget>()).await;
-    let ns = TestNamespace::create(&client, "runtime").await;
-
-    let factory = SharedInformerFactory::builder(client.clone(), Duration::from_secs(3600))
-        .namespace(&ns.name)
-        .build();
-    let cancel = CancellationToken::new();
-    let widgets = Controller::<Widget>::new(&factory)
+    let setup = Setup::new::<Widget>(cluster.admin(), "runtime").await;
+    let (client, ns, factory, cancel) = (&setup.client, &setup.ns, &setup.factory, &setup.cancel);
+    let widgets = Controller::<Widget>::new(factory)
         .owns::<ConfigMap>()
         .with_predicate(Predicate::generation_changed())
         .workers(2)
@@ -114,7 +148,7 @@ async fn a_custom_resource_controller_owns_its_config_maps() {
     // same ConfigMap informer as the first one's `owns`.
     let seen = Arc::new(AtomicUsize::new(0));
     let counter = seen.clone();
-    let configmap_controller = Controller::<ConfigMap>::new(&factory).run(
+    let configmap_controller = Controller::<ConfigMap>::new(factory).run(
         move |_cm, _ctx: Arc<()>| {
             let counter = counter.clone();
             async move {
@@ -208,15 +242,7 @@ async fn a_custom_resource_controller_owns_its_config_maps() {
         "ConfigMap reconciles: {seen:?}"
     );
 
-    cancel.cancel();
-    tokio::time::timeout(TIMEOUT, running)
-        .await
-        .expect("the controllers stop")
-        .unwrap()
-        .unwrap();
-    factory.shutdown().await;
-    ns.delete().await;
-    uninstall_crd(&client, &Widget::crd_name()).await;
+    setup.finish(running).await;
 }
 
 const FINALIZER: &str = "e2e.kctrl.dev/cleanup";
@@ -227,18 +253,13 @@ async fn a_finalizer_holds_deletion_until_cleanup() {
 
     let cluster = require_cluster!();
     let _serial = SERIAL.lock().await;
-    let client = cluster.admin();
-    install_crd(&client, &Widget::crd(), &ResourceRef::of::<Widget>()).await;
-    let ns = TestNamespace::create(&client, "runtime-fin").await;
-    let factory = SharedInformerFactory::builder(client.clone(), Duration::from_secs(3600))
-        .namespace(&ns.name)
-        .build();
-    let cancel = CancellationToken::new();
+    let setup = Setup::new::<Widget>(cluster.admin(), "runtime-fin").await;
+    let (client, ns, factory, cancel) = (&setup.client, &setup.ns, &setup.factory, &setup.cancel);
     // What the callback saw, in order.
     let log = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let seen = log.clone();
     let c = client.clone();
-    let run = Controller::<Widget>::new(&factory).run(
+    let run = Controller::<Widget>::new(factory).run(
         move |w, _ctx: Arc<()>| {
             let (c, seen) = (c.clone(), seen.clone());
             async move {
@@ -308,15 +329,7 @@ async fn a_finalizer_holds_deletion_until_cleanup() {
         "{log:?}"
     );
 
-    cancel.cancel();
-    tokio::time::timeout(TIMEOUT, running)
-        .await
-        .expect("the controller stops")
-        .unwrap()
-        .unwrap();
-    factory.shutdown().await;
-    ns.delete().await;
-    uninstall_crd(&client, &Widget::crd_name()).await;
+    setup.finish(running).await;
 }
 
 /// The example's controller, compiled into this test.
@@ -330,13 +343,9 @@ async fn the_sample_controller_example_does_what_sample_controller_does() {
     use sample_controller::{Ctx, Foo, FooSpec};
 
     let cluster = require_cluster!();
-    let client = cluster.admin();
     let _serial = SERIAL.lock().await;
-    install_crd(&client, &Foo::crd(), &ResourceRef::of::<Foo>()).await;
-    let ns = TestNamespace::create(&client, "sample").await;
-    let factory = SharedInformerFactory::builder(client.clone(), Duration::from_secs(3600))
-        .namespace(&ns.name)
-        .build();
+    let setup = Setup::new::<Foo>(cluster.admin(), "sample").await;
+    let (client, ns, factory, cancel) = (&setup.client, &setup.ns, &setup.factory, &setup.cancel);
     let broadcaster = kctrl_events::EventBroadcaster::new();
     broadcaster
         .start_recording_to_sink(kctrl_events::ApiEventSink::new(client.clone()))
@@ -348,8 +357,7 @@ async fn the_sample_controller_example_does_what_sample_controller_does() {
             broadcaster.new_recorder(kctrl_events::EventSource::new("sample-controller")),
         ),
     });
-    let cancel = CancellationToken::new();
-    let running = tokio::spawn(Controller::<Foo>::new(&factory).owns::<Deployment>().run(
+    let running = tokio::spawn(Controller::<Foo>::new(factory).owns::<Deployment>().run(
         sample_controller::reconcile,
         |_f, _e, _ctx| Action::rate_limited(),
         ctx,
@@ -446,14 +454,6 @@ async fn the_sample_controller_example_does_what_sample_controller_does() {
     let untouched = deployments.get("stranger").await.unwrap();
     assert!(untouched.metadata.owner_references.is_none());
 
-    cancel.cancel();
-    tokio::time::timeout(TIMEOUT, running)
-        .await
-        .expect("the controller stops")
-        .unwrap()
-        .unwrap();
-    factory.shutdown().await;
+    setup.finish(running).await;
     broadcaster.shutdown().await;
-    ns.delete().await;
-    uninstall_crd(&client, &Foo::crd_name()).await;
 }
