@@ -123,6 +123,11 @@ impl Setup {
             .unwrap()
             .unwrap();
         self.factory.shutdown().await;
+        self.cleanup().await;
+    }
+
+    /// Removes the namespace and the CRD.
+    async fn cleanup(self) {
         self.ns.delete().await;
         uninstall_crd(&self.client, &self.crd).await;
     }
@@ -456,4 +461,94 @@ async fn the_sample_controller_example_does_what_sample_controller_does() {
 
     setup.finish(running).await;
     broadcaster.shutdown().await;
+}
+
+#[tokio::test]
+async fn leader_elected_replicas_hand_over_on_a_real_lease() {
+    use kctrl_leader_election::{LeaderElectionConfig, LeaseLock};
+    use std::sync::atomic::AtomicUsize;
+
+    let cluster = require_cluster!();
+    let _serial = SERIAL.lock().await;
+    let setup = Setup::new::<Widget>(cluster.admin(), "runtime-le").await;
+    let (client, ns) = (&setup.client, &setup.ns);
+    Api::<Widget>::namespaced(client.clone(), &ns.name)
+        .create(
+            &PostParams::default(),
+            &Widget::new(
+                "w3",
+                WidgetSpec {
+                    color: "teal".into(),
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    let fast = |c: &mut LeaderElectionConfig| {
+        c.lease_duration = Duration::from_secs(4);
+        c.renew_deadline = Duration::from_secs(2);
+        c.retry_period = Duration::from_millis(200);
+    };
+    // Each replica with a factory of its own, as two processes would have.
+    let replica = |identity: &str| {
+        let factory = SharedInformerFactory::builder(client.clone(), Duration::from_secs(3600))
+            .namespace(&ns.name)
+            .build();
+        let count = Arc::new(AtomicUsize::new(0));
+        let counter = count.clone();
+        let cancel = CancellationToken::new();
+        let lock = LeaseLock::new(client.clone(), &ns.name, "widgets", identity);
+        let task = tokio::spawn(Controller::<Widget>::new(&factory).run_leader_elected(
+            lock,
+            fast,
+            move |_w, _ctx: Arc<()>| {
+                let counter = counter.clone();
+                async move {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, Error>(Action::await_change())
+                }
+            },
+            |_w, _e, _ctx| Action::rate_limited(),
+            Arc::new(()),
+            cancel.clone(),
+        ));
+        (factory, count, cancel, task)
+    };
+    let (fa, a, cancel_a, task_a) = replica("replica-a");
+    eventually("replica-a reconciles", TIMEOUT, || async {
+        (a.load(Ordering::SeqCst) > 0).then_some(()).ok_or(())
+    })
+    .await;
+    let (fb, b, cancel_b, task_b) = replica("replica-b");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(b.load(Ordering::SeqCst), 0, "the standby reconciled");
+    let lease =
+        Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), &ns.name)
+            .get("widgets")
+            .await
+            .unwrap();
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some("replica-a")
+    );
+
+    // replica-a shuts down: it releases the Lease after its controller stopped, and
+    // replica-b takes over before the 4 s lease would have run out.
+    cancel_a.cancel();
+    task_a.await.unwrap().unwrap();
+    let released = tokio::time::Instant::now();
+    eventually("replica-b reconciles", TIMEOUT, || async {
+        (b.load(Ordering::SeqCst) > 0).then_some(()).ok_or(())
+    })
+    .await;
+    assert!(
+        released.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        released.elapsed()
+    );
+    cancel_b.cancel();
+    task_b.await.unwrap().unwrap();
+    fa.shutdown().await;
+    fb.shutdown().await;
+    setup.cleanup().await;
 }

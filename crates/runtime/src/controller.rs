@@ -44,6 +44,23 @@ pub enum RunError {
         /// The controller's name.
         controller: String,
     },
+    /// The leader election's configuration was refused
+    /// ([`run_leader_elected`](Controller::run_leader_elected)).
+    #[error("controller {controller}: leader election: {source}")]
+    LeaderElection {
+        /// The controller's name.
+        controller: String,
+        /// What is wrong with it.
+        #[source]
+        source: kctrl_leader_election::ConfigError,
+    },
+    /// The Lease could not be renewed in time: another replica may lead now. The controller
+    /// has stopped; the process should exit and start again, as kube-controller-manager does.
+    #[error("controller {controller}: leader election lost")]
+    LeadershipLost {
+        /// The controller's name.
+        controller: String,
+    },
 }
 
 /// A resource a [`Controller`] can reconcile or watch: a typed Kubernetes object with full

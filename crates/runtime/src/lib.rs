@@ -66,6 +66,7 @@
 //! | `Result{RequeueAfter: d}` | `Action::requeue(d)` | [`Action::requeue`] |
 //! | `mgr.Start(ctrl.SetupSignalHandler())` | `.shutdown_on_signal()` | [`shutdown_on_signal`] |
 //! | `controller_runtime_reconcile_*` | — | [`metrics::ControllerMetrics`] |
+//! | `LeaderElection: true` in the manager's options | — | [`Controller::run_leader_elected`] |
 //! | `controllerutil.AddFinalizer` / `RemoveFinalizer` around cleanup | `finalizer::finalizer` | [`finalizer::finalizer`] |
 //!
 //! A guide from an empty crate to a tested controller of a custom resource:
@@ -77,6 +78,7 @@ pub mod action;
 pub mod controller;
 pub mod finalizer;
 mod handlers;
+mod leader;
 pub mod metrics;
 pub mod predicate;
 
