@@ -44,6 +44,11 @@ enum ClusterCommand {
         /// The release to run.
         #[command(flatten)]
         kube: KubeVersionArg,
+        /// Also run our deployment-controller (the dev build) against the cluster, as its
+        /// own identity with deploy/'s RBAC, so that Deployments roll out and become
+        /// available; `down` stops it. Refused if a Deployment controller already runs.
+        #[arg(long)]
+        deployment_controller: bool,
     },
     /// Stop every process of the cluster (also after a crash) and remove its runtime state;
     /// logs are kept.
@@ -79,6 +84,7 @@ pub(crate) fn run(args: ClusterArgs) -> Result<()> {
             nodes,
             apiserver_args,
             kube,
+            deployment_controller,
         } => {
             let info = plane::ensure_up(&UpOptions {
                 name: name.clone(),
@@ -100,6 +106,10 @@ pub(crate) fn run(args: ClusterArgs) -> Result<()> {
             );
             eprintln!("  etcd:       {}", info.etcd_endpoint);
             eprintln!("  logs:       {}", info.dir.join("logs").display());
+            if deployment_controller {
+                let pid = attach_deployment_controller(&name, &info)?;
+                eprintln!("  deployment-controller: pid {pid} (ours; `cluster down` stops it)");
+            }
             eprintln!("use it with: eval \"$(cargo xtask cluster env --name {name})\"");
             Ok(())
         }
@@ -148,6 +158,37 @@ pub(crate) fn run(args: ClusterArgs) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// Name of the attached controller's pid file (see [`Layout::attached_pid_file`]).
+const ATTACHED_CONTROLLER: &str = "deployment-controller";
+
+/// Starts our deployment-controller against the running cluster `name`, detached, recorded as
+/// attached to the cluster; returns its pid. A no-op if it already runs; refused if another
+/// Deployment controller does (two would fight over the same Deployments).
+fn attach_deployment_controller(name: &str, info: &plane::ClusterInfo) -> Result<u32> {
+    let pid_file = Layout::new(name).attached_pid_file(ATTACHED_CONTROLLER);
+    if let Some(rec) = kctrl_cluster::process::read_pid_file(&pid_file).filter(|r| r.is_running()) {
+        eprintln!("  our deployment-controller already runs (pid {})", rec.pid);
+        return Ok(rec.pid);
+    }
+    let others = crate::controller_process::deployment_controllers(&info.dir);
+    if let Some((pid, cmd)) = others.first() {
+        anyhow::bail!(
+            "cluster '{name}' already runs a Deployment controller (pid {pid}: {cmd}); \
+             one per cluster, or they fight over the same Deployments: stop it first"
+        );
+    }
+    let binary = crate::controller_process::build()?;
+    crate::e2e::grant_deploy_rbac(&info.kubectl, &info.admin_kubeconfig)?;
+    let log = info.dir.join("logs").join("deployment-controller.log");
+    let process = crate::controller_process::start(
+        &binary,
+        &info.controller_kubeconfig,
+        &log,
+        &["--secure-port", "0"],
+    )?;
+    Ok(process.detach(&pid_file)?.pid)
 }
 
 /// Stops cluster `name`, whichever release it runs (no-op if nothing runs).

@@ -258,6 +258,18 @@ impl ControllerProcess {
         self.record.pid
     }
 
+    /// Lets the process outlive xtask: nothing stops it when this is dropped; its record moves
+    /// to `pid_file`, where whoever owns that file (e.g. `cluster down`) stops it.
+    pub(crate) fn detach(mut self, pid_file: &Path) -> Result<ProcRecord> {
+        let record = self.record;
+        fs::write(pid_file, format!("{} {}\n", record.pid, record.start_time))
+            .with_context(|| format!("writing {}", pid_file.display()))?;
+        let _ = fs::remove_file(&self.pid_file);
+        // Dropping the handle neither kills nor waits: the process runs on, reparented.
+        drop(self.child.take());
+        Ok(record)
+    }
+
     /// Where the process logs.
     pub(crate) fn log_path(&self) -> &Path {
         &self.log

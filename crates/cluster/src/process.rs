@@ -69,6 +69,14 @@ fn running(pid: u32) -> bool {
 }
 
 impl ProcRecord {
+    /// Whether the recorded process still runs and is the one recorded (same start time:
+    /// not another process that got the pid since).
+    pub fn is_running(&self) -> bool {
+        stat(self.pid).is_some_and(|st| {
+            st.state != 'Z' && st.state != 'X' && st.start_time == self.start_time
+        })
+    }
+
     /// Whether the recorded process is still the one we started, running `binary`.
     pub fn is_ours_and_running(&self, binary: &Path) -> bool {
         let Some(st) = stat(self.pid) else {

@@ -192,6 +192,9 @@ struct State {
     started_at: String,
 }
 
+/// File name prefix of [`Layout::attached_pid_file`]s.
+const ATTACHED_PREFIX: &str = "attached-";
+
 /// Files and directories of one cluster.
 #[derive(Clone, Debug)]
 pub struct Layout {
@@ -223,6 +226,30 @@ impl Layout {
     }
     fn run(&self) -> PathBuf {
         self.dir.join("run")
+    }
+    /// The records of the processes attached to the cluster.
+    fn attached(&self) -> Vec<(PathBuf, Option<process::ProcRecord>)> {
+        let Ok(entries) = fs::read_dir(self.run()) else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(ATTACHED_PREFIX) && n.ends_with(".pid"))
+            })
+            .map(|p| {
+                let rec = process::read_pid_file(&p);
+                (p, rec)
+            })
+            .collect()
+    }
+    /// Pid file of a process attached to the cluster by its user (e.g. xtask's
+    /// `cluster up --deployment-controller`): [`stop`] stops it first, before the components.
+    pub fn attached_pid_file(&self, name: &str) -> PathBuf {
+        self.run().join(format!("{ATTACHED_PREFIX}{name}.pid"))
     }
     /// Pid file of one component (`<pid> <starttime>`, see `process.rs`).
     pub fn pid_file(&self, c: Component) -> PathBuf {

@@ -8,6 +8,23 @@ use super::*;
 /// number of processes stopped.
 pub fn stop(layout: &Layout) -> Result<usize> {
     let roots = cache_roots(read_state(layout).as_ref());
+    let mut stopped = 0;
+    // Processes attached by the cluster's user go first: a controller is stopped while the
+    // API server it talks to still answers.
+    let attached: Vec<_> = layout
+        .attached()
+        .into_iter()
+        .filter_map(|(path, rec)| match rec {
+            Some(rec) if rec.is_running() => Some(rec),
+            _ => {
+                eprintln!("  ignoring stale pid file {}", path.display());
+                None
+            }
+        })
+        .collect();
+    if !attached.is_empty() {
+        stopped += process::stop_all(&attached, &[], Duration::from_secs(15))?;
+    }
     let mut groups = Vec::new();
     for c in Component::ALL.iter().rev() {
         let pid_file = layout.pid_file(*c);
@@ -35,7 +52,7 @@ pub fn stop(layout: &Layout) -> Result<usize> {
     if !strays.is_empty() {
         eprintln!("  found stray processes of this cluster without pid files: {strays:?}");
     }
-    let stopped = process::stop_all(&groups, &strays, Duration::from_secs(15))?;
+    stopped += process::stop_all(&groups, &strays, Duration::from_secs(15))?;
     for entry in [
         "run",
         "etcd-data",

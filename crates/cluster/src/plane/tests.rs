@@ -255,3 +255,37 @@ fn start_in_refuses_an_unbuilt_cache_before_touching_the_directory() {
     .to_string();
     assert!(err.contains("invalid cluster name"), "{err}");
 }
+
+#[test]
+fn stop_stops_attached_processes_and_ignores_stale_records() {
+    let dir = std::env::temp_dir().join(format!("kctrl-cluster-attached-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    let layout = Layout::at(&dir);
+    fs::create_dir_all(dir.join("run")).unwrap();
+    fs::create_dir_all(layout.logs()).unwrap();
+    let pid_file = layout.attached_pid_file("sleeper");
+    assert!(pid_file.starts_with(dir.join("run")));
+    let (mut child, rec) = process::spawn(
+        Path::new("/bin/sleep"),
+        &["30".to_owned()],
+        &layout.logs().join("sleeper.log"),
+        &pid_file,
+    )
+    .unwrap();
+    assert!(rec.is_running());
+    // A record of a process that cannot exist (above Linux's largest pid): ignored.
+    fs::write(layout.attached_pid_file("stale"), "4194305 1\n").unwrap();
+    assert!(
+        !process::read_pid_file(&layout.attached_pid_file("stale"))
+            .unwrap()
+            .is_running()
+    );
+
+    assert_eq!(stop(&layout).unwrap(), 1);
+    // Reaped by us, its parent: it exited on SIGTERM.
+    let status = child.wait().unwrap();
+    assert!(!status.success());
+    assert!(!rec.is_running());
+    assert!(!dir.join("run").exists(), "runtime state removed");
+    let _ = fs::remove_dir_all(&dir);
+}
