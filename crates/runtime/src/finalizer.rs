@@ -29,13 +29,11 @@
 //! resourceVersion: a write based on a stale copy fails (and the key is retried with a fresher
 //! one) instead of dropping a finalizer someone else added meanwhile.
 
-use std::any::TypeId;
 use std::error::Error as StdError;
 use std::future::Future;
 use std::sync::Arc;
 
-use k8s_openapi::NamespaceResourceScope;
-use kctrl_client::{Api, Client, Patch, PatchParams};
+use kctrl_client::{Api, Client, Patch, PatchParams, ResourceRef};
 use serde_json::json;
 
 use crate::action::Action;
@@ -152,7 +150,7 @@ async fn write_finalizers<K: Object, E: StdError + 'static>(
         .as_deref()
         .ok_or_else(|| not_stored("resourceVersion"))?;
     let namespace = meta.namespace.as_deref().unwrap_or("");
-    let api: Api<K> = if TypeId::of::<K::Scope>() == TypeId::of::<NamespaceResourceScope>() {
+    let api: Api<K> = if ResourceRef::of::<K>().is_namespaced() {
         Api::namespaced(client.clone(), namespace)
     } else {
         Api::all(client.clone())

@@ -5,11 +5,11 @@
 //! resourceVersion) go to the queue's low lane, live changes to the high lane, so a restart's
 //! thousands of initial keys do not delay a change a user just made.
 
-use std::any::TypeId;
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use k8s_openapi::{Metadata, NamespaceResourceScope, Resource};
+use k8s_openapi::{Metadata, Resource};
+use kctrl_client::ResourceRef;
 use kctrl_informer::{DeletedObject, ObjectKey, ResourceEventHandler, key_for, key_of};
 use kctrl_workqueue::{Priority, RateLimitingQueue};
 
@@ -77,7 +77,7 @@ impl PrimaryKind {
         PrimaryKind {
             group: K::GROUP,
             kind: K::KIND,
-            namespaced: TypeId::of::<K::Scope>() == TypeId::of::<NamespaceResourceScope>(),
+            namespaced: ResourceRef::of::<K>().is_namespaced(),
         }
     }
 

@@ -123,8 +123,9 @@ fn start(
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn owned_objects_are_applied_and_restored() {
+/// An API server holding Deployment `shop/web`, its Deployment and ConfigMap APIs, and a
+/// fresh context.
+async fn shop_with_web() -> (FakeApi, Api<Deployment>, Api<ConfigMap>, Arc<Ctx>) {
     let fake = FakeApi::new();
     let client = fake.client();
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "shop");
@@ -134,9 +135,15 @@ async fn owned_objects_are_applied_and_restored() {
         .await
         .unwrap();
     let ctx = Arc::new(Ctx {
-        client: client.clone(),
+        client,
         reconciles: AtomicUsize::new(0),
     });
+    (fake, deployments, configmaps, ctx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owned_objects_are_applied_and_restored() {
+    let (fake, deployments, configmaps, ctx) = shop_with_web().await;
     let mut registry = Registry::default();
     let metrics = ControllerMetrics::new(&mut registry);
     let running = start(&fake, ctx.clone(), |c| c.workers(2).metrics(metrics));
@@ -232,18 +239,7 @@ async fn errors_and_panics_retry_until_the_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn predicates_filter_updates_of_the_primary() {
-    let fake = FakeApi::new();
-    let client = fake.client();
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "shop");
-    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), "shop");
-    deployments
-        .create(&PostParams::default(), &deployment("web"))
-        .await
-        .unwrap();
-    let ctx = Arc::new(Ctx {
-        client: client.clone(),
-        reconciles: AtomicUsize::new(0),
-    });
+    let (fake, deployments, configmaps, ctx) = shop_with_web().await;
     let running = start(&fake, ctx.clone(), |c| {
         c.with_predicate(Predicate::labels_changed())
     });
