@@ -15,7 +15,9 @@ use kctrl_client::crd::CustomResourceExt;
 use kctrl_client::{
     Api, Client, CustomResource, DeleteParams, PatchParams, PostParams, ResourceRef,
 };
-use kctrl_e2e::{TestNamespace, eventually, install_crd, require_cluster, uninstall_crd};
+use kctrl_e2e::{
+    TestNamespace, eventually, install_crd, require_cluster, uninstall_crd, wait_until,
+};
 use kctrl_informer::SharedInformerFactory;
 use kctrl_runtime::{Action, Controller, Predicate};
 use schemars::JsonSchema;
@@ -551,4 +553,111 @@ async fn leader_elected_replicas_hand_over_on_a_real_lease() {
     fa.shutdown().await;
     fb.shutdown().await;
     setup.cleanup().await;
+}
+
+/// What the counting reconcile saw, and the handle its writes are recorded on.
+struct Counting {
+    client: Client,
+    writes: Option<kctrl_runtime::OwnWrites>,
+    seen: std::sync::Mutex<Vec<u32>>,
+}
+
+const COUNT_TO: u32 = 25;
+
+/// Counts ConfigMap `counter`'s `data.count` up by one per reconcile, from what the cache
+/// shows, and asks to run again at once until it reaches [`COUNT_TO`]: every run right after a
+/// write, the moment a stale cache shows.
+async fn count_up(cm: Arc<ConfigMap>, ctx: Arc<Counting>) -> Result<Action, Error> {
+    // The namespace's other ConfigMaps (kube-root-ca.crt) are not ours to count in.
+    if cm.metadata.name.as_deref() != Some("counter") {
+        return Ok(Action::await_change());
+    }
+    let count: u32 = cm
+        .data
+        .as_ref()
+        .and_then(|d| d.get("count"))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    ctx.seen.lock().unwrap().push(count);
+    if count >= COUNT_TO {
+        return Ok(Action::await_change());
+    }
+    let ns = cm.metadata.namespace.clone().unwrap_or_default();
+    let sent = ConfigMap {
+        metadata: ObjectMeta {
+            name: cm.metadata.name.clone(),
+            namespace: Some(ns.clone()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([("count".into(), (count + 1).to_string())])),
+        ..Default::default()
+    };
+    let answer = Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns)
+        .apply(&PatchParams::apply("counter").force(), &sent)
+        .await;
+    if let Some(writes) = &ctx.writes {
+        writes.record(&*cm, &sent, &answer);
+    }
+    answer?;
+    Ok(Action::requeue(Duration::ZERO))
+}
+
+/// Runs the counting controller until the count reaches [`COUNT_TO`]; returns the counts its
+/// reconciles saw.
+async fn count_with(client: &Client, read_own_writes: bool) -> Vec<u32> {
+    let ns = TestNamespace::create(client, "own-writes").await;
+    let factory = SharedInformerFactory::builder(client.clone(), Duration::from_secs(3600))
+        .namespace(&ns.name)
+        .build();
+    let controller = Controller::<ConfigMap>::new(&factory);
+    let ctx = Arc::new(Counting {
+        client: client.clone(),
+        writes: read_own_writes.then(|| controller.own_writes()),
+        seen: Default::default(),
+    });
+    let cancel = CancellationToken::new();
+    let running = tokio::spawn(controller.run(
+        count_up,
+        |_cm, _err: &Error, _ctx| Action::rate_limited(),
+        ctx.clone(),
+        cancel.clone(),
+    ));
+    let mut counter = ConfigMap::default();
+    counter.metadata.name = Some("counter".into());
+    Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
+        .create(&PostParams::default(), &counter)
+        .await
+        .unwrap();
+    wait_until("the count reaches its end", TIMEOUT, || {
+        ctx.seen.lock().unwrap().contains(&COUNT_TO)
+    })
+    .await;
+    cancel.cancel();
+    tokio::time::timeout(TIMEOUT, running)
+        .await
+        .expect("the controller stops in time")
+        .unwrap()
+        .unwrap();
+    factory.shutdown().await;
+    ns.delete().await;
+    ctx.seen.lock().unwrap().clone()
+}
+
+/// With its writes recorded, a reconcile that runs again right after its own write never sees
+/// the cache from before it: the counts it saw are 0, 1, 2, ... each exactly once. (Without,
+/// on the same apiserver, runs read the count they had just replaced and wrote it again.)
+#[tokio::test]
+async fn a_reconcile_reads_its_own_writes() {
+    let cluster = require_cluster!();
+    let seen = count_with(&cluster.admin(), true).await;
+    let want: Vec<u32> = (0..=COUNT_TO).collect();
+    assert_eq!(seen, want, "every reconcile saw the previous one's write");
+    if std::env::var_os("KCTRL_E2E_OWN_WRITES_CONTROL").is_some() {
+        let without = count_with(&cluster.admin(), false).await;
+        eprintln!(
+            "without recording: {} reconciles for {} writes: {without:?}",
+            without.len(),
+            COUNT_TO
+        );
+    }
 }

@@ -370,6 +370,11 @@ impl SharedInformerFactory {
         }
     }
 
+    /// The client the informers list and watch through.
+    pub fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
     /// The protobuf decoder the builder was given for `K`
     /// ([`SharedInformerFactoryBuilder::protobuf`]), if any: for writes of the same type to
     /// ask for and decode protobuf answers as its informer does

@@ -23,6 +23,7 @@ use tracing::{debug, error, info, warn};
 use crate::action::{Action, Next};
 use crate::handlers::{MappedHandler, OwnedHandler, PrimaryHandler, PrimaryKind};
 use crate::metrics::{ControllerMetrics, ReconcileResult};
+use crate::own_writes::{OwnWrites, Readiness};
 use crate::predicate::Predicate;
 
 /// Why [`Controller::run`] could not run.
@@ -133,6 +134,7 @@ pub struct Controller<K: Object> {
     workers: usize,
     max_retries: Option<usize>,
     metrics: Option<ControllerMetrics>,
+    own_writes: OwnWrites,
     _k: PhantomData<fn() -> K>,
 }
 
@@ -182,7 +184,7 @@ impl<K: Object> Controller<K> {
         }
         let queue = RateLimitingQueue::with_config(limiter, config);
         let informer = factory.informer::<K>();
-        Controller {
+        let controller = Controller {
             name,
             factory: factory.clone(),
             queue,
@@ -192,8 +194,28 @@ impl<K: Object> Controller<K> {
             workers: 1,
             max_retries: None,
             metrics: None,
+            own_writes: OwnWrites::new(),
             _k: PhantomData,
-        }
+        };
+        controller.track::<K>();
+        controller
+    }
+
+    /// Compares the writes of `C` recorded in [`own_writes`](Self::own_writes) with `C`'s
+    /// shared cache.
+    fn track<C: Object>(&self) {
+        let client = self.factory.client().clone();
+        let namespaced = kctrl_client::ResourceRef::of::<C>().is_namespaced();
+        self.own_writes.track(
+            self.factory.informer::<C>().store().clone(),
+            move |namespace| {
+                if namespaced {
+                    kctrl_client::Api::namespaced(client.clone(), namespace)
+                } else {
+                    kctrl_client::Api::all(client.clone())
+                }
+            },
+        );
     }
 
     fn register<C: Object>(&mut self, handler: impl kctrl_informer::ResourceEventHandler<C>) {
@@ -217,6 +239,7 @@ impl<K: Object> Controller<K> {
             primary: PrimaryKind::of::<K>(),
         };
         self.register::<C>(handler);
+        self.track::<C>();
         self
     }
 
@@ -232,6 +255,7 @@ impl<K: Object> Controller<K> {
             map: Arc::new(map),
         };
         self.register::<W>(handler);
+        self.track::<W>();
         self
     }
 
@@ -269,6 +293,15 @@ impl<K: Object> Controller<K> {
     /// The cache of `K` the reconciles read from.
     pub fn store(&self) -> &Store<K> {
         &self.store
+    }
+
+    /// The writes of this controller's reconciles that its caches may not show yet: record
+    /// each write with [`OwnWrites::record`] (keep the handle in the reconcile's context), and
+    /// a key is not reconciled again until the caches of `K` and of every resource it
+    /// [`owns`](Self::owns) or [`watches`](Self::watches) show that key's writes (bounded; see
+    /// [`crate::own_writes`]). Without records it costs nothing.
+    pub fn own_writes(&self) -> OwnWrites {
+        self.own_writes.clone()
     }
 
     /// The work queue, e.g. to enqueue a key by hand.
@@ -339,6 +372,7 @@ impl<K: Object> Controller<K> {
             ctx,
             max_retries: self.max_retries,
             metrics: self.metrics.clone(),
+            own_writes: self.own_writes.clone(),
         });
         let tasks: Vec<_> = (0..self.workers)
             .map(|_| tokio::spawn(worker(shared.clone(), cancel.clone())))
@@ -366,6 +400,7 @@ struct Shared<K, Ctx, R, P> {
     ctx: Arc<Ctx>,
     max_retries: Option<usize>,
     metrics: Option<ControllerMetrics>,
+    own_writes: OwnWrites,
 }
 
 async fn worker<K, Ctx, E, R, Fut, P>(shared: Arc<Shared<K, Ctx, R, P>>, stop: CancellationToken)
@@ -415,9 +450,25 @@ where
     };
     let Some(obj) = shared.store.get(key) else {
         debug!(controller = %shared.name, namespace, name, "gone from the cache; nothing to reconcile");
+        shared.own_writes.forget(key);
         shared.queue.forget(key);
         return;
     };
+    match shared.own_writes.ensure_ready(key).await {
+        Ok(Readiness::Ready) => {}
+        Ok(Readiness::Behind { retry_in }) => {
+            debug!(controller = %shared.name, namespace, name, ?retry_in,
+                "the caches do not show this key's own writes yet; their events enqueue it again");
+            shared.queue.add_after(key.clone(), retry_in);
+            return;
+        }
+        Err(err) => {
+            warn!(controller = %shared.name, namespace, name, error = %err,
+                "checking the caches against this key's own writes failed");
+            shared.queue.add_rate_limited(key.clone());
+            return;
+        }
+    }
     let started = Instant::now();
     // A task of its own, so a panic fails this key instead of the worker.
     let task = tokio::spawn((shared.reconcile)(obj.clone(), shared.ctx.clone()));

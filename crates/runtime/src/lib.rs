@@ -80,10 +80,12 @@ pub mod finalizer;
 mod handlers;
 mod leader;
 pub mod metrics;
+pub mod own_writes;
 pub mod predicate;
 
 pub use action::Action;
 pub use controller::{Controller, Object, RunError};
+pub use own_writes::OwnWrites;
 pub use predicate::Predicate;
 
 use tokio_util::sync::CancellationToken;

@@ -1,0 +1,797 @@
+//! Read your own writes: a reconcile never acts on a cache that does not show the writes the
+//! previous reconciles of its key made.
+//!
+//! A reconcile reads the informer caches and writes through the API server. Its writes come
+//! back into the caches through the watches a few milliseconds later (seconds when a watch is
+//! slow or cut). A key reconciled again before that, because an event or a requeue came
+//! first, computes from the state before its own write: it may create a second object where
+//! the first is not cached yet, scale from a count it already changed, or write a status the
+//! server refuses as a conflict. Kubernetes calls the remedy stale-controller mitigation
+//! (KEP-5647); client-go leaves it to each controller, kube-runtime and controller-runtime do
+//! not have it.
+//!
+//! [`OwnWrites`] records, per key of the reconciled resource, what each write told about the
+//! caches; before a key is reconciled, [`OwnWrites::ensure_ready`] compares the records with
+//! the caches and answers whether the reconcile may act:
+//!
+//! * an **update or apply** the API server answered produced a new resourceVersion: a cache
+//!   holding the version the write was sent against (or the one the cache held when the answer
+//!   came) is behind; a cache at or past the written version is not (resourceVersions are
+//!   compared as numbers when both are well formed, as Kubernetes 1.35 made them);
+//! * a **create** made an object exist: a cache without it is behind;
+//! * a write whose **outcome is unknown** (no readable answer: a connection cut, a timeout, a
+//!   5xx) may or may not have been applied: while the cache still holds what the write was sent
+//!   against, one live read of the object tells;
+//! * a record the caches have not caught up with after [`DEFAULT_VERIFY_AFTER`] is checked by
+//!   a live read, so a record that can never be satisfied (an object deleted before its cache
+//!   saw it) holds its key back for at most that long.
+//!
+//! A record goes away as soon as the cache shows the write (or anything after it), when the
+//! key's object is gone, or when a live read shows the cache is current. In a run without
+//! faults the mechanism costs no request: records come from answers the reconcile receives
+//! anyway and are resolved by reading the caches.
+//!
+//! A [`Controller`](crate::Controller) checks every key before its reconcile, for the caches
+//! of its resource and of every resource it [`owns`](crate::Controller::owns) or
+//! [`watches`](crate::Controller::watches); a reconcile records its writes with
+//! [`OwnWrites::record`] on the handle [`Controller::own_writes`](crate::Controller::own_writes)
+//! gives. A key whose caches are behind is not reconciled; it runs again when the write's
+//! event enqueues it, or after the time to the next live check.
+//!
+//! [`WriteTable`] is the bookkeeping alone (no I/O, the time passed in), for controllers that
+//! run their own loop.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
+
+use k8s_openapi::Metadata;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kctrl_client::Api;
+use kctrl_informer::Store;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use crate::controller::Object;
+
+/// How long a key waits for the caches to show one of its own writes before a live read
+/// checks whether they are really behind (the Deployment controller's bound).
+pub const DEFAULT_VERIFY_AFTER: Duration = Duration::from_secs(30);
+
+/// A resource: its `apiVersion` and plural name (`apps/v1`, `replicasets`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ResourceId {
+    /// `group/version`, or `version` for the core group.
+    pub api_version: &'static str,
+    /// The plural name in URLs.
+    pub plural: &'static str,
+}
+
+impl ResourceId {
+    /// The resource of `K`.
+    pub fn of<K: k8s_openapi::Resource>() -> Self {
+        Self {
+            api_version: K::API_VERSION,
+            plural: K::URL_PATH_SEGMENT,
+        }
+    }
+}
+
+impl fmt::Display for ResourceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.plural, self.api_version)
+    }
+}
+
+/// One written object: its resource, namespace (empty when cluster-scoped) and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Target {
+    /// The object's resource.
+    pub resource: ResourceId,
+    /// Its namespace; empty for a cluster-scoped object.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+}
+
+impl Target {
+    /// The object `name` in `namespace` of `K`'s resource.
+    pub fn of<K: k8s_openapi::Resource>(namespace: &str, name: &str) -> Self {
+        Self {
+            resource: ResourceId::of::<K>(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        }
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{} {}", self.resource, self.name)
+        } else {
+            write!(f, "{} {}/{}", self.resource, self.namespace, self.name)
+        }
+    }
+}
+
+/// Compares two resourceVersions as Kubernetes 1.35+ defines them (decimal integers without
+/// leading zeros); `None` when either is not of that form.
+pub fn compare_resource_versions(a: &str, b: &str) -> Option<std::cmp::Ordering> {
+    fn well_formed(s: &str) -> bool {
+        !s.is_empty() && !s.starts_with('0') && s.bytes().all(|b| b.is_ascii_digit())
+    }
+    if !well_formed(a) || !well_formed(b) {
+        return None;
+    }
+    Some(a.len().cmp(&b.len()).then_with(|| a.cmp(b)))
+}
+
+/// Whether a write that failed with `err` may still have been applied: no answer (transport,
+/// timeout), a server error or a server-side timeout, or an answer that could not be read.
+/// Refusals (conflicts, validation, not found, forbidden) were not applied.
+pub fn outcome_unknown(err: &kctrl_client::Error) -> bool {
+    use kctrl_client::Error as E;
+    match err {
+        E::Api(e) => e.code >= 500 || e.reason() == "Timeout",
+        E::Retried { last, previous, .. } => {
+            outcome_unknown(last) || previous.as_deref().is_some_and(outcome_unknown)
+        }
+        E::Transport { .. }
+        | E::Timeout { .. }
+        | E::Decode { .. }
+        | E::DecodeProtobuf { .. }
+        | E::BodyTooLarge { .. } => true,
+        _ => false,
+    }
+}
+
+/// A write whose answer was lost: it may or may not have been applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Unknown {
+    /// An update sent against this resourceVersion.
+    Update(String),
+    /// A create.
+    Create,
+}
+
+/// What the writes of one object tell about its cache.
+#[derive(Clone, Debug)]
+struct Pending {
+    /// resourceVersions an applied write replaced: a cache holding one is behind.
+    replaced: Vec<String>,
+    /// The newest resourceVersion a write of ours produced: a cache at or past it is current.
+    written: Option<String>,
+    /// We created the object: a cache without it is behind.
+    created: bool,
+    /// The last write's outcome is unknown.
+    unknown: Option<Unknown>,
+    /// When the last write was answered (or failed).
+    since: Instant,
+}
+
+impl Pending {
+    fn new(now: Instant) -> Self {
+        Self {
+            replaced: Vec::new(),
+            written: None,
+            created: false,
+            unknown: None,
+            since: now,
+        }
+    }
+
+    /// Whether a cache holding `cached` (`None`: the object is not cached) is known to be
+    /// behind our writes.
+    fn known_behind(&self, cached: Option<&str>) -> bool {
+        match cached {
+            None => self.created,
+            Some(rv) => {
+                let at_or_past_written = self
+                    .written
+                    .as_deref()
+                    .is_some_and(|w| compare_resource_versions(rv, w).is_some_and(|o| o.is_ge()));
+                !at_or_past_written && self.replaced.iter().any(|r| r == rv)
+            }
+        }
+    }
+
+    /// Whether only a live read can tell whether the write of unknown outcome was applied:
+    /// the cache holds what the write was sent against.
+    fn needs_live_read(&self, cached: Option<&str>) -> bool {
+        match (&self.unknown, cached) {
+            (Some(Unknown::Update(sent)), Some(rv)) => sent == rv,
+            (Some(Unknown::Create), None) => true,
+            _ => false,
+        }
+    }
+
+    fn note_written(&mut self, written: Option<&str>) {
+        let Some(w) = written else { return };
+        let newer = match self.written.as_deref() {
+            None => true,
+            Some(old) => compare_resource_versions(w, old).is_none_or(|o| o.is_gt()),
+        };
+        if newer {
+            self.written = Some(w.to_owned());
+        }
+    }
+}
+
+/// What a key's reconcile may do, given the caches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Check {
+    /// The caches show every recorded write: act.
+    Current,
+    /// A cache is behind at least one write: do not act on it. The write's event enqueues the
+    /// key again when the cache catches up; `retry_in` is when to look again if none comes
+    /// (when the oldest record becomes due for a live read).
+    Behind {
+        /// How long until a record becomes due for a live read.
+        retry_in: Duration,
+    },
+    /// Only the API server can tell for these objects: read each live,
+    /// [`WriteTable::resolve`] it, then check again.
+    Verify(Vec<Target>),
+}
+
+/// How a live read answered, for [`WriteTable::resolve`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Live<'a> {
+    /// The object exists at this resourceVersion.
+    At(&'a str),
+    /// No such object.
+    NotFound,
+}
+
+/// The bookkeeping of [`OwnWrites`] without the caches and the I/O: per key of the reconciled
+/// resource, per written object, the records described in the [module
+/// documentation](self). The time is passed in, so it tests with any clock.
+#[derive(Debug)]
+pub struct WriteTable {
+    by_key: HashMap<String, HashMap<Target, Pending>>,
+    verify_after: Duration,
+}
+
+impl Default for WriteTable {
+    fn default() -> Self {
+        Self::new(DEFAULT_VERIFY_AFTER)
+    }
+}
+
+impl WriteTable {
+    /// An empty table whose records are checked live after `verify_after`.
+    pub fn new(verify_after: Duration) -> Self {
+        Self {
+            by_key: HashMap::new(),
+            verify_after,
+        }
+    }
+
+    /// How long a record waits for its cache before a live read.
+    pub fn verify_after(&self) -> Duration {
+        self.verify_after
+    }
+
+    fn entry(&mut self, key: &str, target: &Target, now: Instant) -> &mut Pending {
+        let pending = self
+            .by_key
+            .entry(key.to_owned())
+            .or_default()
+            .entry(target.clone())
+            .or_insert_with(|| Pending::new(now));
+        pending.since = now;
+        pending
+    }
+
+    /// An update (or patch, or apply) of `target` was applied and answered with `written`.
+    /// `replaced` are the versions it replaced as far as the caller knows: the
+    /// resourceVersion it was sent against, and the one the cache held. A write that did not
+    /// change the object (`written` among them) leaves no record: no event will come for it.
+    pub fn applied(
+        &mut self,
+        key: &str,
+        target: &Target,
+        replaced: &[&str],
+        written: Option<&str>,
+        now: Instant,
+    ) {
+        if replaced.is_empty() || written.is_some_and(|w| replaced.contains(&w)) {
+            return;
+        }
+        let pending = self.entry(key, target, now);
+        pending.unknown = None;
+        for rv in replaced {
+            if !pending.replaced.iter().any(|r| r == rv) {
+                pending.replaced.push((*rv).to_owned());
+            }
+        }
+        pending.note_written(written);
+    }
+
+    /// `target` was created (the API server answered, with `written` as its version).
+    pub fn created(&mut self, key: &str, target: &Target, written: Option<&str>, now: Instant) {
+        let pending = self.entry(key, target, now);
+        pending.unknown = None;
+        pending.created = true;
+        pending.note_written(written);
+    }
+
+    /// An update of `target` sent against `sent` got no readable answer.
+    pub fn update_unknown(&mut self, key: &str, target: &Target, sent: &str, now: Instant) {
+        self.entry(key, target, now).unknown = Some(Unknown::Update(sent.to_owned()));
+    }
+
+    /// A create of `target` got no readable answer.
+    pub fn create_unknown(&mut self, key: &str, target: &Target, now: Instant) {
+        self.entry(key, target, now).unknown = Some(Unknown::Create);
+    }
+
+    /// Forgets everything about `key` (its object was deleted).
+    pub fn forget(&mut self, key: &str) {
+        self.by_key.remove(key);
+    }
+
+    /// Whether anything is recorded for `key`.
+    pub fn is_tracking(&self, key: &str) -> bool {
+        self.by_key.contains_key(key)
+    }
+
+    /// How many objects have records, over all keys.
+    pub fn len(&self) -> usize {
+        self.by_key.values().map(HashMap::len).sum()
+    }
+
+    /// Whether nothing is recorded.
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+
+    /// Compares the records of `key` with the caches (`cached(target)`: the cached object's
+    /// resourceVersion, `None` when it is not cached) and forgets those the caches have caught
+    /// up with.
+    pub fn check(
+        &mut self,
+        key: &str,
+        cached: impl Fn(&Target) -> Option<String>,
+        now: Instant,
+    ) -> Check {
+        let Some(records) = self.by_key.get_mut(key) else {
+            return Check::Current;
+        };
+        let verify_after = self.verify_after;
+        let mut verify = Vec::new();
+        let mut retry_in: Option<Duration> = None;
+        records.retain(|target, pending| {
+            let rv = cached(target);
+            let rv = rv.as_deref();
+            let behind = pending.known_behind(rv);
+            if !behind && pending.needs_live_read(rv) {
+                verify.push(target.clone());
+                return true;
+            }
+            if !behind {
+                return false;
+            }
+            let waited = now.saturating_duration_since(pending.since);
+            if waited >= verify_after {
+                verify.push(target.clone());
+            } else {
+                let left = verify_after - waited;
+                retry_in = Some(retry_in.map_or(left, |r| r.min(left)));
+            }
+            true
+        });
+        if records.is_empty() {
+            self.by_key.remove(key);
+        }
+        if !verify.is_empty() {
+            verify.sort();
+            return Check::Verify(verify);
+        }
+        match retry_in {
+            Some(retry_in) => Check::Behind { retry_in },
+            None => Check::Current,
+        }
+    }
+
+    /// Records the live read of `target` that a [`Check::Verify`] asked for; `cached` is the
+    /// cached resourceVersion as the check saw it. Afterwards a check does not ask for
+    /// `target` again before the bound.
+    pub fn resolve(
+        &mut self,
+        key: &str,
+        target: &Target,
+        cached: Option<&str>,
+        live: Live<'_>,
+        now: Instant,
+    ) {
+        let Some(records) = self.by_key.get_mut(key) else {
+            return;
+        };
+        let Some(pending) = records.get_mut(target) else {
+            return;
+        };
+        let cache_current = match live {
+            // Gone: nothing of ours can be waited for (the cache drops it with the deletion's
+            // event).
+            Live::NotFound => true,
+            Live::At(live_rv) => cached == Some(live_rv),
+        };
+        if cache_current {
+            // The write of unknown outcome was not applied, or the cache already holds every
+            // write of ours (or the object was deleted meanwhile).
+            records.remove(target);
+        } else {
+            // The server holds a newer version than the cache: the write was applied (or
+            // someone else wrote since). Either way the cache is behind: wait again.
+            pending.unknown = None;
+            match cached {
+                Some(rv) if !pending.replaced.iter().any(|r| r == rv) => {
+                    pending.replaced.push(rv.to_owned());
+                }
+                Some(_) => {}
+                None => pending.created = true,
+            }
+            if let Live::At(live_rv) = live {
+                pending.note_written(Some(live_rv));
+            }
+            pending.since = now;
+        }
+        if records.is_empty() {
+            self.by_key.remove(key);
+        }
+    }
+}
+
+/// A live read of one object: its resourceVersion, `None` when it does not exist.
+pub type LiveRead =
+    Pin<Box<dyn Future<Output = Result<Option<String>, kctrl_client::Error>> + Send>>;
+
+/// One cache [`OwnWrites`] compares with: the cached version of an object, and how to read it
+/// live.
+trait TrackedCache: Send + Sync {
+    fn cached_version(&self, namespace: &str, name: &str) -> Option<String>;
+    fn read_live(&self, namespace: &str, name: &str) -> LiveRead;
+}
+
+/// How a tracked cache's objects are read live: an [`Api`] for a namespace.
+type ApiFor<K> = Arc<dyn Fn(&str) -> Api<K> + Send + Sync>;
+
+struct Tracked<K: Object> {
+    store: Store<K>,
+    api: ApiFor<K>,
+}
+
+impl<K: Object> TrackedCache for Tracked<K> {
+    fn cached_version(&self, namespace: &str, name: &str) -> Option<String> {
+        let obj = if namespace.is_empty() {
+            self.store.get(name)
+        } else {
+            self.store.get_namespaced(namespace, name)
+        };
+        obj.map(|o| o.metadata().resource_version.clone().unwrap_or_default())
+    }
+
+    fn read_live(&self, namespace: &str, name: &str) -> LiveRead {
+        let api = (self.api)(namespace);
+        let name = name.to_owned();
+        Box::pin(async move {
+            let obj = api.get_opt(&name).await?;
+            Ok(obj.map(|o| o.metadata().resource_version.clone().unwrap_or_default()))
+        })
+    }
+}
+
+/// The answer of [`OwnWrites::ensure_ready`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Readiness {
+    /// The caches show every recorded write of the key: reconcile.
+    Ready,
+    /// A cache is behind: do not reconcile now. The write's event enqueues the key when the
+    /// cache catches up; look again after `retry_in` if none comes.
+    Behind {
+        /// When a live read becomes due.
+        retry_in: Duration,
+    },
+}
+
+struct Inner {
+    table: Mutex<WriteTable>,
+    caches: RwLock<HashMap<ResourceId, Arc<dyn TrackedCache>>>,
+}
+
+/// The writes of a controller's reconciles that its caches may not show yet, per key of the
+/// reconciled resource (see the [module documentation](self)). Cheap to clone: clones share
+/// one table.
+///
+/// ```
+/// # use std::time::Duration;
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use kctrl_informer::Store;
+/// use kctrl_runtime::own_writes::{OwnWrites, Readiness};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// # let client = kctrl_fake::FakeApi::new().client();
+/// let cache: Store<ConfigMap> = Store::new();
+/// let writes = OwnWrites::new();
+/// writes.track(cache.clone(), {
+///     let client = client.clone();
+///     move |ns| kctrl_client::Api::namespaced(client.clone(), ns)
+/// });
+/// // A reconcile of key "default/app" created ConfigMap default/app-config: what it sent,
+/// // and the API server's answer.
+/// let mut sent = ConfigMap::default();
+/// sent.metadata.namespace = Some("default".into());
+/// sent.metadata.name = Some("app-config".into());
+/// let mut answer = sent.clone();
+/// answer.metadata.resource_version = Some("42".into());
+/// writes.record_for_key("default/app", &sent, &Ok(answer.clone()));
+/// // The cache has not seen it yet: the key must wait.
+/// assert!(matches!(writes.ensure_ready("default/app").await, Ok(Readiness::Behind { .. })));
+/// cache.insert(std::sync::Arc::new(answer));
+/// assert_eq!(writes.ensure_ready("default/app").await.unwrap(), Readiness::Ready);
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct OwnWrites {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for OwnWrites {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let resources: Vec<ResourceId> = self
+            .inner
+            .caches
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .copied()
+            .collect();
+        f.debug_struct("OwnWrites")
+            .field("resources", &resources)
+            .field("records", &self.table().len())
+            .finish()
+    }
+}
+
+impl Default for OwnWrites {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl OwnWrites {
+    /// An empty table comparing with no cache yet, checked live after
+    /// [`DEFAULT_VERIFY_AFTER`].
+    pub fn new() -> Self {
+        Self::with_verify_after(DEFAULT_VERIFY_AFTER)
+    }
+
+    /// Like [`new`](Self::new), with the time a record waits before a live read.
+    pub fn with_verify_after(verify_after: Duration) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                table: Mutex::new(WriteTable::new(verify_after)),
+                caches: RwLock::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// Compares writes of `K` with `store`, and reads them live through `api(namespace)`
+    /// (namespace empty for a cluster-scoped `K`). Writes of a resource without a cache here
+    /// are not recorded: nothing would show them.
+    pub fn track<K: Object>(
+        &self,
+        store: Store<K>,
+        api: impl Fn(&str) -> Api<K> + Send + Sync + 'static,
+    ) {
+        let tracked: Arc<dyn TrackedCache> = Arc::new(Tracked {
+            store,
+            api: Arc::new(api),
+        });
+        self.inner
+            .caches
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(ResourceId::of::<K>(), tracked);
+    }
+
+    /// Whether writes of `K` are compared with a cache.
+    pub fn tracks<K: k8s_openapi::Resource>(&self) -> bool {
+        self.cache(&ResourceId::of::<K>()).is_some()
+    }
+
+    fn cache(&self, resource: &ResourceId) -> Option<Arc<dyn TrackedCache>> {
+        self.inner
+            .caches
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(resource)
+            .cloned()
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, WriteTable> {
+        self.inner
+            .table
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn cached_version(&self, target: &Target) -> Option<String> {
+        self.cache(&target.resource)
+            .and_then(|c| c.cached_version(&target.namespace, &target.name))
+    }
+
+    /// Records the outcome of a write of `sent` made by the reconcile of `owner` (the
+    /// reconciled object): `result` is the API server's answer. `sent` names the object and,
+    /// for an update with a precondition, carries the resourceVersion it was sent against;
+    /// a create, a patch or an apply carries none, and the version the cache holds now counts
+    /// as replaced. A refusal (conflict, validation, not found) records nothing.
+    ///
+    /// ```no_run
+    /// # use std::sync::Arc;
+    /// # use k8s_openapi::api::core::v1::ConfigMap;
+    /// # use kctrl_client::{Api, PatchParams};
+    /// # async fn demo(foo: Arc<ConfigMap>, api: Api<ConfigMap>, writes: kctrl_runtime::own_writes::OwnWrites) -> Result<(), kctrl_client::Error> {
+    /// let mut desired = ConfigMap::default();
+    /// desired.metadata.name = Some("foo-config".into());
+    /// desired.metadata.namespace = Some("default".into());
+    /// let answer = api.apply(&PatchParams::apply("foo-controller"), &desired).await;
+    /// writes.record(&*foo, &desired, &answer);
+    /// let _written = answer?;
+    /// # Ok(()) }
+    /// ```
+    pub fn record<O, K>(&self, owner: &O, sent: &K, result: &Result<K, kctrl_client::Error>)
+    where
+        O: Metadata<Ty = ObjectMeta>,
+        K: Object,
+    {
+        let meta = owner.metadata();
+        let key = kctrl_informer::key_for(
+            meta.namespace.as_deref().filter(|ns| !ns.is_empty()),
+            meta.name.as_deref().unwrap_or(""),
+        );
+        self.record_for_key(&key, sent, result);
+    }
+
+    /// [`record`](Self::record) by the owner's queue key (`namespace/name`, or `name` for a
+    /// cluster-scoped owner).
+    pub fn record_for_key<K: Object>(
+        &self,
+        key: &str,
+        sent: &K,
+        result: &Result<K, kctrl_client::Error>,
+    ) {
+        let meta = sent.metadata();
+        let target = Target::of::<K>(
+            meta.namespace.as_deref().unwrap_or(""),
+            meta.name.as_deref().unwrap_or(""),
+        );
+        // The name of a generated object is known only from the answer.
+        let target = match (result, target.name.is_empty()) {
+            (Ok(written), true) => Target::of::<K>(
+                written.metadata().namespace.as_deref().unwrap_or(""),
+                written.metadata().name.as_deref().unwrap_or(""),
+            ),
+            _ => target,
+        };
+        let result = match result {
+            Ok(written) => Ok(written.metadata().resource_version.as_deref()),
+            Err(err) => Err(err),
+        };
+        self.record_outcome(key, &target, meta.resource_version.as_deref(), result);
+    }
+
+    /// Records a write's outcome from its parts: `sent` is the resourceVersion the write was
+    /// sent against (`None` for a create, a patch or an apply), `result` the version the answer
+    /// carries, or the error. For controllers whose writes return something other than the
+    /// object (a status update that returns only the new version).
+    pub fn record_outcome(
+        &self,
+        key: &str,
+        target: &Target,
+        sent: Option<&str>,
+        result: Result<Option<&str>, &kctrl_client::Error>,
+    ) {
+        let Some(cache) = self.cache(&target.resource) else {
+            return;
+        };
+        let cached = cache.cached_version(&target.namespace, &target.name);
+        let now = Instant::now();
+        let mut table = self.table();
+        match result {
+            Ok(written) => {
+                let replaced: Vec<&str> = sent.into_iter().chain(cached.as_deref()).collect();
+                if replaced.is_empty() {
+                    table.created(key, target, written, now);
+                } else {
+                    table.applied(key, target, &replaced, written, now);
+                }
+            }
+            Err(err) if outcome_unknown(err) => {
+                info!(
+                    key,
+                    object = %target,
+                    %err,
+                    "a write got no usable answer and may have been applied; the next reconcile checks before acting"
+                );
+                match sent.or(cached.as_deref()) {
+                    Some(sent) => table.update_unknown(key, target, sent, now),
+                    None => table.create_unknown(key, target, now),
+                }
+            }
+            Err(_) => {}
+        }
+    }
+
+    /// Forgets the records of `key` (its object is gone).
+    pub fn forget(&self, key: &str) {
+        self.table().forget(key);
+    }
+
+    /// How many objects have records, over all keys.
+    pub fn len(&self) -> usize {
+        self.table().len()
+    }
+
+    /// Whether nothing is recorded.
+    pub fn is_empty(&self) -> bool {
+        self.table().is_empty()
+    }
+
+    /// Compares the records of `key` with the caches, without any live read: a record due for
+    /// one ([`Check::Verify`]) is returned as such for the caller to decide.
+    pub fn check(&self, key: &str) -> Check {
+        self.table()
+            .check(key, |t| self.cached_version(t), Instant::now())
+    }
+
+    /// Whether the reconcile of `key` may act: compares its records with the caches, and reads
+    /// live the objects only the API server can tell about (a write of unknown outcome, or a
+    /// record its cache has not caught up with for the bound). A failed live read is returned:
+    /// retry the key later.
+    pub async fn ensure_ready(&self, key: &str) -> Result<Readiness, kctrl_client::Error> {
+        // Each round resolves every object it reads live, so a check after it asks for none
+        // of them again: two rounds suffice; the bound only guards the loop.
+        for _ in 0..3 {
+            let targets = match self.check(key) {
+                Check::Current => return Ok(Readiness::Ready),
+                Check::Behind { retry_in } => return Ok(Readiness::Behind { retry_in }),
+                Check::Verify(targets) => targets,
+            };
+            for target in targets {
+                let Some(cache) = self.cache(&target.resource) else {
+                    self.table()
+                        .resolve(key, &target, None, Live::NotFound, Instant::now());
+                    continue;
+                };
+                let cached = cache.cached_version(&target.namespace, &target.name);
+                let live = cache.read_live(&target.namespace, &target.name).await?;
+                let answer = match &live {
+                    Some(rv) => Live::At(rv),
+                    None => Live::NotFound,
+                };
+                info!(
+                    key,
+                    object = %target,
+                    cached = cached.as_deref().unwrap_or("<none>"),
+                    live = live.as_deref().unwrap_or("<none>"),
+                    behind = live.is_some() && live != cached,
+                    "checked a write of unknown outcome (or long unseen) against the API server"
+                );
+                self.table()
+                    .resolve(key, &target, cached.as_deref(), answer, Instant::now());
+            }
+        }
+        warn!(key, "own-writes check did not settle; acting on the caches");
+        Ok(Readiness::Ready)
+    }
+}
+
+#[cfg(test)]
+#[path = "own_writes_tests.rs"]
+mod tests;
