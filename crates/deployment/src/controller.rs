@@ -16,7 +16,7 @@
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -31,13 +31,12 @@ use kctrl_controller_ref::{
     CanAdopt, ClaimError, ControllerRefManager, Owner, RealReplicaSetControl,
 };
 use kctrl_informer::{IndexFn, Store};
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use crate::events::{EventRecorder, EventType};
 use crate::pod_view::{CONTROLLER_UID_INDEX, PodView, controller_uid_index};
 use crate::progress::{self, Requeue, RolloutStatus};
 use crate::recreate::{RecreatePlan, plan_recreate};
-use crate::replica_set_writes::{Check, Live, ReplicaSetWrites};
 use crate::rolling::{RollingPlan, plan_rolling};
 use crate::sync::{ScaleAction, calculate_status, scale};
 use crate::util::constants::{
@@ -59,6 +58,7 @@ use crate::util::{
     set_deployment_condition, set_deployment_revision, set_new_replica_set_annotations,
     set_replicas_annotations,
 };
+use kctrl_runtime::own_writes::{Check, OwnWrites, Readiness, Target};
 
 /// Upstream's limit on the `revision-history` annotation of a ReplicaSet.
 const REVISION_HISTORY_LIMIT_IN_CHARS: usize = 2000;
@@ -162,14 +162,13 @@ pub struct DeploymentController {
     /// Where the current time comes from; [`Self::now`] rounds it down to whole seconds, as
     /// `metav1.Now()` is once serialised.
     clock: Arc<dyn Clock>,
-    /// Per Deployment key, the resourceVersions this controller's own writes replaced since
-    /// the cache last showed the Deployment as it is now (see
-    /// [`cache_predates_own_write`](Self::cache_predates_own_write)).
-    own_writes: Mutex<HashMap<String, Vec<String>>>,
+    /// Per Deployment key, this controller's own writes of the Deployment that its cache may
+    /// not show yet (see [`cache_predates_own_write`](Self::cache_predates_own_write)).
+    d_writes: OwnWrites,
     /// Per Deployment key, this controller's ReplicaSet writes that the ReplicaSet cache may
-    /// not show yet (see [`crate::replica_set_writes`] and
-    /// [`replica_set_cache_behind`](Self::replica_set_cache_behind)).
-    rs_writes: Mutex<ReplicaSetWrites>,
+    /// not show yet: the runtime's read-your-own-writes table ([`kctrl_runtime::own_writes`]),
+    /// see [`replica_set_cache_behind`](Self::replica_set_cache_behind).
+    rs_writes: OwnWrites,
     /// Decoders of protobuf answers to ReplicaSet writes, when writes talk protobuf.
     rs_protobuf: Option<Decoder<ReplicaSet>>,
     /// Decoders of protobuf answers to Deployment writes, likewise.
@@ -203,18 +202,36 @@ impl DeploymentController {
             claim_candidates_index(),
             "ReplicaSets",
         );
-        Self {
+        let d_writes = OwnWrites::new();
+        d_writes.track(deployments.clone(), {
+            let client = client.clone();
+            move |ns| Api::namespaced(client.clone(), ns).without_managed_fields()
+        });
+        let dc = Self {
             client,
             deployments,
             replica_sets,
             pods,
             recorder,
             clock: Arc::new(SystemClock),
-            own_writes: Mutex::default(),
-            rs_writes: Mutex::default(),
+            d_writes,
+            rs_writes: OwnWrites::new(),
             rs_protobuf: None,
             d_protobuf: None,
-        }
+        };
+        dc.track_replica_sets();
+        dc
+    }
+
+    /// Compares the recorded ReplicaSet writes with the ReplicaSet cache, reading them live
+    /// as the controller's other ReplicaSet requests do.
+    fn track_replica_sets(&self) {
+        let client = self.client.clone();
+        let protobuf = self.rs_protobuf;
+        self.rs_writes
+            .track(self.replica_sets.clone(), move |namespace| {
+                replica_sets_api(&client, protobuf, namespace)
+            });
     }
 
     /// Talks protobuf for ReplicaSet and Deployment writes, as kube-controller-manager does:
@@ -230,50 +247,33 @@ impl DeploymentController {
     ) -> Self {
         self.rs_protobuf = replica_sets;
         self.d_protobuf = deployments;
+        self.track_replica_sets();
         self
     }
 
     /// Remembers that a write of `d` replaced `replaced` (the resourceVersion it was sent with)
-    /// with a newer version.
+    /// with the version `d` now carries.
     pub(crate) fn note_own_write(&self, d: &Deployment, replaced: Option<String>) {
+        let namespace = d.metadata.namespace.as_deref().unwrap_or("");
+        let name = d.metadata.name.as_deref().unwrap_or("");
         let Some(replaced) = replaced else { return };
-        let key = format!(
-            "{}/{}",
-            d.metadata.namespace.as_deref().unwrap_or(""),
-            d.metadata.name.as_deref().unwrap_or("")
+        self.d_writes.record_outcome(
+            &kctrl_informer::key_for(Some(namespace), name),
+            &Target::of::<Deployment>(namespace, name),
+            Some(&replaced),
+            Ok(d.metadata.resource_version.as_deref()),
         );
-        let mut own = self
-            .own_writes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        own.entry(key).or_default().push(replaced);
     }
 
     /// Whether the cached Deployment `key` is a version one of this controller's own writes
     /// already replaced: its informer has not delivered that write yet. A sync from it would
     /// compute from stale state and its status write would be refused with a conflict (a
     /// wasted request and a rate-limited retry); the write's own update event is on its way
-    /// and queues the Deployment again. Forgets the key once the cache has caught up.
-    fn cache_predates_own_write(&self, key: &str, cached: Option<&str>) -> bool {
-        let mut own = self
-            .own_writes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let Some(replaced) = own.get(key) else {
-            return false;
-        };
-        if cached.is_some_and(|rv| replaced.iter().any(|r| r == rv)) {
-            return true;
-        }
-        own.remove(key);
-        false
-    }
-
-    /// The table of this controller's ReplicaSet writes the cache may not show yet.
-    fn rs_writes(&self) -> std::sync::MutexGuard<'_, ReplicaSetWrites> {
-        self.rs_writes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+    /// and queues the Deployment again. Forgets the key once the cache has caught up; after
+    /// the runtime's bound ([`kctrl_runtime::own_writes::DEFAULT_VERIFY_AFTER`]) without the
+    /// event, the sync acts (a stale write is then refused as a conflict and retried).
+    fn cache_predates_own_write(&self, key: &str) -> bool {
+        matches!(self.d_writes.check(key), Check::Behind { .. })
     }
 
     /// Whether the ReplicaSet cache is behind one of this controller's own writes of
@@ -289,59 +289,11 @@ impl DeploymentController {
     async fn replica_set_cache_behind(
         &self,
         key: &str,
-        namespace: &str,
-        name: &str,
     ) -> Result<Option<std::time::Duration>, SyncError> {
-        let cached_rv = |rs: &str| {
-            self.replica_sets
-                .get_namespaced(namespace, rs)
-                .and_then(|cached| cached.metadata.resource_version.clone())
-        };
-        // Each round resolves every ReplicaSet it reads live, so that a check after it asks
-        // for none of them again: two rounds suffice; the bound only guards the loop.
-        for _ in 0..3 {
-            let check = self
-                .rs_writes()
-                .check(key, cached_rv, tokio::time::Instant::now());
-            let names = match check {
-                Check::Current => return Ok(None),
-                Check::Behind { retry_in } => return Ok(Some(retry_in)),
-                Check::Verify(names) => names,
-            };
-            for rs in names {
-                let cached = cached_rv(&rs);
-                let live = self.replica_sets_api(namespace).get_opt(&rs).await?;
-                let live_rv = live
-                    .as_ref()
-                    .map(|l| l.metadata.resource_version.clone().unwrap_or_default());
-                let answer = match &live_rv {
-                    Some(rv) => Live::At(rv),
-                    None => Live::NotFound,
-                };
-                let behind = live_rv.is_some() && live_rv != cached;
-                info!(
-                    namespace,
-                    name,
-                    replica_set = rs,
-                    cached = cached.as_deref().unwrap_or("<none>"),
-                    live = live_rv.as_deref().unwrap_or("<none>"),
-                    behind,
-                    "checked a replica set write of unknown outcome (or long unseen) against the API server"
-                );
-                self.rs_writes().resolve(
-                    key,
-                    &rs,
-                    cached.as_deref(),
-                    answer,
-                    tokio::time::Instant::now(),
-                );
-            }
-        }
-        warn!(
-            namespace,
-            name, "replica set cache check did not settle; acting on the cache"
-        );
-        Ok(None)
+        Ok(match self.rs_writes.ensure_ready(key).await? {
+            Readiness::Ready => None,
+            Readiness::Behind { retry_in } => Some(retry_in),
+        })
     }
 
     /// Records the outcome of a write of ReplicaSet `rs` for Deployment `d` (see
@@ -353,37 +305,15 @@ impl DeploymentController {
         rs: &str,
         sent: Option<&str>,
         result: Result<&ReplicaSet, &kctrl_client::Error>,
-        create: bool,
     ) {
         let namespace = d.metadata.namespace.as_deref().unwrap_or("");
         let name = d.metadata.name.as_deref().unwrap_or("");
-        let key = kctrl_informer::key_for(Some(namespace), name);
-        let now = tokio::time::Instant::now();
-        match result {
-            Ok(_) if create => self.rs_writes().created(&key, rs, now),
-            Ok(written) => self.rs_writes().applied(
-                &key,
-                rs,
-                sent,
-                written.metadata.resource_version.as_deref(),
-                now,
-            ),
-            Err(err) if write_outcome_unknown(err) => {
-                info!(
-                    namespace,
-                    name,
-                    replica_set = rs,
-                    %err,
-                    "a replica set write got no usable answer and may have been applied; the next sync checks before acting"
-                );
-                if create {
-                    self.rs_writes().create_unknown(&key, rs, now);
-                } else {
-                    self.rs_writes().update_unknown(&key, rs, sent, now);
-                }
-            }
-            Err(_) => {}
-        }
+        self.rs_writes.record_outcome(
+            &kctrl_informer::key_for(Some(namespace), name),
+            &Target::of::<ReplicaSet>(namespace, rs),
+            sent,
+            result.map(|written| written.metadata.resource_version.as_deref()),
+        );
     }
 
     /// Updates ReplicaSet `rs` of Deployment `d` (a full PUT with its resourceVersion) and
@@ -403,7 +333,6 @@ impl DeploymentController {
             rs.metadata.name.as_deref().unwrap_or(""),
             rs.metadata.resource_version.as_deref(),
             result.as_ref(),
-            false,
         );
         result
     }
@@ -433,11 +362,7 @@ impl DeploymentController {
 
     /// ReplicaSets in `namespace`, decoded as [`deployments_api`](Self::deployments_api).
     fn replica_sets_api(&self, namespace: &str) -> Api<ReplicaSet> {
-        let api = Api::namespaced(self.client.clone(), namespace).without_managed_fields();
-        match self.rs_protobuf {
-            Some(decoder) => api.with_protobuf_decoder(decoder).protobuf_bodies(),
-            None => api,
-        }
+        replica_sets_api(&self.client, self.rs_protobuf, namespace)
     }
 
     /// Records an event about `d`.
@@ -464,14 +389,11 @@ impl DeploymentController {
         let key = kctrl_informer::key_for(Some(namespace), name);
         let Some(cached) = self.deployments.get_namespaced(namespace, name) else {
             debug!(namespace, name, "deployment has been deleted");
-            self.own_writes
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(&key);
-            self.rs_writes().forget(&key);
+            self.d_writes.forget(&key);
+            self.rs_writes.forget(&key);
             return Ok(SyncOutcome::DONE);
         };
-        if self.cache_predates_own_write(&key, cached.metadata.resource_version.as_deref()) {
+        if self.cache_predates_own_write(&key) {
             debug!(
                 namespace,
                 name,
@@ -483,7 +405,7 @@ impl DeploymentController {
         // so it need not wait for the cache (and a foreground deletion removing a ReplicaSet
         // we had just created would otherwise hold its status for VERIFY_AFTER).
         if cached.metadata.deletion_timestamp.is_none()
-            && let Some(retry_in) = self.replica_set_cache_behind(&key, namespace, name).await?
+            && let Some(retry_in) = self.replica_set_cache_behind(&key).await?
         {
             debug!(
                 namespace,
@@ -959,7 +881,7 @@ impl DeploymentController {
             .replica_sets_api(&namespace)
             .create(&PostParams::default(), &new_rs)
             .await;
-        self.note_replica_set_write(d, &rs_name, None, result.as_ref(), true);
+        self.note_replica_set_write(d, &rs_name, None, result.as_ref());
         let (created, already_exists) = match result {
             Ok(created) => (Arc::new(created), false),
             Err(err) if err.is_already_exists() => {
@@ -1195,19 +1117,16 @@ impl DeploymentController {
 /// failure, timeout), the answer could not be read, or the server reported a failure that
 /// does not rule it out (5xx, among them 504 "may still be processing"). A 4xx answer means
 /// the write was refused.
-fn write_outcome_unknown(err: &kctrl_client::Error) -> bool {
-    use kctrl_client::Error as E;
-    match err {
-        E::Api(e) => e.code >= 500 || e.reason() == "Timeout",
-        E::Retried { last, previous, .. } => {
-            write_outcome_unknown(last) || previous.as_deref().is_some_and(write_outcome_unknown)
-        }
-        E::Transport { .. }
-        | E::Timeout { .. }
-        | E::Decode { .. }
-        | E::DecodeProtobuf { .. }
-        | E::BodyTooLarge { .. } => true,
-        _ => false,
+/// ReplicaSets in `namespace` through `client`, in protobuf when a decoder is given.
+fn replica_sets_api(
+    client: &Client,
+    protobuf: Option<Decoder<ReplicaSet>>,
+    namespace: &str,
+) -> Api<ReplicaSet> {
+    let api = Api::namespaced(client.clone(), namespace).without_managed_fields();
+    match protobuf {
+        Some(decoder) => api.with_protobuf_decoder(decoder).protobuf_bodies(),
+        None => api,
     }
 }
 

@@ -1041,7 +1041,7 @@ async fn a_cache_behind_our_own_write_is_not_synced_from() {
         "a fresh cache is synced from (the scale-up is written): {:?}",
         f.actions()
     );
-    assert!(controller.own_writes.lock().unwrap().len() <= 1);
+    assert!(controller.d_writes.len() <= 1);
 }
 
 // ---- the ReplicaSet cache behind this controller's own ReplicaSet writes ----
@@ -1329,7 +1329,7 @@ async fn recreate_does_not_start_pods_beside_a_replica_set_the_cache_lacks() {
 /// A deleted Deployment's records are forgotten.
 #[tokio::test(start_paused = true)]
 async fn an_unsatisfiable_record_is_verified_after_a_bounded_wait() {
-    use crate::replica_set_writes::VERIFY_AFTER;
+    use kctrl_runtime::own_writes::DEFAULT_VERIFY_AFTER as VERIFY_AFTER;
 
     let f = Fixture::new();
     f.add_deployment(&new_deployment("foo", 1, None, None, None, Some(foo_bar())));
@@ -1363,12 +1363,12 @@ async fn an_unsatisfiable_record_is_verified_after_a_bounded_wait() {
         ["get replicasets", "create replicasets"],
         "{actions:?}"
     );
-    assert_eq!(controller.rs_writes().len(), 1);
+    assert_eq!(controller.rs_writes.len(), 1);
 
     f.deployments.remove("default/foo");
     controller.sync_deployment("default", "foo").await.unwrap();
     assert_eq!(
-        controller.rs_writes().len(),
+        controller.rs_writes.len(),
         0,
         "forgotten with the Deployment"
     );
