@@ -6,89 +6,28 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kctrl_client::crd::CustomResourceExt;
-use kctrl_client::{
-    Api, Client, CustomResource, DeleteParams, PatchParams, PostParams, ResourceRef,
-};
+use kctrl_client::{Api, Client, DeleteParams, PatchParams, PostParams, ResourceRef};
 use kctrl_e2e::{
     TestNamespace, eventually, install_crd, require_cluster, uninstall_crd, wait_until,
 };
 use kctrl_informer::SharedInformerFactory;
-use kctrl_runtime::{Action, Controller, Predicate};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use kctrl_runtime::{Action, Controller};
 use tokio_util::sync::CancellationToken;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 /// Both tests install and remove the Widget CRD: one at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-const MANAGER: &str = "widget-controller";
 
-/// A Widget asks for a ConfigMap holding its colour.
-#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[resource(
-    group = "e2e.kctrl.dev",
-    version = "v1",
-    kind = "Widget",
-    namespaced,
-    status = "WidgetStatus"
-)]
-struct WidgetSpec {
-    color: String,
-}
-
-/// What the controller reports.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-struct WidgetStatus {
-    config_map: String,
-    observed_generation: i64,
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error(transparent)]
-struct Error(#[from] kctrl_client::Error);
-
-async fn reconcile(w: Arc<Widget>, client: Arc<Client>) -> Result<Action, Error> {
-    let name = w.metadata.name.clone().unwrap_or_default();
-    let ns = w.metadata.namespace.clone().unwrap_or_default();
-    let cm_name = format!("{name}-color");
-    let owner = OwnerReference {
-        api_version: "e2e.kctrl.dev/v1".into(),
-        kind: "Widget".into(),
-        name: name.clone(),
-        uid: w.metadata.uid.clone().unwrap_or_default(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    };
-    let cm = ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(cm_name.clone()),
-            owner_references: Some(vec![owner]),
-            ..Default::default()
-        },
-        data: Some(BTreeMap::from([("color".into(), w.spec.color.clone())])),
-        ..Default::default()
-    };
-    let apply = PatchParams::apply(MANAGER);
-    Api::<ConfigMap>::namespaced((*client).clone(), &ns)
-        .apply(&apply, &cm)
-        .await?;
-    let mut status = Widget::new(&name, w.spec.clone());
-    status.status = Some(WidgetStatus {
-        config_map: cm_name,
-        observed_generation: w.metadata.generation.unwrap_or_default(),
-    });
-    Api::<Widget>::namespaced((*client).clone(), &ns)
-        .apply_status(&apply, &status)
-        .await?;
-    Ok(Action::await_change())
-}
+/// The widgets example's two controllers (and its Widget resource), compiled into this test.
+#[path = "../../crates/runtime/examples/widgets.rs"]
+mod widgets;
+use widgets::{COLOR_LABEL, Error, MANAGER, Widget, WidgetSpec};
 
 /// A test's namespace with an informer factory of its own, and the CRD of `K` installed.
 struct Setup {
@@ -141,36 +80,7 @@ async fn a_custom_resource_controller_owns_its_config_maps() {
     let _serial = SERIAL.lock().await;
     let setup = Setup::new::<Widget>(cluster.admin(), "runtime").await;
     let (client, ns, factory, cancel) = (&setup.client, &setup.ns, &setup.factory, &setup.cancel);
-    let widgets = Controller::<Widget>::new(factory)
-        .owns::<ConfigMap>()
-        .with_predicate(Predicate::generation_changed())
-        .workers(2)
-        .run(
-            reconcile,
-            |_w, _e: &Error, _ctx| Action::rate_limited(),
-            Arc::new(client.clone()),
-            cancel.clone(),
-        );
-    // A second controller in the same process: it counts reconciles of ConfigMaps, from the
-    // same ConfigMap informer as the first one's `owns`.
-    let seen = Arc::new(AtomicUsize::new(0));
-    let counter = seen.clone();
-    let configmap_controller = Controller::<ConfigMap>::new(factory).run(
-        move |_cm, _ctx: Arc<()>| {
-            let counter = counter.clone();
-            async move {
-                counter.fetch_add(1, Ordering::SeqCst);
-                Ok::<_, Error>(Action::await_change())
-            }
-        },
-        |_cm, _e, _ctx| Action::rate_limited(),
-        Arc::new(()),
-        cancel.clone(),
-    );
-    let running = tokio::spawn(async move {
-        let (a, b) = tokio::join!(widgets, configmap_controller);
-        a.and(b)
-    });
+    let running = tokio::spawn(widgets::run_both(factory, client.clone(), cancel.clone()));
 
     let widgets: Api<Widget> = Api::namespaced(client.clone(), &ns.name);
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
@@ -243,11 +153,23 @@ async fn a_custom_resource_controller_owns_its_config_maps() {
     })
     .await;
 
-    // The second controller saw the same ConfigMaps through the shared informer.
-    assert!(
-        seen.load(Ordering::SeqCst) >= 2,
-        "ConfigMap reconciles: {seen:?}"
-    );
+    // The labeller, on the same ConfigMap and Widget informers, labelled w1 with its colour,
+    // and only that label is its field manager's.
+    eventually("w1 labelled green", TIMEOUT, || async {
+        let w = widgets.get("w1").await.map_err(|e| e.to_string())?;
+        let label = w
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(COLOR_LABEL).cloned());
+        match label.as_deref() {
+            Some("green") => Ok(w),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let cm = configmaps.get("w1-color").await.unwrap();
+    assert_eq!(color(&cm).as_deref(), Some("green"));
 
     setup.finish(running).await;
 }

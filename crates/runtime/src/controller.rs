@@ -339,6 +339,7 @@ impl<K: Object> Controller<K> {
         let primary = PrimaryHandler {
             queue: self.queue.clone(),
             predicates: std::mem::take(&mut self.predicates),
+            own_writes: self.own_writes.clone(),
         };
         self.register::<K>(primary);
         let registrations =

@@ -13,6 +13,7 @@ use kctrl_client::ResourceRef;
 use kctrl_informer::{DeletedObject, ObjectKey, ResourceEventHandler, key_for, key_of};
 use kctrl_workqueue::{Priority, RateLimitingQueue};
 
+use crate::own_writes::OwnWrites;
 use crate::predicate::Predicate;
 
 /// The lane of an add.
@@ -37,6 +38,8 @@ fn update_lane(old: &ObjectMeta, new: &ObjectMeta) -> Priority {
 pub(crate) struct PrimaryHandler<K> {
     pub(crate) queue: RateLimitingQueue<ObjectKey>,
     pub(crate) predicates: Vec<Predicate<K>>,
+    /// A key waiting for its own writes passes the predicates: the update may be that write.
+    pub(crate) own_writes: OwnWrites,
 }
 
 impl<K> ResourceEventHandler<K> for PrimaryHandler<K>
@@ -49,9 +52,10 @@ where
     }
 
     fn on_update(&self, old: &Arc<K>, new: &Arc<K>) {
-        if self.predicates.iter().all(|p| p.matches(old, new)) {
+        let key = key_of(new.as_ref());
+        if self.predicates.iter().all(|p| p.matches(old, new)) || self.own_writes.is_waiting(&key) {
             let lane = update_lane(old.metadata(), new.metadata());
-            self.queue.add_with_priority(key_of(new.as_ref()), lane);
+            self.queue.add_with_priority(key, lane);
         }
     }
 
@@ -291,6 +295,7 @@ mod tests {
         let h = PrimaryHandler::<ConfigMap> {
             queue: queue.clone(),
             predicates: vec![Predicate::resource_version_changed()],
+            own_writes: OwnWrites::new(),
         };
         h.on_update(&configmap("1", vec![]), &configmap("1", vec![]));
         assert!(queue.is_empty(), "a resync is filtered out");
@@ -299,11 +304,52 @@ mod tests {
         let unfiltered = PrimaryHandler::<ConfigMap> {
             queue: queue.clone(),
             predicates: vec![],
+            own_writes: OwnWrites::new(),
         };
         let k = queue.get().await.unwrap();
         queue.done(&k);
         unfiltered.on_update(&configmap("2", vec![]), &configmap("2", vec![]));
         assert_eq!(queue.as_queue().lane_len(Priority::Low), 1);
+    }
+
+    /// An update of a key that waits for its own writes passes the predicates: it may be the
+    /// write it waits for, which a generation predicate would filter out (a status write).
+    #[tokio::test]
+    async fn a_key_waiting_for_its_own_writes_passes_the_predicates() {
+        let queue = RateLimitingQueue::new(default_controller_rate_limiter());
+        let own_writes = OwnWrites::new();
+        let cache: kctrl_informer::Store<ConfigMap> = kctrl_informer::Store::new();
+        let client = kctrl_fake::FakeApi::new().client();
+        own_writes.track(cache.clone(), move |ns| {
+            kctrl_client::Api::namespaced(client.clone(), ns)
+        });
+        let h = PrimaryHandler::<ConfigMap> {
+            queue: queue.clone(),
+            predicates: vec![Predicate::generation_changed()],
+            own_writes: own_writes.clone(),
+        };
+        h.on_update(&configmap("1", vec![]), &configmap("2", vec![]));
+        assert!(queue.is_empty(), "filtered: the generation did not change");
+
+        // A status write of shop/settings, answered at "3"; the cache still holds "2".
+        cache.insert(configmap("2", vec![]));
+        let sent = (*configmap("2", vec![])).clone();
+        let answer = (*configmap("3", vec![])).clone();
+        own_writes.record_for_key("shop/settings", &sent, &Ok(answer));
+        assert!(matches!(
+            own_writes.ensure_ready("shop/settings").await,
+            Ok(crate::own_writes::Readiness::Behind { .. })
+        ));
+        assert!(own_writes.is_waiting("shop/settings"));
+        h.on_update(&configmap("2", vec![]), &configmap("3", vec![]));
+        assert_eq!(queue.len(), 1, "the write the key waits for enqueues it");
+
+        cache.insert(configmap("3", vec![]));
+        assert!(matches!(
+            own_writes.ensure_ready("shop/settings").await,
+            Ok(crate::own_writes::Readiness::Ready)
+        ));
+        assert!(!own_writes.is_waiting("shop/settings"));
     }
 
     #[tokio::test]

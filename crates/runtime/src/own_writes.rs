@@ -41,7 +41,7 @@
 //! [`WriteTable`] is the bookkeeping alone (no I/O, the time passed in), for controllers that
 //! run their own loop.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -501,6 +501,9 @@ pub enum Readiness {
 
 struct Inner {
     table: Mutex<WriteTable>,
+    /// Keys last found [`Readiness::Behind`]: an update of such a key's object is let through
+    /// the controller's predicates, since it may be the write the key waits for.
+    waiting: Mutex<HashSet<String>>,
     caches: RwLock<HashMap<ResourceId, Arc<dyn TrackedCache>>>,
 }
 
@@ -576,6 +579,7 @@ impl OwnWrites {
         Self {
             inner: Arc::new(Inner {
                 table: Mutex::new(WriteTable::new(verify_after)),
+                waiting: Mutex::new(HashSet::new()),
                 caches: RwLock::new(HashMap::new()),
             }),
         }
@@ -731,6 +735,31 @@ impl OwnWrites {
     /// Forgets the records of `key` (its object is gone).
     pub fn forget(&self, key: &str) {
         self.table().forget(key);
+        self.set_waiting(key, false);
+    }
+
+    /// Whether `key` was last found behind its writes and waits for a cache to catch up.
+    pub fn is_waiting(&self, key: &str) -> bool {
+        let waiting = self.waiting();
+        !waiting.is_empty() && waiting.contains(key)
+    }
+
+    fn waiting(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.inner
+            .waiting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn set_waiting(&self, key: &str, waiting: bool) {
+        let mut set = self.waiting();
+        if waiting {
+            if !set.contains(key) {
+                set.insert(key.to_owned());
+            }
+        } else if !set.is_empty() {
+            set.remove(key);
+        }
     }
 
     /// How many objects have records, over all keys.
@@ -755,6 +784,12 @@ impl OwnWrites {
     /// record its cache has not caught up with for the bound). A failed live read is returned:
     /// retry the key later.
     pub async fn ensure_ready(&self, key: &str) -> Result<Readiness, kctrl_client::Error> {
+        let readiness = self.ensure_ready_inner(key).await?;
+        self.set_waiting(key, matches!(readiness, Readiness::Behind { .. }));
+        Ok(readiness)
+    }
+
+    async fn ensure_ready_inner(&self, key: &str) -> Result<Readiness, kctrl_client::Error> {
         // Each round resolves every object it reads live, so a check after it asks for none
         // of them again: two rounds suffice; the bound only guards the loop.
         for _ in 0..3 {
