@@ -174,6 +174,73 @@ async fn a_custom_resource_controller_owns_its_config_maps() {
     setup.finish(running).await;
 }
 
+/// Owned ConfigMaps from a metadata-only informer on a real API server: the cache holds their
+/// metadata alone, a deleted one enqueues its Widget and is put back, and the reconcile's
+/// recorded writes are compared with that cache.
+#[tokio::test]
+async fn owned_config_maps_through_a_metadata_only_informer() {
+    let cluster = require_cluster!();
+    let _serial = SERIAL.lock().await;
+    let setup = Setup::new::<Widget>(cluster.admin(), "runtime-meta").await;
+    let (client, ns, factory, cancel) = (&setup.client, &setup.ns, &setup.factory, &setup.cancel);
+    let controller = Controller::<Widget>::new(factory).owns_metadata::<ConfigMap>();
+    let ctx = Arc::new(widgets::Widgets {
+        client: client.clone(),
+        writes: controller.own_writes(),
+    });
+    let writes = ctx.writes.clone();
+    let running = tokio::spawn(controller.run(
+        widgets::reconcile_widget,
+        |_w, _e: &Error, _ctx| Action::rate_limited(),
+        ctx,
+        cancel.clone(),
+    ));
+    let widgets: Api<Widget> = Api::namespaced(client.clone(), &ns.name);
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    widgets
+        .create(
+            &PostParams::default(),
+            &Widget::new(
+                "w3",
+                WidgetSpec {
+                    color: "red".into(),
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    let first = eventually("the ConfigMap of w3", TIMEOUT, || async {
+        configmaps.get("w3-color").await
+    })
+    .await;
+    let cached = factory.metadata_informer::<ConfigMap>().store().clone();
+    wait_until("w3-color in the metadata cache", TIMEOUT, || {
+        cached.get_namespaced(&ns.name, "w3-color").is_some()
+    })
+    .await;
+    configmaps
+        .delete("w3-color", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("w3-color put back", TIMEOUT, || async {
+        match configmaps.get("w3-color").await {
+            Ok(cm) if cm.metadata.uid != first.metadata.uid => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    // Every recorded write is shown by the caches once the controller has settled.
+    wait_until("the caches show every recorded write", TIMEOUT, || {
+        writes.is_empty()
+            || matches!(
+                writes.check(&format!("{}/w3", ns.name)),
+                kctrl_runtime::own_writes::Check::Current
+            )
+    })
+    .await;
+    setup.finish(running).await;
+}
+
 const FINALIZER: &str = "e2e.kctrl.dev/cleanup";
 
 #[tokio::test]

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{ListableResource, Metadata, Resource};
+use kctrl_client::PartialObjectMetadata;
 use kctrl_informer::{
     Delivery, HandlerOptions, HandlerRegistration, HasSynced, InformerError, ObjectKey,
     SharedInformerFactory, Store, split_key, wait_for_cache_sync,
@@ -82,6 +83,32 @@ impl<K> Object for K where
     K: Resource<Scope: 'static>
         + ListableResource
         + Metadata<Ty = ObjectMeta>
+        + DeserializeOwned
+        + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// What a [`Controller`] can watch: an [`Object`], or the metadata alone of one
+/// ([`PartialObjectMetadata`]).
+trait Watched:
+    Resource<Scope: 'static>
+    + ListableResource
+    + Metadata<Ty: kctrl_client::ObjectMetaAccess + crate::handlers::OwnerRefs>
+    + DeserializeOwned
+    + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: Resource<Scope: 'static>
+        + ListableResource
+        + Metadata<Ty: kctrl_client::ObjectMetaAccess + crate::handlers::OwnerRefs>
         + DeserializeOwned
         + Clone
         + Send
@@ -203,7 +230,7 @@ impl<K: Object> Controller<K> {
 
     /// Compares the writes of `C` recorded in [`own_writes`](Self::own_writes) with `C`'s
     /// shared cache.
-    fn track<C: Object>(&self) {
+    fn track<C: Watched>(&self) {
         let client = self.factory.client().clone();
         let namespaced = kctrl_client::ResourceRef::of::<C>().is_namespaced();
         self.own_writes.track(
@@ -218,7 +245,7 @@ impl<K: Object> Controller<K> {
         );
     }
 
-    fn register<C: Object>(&mut self, handler: impl kctrl_informer::ResourceEventHandler<C>) {
+    fn register<C: Watched>(&mut self, handler: impl kctrl_informer::ResourceEventHandler<C>) {
         if let Ok(regs) = &mut self.registrations {
             match self
                 .factory
@@ -240,6 +267,37 @@ impl<K: Object> Controller<K> {
         };
         self.register::<C>(handler);
         self.track::<C>();
+        self
+    }
+
+    /// Like [`owns`](Self::owns), from a metadata-only informer of `C`
+    /// ([`SharedInformerFactory::metadata_informer`]): the API server sends only each object's
+    /// metadata, and the cache holds [`PartialObjectMetadata<C>`](PartialObjectMetadata), a
+    /// fraction of the memory of full objects. For owned objects a reconcile never reads in
+    /// full (it writes them with server-side apply, or reads them live). Writes of `C`
+    /// recorded in [`own_writes`](Self::own_writes) are compared with this cache.
+    pub fn owns_metadata<C: Object>(mut self) -> Self {
+        let handler = OwnedHandler {
+            queue: self.queue.clone(),
+            primary: PrimaryKind::of::<K>(),
+        };
+        self.register::<PartialObjectMetadata<C>>(handler);
+        self.track::<PartialObjectMetadata<C>>();
+        self
+    }
+
+    /// Like [`watches`](Self::watches), from a metadata-only informer of `W`: `map` gets each
+    /// object's metadata alone.
+    pub fn watches_metadata<W: Object>(
+        mut self,
+        map: impl Fn(&PartialObjectMetadata<W>) -> Vec<ObjectKey> + Send + Sync + 'static,
+    ) -> Self {
+        let handler = MappedHandler {
+            queue: self.queue.clone(),
+            map: Arc::new(map),
+        };
+        self.register::<PartialObjectMetadata<W>>(handler);
+        self.track::<PartialObjectMetadata<W>>();
         self
     }
 

@@ -7,9 +7,9 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{Metadata, Resource};
-use kctrl_client::ResourceRef;
+use kctrl_client::{CompactObjectMeta, ObjectMetaAccess, ResourceRef};
 use kctrl_informer::{DeletedObject, ObjectKey, ResourceEventHandler, key_for, key_of};
 use kctrl_workqueue::{Priority, RateLimitingQueue};
 
@@ -26,8 +26,8 @@ fn add_lane(is_in_initial_list: bool) -> Priority {
 }
 
 /// The lane of an update: a resync (same resourceVersion) is background work.
-fn update_lane(old: &ObjectMeta, new: &ObjectMeta) -> Priority {
-    if old.resource_version == new.resource_version {
+fn update_lane(old: &impl ObjectMetaAccess, new: &impl ObjectMetaAccess) -> Priority {
+    if old.resource_version() == new.resource_version() {
         Priority::Low
     } else {
         Priority::High
@@ -65,6 +65,32 @@ where
     }
 }
 
+/// The owner references of full and of metadata-only objects.
+pub(crate) trait OwnerRefs: ObjectMetaAccess {
+    /// The owner references that say `controller: true`: (apiVersion, kind, name); at most
+    /// one in a valid object.
+    fn controllers(&self) -> impl Iterator<Item = (&str, &str, &str)>;
+}
+
+impl OwnerRefs for ObjectMeta {
+    fn controllers(&self) -> impl Iterator<Item = (&str, &str, &str)> {
+        self.owner_references
+            .iter()
+            .flatten()
+            .filter(|o| o.controller == Some(true))
+            .map(|o| (o.api_version.as_str(), o.kind.as_str(), o.name.as_str()))
+    }
+}
+
+impl OwnerRefs for CompactObjectMeta {
+    fn controllers(&self) -> impl Iterator<Item = (&str, &str, &str)> {
+        self.owner_references()
+            .iter()
+            .filter(|o| o.controller() == Some(true))
+            .map(|o| (o.api_version(), o.kind(), o.name()))
+    }
+}
+
 /// Who the primary resource is, to recognise it in owner references.
 #[derive(Clone, Debug)]
 pub(crate) struct PrimaryKind {
@@ -91,27 +117,24 @@ impl PrimaryKind {
     pub(crate) fn controller_key(
         &self,
         namespace: Option<&str>,
-        owner: &OwnerReference,
+        (api_version, kind, name): (&str, &str, &str),
     ) -> Option<ObjectKey> {
-        if owner.controller != Some(true) || owner.kind != self.kind {
+        if kind != self.kind {
             return None;
         }
-        let group = owner
-            .api_version
+        let group = api_version
             .rsplit_once('/')
             .map_or("", |(group, _version)| group);
         if group != self.group {
             return None;
         }
         let namespace = if self.namespaced { namespace } else { None };
-        Some(key_for(namespace, &owner.name))
+        Some(key_for(namespace, name))
     }
 
-    fn key_of_owner(&self, meta: &ObjectMeta) -> Option<ObjectKey> {
-        meta.owner_references
-            .iter()
-            .flatten()
-            .find_map(|o| self.controller_key(meta.namespace.as_deref(), o))
+    fn key_of_owner(&self, meta: &impl OwnerRefs) -> Option<ObjectKey> {
+        meta.controllers()
+            .find_map(|o| self.controller_key(meta.namespace(), o))
     }
 }
 
@@ -123,7 +146,7 @@ pub(crate) struct OwnedHandler {
 
 impl<C> ResourceEventHandler<C> for OwnedHandler
 where
-    C: Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+    C: Metadata<Ty: OwnerRefs> + Send + Sync + 'static,
 {
     fn on_add(&self, obj: &Arc<C>, is_in_initial_list: bool) {
         if let Some(key) = self.primary.key_of_owner(obj.metadata()) {
@@ -165,7 +188,7 @@ pub(crate) struct MappedHandler<W> {
 
 impl<W> ResourceEventHandler<W> for MappedHandler<W>
 where
-    W: Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+    W: Metadata<Ty: ObjectMetaAccess> + Send + Sync + 'static,
 {
     fn on_add(&self, obj: &Arc<W>, is_in_initial_list: bool) {
         for key in (self.map)(obj) {
@@ -197,6 +220,7 @@ mod tests {
     use super::*;
     use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
     use kctrl_workqueue::default_controller_rate_limiter;
 
     fn owner(api_version: &str, kind: &str, name: &str, controller: bool) -> OwnerReference {
@@ -231,14 +255,23 @@ mod tests {
             // The core group has no slash.
             (owner("v1", "Deployment", "web", true), None),
         ];
+        let owned_by = |o: &OwnerReference, ns: Option<&str>| ObjectMeta {
+            namespace: ns.map(str::to_owned),
+            owner_references: Some(vec![o.clone()]),
+            ..Default::default()
+        };
         for (o, want) in cases {
-            assert_eq!(deployments.controller_key(ns, &o).as_deref(), want, "{o:?}");
+            let key = deployments.key_of_owner(&owned_by(&o, ns));
+            assert_eq!(key.as_deref(), want, "{o:?}");
+            // The same from a metadata-only object.
+            let compact = kctrl_client::CompactObjectMeta::from(&owned_by(&o, ns));
+            assert_eq!(deployments.key_of_owner(&compact), key, "{o:?}");
         }
         // A cluster-scoped primary is keyed without the owned object's namespace.
         let namespaces = PrimaryKind::of::<Namespace>();
         assert_eq!(
             namespaces
-                .controller_key(ns, &owner("v1", "Namespace", "shop", true))
+                .key_of_owner(&owned_by(&owner("v1", "Namespace", "shop", true), ns))
                 .as_deref(),
             Some("shop")
         );

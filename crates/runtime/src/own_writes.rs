@@ -49,23 +49,24 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use k8s_openapi::Metadata;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kctrl_client::Api;
+use kctrl_client::{Api, ObjectMetaAccess};
 use kctrl_informer::Store;
+use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 use tracing::{info, warn};
-
-use crate::controller::Object;
 
 /// How long a key waits for the caches to show one of its own writes before a live read
 /// checks whether they are really behind (the Deployment controller's bound).
 pub const DEFAULT_VERIFY_AFTER: Duration = Duration::from_secs(30);
 
-/// A resource: its `apiVersion` and plural name (`apps/v1`, `replicasets`).
+/// A resource: its API group and plural name (`apps`, `replicasets`). The version does not
+/// matter: every version of a resource is one set of objects, with one resourceVersion each;
+/// and a metadata-only cache ([`kctrl_client::PartialObjectMetadata`]) of a resource is that
+/// resource.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ResourceId {
-    /// `group/version`, or `version` for the core group.
-    pub api_version: &'static str,
+    /// The API group, empty for the core group.
+    pub group: &'static str,
     /// The plural name in URLs.
     pub plural: &'static str,
 }
@@ -74,7 +75,7 @@ impl ResourceId {
     /// The resource of `K`.
     pub fn of<K: k8s_openapi::Resource>() -> Self {
         Self {
-            api_version: K::API_VERSION,
+            group: K::GROUP,
             plural: K::URL_PATH_SEGMENT,
         }
     }
@@ -82,7 +83,11 @@ impl ResourceId {
 
 impl fmt::Display for ResourceId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.plural, self.api_version)
+        if self.group.is_empty() {
+            f.write_str(self.plural)
+        } else {
+            write!(f, "{}.{}", self.plural, self.group)
+        }
     }
 }
 
@@ -461,19 +466,45 @@ trait TrackedCache: Send + Sync {
 /// How a tracked cache's objects are read live: an [`Api`] for a namespace.
 type ApiFor<K> = Arc<dyn Fn(&str) -> Api<K> + Send + Sync>;
 
-struct Tracked<K: Object> {
+/// What [`OwnWrites::track`] can compare with: a typed object or its metadata alone.
+pub trait Trackable:
+    k8s_openapi::Resource<Scope: 'static>
+    + Metadata<Ty: ObjectMetaAccess>
+    + DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Trackable for K where
+    K: k8s_openapi::Resource<Scope: 'static>
+        + Metadata<Ty: ObjectMetaAccess>
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+struct Tracked<K: Trackable> {
     store: Store<K>,
     api: ApiFor<K>,
 }
 
-impl<K: Object> TrackedCache for Tracked<K> {
+impl<K: Trackable> TrackedCache for Tracked<K> {
     fn cached_version(&self, namespace: &str, name: &str) -> Option<String> {
         let obj = if namespace.is_empty() {
             self.store.get(name)
         } else {
             self.store.get_namespaced(namespace, name)
         };
-        obj.map(|o| o.metadata().resource_version.clone().unwrap_or_default())
+        obj.map(|o| {
+            o.metadata()
+                .resource_version()
+                .unwrap_or_default()
+                .to_owned()
+        })
     }
 
     fn read_live(&self, namespace: &str, name: &str) -> LiveRead {
@@ -481,7 +512,12 @@ impl<K: Object> TrackedCache for Tracked<K> {
         let name = name.to_owned();
         Box::pin(async move {
             let obj = api.get_opt(&name).await?;
-            Ok(obj.map(|o| o.metadata().resource_version.clone().unwrap_or_default()))
+            Ok(obj.map(|o| {
+                o.metadata()
+                    .resource_version()
+                    .unwrap_or_default()
+                    .to_owned()
+            }))
         })
     }
 }
@@ -588,7 +624,7 @@ impl OwnWrites {
     /// Compares writes of `K` with `store`, and reads them live through `api(namespace)`
     /// (namespace empty for a cluster-scoped `K`). Writes of a resource without a cache here
     /// are not recorded: nothing would show them.
-    pub fn track<K: Object>(
+    pub fn track<K: Trackable>(
         &self,
         store: Store<K>,
         api: impl Fn(&str) -> Api<K> + Send + Sync + 'static,
@@ -649,45 +685,41 @@ impl OwnWrites {
     /// let _written = answer?;
     /// # Ok(()) }
     /// ```
-    pub fn record<O, K>(&self, owner: &O, sent: &K, result: &Result<K, kctrl_client::Error>)
+    pub fn record<O, S, W>(&self, owner: &O, sent: &S, result: &Result<W, kctrl_client::Error>)
     where
-        O: Metadata<Ty = ObjectMeta>,
-        K: Object,
+        O: Metadata<Ty: ObjectMetaAccess>,
+        S: Metadata<Ty: ObjectMetaAccess>,
+        W: Trackable,
     {
         let meta = owner.metadata();
         let key = kctrl_informer::key_for(
-            meta.namespace.as_deref().filter(|ns| !ns.is_empty()),
-            meta.name.as_deref().unwrap_or(""),
+            meta.namespace().filter(|ns| !ns.is_empty()),
+            meta.name().unwrap_or(""),
         );
         self.record_for_key(&key, sent, result);
     }
 
     /// [`record`](Self::record) by the owner's queue key (`namespace/name`, or `name` for a
     /// cluster-scoped owner).
-    pub fn record_for_key<K: Object>(
-        &self,
-        key: &str,
-        sent: &K,
-        result: &Result<K, kctrl_client::Error>,
-    ) {
+    pub fn record_for_key<S, W>(&self, key: &str, sent: &S, result: &Result<W, kctrl_client::Error>)
+    where
+        S: Metadata<Ty: ObjectMetaAccess>,
+        W: Trackable,
+    {
         let meta = sent.metadata();
-        let target = Target::of::<K>(
-            meta.namespace.as_deref().unwrap_or(""),
-            meta.name.as_deref().unwrap_or(""),
-        );
+        let mut target = Target::of::<W>(meta.namespace().unwrap_or(""), meta.name().unwrap_or(""));
         // The name of a generated object is known only from the answer.
-        let target = match (result, target.name.is_empty()) {
-            (Ok(written), true) => Target::of::<K>(
-                written.metadata().namespace.as_deref().unwrap_or(""),
-                written.metadata().name.as_deref().unwrap_or(""),
-            ),
-            _ => target,
-        };
+        if let (Ok(written), true) = (result, target.name.is_empty()) {
+            target = Target::of::<W>(
+                written.metadata().namespace().unwrap_or(""),
+                written.metadata().name().unwrap_or(""),
+            );
+        }
         let result = match result {
-            Ok(written) => Ok(written.metadata().resource_version.as_deref()),
+            Ok(written) => Ok(written.metadata().resource_version()),
             Err(err) => Err(err),
         };
-        self.record_outcome(key, &target, meta.resource_version.as_deref(), result);
+        self.record_outcome(key, &target, meta.resource_version(), result);
     }
 
     /// Records a write's outcome from its parts: `sent` is the resourceVersion the write was

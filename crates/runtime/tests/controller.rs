@@ -195,6 +195,46 @@ async fn owned_objects_are_applied_and_restored() {
     assert_eq!(successes, ctx.reconciles.load(Ordering::SeqCst));
 }
 
+/// The owned ConfigMaps from a metadata-only informer: the same owner is enqueued, and the
+/// cache holds metadata alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owned_objects_from_a_metadata_only_informer() {
+    let (fake, _deployments, configmaps, ctx) = shop_with_web().await;
+    let factory = SharedInformerFactory::new(fake.client(), Duration::from_secs(3600));
+    let controller = Controller::<Deployment>::new(&factory).owns_metadata::<ConfigMap>();
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(controller.run(
+        reconcile,
+        |_d, _err: &Error, _ctx| Action::rate_limited(),
+        ctx.clone(),
+        cancel.clone(),
+    ));
+    let running = Running {
+        cancel,
+        task,
+        factory: factory.clone(),
+    };
+    eventually("the ConfigMap of web", async || {
+        configmaps.get("web-settings").await.is_ok()
+    })
+    .await;
+    let cached = factory.metadata_informer::<ConfigMap>().store().clone();
+    eventually("web-settings in the metadata cache", async || {
+        cached.get("shop/web-settings").is_some()
+    })
+    .await;
+    configmaps
+        .delete("web-settings", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("web-settings restored", async || {
+        configmaps.get("web-settings").await.is_ok()
+    })
+    .await;
+    running.stop().await;
+    assert!(ctx.reconciles.load(Ordering::SeqCst) >= 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_and_panics_retry_until_the_limit() {
     let fake = FakeApi::new();
