@@ -52,6 +52,12 @@
 //!   restart's backlog does not delay what a user just did.
 //! - **Panics contained.** A panicking reconcile fails its key (logged, counted in
 //!   `controller_runtime_reconcile_panics_total`, retried rate-limited); the worker lives on.
+//! - **Reads its own writes.** A reconcile records its writes on
+//!   [`Controller::own_writes`]; the key is not reconciled again until the caches show them
+//!   (bounded by a live read), so it never acts on the state before its own write
+//!   ([`own_writes`]; Kubernetes' stale-controller mitigation, which the other runtimes lack).
+//! - **Metadata-only informers** for owned and watched resources
+//!   ([`Controller::owns_metadata`], [`Controller::watches_metadata`]).
 //! - **A bounded shutdown.** On cancel no new key is taken and the reconciles in flight
 //!   finish; then the informers stop.
 //!
@@ -59,6 +65,7 @@
 //! |---|---|---|
 //! | `builder.ControllerManagedBy(mgr).For(&Foo{})` | `Controller::new(api, cfg)` | [`Controller::new`]`(&factory)` |
 //! | `.Owns(&Deployment{})` | `.owns(api, cfg)` | [`Controller::owns`] |
+//! | `.Owns(&Deployment{}, builder.OnlyMetadata)` | `.owns_stream(metadata_watcher(..))` | [`Controller::owns_metadata`] |
 //! | `.Watches(obj, handler.EnqueueRequestsFromMapFunc(f))` | `.watches(api, cfg, f)` | [`Controller::watches`] |
 //! | `.WithEventFilter(predicate.GenerationChangedPredicate{})` | `predicates::generation` | [`Controller::with_predicate`] |
 //! | `MaxConcurrentReconciles` | `Config::concurrency` | [`Controller::workers`] |
