@@ -112,6 +112,15 @@ pub fn get_controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
         .find(|r| r.controller == Some(true))
 }
 
+/// Whether the object's controller reference points at `owner`'s UID (apimachinery's
+/// `metav1.IsControlledBy`), for objects of any type: pass both `metadata`s.
+pub fn is_controlled_by(meta: &ObjectMeta, owner: &ObjectMeta) -> bool {
+    match (get_controller_of(meta), owner.uid.as_deref()) {
+        (Some(r), Some(uid)) => r.uid == uid,
+        _ => false,
+    }
+}
+
 /// `namespace/name` of an object, as upstream's `klog.KObj` prints it.
 pub(crate) fn object_key(meta: &ObjectMeta) -> (&str, &str) {
     (

@@ -362,6 +362,15 @@ impl<K: Object> Controller<K> {
         self.own_writes.clone()
     }
 
+    /// A recorder of Events whose source component is this controller's name (as
+    /// kube-controller-manager's controllers name theirs), sending through `broadcaster`.
+    pub fn event_recorder(
+        &self,
+        broadcaster: &kctrl_events::EventBroadcaster,
+    ) -> kctrl_events::Recorder {
+        broadcaster.new_recorder(kctrl_events::EventSource::new(self.name.clone()))
+    }
+
     /// The work queue, e.g. to enqueue a key by hand.
     pub fn queue(&self) -> &RateLimitingQueue<ObjectKey> {
         &self.queue

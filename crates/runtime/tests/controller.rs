@@ -377,3 +377,32 @@ async fn cancelled_before_sync_is_an_error_naming_the_controller() {
     );
     factory.shutdown().await;
 }
+
+/// The controller's event recorder names the controller as the events' source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_are_recorded_under_the_controllers_name() {
+    use k8s_openapi::api::core::v1::Event;
+    let (fake, deployments, _configmaps, _ctx) = shop_with_web().await;
+    let factory = SharedInformerFactory::new(fake.client(), Duration::from_secs(3600));
+    let controller = Controller::<Deployment>::new(&factory);
+    let broadcaster = kctrl_events::EventBroadcaster::new();
+    broadcaster
+        .start_recording_to_sink(kctrl_events::ApiEventSink::new(fake.client()))
+        .unwrap();
+    let recorder = controller.event_recorder(&broadcaster);
+    let web = deployments.get("web").await.unwrap();
+    kctrl_events::EventRecorder::event(
+        &recorder,
+        &kctrl_events::object_reference(&web),
+        kctrl_events::EventType::Normal,
+        "Synced",
+        "web synced",
+    );
+    broadcaster.shutdown().await;
+    let events = fake.objects::<Event>();
+    let sources: Vec<_> = events
+        .iter()
+        .map(|e| e.source.as_ref().and_then(|s| s.component.clone()))
+        .collect();
+    assert_eq!(sources, [Some("deployment".to_owned())], "{events:?}");
+}

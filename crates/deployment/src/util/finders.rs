@@ -20,7 +20,6 @@ use std::fmt;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kctrl_client::labels::Selector;
 use kctrl_client::versioned::Versioned;
 
@@ -196,21 +195,7 @@ pub fn get_deployments_for_replica_set<D: Borrow<Deployment> + Clone>(
     Ok(found)
 }
 
-/// `metav1.GetControllerOf`: the owner reference marked as controller.
-pub fn get_controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
-    meta.owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.controller == Some(true))
-}
-
-/// `metav1.IsControlledBy`: whether the object's controller reference points at `owner`'s UID.
-pub fn is_controlled_by(meta: &ObjectMeta, owner: &ObjectMeta) -> bool {
-    match (get_controller_of(meta), owner.uid.as_deref()) {
-        (Some(r), Some(uid)) => r.uid == uid,
-        _ => false,
-    }
-}
+pub use kctrl_controller_ref::{get_controller_of, is_controlled_by};
 
 /// The ownership filter of `ListReplicaSets`: the ReplicaSets (already selected by the
 /// Deployment's selector) whose controller is the Deployment.
@@ -250,6 +235,7 @@ mod tests {
     };
     use k8s_openapi::api::apps::v1::{DeploymentSpec, ReplicaSetStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
     use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
     const H: &str = DEFAULT_DEPLOYMENT_UNIQUE_LABEL_KEY;
