@@ -364,6 +364,21 @@ impl WriteTable {
         cached: impl Fn(&Target) -> Option<String>,
         now: Instant,
     ) -> Check {
+        self.check_with_stores(key, cached, |_| None, now)
+    }
+
+    /// Like [`check`](Self::check), also given how far each cache has read
+    /// (`store(resource)`: the resourceVersion its informer is current to, client-go's
+    /// `LastStoreSyncResourceVersion`). A cache that has read at or past a write's version
+    /// shows that write even where it does not hold the object (a label or field selector, or
+    /// another namespace, keeps it out): the record is done.
+    pub fn check_with_stores(
+        &mut self,
+        key: &str,
+        cached: impl Fn(&Target) -> Option<String>,
+        store: impl Fn(&ResourceId) -> Option<String>,
+        now: Instant,
+    ) -> Check {
         let Some(records) = self.by_key.get_mut(key) else {
             return Check::Current;
         };
@@ -373,6 +388,13 @@ impl WriteTable {
         records.retain(|target, pending| {
             let rv = cached(target);
             let rv = rv.as_deref();
+            let read_past = pending.written.as_deref().is_some_and(|w| {
+                store(&target.resource)
+                    .is_some_and(|s| compare_resource_versions(&s, w).is_some_and(|o| o.is_ge()))
+            });
+            if read_past && pending.unknown.is_none() {
+                return false;
+            }
             let behind = pending.known_behind(rv);
             if !behind && pending.needs_live_read(rv) {
                 verify.push(target.clone());
@@ -460,6 +482,7 @@ pub type LiveRead =
 /// live.
 trait TrackedCache: Send + Sync {
     fn cached_version(&self, namespace: &str, name: &str) -> Option<String>;
+    fn store_version(&self) -> String;
     fn read_live(&self, namespace: &str, name: &str) -> LiveRead;
 }
 
@@ -493,6 +516,10 @@ struct Tracked<K: Trackable> {
 }
 
 impl<K: Trackable> TrackedCache for Tracked<K> {
+    fn store_version(&self) -> String {
+        self.store.resource_version()
+    }
+
     fn cached_version(&self, namespace: &str, name: &str) -> Option<String> {
         let obj = if namespace.is_empty() {
             self.store.get(name)
@@ -807,8 +834,12 @@ impl OwnWrites {
     /// Compares the records of `key` with the caches, without any live read: a record due for
     /// one ([`Check::Verify`]) is returned as such for the caller to decide.
     pub fn check(&self, key: &str) -> Check {
-        self.table()
-            .check(key, |t| self.cached_version(t), Instant::now())
+        self.table().check_with_stores(
+            key,
+            |t| self.cached_version(t),
+            |r| self.cache(r).map(|c| c.store_version()),
+            Instant::now(),
+        )
     }
 
     /// Whether the reconcile of `key` may act: compares its records with the caches, and reads

@@ -92,6 +92,29 @@ async fn a_no_op_write_leaves_no_record() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_cache_that_read_past_the_write_shows_it_even_without_the_object() {
+    let now = Instant::now();
+    let mut w = WriteTable::default();
+    // Created, but outside what the cache holds (a selector): the object never appears.
+    w.created(K, &rs("web-b"), Some("30"), now);
+    let store = |rv: &'static str| move |_: &ResourceId| Some(rv.to_owned());
+    assert!(matches!(
+        w.check_with_stores(K, cache(&[]), store("29"), now),
+        Check::Behind { .. }
+    ));
+    assert_eq!(
+        w.check_with_stores(K, cache(&[]), store("30"), now),
+        Check::Current
+    );
+    // A write of unknown outcome has no version to compare: the store does not settle it.
+    w.update_unknown(K, &rs("web-a"), "10", now);
+    assert_eq!(
+        w.check_with_stores(K, cache(&[("web-a", "10")]), store("99"), now),
+        Check::Verify(vec![rs("web-a")])
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_create_holds_until_the_cache_has_the_object() {
     let now = Instant::now();
     let mut w = WriteTable::default();
