@@ -29,9 +29,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use crate::cluster::KubeVersionArg;
 use kctrl_cluster::kind::{self, Engine, InClusterController, KindCluster};
 use kctrl_cluster::plane::{self, Layout, UpOptions};
+use xtask_contender::args::KubeVersionArg;
 
 mod testenv;
 
@@ -133,7 +133,7 @@ pub(crate) fn run(args: E2eArgs) -> Result<()> {
         );
     }
     // Build first: a compile error should not cost a cluster start.
-    let controller = crate::controller_process::build()?;
+    let controller = xtask_contender::supervisor::build()?;
     // Tests that start controller processes of their own (tests/e2e/production.rs) run it.
     let _ = CONTROLLER_BINARY.set(controller.clone());
     match args.cluster {
@@ -155,7 +155,9 @@ pub(crate) fn run(args: E2eArgs) -> Result<()> {
                 controller_log: Some(Layout::new(&args.name).logs().join(CONTROLLER_LOG)),
             };
             let result = run_suite_with_controller(&controller, &target, &args.test_args);
-            let suite = finish(result, args.keep, || crate::cluster::down(&args.name));
+            let suite = finish(result, args.keep, || {
+                xtask_contender::fresh::down(&args.name)
+            });
             // After the teardown, so that no more than one plane of the suite runs at a time.
             let testenv = testenv::run(args.kube.release, &args.test_args);
             match (suite, testenv) {
@@ -458,34 +460,6 @@ fn shell_quote(s: &str) -> String {
     }
 }
 
-/// The objects of `deploy/` that give the controller's identity its permissions.
-const DEPLOY_RBAC: &[&str] = &[
-    "00-serviceaccount.yaml",
-    "01-clusterrole.yaml",
-    "02-clusterrolebinding.yaml",
-    "03-role-leader-election.yaml",
-    "04-rolebinding-leader-election.yaml",
-    "06-clusterrolebinding-auth-delegator.yaml",
-    "07-rolebinding-authentication-reader.yaml",
-];
-
-/// `kubectl apply` of [`DEPLOY_RBAC`] as the admin.
-pub(crate) fn grant_deploy_rbac(kubectl: &Path, admin_kubeconfig: &Path) -> Result<()> {
-    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
-    let mut argv = vec![
-        kubectl.display().to_string(),
-        "--kubeconfig".to_owned(),
-        admin_kubeconfig.display().to_string(),
-        "apply".to_owned(),
-    ];
-    for file in DEPLOY_RBAC {
-        argv.push("-f".to_owned());
-        argv.push(deploy.join(file).display().to_string());
-    }
-    eprintln!("==> granting the controller identity deploy/'s RBAC");
-    run_command(&argv)
-}
-
 /// File name of our controller's log.
 const CONTROLLER_LOG: &str = "deployment-controller.log";
 
@@ -521,7 +495,7 @@ fn run_suite_with_controller(binary: &Path, target: &Target, test_args: &[String
     // has one (local), else with the target's kubeconfig.
     let kubeconfig = match (&target.controller_kubeconfig, KUBECTL.get()) {
         (Some(identity), Some(kubectl)) => {
-            grant_deploy_rbac(kubectl, &target.kubeconfig)?;
+            xtask_contender::rbac::grant_deploy_rbac(kubectl, &target.kubeconfig)?;
             identity.clone()
         }
         _ => target.kubeconfig.clone(),
@@ -529,7 +503,7 @@ fn run_suite_with_controller(binary: &Path, target: &Target, test_args: &[String
     // No endpoints: several e2e runs may share the machine (tests/e2e/production.rs covers
     // them with processes of its own).
     let controller =
-        crate::controller_process::start(binary, &kubeconfig, log, &["--secure-port", "0"])?;
+        xtask_contender::supervisor::start(binary, &kubeconfig, log, &["--secure-port", "0"])?;
     let selection: Vec<String> = with
         .iter()
         .flat_map(|t| ["--test".to_owned(), t.clone()])

@@ -56,13 +56,14 @@ use kctrl_client::{Api, Client, ListParams, Patch, PatchParams, PostParams};
 use kctrl_config::Config;
 use tokio_util::sync::CancellationToken;
 
-use crate::bench::controller::{curl, free_port};
-use crate::cluster::KubeVersionArg;
-use crate::controller_process::{self, ControllerProcess};
 use kctrl_cluster::plane::{self, ClusterInfo, Component, UpOptions};
 use kctrl_cluster::process;
 use kctrl_cluster::toolchain::fmt_duration;
 use kctrl_cluster::versions::Release;
+use xtask_contender::args::KubeVersionArg;
+use xtask_contender::fresh::{self, Fresh};
+use xtask_contender::probe::{curl, free_port};
+use xtask_contender::supervisor::{self as controller_process, ControllerProcess};
 
 use self::invariants::Checker;
 use self::proxy::{FaultProxy, Mode};
@@ -355,33 +356,24 @@ pub(crate) fn run(args: ChaosArgs) -> Result<()> {
     let log = out_dir.join("deployment-controller.log");
     let _ = fs::remove_file(&log);
 
-    let layout = plane::Layout::new(&name);
-    let leftovers = controller_process::deployment_controllers(&layout.dir);
-    if !leftovers.is_empty() {
-        eprintln!("==> stopping Deployment controllers left by an earlier run: {leftovers:?}");
-        let pids: Vec<u32> = leftovers.iter().map(|(pid, _)| *pid).collect();
-        process::stop_all(&[], &pids, Duration::from_secs(15))?;
-    }
-    crate::cluster::down(&name)?;
-    let up = plane::ensure_up(&UpOptions {
-        name: name.clone(),
-        nodes: 3,
-        apiserver_args: APISERVER_ARGS.iter().map(|s| s.to_string()).collect(),
-        controller_manager_args: CONTROLLER_MANAGER_ARGS
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
-        deployment_controller: false,
-        release: args.kube.release,
-    });
-    let info = match up {
-        Ok(info) => info,
-        Err(e) => {
-            let _ = crate::cluster::down(&name);
-            return Err(e);
-        }
-    };
-    let reaper = controller_process::spawn_reaper(&name, &log.with_extension("pid")).ok();
+    let cluster = fresh::start(
+        &UpOptions {
+            name: name.clone(),
+            nodes: 3,
+            apiserver_args: APISERVER_ARGS.iter().map(|s| s.to_string()).collect(),
+            controller_manager_args: CONTROLLER_MANAGER_ARGS
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            deployment_controller: false,
+            release: args.kube.release,
+        },
+        Fresh {
+            reaper_pid_file: Some(&log.with_extension("pid")),
+            keep_on_failure: false,
+        },
+    )?;
+    let info = cluster.info.clone();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -395,11 +387,11 @@ pub(crate) fn run(args: ChaosArgs) -> Result<()> {
     runtime.shutdown_timeout(Duration::from_secs(5));
     let down = if args.keep {
         eprintln!("==> --keep: cluster '{name}' left running");
+        cluster.dismiss();
         Ok(())
     } else {
-        crate::cluster::down(&name)
+        cluster.down()
     };
-    controller_process::dismiss_reaper(reaper);
     let mut report = result?;
     down?;
     report.profile = args.profile;
@@ -542,7 +534,7 @@ impl<'a> Run<'a> {
         seed: u64,
     ) -> Result<Run<'a>> {
         tokio::task::block_in_place(|| {
-            crate::e2e::grant_deploy_rbac(&info.kubectl, &info.admin_kubeconfig)
+            xtask_contender::rbac::grant_deploy_rbac(&info.kubectl, &info.admin_kubeconfig)
         })?;
         let admin = client(&info.admin_kubeconfig)?;
         let upstream = SocketAddr::from(([127, 0, 0, 1], plane::apiserver_port(name)?));
@@ -633,7 +625,7 @@ impl<'a> Run<'a> {
         })?;
         let pid = c.pid();
         self.controller = Some(c);
-        let found = controller_process::deployment_controllers(&self.info.dir);
+        let found = fresh::deployment_controllers(&self.info.dir);
         let pids: Vec<u32> = found.iter().map(|(p, _)| *p).collect();
         if pids != [pid] {
             bail!(
@@ -1212,7 +1204,7 @@ impl<'a> Run<'a> {
                     "the controller did not stop cleanly on SIGTERM: {e:#}"
                 ));
             }
-            if controller_process::deployment_controllers(&self.info.dir)
+            if fresh::deployment_controllers(&self.info.dir)
                 .iter()
                 .any(|(p, _)| *p == pid)
             {

@@ -40,13 +40,13 @@ use self::compare::{Difference, INTENDED, Intended};
 use self::events::EventWatch;
 use self::observe::{Names, Observation};
 use self::scenario::{Action, Scenario, Step};
-use crate::cluster::KubeVersionArg;
-use crate::conformance::{Controller, check_controllers};
-use crate::controller_process::{self, ControllerProcess};
-use kctrl_cluster::plane::{self, ClusterInfo, Layout, UpOptions};
-use kctrl_cluster::process;
+use kctrl_cluster::plane::{self, ClusterInfo, UpOptions};
 use kctrl_cluster::toolchain::{Cache, fmt_duration};
 use kctrl_cluster::versions::{Binary, Release};
+use xtask_contender::Contender;
+use xtask_contender::args::KubeVersionArg;
+use xtask_contender::fresh::{self, Fresh, FreshCluster, check_controllers};
+use xtask_contender::supervisor::{self as controller_process, ControllerProcess};
 
 /// Default prefix of the two clusters' names: `diff-up` runs upstream's Deployment controller,
 /// `diff-ours` ours.
@@ -229,7 +229,7 @@ pub(crate) fn run(args: DiffArgs) -> Result<()> {
 pub(crate) struct Clusters {
     /// The clusters, in the order of the names given.
     pub(crate) infos: Vec<ClusterInfo>,
-    reapers: Vec<std::process::Child>,
+    started: Vec<FreshCluster>,
 }
 
 impl Clusters {
@@ -238,38 +238,29 @@ impl Clusters {
     pub(crate) fn start(names: &[&str], release: &'static Release) -> Result<Clusters> {
         let mut clusters = Clusters {
             infos: Vec::new(),
-            reapers: Vec::new(),
+            started: Vec::new(),
         };
         for name in names {
-            let layout = Layout::new(name);
-            let leftovers = controller_process::deployment_controllers(&layout.dir);
-            if !leftovers.is_empty() {
-                eprintln!(
-                    "==> stopping Deployment controllers left by an earlier run: {leftovers:?}"
-                );
-                let pids: Vec<u32> = leftovers.iter().map(|(pid, _)| *pid).collect();
-                process::stop_all(&[], &pids, Duration::from_secs(15))?;
-            }
-            crate::cluster::down(name)?;
-            let up = plane::ensure_up(&UpOptions {
-                name: (*name).to_owned(),
-                nodes: 3,
-                apiserver_args: Vec::new(),
-                controller_manager_args: Vec::new(),
-                deployment_controller: false,
-                release,
-            });
+            let up = fresh::start(
+                &UpOptions {
+                    name: (*name).to_owned(),
+                    nodes: 3,
+                    apiserver_args: Vec::new(),
+                    controller_manager_args: Vec::new(),
+                    deployment_controller: false,
+                    release,
+                },
+                Fresh {
+                    reaper_pid_file: Some(&controller_pid_file(name)),
+                    keep_on_failure: false,
+                },
+            );
             match up {
-                Ok(info) => {
-                    if let Ok(r) =
-                        controller_process::spawn_reaper(name, &controller_pid_file(name))
-                    {
-                        clusters.reapers.push(r);
-                    }
-                    clusters.infos.push(info);
+                Ok(cluster) => {
+                    clusters.infos.push(cluster.info.clone());
+                    clusters.started.push(cluster);
                 }
                 Err(e) => {
-                    let _ = crate::cluster::down(name);
                     let _ = clusters.down();
                     return Err(e);
                 }
@@ -281,19 +272,18 @@ impl Clusters {
     /// Stops every cluster.
     pub(crate) fn down(self) -> Result<()> {
         let mut first_err = None;
-        for info in &self.infos {
-            if let Err(e) = crate::cluster::down(&info.name) {
+        for cluster in self.started {
+            if let Err(e) = cluster.down() {
                 first_err.get_or_insert(e);
             }
         }
-        self.dismiss();
         first_err.map_or(Ok(()), Err)
     }
 
     /// Leaves the clusters running and dismisses the watchers.
     pub(crate) fn dismiss(self) {
-        for r in self.reapers {
-            controller_process::dismiss_reaper(Some(r));
+        for cluster in self.started {
+            cluster.dismiss();
         }
     }
 }
@@ -306,10 +296,8 @@ fn controller_pid_file(name: &str) -> PathBuf {
 
 /// One cluster of the pair and its Deployment controller.
 pub(crate) struct Side {
-    /// `upstream` or `ours`.
-    pub(crate) label: &'static str,
     /// Which controller runs.
-    pub(crate) controller: Controller,
+    pub(crate) controller: Contender,
     /// The cluster.
     pub(crate) info: ClusterInfo,
     /// The running Deployment controller.
@@ -326,8 +314,7 @@ impl Side {
     pub(crate) fn start_upstream(info: &ClusterInfo, kcm: &Path) -> Result<Side> {
         let log = controller_pid_file(&info.name).with_extension("log");
         let mut side = Side {
-            label: "upstream",
-            controller: Controller::Upstream,
+            controller: Contender::Upstream,
             info: info.clone(),
             process: None,
             names: Names::default(),
@@ -344,15 +331,14 @@ impl Side {
     pub(crate) fn start_ours(info: &ClusterInfo, binary: &Path) -> Result<Side> {
         let log = controller_pid_file(&info.name).with_extension("log");
         let mut side = Side {
-            label: "ours",
-            controller: Controller::Ours,
+            controller: Contender::Ours,
             info: info.clone(),
             process: None,
             names: Names::default(),
             events: None,
         };
         side.check_none()?;
-        crate::e2e::grant_deploy_rbac(&info.kubectl, &info.admin_kubeconfig)?;
+        xtask_contender::rbac::grant_deploy_rbac(&info.kubectl, &info.admin_kubeconfig)?;
         side.process = Some(controller_process::start(
             binary,
             &info.controller_kubeconfig,
@@ -364,12 +350,12 @@ impl Side {
     }
 
     fn running(&self) -> Vec<(u32, String)> {
-        controller_process::deployment_controllers(&self.info.dir)
+        fresh::deployment_controllers(&self.info.dir)
     }
 
     /// No Deployment controller runs against the cluster.
     pub(crate) fn check_none(&self) -> Result<()> {
-        check_controllers(Controller::Ours, &self.running(), 0, None)
+        check_controllers(Contender::Ours, &self.running(), 0, None)
             .with_context(|| format!("cluster {}", self.info.name))
     }
 
@@ -378,10 +364,10 @@ impl Side {
         let pid = self.process.as_ref().map(ControllerProcess::pid);
         let found = self.running();
         match (self.controller, pid) {
-            (Controller::Upstream, Some(pid)) => {
-                check_controllers(Controller::Upstream, &found, pid, None)
+            (Contender::Upstream, Some(pid)) => {
+                check_controllers(Contender::Upstream, &found, pid, None)
             }
-            (_, pid) => check_controllers(Controller::Ours, &found, 0, pid),
+            (_, pid) => check_controllers(Contender::Ours, &found, 0, pid),
         }
         .with_context(|| format!("cluster {}", self.info.name))?;
         eprintln!(
@@ -395,8 +381,8 @@ impl Side {
 
     fn controller_name(&self) -> &'static str {
         match self.controller {
-            Controller::Upstream => "kube-controller-manager --controllers=deployment-controller",
-            Controller::Ours => "our deployment-controller",
+            Contender::Upstream => "kube-controller-manager --controllers=deployment-controller",
+            Contender::Ours => "our deployment-controller",
         }
     }
 
@@ -699,7 +685,7 @@ fn run_steps(
         for (side, action) in sides.iter_mut().zip(actions) {
             let mut obs = side.observe(&ns)?;
             obs.0["action"] = action;
-            let file = dir.join(format!("{i:02}-{}.json", side.label));
+            let file = dir.join(format!("{i:02}-{}.json", side.controller.slug()));
             fs::write(&file, serde_json::to_string_pretty(&obs.0)?)?;
             observed.push(obs);
         }
@@ -734,7 +720,7 @@ fn settle(step: &Step, sides: &mut [Side; 2], ns: &str) -> Result<()> {
                 if Instant::now() > deadline {
                     bail!(
                         "{}: Deployment {} has no condition {}={}{} after {:?}; it shows {}",
-                        side.label,
+                        side.controller.slug(),
                         w.deployment,
                         w.condition,
                         w.status,

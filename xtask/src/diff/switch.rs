@@ -20,9 +20,9 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
 use super::{Clusters, Side, out_dir};
-use crate::controller_process;
 use kctrl_cluster::toolchain::{Cache, fmt_duration};
 use kctrl_cluster::versions::{Binary, Release};
+use xtask_contender::supervisor as controller_process;
 
 /// The cluster of the measurement.
 const CLUSTER: &str = "diff-switch";

@@ -25,8 +25,8 @@ use serde::Deserialize;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{ChildStdout, Command};
 
-use crate::cluster::KubeVersionArg;
 use kctrl_cluster::plane::{self, Component, Layout, UpOptions};
+use xtask_contender::args::KubeVersionArg;
 
 /// Label every benchmark pod carries.
 const POD_LABEL: &str = "kctrl.bench/informer";
@@ -295,7 +295,7 @@ pub(crate) fn run(args: InformerArgs) -> Result<()> {
             &Layout::new(&args.name).pid_file(Component::Apiserver),
         )
         .map(|r| r.pid),
-        ticks_per_second: crate::bench::controller::clock_ticks(),
+        ticks_per_second: xtask_contender::probe::clock_ticks(),
     };
     let result = runtime.block_on(measure(&peers, &kubeconfig, &sizes, reps, &args, &probe));
     if !args.keep {
@@ -303,7 +303,7 @@ pub(crate) fn run(args: InformerArgs) -> Result<()> {
             "stopping cluster '{}' (use --keep to leave it running)",
             args.name
         );
-        if let Err(e) = crate::cluster::down(&args.name) {
+        if let Err(e) = xtask_contender::fresh::down(&args.name) {
             eprintln!("  stopping the cluster failed: {e:#}");
         }
     }
@@ -345,7 +345,7 @@ async fn measure(
     let mut runs = Vec::new();
 
     // Baseline: the same programs with nothing to cache.
-    crate::bench::ensure_namespace(&client, EMPTY_NAMESPACE, &[(POD_LABEL, "true")]).await?;
+    crate::kube::ensure_namespace(&client, EMPTY_NAMESPACE, &[(POD_LABEL, "true")]).await?;
     for rep in 0..reps {
         for (implementation, variant) in rotation(rep, &args.variants) {
             eprintln!(
@@ -373,7 +373,7 @@ async fn measure(
 
     for (index, &pods) in sizes.iter().enumerate() {
         let namespace = format!("kctrl-bench-informer-{pods}");
-        crate::bench::ensure_namespace(&client, &namespace, &[(POD_LABEL, "true")]).await?;
+        crate::kube::ensure_namespace(&client, &namespace, &[(POD_LABEL, "true")]).await?;
         create_pods(&client, &namespace, pods).await?;
         let updates = args.updates.unwrap_or(5_000).min(pods);
         for rep in 0..reps {
@@ -651,7 +651,7 @@ struct CpuProbe {
 impl CpuProbe {
     /// CPU-seconds (user + system) `pid` has used so far.
     fn cpu_of(&self, pid: u32) -> Option<f64> {
-        crate::bench::controller::process_cpu(pid)
+        xtask_contender::probe::process_cpu(pid)
             .ok()
             .map(|t| t.seconds(self.ticks_per_second))
     }
