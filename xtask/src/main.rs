@@ -14,6 +14,8 @@ mod fuzz;
 #[cfg(test)]
 mod kind_deploy_tests;
 mod kube;
+#[cfg(test)]
+mod layers;
 mod test;
 
 #[derive(Parser)]
