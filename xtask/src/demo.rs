@@ -32,7 +32,7 @@ use kctrl_cluster::plane::{self, ClusterInfo, UpOptions};
 use kctrl_cluster::process;
 use xtask_contender::args::KubeVersionArg;
 use xtask_contender::fresh::FreshCluster;
-use xtask_contender::supervisor::{self as controller_process, ControllerProcess};
+use xtask_contender::supervisor::{self, ControllerProcess};
 
 use self::svg::{ConditionChange, Marker, RsSample, Timeline};
 
@@ -100,7 +100,7 @@ pub(crate) fn run(args: DemoArgs) -> Result<()> {
 /// Builds and starts the controller, runs the rollout and writes the SVG. Returns the running
 /// controller (the caller stops or keeps it); any error stops it through `Drop`.
 fn demo(info: &ClusterInfo, started: Instant) -> Result<Option<ControllerProcess>> {
-    let binary = controller_process::build()?;
+    let binary = supervisor::build()?;
     let log = controller_log(info);
     // A controller left running by `--keep` would fight the new one.
     if let Some(old) = process::read_pid_file(&log.with_extension("pid"))
@@ -114,7 +114,7 @@ fn demo(info: &ClusterInfo, started: Instant) -> Result<Option<ControllerProcess
     }
     // As an operator would run it: its own identity, with exactly deploy/'s RBAC.
     xtask_contender::rbac::grant_deploy_rbac(&info.kubectl, &info.admin_kubeconfig)?;
-    let controller = controller_process::start(
+    let controller = supervisor::start(
         &binary,
         &info.controller_kubeconfig,
         &log,

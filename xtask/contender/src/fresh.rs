@@ -30,6 +30,17 @@ pub fn down(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// At the end of a benchmark: stops cluster `name` (see [`down`]; a failure is reported, not
+/// returned) unless `keep`.
+pub fn down_unless_kept(name: &str, keep: bool) {
+    if !keep {
+        eprintln!("stopping cluster '{name}' (use --keep to leave it running)");
+        if let Err(e) = down(name) {
+            eprintln!("  stopping the cluster failed: {e:#}");
+        }
+    }
+}
+
 /// Stops the Deployment controllers an earlier run left running against cluster `name` (they
 /// lead their own process groups, so a Ctrl-C of xtask does not reach them).
 pub fn stop_leftovers(name: &str) -> Result<()> {

@@ -16,9 +16,14 @@ pub const DEPLOY_RBAC: &[&str] = &[
     "07-rolebinding-authentication-reader.yaml",
 ];
 
-/// The repository's deploy/ directory.
+/// The repository's deploy/ directory (this crate is xtask/contender).
 pub fn deploy_dir() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir
+        .ancestors()
+        .nth(2)
+        .unwrap_or(manifest_dir)
+        .join("deploy")
 }
 
 /// `kubectl apply` of [`DEPLOY_RBAC`] as the admin.
@@ -35,6 +40,12 @@ pub fn grant_deploy_rbac(kubectl: &Path, admin_kubeconfig: &Path) -> Result<()> 
         argv.push(deploy.join(file).display().to_string());
     }
     eprintln!("==> granting the controller identity deploy/'s RBAC");
+    run_command(&argv)
+}
+
+/// Runs `argv` (program first), announced as `==> argv…`, its output passed through; fails
+/// unless it exits 0.
+pub fn run_command(argv: &[String]) -> Result<()> {
     eprintln!("==> {}", argv.join(" "));
     let (program, args) = argv.split_first().context("empty command")?;
     let status = Command::new(program)

@@ -196,6 +196,13 @@ fn start_process(
     what: &str,
     contender: Contender,
 ) -> Result<ControllerProcess> {
+    stop_stale(binary, &log.with_extension("pid"), what)?;
+    eprintln!(
+        "==> starting {} {} (log: {})",
+        binary.display(),
+        args.join(" "),
+        log.display()
+    );
     let mut proc = ControllerProcess::spawn(&Launch {
         binary,
         args: &args,
@@ -203,7 +210,6 @@ fn start_process(
         log,
         contender,
         label: "the deployment-controller",
-        stop_stale: Some(what),
     })?;
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
@@ -247,9 +253,22 @@ pub struct Launch<'a> {
     pub contender: Contender,
     /// The process in stop and kill messages.
     pub label: &'a str,
-    /// `Some(what)`: first stop a process an earlier run left behind with the same pid file,
-    /// named `what` in the message.
-    pub stop_stale: Option<&'a str>,
+}
+
+/// Stops the `binary` an earlier run left running with `pid_file` (xtask killed before it could
+/// stop it; the controller has its own process group, so a Ctrl-C does not reach it); `what`
+/// names it in the message.
+pub fn stop_stale(binary: &Path, pid_file: &Path, what: &str) -> Result<()> {
+    if let Some(stale) = process::read_pid_file(pid_file)
+        && stale.is_ours_and_running(binary)
+    {
+        eprintln!(
+            "==> stopping a {what} left running by an earlier run (pid {})",
+            stale.pid
+        );
+        process::stop_all(&[stale], &[], STOP_GRACE)?;
+    }
+    Ok(())
 }
 
 /// The log's text from byte `offset` on (empty if unreadable).
@@ -265,7 +284,7 @@ pub fn log_since(log: &Path, offset: u64) -> String {
 
 impl ControllerProcess {
     /// Spawns `launch` without waiting for anything (see [`ControllerProcess::synced`] and
-    /// [`ControllerProcess::exit_message`]).
+    /// [`ControllerProcess::exit_message`]); the pid file is `launch.log` with extension `pid`.
     pub fn spawn(launch: &Launch<'_>) -> Result<ControllerProcess> {
         let log = launch.log;
         if let Some(dir) = log.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -274,26 +293,6 @@ impl ControllerProcess {
         // Earlier runs may have appended to the same log: look for the marker only after this point.
         let log_offset = fs::metadata(log).map(|m| m.len()).unwrap_or(0);
         let pid_file = log.with_extension("pid");
-        // A controller left behind by an interrupted run (xtask killed before it could stop it;
-        // the controller has its own process group, so a Ctrl-C does not reach it).
-        if let Some(what) = launch.stop_stale
-            && let Some(stale) = process::read_pid_file(&pid_file)
-            && stale.is_ours_and_running(launch.binary)
-        {
-            eprintln!(
-                "==> stopping a {what} left running by an earlier run (pid {})",
-                stale.pid
-            );
-            process::stop_all(&[stale], &[], STOP_GRACE)?;
-        }
-        if launch.stop_stale.is_some() {
-            eprintln!(
-                "==> starting {} {} (log: {})",
-                launch.binary.display(),
-                launch.args.join(" "),
-                log.display()
-            );
-        }
         let spawned = Instant::now();
         let (child, record) =
             process::spawn_with_env(launch.binary, launch.args, launch.env, log, &pid_file)?;

@@ -109,8 +109,7 @@ impl Run<'_> {
             );
             plane::signal_component(self.name, Component::Apiserver, "STOP")?;
             tokio::time::sleep(self.plan.stop_for).await;
-            noticed_by_controller +=
-                watch_failures(&controller_process::log_since(self.log, offset));
+            noticed_by_controller += watch_failures(&supervisor::log_since(self.log, offset));
             noticed_by_watch += watch_ends() - ends;
             reconnects += self.proxy.stats.connections.load(Ordering::Relaxed) - connections;
             plane::signal_component(self.name, Component::Apiserver, "CONT")?;

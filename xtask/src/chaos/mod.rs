@@ -65,7 +65,7 @@ use kctrl_cluster::versions::Release;
 use xtask_contender::args::KubeVersionArg;
 use xtask_contender::fresh::{self, Fresh};
 use xtask_contender::probe::{curl, free_port};
-use xtask_contender::supervisor::{self as controller_process, ControllerProcess};
+use xtask_contender::supervisor::{self, ControllerProcess};
 
 use self::invariants::Checker;
 use self::proxy::{FaultProxy, Mode};
@@ -352,7 +352,7 @@ pub(crate) fn run(args: ChaosArgs) -> Result<()> {
     );
     let started = Instant::now();
     // Build first: a compile error should not cost a cluster start.
-    let binary = controller_process::build()?;
+    let binary = supervisor::build()?;
     let out_dir = plane::target_dir().join("chaos").join(args.profile.slug());
     fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let log = out_dir.join("deployment-controller.log");

@@ -86,10 +86,10 @@ impl<'a> Run<'a> {
         // /metrics and /debug/cache are read without a token.
         let open_paths = format!(
             "--authorization-always-allow-paths={},/debug/cache",
-            controller_process::ALWAYS_ALLOW_PATHS
+            supervisor::ALWAYS_ALLOW_PATHS
         );
         let c = tokio::task::block_in_place(|| {
-            controller_process::start_with_env(
+            supervisor::start_with_env(
                 self.binary,
                 &self.kubeconfig,
                 self.log,

@@ -37,7 +37,7 @@ use kctrl_cluster::versions::Release;
 use xtask_contender::Contender;
 use xtask_contender::args::KubeVersionArg;
 use xtask_contender::fresh::{self, Fresh, check_controllers};
-use xtask_contender::supervisor::{self as controller_process, ControllerProcess};
+use xtask_contender::supervisor::{self, ControllerProcess};
 use xtask_report::junit::{self, Outcome, TestCase};
 
 /// Arguments of `cargo xtask conformance`.
@@ -272,7 +272,7 @@ pub(crate) fn run(args: ConformanceArgs) -> Result<()> {
     plane::validate_name(&args.name)?;
     // Build everything first: a compile error should not cost a cluster start.
     let ours = match args.controller {
-        Contender::Ours => Some(controller_process::build_dist()?),
+        Contender::Ours => Some(supervisor::build_dist()?),
         Contender::Upstream => None,
     };
     let release = args.kube.release;
@@ -370,7 +370,7 @@ fn with_cluster(
     let controller: Option<ControllerProcess> = match ours {
         Some(binary) => {
             xtask_contender::rbac::grant_deploy_rbac(&info.kubectl, &info.admin_kubeconfig)?;
-            let c = controller_process::start(
+            let c = supervisor::start(
                 binary,
                 &info.controller_kubeconfig,
                 controller_log,

@@ -47,7 +47,7 @@ use kctrl_cluster::versions::{Binary, Release};
 use xtask_contender::Contender;
 use xtask_contender::args::KubeVersionArg;
 use xtask_contender::fresh::{self, Fresh, FreshCluster, check_controllers};
-use xtask_contender::supervisor::{self as controller_process, ControllerProcess};
+use xtask_contender::supervisor::{self, ControllerProcess};
 
 /// Default prefix of the two clusters' names: `diff-up` runs upstream's Deployment controller,
 /// `diff-ours` ours.
@@ -141,7 +141,7 @@ pub(crate) fn run(args: DiffArgs) -> Result<()> {
     };
     let scenarios = scenario::load_selected(&scenario_dir(), &only)?;
     let started = Instant::now();
-    let ours_binary = controller_process::build_dist()?;
+    let ours_binary = supervisor::build_dist()?;
     let release = args.kube.release;
     let cache = Cache::locate(release)?;
     kctrl_cluster::toolchain::ensure_built(&cache)?;
@@ -234,7 +234,7 @@ pub(crate) struct Clusters {
 }
 
 /// The pid file of the Deployment controller xtask runs against cluster `name` (its log's,
-/// see [`controller_process::start`]), which the Ctrl-C watcher stops.
+/// see [`supervisor::start`]), which the Ctrl-C watcher stops.
 fn controller_pid_file(name: &str) -> PathBuf {
     out_dir().join(format!("{name}-controller.pid"))
 }

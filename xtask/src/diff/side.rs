@@ -72,7 +72,7 @@ impl Side {
             events: None,
         };
         side.check_none()?;
-        side.process = Some(controller_process::start_upstream(kcm, info, &log)?);
+        side.process = Some(supervisor::start_upstream(kcm, info, &log)?);
         side.check_alone()?;
         Ok(side)
     }
@@ -90,7 +90,7 @@ impl Side {
         };
         side.check_none()?;
         xtask_contender::rbac::grant_deploy_rbac(&info.kubectl, &info.admin_kubeconfig)?;
-        side.process = Some(controller_process::start(
+        side.process = Some(supervisor::start(
             binary,
             &info.controller_kubeconfig,
             &log,

@@ -158,16 +158,7 @@ pub(super) fn require_tool(tool: &str, hint: &str) -> Result<()> {
 }
 
 pub(super) fn run_command(argv: &[String]) -> Result<()> {
-    eprintln!("==> {}", argv.join(" "));
-    let (program, args) = argv.split_first().context("empty command")?;
-    let status = Command::new(program)
-        .args(args)
-        .status()
-        .with_context(|| format!("running {program}"))?;
-    if !status.success() {
-        bail!("{} failed ({status})", argv.join(" "));
-    }
-    Ok(())
+    xtask_contender::rbac::run_command(argv)
 }
 
 pub(super) fn output_of(argv: &[String]) -> Result<Vec<u8>> {

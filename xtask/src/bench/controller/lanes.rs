@@ -174,15 +174,7 @@ pub(crate) fn run(args: LanesArgs) -> Result<()> {
             ))
     })();
     let machine = machine.finish();
-    if !args.keep {
-        eprintln!(
-            "stopping cluster '{}' (use --keep to leave it running)",
-            args.name
-        );
-        if let Err(e) = xtask_contender::fresh::down(&args.name) {
-            eprintln!("  stopping the cluster failed: {e:#}");
-        }
-    }
+    xtask_contender::fresh::down_unless_kept(&args.name, args.keep);
     if runs.is_empty() {
         return result;
     }

@@ -312,15 +312,7 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
         ))
     })();
     let machine = machine.finish();
-    if !args.keep {
-        eprintln!(
-            "stopping cluster '{}' (use --keep to leave it running)",
-            args.name
-        );
-        if let Err(e) = xtask_contender::fresh::down(&args.name) {
-            eprintln!("  stopping the cluster failed: {e:#}");
-        }
-    }
+    xtask_contender::fresh::down_unless_kept(&args.name, args.keep);
     if args.callgrind {
         result?;
         eprintln!(

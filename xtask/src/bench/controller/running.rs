@@ -111,7 +111,6 @@ pub(super) fn start_with(
         log: &log,
         contender: side,
         label: side.slug(),
-        stop_stale: None,
     })?;
     Ok(Controller {
         side,

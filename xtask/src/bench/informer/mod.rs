@@ -300,15 +300,7 @@ pub(crate) fn run(args: InformerArgs) -> Result<()> {
         ticks_per_second: xtask_contender::probe::clock_ticks(),
     };
     let result = runtime.block_on(measure(&peers, &kubeconfig, &sizes, reps, &args, &probe));
-    if !args.keep {
-        eprintln!(
-            "stopping cluster '{}' (use --keep to leave it running)",
-            args.name
-        );
-        if let Err(e) = xtask_contender::fresh::down(&args.name) {
-            eprintln!("  stopping the cluster failed: {e:#}");
-        }
-    }
+    xtask_contender::fresh::down_unless_kept(&args.name, args.keep);
     let runs = result?;
 
     let table = report::summarize(&runs, &sizes);
