@@ -14,7 +14,7 @@ use anyhow::Result;
 use kctrl_cluster::kind;
 use kctrl_cluster::plane::{self, Layout, Liveness, UpOptions};
 use kctrl_cluster::toolchain::{self, Cache, fmt_duration};
-use kctrl_cluster::versions::{DEFAULT_RELEASE, KUBE_VERSION_ENV, Release};
+use xtask_contender::args::KubeVersionArg;
 
 /// Arguments of `cargo xtask cluster`.
 #[derive(clap::Args)]
@@ -172,17 +172,17 @@ fn attach_deployment_controller(name: &str, info: &plane::ClusterInfo) -> Result
         eprintln!("  our deployment-controller already runs (pid {})", rec.pid);
         return Ok(rec.pid);
     }
-    let others = crate::controller_process::deployment_controllers(&info.dir);
+    let others = xtask_contender::fresh::deployment_controllers(&info.dir);
     if let Some((pid, cmd)) = others.first() {
         anyhow::bail!(
             "cluster '{name}' already runs a Deployment controller (pid {pid}: {cmd}); \
              one per cluster, or they fight over the same Deployments: stop it first"
         );
     }
-    let binary = crate::controller_process::build()?;
-    crate::e2e::grant_deploy_rbac(&info.kubectl, &info.admin_kubeconfig)?;
+    let binary = xtask_contender::supervisor::build()?;
+    xtask_contender::rbac::grant_deploy_rbac(&info.kubectl, &info.admin_kubeconfig)?;
     let log = info.dir.join("logs").join("deployment-controller.log");
-    let process = crate::controller_process::start(
+    let process = xtask_contender::supervisor::start(
         &binary,
         &info.controller_kubeconfig,
         &log,
@@ -191,20 +191,9 @@ fn attach_deployment_controller(name: &str, info: &plane::ClusterInfo) -> Result
     Ok(process.detach(&pid_file)?.pid)
 }
 
-/// Stops cluster `name`, whichever release it runs (no-op if nothing runs).
+/// Stops cluster `name` (see [`xtask_contender::fresh::down`]).
 pub(crate) fn down(name: &str) -> Result<()> {
-    plane::validate_name(name)?;
-    let layout = Layout::new(name);
-    let stopped = plane::stop(&layout)?;
-    if stopped == 0 {
-        eprintln!("cluster '{name}': no process was running");
-    } else {
-        eprintln!(
-            "cluster '{name}': stopped {stopped} process(es); logs kept in {}",
-            layout.logs().display()
-        );
-    }
-    Ok(())
+    xtask_contender::fresh::down(name)
 }
 
 fn status(name: &str) -> Result<()> {
@@ -263,27 +252,6 @@ fn status(name: &str) -> Result<()> {
         anyhow::bail!("cluster '{name}' is not (fully) running");
     }
     Ok(())
-}
-
-/// `--kube-version` (or [`KUBE_VERSION_ENV`]) of every command that starts a local control
-/// plane.
-#[derive(clap::Args, Clone, Copy, Debug)]
-pub(crate) struct KubeVersionArg {
-    /// Kubernetes release of the local control plane: 1.37 or 1.36, also as 1.37.2 or
-    /// v1.37.2 (a minor alone picks the pinned patch). Supported: v1.37.2 (default), v1.36.5.
-    #[arg(
-        long = "kube-version",
-        env = KUBE_VERSION_ENV,
-        value_name = "VERSION",
-        value_parser = parse_kube_version,
-        default_value = DEFAULT_RELEASE.kubernetes,
-    )]
-    pub(crate) release: &'static Release,
-}
-
-/// clap's parser of [`KubeVersionArg`].
-fn parse_kube_version(text: &str) -> std::result::Result<&'static Release, String> {
-    Release::parse(text).map_err(|e| format!("{e:#} (from --kube-version or {KUBE_VERSION_ENV})"))
 }
 
 /// Single-quotes `s` for POSIX shells.
@@ -350,38 +318,5 @@ mod tests {
         );
         assert!(Cli::try_parse_from(["x", "up", "--kube-version", "1.38"]).is_err());
         assert!(Cli::try_parse_from(["x", "down", "--kube-version", "1.36"]).is_err());
-    }
-
-    #[test]
-    fn kube_version_option_defaults_parses_and_refuses() {
-        use clap::{CommandFactory, Parser};
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            kube: KubeVersionArg,
-        }
-        // The variable would override the default; this test's process does not set it.
-        if std::env::var_os(KUBE_VERSION_ENV).is_none() {
-            let cli = Cli::try_parse_from(["x"]).unwrap();
-            assert!(std::ptr::eq(cli.kube.release, DEFAULT_RELEASE));
-        }
-        let cli = Cli::try_parse_from(["x", "--kube-version", "1.36"]).unwrap();
-        assert_eq!(cli.kube.release.kubernetes, "v1.36.5");
-        let cli = Cli::try_parse_from(["x", "--kube-version=v1.37.2"]).unwrap();
-        assert_eq!(cli.kube.release.kubernetes, "v1.37.2");
-        let err = Cli::try_parse_from(["x", "--kube-version", "1.34"])
-            .err()
-            .unwrap()
-            .to_string();
-        assert!(err.contains("Kubernetes 1.34 is not supported"), "{err}");
-        assert!(err.contains("v1.37.2 (default), v1.36.5"), "{err}");
-        assert!(err.contains(KUBE_VERSION_ENV), "{err}");
-        // The help names every supported release and the default.
-        let help = Cli::command().render_long_help().to_string();
-        assert!(
-            help.contains(&kctrl_cluster::versions::supported_list()),
-            "{help}"
-        );
-        assert!(help.contains(KUBE_VERSION_ENV), "{help}");
     }
 }

@@ -28,10 +28,11 @@ use kctrl_client::{
 };
 use kctrl_config::Config;
 
-use crate::cluster::KubeVersionArg;
-use crate::controller_process::{self, ControllerProcess};
 use kctrl_cluster::plane::{self, ClusterInfo, UpOptions};
 use kctrl_cluster::process;
+use xtask_contender::args::KubeVersionArg;
+use xtask_contender::fresh::FreshCluster;
+use xtask_contender::supervisor::{self, ControllerProcess};
 
 use self::svg::{ConditionChange, Marker, RsSample, Timeline};
 
@@ -68,12 +69,8 @@ pub(crate) fn run(args: DemoArgs) -> Result<()> {
         release: args.kube.release,
     })?;
     // From here on the cluster is ours to stop (unless --keep), whatever happens.
-    let reaper = if args.keep {
-        None
-    } else {
-        controller_process::spawn_reaper(&args.name, &controller_log(&info).with_extension("pid"))
-            .ok()
-    };
+    let pid_file = controller_log(&info).with_extension("pid");
+    let cluster = FreshCluster::adopt(info.clone(), (!args.keep).then_some(pid_file.as_path()));
     let result = demo(&info, started);
     match result {
         Ok(Some(controller)) if args.keep => {
@@ -84,9 +81,7 @@ pub(crate) fn run(args: DemoArgs) -> Result<()> {
         }
         Ok(controller) => {
             let stopped = controller.map_or(Ok(()), ControllerProcess::stop);
-            let down = crate::cluster::down(&args.name);
-            controller_process::dismiss_reaper(reaper);
-            stopped.and(down)
+            stopped.and(cluster.down())
         }
         Err(e) => {
             if args.keep {
@@ -95,8 +90,7 @@ pub(crate) fn run(args: DemoArgs) -> Result<()> {
                     args.name, args.name
                 );
             } else {
-                let _ = crate::cluster::down(&args.name);
-                controller_process::dismiss_reaper(reaper);
+                let _ = cluster.down();
             }
             Err(e)
         }
@@ -106,7 +100,7 @@ pub(crate) fn run(args: DemoArgs) -> Result<()> {
 /// Builds and starts the controller, runs the rollout and writes the SVG. Returns the running
 /// controller (the caller stops or keeps it); any error stops it through `Drop`.
 fn demo(info: &ClusterInfo, started: Instant) -> Result<Option<ControllerProcess>> {
-    let binary = controller_process::build()?;
+    let binary = supervisor::build()?;
     let log = controller_log(info);
     // A controller left running by `--keep` would fight the new one.
     if let Some(old) = process::read_pid_file(&log.with_extension("pid"))
@@ -119,8 +113,8 @@ fn demo(info: &ClusterInfo, started: Instant) -> Result<Option<ControllerProcess
         process::stop_all(&[old], &[], Duration::from_secs(15))?;
     }
     // As an operator would run it: its own identity, with exactly deploy/'s RBAC.
-    crate::e2e::grant_deploy_rbac(&info.kubectl, &info.admin_kubeconfig)?;
-    let controller = controller_process::start(
+    xtask_contender::rbac::grant_deploy_rbac(&info.kubectl, &info.admin_kubeconfig)?;
+    let controller = supervisor::start(
         &binary,
         &info.controller_kubeconfig,
         &log,

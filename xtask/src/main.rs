@@ -7,13 +7,15 @@ mod bench;
 mod chaos;
 mod cluster;
 mod conformance;
-mod controller_process;
 mod demo;
 mod diff;
 mod e2e;
 mod fuzz;
 #[cfg(test)]
 mod kind_deploy_tests;
+mod kube;
+#[cfg(test)]
+mod layers;
 mod test;
 
 #[derive(Parser)]

@@ -38,47 +38,6 @@ enum Target {
     Lanes(controller::lanes::LanesArgs),
 }
 
-/// What `program args…` prints, trimmed, or `unknown` if it cannot run or fails (for the
-/// machine facts of the reports).
-pub(crate) fn command_output(program: &str, args: &[&str]) -> String {
-    std::process::Command::new(program)
-        .args(args)
-        .output()
-        .ok()
-        .filter(|out| out.status.success())
-        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".into())
-}
-
-/// Creates namespace `name` with `labels`; one that already exists is fine.
-pub(crate) async fn ensure_namespace(
-    client: &kctrl_client::Client,
-    name: &str,
-    labels: &[(&str, &str)],
-) -> anyhow::Result<()> {
-    use k8s_openapi::api::core::v1::Namespace;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-    let ns = Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            labels: (!labels.is_empty()).then(|| {
-                labels
-                    .iter()
-                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                    .collect()
-            }),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let api = kctrl_client::Api::<Namespace>::all(client.clone());
-    match api.create(&kctrl_client::PostParams::default(), &ns).await {
-        Ok(_) => Ok(()),
-        Err(e) if e.is_already_exists() => Ok(()),
-        Err(e) => Err(anyhow::anyhow!("creating namespace {name}: {e}")),
-    }
-}
-
 pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.target {
         Target::Workqueue(args) => workqueue::run(args),

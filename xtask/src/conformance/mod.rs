@@ -19,8 +19,6 @@
 //!    passed / failed / skipped per spec, and tears everything down — also on failure and, through
 //!    a watcher process, on Ctrl-C.
 
-mod junit;
-
 use std::fmt::Write as _;
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -28,25 +26,27 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
-use self::junit::{Outcome, TestCase};
-use crate::cluster::KubeVersionArg;
-use crate::controller_process::{self, ControllerProcess};
 use kctrl_cluster::plane::{self, ClusterInfo, Component, Layout, UpOptions};
 use kctrl_cluster::process;
 use kctrl_cluster::toolchain::{self, Cache, fmt_duration};
 use kctrl_cluster::versions::Release;
+use xtask_contender::Contender;
+use xtask_contender::args::KubeVersionArg;
+use xtask_contender::fresh::{self, Fresh, check_controllers};
+use xtask_contender::supervisor::{self, ControllerProcess};
+use xtask_report::junit::{self, Outcome, TestCase};
 
 /// Arguments of `cargo xtask conformance`.
 #[derive(clap::Args)]
 pub(crate) struct ConformanceArgs {
     /// Which Deployment controller runs the specs: ours, or kube-controller-manager's own (the
     /// baseline).
-    #[arg(long, value_enum, default_value_t = Controller::Ours)]
-    controller: Controller,
+    #[arg(long, value_enum, default_value_t = Contender::Ours)]
+    controller: Contender,
     /// Name of the local cluster (started afresh, stopped at the end).
     #[arg(long, default_value = "conformance")]
     name: String,
@@ -62,36 +62,10 @@ impl ConformanceArgs {
     /// Our controller on the default cluster name and `release` (what `cargo xtask test` runs).
     pub(crate) fn ours(release: &'static Release) -> ConformanceArgs {
         ConformanceArgs {
-            controller: Controller::Ours,
+            controller: Contender::Ours,
             name: "conformance".to_owned(),
             build_only: false,
             kube: KubeVersionArg { release },
-        }
-    }
-}
-
-/// The Deployment controller under test.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum Controller {
-    /// Our `deployment-controller` (release build), kube-controller-manager's disabled.
-    Ours,
-    /// kube-controller-manager's own Deployment controller; ours does not run.
-    Upstream,
-}
-
-impl Controller {
-    /// Who runs the Deployments, for messages.
-    fn describe(self) -> &'static str {
-        match self {
-            Controller::Ours => "our deployment-controller",
-            Controller::Upstream => "kube-controller-manager's Deployment controller",
-        }
-    }
-
-    fn slug(self) -> &'static str {
-        match self {
-            Controller::Ours => "ours",
-            Controller::Upstream => "upstream",
         }
     }
 }
@@ -247,7 +221,7 @@ impl Summary {
 
     /// The human-readable result of a run of Kubernetes `kubernetes`'s specs: one line per
     /// spec, then the totals.
-    pub(crate) fn render(&self, controller: Controller, kubernetes: &str) -> String {
+    pub(crate) fn render(&self, controller: Contender, kubernetes: &str) -> String {
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -293,51 +267,13 @@ impl Summary {
     }
 }
 
-/// Checks the Deployment controllers found running against the cluster (`found`: pid and
-/// command line, see [`controller_process::deployment_controllers`]): exactly one, and it is
-/// the expected process — kube-controller-manager `kcm_pid` for the upstream baseline, our
-/// process `ours_pid` otherwise (`None`: ours is not started yet, so none may run).
-pub(crate) fn check_controllers(
-    controller: Controller,
-    found: &[(u32, String)],
-    kcm_pid: u32,
-    ours_pid: Option<u32>,
-) -> Result<()> {
-    let expected = match (controller, ours_pid) {
-        (Controller::Upstream, _) => Some(kcm_pid),
-        (Controller::Ours, pid) => pid,
-    };
-    let pids: Vec<u32> = found.iter().map(|(pid, _)| *pid).collect();
-    match expected {
-        Some(pid) if pids == [pid] => Ok(()),
-        None if pids.is_empty() => Ok(()),
-        _ => bail!(
-            "expected {} as the only Deployment controller of the cluster, found {}",
-            match (controller, expected) {
-                (Controller::Upstream, _) => format!("kube-controller-manager (pid {kcm_pid})"),
-                (Controller::Ours, Some(pid)) => format!("our deployment-controller (pid {pid})"),
-                (Controller::Ours, None) => "none yet".to_owned(),
-            },
-            if found.is_empty() {
-                "none".to_owned()
-            } else {
-                found
-                    .iter()
-                    .map(|(pid, cmd)| format!("pid {pid}: {cmd}"))
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            }
-        ),
-    }
-}
-
 pub(crate) fn run(args: ConformanceArgs) -> Result<()> {
     let started = Instant::now();
     plane::validate_name(&args.name)?;
     // Build everything first: a compile error should not cost a cluster start.
     let ours = match args.controller {
-        Controller::Ours => Some(controller_process::build_dist()?),
-        Controller::Upstream => None,
+        Contender::Ours => Some(supervisor::build_dist()?),
+        Contender::Upstream => None,
     };
     let release = args.kube.release;
     let cache = Cache::locate(release)?;
@@ -360,32 +296,21 @@ pub(crate) fn run(args: ConformanceArgs) -> Result<()> {
 
     // Start afresh: without Deployment controllers an interrupted run may have left (they lead
     // their own process groups) and without a cluster of this name in the other mode.
-    let layout = Layout::new(&args.name);
-    let leftovers = controller_process::deployment_controllers(&layout.dir);
-    if !leftovers.is_empty() {
-        eprintln!("==> stopping Deployment controllers left by an earlier run: {leftovers:?}");
-        let pids: Vec<u32> = leftovers.iter().map(|(pid, _)| *pid).collect();
-        process::stop_all(&[], &pids, Duration::from_secs(15))?;
-    }
-    crate::cluster::down(&args.name)?;
-    let up = plane::ensure_up(&UpOptions {
-        name: args.name.clone(),
-        nodes: 3,
-        apiserver_args: Vec::new(),
-        controller_manager_args: Vec::new(),
-        deployment_controller: args.controller == Controller::Upstream,
-        release,
-    });
-    let info = match up {
-        Ok(info) => info,
-        Err(e) => {
-            let _ = crate::cluster::down(&args.name);
-            return Err(e);
-        }
-    };
-    // From here on the cluster is ours to stop, whatever happens.
-    let reaper =
-        controller_process::spawn_reaper(&args.name, &controller_log.with_extension("pid")).ok();
+    let cluster = fresh::start(
+        &UpOptions {
+            name: args.name.clone(),
+            nodes: 3,
+            apiserver_args: Vec::new(),
+            controller_manager_args: Vec::new(),
+            deployment_controller: args.controller == Contender::Upstream,
+            release,
+        },
+        Fresh {
+            reaper_pid_file: Some(&controller_log.with_extension("pid")),
+            keep_on_failure: false,
+        },
+    )?;
+    let info = cluster.info.clone();
     let result = with_cluster(
         &args,
         &info,
@@ -394,8 +319,7 @@ pub(crate) fn run(args: ConformanceArgs) -> Result<()> {
         &junit_path,
         &controller_log,
     );
-    let down = crate::cluster::down(&args.name);
-    controller_process::dismiss_reaper(reaper);
+    let down = cluster.down();
     eprintln!(
         "==> conformance run of Kubernetes {} with {} took {} (report: {})",
         release.kubernetes,
@@ -420,7 +344,7 @@ pub(crate) fn run(args: ConformanceArgs) -> Result<()> {
 /// Where a run keeps its JUnit report, `e2e.test`'s output and our controller's log:
 /// `target/conformance/<version>/<ours|upstream>/`, so runs of different releases do not
 /// overwrite each other.
-pub(crate) fn out_dir(release: &Release, controller: Controller) -> std::path::PathBuf {
+pub(crate) fn out_dir(release: &Release, controller: Contender) -> std::path::PathBuf {
     plane::target_dir()
         .join("conformance")
         .join(release.kubernetes)
@@ -441,12 +365,12 @@ fn with_cluster(
     let kcm_pid = process::read_pid_file(&layout.pid_file(Component::ControllerManager))
         .map(|r| r.pid)
         .context("the cluster's kube-controller-manager has no pid file")?;
-    let running = || controller_process::deployment_controllers(&info.dir);
+    let running = || fresh::deployment_controllers(&info.dir);
     check_controllers(args.controller, &running(), kcm_pid, None)?;
     let controller: Option<ControllerProcess> = match ours {
         Some(binary) => {
-            crate::e2e::grant_deploy_rbac(&info.kubectl, &info.admin_kubeconfig)?;
-            let c = controller_process::start(
+            xtask_contender::rbac::grant_deploy_rbac(&info.kubectl, &info.admin_kubeconfig)?;
+            let c = supervisor::start(
                 binary,
                 &info.controller_kubeconfig,
                 controller_log,
@@ -476,7 +400,7 @@ fn with_cluster(
     if let Some(c) = controller {
         let pid = c.pid();
         let stopped = c.stop();
-        if controller_process::deployment_controllers(&info.dir)
+        if fresh::deployment_controllers(&info.dir)
             .iter()
             .any(|(p, _)| *p == pid)
         {
@@ -659,7 +583,7 @@ mod tests {
         assert!(summary.specs[1].text().contains("load-balancer"));
         assert!(summary.suite_failures.is_empty());
         assert!(summary.problems().is_empty(), "{:?}", summary.problems());
-        let text = summary.render(Controller::Ours, "v1.37.2");
+        let text = summary.render(Contender::Ours, "v1.37.2");
         assert!(
             text.starts_with(
                 "[sig-apps] Deployment specs of Kubernetes v1.37.2 with our deployment-controller:\n"
@@ -708,7 +632,7 @@ mod tests {
                 .any(|p| p.contains("did not run (the run was interrupted)"))
         );
         assert!(problems[2].contains("SynchronizedAfterSuite"));
-        let text = summary.render(Controller::Upstream, "v1.36.5");
+        let text = summary.render(Contender::Upstream, "v1.36.5");
         assert!(text.contains("FAIL"), "{text}");
         assert!(text.contains("                 timed out\n"), "{text}");
         assert!(
@@ -725,37 +649,11 @@ mod tests {
         assert!(summary.problems().is_empty());
         assert!(
             summary
-                .render(Controller::Ours, "v1.37.2")
+                .render(Contender::Ours, "v1.37.2")
                 .contains("Only supported for providers")
         );
 
         assert_eq!(Summary::from_cases(Vec::new()).problems().len(), 1);
-    }
-
-    #[test]
-    fn exactly_the_chosen_controller_may_run() {
-        let kcm = (10, "kube-controller-manager --controllers=*".to_owned());
-        let ours = (20, "deployment-controller --kubeconfig /x".to_owned());
-        // Upstream: kube-controller-manager alone.
-        assert!(
-            check_controllers(Controller::Upstream, std::slice::from_ref(&kcm), 10, None).is_ok()
-        );
-        assert!(check_controllers(Controller::Upstream, &[], 10, None).is_err());
-        assert!(
-            check_controllers(Controller::Upstream, &[kcm.clone(), ours.clone()], 10, None)
-                .is_err()
-        );
-        // Ours: none before it starts, then ours alone.
-        assert!(check_controllers(Controller::Ours, &[], 10, None).is_ok());
-        let err = check_controllers(Controller::Ours, std::slice::from_ref(&kcm), 10, None)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("none yet") && err.contains("pid 10"), "{err}");
-        assert!(
-            check_controllers(Controller::Ours, std::slice::from_ref(&ours), 10, Some(20)).is_ok()
-        );
-        assert!(check_controllers(Controller::Ours, &[kcm, ours.clone()], 10, Some(20)).is_err());
-        assert!(check_controllers(Controller::Ours, &[ours], 10, Some(21)).is_err());
     }
 
     #[test]
@@ -767,7 +665,7 @@ mod tests {
             args: ConformanceArgs,
         }
         let cli = Cli::try_parse_from(["x"]).unwrap();
-        assert_eq!(cli.args.controller, Controller::Ours);
+        assert_eq!(cli.args.controller, Contender::Ours);
         assert_eq!(cli.args.name, "conformance");
         assert!(!cli.args.build_only);
         // `cargo xtask test` runs the defaults, on the release it was given.
@@ -778,7 +676,7 @@ mod tests {
         );
         assert!(std::ptr::eq(ours.kube.release, cli.args.kube.release));
         let cli = Cli::try_parse_from(["x", "--controller", "upstream", "--name", "c2"]).unwrap();
-        assert_eq!(cli.args.controller, Controller::Upstream);
+        assert_eq!(cli.args.controller, Contender::Upstream);
         assert_eq!(cli.args.name, "c2");
         assert!(Cli::try_parse_from(["x", "--controller", "both"]).is_err());
         let cli = Cli::try_parse_from(["x", "--kube-version", "1.36"]).unwrap();
@@ -790,17 +688,12 @@ mod tests {
     fn reports_of_each_release_and_controller_are_kept_apart() {
         let dirs: Vec<std::path::PathBuf> = kctrl_cluster::versions::RELEASES
             .iter()
-            .flat_map(|r| {
-                [
-                    out_dir(r, Controller::Ours),
-                    out_dir(r, Controller::Upstream),
-                ]
-            })
+            .flat_map(|r| [out_dir(r, Contender::Ours), out_dir(r, Contender::Upstream)])
             .collect();
         for (i, d) in dirs.iter().enumerate() {
             assert!(dirs[i + 1..].iter().all(|o| o != d), "{d:?}");
         }
-        let ours = out_dir(kctrl_cluster::versions::DEFAULT_RELEASE, Controller::Ours);
+        let ours = out_dir(kctrl_cluster::versions::DEFAULT_RELEASE, Contender::Ours);
         assert!(ours.ends_with("conformance/v1.37.2/ours"), "{ours:?}");
     }
 }

@@ -23,6 +23,7 @@ mod compare;
 mod events;
 mod observe;
 mod scenario;
+mod side;
 mod switch;
 
 use std::fmt::Write as _;
@@ -40,13 +41,13 @@ use self::compare::{Difference, INTENDED, Intended};
 use self::events::EventWatch;
 use self::observe::{Names, Observation};
 use self::scenario::{Action, Scenario, Step};
-use crate::cluster::KubeVersionArg;
-use crate::conformance::{Controller, check_controllers};
-use crate::controller_process::{self, ControllerProcess};
-use kctrl_cluster::plane::{self, ClusterInfo, Layout, UpOptions};
-use kctrl_cluster::process;
+use kctrl_cluster::plane::{self, ClusterInfo, UpOptions};
 use kctrl_cluster::toolchain::{Cache, fmt_duration};
 use kctrl_cluster::versions::{Binary, Release};
+use xtask_contender::Contender;
+use xtask_contender::args::KubeVersionArg;
+use xtask_contender::fresh::{self, Fresh, FreshCluster, check_controllers};
+use xtask_contender::supervisor::{self, ControllerProcess};
 
 /// Default prefix of the two clusters' names: `diff-up` runs upstream's Deployment controller,
 /// `diff-ours` ours.
@@ -140,7 +141,7 @@ pub(crate) fn run(args: DiffArgs) -> Result<()> {
     };
     let scenarios = scenario::load_selected(&scenario_dir(), &only)?;
     let started = Instant::now();
-    let ours_binary = controller_process::build_dist()?;
+    let ours_binary = supervisor::build_dist()?;
     let release = args.kube.release;
     let cache = Cache::locate(release)?;
     kctrl_cluster::toolchain::ensure_built(&cache)?;
@@ -229,87 +230,19 @@ pub(crate) fn run(args: DiffArgs) -> Result<()> {
 pub(crate) struct Clusters {
     /// The clusters, in the order of the names given.
     pub(crate) infos: Vec<ClusterInfo>,
-    reapers: Vec<std::process::Child>,
-}
-
-impl Clusters {
-    /// Stops leftovers of earlier runs (Deployment controllers, clusters) and starts each
-    /// cluster afresh on `release`, its kube-controller-manager without a Deployment controller.
-    pub(crate) fn start(names: &[&str], release: &'static Release) -> Result<Clusters> {
-        let mut clusters = Clusters {
-            infos: Vec::new(),
-            reapers: Vec::new(),
-        };
-        for name in names {
-            let layout = Layout::new(name);
-            let leftovers = controller_process::deployment_controllers(&layout.dir);
-            if !leftovers.is_empty() {
-                eprintln!(
-                    "==> stopping Deployment controllers left by an earlier run: {leftovers:?}"
-                );
-                let pids: Vec<u32> = leftovers.iter().map(|(pid, _)| *pid).collect();
-                process::stop_all(&[], &pids, Duration::from_secs(15))?;
-            }
-            crate::cluster::down(name)?;
-            let up = plane::ensure_up(&UpOptions {
-                name: (*name).to_owned(),
-                nodes: 3,
-                apiserver_args: Vec::new(),
-                controller_manager_args: Vec::new(),
-                deployment_controller: false,
-                release,
-            });
-            match up {
-                Ok(info) => {
-                    if let Ok(r) =
-                        controller_process::spawn_reaper(name, &controller_pid_file(name))
-                    {
-                        clusters.reapers.push(r);
-                    }
-                    clusters.infos.push(info);
-                }
-                Err(e) => {
-                    let _ = crate::cluster::down(name);
-                    let _ = clusters.down();
-                    return Err(e);
-                }
-            }
-        }
-        Ok(clusters)
-    }
-
-    /// Stops every cluster.
-    pub(crate) fn down(self) -> Result<()> {
-        let mut first_err = None;
-        for info in &self.infos {
-            if let Err(e) = crate::cluster::down(&info.name) {
-                first_err.get_or_insert(e);
-            }
-        }
-        self.dismiss();
-        first_err.map_or(Ok(()), Err)
-    }
-
-    /// Leaves the clusters running and dismisses the watchers.
-    pub(crate) fn dismiss(self) {
-        for r in self.reapers {
-            controller_process::dismiss_reaper(Some(r));
-        }
-    }
+    started: Vec<FreshCluster>,
 }
 
 /// The pid file of the Deployment controller xtask runs against cluster `name` (its log's,
-/// see [`controller_process::start`]), which the Ctrl-C watcher stops.
+/// see [`supervisor::start`]), which the Ctrl-C watcher stops.
 fn controller_pid_file(name: &str) -> PathBuf {
     out_dir().join(format!("{name}-controller.pid"))
 }
 
 /// One cluster of the pair and its Deployment controller.
 pub(crate) struct Side {
-    /// `upstream` or `ours`.
-    pub(crate) label: &'static str,
     /// Which controller runs.
-    pub(crate) controller: Controller,
+    pub(crate) controller: Contender,
     /// The cluster.
     pub(crate) info: ClusterInfo,
     /// The running Deployment controller.
@@ -318,219 +251,6 @@ pub(crate) struct Side {
     names: Names,
     /// The watch on the current scenario's events.
     events: Option<EventWatch>,
-}
-
-impl Side {
-    /// Starts upstream's Deployment controller (a second kube-controller-manager) on `info`,
-    /// after checking that none runs; then checks that it alone runs.
-    pub(crate) fn start_upstream(info: &ClusterInfo, kcm: &Path) -> Result<Side> {
-        let log = controller_pid_file(&info.name).with_extension("log");
-        let mut side = Side {
-            label: "upstream",
-            controller: Controller::Upstream,
-            info: info.clone(),
-            process: None,
-            names: Names::default(),
-            events: None,
-        };
-        side.check_none()?;
-        side.process = Some(controller_process::start_upstream(kcm, info, &log)?);
-        side.check_alone()?;
-        Ok(side)
-    }
-
-    /// Starts our release `deployment-controller` on `info` (with deploy/'s RBAC), after
-    /// checking that none runs; then checks that it alone runs.
-    pub(crate) fn start_ours(info: &ClusterInfo, binary: &Path) -> Result<Side> {
-        let log = controller_pid_file(&info.name).with_extension("log");
-        let mut side = Side {
-            label: "ours",
-            controller: Controller::Ours,
-            info: info.clone(),
-            process: None,
-            names: Names::default(),
-            events: None,
-        };
-        side.check_none()?;
-        crate::e2e::grant_deploy_rbac(&info.kubectl, &info.admin_kubeconfig)?;
-        side.process = Some(controller_process::start(
-            binary,
-            &info.controller_kubeconfig,
-            &log,
-            &["--secure-port", "0"],
-        )?);
-        side.check_alone()?;
-        Ok(side)
-    }
-
-    fn running(&self) -> Vec<(u32, String)> {
-        controller_process::deployment_controllers(&self.info.dir)
-    }
-
-    /// No Deployment controller runs against the cluster.
-    pub(crate) fn check_none(&self) -> Result<()> {
-        check_controllers(Controller::Ours, &self.running(), 0, None)
-            .with_context(|| format!("cluster {}", self.info.name))
-    }
-
-    /// Exactly this side's controller runs against the cluster, by pid.
-    pub(crate) fn check_alone(&self) -> Result<()> {
-        let pid = self.process.as_ref().map(ControllerProcess::pid);
-        let found = self.running();
-        match (self.controller, pid) {
-            (Controller::Upstream, Some(pid)) => {
-                check_controllers(Controller::Upstream, &found, pid, None)
-            }
-            (_, pid) => check_controllers(Controller::Ours, &found, 0, pid),
-        }
-        .with_context(|| format!("cluster {}", self.info.name))?;
-        eprintln!(
-            "==> {}: the only Deployment controller is {} (pid {})",
-            self.info.name,
-            self.controller_name(),
-            pid.unwrap_or(0)
-        );
-        Ok(())
-    }
-
-    fn controller_name(&self) -> &'static str {
-        match self.controller {
-            Controller::Upstream => "kube-controller-manager --controllers=deployment-controller",
-            Controller::Ours => "our deployment-controller",
-        }
-    }
-
-    /// Checks it still runs alone, stops it and checks that none is left.
-    pub(crate) fn stop(mut self) -> Result<()> {
-        let alone = self.check_alone();
-        if let Some(p) = self.process.take() {
-            let pid = p.pid();
-            let stopped = p.stop();
-            if self.running().iter().any(|(p, _)| *p == pid) {
-                bail!(
-                    "{} (pid {pid}) still runs after being stopped",
-                    self.controller_name()
-                );
-            }
-            if let Err(e) = stopped {
-                // kube-controller-manager exits with SIGTERM's status; gone is what matters.
-                let e = format!("{e:#}");
-                eprintln!(
-                    "==> stopping {}: {}",
-                    self.controller_name(),
-                    e.lines().next().unwrap_or_default()
-                );
-            }
-        }
-        self.check_none()?;
-        alone
-    }
-
-    /// `kubectl --kubeconfig <admin> [-n ns] args…` with optional stdin: (exit code, stdout,
-    /// stderr).
-    pub(crate) fn kubectl_in(
-        &self,
-        ns: Option<&str>,
-        args: &[&str],
-        stdin: Option<&str>,
-    ) -> Result<(i32, String, String)> {
-        let mut cmd = Command::new(&self.info.kubectl);
-        cmd.arg("--kubeconfig").arg(&self.info.admin_kubeconfig);
-        if let Some(ns) = ns {
-            cmd.args(["-n", ns]);
-        }
-        cmd.args(args)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd
-            .spawn()
-            .with_context(|| format!("running {}", self.info.kubectl.display()))?;
-        if let Some(text) = stdin {
-            child
-                .stdin
-                .take()
-                .context("kubectl stdin")?
-                .write_all(text.as_bytes())?;
-        }
-        let out = child.wait_with_output()?;
-        Ok((
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        ))
-    }
-
-    /// JSON output of `kubectl get … -o json` in `ns`.
-    pub(crate) fn get_json(&self, ns: &str, what: &str) -> Result<Value> {
-        let (code, out, err) = self.kubectl_in(Some(ns), &["get", what, "-o", "json"], None)?;
-        if code != 0 {
-            bail!(
-                "{}: kubectl get {what} failed: {}",
-                self.info.name,
-                err.trim()
-            );
-        }
-        serde_json::from_str(&out).with_context(|| format!("kubectl get {what}: not JSON"))
-    }
-
-    /// The structural observation (no events or rollout output).
-    fn snapshot(&mut self, ns: &str) -> Result<Observation> {
-        let list = self.get_json(ns, "deployments,replicasets,pods")?;
-        Ok(Observation::from_list(&list, &mut self.names))
-    }
-
-    /// The full observation: the snapshot, events, `rollout status` and `rollout history`.
-    fn observe(&mut self, ns: &str) -> Result<Observation> {
-        let mut obs = self.snapshot(ns)?;
-        // Every version the watch saw, and the current list in case the watch lags behind.
-        let seen = self
-            .events
-            .as_ref()
-            .map(EventWatch::seen)
-            .unwrap_or_default();
-        let current = self.get_json(ns, "events")?;
-        let listed = current["items"].as_array().into_iter().flatten();
-        obs.add_events(seen.iter().chain(listed), &self.names);
-        for d in obs.deployment_names() {
-            let target = format!("deployment/{d}");
-            for (what, args) in [
-                (
-                    "status",
-                    vec!["rollout", "status", &target, "--watch=false"],
-                ),
-                ("history", vec!["rollout", "history", &target]),
-            ] {
-                let (code, out, err) = self.kubectl_in(Some(ns), &args, None)?;
-                let text = format!("exit {code}: {}{}", out, err);
-                obs.add_rollout(&d, what, &text, &self.names);
-            }
-        }
-        Ok(obs)
-    }
-
-    /// Runs a step's action: (exit code, normalised output).
-    fn act(&self, ns: &str, action: &Action) -> Result<Value> {
-        let (code, out, err) = match action {
-            Action::Kubectl(args) => {
-                let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                self.kubectl_in(Some(ns), &args, None)?
-            }
-            Action::Apply(objects) => {
-                let list =
-                    serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
-                self.kubectl_in(Some(ns), &["apply", "-f", "-"], Some(&list.to_string()))?
-            }
-        };
-        Ok(serde_json::json!({
-            "exit": code,
-            "output": self.names.apply(format!("{out}{err}").trim_end()),
-        }))
-    }
 }
 
 /// The namespace of a scenario.
@@ -699,7 +419,7 @@ fn run_steps(
         for (side, action) in sides.iter_mut().zip(actions) {
             let mut obs = side.observe(&ns)?;
             obs.0["action"] = action;
-            let file = dir.join(format!("{i:02}-{}.json", side.label));
+            let file = dir.join(format!("{i:02}-{}.json", side.controller.slug()));
             fs::write(&file, serde_json::to_string_pretty(&obs.0)?)?;
             observed.push(obs);
         }
@@ -734,7 +454,7 @@ fn settle(step: &Step, sides: &mut [Side; 2], ns: &str) -> Result<()> {
                 if Instant::now() > deadline {
                     bail!(
                         "{}: Deployment {} has no condition {}={}{} after {:?}; it shows {}",
-                        side.label,
+                        side.controller.slug(),
                         w.deployment,
                         w.condition,
                         w.status,

@@ -20,9 +20,9 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
 use super::{Clusters, Side, out_dir};
-use crate::controller_process;
 use kctrl_cluster::toolchain::{Cache, fmt_duration};
 use kctrl_cluster::versions::{Binary, Release};
+use xtask_contender::supervisor;
 
 /// The cluster of the measurement.
 const CLUSTER: &str = "diff-switch";
@@ -201,7 +201,7 @@ pub(crate) fn run(n: usize, keep: bool, release: &'static Release) -> Result<()>
         bail!("--switch needs at least one Deployment");
     }
     let started = Instant::now();
-    let ours_binary = controller_process::build_dist()?;
+    let ours_binary = supervisor::build_dist()?;
     let cache = Cache::locate(release)?;
     kctrl_cluster::toolchain::ensure_built(&cache)?;
     let kcm = cache.binary(Binary::KubeControllerManager);

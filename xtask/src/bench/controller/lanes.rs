@@ -27,11 +27,10 @@ use kctrl_client::versioned::Versioned;
 use kctrl_client::{Api, ListParams, Patch, PatchParams, PostParams};
 
 use super::report::{Machine, Spread};
-use super::{
-    Env, QPS, SETUP_QPS, Side, admin_client, check_cluster_kcm, concurrently, deployment_with,
-    image_patch, name, prepare, start_with, wait_complete,
-};
-use crate::cluster::KubeVersionArg;
+use super::running::start_with;
+use super::workload::{concurrently, deployment_with, image_patch, name, wait_complete};
+use super::{Env, QPS, SETUP_QPS, Side, admin_client, check_cluster_kcm, prepare};
+use xtask_contender::args::KubeVersionArg;
 
 /// Arguments of `cargo xtask bench lanes`.
 #[derive(clap::Args)]
@@ -159,7 +158,7 @@ pub(crate) fn run(args: LanesArgs) -> Result<()> {
     let machine = Machine::detect(&env.info.kubernetes_version);
     let mut runs = Vec::new();
     let result = (|| -> Result<()> {
-        crate::e2e::grant_deploy_rbac(&env.info.kubectl, &env.info.admin_kubeconfig)?;
+        xtask_contender::rbac::grant_deploy_rbac(&env.info.kubectl, &env.info.admin_kubeconfig)?;
         check_cluster_kcm(&env)?;
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -175,15 +174,7 @@ pub(crate) fn run(args: LanesArgs) -> Result<()> {
             ))
     })();
     let machine = machine.finish();
-    if !args.keep {
-        eprintln!(
-            "stopping cluster '{}' (use --keep to leave it running)",
-            args.name
-        );
-        if let Err(e) = crate::cluster::down(&args.name) {
-            eprintln!("  stopping the cluster failed: {e:#}");
-        }
-    }
+    xtask_contender::fresh::down_unless_kept(&args.name, args.keep);
     if runs.is_empty() {
         return result;
     }
@@ -208,7 +199,7 @@ async fn measure(
 ) -> Result<()> {
     let client = admin_client(env)?;
     let namespace = format!("{}-lanes-{n}", super::NAMESPACE_PREFIX);
-    crate::bench::ensure_namespace(&client, &namespace, &[]).await?;
+    crate::kube::ensure_namespace(&client, &namespace, &[]).await?;
     let api = Api::<Deployment>::namespaced(client.clone(), &namespace);
     let replica_sets = Api::<ReplicaSet>::namespaced(client.clone(), &namespace);
 
@@ -310,8 +301,8 @@ async fn measure(
                 tokio::time::sleep(Duration::from_millis(20)).await;
             };
             eprintln!("  synced {synced:.2} s; the user's change waited {wait:.2} s");
-            wait_complete(&api, n, 1, c.spawned, env.phase_timeout, &mut c).await?;
-            let drain = c.spawned.elapsed().as_secs_f64();
+            wait_complete(&api, n, 1, c.spawned(), env.phase_timeout, &mut c).await?;
+            let drain = c.spawned().elapsed().as_secs_f64();
             eprintln!("  every rollout complete {drain:.1} s after the start");
             runs.push(LaneRun {
                 contender,

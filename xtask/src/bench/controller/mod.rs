@@ -19,29 +19,35 @@
 //! [`parse`], tables and the markdown in [`report`].
 
 pub(crate) mod lanes;
-pub(crate) mod parse;
+mod measure;
 mod report;
+mod running;
+mod workload;
 
 use std::fs;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::Namespace;
-use kctrl_client::versioned::Versioned;
-use kctrl_client::{Api, Client, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-
-use self::parse::{Counts, CpuTicks, Memory, RolloutState};
-use crate::cluster::KubeVersionArg;
-use kctrl_cluster::plane::{self, ClusterInfo, Component, Layout, UpOptions};
-use kctrl_cluster::process::{self, ProcRecord};
+use kctrl_client::Client;
+use kctrl_cluster::plane::{ClusterInfo, Component, Layout, UpOptions};
+use kctrl_cluster::process;
 use kctrl_cluster::toolchain::Cache;
 use kctrl_cluster::versions::{Binary, Release};
+use xtask_contender::args::KubeVersionArg;
+use xtask_contender::fresh::{self, Fresh};
+use xtask_contender::parse::Counts;
+use xtask_contender::{OURS_USER, UPSTREAM_USER};
+
+use self::measure::{measure, round_phases};
+#[cfg(test)]
+use self::running::{ensure_no_deployment_controller, start};
+#[cfg(test)]
+use self::workload::{deployment, image_patch};
+
+/// The side of the comparison: ours or upstream, the contender layer's one type.
+pub(super) use xtask_contender::Contender as Side;
 
 /// Replicas of every benchmark Deployment.
 const REPLICAS: i32 = 4;
@@ -49,16 +55,9 @@ const REPLICAS: i32 = 4;
 const NAMESPACE_PREFIX: &str = "kctrl-bench-ctl";
 /// Concurrent requests of the driver's create and patch loads (its client is not throttled).
 const CONCURRENCY: usize = 16;
-/// Identity our controller runs as (the cluster's controller kubeconfig).
-const OURS_USER: &str = "system:serviceaccount:kube-system:kctrl-deployment-controller";
-/// Identity of kube-controller-manager's Deployment controller with
-/// `--use-service-account-credentials` (the cluster's own kube-controller-manager never runs it).
-const UPSTREAM_USER: &str = "system:serviceaccount:kube-system:deployment-controller";
 /// Time after a phase's last completion before the closing readings, so trailing status writes
 /// count in the phase and the steady RSS is read at rest.
 const TAIL: Duration = Duration::from_secs(3);
-/// Grace period between SIGTERM and SIGKILL when stopping a controller.
-const STOP_GRACE: Duration = Duration::from_secs(15);
 /// Client QPS / burst of the controllers (kube-controller-manager's defaults).
 const QPS: (u32, u32) = (20, 30);
 /// Client QPS / burst of our controller while it prepares the at-rest namespace (not measured).
@@ -121,42 +120,6 @@ pub(crate) struct ControllerArgs {
     /// Kubernetes release of the cluster and of the kube-controller-manager compared with.
     #[command(flatten)]
     kube: KubeVersionArg,
-}
-
-/// The two Deployment controllers compared.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum Side {
-    /// Our `deployment-controller` (the `dist` profile).
-    Ours,
-    /// kube-controller-manager with only its deployment-controller.
-    Upstream,
-}
-
-impl Side {
-    const BOTH: [Side; 2] = [Side::Ours, Side::Upstream];
-
-    fn slug(self) -> &'static str {
-        match self {
-            Side::Ours => "ours",
-            Side::Upstream => "upstream",
-        }
-    }
-
-    fn user(self) -> &'static str {
-        match self {
-            Side::Ours => OURS_USER,
-            Side::Upstream => UPSTREAM_USER,
-        }
-    }
-
-    /// Order of round `round`: ours first in even rounds, upstream first in odd ones.
-    fn order(round: usize) -> [Side; 2] {
-        if round.is_multiple_of(2) {
-            [Side::Ours, Side::Upstream]
-        } else {
-            [Side::Upstream, Side::Ours]
-        }
-    }
 }
 
 /// The measured workloads.
@@ -333,7 +296,7 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
     let machine = report::Machine::detect(&env.info.kubernetes_version);
     let mut runs = Vec::new();
     let result = (|| -> Result<()> {
-        crate::e2e::grant_deploy_rbac(&env.info.kubectl, &env.info.admin_kubeconfig)?;
+        xtask_contender::rbac::grant_deploy_rbac(&env.info.kubectl, &env.info.admin_kubeconfig)?;
         check_cluster_kcm(&env)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -349,15 +312,7 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
         ))
     })();
     let machine = machine.finish();
-    if !args.keep {
-        eprintln!(
-            "stopping cluster '{}' (use --keep to leave it running)",
-            args.name
-        );
-        if let Err(e) = crate::cluster::down(&args.name) {
-            eprintln!("  stopping the cluster failed: {e:#}");
-        }
-    }
+    xtask_contender::fresh::down_unless_kept(&args.name, args.keep);
     if args.callgrind {
         result?;
         eprintln!(
@@ -417,7 +372,7 @@ fn prepare(
     let ours = match ours_binary {
         Some(binary) => fs::canonicalize(binary)
             .with_context(|| format!("--ours-binary {}", binary.display()))?,
-        None => crate::controller_process::build_dist()?,
+        None => xtask_contender::supervisor::build_dist()?,
     };
     let cache = Cache::locate(release)?;
     let missing = cache.missing();
@@ -443,40 +398,32 @@ fn prepare(
     eprintln!("starting cluster '{name}' with {nodes} KWOK nodes…");
     // A cluster of this name from an earlier run lacks this run's audit log: start afresh,
     // without the controllers an interrupted run may have left (they lead their own process
-    // groups, so a Ctrl-C of xtask does not reach them).
-    let leftovers = crate::controller_process::deployment_controllers(&Layout::new(name).dir);
-    if !leftovers.is_empty() {
-        eprintln!("stopping Deployment controllers left by an earlier run: {leftovers:?}");
-        let pids: Vec<u32> = leftovers.iter().map(|(pid, _)| *pid).collect();
-        process::stop_all(&[], &pids, STOP_GRACE)?;
-    }
-    crate::cluster::down(name)?;
-    let up = plane::ensure_up(&UpOptions {
-        name: name.to_owned(),
-        nodes,
-        apiserver_args: vec![
-            format!("--audit-policy-file={}", policy.display()),
-            format!("--audit-log-path={}", audit_log.display()),
-            "--audit-log-format=json".into(),
-            "--audit-log-maxsize=0".into(),
-        ],
-        controller_manager_args: vec![
-            format!("--kube-api-qps={}", CLUSTER_KCM_QPS.0),
-            format!("--kube-api-burst={}", CLUSTER_KCM_QPS.1),
-        ],
-        deployment_controller: false,
-        release,
-    });
-    let info = match up {
-        Ok(info) => info,
-        Err(e) => {
-            // A half-started cluster is stopped too (its logs are kept).
-            if !keep {
-                let _ = crate::cluster::down(name);
-            }
-            return Err(e);
-        }
-    };
+    // groups, so a Ctrl-C of xtask does not reach them). A half-started cluster is stopped
+    // too (its logs are kept), unless --keep.
+    let cluster = fresh::start(
+        &UpOptions {
+            name: name.to_owned(),
+            nodes,
+            apiserver_args: vec![
+                format!("--audit-policy-file={}", policy.display()),
+                format!("--audit-log-path={}", audit_log.display()),
+                "--audit-log-format=json".into(),
+                "--audit-log-maxsize=0".into(),
+            ],
+            controller_manager_args: vec![
+                format!("--kube-api-qps={}", CLUSTER_KCM_QPS.0),
+                format!("--kube-api-burst={}", CLUSTER_KCM_QPS.1),
+            ],
+            deployment_controller: false,
+            release,
+        },
+        Fresh {
+            reaper_pid_file: None,
+            keep_on_failure: keep,
+        },
+    )?;
+    let info = cluster.info.clone();
+    cluster.dismiss();
     Ok(Env {
         ours,
         ours_env: Vec::new(),
@@ -484,7 +431,7 @@ fn prepare(
         info,
         dir,
         audit_log,
-        ticks_per_second: clock_ticks(),
+        ticks_per_second: xtask_contender::probe::clock_ticks(),
         callgrind,
         phases: Phase::ROUND.to_vec(),
         phase_timeout,
@@ -514,23 +461,6 @@ fn command_works(program: &str, args: &[&str]) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// CPU time process `pid` has used so far (`/proc/<pid>/stat`).
-pub(crate) fn process_cpu(pid: u32) -> Result<parse::CpuTicks> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
-        .with_context(|| format!("reading /proc/{pid}/stat"))?;
-    parse::parse_stat(&stat)
-}
-
-/// `getconf CLK_TCK` (100 on Linux unless told otherwise).
-pub(crate) fn clock_ticks() -> u64 {
-    Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-        .unwrap_or(100)
-}
-
 /// The cluster's kube-controller-manager must run, without the Deployment controller.
 fn check_cluster_kcm(env: &Env) -> Result<()> {
     let layout = Layout::new(&env.info.name);
@@ -543,7 +473,7 @@ fn check_cluster_kcm(env: &Env) -> Result<()> {
             record.pid
         );
     }
-    if kctrl_cluster::process::runs_deployment_controller(&args) {
+    if process::runs_deployment_controller(&args) {
         bail!(
             "the cluster's kube-controller-manager runs the Deployment controller: {}",
             args.join(" ")
@@ -552,832 +482,10 @@ fn check_cluster_kcm(env: &Env) -> Result<()> {
     Ok(())
 }
 
-fn ensure_no_deployment_controller(env: &Env) -> Result<()> {
-    let running = crate::controller_process::deployment_controllers(&env.info.dir);
-    if !running.is_empty() {
-        bail!(
-            "a Deployment controller already runs against cluster '{}': {running:?}",
-            env.info.name
-        );
-    }
-    Ok(())
-}
-
-/// A running controller process.
-struct Controller {
-    side: Side,
-    child: Child,
-    record: ProcRecord,
-    log: PathBuf,
-    port: u16,
-    /// Just before the spawn.
-    spawned: Instant,
-}
-
-pub(crate) fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-/// Starts one side (after checking that no Deployment controller runs) with client QPS/burst
-/// `qps`. `tag` names its log.
-fn start(env: &Env, side: Side, tag: &str, qps: (u32, u32)) -> Result<Controller> {
-    start_with(env, side, tag, qps, &[])
-}
-
-/// [`start`] with `extra` flags after the common ones.
-fn start_with(
-    env: &Env,
-    side: Side,
-    tag: &str,
-    qps: (u32, u32),
-    extra: &[&str],
-) -> Result<Controller> {
-    ensure_no_deployment_controller(env)?;
-    let port = free_port()?;
-    let log = env
-        .dir
-        .join("logs")
-        .join(format!("{}-{tag}.log", side.slug()));
-    let _ = fs::remove_file(&log);
-    let common = [
-        "--leader-elect=false".to_owned(),
-        "--concurrent-deployment-syncs=5".to_owned(),
-        format!("--kube-api-qps={}", qps.0),
-        format!("--kube-api-burst={}", qps.1),
-        "--bind-address=127.0.0.1".to_owned(),
-        format!("--secure-port={port}"),
-    ];
-    let (binary, mut args) = match side {
-        Side::Ours => (
-            env.ours.clone(),
-            vec![
-                format!("--kubeconfig={}", env.info.controller_kubeconfig.display()),
-                // Scraped without a token, as kube-controller-manager is (upstream_args).
-                format!(
-                    "--authorization-always-allow-paths={}",
-                    crate::controller_process::ALWAYS_ALLOW_PATHS
-                ),
-            ],
-        ),
-        Side::Upstream => (
-            env.kcm.clone(),
-            crate::controller_process::upstream_args(&env.info.controller_manager_kubeconfig()),
-        ),
-    };
-    args.extend(common);
-    args.extend(extra.iter().map(|a| (*a).to_owned()));
-    let (binary, args) = if side == Side::Ours && !env.ours_env.is_empty() {
-        // `env` execs the controller, so the process id stays the controller's.
-        let mut wrapped = env.ours_env.clone();
-        wrapped.push(binary.display().to_string());
-        wrapped.extend(args);
-        (PathBuf::from("env"), wrapped)
-    } else {
-        (binary, args)
-    };
-    let (binary, args) = if env.callgrind && side == Side::Ours {
-        let mut wrapped = vec![
-            "--tool=callgrind".to_owned(),
-            format!(
-                "--callgrind-out-file={}",
-                env.dir.join(format!("callgrind.out.{tag}")).display()
-            ),
-            binary.display().to_string(),
-        ];
-        wrapped.extend(args);
-        (PathBuf::from("valgrind"), wrapped)
-    } else {
-        (binary, args)
-    };
-    let pid_file = log.with_extension("pid");
-    eprintln!(
-        "==> starting {} ({} {})",
-        side.slug(),
-        binary.display(),
-        args.join(" ")
-    );
-    let spawned = Instant::now();
-    let (child, record) = process::spawn(&binary, &args, &log, &pid_file)?;
-    Ok(Controller {
-        side,
-        child,
-        record,
-        log,
-        port,
-        spawned,
-    })
-}
-
-impl Controller {
-    fn pid(&self) -> u32 {
-        self.record.pid
-    }
-
-    fn exited(&mut self) -> Option<String> {
-        match self.child.try_wait() {
-            Ok(Some(status)) => Some(format!(
-                "{} exited ({status}); log {}:\n{}",
-                self.side.slug(),
-                self.log.display(),
-                process::tail(&self.log, 30)
-            )),
-            _ => None,
-        }
-    }
-
-    /// Whether the log says the Deployment controller's caches are synced.
-    fn synced(&self) -> bool {
-        let text = crate::controller_process::log_since(&self.log, 0);
-        match self.side {
-            Side::Ours => text.contains(crate::controller_process::SYNCED_MARKER),
-            Side::Upstream => parse::kcm_deployment_synced(&text),
-        }
-    }
-
-    /// Waits for caches synced; returns seconds since the spawn.
-    async fn wait_synced(&mut self, timeout: Duration) -> Result<f64> {
-        loop {
-            if self.synced() {
-                return Ok(self.spawned.elapsed().as_secs_f64());
-            }
-            if let Some(why) = self.exited() {
-                bail!(why);
-            }
-            if self.spawned.elapsed() > timeout {
-                bail!(
-                    "{} did not sync its caches within {timeout:?}; log {}",
-                    self.side.slug(),
-                    self.log.display()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// Under `--callgrind`, closes the profile's current part as `<out>.<n>` named `part`
-    /// (`callgrind_control --dump`), so each phase reads on its own.
-    fn dump_profile(&self, env: &Env, part: &str) -> Result<()> {
-        if !env.callgrind || self.side != Side::Ours {
-            return Ok(());
-        }
-        let out = std::process::Command::new("callgrind_control")
-            .arg(format!("--dump={part}"))
-            .arg(self.pid().to_string())
-            .output()
-            .context("running callgrind_control")?;
-        // It exits 0 even when vgdb refuses its arguments: read what it said too.
-        let said = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        if !out.status.success() || said.contains("error") {
-            bail!(
-                "callgrind_control --dump={part} {} failed ({}): {said}",
-                self.pid(),
-                out.status
-            );
-        }
-        Ok(())
-    }
-
-    fn usage(&self) -> Result<(CpuTicks, Memory)> {
-        let pid = self.pid();
-        let status = fs::read_to_string(format!("/proc/{pid}/status"))
-            .with_context(|| format!("reading /proc/{pid}/status"))?;
-        Ok((process_cpu(pid)?, parse::parse_status(&status)?))
-    }
-
-    /// Resets VmHWM to the current RSS (`/proc/<pid>/clear_refs`, Linux 4.0+).
-    fn reset_peak(&self, env: &Env) {
-        if fs::write(format!("/proc/{}/clear_refs", self.pid()), "5").is_err() {
-            env.peak_reset_works
-                .store(false, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
-
-    /// The process's `rest_client_requests_total` by method.
-    fn client_requests(&self) -> Result<Counts> {
-        let url = format!("https://127.0.0.1:{}/metrics", self.port);
-        let text = curl(&url)?;
-        let samples = parse::parse_samples(&text, "rest_client_requests_total")?;
-        Ok(parse::sum_by(&samples, &["method"], |_| true))
-    }
-
-    /// SIGTERM (SIGKILL after the grace period); verifies the process is gone.
-    fn stop(mut self, env: &Env) -> Result<()> {
-        eprintln!("==> stopping {} (pid {})", self.side.slug(), self.pid());
-        if self.child.try_wait()?.is_none() {
-            // valgrind writes its profile at exit: give it time.
-            let grace = if env.callgrind {
-                Duration::from_secs(300)
-            } else {
-                STOP_GRACE
-            };
-            process::stop_all(&[self.record], &[], grace)?;
-        }
-        self.child.wait()?;
-        let _ = fs::remove_file(self.log.with_extension("pid"));
-        if Path::new(&format!("/proc/{}", self.pid())).exists() {
-            bail!("{} (pid {}) is still there", self.side.slug(), self.pid());
-        }
-        ensure_no_deployment_controller(env)
-    }
-}
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = process::stop_all(&[self.record], &[], Duration::from_secs(5));
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// GET over HTTPS with curl, certificate unchecked (the controllers' are self-signed).
-pub(crate) fn curl(url: &str) -> Result<String> {
-    let out = Command::new("curl")
-        .args(["-sSfk", "--max-time", "30", url])
-        .output()
-        .context("running curl")?;
-    if !out.status.success() {
-        bail!(
-            "curl {url} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// The apiserver's `apiserver_request_total` for the workload resources.
-fn apiserver_requests(env: &Env) -> Result<Counts> {
-    let out = Command::new(&env.info.kubectl)
-        .arg("--kubeconfig")
-        .arg(&env.info.admin_kubeconfig)
-        .args(["get", "--raw", "/metrics"])
-        .output()
-        .context("running kubectl get --raw /metrics")?;
-    if !out.status.success() {
-        bail!(
-            "kubectl get --raw /metrics failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    parse::apiserver_requests(&String::from_utf8_lossy(&out.stdout))
-}
-
-fn audit_len(env: &Env) -> u64 {
-    fs::metadata(&env.audit_log).map(|m| m.len()).unwrap_or(0)
-}
-
-/// The audit counts of `user` from byte `from` on.
-fn audit_since(env: &Env, from: u64, user: &str) -> Result<Counts> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut file = fs::File::open(&env.audit_log)
-        .with_context(|| format!("opening {}", env.audit_log.display()))?;
-    file.seek(SeekFrom::Start(from))?;
-    let mut text = String::new();
-    file.read_to_string(&mut text)?;
-    Ok(parse::tally_audit(&text, user)?.0)
-}
-
-/// Readings at a phase boundary.
-struct Probe {
-    cpu: CpuTicks,
-    /// `None` when the controller's /metrics could not be read (reported, not fatal).
-    client: Option<Counts>,
-    apiserver: Counts,
-    audit_offset: u64,
-}
-
-fn probe(env: &Env, c: &Controller) -> Result<Probe> {
-    Ok(Probe {
-        cpu: c.usage()?.0,
-        client: c
-            .client_requests()
-            .map_err(|e| eprintln!("  warning: {} /metrics: {e:#}", c.side.slug()))
-            .ok(),
-        apiserver: apiserver_requests(env)?,
-        audit_offset: audit_len(env),
-    })
-}
-
-async fn measure(
-    env: &Env,
-    sizes: &[usize],
-    at_rest: usize,
-    rounds: usize,
-    settle_secs: u64,
-    runs: &mut Vec<PhaseRun>,
-) -> Result<()> {
-    let client = admin_client(env)?;
-    let sides: Vec<Side> = if env.callgrind {
-        vec![Side::Ours]
-    } else {
-        Side::BOTH.to_vec()
-    };
-    for round in 0..rounds {
-        for &n in sizes {
-            for side in Side::order(round) {
-                if !sides.contains(&side) {
-                    continue;
-                }
-                eprintln!(
-                    "round {}/{rounds}, {n} Deployments: {}",
-                    round + 1,
-                    side.slug()
-                );
-                let done = run_round(env, &client, side, round, n).await?;
-                for r in &done {
-                    eprintln!(
-                        "  {:<26} wall {:>6.1} s  p50 {:>6.1} s  cpu {:>6.2} s  peak {:>4} MiB  writes {:>5}",
-                        r.phase.title(),
-                        r.wall,
-                        r.p50.unwrap_or(f64::NAN),
-                        r.cpu,
-                        r.peak_rss >> 20,
-                        parse::writes(&r.audit)
-                    );
-                }
-                runs.extend(done);
-            }
-        }
-    }
-    if at_rest > 0 {
-        measure_at_rest(env, &client, at_rest, rounds, settle_secs, runs).await?;
-    }
-    Ok(())
-}
-
-/// Phases a-d for one side in a fresh namespace.
-async fn run_round(
-    env: &Env,
-    client: &Client,
-    side: Side,
-    round: usize,
-    n: usize,
-) -> Result<Vec<PhaseRun>> {
-    let namespace = format!("{NAMESPACE_PREFIX}-{n}-r{round}-{}", side.slug());
-    crate::bench::ensure_namespace(client, &namespace, &[]).await?;
-    let mut controller = start(env, side, &format!("{n}-r{round}"), QPS)?;
-    let sync_timeout = if env.callgrind { 900 } else { 120 };
-    controller
-        .wait_synced(Duration::from_secs(sync_timeout))
-        .await?;
-    let api = Api::<Deployment>::namespaced(client.clone(), &namespace);
-    let mut runs = Vec::new();
-    controller.dump_profile(env, "startup")?;
-    for &phase in &env.phases {
-        controller.reset_peak(env);
-        let before = probe(env, &controller)?;
-        let started = Instant::now();
-        // Each phase's writes, then the replicas every Deployment must reach (none: deletion).
-        let target = match phase {
-            Phase::Create => {
-                concurrently(n, {
-                    let api = api.clone();
-                    move |i| {
-                        let api = api.clone();
-                        async move {
-                            api.create(&PostParams::default(), &deployment(i)?)
-                                .await
-                                .with_context(|| format!("creating {}", name(i)))?;
-                            Ok(())
-                        }
-                    }
-                })
-                .await?;
-                Some(REPLICAS)
-            }
-            Phase::Rollout => {
-                patch_all(&api, n, image_patch("b")).await?;
-                Some(REPLICAS)
-            }
-            Phase::ScaleMidRollout => {
-                patch_all(&api, n, image_patch("c")).await?;
-                wait_observed(&api, n.div_ceil(2), started, env.phase_timeout).await?;
-                patch_all(
-                    &api,
-                    n,
-                    serde_json::json!({"spec": {"replicas": REPLICAS * 2}}),
-                )
-                .await?;
-                Some(REPLICAS * 2)
-            }
-            Phase::Delete => {
-                delete_namespace(client, &namespace, env.phase_timeout).await?;
-                None
-            }
-            Phase::AtRest => unreachable!("phase e runs in measure_at_rest"),
-        };
-        let completions = match target {
-            Some(replicas) => {
-                wait_complete(
-                    &api,
-                    n,
-                    replicas,
-                    started,
-                    env.phase_timeout,
-                    &mut controller,
-                )
-                .await?
-            }
-            None => vec![started.elapsed().as_secs_f64()],
-        };
-        let wall = completions.iter().copied().fold(0.0, f64::max);
-        tokio::time::sleep(TAIL).await;
-        if let Some(why) = controller.exited() {
-            bail!(why);
-        }
-        let after = probe(env, &controller)?;
-        let (_, memory) = controller.usage()?;
-        controller.dump_profile(env, phase.slug())?;
-        let per_deployment = phase != Phase::Delete;
-        runs.push(PhaseRun {
-            side,
-            round,
-            size: n,
-            phase,
-            wall,
-            p50: per_deployment
-                .then(|| parse::percentile(&completions, 50.0))
-                .flatten(),
-            p99: per_deployment
-                .then(|| parse::percentile(&completions, 99.0))
-                .flatten(),
-            cpu: after.cpu.since(before.cpu).seconds(env.ticks_per_second),
-            cpu_system: after
-                .cpu
-                .since(before.cpu)
-                .system_seconds(env.ticks_per_second),
-            peak_rss: memory.peak,
-            steady_rss: memory.rss,
-            client: match (&before.client, &after.client) {
-                (Some(b), Some(a)) => parse::delta(b, a),
-                _ => Counts::new(),
-            },
-            audit: audit_since(env, before.audit_offset, side.user())?,
-            apiserver: parse::delta(&before.apiserver, &after.apiserver),
-            synced: None,
-            first_write: None,
-        });
-    }
-    controller.stop(env)?;
-    if !env.phases.contains(&Phase::Delete) {
-        // The next round starts from the same cluster: this one's objects go, unmeasured.
-        delete_namespace(client, &namespace, env.phase_timeout).await?;
-    }
-    Ok(runs)
-}
-
-/// The phases `--phases` names (`a`-`d`), in round order; all four by default, a-c under
-/// `--callgrind`.
-fn round_phases(letters: &[String], callgrind: bool) -> Result<Vec<Phase>> {
-    if letters.is_empty() {
-        let all = Phase::ROUND.to_vec();
-        return Ok(if callgrind { all[..3].to_vec() } else { all });
-    }
-    let mut phases = Vec::new();
-    for letter in letters {
-        let phase = match letter.trim() {
-            "a" => Phase::Create,
-            "b" => Phase::Rollout,
-            "c" => Phase::ScaleMidRollout,
-            "d" => Phase::Delete,
-            other => bail!("--phases: unknown phase {other:?} (expected a, b, c or d)"),
-        };
-        if !phases.contains(&phase) {
-            phases.push(phase);
-        }
-    }
-    phases.sort();
-    if phases.iter().any(|p| *p != Phase::Create) && !phases.contains(&Phase::Create) {
-        bail!("--phases: every phase works on the Deployments phase a creates; include a");
-    }
-    Ok(phases)
-}
-
-/// Phase e: M Deployments at rest; per round and side a fresh process after one template was
-/// changed while no controller ran.
-async fn measure_at_rest(
-    env: &Env,
-    client: &Client,
-    m: usize,
-    rounds: usize,
-    settle_secs: u64,
-    runs: &mut Vec<PhaseRun>,
-) -> Result<()> {
-    let namespace = format!("{NAMESPACE_PREFIX}-rest-{m}");
-    crate::bench::ensure_namespace(client, &namespace, &[]).await?;
-    let api = Api::<Deployment>::namespaced(client.clone(), &namespace);
-    eprintln!(
-        "preparing {m} Deployments x {REPLICAS} at rest in {namespace} (ours, QPS {SETUP_QPS:?})…"
-    );
-    let mut setup = start(env, Side::Ours, &format!("rest-{m}-setup"), SETUP_QPS)?;
-    setup.wait_synced(Duration::from_secs(120)).await?;
-    let started = Instant::now();
-    concurrently(m, {
-        let api = api.clone();
-        move |i| {
-            let api = api.clone();
-            async move {
-                match api.create(&PostParams::default(), &deployment(i)?).await {
-                    Ok(_) => Ok(()),
-                    Err(e) if e.is_already_exists() => Ok(()),
-                    Err(e) => Err(anyhow!("creating {}: {e}", name(i))),
-                }
-            }
-        }
-    })
-    .await?;
-    let timeout = env.phase_timeout.max(Duration::from_secs(3600));
-    wait_complete(&api, m, REPLICAS, started, timeout, &mut setup).await?;
-    eprintln!(
-        "  {m} Deployments complete after {:.0} s",
-        started.elapsed().as_secs_f64()
-    );
-    setup.stop(env)?;
-
-    let replica_sets = Api::<ReplicaSet>::namespaced(client.clone(), &namespace);
-    for round in 0..rounds {
-        for side in Side::order(round) {
-            let index = (round * 2 + side as usize) % m;
-            let target = name(index);
-            let selector = ListParams {
-                label_selector: Some(format!("app={target}")),
-                ..Default::default()
-            };
-            let before_sets = replica_sets.list(&selector).await?.items.len();
-            // The template changes while no controller runs: the first write of the new process
-            // is the new ReplicaSet.
-            api.patch(
-                &target,
-                &PatchParams::default(),
-                &Patch::Merge(image_patch(&format!("rest-{round}-{}", side.slug()))),
-            )
-            .await
-            .with_context(|| format!("patching {target}"))?;
-            eprintln!(
-                "at rest, round {}/{rounds}: {} ({target} changed)",
-                round + 1,
-                side.slug()
-            );
-            let audit_from = audit_len(env);
-            let api_before = apiserver_requests(env)?;
-            let mut c = start(env, side, &format!("rest-{m}-r{round}"), QPS)?;
-            let (mut synced, mut first_write) = (None, None);
-            while synced.is_none() || first_write.is_none() {
-                if synced.is_none() && c.synced() {
-                    synced = Some(c.spawned.elapsed().as_secs_f64());
-                }
-                if first_write.is_none() {
-                    let now = c.spawned.elapsed().as_secs_f64();
-                    if replica_sets.list(&selector).await?.items.len() > before_sets {
-                        first_write = Some(now);
-                    }
-                }
-                if let Some(why) = c.exited() {
-                    bail!(why);
-                }
-                if c.spawned.elapsed() > Duration::from_secs(600) {
-                    bail!(
-                        "{}: no caches synced or no new ReplicaSet for {target} within 600 s",
-                        side.slug()
-                    );
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            tokio::time::sleep(Duration::from_secs(settle_secs)).await;
-            let (cpu, memory) = c.usage()?;
-            let client_requests = c
-                .client_requests()
-                .map_err(|e| eprintln!("  warning: {} /metrics: {e:#}", side.slug()))
-                .unwrap_or_default();
-            let api_after = apiserver_requests(env)?;
-            let wall = c.spawned.elapsed().as_secs_f64();
-            runs.push(PhaseRun {
-                side,
-                round,
-                size: m,
-                phase: Phase::AtRest,
-                wall,
-                p50: None,
-                p99: None,
-                cpu: cpu.seconds(env.ticks_per_second),
-                cpu_system: cpu.system_seconds(env.ticks_per_second),
-                peak_rss: memory.peak,
-                steady_rss: memory.rss,
-                client: client_requests,
-                audit: audit_since(env, audit_from, side.user())?,
-                apiserver: parse::delta(&api_before, &api_after),
-                synced,
-                first_write,
-            });
-            eprintln!(
-                "  synced {:.2} s, first write {:.2} s, steady RSS {} MiB, peak {} MiB, cpu {:.2} s",
-                synced.unwrap_or(f64::NAN),
-                first_write.unwrap_or(f64::NAN),
-                memory.rss >> 20,
-                memory.peak >> 20,
-                cpu.seconds(env.ticks_per_second)
-            );
-            c.stop(env)?;
-        }
-    }
-    Ok(())
-}
-
-fn name(i: usize) -> String {
-    format!("d-{i:04}")
-}
-
-fn deployment(i: usize) -> Result<Deployment> {
-    deployment_with(i, REPLICAS)
-}
-
-/// Deployment `i` with `replicas` replicas.
-fn deployment_with(i: usize, replicas: i32) -> Result<Deployment> {
-    let name = name(i);
-    Ok(serde_json::from_value(serde_json::json!({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "labels": {"app": name}},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:a"}]},
-            },
-        },
-    }))?)
-}
-
-fn image_patch(tag: &str) -> serde_json::Value {
-    serde_json::json!({"spec": {"template": {"spec": {"containers": [
-        {"name": "app", "image": format!("registry.k8s.io/pause:{tag}")}
-    ]}}}})
-}
-
-async fn delete_namespace(client: &Client, name: &str, timeout: Duration) -> Result<()> {
-    let api = Api::<Namespace>::all(client.clone());
-    match api.delete(name, &DeleteParams::default()).await {
-        Ok(_) => {}
-        Err(e) if e.is_not_found() => return Ok(()),
-        Err(e) => bail!("deleting namespace {name}: {e}"),
-    }
-    let started = Instant::now();
-    loop {
-        match api.get(name).await {
-            Err(e) if e.is_not_found() => return Ok(()),
-            _ => {}
-        }
-        if started.elapsed() > timeout {
-            bail!("namespace {name} still exists {timeout:?} after its deletion");
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-async fn patch_all(api: &Api<Deployment>, n: usize, patch: serde_json::Value) -> Result<()> {
-    let patch = Arc::new(Patch::Merge(patch));
-    let api = api.clone();
-    concurrently(n, move |i| {
-        let (api, patch) = (api.clone(), patch.clone());
-        async move {
-            api.patch(&name(i), &PatchParams::default(), &patch)
-                .await
-                .with_context(|| format!("patching {}", name(i)))?;
-            Ok(())
-        }
-    })
-    .await
-}
-
-/// How often the driver lists the Deployments while it waits.
-fn poll_interval(n: usize) -> Duration {
-    if n > 200 {
-        Duration::from_millis(500)
-    } else {
-        Duration::from_millis(250)
-    }
-}
-
-fn rollout_state(d: &Deployment) -> RolloutState {
-    let status = d.status.clone().unwrap_or_default();
-    RolloutState {
-        generation: d.metadata.generation.unwrap_or(0),
-        observed_generation: status.observed_generation.unwrap_or(0),
-        spec_replicas: d.spec.get().and_then(|s| s.replicas).unwrap_or(1),
-        replicas: status.replicas.unwrap_or(0),
-        updated: status.updated_replicas.unwrap_or(0),
-        available: status.available_replicas.unwrap_or(0),
-    }
-}
-
-/// Waits until all `n` Deployments are complete at `want` replicas; returns each one's
-/// completion time in seconds since `started` (as first seen by the driver).
-async fn wait_complete(
-    api: &Api<Deployment>,
-    n: usize,
-    want: i32,
-    started: Instant,
-    timeout: Duration,
-    controller: &mut Controller,
-) -> Result<Vec<f64>> {
-    let mut done: std::collections::BTreeMap<String, f64> = Default::default();
-    let mut last_report = Instant::now();
-    loop {
-        let list = api.list(&ListParams::default()).await?;
-        let now = started.elapsed().as_secs_f64();
-        for d in &list.items {
-            let key = d.metadata.name.clone().unwrap_or_default();
-            if !done.contains_key(&key) && rollout_state(d).complete(want) {
-                done.insert(key, now);
-            }
-        }
-        if done.len() >= n {
-            return Ok(done.into_values().collect());
-        }
-        if let Some(why) = controller.exited() {
-            bail!(why);
-        }
-        if started.elapsed() > timeout {
-            bail!(
-                "only {}/{n} Deployments complete at {want} replicas after {timeout:?}",
-                done.len()
-            );
-        }
-        if last_report.elapsed() > Duration::from_secs(30) {
-            eprintln!("  {}/{n} complete after {now:.0} s", done.len());
-            last_report = Instant::now();
-        }
-        tokio::time::sleep(poll_interval(n)).await;
-    }
-}
-
-/// Waits until at least `count` Deployments have observed their latest generation.
-async fn wait_observed(
-    api: &Api<Deployment>,
-    count: usize,
-    started: Instant,
-    timeout: Duration,
-) -> Result<()> {
-    loop {
-        let list = api.list(&ListParams::default()).await?;
-        let observed = list
-            .items
-            .iter()
-            .filter(|d| {
-                let s = rollout_state(d);
-                s.observed_generation >= s.generation
-            })
-            .count();
-        if observed >= count {
-            return Ok(());
-        }
-        if started.elapsed() > timeout {
-            bail!(
-                "only {observed}/{count} Deployments observed the template change after {timeout:?}"
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Runs `f(0..count)` with [`CONCURRENCY`] requests in flight.
-async fn concurrently<F, Fut>(count: usize, f: F) -> Result<()>
-where
-    F: Fn(usize) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<()>> + Send + 'static,
-{
-    let next = Arc::new(AtomicUsize::new(0));
-    let f = Arc::new(f);
-    let mut workers = tokio::task::JoinSet::new();
-    for _ in 0..CONCURRENCY.min(count.max(1)) {
-        let (next, f) = (next.clone(), f.clone());
-        workers.spawn(async move {
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= count {
-                    return Ok::<(), anyhow::Error>(());
-                }
-                f(i).await?;
-            }
-        });
-    }
-    while let Some(joined) = workers.join_next().await {
-        if let Err(e) = joined.map_err(anyhow::Error::from).and_then(|r| r) {
-            workers.abort_all();
-            return Err(e);
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kctrl_client::versioned::Versioned;
 
     #[test]
     fn audit_policy_records_only_the_two_controller_identities() {
@@ -1522,7 +630,7 @@ mod tests {
         let log = fs::read_to_string(&first.log).unwrap_or_default();
         assert!(log.contains("Caches are synced"), "{log}");
         // The process is found by its command line (it names the cluster's kubeconfig).
-        let running = crate::controller_process::deployment_controllers(&env.info.dir);
+        let running = xtask_contender::fresh::deployment_controllers(&env.info.dir);
         assert_eq!(running.len(), 1, "{running:?}");
         assert_eq!(running[0].0, first.pid());
         let err = start(&env, Side::Ours, "t2", QPS)

@@ -3,9 +3,10 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use super::parse::{self, Counts};
 use super::{Phase, PhaseRun, Side};
-use crate::bench::command_output;
+use xtask_contender::parse::{self, Counts};
+use xtask_report::machine::{self, command_output, load_average};
+pub(super) use xtask_report::stats::Spread;
 
 /// The line after which docs/benchmarks/controller.md is written by hand (analysis, profile);
 /// a new run keeps everything from it on.
@@ -42,12 +43,6 @@ pub(super) struct Machine {
     load_end: String,
 }
 
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
-}
-
 fn now() -> String {
     command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"])
 }
@@ -55,23 +50,8 @@ fn now() -> String {
 impl Machine {
     /// Reads the machine at the start of the run.
     pub(super) fn detect(kubernetes: &str) -> Machine {
-        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        let cpu_model = cpuinfo
-            .lines()
-            .find(|l| l.starts_with("model name"))
-            .and_then(|l| l.split(':').nth(1))
-            .map_or_else(|| "unknown".into(), |m| m.trim().to_string());
-        let memory = std::fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|info| {
-                info.lines()
-                    .find_map(|l| l.strip_prefix("MemTotal:"))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-            })
-            .map_or_else(
-                || "unknown".into(),
-                |kb| format!("{:.1} GiB", kb / 1024.0 / 1024.0),
-            );
+        let cpu_model = machine::cpu_model();
+        let memory = machine::memory();
         Machine {
             cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
             cpu_model,
@@ -115,24 +95,6 @@ impl Machine {
         self.finished = now();
         self.load_end = load_average();
         self
-    }
-}
-
-/// Median, minimum and maximum of some values.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) struct Spread {
-    pub(super) median: f64,
-    pub(super) min: f64,
-    pub(super) max: f64,
-}
-
-impl Spread {
-    pub(super) fn of(values: &[f64]) -> Option<Spread> {
-        Some(Spread {
-            median: parse::median(values)?,
-            min: values.iter().copied().fold(f64::INFINITY, f64::min),
-            max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-        })
     }
 }
 
@@ -249,30 +211,16 @@ fn spread_of(runs: &[&PhaseRun], get: fn(&PhaseRun) -> Option<f64>) -> Option<Sp
 }
 
 fn fmt(v: f64, decimals: usize) -> String {
-    if v.is_finite() {
-        format!("{v:.decimals$}")
-    } else {
-        "-".into()
-    }
+    xtask_report::markdown::fixed(v, decimals)
 }
 
 fn fmt_spread(s: Option<Spread>, decimals: usize) -> String {
-    match s {
-        None => "-".into(),
-        Some(s) if s.min == s.max => fmt(s.median, decimals),
-        Some(s) => format!(
-            "{} ({}–{})",
-            fmt(s.median, decimals),
-            fmt(s.min, decimals),
-            fmt(s.max, decimals)
-        ),
-    }
+    Spread::display(s, decimals)
 }
 
 /// Ours / upstream of the medians.
 fn ratio(ours: Option<Spread>, upstream: Option<Spread>) -> Option<f64> {
-    let (o, u) = (ours?.median, upstream?.median);
-    (u > 0.0).then(|| o / u)
+    xtask_report::stats::ratio_of_medians(ours, upstream)
 }
 
 /// "met" / "**not met**" for a ratio against a target (ratios must be at most the target).
@@ -342,7 +290,10 @@ fn median_counts(runs: &[&PhaseRun], get: fn(&PhaseRun) -> &Counts) -> Counts {
                 .iter()
                 .map(|r| get(r).get(k).copied().unwrap_or(0.0))
                 .collect();
-            (k.clone(), parse::median(&values).unwrap_or(0.0))
+            (
+                k.clone(),
+                xtask_report::stats::median(&values).unwrap_or(0.0),
+            )
         })
         .collect()
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::Result;
 
 use super::{Impl, Run, Variant};
-use crate::bench::command_output;
+use xtask_report::machine::{self, command_output};
 
 /// Medians of one (size, variant, program).
 #[derive(Clone, Debug, Default)]
@@ -39,17 +39,9 @@ pub(super) struct Table {
     groups: Vec<Group>,
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    if values.is_empty() {
-        return f64::NAN;
-    }
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    }
+/// The median of `values`; NaN for none.
+fn median(values: Vec<f64>) -> f64 {
+    xtask_report::stats::median_or_nan(&values)
 }
 
 pub(super) fn summarize(runs: &[Run], sizes: &[usize]) -> Table {
@@ -117,15 +109,11 @@ pub(super) fn summarize(runs: &[Run], sizes: &[usize]) -> Table {
 }
 
 fn mib(bytes: f64) -> String {
-    format!("{:.1} MiB", bytes / (1024.0 * 1024.0))
+    xtask_report::markdown::mib(bytes)
 }
 
 fn ratio(ours: f64, theirs: f64) -> String {
-    if ours.is_finite() && theirs.is_finite() && theirs != 0.0 {
-        format!("{:.2}", ours / theirs)
-    } else {
-        "–".into()
-    }
+    xtask_report::markdown::ratio_cell(ours, theirs)
 }
 
 fn variant_label(variant: Variant) -> &'static str {
@@ -431,26 +419,8 @@ pub(super) struct Machine {
 
 impl Machine {
     pub(super) fn detect(root: &Path, go: String, kubernetes: &str) -> Result<Self> {
-        let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
-            .ok()
-            .and_then(|info| {
-                info.lines()
-                    .find(|line| line.starts_with("model name"))
-                    .and_then(|line| line.split(':').nth(1))
-                    .map(|model| model.trim().to_string())
-            })
-            .unwrap_or_else(|| "unknown".into());
-        let memory = std::fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|info| {
-                info.lines()
-                    .find_map(|line| line.strip_prefix("MemTotal:"))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-            })
-            .map_or_else(
-                || "unknown".into(),
-                |kb| format!("{:.1} GiB", kb / 1024.0 / 1024.0),
-            );
+        let cpu_model = machine::cpu_model();
+        let memory = machine::memory();
         let go_mod = std::fs::read_to_string(root.join("bench/informer-go/go.mod"))?;
         let client_go = go_mod
             .lines()
@@ -488,14 +458,7 @@ impl Machine {
             kube_rs,
             kubernetes: kubernetes.to_string(),
             date: command_output("date", &["-u", "+%Y-%m-%d"]),
-            load_average: std::fs::read_to_string("/proc/loadavg")
-                .map(|load| {
-                    load.split_whitespace()
-                        .take(3)
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                })
-                .unwrap_or_else(|_| "unknown".into()),
+            load_average: machine::load_average(),
         })
     }
 }

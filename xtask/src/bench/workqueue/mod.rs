@@ -179,14 +179,7 @@ pub(crate) fn run(args: WorkqueueArgs) -> Result<()> {
 
 /// The 1, 5 and 15 minute load averages, e.g. `2.16 0.81 0.30`.
 fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|load| {
-            load.split_whitespace()
-                .take(3)
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .unwrap_or_else(|_| "unknown".into())
+    xtask_report::machine::load_average()
 }
 
 fn go_version() -> Result<String> {

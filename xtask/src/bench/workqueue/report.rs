@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::Result;
 
 use super::{LATENESS_ITEMS, LATENESS_SPREAD, Measurement, TOTAL_ADDS, WORK_ROUNDS};
-use crate::bench::command_output;
+use xtask_report::machine::{self, command_output};
 
 /// What a row is held to.
 #[derive(Clone, Copy)]
@@ -68,10 +68,7 @@ impl Row {
 
     /// (lowest, highest) per-run ratio.
     pub(super) fn ratio_range(&self) -> (f64, f64) {
-        let ratios = self.run_ratios();
-        let low = ratios.iter().copied().fold(f64::INFINITY, f64::min);
-        let high = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        (low, high)
+        xtask_report::stats::min_max(&self.run_ratios())
     }
 
     fn every_run_met(&self) -> bool {
@@ -97,17 +94,9 @@ impl Row {
     }
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    if values.is_empty() {
-        return f64::NAN;
-    }
-    values.sort_by(f64::total_cmp);
-    let mid = values.len() / 2;
-    if values.len() % 2 == 1 {
-        values[mid]
-    } else {
-        (values[mid - 1] + values[mid]) / 2.0
-    }
+/// The median of `values`; NaN for none.
+fn median(values: Vec<f64>) -> f64 {
+    xtask_report::stats::median_or_nan(&values)
 }
 
 fn keys_label(keys: usize, adds: usize) -> String {
@@ -308,15 +297,7 @@ pub(super) struct Machine {
 
 impl Machine {
     pub(super) fn detect(root: &Path, go: String) -> Result<Self> {
-        let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
-            .ok()
-            .and_then(|info| {
-                info.lines()
-                    .find(|line| line.starts_with("model name"))
-                    .and_then(|line| line.split(':').nth(1))
-                    .map(|model| model.trim().to_string())
-            })
-            .unwrap_or_else(|| "unknown".into());
+        let cpu_model = machine::cpu_model();
         let go_mod = std::fs::read_to_string(root.join("bench/workqueue-go/go.mod"))?;
         let client_go = go_mod
             .lines()
@@ -342,14 +323,7 @@ impl Machine {
             go,
             client_go,
             date: command_output("date", &["-u", "+%Y-%m-%d"]),
-            load_average: std::fs::read_to_string("/proc/loadavg")
-                .map(|load| {
-                    load.split_whitespace()
-                        .take(3)
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                })
-                .unwrap_or_else(|_| "unknown".into()),
+            load_average: machine::load_average(),
         })
     }
 }

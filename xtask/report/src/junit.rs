@@ -9,24 +9,24 @@ use anyhow::{Context, Result, bail};
 
 /// One `<testcase>` of the report.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct TestCase {
+pub struct TestCase {
     /// `name`: the node type in brackets, the spec's full text, then its labels, e.g.
     /// `[It] [sig-apps] Deployment deployment should support rollover [Conformance] [sig-apps, Conformance]`.
-    pub(crate) name: String,
+    pub name: String,
     /// Ginkgo's spec state: `passed`, `failed`, `skipped`, `pending`, `timedout`,
     /// `interrupted`, `aborted` or `panicked`.
-    pub(crate) status: String,
+    pub status: String,
     /// Run time in seconds.
-    pub(crate) time: f64,
+    pub time: f64,
     /// `message` of the `<failure>` / `<error>` / `<skipped>` child, if any. Ginkgo writes
     /// `skipped` for specs left out by the focus/skip filters and `skipped - <reason>` for specs
     /// that skipped themselves at run time.
-    pub(crate) message: Option<String>,
+    pub message: Option<String>,
 }
 
 /// What became of a spec.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Outcome {
+pub enum Outcome {
     /// Ran and passed.
     Passed,
     /// Ran and did not pass (failed, timed out, interrupted, aborted, panicked).
@@ -37,7 +37,7 @@ pub(crate) enum Outcome {
 
 impl TestCase {
     /// The outcome according to `status`.
-    pub(crate) fn outcome(&self) -> Outcome {
+    pub fn outcome(&self) -> Outcome {
         match self.status.as_str() {
             "passed" => Outcome::Passed,
             "skipped" | "pending" => Outcome::Skipped,
@@ -46,12 +46,12 @@ impl TestCase {
     }
 
     /// Whether Ginkgo's filters left it out (as opposed to a spec that skipped itself).
-    pub(crate) fn filtered_out(&self) -> bool {
+    pub fn filtered_out(&self) -> bool {
         self.status == "skipped" && self.message.as_deref().is_none_or(|m| m == "skipped")
     }
 
     /// The Ginkgo node type: `It`, `SynchronizedBeforeSuite`, `ReportAfterSuite`, ….
-    pub(crate) fn node_type(&self) -> &str {
+    pub fn node_type(&self) -> &str {
         self.name
             .strip_prefix('[')
             .and_then(|rest| rest.split_once(']'))
@@ -61,7 +61,7 @@ impl TestCase {
     /// The spec text without the node type and without the trailing label list Ginkgo appends
     /// (`[label, label]`, recognisable by its `, ` separators or by repeating a bracketed tag of
     /// the text, e.g. `… [Conformance] [sig-apps, Conformance]`).
-    pub(crate) fn text(&self) -> &str {
+    pub fn text(&self) -> &str {
         let rest = match self.name.split_once("] ") {
             Some((node, rest)) if node.starts_with('[') && !node.contains(' ') => rest,
             _ => self.name.as_str(),
@@ -82,7 +82,7 @@ impl TestCase {
 }
 
 /// Parses every `<testcase>` of a JUnit XML document.
-pub(crate) fn parse(xml: &str) -> Result<Vec<TestCase>> {
+pub fn parse(xml: &str) -> Result<Vec<TestCase>> {
     if !xml.contains("<testsuite") {
         bail!("not a JUnit report: no <testsuite> element");
     }

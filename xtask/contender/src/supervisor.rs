@@ -1,8 +1,10 @@
-//! Our `deployment-controller` binary as a supervised child process of xtask (e2e suite, demo).
+//! The one supervisor of the Deployment controllers xtask runs, ours and upstream's alike: build,
+//! start, wait for synced, stop, kill, detach.
 //!
 //! The process runs in its own process group (see [`kctrl_cluster::process::spawn`]), so a
 //! Ctrl-C in the terminal does not reach it directly; [`ControllerProcess::stop`] stops it
-//! gracefully (SIGTERM, then SIGKILL after 15 s) and dropping a [`ControllerProcess`] kills it.
+//! gracefully (SIGTERM, then SIGKILL after [`STOP_GRACE`]) and dropping a [`ControllerProcess`]
+//! kills it.
 
 use std::fs;
 use std::io::{Read, Seek, SeekFrom};
@@ -13,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use kctrl_cluster::process::{self, ProcRecord, runs_deployment_controller};
+use kctrl_cluster::process::{self, ProcRecord};
+
+use crate::Contender;
 
 /// Cargo package of the binary.
 const PACKAGE: &str = "kctrl-deployment-controller";
@@ -21,24 +25,25 @@ const PACKAGE: &str = "kctrl-deployment-controller";
 const BINARY: &str = "deployment-controller";
 /// What the controller logs once its informer caches are synced (`kctrl_informer`'s
 /// `wait_for_cache_sync`, as client-go's `cache.WaitForNamedCacheSync`).
-pub(crate) const SYNCED_MARKER: &str = "Caches are synced for";
+pub const SYNCED_MARKER: &str = "Caches are synced for";
 /// How long `start` waits for the caches to sync.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
-/// Grace period between SIGTERM and SIGKILL in `stop`.
-const STOP_GRACE: Duration = Duration::from_secs(15);
+/// Grace period between SIGTERM and SIGKILL when a Deployment controller is stopped (by
+/// [`ControllerProcess::stop`] and by [`crate::fresh::stop_leftovers`]).
+pub const STOP_GRACE: Duration = Duration::from_secs(15);
 /// Lines of the log shown in error messages.
-const TAIL_LINES: usize = 30;
+pub const TAIL_LINES: usize = 30;
 
 /// Builds the deployment-controller binary (`cargo build -p kctrl-deployment-controller`) and
 /// returns its path.
-pub(crate) fn build() -> Result<PathBuf> {
+pub fn build() -> Result<PathBuf> {
     build_profile(None)
 }
 
 /// Builds the deployment-controller binary as shipped (`cargo build --profile dist`: release
 /// with whole-program optimisation, as deploy/Containerfile builds it), as benchmarks run it,
 /// and returns its path.
-pub(crate) fn build_dist() -> Result<PathBuf> {
+pub fn build_dist() -> Result<PathBuf> {
     build_profile(Some("dist"))
 }
 
@@ -84,18 +89,26 @@ fn executable_from_messages(messages: &str) -> Option<PathBuf> {
 }
 
 /// A running deployment-controller started by [`start`].
-pub(crate) struct ControllerProcess {
+pub struct ControllerProcess {
     /// `None` once stopped (so `Drop` has nothing left to do).
     child: Option<Child>,
     record: ProcRecord,
     log: PathBuf,
     pid_file: PathBuf,
+    /// Whose caches [`ControllerProcess::synced`] looks for.
+    contender: Contender,
+    /// The process in stop and kill messages (`the deployment-controller`, `ours`...).
+    label: String,
+    /// Just before the spawn.
+    spawned: Instant,
+    /// Size of the log before the spawn: what an earlier run appended is not read.
+    log_offset: u64,
 }
 
 /// Starts `binary --kubeconfig <kubeconfig> <extra_args…>`, stdout and stderr appended to `log`,
 /// and waits until it logs that its caches are synced. On failure (early exit, timeout) the
 /// process is killed and the error names the log and shows its tail.
-pub(crate) fn start(
+pub fn start(
     binary: &Path,
     kubeconfig: &Path,
     log: &Path,
@@ -105,7 +118,7 @@ pub(crate) fn start(
 }
 
 /// [`start`] with extra environment variables (e.g. `RUST_LOG`).
-pub(crate) fn start_with_env(
+pub fn start_with_env(
     binary: &Path,
     kubeconfig: &Path,
     log: &Path,
@@ -114,9 +127,14 @@ pub(crate) fn start_with_env(
 ) -> Result<ControllerProcess> {
     let mut args = vec!["--kubeconfig".to_owned(), kubeconfig.display().to_string()];
     args.extend(extra_args.iter().map(|a| (*a).to_owned()));
-    start_process(binary, args, env, log, "deployment-controller", &|text| {
-        text.contains(SYNCED_MARKER)
-    })
+    start_process(
+        binary,
+        args,
+        env,
+        log,
+        "deployment-controller",
+        Contender::Ours,
+    )
 }
 
 /// Starts upstream's Deployment controller against `info`'s cluster: a second
@@ -125,14 +143,12 @@ pub(crate) fn start_with_env(
 /// `kube-system:deployment-controller` ServiceAccount, serving on a free loopback port. Waits
 /// until its Deployment controller's caches are synced. The cluster's own
 /// kube-controller-manager must run without its Deployment controller.
-pub(crate) fn start_upstream(
+pub fn start_upstream(
     kcm: &Path,
     info: &kctrl_cluster::plane::ClusterInfo,
     log: &Path,
 ) -> Result<ControllerProcess> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
+    let port = crate::probe::free_port()?;
     let mut args = upstream_args(&info.controller_manager_kubeconfig());
     args.extend([
         "--leader-elect=false".to_owned(),
@@ -145,18 +161,18 @@ pub(crate) fn start_upstream(
         &[],
         log,
         "kube-controller-manager (deployment-controller only)",
-        &crate::bench::controller::parse::kcm_deployment_synced,
+        Contender::Upstream,
     )
 }
 
 /// The `--authorization-always-allow-paths` of the controllers the benchmarks and fault runs
 /// start, ours and kube-controller-manager alike: their health and metrics are read without
 /// a token (both would otherwise answer an anonymous `/metrics` with 403).
-pub(crate) const ALWAYS_ALLOW_PATHS: &str = "/healthz,/readyz,/livez,/metrics";
+pub const ALWAYS_ALLOW_PATHS: &str = "/healthz,/readyz,/livez,/metrics";
 
 /// kube-controller-manager's arguments to run only its Deployment controller, as its own
 /// ServiceAccount, with `kubeconfig` (the cluster's kube-controller-manager kubeconfig).
-pub(crate) fn upstream_args(kubeconfig: &Path) -> Vec<String> {
+pub fn upstream_args(kubeconfig: &Path) -> Vec<String> {
     let kc = kubeconfig.display();
     vec![
         format!("--kubeconfig={kc}"),
@@ -170,58 +186,40 @@ pub(crate) fn upstream_args(kubeconfig: &Path) -> Vec<String> {
 }
 
 /// Spawns `binary args…` with extra environment `env` (logging to `log`, pid file beside it)
-/// and waits until `synced` holds for what it logged since; `what` names it in messages.
+/// and waits until the `contender`'s caches are synced by what it logged since; `what` names it
+/// in messages.
 fn start_process(
     binary: &Path,
     args: Vec<String>,
     env: &[(&str, &str)],
     log: &Path,
     what: &str,
-    synced: &dyn Fn(&str) -> bool,
+    contender: Contender,
 ) -> Result<ControllerProcess> {
-    if let Some(dir) = log.parent().filter(|d| !d.as_os_str().is_empty()) {
-        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    // Earlier runs may have appended to the same log: look for the marker only after this point.
-    let offset = fs::metadata(log).map(|m| m.len()).unwrap_or(0);
-    let pid_file = log.with_extension("pid");
-    // A controller left behind by an interrupted run (xtask killed before it could stop it;
-    // the controller has its own process group, so a Ctrl-C does not reach it).
-    if let Some(stale) = process::read_pid_file(&pid_file)
-        && stale.is_ours_and_running(binary)
-    {
-        eprintln!(
-            "==> stopping a {what} left running by an earlier run (pid {})",
-            stale.pid
-        );
-        process::stop_all(&[stale], &[], STOP_GRACE)?;
-    }
+    stop_stale(binary, &log.with_extension("pid"), what)?;
     eprintln!(
         "==> starting {} {} (log: {})",
         binary.display(),
         args.join(" "),
         log.display()
     );
-    let (child, record) = process::spawn_with_env(binary, &args, env, log, &pid_file)?;
-    let mut proc = ControllerProcess {
-        child: Some(child),
-        record,
-        log: log.to_path_buf(),
-        pid_file,
-    };
+    let mut proc = ControllerProcess::spawn(&Launch {
+        binary,
+        args: &args,
+        env,
+        log,
+        contender,
+        label: "the deployment-controller",
+    })?;
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
-        if synced(&log_since(log, offset)) {
-            eprintln!("==> {what} is running (pid {})", record.pid);
+        if proc.synced() {
+            eprintln!("==> {what} is running (pid {})", proc.pid());
             return Ok(proc);
         }
         let exited = proc
-            .child
-            .as_mut()
-            .map(|c| c.try_wait())
-            .transpose()
-            .with_context(|| format!("waiting for the {what}"))?
-            .flatten();
+            .exited()
+            .with_context(|| format!("waiting for the {what}"))?;
         if let Some(status) = exited {
             bail!(
                 "the {what} exited ({status}) before its caches synced; log {}:\n{}",
@@ -241,8 +239,40 @@ fn start_process(
     }
 }
 
+/// What [`ControllerProcess::spawn`] starts.
+pub struct Launch<'a> {
+    /// The executable (or a wrapper that execs it: `env`, `valgrind`).
+    pub binary: &'a Path,
+    /// Its arguments.
+    pub args: &'a [String],
+    /// Extra environment variables.
+    pub env: &'a [(&'a str, &'a str)],
+    /// Where stdout and stderr are appended; the pid file is beside it (`.pid`).
+    pub log: &'a Path,
+    /// Whose caches [`ControllerProcess::synced`] looks for.
+    pub contender: Contender,
+    /// The process in stop and kill messages.
+    pub label: &'a str,
+}
+
+/// Stops the `binary` an earlier run left running with `pid_file` (xtask killed before it could
+/// stop it; the controller has its own process group, so a Ctrl-C does not reach it); `what`
+/// names it in the message.
+pub fn stop_stale(binary: &Path, pid_file: &Path, what: &str) -> Result<()> {
+    if let Some(stale) = process::read_pid_file(pid_file)
+        && stale.is_ours_and_running(binary)
+    {
+        eprintln!(
+            "==> stopping a {what} left running by an earlier run (pid {})",
+            stale.pid
+        );
+        process::stop_all(&[stale], &[], STOP_GRACE)?;
+    }
+    Ok(())
+}
+
 /// The log's text from byte `offset` on (empty if unreadable).
-pub(crate) fn log_since(log: &Path, offset: u64) -> String {
+pub fn log_since(log: &Path, offset: u64) -> String {
     let mut text = Vec::new();
     if let Ok(mut f) = fs::File::open(log)
         && f.seek(SeekFrom::Start(offset)).is_ok()
@@ -253,14 +283,68 @@ pub(crate) fn log_since(log: &Path, offset: u64) -> String {
 }
 
 impl ControllerProcess {
+    /// Spawns `launch` without waiting for anything (see [`ControllerProcess::synced`] and
+    /// [`ControllerProcess::exit_message`]); the pid file is `launch.log` with extension `pid`.
+    pub fn spawn(launch: &Launch<'_>) -> Result<ControllerProcess> {
+        let log = launch.log;
+        if let Some(dir) = log.parent().filter(|d| !d.as_os_str().is_empty()) {
+            fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        // Earlier runs may have appended to the same log: look for the marker only after this point.
+        let log_offset = fs::metadata(log).map(|m| m.len()).unwrap_or(0);
+        let pid_file = log.with_extension("pid");
+        let spawned = Instant::now();
+        let (child, record) =
+            process::spawn_with_env(launch.binary, launch.args, launch.env, log, &pid_file)?;
+        Ok(ControllerProcess {
+            child: Some(child),
+            record,
+            log: log.to_path_buf(),
+            pid_file,
+            contender: launch.contender,
+            label: launch.label.to_owned(),
+            spawned,
+            log_offset,
+        })
+    }
+
+    /// Whether its log (since the spawn) says the Deployment controller's caches are synced.
+    pub fn synced(&self) -> bool {
+        self.contender
+            .synced(&log_since(&self.log, self.log_offset))
+    }
+
+    /// Just before the spawn.
+    pub fn spawned_at(&self) -> Instant {
+        self.spawned
+    }
+
+    /// Time since just before the spawn.
+    pub fn since_spawn(&self) -> Duration {
+        self.spawned.elapsed()
+    }
+
+    /// `Some(message)` naming the exit status, the log and its tail if it has exited.
+    pub fn exit_message(&mut self) -> Option<String> {
+        match self.exited() {
+            Ok(Some(status)) => Some(format!(
+                "{} exited ({status}); log {}:\n{}",
+                self.label,
+                self.log.display(),
+                process::tail(&self.log, TAIL_LINES)
+            )),
+            _ => None,
+        }
+    }
+
     /// Its process id.
-    pub(crate) fn pid(&self) -> u32 {
+    pub fn pid(&self) -> u32 {
         self.record.pid
     }
 
     /// Lets the process outlive xtask: nothing stops it when this is dropped; its record moves
     /// to `pid_file`, where whoever owns that file (e.g. `cluster down`) stops it.
-    pub(crate) fn detach(mut self, pid_file: &Path) -> Result<ProcRecord> {
+    pub fn detach(mut self, pid_file: &Path) -> Result<ProcRecord> {
         let record = self.record;
         fs::write(pid_file, format!("{} {}\n", record.pid, record.start_time))
             .with_context(|| format!("writing {}", pid_file.display()))?;
@@ -271,12 +355,12 @@ impl ControllerProcess {
     }
 
     /// Where the process logs.
-    pub(crate) fn log_path(&self) -> &Path {
+    pub fn log_path(&self) -> &Path {
         &self.log
     }
 
     /// Its exit status, if it has exited (without waiting).
-    pub(crate) fn exited(&mut self) -> Result<Option<std::process::ExitStatus>> {
+    pub fn exited(&mut self) -> Result<Option<std::process::ExitStatus>> {
         match self.child.as_mut() {
             Some(c) => c
                 .try_wait()
@@ -286,7 +370,7 @@ impl ControllerProcess {
     }
 
     /// SIGKILL, as a crash (no graceful shutdown); fails if it had exited before.
-    pub(crate) fn kill(mut self) -> Result<()> {
+    pub fn kill(mut self) -> Result<()> {
         let Some(mut child) = self.child.take() else {
             return Ok(());
         };
@@ -296,7 +380,8 @@ impl ControllerProcess {
         let _ = fs::remove_file(&self.pid_file);
         if let Some(status) = before {
             bail!(
-                "the deployment-controller had exited ({status}) before it was killed; log {}:\n{}",
+                "{} had exited ({status}) before it was killed; log {}:\n{}",
+                self.label,
                 self.log.display(),
                 process::tail(&self.log, TAIL_LINES)
             );
@@ -304,33 +389,39 @@ impl ControllerProcess {
         Ok(())
     }
 
-    /// SIGTERM, wait up to 15 s, then SIGKILL; `Ok` if it exited with status 0.
-    pub(crate) fn stop(mut self) -> Result<()> {
+    /// SIGTERM, wait up to [`STOP_GRACE`], then SIGKILL; `Ok` if it exited with status 0.
+    pub fn stop(self) -> Result<()> {
+        let log = self.log.clone();
+        let label = self.label.clone();
+        let status = self.stop_within(STOP_GRACE)?;
+        if !status.success() {
+            bail!(
+                "{label} exited with {status}; log {}:\n{}",
+                log.display(),
+                process::tail(&log, TAIL_LINES)
+            );
+        }
+        Ok(())
+    }
+
+    /// SIGTERM, wait up to `grace`, then SIGKILL; its exit status, whatever it is, once it is
+    /// gone.
+    pub fn stop_within(mut self, grace: Duration) -> Result<std::process::ExitStatus> {
         let Some(mut child) = self.child.take() else {
-            return Ok(());
+            bail!("{} was stopped before", self.label);
         };
-        eprintln!(
-            "==> stopping the deployment-controller (pid {})",
-            self.record.pid
-        );
+        eprintln!("==> stopping {} (pid {})", self.label, self.record.pid);
         let stopped = if child.try_wait()?.is_none() {
-            process::stop_all(&[self.record], &[], STOP_GRACE).map(|_| ())
+            process::stop_all(&[self.record], &[], grace).map(|_| ())
         } else {
             Ok(())
         };
         let status = child
             .wait()
-            .context("waiting for the deployment-controller")?;
+            .with_context(|| format!("waiting for {}", self.label))?;
         let _ = fs::remove_file(&self.pid_file);
         stopped?;
-        if !status.success() {
-            bail!(
-                "the deployment-controller exited with {status}; log {}:\n{}",
-                self.log.display(),
-                process::tail(&self.log, TAIL_LINES)
-            );
-        }
-        Ok(())
+        Ok(status)
     }
 }
 
@@ -343,68 +434,6 @@ impl Drop for ControllerProcess {
             let _ = child.wait();
             let _ = fs::remove_file(&self.pid_file);
         }
-    }
-}
-
-/// Processes that run a Deployment controller against this cluster (their command line names a
-/// file of the cluster's directory, e.g. its kubeconfig).
-pub(crate) fn deployment_controllers(cluster_dir: &Path) -> Vec<(u32, String)> {
-    let marker = cluster_dir.display().to_string();
-    let Ok(entries) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let matched: Vec<(u32, String)> = entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|pid| {
-            let args = process::cmdline(pid);
-            (args.iter().any(|a| a.contains(&marker)) && runs_deployment_controller(&args))
-                .then(|| (pid, args.join(" ")))
-        })
-        .collect();
-    // A child forked by a controller shows the parent's command line until it execs: it is
-    // the same controller, not a second one.
-    let pids: Vec<u32> = matched.iter().map(|(pid, _)| *pid).collect();
-    matched
-        .into_iter()
-        .filter(|(pid, _)| process::parent(*pid).is_none_or(|p| !pids.contains(&p)))
-        .collect()
-}
-
-/// A detached `sh` that waits for this xtask process to disappear (Ctrl-C, kill), then stops
-/// the controller recorded in `controller_pid_file` (if any) and cluster `cluster`. Callers that
-/// finish normally tear down themselves and kill the watcher.
-pub(crate) fn spawn_reaper(cluster: &str, controller_pid_file: &Path) -> Result<Child> {
-    use std::os::unix::process::CommandExt;
-    let exe = std::env::current_exe().context("locating the xtask binary")?;
-    Command::new("sh")
-        .args([
-            "-c",
-            &reaper_script(std::process::id(), controller_pid_file, &exe, cluster),
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .process_group(0)
-        .spawn()
-        .context("starting the clean-up watcher")
-}
-
-/// The watcher's shell script (see [`spawn_reaper`]).
-fn reaper_script(pid: u32, controller_pid_file: &Path, xtask: &Path, cluster: &str) -> String {
-    format!(
-        "while kill -0 {pid} 2>/dev/null; do sleep 0.5; done\n\
-         if [ -f '{pidf}' ]; then kill \"$(cut -d' ' -f1 '{pidf}')\" 2>/dev/null; fi\n\
-         exec '{exe}' cluster down --name '{cluster}'",
-        pidf = controller_pid_file.display(),
-        exe = xtask.display(),
-    )
-}
-
-/// Kills a reaper from [`spawn_reaper`] once the caller has torn down itself.
-pub(crate) fn dismiss_reaper(reaper: Option<Child>) {
-    if let Some(mut r) = reaper {
-        let _ = r.kill();
-        let _ = r.wait();
     }
 }
 

@@ -8,24 +8,26 @@ use anyhow::{Context, Result, anyhow, bail};
 
 /// CPU time of a process: `utime` and `stime` of `/proc/<pid>/stat`, in clock ticks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct CpuTicks {
-    pub(crate) user: u64,
-    pub(crate) system: u64,
+pub struct CpuTicks {
+    /// `utime`: time in user mode.
+    pub user: u64,
+    /// `stime`: time in kernel mode.
+    pub system: u64,
 }
 
 impl CpuTicks {
     /// User plus system time in seconds, at `ticks_per_second` (`getconf CLK_TCK`).
-    pub(crate) fn seconds(self, ticks_per_second: u64) -> f64 {
+    pub fn seconds(self, ticks_per_second: u64) -> f64 {
         (self.user + self.system) as f64 / ticks_per_second.max(1) as f64
     }
 
     /// System time alone in seconds, at `ticks_per_second`.
-    pub(crate) fn system_seconds(self, ticks_per_second: u64) -> f64 {
+    pub fn system_seconds(self, ticks_per_second: u64) -> f64 {
         self.system as f64 / ticks_per_second.max(1) as f64
     }
 
     /// Time spent since `earlier` (saturating: the counters never go back for one process).
-    pub(crate) fn since(self, earlier: CpuTicks) -> CpuTicks {
+    pub fn since(self, earlier: CpuTicks) -> CpuTicks {
         CpuTicks {
             user: self.user.saturating_sub(earlier.user),
             system: self.system.saturating_sub(earlier.system),
@@ -36,7 +38,7 @@ impl CpuTicks {
 /// Parses `utime` (field 14) and `stime` (field 15) of a `/proc/<pid>/stat` line. The command
 /// name (field 2) is in parentheses and may itself contain spaces and parentheses, so the
 /// fields are counted from the last `)`.
-pub(crate) fn parse_stat(text: &str) -> Result<CpuTicks> {
+pub fn parse_stat(text: &str) -> Result<CpuTicks> {
     let close = text
         .rfind(')')
         .ok_or_else(|| anyhow!("no `)` closing the command name in {text:?}"))?;
@@ -57,16 +59,16 @@ pub(crate) fn parse_stat(text: &str) -> Result<CpuTicks> {
 
 /// Resident memory of a process from `/proc/<pid>/status`, in bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) struct Memory {
+pub struct Memory {
     /// `VmRSS`: resident now.
-    pub(super) rss: u64,
+    pub rss: u64,
     /// `VmHWM`: the peak resident set since start (or since the last reset through
     /// `/proc/<pid>/clear_refs`).
-    pub(super) peak: u64,
+    pub peak: u64,
 }
 
 /// Parses `VmRSS` and `VmHWM` (given in kB) of `/proc/<pid>/status`.
-pub(super) fn parse_status(text: &str) -> Result<Memory> {
+pub fn parse_status(text: &str) -> Result<Memory> {
     let kib = |key: &str| -> Result<u64> {
         let line = text
             .lines()
@@ -85,14 +87,16 @@ pub(super) fn parse_status(text: &str) -> Result<Memory> {
 
 /// One sample of the Prometheus text format: its labels and value.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) struct Sample {
-    pub(super) labels: BTreeMap<String, String>,
-    pub(super) value: f64,
+pub struct Sample {
+    /// Its labels, by name.
+    pub labels: BTreeMap<String, String>,
+    /// Its value.
+    pub value: f64,
 }
 
 /// The samples of series `name` in a Prometheus (or OpenMetrics) text exposition. Comment and
 /// `# EOF` lines and other series are skipped; a malformed sample line of `name` is an error.
-pub(super) fn parse_samples(text: &str, name: &str) -> Result<Vec<Sample>> {
+pub fn parse_samples(text: &str, name: &str) -> Result<Vec<Sample>> {
     let mut samples = Vec::new();
     for line in text.lines() {
         let line = line.trim();
@@ -162,11 +166,11 @@ fn parse_labels(mut text: &str) -> Result<(BTreeMap<String, String>, &str)> {
 }
 
 /// Request counts keyed by a label combination, e.g. `"PUT"` or `"update replicasets/status"`.
-pub(super) type Counts = BTreeMap<String, f64>;
+pub type Counts = BTreeMap<String, f64>;
 
 /// Sums samples by the values of `keys` (joined by a space; a missing label counts as empty),
 /// keeping only samples for which `keep` is true.
-pub(super) fn sum_by(samples: &[Sample], keys: &[&str], keep: impl Fn(&Sample) -> bool) -> Counts {
+pub fn sum_by(samples: &[Sample], keys: &[&str], keep: impl Fn(&Sample) -> bool) -> Counts {
     let mut out = Counts::new();
     for s in samples.iter().filter(|s| keep(s)) {
         let key = keys
@@ -180,7 +184,7 @@ pub(super) fn sum_by(samples: &[Sample], keys: &[&str], keep: impl Fn(&Sample) -
 }
 
 /// `after - before` per key; keys that did not change are dropped.
-pub(super) fn delta(before: &Counts, after: &Counts) -> Counts {
+pub fn delta(before: &Counts, after: &Counts) -> Counts {
     after
         .iter()
         .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
@@ -190,7 +194,7 @@ pub(super) fn delta(before: &Counts, after: &Counts) -> Counts {
 
 /// The apiserver's `apiserver_request_total` summed by `verb` and `resource[/subresource]`
 /// (over codes, scopes and versions), for the resources a Deployment controller touches.
-pub(super) fn apiserver_requests(text: &str) -> Result<Counts> {
+pub fn apiserver_requests(text: &str) -> Result<Counts> {
     let samples = parse_samples(text, "apiserver_request_total")?;
     let mut out = Counts::new();
     for s in &samples {
@@ -209,7 +213,7 @@ pub(super) fn apiserver_requests(text: &str) -> Result<Counts> {
 }
 
 /// Whether an audit/apiserver verb writes (changes stored state).
-pub(super) fn is_write(verb: &str) -> bool {
+pub fn is_write(verb: &str) -> bool {
     matches!(
         verb.to_ascii_lowercase().as_str(),
         "create" | "update" | "patch" | "delete" | "deletecollection" | "post" | "put"
@@ -219,7 +223,7 @@ pub(super) fn is_write(verb: &str) -> bool {
 /// Requests of one user in an apiserver JSON audit log, keyed `verb resource[/subresource]`.
 /// Only `ResponseComplete` events count (one per request). Returns the counts and the number of
 /// bytes consumed: a last line without its newline (still being written) is left for later.
-pub(super) fn tally_audit(text: &str, user: &str) -> Result<(Counts, usize)> {
+pub fn tally_audit(text: &str, user: &str) -> Result<(Counts, usize)> {
     let mut counts = Counts::new();
     let mut consumed = 0;
     for line in text.split_inclusive('\n') {
@@ -248,61 +252,12 @@ pub(super) fn tally_audit(text: &str, user: &str) -> Result<(Counts, usize)> {
 }
 
 /// The sum of the counts whose key starts with a write verb.
-pub(super) fn writes(counts: &Counts) -> f64 {
+pub fn writes(counts: &Counts) -> f64 {
     counts
         .iter()
         .filter(|(k, _)| is_write(k.split(' ').next().unwrap_or("")))
         .map(|(_, v)| v)
         .sum()
-}
-
-/// The `p`-th percentile (0-100) by the nearest-rank method; `None` for no values.
-pub(super) fn percentile(values: &[f64], p: f64) -> Option<f64> {
-    if values.is_empty() {
-        return None;
-    }
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    Some(sorted[rank.clamp(1, sorted.len()) - 1])
-}
-
-/// The median (mean of the two middle values for an even count); `None` for no values.
-pub(super) fn median(values: &[f64]) -> Option<f64> {
-    if values.is_empty() {
-        return None;
-    }
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let mid = sorted.len() / 2;
-    Some(if sorted.len().is_multiple_of(2) {
-        (sorted[mid - 1] + sorted[mid]) / 2.0
-    } else {
-        sorted[mid]
-    })
-}
-
-/// A Deployment's numbers that decide whether its rollout is complete.
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct RolloutState {
-    pub(super) generation: i64,
-    pub(super) observed_generation: i64,
-    pub(super) spec_replicas: i32,
-    pub(super) replicas: i32,
-    pub(super) updated: i32,
-    pub(super) available: i32,
-}
-
-impl RolloutState {
-    /// Complete at `want` replicas: the controller saw the latest spec, and every replica is
-    /// of the current template and available, with no old replica left.
-    pub(super) fn complete(&self, want: i32) -> bool {
-        self.observed_generation >= self.generation
-            && self.spec_replicas == want
-            && self.updated == want
-            && self.replicas == want
-            && self.available == want
-    }
 }
 
 /// Whether a kube-controller-manager log says the Deployment controller's caches are synced.
@@ -317,7 +272,7 @@ impl RolloutState {
 /// the later time (an upper bound; in the runs so far they synced within ~0.1 s of start,
 /// before the Deployment controller's). Named forms (`logger="deployment-controller"`,
 /// `controller="deployment"`, `Caches are synced for deployment`) count at once.
-pub(crate) fn kcm_deployment_synced(log: &str) -> bool {
+pub fn kcm_deployment_synced(log: &str) -> bool {
     const SYNCED: &str = "\"Caches are synced\"";
     const WAITING: &str = "\"Waiting for caches to sync\"";
     const STARTING: &str = "\"Starting controller\" controller=\"deployment\"";
@@ -487,58 +442,6 @@ apiserver_request_total{code="200",component="apiserver",dry_run="",group="",res
         assert_eq!(counts["create replicasets"], 1.0);
         assert_eq!(consumed, log.rfind('\n').unwrap() + 1);
         assert!(tally_audit("not json\n", ours).is_err());
-    }
-
-    #[test]
-    fn percentiles_and_medians() {
-        let values: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(percentile(&values, 50.0), Some(50.0));
-        assert_eq!(percentile(&values, 99.0), Some(99.0));
-        assert_eq!(percentile(&values, 100.0), Some(100.0));
-        assert_eq!(percentile(&[3.0, 1.0, 2.0], 50.0), Some(2.0));
-        assert_eq!(percentile(&[7.0], 99.0), Some(7.0));
-        assert_eq!(percentile(&[], 50.0), None);
-        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
-        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
-        assert_eq!(median(&[]), None);
-    }
-
-    #[test]
-    fn rollout_completion() {
-        let done = RolloutState {
-            generation: 3,
-            observed_generation: 3,
-            spec_replicas: 4,
-            replicas: 4,
-            updated: 4,
-            available: 4,
-        };
-        assert!(done.complete(4));
-        assert!(!done.complete(8), "scaled but not yet observed at 8");
-        assert!(
-            !RolloutState {
-                observed_generation: 2,
-                ..done
-            }
-            .complete(4),
-            "the latest spec is not observed yet"
-        );
-        assert!(
-            !RolloutState {
-                replicas: 5,
-                ..done
-            }
-            .complete(4),
-            "an old replica is still there"
-        );
-        assert!(!RolloutState { updated: 3, ..done }.complete(4));
-        assert!(
-            !RolloutState {
-                available: 3,
-                ..done
-            }
-            .complete(4)
-        );
     }
 
     #[test]
