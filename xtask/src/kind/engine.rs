@@ -165,7 +165,7 @@ fn podman_answers() -> Option<String> {
 }
 
 /// Whether Docker Hub's registry accepts a TCP connection within 3 s.
-fn registry_reachable() -> bool {
+pub(crate) fn registry_reachable() -> bool {
     let Ok(mut addrs) = "registry-1.docker.io:443".to_socket_addrs() else {
         return false;
     };
