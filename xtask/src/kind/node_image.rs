@@ -38,8 +38,8 @@ use super::steps::{self, fnv_hex, run_logged};
 pub(crate) const KIND_VERSION: &str = "v0.32.0";
 /// The Debian release of the base file system.
 const DEBIAN_SUITE: &str = "bookworm";
-/// Packages of the base file system (kind's base image list, with Debian's containerd, runc
-/// and CNI plugins instead of upstream builds).
+/// Packages of the base file system (kind's base image list without the storage extras, with
+/// Debian's containerd, runc and CNI plugins instead of upstream builds).
 const BASE_PACKAGES: &[&str] = &[
     "systemd",
     "systemd-sysv",
@@ -57,6 +57,8 @@ const BASE_PACKAGES: &[&str] = &[
     "bash",
     "ca-certificates",
     "procps",
+    // kind's scripts (the product-files hook of every container) parse JSON with it.
+    "jq",
     "containerd",
     "runc",
     "containernetworking-plugins",
