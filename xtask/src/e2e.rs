@@ -197,18 +197,13 @@ pub(crate) fn run(args: E2eArgs) -> Result<()> {
         }
         ClusterKind::Kind => {
             let release = args.kube.release;
-            let cluster = KindCluster::new(&args.name, release);
-            require_tool(
-                "kind",
-                &format!(
-                    "install kind {}+ (https://kind.sigs.k8s.io), the first release with \
-                     Kubernetes {} node images",
-                    release.kind,
-                    release.minor_name()
-                ),
-            )?;
+            // kind, the node image and (offline) the controller image are built here; see
+            // xtask/src/kind/.
+            let name = crate::kind::cluster_name(&args.name);
+            let cluster = KindCluster::new(&name, release);
+            crate::kind::require_engine()?;
             let engine = container_engine()?;
-            let dir = Path::new("target/kctrl-kind").join(&args.name);
+            let dir = crate::kind::cluster_dir(&name);
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
             let kubeconfig = dir.join("kubeconfig");
             let in_cluster = match args.controller.unwrap_or(ControllerPlacement::InCluster) {
@@ -225,22 +220,16 @@ pub(crate) fn run(args: E2eArgs) -> Result<()> {
                             .with_kubeconfig(&kubeconfig)
                             .with_kubectl(&kubectl);
                     // Like the binary above, before any cluster exists.
-                    run_command(&ctl.build_image_command())?;
+                    crate::kind::controller_image(&ctl.build_image_command())?;
                     Some(ctl)
                 }
             };
-            let config = dir.join("kind.yaml");
-            std::fs::write(&config, cluster.config())
-                .with_context(|| format!("writing {}", config.display()))?;
-            run_command(&cluster.create_command(&config))?;
+            let created = crate::kind::e2e_cluster(&name, release)?;
             let result = (|| {
-                let out = output_of(&cluster.kubeconfig_command())?;
-                std::fs::write(&kubeconfig, out)
-                    .with_context(|| format!("writing {}", kubeconfig.display()))?;
                 match &in_cluster {
                     Some(ctl) => {
                         for cmd in ctl.load_image_commands() {
-                            run_command(&cmd)?;
+                            run_command(&crate::kind::with_our_kind(cmd, &created.kind))?;
                         }
                         run_suite_with_in_cluster_controller(
                             ctl,
@@ -266,7 +255,7 @@ pub(crate) fn run(args: E2eArgs) -> Result<()> {
                     ),
                 }
             })();
-            finish(result, args.keep, || run_command(&cluster.delete_command()))
+            finish(result, args.keep, || created.delete())
         }
     }
 }

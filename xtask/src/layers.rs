@@ -11,8 +11,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Modules of xtask every activity may use.
-const SHARED: &[&str] = &["kube", "workspace_root"];
+/// Modules of xtask every activity may use: `kind` is the kind-cluster provider (engine, node
+/// and controller images, clusters) that `cargo xtask e2e --cluster kind` runs on, beside
+/// being a command of its own.
+const SHARED: &[&str] = &["kind", "kube", "workspace_root"];
 /// Files that compose the activities into commands: main.rs (`cargo xtask <command>`), test.rs
 /// (`cargo xtask test` runs several) and bench/mod.rs (`cargo xtask bench <target>`); and this
 /// check itself, whose examples name activities.

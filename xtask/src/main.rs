@@ -11,6 +11,7 @@ mod demo;
 mod diff;
 mod e2e;
 mod fuzz;
+mod kind;
 #[cfg(test)]
 mod kind_deploy_tests;
 mod kube;
@@ -49,6 +50,8 @@ enum Command {
     E2e(e2e::E2eArgs),
     /// Builds the fuzz targets in fuzz/ with libFuzzer and runs each for a while.
     Fuzz(fuzz::FuzzArgs),
+    /// kind without a running engine or a registry: the container engine, images.
+    Kind(kind::KindArgs),
     /// Writes the protobuf decoders of whole Deployments and ReplicaSets from the Go types
     /// of the targeted Kubernetes release and k8s-openapi's Rust types.
     GenProtobuf(GenProtobufArgs),
@@ -84,6 +87,10 @@ pub(crate) fn gen_protobuf(args: &GenProtobufArgs) -> anyhow::Result<()> {
 }
 
 fn main() -> anyhow::Result<()> {
+    // dockerd runs a copy of this binary as its OCI runtime (see kind::runc_wrapper).
+    if kind::runc_wrapper::invoked_as_wrapper() {
+        kind::runc_wrapper::main();
+    }
     match Cli::parse().command {
         Command::ApiVersions(args) => api_versions::run(args),
         Command::Bench(args) => bench::run(args),
@@ -94,6 +101,7 @@ fn main() -> anyhow::Result<()> {
         Command::Diff(args) => diff::run(args),
         Command::E2e(args) => e2e::run(args),
         Command::Fuzz(args) => fuzz::run(args),
+        Command::Kind(args) => kind::run(args),
         Command::GenProtobuf(args) => gen_protobuf(&args),
         Command::Test(args) => test::run(args),
     }

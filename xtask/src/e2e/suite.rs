@@ -146,17 +146,6 @@ pub(super) fn run_suite(target: &Target, selection: &[String], test_args: &[Stri
     Ok(())
 }
 
-pub(super) fn require_tool(tool: &str, hint: &str) -> Result<()> {
-    match Command::new(tool).arg("version").output() {
-        Ok(out) if out.status.success() => Ok(()),
-        Ok(out) => bail!(
-            "`{tool} version` failed: {}; {hint}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ),
-        Err(e) => bail!("{tool} is not usable ({e}); {hint}"),
-    }
-}
-
 pub(super) fn run_command(argv: &[String]) -> Result<()> {
     xtask_contender::rbac::run_command(argv)
 }
