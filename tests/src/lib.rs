@@ -2,9 +2,14 @@
 //! per-test namespaces.
 //!
 //! The suite runs only when `cargo xtask e2e` (or a developer) points it at a cluster with
-//! [`KUBECONFIG_ENV`]. It never falls back to `$KUBECONFIG`, so a plain `cargo test` cannot
-//! touch whatever cluster a developer's shell happens to point at; without the variable every
-//! test returns early and the binary prints one line saying so.
+//! [`KUBECONFIG_ENV`], or when [`TESTENV_ENV`] asks each test binary to start a control plane
+//! of its own with `kctrl-testenv` (etcd, kube-apiserver, kube-controller-manager without its
+//! Deployment controller, three KWOK nodes; from the cached build, stopped when the binary
+//! exits): `KCTRL_E2E_TESTENV=1 cargo test -p kctrl-e2e --test runtime`. No deployment
+//! controller runs there, so the tests that need one (the `deployment` target) belong to
+//! `cargo xtask e2e`. The suite never falls back to `$KUBECONFIG`, so a plain `cargo test`
+//! cannot touch whatever cluster a developer's shell happens to point at; without either
+//! variable every test returns early and the binary prints one line saying so.
 
 use std::path::PathBuf;
 use std::sync::Once;
@@ -24,6 +29,9 @@ pub const CONTROLLER_KUBECONFIG_ENV: &str = "KCTRL_E2E_CONTROLLER_KUBECONFIG";
 pub const COMPACT_COMMAND_ENV: &str = "KCTRL_E2E_COMPACT_COMMAND";
 /// Log of our deployment-controller, set when `cargo xtask e2e` runs it against the cluster.
 pub const DEPLOYMENT_CONTROLLER_LOG_ENV: &str = "KCTRL_E2E_DEPLOYMENT_CONTROLLER_LOG";
+/// Set (to anything) without [`KUBECONFIG_ENV`]: the test binary runs on a `kctrl-testenv`
+/// control plane of its own.
+pub const TESTENV_ENV: &str = "KCTRL_E2E_TESTENV";
 
 /// The cluster the suite runs against.
 #[derive(Clone, Debug)]
@@ -42,6 +50,9 @@ static SKIP_NOTICE: Once = Once::new();
 
 /// The cluster from the environment, or `None` (after printing one notice per test binary).
 pub fn cluster() -> Option<Cluster> {
+    if std::env::var_os(KUBECONFIG_ENV).is_none() && std::env::var_os(TESTENV_ENV).is_some() {
+        return Some(testenv_cluster());
+    }
     let Some(kubeconfig) = std::env::var_os(KUBECONFIG_ENV) else {
         SKIP_NOTICE.call_once(|| {
             // Written to the real stderr: the test harness captures `eprintln!`.
@@ -61,6 +72,44 @@ pub fn cluster() -> Option<Cluster> {
         deployment_controller_log: std::env::var_os(DEPLOYMENT_CONTROLLER_LOG_ENV)
             .map(PathBuf::from),
     })
+}
+
+/// The shared `kctrl-testenv` control plane of this test binary, started on first use. Panics
+/// with the environment's own message (e.g. the command that builds the binaries) when it
+/// cannot start: the variable asked for it.
+fn testenv_cluster() -> Cluster {
+    static STARTED: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    let started = STARTED.get_or_init(|| {
+        // Tests call this from their own runtimes (usually current-thread ones): start the
+        // environment on a thread and runtime of its own and keep only its kubeconfig; the
+        // environment itself lives on in kctrl-testenv's static until the process exits.
+        std::thread::spawn(|| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("a runtime to start the test environment: {e}"))?;
+            runtime.block_on(async {
+                kctrl_testenv::TestEnv::builder()
+                    .controller_manager(true)
+                    .kwok_nodes(3)
+                    .shared()
+                    .await
+                    .map(|env| env.kubeconfig_path().to_path_buf())
+                    .map_err(|e| e.to_string())
+            })
+        })
+        .join()
+        .unwrap_or_else(|_| Err("the thread starting the test environment panicked".to_owned()))
+    });
+    match started {
+        Ok(kubeconfig) => Cluster {
+            kubeconfig: kubeconfig.clone(),
+            controller_kubeconfig: None,
+            compact_command: None,
+            deployment_controller_log: None,
+        },
+        Err(e) => panic!("{TESTENV_ENV} is set, but the test environment did not start: {e}"),
+    }
 }
 
 /// Returns from the enclosing test when no cluster is configured (with the given value, in a
