@@ -3,6 +3,7 @@
 
 pub(crate) mod controller;
 mod informer;
+mod runtime;
 mod workqueue;
 
 /// Arguments of `cargo xtask bench`.
@@ -36,6 +37,14 @@ enum Target {
     /// initial sync, with and without priority lanes, beside kube-controller-manager's.
     /// Writes docs/benchmarks/lanes.md.
     Lanes(controller::lanes::LanesArgs),
+    /// kctrl-runtime's Controller against kube-runtime's (kube 5.0.0) on a local control
+    /// plane, alternating: a custom resource whose reconcile applies an owned ConfigMap and
+    /// its status; wall time, throughput, CPU, RSS and API requests. Writes
+    /// docs/benchmarks/runtime.md.
+    Runtime(runtime::RuntimeArgs),
+    /// The kctrl side of `bench runtime`, run as a release build by that command.
+    #[command(hide = true)]
+    RuntimePeer(runtime::peer::PeerArgs),
 }
 
 pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -46,5 +55,7 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
         Target::InformerPeer(args) => informer::peer::run(args),
         Target::Controller(args) => controller::run(args),
         Target::Lanes(args) => controller::lanes::run(args),
+        Target::Runtime(args) => runtime::run(args),
+        Target::RuntimePeer(args) => runtime::peer::run(args),
     }
 }

@@ -1,0 +1,429 @@
+//! Tables of `cargo xtask bench runtime`: medians with min–max per side, the ratio
+//! kctrl-runtime / kube-runtime and the issue's targets, for the terminal and for
+//! docs/benchmarks/runtime.md.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use super::{Run, Side};
+
+/// What the run was asked to do (for the markdown).
+pub(super) struct Settings {
+    pub(super) objects: usize,
+    pub(super) reps: usize,
+    pub(super) concurrency: usize,
+    pub(super) quick: bool,
+}
+
+/// The machine facts of the markdown.
+pub(super) struct Machine {
+    cpus: usize,
+    cpu_model: String,
+    memory: String,
+    os: String,
+    rustc: String,
+    kubernetes: String,
+    date: String,
+}
+
+impl Machine {
+    pub(super) fn detect(kubernetes: &str) -> Self {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu_model = cpuinfo
+            .lines()
+            .find(|line| line.starts_with("model name"))
+            .and_then(|line| line.split(':').nth(1))
+            .map_or_else(|| "unknown".into(), |model| model.trim().to_string());
+        let memory = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|info| {
+                info.lines()
+                    .find_map(|line| line.strip_prefix("MemTotal:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            })
+            .map_or_else(
+                || "unknown".into(),
+                |kb| format!("{:.1} GiB", kb / 1024.0 / 1024.0),
+            );
+        Machine {
+            cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            cpu_model,
+            memory,
+            os: crate::bench::command_output("uname", &["-sr"]),
+            rustc: crate::bench::command_output("rustc", &["--version"]),
+            kubernetes: kubernetes.to_owned(),
+            date: crate::bench::command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+        }
+    }
+}
+
+/// Which way is better, and the issue's target for ours / kube-runtime's.
+#[derive(Clone, Copy)]
+enum Target {
+    /// Higher is better; ratio at least this.
+    AtLeast(f64),
+    /// Lower is better; ratio at most this.
+    AtMost(f64),
+    /// Reported only.
+    None,
+}
+
+/// One metric over the runs of both sides.
+pub(super) struct Row {
+    name: &'static str,
+    unit: &'static str,
+    target: Target,
+    /// Per side: (median, min, max).
+    kctrl: (f64, f64, f64),
+    kube_rs: (f64, f64, f64),
+}
+
+impl Row {
+    fn ratio(&self) -> f64 {
+        self.kctrl.0 / self.kube_rs.0
+    }
+
+    fn verdict(&self) -> &'static str {
+        let ratio = self.ratio();
+        match self.target {
+            Target::AtLeast(t) if ratio >= t => "met",
+            Target::AtMost(t) if ratio <= t => "met",
+            Target::AtLeast(_) | Target::AtMost(_) => "**missed**",
+            Target::None => "",
+        }
+    }
+
+    fn target_text(&self) -> String {
+        match self.target {
+            Target::AtLeast(t) => format!(">= {t:.1}x"),
+            Target::AtMost(t) => format!("<= {t:.1}x"),
+            Target::None => String::new(),
+        }
+    }
+}
+
+/// (median, min, max); NaN for no values.
+fn stats(mut values: Vec<f64>) -> (f64, f64, f64) {
+    values.retain(|v| v.is_finite());
+    if values.is_empty() {
+        return (f64::NAN, f64::NAN, f64::NAN);
+    }
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    let median = if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    };
+    (median, values[0], values[n - 1])
+}
+
+fn is_write(key: &str) -> bool {
+    matches!(
+        key.split(' ').next().unwrap_or(""),
+        "create" | "update" | "patch" | "delete" | "deletecollection"
+    )
+}
+
+/// The metrics of the table, in order.
+pub(super) fn summarize(runs: &[Run]) -> Vec<Row> {
+    type Metric = (&'static str, &'static str, Target, fn(&Run) -> f64);
+    let total = |r: &Run| r.create_s + r.change_s;
+    let metrics: [Metric; 13] = [
+        (
+            "create: wall time to all converged",
+            "s",
+            Target::AtMost(1.0),
+            |r| r.create_s,
+        ),
+        (
+            "create: objects converged per second",
+            "1/s",
+            Target::AtLeast(1.0),
+            |r| r.objects as f64 / r.create_s,
+        ),
+        (
+            "change: wall time to all converged",
+            "s",
+            Target::AtMost(1.0),
+            |r| r.change_s,
+        ),
+        (
+            "change: objects converged per second",
+            "1/s",
+            Target::AtLeast(1.0),
+            |r| r.objects as f64 / r.change_s,
+        ),
+        ("reconciles run", "", Target::None, |r| r.reconciles as f64),
+        (
+            "reconciles per second (create + change)",
+            "1/s",
+            Target::None,
+            |r| r.reconciles as f64 / (r.create_s + r.change_s),
+        ),
+        ("CPU-seconds (create + change)", "s", Target::None, |r| {
+            r.cpu_s
+        }),
+        (
+            "CPU-ms per converged object change",
+            "ms",
+            Target::AtMost(0.7),
+            |r| 1000.0 * r.cpu_s / (2 * r.objects) as f64,
+        ),
+        ("CPU-ms per reconcile run", "ms", Target::None, |r| {
+            1000.0 * r.cpu_s / r.reconciles.max(1) as f64
+        }),
+        ("peak RSS (VmHWM)", "MiB", Target::AtMost(0.7), |r| {
+            r.peak_rss as f64 / (1024.0 * 1024.0)
+        }),
+        ("API requests", "", Target::None, |r| {
+            r.requests.values().sum()
+        }),
+        ("API writes", "", Target::None, |r| {
+            r.requests
+                .iter()
+                .filter(|(k, _)| is_write(k))
+                .map(|(_, v)| v)
+                .sum()
+        }),
+        ("failed reconciles", "", Target::None, |r| r.failures as f64),
+    ];
+    let mut rows: Vec<Row> = metrics
+        .iter()
+        .map(|&(name, unit, target, f)| {
+            let of = |side: Side| {
+                stats(
+                    runs.iter()
+                        .filter(|r| r.side == side)
+                        .map(f)
+                        .collect::<Vec<_>>(),
+                )
+            };
+            Row {
+                name,
+                unit,
+                target,
+                kctrl: of(Side::Kctrl),
+                kube_rs: of(Side::KubeRs),
+            }
+        })
+        .collect();
+    // Total wall time after the two phases.
+    let of = |side: Side| {
+        stats(
+            runs.iter()
+                .filter(|r| r.side == side)
+                .map(total)
+                .collect::<Vec<_>>(),
+        )
+    };
+    rows.insert(
+        4,
+        Row {
+            name: "create + change: wall time",
+            unit: "s",
+            target: Target::AtMost(1.0),
+            kctrl: of(Side::Kctrl),
+            kube_rs: of(Side::KubeRs),
+        },
+    );
+    rows
+}
+
+fn number(v: f64) -> String {
+    if !v.is_finite() {
+        "–".into()
+    } else if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn cell((median, min, max): (f64, f64, f64)) -> String {
+    if min == max {
+        number(median)
+    } else {
+        format!("{} ({}–{})", number(median), number(min), number(max))
+    }
+}
+
+fn ratio_text(ratio: f64) -> String {
+    if ratio.is_finite() {
+        format!("{ratio:.2}x")
+    } else {
+        "–".into()
+    }
+}
+
+fn label(row: &Row) -> String {
+    if row.unit.is_empty() {
+        row.name.to_owned()
+    } else {
+        format!("{} ({})", row.name, row.unit)
+    }
+}
+
+/// The summary for the terminal.
+pub(super) fn text_table(rows: &[Row]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<48} {:>24} {:>24} {:>7} {:>8}",
+        "metric", "kctrl-runtime", "kube-runtime", "ratio", "target"
+    );
+    for row in rows {
+        let _ = writeln!(
+            out,
+            "{:<48} {:>24} {:>24} {:>7} {:>8} {}",
+            label(row),
+            cell(row.kctrl),
+            cell(row.kube_rs),
+            ratio_text(row.ratio()),
+            row.target_text(),
+            row.verdict().trim_matches('*')
+        );
+    }
+    out
+}
+
+/// Median count per `verb resource` of each side.
+fn request_rows(runs: &[Run]) -> Vec<(String, f64, f64)> {
+    let keys: std::collections::BTreeSet<&String> =
+        runs.iter().flat_map(|r| r.requests.keys()).collect();
+    keys.into_iter()
+        .map(|key| {
+            let of = |side: Side| {
+                stats(
+                    runs.iter()
+                        .filter(|r| r.side == side)
+                        .map(|r| r.requests.get(key).copied().unwrap_or(0.0))
+                        .collect(),
+                )
+                .0
+            };
+            (key.clone(), of(Side::Kctrl), of(Side::KubeRs))
+        })
+        .collect()
+}
+
+/// docs/benchmarks/runtime.md.
+pub(super) fn markdown(rows: &[Row], runs: &[Run], machine: &Machine, s: &Settings) -> String {
+    let mut out = String::new();
+    let quick = if s.quick { " --quick" } else { "" };
+    let _ = writeln!(
+        out,
+        "# kctrl-runtime's Controller beside kube-runtime's\n\n\
+         Generated by `cargo xtask bench runtime{quick} --reps {} --objects {} --concurrency {}` \
+         on {}; do not edit by hand.{}\n",
+        s.reps,
+        s.objects,
+        s.concurrency,
+        machine.date,
+        if s.quick {
+            " A `--quick` smoke run: small and one repetition, not numbers to publish."
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(
+        out,
+        "## What runs\n\n\
+         Two controllers of one custom resource, `Widget` (`bench.kctrl.dev/v1`, its CRD \
+         generated from the derive in `xtask/src/bench/runtime/peer.rs`), take turns against \
+         one local control plane (`cargo xtask cluster`), each alone: kctrl-runtime's \
+         `Controller` (a hidden subcommand of a release build of xtask) and kube-runtime's \
+         `Controller` from kube 5.0.0 (`bench/runtime-kube-rs`, its own lock file, release \
+         build). Each reconcile server-side-applies one ConfigMap the Widget controls \
+         (controller owner reference) and then the Widget's status (`observedGeneration`), \
+         field manager `kctrl-bench-runtime`, forced. Both watch Widgets and the ConfigMaps \
+         of the namespace (`owns`), run {} reconciles at once (kube-runtime's \
+         `Config::concurrency`, kctrl-runtime's `workers`; kube-runtime's default is \
+         unbounded, ours one), have no client-side rate limit and no resync, and react to \
+         every event (no predicates), so both also run the no-op reconciles their own status \
+         and ConfigMap writes trigger.\n\n\
+         Per run, in a fresh namespace (the previous run's deleted and gone first, so that no \
+         run shares the apiserver with another's garbage collection): the driver creates {} \
+         Widgets, starts the peer and waits until every Widget is converged (its status shows \
+         its generation and its ConfigMap holds its revision, seen by the driver's own \
+         informers); then it changes every Widget's spec (a merge patch, {} in flight) and \
+         waits again. The order alternates by repetition. CPU-seconds (`/proc/PID/stat`, \
+         user + system, from the peer's start) and peak RSS (`VmHWM`) are read before the peer \
+         is told to stop; API requests are the peer's in the apiserver's audit log (by user \
+         agent), watches included. Medians with min–max over {} runs per side; ratio = \
+         kctrl-runtime / kube-runtime of the medians. \"Per converged object change\" divides \
+         by the {} Widget generations converged (created + changed), independent of how many \
+         reconciles a runtime needs for them.\n",
+        s.concurrency,
+        s.objects,
+        super::DRIVER_CONCURRENCY,
+        s.reps,
+        2 * s.objects
+    );
+    let _ = writeln!(out, "## Results\n");
+    let _ = writeln!(
+        out,
+        "| metric | kctrl-runtime | kube-runtime | ratio | target | |\n|---|---:|---:|---:|---:|---|"
+    );
+    for row in rows {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} |",
+            label(row),
+            cell(row.kctrl),
+            cell(row.kube_rs),
+            ratio_text(row.ratio()),
+            row.target_text(),
+            row.verdict()
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nThe issue's targets: throughput and wall time >= 1.0x kube-runtime (for wall time: \
+         ours / theirs <= 1.0), CPU-seconds per reconcile <= 0.7x, RSS <= 0.7x.\n"
+    );
+    let _ = writeln!(
+        out,
+        "### API requests by verb and resource (medians)\n\n| request | kctrl-runtime | kube-runtime |\n|---|---:|---:|"
+    );
+    for (key, ours, theirs) in request_rows(runs) {
+        let _ = writeln!(out, "| {key} | {ours:.0} | {theirs:.0} |");
+    }
+    let _ = writeln!(
+        out,
+        "\n### Every run\n\n| # | controller | create (s) | change (s) | driver's changes sent (s) | reconciles | CPU-s at create | CPU-s | peak RSS (MiB) | requests |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    let mut per_side: BTreeMap<usize, usize> = BTreeMap::new();
+    for r in runs {
+        *per_side.entry(r.rep).or_default() += 1;
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.2} | {:.2} | {:.2} | {} | {:.2} | {:.2} | {:.1} | {:.0} |",
+            r.rep + 1,
+            r.side.name(),
+            r.create_s,
+            r.change_s,
+            r.patch_s,
+            r.reconciles,
+            r.cpu_create_s,
+            r.cpu_s,
+            r.peak_rss as f64 / (1024.0 * 1024.0),
+            r.requests.values().sum::<f64>()
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n## Machine\n\n\
+         - CPU: {} x {}\n- Memory: {}\n- OS: {}\n- {}\n- Kubernetes {} (local control plane, \
+         one KWOK node), driver and peers on the same machine\n",
+        machine.cpus,
+        machine.cpu_model,
+        machine.memory,
+        machine.os,
+        machine.rustc,
+        machine.kubernetes
+    );
+    out
+}
