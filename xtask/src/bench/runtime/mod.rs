@@ -36,9 +36,9 @@ use serde::Deserialize;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{ChildStdout, Command};
 
-use crate::cluster::KubeVersionArg;
 use kctrl_cluster::plane::{self, UpOptions};
 use peer::{Widget, WidgetSpec};
+use xtask_contender::args::KubeVersionArg;
 
 /// Label of the ConfigMaps the Widgets own (both peers set it).
 const CONFIG_MAP_LABEL: &str = "kctrl.bench/runtime";
@@ -185,7 +185,7 @@ pub(crate) fn run(args: RuntimeArgs) -> Result<()> {
     let audit_log = dir.join("audit.log");
     let _ = fs::remove_file(&audit_log);
     eprintln!("starting cluster '{}' afresh (audit log on)…", args.name);
-    crate::cluster::down(&args.name)?;
+    xtask_contender::fresh::down(&args.name)?;
     let up = plane::ensure_up(&UpOptions {
         name: args.name.clone(),
         nodes: 1,
@@ -203,7 +203,7 @@ pub(crate) fn run(args: RuntimeArgs) -> Result<()> {
         Ok(info) => info,
         Err(e) => {
             if !args.keep {
-                let _ = crate::cluster::down(&args.name);
+                let _ = xtask_contender::fresh::down(&args.name);
             }
             return Err(e);
         }
@@ -218,7 +218,7 @@ pub(crate) fn run(args: RuntimeArgs) -> Result<()> {
         reps,
         concurrency: args.concurrency.max(1),
         timeout: Duration::from_secs(args.timeout_s),
-        ticks_per_second: crate::bench::controller::clock_ticks(),
+        ticks_per_second: xtask_contender::probe::clock_ticks(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -229,7 +229,7 @@ pub(crate) fn run(args: RuntimeArgs) -> Result<()> {
             "stopping cluster '{}' (use --keep to leave it running)",
             args.name
         );
-        if let Err(e) = crate::cluster::down(&args.name) {
+        if let Err(e) = xtask_contender::fresh::down(&args.name) {
             eprintln!("  stopping the cluster failed: {e:#}");
         }
     }
@@ -279,7 +279,7 @@ impl Env {
     /// CPU-seconds `pid` has used so far.
     fn cpu_of(&self, pid: u32) -> Result<f64> {
         // Shared helper of `bench controller` (xtask layer restructuring re-points this use).
-        Ok(crate::bench::controller::process_cpu(pid)?.seconds(self.ticks_per_second))
+        Ok(xtask_contender::probe::process_cpu(pid)?.seconds(self.ticks_per_second))
     }
 }
 
@@ -506,7 +506,7 @@ fn audit_since(path: &Path, from: u64, agent: &str) -> Result<BTreeMap<String, f
 async fn run_once(env: &Env, client: &Client, side: Side, rep: usize) -> Result<Run> {
     let namespace = format!("kctrl-bench-runtime-{rep}-{}", side.slug());
     delete_namespace(client, &namespace).await?;
-    crate::bench::ensure_namespace(client, &namespace, &[(NAMESPACE_LABEL, "true")]).await?;
+    crate::kube::ensure_namespace(client, &namespace, &[(NAMESPACE_LABEL, "true")]).await?;
     let widgets = Api::<Widget>::namespaced(client.clone(), &namespace);
     let created = concurrently(env.objects, |i| {
         let widgets = widgets.clone();

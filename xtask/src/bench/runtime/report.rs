@@ -28,31 +28,15 @@ pub(super) struct Machine {
 
 impl Machine {
     pub(super) fn detect(kubernetes: &str) -> Self {
-        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        let cpu_model = cpuinfo
-            .lines()
-            .find(|line| line.starts_with("model name"))
-            .and_then(|line| line.split(':').nth(1))
-            .map_or_else(|| "unknown".into(), |model| model.trim().to_string());
-        let memory = std::fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|info| {
-                info.lines()
-                    .find_map(|line| line.strip_prefix("MemTotal:"))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-            })
-            .map_or_else(
-                || "unknown".into(),
-                |kb| format!("{:.1} GiB", kb / 1024.0 / 1024.0),
-            );
+        use xtask_report::machine::{command_output, cpu_model, memory};
         Machine {
             cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
-            cpu_model,
-            memory,
-            os: crate::bench::command_output("uname", &["-sr"]),
-            rustc: crate::bench::command_output("rustc", &["--version"]),
+            cpu_model: cpu_model(),
+            memory: memory(),
+            os: command_output("uname", &["-sr"]),
+            rustc: command_output("rustc", &["--version"]),
             kubernetes: kubernetes.to_owned(),
-            date: crate::bench::command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+            date: command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
         }
     }
 }
