@@ -29,3 +29,33 @@ pub(crate) async fn ensure_namespace(
         Err(e) => Err(anyhow::anyhow!("creating namespace {name}: {e}")),
     }
 }
+
+/// Deletes namespace `name` and waits until it is gone (at most `timeout`); one that does not
+/// exist is fine.
+pub(crate) async fn delete_namespace(
+    client: &kctrl_client::Client,
+    name: &str,
+    timeout: std::time::Duration,
+) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Namespace;
+    let api = kctrl_client::Api::<Namespace>::all(client.clone());
+    match api
+        .delete(name, &kctrl_client::DeleteParams::default())
+        .await
+    {
+        Ok(_) => {}
+        Err(e) if e.is_not_found() => return Ok(()),
+        Err(e) => anyhow::bail!("deleting namespace {name}: {e}"),
+    }
+    let started = std::time::Instant::now();
+    loop {
+        match api.get(name).await {
+            Err(e) if e.is_not_found() => return Ok(()),
+            _ => {}
+        }
+        if started.elapsed() > timeout {
+            anyhow::bail!("namespace {name} still exists {timeout:?} after its deletion");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}

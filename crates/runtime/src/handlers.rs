@@ -52,11 +52,22 @@ where
     }
 
     fn on_update(&self, old: &Arc<K>, new: &Arc<K>) {
-        let key = key_of(new.as_ref());
-        if self.predicates.iter().all(|p| p.matches(old, new)) || self.own_writes.is_waiting(&key) {
-            let lane = update_lane(old.metadata(), new.metadata());
-            self.queue.add_with_priority(key, lane);
-        }
+        // The key is computed (and the waiting set looked at) only for an update the
+        // predicates filter out while some key waits: the common paths stay as they were.
+        let pass = self.predicates.iter().all(|p| p.matches(old, new));
+        let key = if pass {
+            key_of(new.as_ref())
+        } else if self.own_writes.any_waiting() {
+            let key = key_of(new.as_ref());
+            if !self.own_writes.is_waiting(&key) {
+                return;
+            }
+            key
+        } else {
+            return;
+        };
+        let lane = update_lane(old.metadata(), new.metadata());
+        self.queue.add_with_priority(key, lane);
     }
 
     fn on_delete(&self, _obj: &DeletedObject<K>) {

@@ -45,6 +45,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -567,6 +568,8 @@ struct Inner {
     /// Keys last found [`Readiness::Behind`]: an update of such a key's object is let through
     /// the controller's predicates, since it may be the write the key waits for.
     waiting: Mutex<HashSet<String>>,
+    /// How many keys `waiting` holds, read without its lock.
+    waiting_len: AtomicUsize,
     caches: RwLock<HashMap<ResourceId, Arc<dyn TrackedCache>>>,
 }
 
@@ -643,6 +646,7 @@ impl OwnWrites {
             inner: Arc::new(Inner {
                 table: Mutex::new(WriteTable::new(verify_after)),
                 waiting: Mutex::new(HashSet::new()),
+                waiting_len: AtomicUsize::new(0),
                 caches: RwLock::new(HashMap::new()),
             }),
         }
@@ -799,8 +803,12 @@ impl OwnWrites {
 
     /// Whether `key` was last found behind its writes and waits for a cache to catch up.
     pub fn is_waiting(&self, key: &str) -> bool {
-        let waiting = self.waiting();
-        !waiting.is_empty() && waiting.contains(key)
+        self.any_waiting() && self.waiting().contains(key)
+    }
+
+    /// Whether any key waits for a cache to catch up (no lock taken).
+    pub fn any_waiting(&self) -> bool {
+        self.inner.waiting_len.load(Ordering::Acquire) > 0
     }
 
     fn waiting(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
@@ -811,14 +819,18 @@ impl OwnWrites {
     }
 
     fn set_waiting(&self, key: &str, waiting: bool) {
+        if !waiting && !self.any_waiting() {
+            return;
+        }
         let mut set = self.waiting();
         if waiting {
             if !set.contains(key) {
                 set.insert(key.to_owned());
             }
-        } else if !set.is_empty() {
+        } else {
             set.remove(key);
         }
+        self.inner.waiting_len.store(set.len(), Ordering::Release);
     }
 
     /// How many objects have records, over all keys.

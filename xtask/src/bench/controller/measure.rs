@@ -13,6 +13,7 @@ use super::workload::*;
 use super::{
     Env, NAMESPACE_PREFIX, Phase, PhaseRun, QPS, REPLICAS, SETUP_QPS, Side, TAIL, admin_client,
 };
+use crate::kube::delete_namespace;
 
 pub(super) async fn measure(
     env: &Env,

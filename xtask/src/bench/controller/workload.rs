@@ -7,9 +7,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Namespace;
 use kctrl_client::versioned::Versioned;
-use kctrl_client::{Api, Client, DeleteParams, ListParams, Patch, PatchParams};
+use kctrl_client::{Api, ListParams, Patch, PatchParams};
 
 use super::running::Controller;
 use super::{CONCURRENCY, REPLICAS};
@@ -67,26 +66,6 @@ pub(super) fn image_patch(tag: &str) -> serde_json::Value {
     serde_json::json!({"spec": {"template": {"spec": {"containers": [
         {"name": "app", "image": format!("registry.k8s.io/pause:{tag}")}
     ]}}}})
-}
-
-pub(super) async fn delete_namespace(client: &Client, name: &str, timeout: Duration) -> Result<()> {
-    let api = Api::<Namespace>::all(client.clone());
-    match api.delete(name, &DeleteParams::default()).await {
-        Ok(_) => {}
-        Err(e) if e.is_not_found() => return Ok(()),
-        Err(e) => bail!("deleting namespace {name}: {e}"),
-    }
-    let started = Instant::now();
-    loop {
-        match api.get(name).await {
-            Err(e) if e.is_not_found() => return Ok(()),
-            _ => {}
-        }
-        if started.elapsed() > timeout {
-            bail!("namespace {name} still exists {timeout:?} after its deletion");
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
 }
 
 pub(super) async fn patch_all(

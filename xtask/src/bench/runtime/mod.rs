@@ -27,10 +27,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kctrl_client::crd::CustomResourceExt;
-use kctrl_client::{Api, Client, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kctrl_client::{Api, Client, ListParams, Patch, PatchParams, PostParams};
 use kctrl_informer::{SharedInformerFactory, Store};
 use serde::Deserialize;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
@@ -505,7 +505,7 @@ fn audit_since(path: &Path, from: u64, agent: &str) -> Result<BTreeMap<String, f
 
 async fn run_once(env: &Env, client: &Client, side: Side, rep: usize) -> Result<Run> {
     let namespace = format!("kctrl-bench-runtime-{rep}-{}", side.slug());
-    delete_namespace(client, &namespace).await?;
+    crate::kube::delete_namespace(client, &namespace, Duration::from_secs(600)).await?;
     crate::kube::ensure_namespace(client, &namespace, &[(NAMESPACE_LABEL, "true")]).await?;
     let widgets = Api::<Widget>::namespaced(client.clone(), &namespace);
     let created = concurrently(env.objects, |i| {
@@ -626,7 +626,7 @@ async fn run_once(env: &Env, client: &Client, side: Side, rep: usize) -> Result<
     // Closed watches reach the audit log when the apiserver notices.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let requests = audit_since(&env.audit_log, audit_from, side.user_agent())?;
-    delete_namespace(client, &namespace).await?;
+    crate::kube::delete_namespace(client, &namespace, Duration::from_secs(600)).await?;
     Ok(Run {
         side,
         rep,
@@ -641,27 +641,6 @@ async fn run_once(env: &Env, client: &Client, side: Side, rep: usize) -> Result<
         peak_rss: peak,
         requests,
     })
-}
-
-/// Deletes namespace `name` and waits until it is gone.
-async fn delete_namespace(client: &Client, name: &str) -> Result<()> {
-    let api = Api::<Namespace>::all(client.clone());
-    match api.delete(name, &DeleteParams::default()).await {
-        Ok(_) => {}
-        Err(e) if e.is_not_found() => return Ok(()),
-        Err(e) => bail!("deleting namespace {name}: {e}"),
-    }
-    let started = Instant::now();
-    loop {
-        match api.get(name).await {
-            Err(e) if e.is_not_found() => return Ok(()),
-            _ => {}
-        }
-        if started.elapsed() > Duration::from_secs(600) {
-            bail!("namespace {name} still exists 10 minutes after its deletion");
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
 }
 
 /// `nice -n 10 <program>`: builds share the machine with other work.
