@@ -42,9 +42,6 @@ enum Target {
     /// its status; wall time, throughput, CPU, RSS and API requests. Writes
     /// docs/benchmarks/runtime.md.
     Runtime(runtime::RuntimeArgs),
-    /// The kctrl side of `bench runtime`, run as a release build by that command.
-    #[command(hide = true)]
-    RuntimePeer(runtime::peer::PeerArgs),
 }
 
 pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -56,6 +53,5 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
         Target::Controller(args) => controller::run(args),
         Target::Lanes(args) => controller::lanes::run(args),
         Target::Runtime(args) => runtime::run(args),
-        Target::RuntimePeer(args) => runtime::peer::run(args),
     }
 }

@@ -1,13 +1,13 @@
 //! `cargo xtask bench runtime`: kctrl-runtime's `Controller` beside kube-runtime's (kube 5.0.0),
 //! alternating, each alone against one local control plane (`cargo xtask cluster`).
 //!
-//! Both peers reconcile the same custom resource, [`peer::Widget`] (its CRD generated from our
+//! Both peers reconcile the same custom resource, [`Widget`] (its CRD generated from our
 //! derive and installed by the driver), in one namespace: each reconcile server-side-applies one
 //! ConfigMap the Widget controls and then the Widget's status (`observedGeneration`), field
 //! manager `kctrl-bench-runtime`, forced; both run [`DEFAULT_CONCURRENCY`] reconciles at once
 //! (kube-runtime's default is unbounded, ours one), without client-side rate limits or resyncs.
-//! Ours, [`peer`], is a hidden subcommand of a release build of xtask; kube-rs's is
-//! bench/runtime-kube-rs, its own Cargo project and lock file.
+//! Ours is bench/runtime-kctrl (package kctrl-bench-runtime, a workspace member built in
+//! release); kube-rs's is bench/runtime-kube-rs, its own Cargo project and lock file.
 //!
 //! Per run, in a fresh namespace (the previous one deleted and gone first, so that no run shares
 //! the apiserver with another's garbage): the driver creates N Widgets, starts the peer and
@@ -16,7 +16,6 @@
 //! (`/proc/PID/stat`) and peak RSS (`VmHWM`) before telling it to stop, and counts the peer's
 //! API requests in the apiserver's audit log by user agent. Tables in [`report`].
 
-pub(crate) mod peer;
 mod report;
 
 use std::collections::BTreeMap;
@@ -36,12 +35,10 @@ use serde::Deserialize;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{ChildStdout, Command};
 
+use kctrl_bench_runtime::{Configuration, Widget, WidgetSpec};
 use kctrl_cluster::plane::{self, UpOptions};
-use peer::{Widget, WidgetSpec};
 use xtask_contender::args::KubeVersionArg;
 
-/// Label of the ConfigMaps the Widgets own (both peers set it).
-const CONFIG_MAP_LABEL: &str = "kctrl.bench/runtime";
 /// Label of the benchmark's namespaces.
 const NAMESPACE_LABEL: &str = "kctrl.bench/runtime";
 /// Reconciles at once in both peers (default of `--concurrency`).
@@ -77,12 +74,22 @@ pub(crate) struct RuntimeArgs {
     /// Leave the cluster running at the end.
     #[arg(long)]
     keep: bool,
-    /// Do not rewrite docs/benchmarks/runtime.md.
+    /// How both peers build their controllers: `defaults` (each library as it comes; writes
+    /// docs/benchmarks/runtime.md) or `lean` (each as its documentation recommends for a
+    /// controller that reads little: managedFields dropped, owned ConfigMaps watched as
+    /// metadata only; writes docs/benchmarks/runtime-lean.md).
+    #[arg(long, default_value = "defaults", value_parser = parse_configuration)]
+    configuration: Configuration,
+    /// Do not rewrite the report (docs/benchmarks/runtime.md or runtime-lean.md).
     #[arg(long)]
     no_doc: bool,
     /// Kubernetes release of the cluster.
     #[command(flatten)]
     kube: KubeVersionArg,
+}
+
+fn parse_configuration(s: &str) -> Result<Configuration> {
+    s.parse()
 }
 
 /// The two controllers compared.
@@ -109,7 +116,7 @@ impl Side {
 
     fn user_agent(self) -> &'static str {
         match self {
-            Side::Kctrl => peer::USER_AGENT,
+            Side::Kctrl => kctrl_bench_runtime::USER_AGENT,
             Side::KubeRs => KUBE_RS_USER_AGENT,
         }
     }
@@ -175,7 +182,7 @@ pub(crate) fn run(args: RuntimeArgs) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     eprintln!("building the kube-rs peer (release, own lock file)…");
     let kube_rs = build_kube_rs_peer(&root, &target, &cargo)?;
-    eprintln!("building the kctrl peer (release xtask)…");
+    eprintln!("building the kctrl peer (release bench/runtime-kctrl)…");
     let kctrl = build_kctrl_peer(&root, &target, &cargo)?;
 
     let dir = target.join("kctrl-bench-runtime");
@@ -217,6 +224,7 @@ pub(crate) fn run(args: RuntimeArgs) -> Result<()> {
         objects,
         reps,
         concurrency: args.concurrency.max(1),
+        configuration: args.configuration,
         timeout: Duration::from_secs(args.timeout_s),
         ticks_per_second: xtask_contender::probe::clock_ticks(),
     };
@@ -239,11 +247,15 @@ pub(crate) fn run(args: RuntimeArgs) -> Result<()> {
         reps,
         concurrency: env.concurrency,
         quick: args.quick,
+        configuration: args.configuration,
     };
     let summary = report::summarize(&runs);
     println!("{}", report::text_table(&summary));
     if !args.no_doc {
-        let doc = root.join("docs/benchmarks/runtime.md");
+        let doc = root.join(match args.configuration {
+            Configuration::Defaults => "docs/benchmarks/runtime.md",
+            Configuration::Lean => "docs/benchmarks/runtime-lean.md",
+        });
         fs::write(&doc, report::markdown(&summary, &runs, &machine, &settings))
             .with_context(|| format!("writing {}", doc.display()))?;
         eprintln!("wrote {}", doc.display());
@@ -260,6 +272,7 @@ struct Env {
     objects: usize,
     reps: usize,
     concurrency: usize,
+    configuration: Configuration,
     timeout: Duration,
     ticks_per_second: u64,
 }
@@ -267,11 +280,7 @@ struct Env {
 impl Env {
     fn command(&self, side: Side) -> Command {
         match side {
-            Side::Kctrl => {
-                let mut c = Command::new(&self.kctrl);
-                c.args(["bench", "runtime-peer"]);
-                c
-            }
+            Side::Kctrl => Command::new(&self.kctrl),
             Side::KubeRs => Command::new(&self.kube_rs),
         }
     }
@@ -464,6 +473,25 @@ fn peak_rss(pid: u32) -> Result<u64> {
         .ok_or_else(|| anyhow!("no VmHWM in /proc/{pid}/status"))
 }
 
+/// The resident set of `pid` now, by kind (anonymous: heap and stacks; file: the binary and
+/// libraries), from /proc/PID/status: where the peak RSS comes from.
+fn rss_parts(pid: u32) -> String {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map_or("?", |v| v.trim())
+            .to_owned()
+    };
+    format!(
+        "VmRSS {}, RssAnon {}, RssFile {}",
+        field("VmRSS:"),
+        field("RssAnon:"),
+        field("RssFile:")
+    )
+}
+
 /// Requests with user agent `agent` in the JSON audit log `text`, keyed
 /// `verb resource[/subresource]` (one `ResponseComplete` event per request).
 fn tally_audit(text: &str, agent: &str) -> BTreeMap<String, f64> {
@@ -558,6 +586,7 @@ async fn run_once(env: &Env, client: &Client, side: Side, rep: usize) -> Result<
         .arg(&env.kubeconfig)
         .arg(&namespace)
         .arg(env.concurrency.to_string())
+        .arg(env.configuration.as_str())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -606,6 +635,7 @@ async fn run_once(env: &Env, client: &Client, side: Side, rep: usize) -> Result<
     .await?;
     let cpu_s = env.cpu_of(pid)?;
     let peak = peak_rss(pid)?;
+    eprintln!("  {} rep {rep}: {}", side.name(), rss_parts(pid));
 
     drop(stdin);
     let done = next_line(&mut lines, "done").await?;
@@ -674,14 +704,15 @@ fn build_kube_rs_peer(root: &Path, target: &Path, cargo: &str) -> Result<PathBuf
 
 fn build_kctrl_peer(root: &Path, target: &Path, cargo: &str) -> Result<PathBuf> {
     let status = niced(cargo)
-        .args(["build", "--release", "--quiet", "-p", "xtask"])
+        .args(["build", "--release", "--quiet", "-p", "kctrl-bench-runtime"])
         .current_dir(root)
         .status()
         .context("running cargo build")?;
     if !status.success() {
-        bail!("release build of xtask failed ({status})");
+        bail!("release build of bench/runtime-kctrl failed ({status})");
     }
-    Ok(target
-        .join("release")
-        .join(format!("xtask{}", std::env::consts::EXE_SUFFIX)))
+    Ok(target.join("release").join(format!(
+        "kctrl-bench-runtime{}",
+        std::env::consts::EXE_SUFFIX
+    )))
 }

@@ -1,12 +1,21 @@
 //! The kctrl side of `cargo xtask bench runtime`: kctrl-runtime's [`Controller`] over the
-//! benchmark's [`Widget`]s in one namespace, owning ConfigMaps, run by the driver as a hidden
-//! subcommand of a release build of xtask.
+//! benchmark's [`Widget`]s in one namespace, owning ConfigMaps. The binary of this crate is the
+//! peer the driver runs (a release build of its own, as lean as a user's controller: the
+//! kube-rs peer is a binary of its own too); the driver takes [`Widget`] and the constants from
+//! the library.
 //!
 //! Each reconcile server-side-applies the Widget's ConfigMap (controller owner reference to the
 //! Widget) and then the Widget's status (`observedGeneration`), both as field manager
 //! [`MANAGER`], forced: the same requests as bench/runtime-kube-rs.
 //!
-//! Protocol (same for both peers): arguments `<kubeconfig> <namespace> <concurrency>`; a JSON
+//! Two configurations ([`Configuration`]): `defaults`, the runtime as it comes (full caches of
+//! Widgets and ConfigMaps, managedFields kept); `lean`, what docs/writing-a-controller.md
+//! recommends to a controller that does not read what it owns: managedFields skipped while
+//! decoding (the factory's informers and the answers to writes), and the owned ConfigMaps
+//! cached as metadata only.
+//!
+//! Protocol (same for both peers): arguments `<kubeconfig> <namespace> <concurrency>
+//! <configuration>`; a JSON
 //! line `started` once the controller runs; at end of stdin the controller stops taking new
 //! work, finishes the reconciles in flight and the peer prints `done` (reconciles and failed
 //! ones).
@@ -29,13 +38,13 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 /// The field manager of every write of both peers.
-pub(crate) const MANAGER: &str = "kctrl-bench-runtime";
+pub const MANAGER: &str = "kctrl-bench-runtime";
 /// The user agent the driver attributes this peer's requests by in the audit log.
-pub(crate) const USER_AGENT: &str = "kctrl-bench-runtime/kctrl";
+pub const USER_AGENT: &str = "kctrl-bench-runtime/kctrl";
 /// `apiVersion` of [`Widget`].
-pub(crate) const API_VERSION: &str = "bench.kctrl.dev/v1";
+pub const API_VERSION: &str = "bench.kctrl.dev/v1";
 /// `kind` of [`Widget`].
-pub(crate) const KIND: &str = "Widget";
+pub const KIND: &str = "Widget";
 
 /// The desired state of a Widget, the benchmark's custom resource. Its CRD, generated from this
 /// type, is the one both peers reconcile; bench/runtime-kube-rs declares the same fields with
@@ -49,36 +58,100 @@ pub(crate) const KIND: &str = "Widget";
     status = "WidgetStatus"
 )]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct WidgetSpec {
+pub struct WidgetSpec {
     /// Bumped by the driver's change to every Widget.
-    pub(crate) revision: i64,
+    pub revision: i64,
     /// Copied into the ConfigMap.
-    pub(crate) payload: String,
+    pub payload: String,
 }
 
 /// What the controller reports back.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct WidgetStatus {
+pub struct WidgetStatus {
     /// The generation the ConfigMap was applied for.
-    pub(crate) observed_generation: i64,
+    pub observed_generation: i64,
     /// The ConfigMap's name.
-    pub(crate) config_map: String,
+    pub config_map: String,
 }
 
-/// Arguments of the hidden `cargo xtask bench runtime-peer`.
-#[derive(clap::Args)]
-pub(crate) struct PeerArgs {
+/// Label of the ConfigMaps the Widgets own (both peers set it).
+pub const CONFIG_MAP_LABEL: &str = "kctrl.bench/runtime";
+
+/// How the peer builds its controller (the same words for the kube-rs peer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Configuration {
+    /// Each library as it comes.
+    Defaults,
+    /// Each library as its documentation recommends for a controller that reads little:
+    /// managedFields dropped, owned objects watched as metadata only.
+    Lean,
+}
+
+impl Configuration {
+    /// The word on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Defaults => "defaults",
+            Self::Lean => "lean",
+        }
+    }
+}
+
+impl std::str::FromStr for Configuration {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "defaults" => Ok(Self::Defaults),
+            "lean" => Ok(Self::Lean),
+            other => anyhow::bail!("unknown configuration {other:?}: expected defaults or lean"),
+        }
+    }
+}
+
+/// Arguments of the peer: `<kubeconfig> <namespace> <concurrency> <configuration>`.
+#[derive(Clone, Debug)]
+pub struct PeerArgs {
     /// Kubeconfig of the cluster.
-    kubeconfig: PathBuf,
+    pub kubeconfig: PathBuf,
     /// Namespace whose Widgets are reconciled.
-    namespace: String,
+    pub namespace: String,
     /// Reconciles at once.
-    concurrency: usize,
+    pub concurrency: usize,
+    /// Defaults or lean.
+    pub configuration: Configuration,
+}
+
+impl PeerArgs {
+    /// Reads the three positional arguments (the program name already taken off).
+    pub fn parse(mut args: impl Iterator<Item = String>) -> Result<Self> {
+        let usage =
+            "usage: kctrl-bench-runtime <kubeconfig> <namespace> <concurrency> defaults|lean";
+        let (Some(kubeconfig), Some(namespace), Some(concurrency), Some(configuration), None) = (
+            args.next(),
+            args.next(),
+            args.next(),
+            args.next(),
+            args.next(),
+        ) else {
+            anyhow::bail!("{usage}");
+        };
+        let concurrency = concurrency
+            .parse()
+            .with_context(|| format!("concurrency {concurrency:?} is not a number; {usage}"))?;
+        Ok(Self {
+            kubeconfig: kubeconfig.into(),
+            namespace,
+            concurrency,
+            configuration: configuration.parse()?,
+        })
+    }
 }
 
 struct Ctx {
     client: Client,
+    configuration: Configuration,
     reconciles: AtomicU64,
     failures: AtomicU64,
 }
@@ -98,7 +171,7 @@ fn config_map(widget: &Widget) -> Result<ConfigMap, Error> {
     Ok(ConfigMap {
         metadata: ObjectMeta {
             name: Some(name.clone()),
-            labels: Some([(super::CONFIG_MAP_LABEL.to_owned(), "true".to_owned())].into()),
+            labels: Some([(CONFIG_MAP_LABEL.to_owned(), "true".to_owned())].into()),
             owner_references: Some(vec![OwnerReference {
                 api_version: API_VERSION.to_owned(),
                 kind: KIND.to_owned(),
@@ -133,9 +206,14 @@ async fn reconcile(widget: Arc<Widget>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         .as_deref()
         .ok_or(Error::Missing("name"))?;
     let params = PatchParams::apply(MANAGER).force();
-    Api::<ConfigMap>::namespaced(ctx.client.clone(), namespace)
-        .apply(&params, &config_map(&widget)?)
-        .await?;
+    let lean = ctx.configuration == Configuration::Lean;
+    let mut config_maps = Api::<ConfigMap>::namespaced(ctx.client.clone(), namespace);
+    let mut widgets = Api::<Widget>::namespaced(ctx.client.clone(), namespace);
+    if lean {
+        config_maps = config_maps.without_managed_fields();
+        widgets = widgets.without_managed_fields();
+    }
+    config_maps.apply(&params, &config_map(&widget)?).await?;
     let status = json!({
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -145,13 +223,14 @@ async fn reconcile(widget: Arc<Widget>, ctx: Arc<Ctx>) -> Result<Action, Error> 
             "configMap": name,
         },
     });
-    Api::<Widget>::namespaced(ctx.client.clone(), namespace)
+    widgets
         .patch_status(name, &params, &Patch::Apply(status))
         .await?;
     Ok(Action::await_change())
 }
 
-pub(crate) fn run(args: PeerArgs) -> Result<()> {
+/// Runs the peer until its standard input ends (builds its own tokio runtime).
+pub fn run(args: PeerArgs) -> Result<()> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?
@@ -166,11 +245,16 @@ async fn peer(args: PeerArgs) -> Result<()> {
     config.user_agent = Some(USER_AGENT.to_owned());
     let client = Client::try_from_config(config)?;
     // No resync: kube-runtime has none.
-    let factory = SharedInformerFactory::builder(client.clone(), Duration::ZERO)
-        .namespace(&args.namespace)
-        .build();
+    let mut factory =
+        SharedInformerFactory::builder(client.clone(), Duration::ZERO).namespace(&args.namespace);
+    let lean = args.configuration == Configuration::Lean;
+    if lean {
+        factory = factory.without_managed_fields();
+    }
+    let factory = factory.build();
     let ctx = Arc::new(Ctx {
         client,
+        configuration: args.configuration,
         reconciles: AtomicU64::new(0),
         failures: AtomicU64::new(0),
     });
@@ -181,8 +265,13 @@ async fn peer(args: PeerArgs) -> Result<()> {
         end_of_stdin.cancel();
     });
     println!("{}", json!({"event": "started"}));
-    Controller::<Widget>::new(&factory)
-        .owns::<ConfigMap>()
+    let controller = Controller::<Widget>::new(&factory);
+    let controller = if lean {
+        controller.owns_metadata::<ConfigMap>()
+    } else {
+        controller.owns::<ConfigMap>()
+    };
+    controller
         .workers(args.concurrency)
         .run(
             reconcile,
