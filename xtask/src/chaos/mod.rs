@@ -531,6 +531,42 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_report_is_rendered_as_before() {
+        let phase = |name, injected, violations, secs: u64| PhaseOutcome {
+            name,
+            injected,
+            detail: format!("{injected} restarts, all recovered"),
+            violations,
+            converged_after: Duration::from_millis(1500 * secs),
+            took: Duration::from_secs(10 * secs),
+        };
+        let report = Report {
+            profile: Profile::Short,
+            kubernetes: "v1.37.2".into(),
+            seed: 42,
+            deployments: 6,
+            replicas: 3,
+            initial_rollout: Duration::from_secs(12),
+            phases: vec![
+                phase("apiserver kill", 2, 0, 1),
+                phase("etcd compaction", 3, 1, 2),
+            ],
+            rollouts: 9,
+            faults: (5, 4),
+            violations: vec!["web-1: 4 ready, more than 3 + 1 surge".into()],
+            events: 1234,
+            watch: "no gaps".into(),
+            problems: Vec::new(),
+            cache: "consistent".into(),
+            took: Duration::from_secs(95),
+        };
+        xtask_report::golden::check(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/chaos/golden/report.txt"),
+            &report.render(),
+        );
+    }
+
+    #[test]
     fn log_scans_find_panics_and_gone_watches() {
         let log = "\
 2026-01-01T00:00:00Z INFO started

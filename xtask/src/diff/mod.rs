@@ -623,6 +623,12 @@ mod tests {
             text.contains("2 scenario(s), 2 step(s), 1 with unintended"),
             "{text}"
         );
+        let from = text.find("| scenario |").unwrap();
+        let to = from + text[from..].find("\n\n").unwrap() + 1;
+        xtask_report::golden::check(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/diff/golden/scenarios.md"),
+            &text[from..to],
+        );
         assert!(text.contains("| 01-a | 1 | same | 3s |"), "{text}");
         assert!(text.contains("| 02-b | 1 | FAILED: boom | 4s |"), "{text}");
         assert!(

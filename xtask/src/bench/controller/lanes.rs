@@ -452,6 +452,35 @@ mod tests {
     }
 
     #[test]
+    fn the_table_is_rendered_as_before() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            lanes: LanesArgs,
+        }
+        use clap::Parser as _;
+        let args = Cli::parse_from(["lanes", "--deployments", "20", "--pending", "4"]).lanes;
+        let run = |contender, k: f64| LaneRun {
+            contender,
+            synced: 1.25 * k,
+            wait: 0.5 * k,
+            drain: 30.0 * k,
+        };
+        let runs = vec![
+            run(Contender::Lanes, 1.0),
+            run(Contender::OneLane, 2.0),
+            run(Contender::Lanes, 1.5),
+            run(Contender::Upstream, 3.0),
+        ];
+        let machine = super::super::report::Machine::sample();
+        xtask_report::golden::check(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("src/bench/controller/golden/lanes.md"),
+            &markdown(&runs, &args, 2, &machine, Some("stopped `early`")),
+        );
+    }
+
+    #[test]
     fn contenders_rotate() {
         assert_eq!(Contender::order(0), Contender::ALL.to_vec());
         assert_eq!(

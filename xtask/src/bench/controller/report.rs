@@ -8,6 +8,26 @@ use xtask_contender::parse::{self, Counts};
 use xtask_report::machine::{self, command_output, load_average};
 pub(super) use xtask_report::stats::Spread;
 
+#[cfg(test)]
+impl Machine {
+    /// A machine of fixed facts, for golden tests.
+    pub(super) fn sample() -> Machine {
+        Machine {
+            cpus: 2,
+            cpu_model: "Test CPU".into(),
+            memory: "4 GiB".into(),
+            kernel: "Linux 6.1".into(),
+            rustc: "rustc 1.90.0".into(),
+            kubernetes: "v1.37.2".into(),
+            commit: "abc1234".into(),
+            started: "2026-11-28 12:00 UTC".into(),
+            load_start: "0.50 0.40 0.30".into(),
+            finished: "2026-11-28 12:30 UTC".into(),
+            load_end: "1.00 0.80 0.60".into(),
+        }
+    }
+}
+
 /// The line after which docs/benchmarks/controller.md is written by hand (analysis, profile);
 /// a new run keeps everything from it on.
 pub(super) const KEEP_MARKER: &str =
@@ -619,6 +639,37 @@ mod tests {
         assert_eq!(md.matches(KEEP_MARKER).count(), 1);
         let fresh = markdown(&runs, &settings(), &machine, "");
         assert!(fresh.trim_end().ends_with(KEEP_MARKER));
+    }
+
+    #[test]
+    fn the_tables_are_rendered_as_before() {
+        let mut runs = Vec::new();
+        for (i, side) in [Side::Ours, Side::Upstream].into_iter().enumerate() {
+            for round in 0..2 {
+                let k = (i + 1) as f64 + round as f64 / 4.0;
+                runs.push(run(side, round, 10.0 * k, 1.5 * k, 100.0 * k));
+                let mut at_rest = run(side, round, 3.0 * k, 0.5 * k, 2.0);
+                at_rest.phase = Phase::AtRest;
+                at_rest.size = 50;
+                at_rest.synced = Some(1.25 * k);
+                at_rest.first_write = Some(1.5 * k);
+                at_rest.apiserver = [("list pods".to_string(), 3.0)].into();
+                runs.push(at_rest);
+            }
+        }
+        let machine = Machine::sample();
+        let mut settings = settings();
+        settings.at_rest = 50;
+        let golden = |name: &str| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("src/bench/controller/golden")
+                .join(name)
+        };
+        xtask_report::golden::check(&golden("text.txt"), &text(&runs, &settings));
+        xtask_report::golden::check(
+            &golden("controller.md"),
+            &markdown(&runs, &settings, &machine, ""),
+        );
     }
 
     #[test]

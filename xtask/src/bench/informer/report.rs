@@ -746,3 +746,6 @@ pub(super) fn markdown(table: &Table, machine: &Machine, settings: &Settings) ->
     );
     out
 }
+
+#[cfg(test)]
+mod tests;

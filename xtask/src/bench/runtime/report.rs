@@ -411,3 +411,68 @@ pub(super) fn markdown(rows: &[Row], runs: &[Run], machine: &Machine, s: &Settin
     );
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two runs per side, with a missed and a met target and a side without writes.
+    fn runs() -> Vec<Run> {
+        let run = |side: Side, rep: usize, create_s: f64, cpu_s: f64, rss_mib: u64| Run {
+            side,
+            rep,
+            objects: 100,
+            create_s,
+            change_s: create_s / 2.0,
+            patch_s: 0.25 * (rep + 1) as f64,
+            reconciles: 400 + rep as u64,
+            failures: 0,
+            cpu_create_s: cpu_s / 3.0,
+            cpu_s,
+            peak_rss: rss_mib * 1024 * 1024,
+            requests: BTreeMap::from([
+                ("create configmaps".to_owned(), 100.0),
+                ("get widgets".to_owned(), 3.0 + rep as f64),
+                ("patch widgets/status".to_owned(), 200.0 + rep as f64),
+            ]),
+        };
+        vec![
+            run(Side::Kctrl, 0, 4.5, 1.2, 30),
+            run(Side::KubeRs, 0, 5.0, 2.0, 40),
+            run(Side::KubeRs, 1, 5.5, 2.2, 42),
+            run(Side::Kctrl, 1, 4.0, 1.0, 31),
+        ]
+    }
+
+    fn golden(name: &str) -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/bench/runtime/golden")
+            .join(name)
+    }
+
+    #[test]
+    fn the_tables_are_rendered_as_before() {
+        let runs = runs();
+        let rows = summarize(&runs);
+        xtask_report::golden::check(&golden("text.txt"), &text_table(&rows));
+        let machine = Machine {
+            cpus: 2,
+            cpu_model: "Test CPU".into(),
+            memory: "4 GiB".into(),
+            os: "Linux 6.1".into(),
+            rustc: "rustc 1.90.0".into(),
+            kubernetes: "v1.37.2".into(),
+            date: "2026-11-28 12:00 UTC".into(),
+        };
+        let settings = Settings {
+            objects: 100,
+            reps: 2,
+            concurrency: 4,
+            quick: false,
+        };
+        xtask_report::golden::check(
+            &golden("runtime.md"),
+            &markdown(&rows, &runs, &machine, &settings),
+        );
+    }
+}

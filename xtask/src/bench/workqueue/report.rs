@@ -523,3 +523,83 @@ The driver runs them alternately and takes the median of each number. Keys look 
         CONTROLLER_KEYS = super::CONTROLLER_SHAPE.2,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(workload: &str, unit: &'static str, go: f64, ours: f64, goal: Goal) -> Row {
+        Row {
+            workload: workload.to_owned(),
+            unit,
+            client_go: go,
+            kctrl: ours,
+            client_go_runs: vec![go * 0.9, go, go * 1.1],
+            kctrl_runs: vec![ours * 0.95, ours, ours * 1.2],
+            goal,
+            every_run_at_least: None,
+            processed: None,
+            kctrl_add_ref: None,
+            kctrl_static_str: None,
+        }
+    }
+
+    fn rows() -> Vec<Row> {
+        let mut throughput = row(
+            "add+get+done, 2P/2C, 1k distinct keys",
+            "M adds/s",
+            3.2,
+            3.5,
+            Goal::RatioAtLeast(1.0),
+        );
+        throughput.every_run_at_least = Some(1.0);
+        throughput.processed = Some((1000.0, 998.0));
+        throughput.kctrl_add_ref = Some(3.61);
+        throughput.kctrl_static_str = Some(4.02);
+        vec![
+            throughput,
+            row(
+                "add_after cost",
+                "µs/call",
+                1.5,
+                0.7,
+                Goal::RatioAtMost(0.5),
+            ),
+            row(
+                "timer lateness p99",
+                "ms",
+                2.0,
+                1.25,
+                Goal::ValueAtMost(2.0),
+            ),
+            row("timer lateness p50", "ms", 0.5, 123.4, Goal::None),
+        ]
+    }
+
+    fn golden(name: &str) -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/bench/workqueue/golden")
+            .join(name)
+    }
+
+    #[test]
+    fn the_tables_are_rendered_as_before() {
+        let rows = rows();
+        xtask_report::golden::check(&golden("text.txt"), &text_table(&rows));
+        let machine = Machine {
+            cpus: 2,
+            cpu_model: "Test CPU".into(),
+            os: "Linux 6.1".into(),
+            rustc: "rustc 1.90.0".into(),
+            go: "go1.25".into(),
+            client_go: "v0.37.2".into(),
+            date: "2026-11-28".into(),
+            load_average: "0.50 0.40 0.30".into(),
+        };
+        let loads = ["client-go: 0.5".to_owned(), "kctrl: 0.6".to_owned()];
+        let md = markdown(&rows, &machine, &loads, 3, false, 0);
+        // Up to the method and the analysis, which are prose.
+        let tables = md.split("\n## Method").next().unwrap();
+        xtask_report::golden::check(&golden("workqueue.md"), tables);
+    }
+}
