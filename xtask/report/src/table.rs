@@ -45,6 +45,8 @@ struct Column {
 pub struct Table {
     columns: Vec<Column>,
     rows: Vec<Vec<String>>,
+    /// Text form: spaces before every line.
+    indent: usize,
 }
 
 impl Table {
@@ -89,6 +91,12 @@ impl Table {
         if let Some(c) = self.columns.last_mut() {
             c.gap = spaces;
         }
+        self
+    }
+
+    /// Text form: `spaces` before every line.
+    pub fn indent(mut self, spaces: usize) -> Table {
+        self.indent = spaces;
         self
     }
 
@@ -144,9 +152,10 @@ impl Table {
     }
 
     /// The aligned text form: the header line, then one line per row, each cell padded to its
-    /// column's width and alignment and separated by its gap; no rule. Trailing columns whose
-    /// header is empty are left out of the header line (with their gaps), so the header line
-    /// ends at its last title.
+    /// column's width and alignment and separated by its gap, after the indent; no rule.
+    /// Trailing columns whose header is empty are left out of the header line (with their
+    /// gaps), so the header line ends at its last title; without any title there is no header
+    /// line.
     pub fn text(&self) -> String {
         let widths: Vec<usize> = self
             .columns
@@ -170,7 +179,9 @@ impl Table {
             .map_or(0, |i| i + 1);
         let mut out = String::new();
         let headers: Vec<&str> = self.columns.iter().map(|c| c.header.as_str()).collect();
-        self.text_line(&mut out, &headers[..titled], &widths);
+        if titled > 0 {
+            self.text_line(&mut out, &headers[..titled], &widths);
+        }
         for row in &self.rows {
             let cells: Vec<&str> = row.iter().map(String::as_str).collect();
             self.text_line(&mut out, &cells, &widths);
@@ -180,6 +191,7 @@ impl Table {
 
     /// One line of the text form.
     fn text_line(&self, out: &mut String, cells: &[&str], widths: &[usize]) {
+        out.extend(std::iter::repeat_n(' ', self.indent));
         for (i, (cell, c)) in cells.iter().zip(&self.columns).enumerate() {
             if i > 0 {
                 out.extend(std::iter::repeat_n(' ', c.gap));
@@ -249,6 +261,13 @@ mod tests {
                 "w", "ratio", "target", "n", "toolong", "1.00×", "x", "7"
             )
         );
+    }
+
+    #[test]
+    fn text_without_titles_has_no_header_line_and_indents_every_line() {
+        let mut t = Table::new().left("").width(3).right("").indent(2);
+        t.row(["a", "1"]).row(["b", "22"]);
+        assert_eq!(t.text(), "  a    1\n  b   22\n");
     }
 
     #[test]

@@ -272,23 +272,24 @@ impl Report {
             self.faults.0
         );
         let _ = writeln!(out);
-        let _ = writeln!(
-            out,
-            "| fault | injected | what happened | violations | converged after the last fault | phase took |"
-        );
-        let _ = writeln!(out, "|---|---:|---|---:|---:|---:|");
+        let mut t = xtask_report::markdown::Table::new()
+            .left("fault")
+            .right("injected")
+            .left("what happened")
+            .right("violations")
+            .right("converged after the last fault")
+            .right("phase took");
         for p in &self.phases {
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} | {} | {} |",
-                p.name,
-                p.injected,
-                p.detail,
-                p.violations,
+            t.row([
+                p.name.to_owned(),
+                p.injected.to_string(),
+                p.detail.clone(),
+                p.violations.to_string(),
                 fmt_duration(p.converged_after),
-                fmt_duration(p.took)
-            );
+                fmt_duration(p.took),
+            ]);
         }
+        out.push_str(&t.markdown());
         let _ = writeln!(out);
         let _ = writeln!(
             out,

@@ -515,20 +515,25 @@ fn render(reports: &[ScenarioReport], release: &Release, took: Duration) -> Stri
         failed,
         fmt_duration(took)
     );
-    let _ = writeln!(
-        out,
-        "| scenario | steps | result | time |\n|---|---|---|---|"
-    );
+    let mut t = xtask_report::markdown::Table::new()
+        .left("scenario")
+        .left("steps")
+        .left("result")
+        .left("time");
     for r in reports {
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {:.0}s |",
-            r.name,
-            r.steps.len(),
-            r.verdict().replace('|', "/").lines().next().unwrap_or(""),
-            r.seconds
-        );
+        t.row([
+            r.name.clone(),
+            r.steps.len().to_string(),
+            r.verdict()
+                .replace('|', "/")
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_owned(),
+            format!("{:.0}s", r.seconds),
+        ]);
     }
+    out.push_str(&t.markdown());
     for r in reports {
         let _ = writeln!(out, "\n## {}\n\n{}\n", r.name, r.description);
         for (i, s) in r.steps.iter().enumerate() {

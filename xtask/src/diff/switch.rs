@@ -290,21 +290,26 @@ pub(crate) fn run(n: usize, keep: bool, release: &'static Release) -> Result<()>
 /// The table of the switches: per switch (label, churn, whether every Deployment was complete
 /// after it), one line per kind of object.
 fn switch_table(switches: &[(&str, &Churn, bool)]) -> String {
-    let mut text = String::new();
-    let _ = writeln!(
-        text,
-        "| switch | kind | created | deleted | written | all complete after |\n|---|---|---|---|---|---|"
-    );
+    let mut t = xtask_report::markdown::Table::new()
+        .left("switch")
+        .left("kind")
+        .left("created")
+        .left("deleted")
+        .left("written")
+        .left("all complete after");
     for &(label, c, ok) in switches {
         for (kind, (created, deleted, written)) in &c.by_kind {
-            let _ = writeln!(
-                text,
-                "| {label} | {kind} | {created} | {deleted} | {written} | {} |",
-                if ok { "yes" } else { "no" }
-            );
+            t.row([
+                label.to_owned(),
+                kind.clone(),
+                created.to_string(),
+                deleted.to_string(),
+                written.to_string(),
+                if ok { "yes" } else { "no" }.to_owned(),
+            ]);
         }
     }
-    text
+    t.markdown()
 }
 
 #[cfg(test)]

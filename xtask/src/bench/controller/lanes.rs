@@ -31,6 +31,7 @@ use super::running::start_with;
 use super::workload::{concurrently, deployment_with, image_patch, name, wait_complete};
 use super::{Env, QPS, SETUP_QPS, Side, admin_client, check_cluster_kcm, prepare};
 use xtask_contender::args::KubeVersionArg;
+use xtask_report::markdown::Table;
 
 /// Arguments of `cargo xtask bench lanes`.
 #[derive(clap::Args)]
@@ -376,23 +377,24 @@ fn markdown(
          from the process start until every Deployment is complete.\n",
         args.deployments, args.pending
     );
-    let _ = writeln!(
-        out,
-        "| controller | user's change waits (s) | caches synced (s) | all rollouts done (s) | runs |\n|---|---:|---:|---:|---:|"
-    );
+    let mut t = Table::new()
+        .left("controller")
+        .right("user's change waits (s)")
+        .right("caches synced (s)")
+        .right("all rollouts done (s)")
+        .right("runs");
     for contender in Contender::ALL {
         let mine: Vec<&LaneRun> = runs.iter().filter(|r| r.contender == contender).collect();
         let pick = |f: fn(&LaneRun) -> f64| mine.iter().map(|r| f(r)).collect::<Vec<f64>>();
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {} |",
-            contender.label(),
+        t.row([
+            contender.label().to_string(),
             cell(&pick(|r| r.wait), 2),
             cell(&pick(|r| r.synced), 2),
             cell(&pick(|r| r.drain), 1),
-            mine.len()
-        );
+            mine.len().to_string(),
+        ]);
     }
+    out.push_str(&t.markdown());
     let _ = writeln!(
         out,
         "\nWithout lanes the changed Deployment's key is already in the queue from the initial \
