@@ -154,7 +154,16 @@ pub fn build_deployment_controller() -> Result<PathBuf, Error> {
     })?;
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     eprintln!("kctrl-testenv: {BUILD_COMMAND} (in {})", root.display());
-    let status = Command::new(&cargo)
+    let mut command = Command::new(&cargo);
+    // A test process inherits what cargo sets for the crate under test (CARGO_MANIFEST_DIR,
+    // CARGO_PKG_NAME…); build scripts that track those variables (ring's) would run again, and
+    // the next `cargo test` would rebuild them back. Build as from a shell.
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(set_by_cargo_for_a_crate) {
+            command.env_remove(&name);
+        }
+    }
+    let status = command
         .arg("build")
         .arg("--manifest-path")
         .arg(root.join("Cargo.toml"))
@@ -176,6 +185,24 @@ pub fn build_deployment_controller() -> Result<PathBuf, Error> {
         )));
     }
     Ok(binary)
+}
+
+/// Whether cargo sets the variable `name` for the crate it builds or runs (its tests included),
+/// as opposed to the user's configuration of cargo itself.
+fn set_by_cargo_for_a_crate(name: &str) -> bool {
+    const EXACT: &[&str] = &[
+        "CARGO_MANIFEST_DIR",
+        "CARGO_MANIFEST_PATH",
+        "CARGO_MANIFEST_LINKS",
+        "CARGO_CRATE_NAME",
+        "CARGO_BIN_NAME",
+        "CARGO_PRIMARY_PACKAGE",
+        "CARGO_TARGET_TMPDIR",
+        "CARGO_RUSTC_CURRENT_DIR",
+        "OUT_DIR",
+    ];
+    const PREFIXES: &[&str] = &["CARGO_PKG_", "CARGO_BIN_EXE_", "CARGO_CFG_", "DEP_"];
+    EXACT.contains(&name) || PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
 /// The controller's log in the plane's logs.
@@ -328,6 +355,26 @@ mod tests {
             "{text}"
         );
         assert!(text.contains(BUILD_COMMAND), "{text}");
+    }
+
+    #[test]
+    fn the_crate_s_variables_are_told_from_cargo_s_configuration() {
+        for name in [
+            "CARGO_MANIFEST_DIR",
+            "CARGO_PKG_NAME",
+            "CARGO_BIN_EXE_x",
+            "OUT_DIR",
+        ] {
+            assert!(set_by_cargo_for_a_crate(name), "{name}");
+        }
+        for name in [
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "CARGO_INCREMENTAL",
+            "PATH",
+        ] {
+            assert!(!set_by_cargo_for_a_crate(name), "{name}");
+        }
     }
 
     #[test]
