@@ -74,27 +74,33 @@ struct Report {
 
 /// The table of the targets' runs, for the terminal.
 fn summary(reports: &[Report]) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<16} {:>8} {:>12} {:>10} {:>8} {:>8} {:>8}",
-        "target", "seconds", "executions", "exec/s", "cov", "corpus", "crashes"
-    );
+    let mut t = xtask_report::markdown::Table::new()
+        .left("target")
+        .width(16)
+        .right("seconds")
+        .width(8)
+        .right("executions")
+        .width(12)
+        .right("exec/s")
+        .width(10)
+        .right("cov")
+        .width(8)
+        .right("corpus")
+        .width(8)
+        .right("crashes")
+        .width(8);
     for r in reports {
-        let _ = writeln!(
-            out,
-            "{:<16} {:>8.0} {:>12} {:>10.0} {:>8} {:>8} {:>8}",
-            r.target,
-            r.seconds,
-            r.executions,
-            r.executions as f64 / r.seconds.max(1e-3),
+        t.row([
+            r.target.clone(),
+            format!("{:.0}", r.seconds),
+            r.executions.to_string(),
+            format!("{:.0}", r.executions as f64 / r.seconds.max(1e-3)),
             r.coverage.map_or("-".to_owned(), |c| c.to_string()),
-            r.corpus,
-            r.crashes.len()
-        );
+            r.corpus.to_string(),
+            r.crashes.len().to_string(),
+        ]);
     }
-    out
+    t.text()
 }
 
 pub(crate) fn run(args: FuzzArgs) -> anyhow::Result<()> {
