@@ -232,18 +232,6 @@ fn foo_spec(deployment: &str, replicas: i32) -> FooSpec {
     }
 }
 
-/// `kubectl`: `$KCTRL_KUBECTL` (what `cargo xtask cluster env` names), else one on PATH.
-fn kubectl_binary() -> Option<std::path::PathBuf> {
-    if let Some(p) = std::env::var_os("KCTRL_KUBECTL") {
-        return Some(p.into());
-    }
-    std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path)
-            .map(|d| d.join("kubectl"))
-            .find(|p| p.is_file())
-    })
-}
-
 #[tokio::test]
 async fn sample_controller_foo_end_to_end() {
     let cluster = require_cluster!();
@@ -428,7 +416,7 @@ async fn sample_controller_foo_end_to_end() {
     assert_eq!(typed.spec, foo_spec("d", 2));
 
     // kubectl apply -f example-foo.yaml, unchanged, in another namespace.
-    if let Some(kubectl) = kubectl_binary() {
+    if let Some(kubectl) = cluster.kubectl_binary() {
         let other = TestNamespace::create(&client, "crd-apply").await;
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("example-foo.yaml");
@@ -550,7 +538,7 @@ async fn every_schema_construct_is_accepted_and_round_trips() {
     let client = cluster.admin();
     let crd = Shape::try_crd().expect("Shape's schema is structural");
     // The API server has no warning about the schema (an unrecognized format, say).
-    if let Some(kubectl) = kubectl_binary() {
+    if let Some(kubectl) = cluster.kubectl_binary() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("shapes.yaml");
         std::fs::write(&file, serde_yaml_ng::to_string(&crd).unwrap()).unwrap();

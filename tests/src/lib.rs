@@ -5,9 +5,19 @@
 //! [`KUBECONFIG_ENV`], or when [`TESTENV_ENV`] asks each test binary to start a control plane
 //! of its own with `kctrl-testenv` (etcd, kube-apiserver, kube-controller-manager without its
 //! Deployment controller, three KWOK nodes; from the cached build, stopped when the binary
-//! exits): `KCTRL_E2E_TESTENV=1 cargo test -p kctrl-e2e --test runtime`. No deployment
-//! controller runs there, so the tests that need one (the `deployment` target) belong to
-//! `cargo xtask e2e`. The suite never falls back to `$KUBECONFIG`, so a plain `cargo test`
+//! exits): `KCTRL_E2E_TESTENV=1 cargo test -p kctrl-e2e --test runtime`.
+//!
+//! There, a test binary whose tests ask for [`cluster_with_deployment_controller`] (the
+//! `deployment` target) gets a plane that also runs our `deployment-controller`, as
+//! `cargo xtask e2e` runs it: as the controller identity with `deploy/`'s RBAC, the plane's only
+//! Deployment controller, its log in [`Cluster::deployment_controller_log`]. The executable is
+//! [`process::CONTROLLER_BINARY_ENV`]'s when set, else built first
+//! (`cargo build -p kctrl-deployment-controller`, seconds when up to date, so never stale).
+//! Every other binary's plane runs no Deployment controller, as in `cargo xtask e2e`'s first
+//! phase (`controller_ref` uses Deployments as mere owners). What testenv cannot give:
+//! compaction ([`Cluster::compact_command`] is `None`; those tests skip).
+//!
+//! The suite never falls back to `$KUBECONFIG`, so a plain `cargo test`
 //! cannot touch whatever cluster a developer's shell happens to point at; without either
 //! variable every test returns early and the binary prints one line saying so.
 
@@ -44,14 +54,31 @@ pub struct Cluster {
     pub compact_command: Option<String>,
     /// Log of our deployment-controller, when one runs against the cluster.
     pub deployment_controller_log: Option<PathBuf>,
+    /// kubectl of the cluster's release: `$KCTRL_KUBECTL` (which `cargo xtask e2e` sets), or
+    /// the test environment's.
+    pub kubectl: Option<PathBuf>,
 }
 
 static SKIP_NOTICE: Once = Once::new();
 
 /// The cluster from the environment, or `None` (after printing one notice per test binary).
+/// Under [`TESTENV_ENV`], this test binary's plane, without a Deployment controller.
 pub fn cluster() -> Option<Cluster> {
+    cluster_for(false)
+}
+
+/// [`cluster`] for tests that need our deployment-controller: under [`TESTENV_ENV`], this test
+/// binary's plane runs it (see the crate documentation); against [`KUBECONFIG_ENV`]'s cluster,
+/// whoever set that variable started it (or not: then
+/// [`Cluster::deployment_controller_log`] is `None`). All tests of one binary must ask for the
+/// same kind of plane.
+pub fn cluster_with_deployment_controller() -> Option<Cluster> {
+    cluster_for(true)
+}
+
+fn cluster_for(deployment_controller: bool) -> Option<Cluster> {
     if std::env::var_os(KUBECONFIG_ENV).is_none() && std::env::var_os(TESTENV_ENV).is_some() {
-        return Some(testenv_cluster());
+        return Some(testenv_cluster(deployment_controller));
     }
     let Some(kubeconfig) = std::env::var_os(KUBECONFIG_ENV) else {
         SKIP_NOTICE.call_once(|| {
@@ -71,43 +98,60 @@ pub fn cluster() -> Option<Cluster> {
         compact_command: std::env::var(COMPACT_COMMAND_ENV).ok(),
         deployment_controller_log: std::env::var_os(DEPLOYMENT_CONTROLLER_LOG_ENV)
             .map(PathBuf::from),
+        kubectl: std::env::var_os("KCTRL_KUBECTL").map(PathBuf::from),
     })
 }
 
-/// The shared `kctrl-testenv` control plane of this test binary, started on first use. Panics
-/// with the environment's own message (e.g. the command that builds the binaries) when it
-/// cannot start: the variable asked for it.
-fn testenv_cluster() -> Cluster {
-    static STARTED: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
-    let started = STARTED.get_or_init(|| {
+/// The shared `kctrl-testenv` control plane of this test binary, started on first use, with our
+/// deployment-controller if asked. Panics with the environment's own message (e.g. the command
+/// that builds the binaries) when it cannot start: the variable asked for it.
+fn testenv_cluster(deployment_controller: bool) -> Cluster {
+    type Started = (bool, Result<Cluster, String>);
+    static STARTED: std::sync::OnceLock<Started> = std::sync::OnceLock::new();
+    let (with_controller, started) = STARTED.get_or_init(|| {
         // Tests call this from their own runtimes (usually current-thread ones): start the
-        // environment on a thread and runtime of its own and keep only its kubeconfig; the
-        // environment itself lives on in kctrl-testenv's static until the process exits.
-        std::thread::spawn(|| {
+        // environment on a thread and runtime of its own and keep only what the tests need;
+        // the environment itself lives on in kctrl-testenv's static until the process exits.
+        let started = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .map_err(|e| format!("a runtime to start the test environment: {e}"))?;
+            let mut builder = kctrl_testenv::TestEnv::builder()
+                .controller_manager(true)
+                .kwok_nodes(3);
+            if deployment_controller {
+                let binary = process::controller_binary_or_build()?;
+                builder = builder
+                    .deployment_controller(true)
+                    .deployment_controller_binary(binary);
+            }
             runtime.block_on(async {
-                kctrl_testenv::TestEnv::builder()
-                    .controller_manager(true)
-                    .kwok_nodes(3)
-                    .shared()
-                    .await
-                    .map(|env| env.kubeconfig_path().to_path_buf())
-                    .map_err(|e| e.to_string())
+                let env = builder.shared().await.map_err(|e| e.to_string())?;
+                Ok(Cluster {
+                    kubeconfig: env.kubeconfig_path().to_path_buf(),
+                    controller_kubeconfig: Some(env.unprivileged_kubeconfig_path().to_path_buf()),
+                    compact_command: None,
+                    deployment_controller_log: env
+                        .deployment_controller_log()
+                        .map(|p| p.to_path_buf()),
+                    kubectl: Some(env.kubectl().to_path_buf()),
+                })
             })
         })
         .join()
-        .unwrap_or_else(|_| Err("the thread starting the test environment panicked".to_owned()))
+        .unwrap_or_else(|_| Err("the thread starting the test environment panicked".to_owned()));
+        (deployment_controller, started)
     });
+    assert_eq!(
+        *with_controller,
+        deployment_controller,
+        "this test binary's plane was started {} our deployment-controller; its tests must all \
+         use `cluster()` or all `cluster_with_deployment_controller()`",
+        if *with_controller { "with" } else { "without" }
+    );
     match started {
-        Ok(kubeconfig) => Cluster {
-            kubeconfig: kubeconfig.clone(),
-            controller_kubeconfig: None,
-            compact_command: None,
-            deployment_controller_log: None,
-        },
+        Ok(cluster) => cluster.clone(),
         Err(e) => panic!("{TESTENV_ENV} is set, but the test environment did not start: {e}"),
     }
 }
@@ -139,6 +183,16 @@ impl Cluster {
     /// A client for the admin identity with a custom config tweak (QPS, timeouts, ...).
     pub fn admin_with(&self, tweak: impl FnOnce(&mut kctrl_config::Config)) -> Client {
         client_for(&self.kubeconfig, tweak)
+    }
+
+    /// kubectl: [`Cluster::kubectl`] when it exists, else the first `kubectl` on `$PATH`.
+    pub fn kubectl_binary(&self) -> Option<PathBuf> {
+        if let Some(p) = &self.kubectl {
+            return p.is_file().then(|| p.clone());
+        }
+        std::env::split_paths(&std::env::var_os("PATH")?)
+            .map(|dir| dir.join("kubectl"))
+            .find(|p| p.is_file())
     }
 
     /// A client for the deployment-controller identity, if the cluster has one.

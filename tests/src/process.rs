@@ -1,7 +1,8 @@
 //! Our `deployment-controller` as a child process of a test: started with its own HTTPS
 //! identity and port, scraped over HTTPS, stopped with SIGTERM or killed with SIGKILL.
 //!
-//! The binary is the one `cargo xtask e2e` built, named by [`CONTROLLER_BINARY_ENV`].
+//! The binary is the one `cargo xtask e2e` built, named by [`CONTROLLER_BINARY_ENV`]; under
+//! [`TESTENV_ENV`](crate::TESTENV_ENV) without it, the one `kctrl-testenv` builds.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -13,12 +14,27 @@ use tokio::process::{Child, Command};
 /// Path of the `deployment-controller` executable (set by `cargo xtask e2e`).
 pub const CONTROLLER_BINARY_ENV: &str = "KCTRL_E2E_CONTROLLER_BINARY";
 
-/// The controller binary, or a panic naming the variable (the runner always sets it).
+/// The controller binary, or a panic naming the variable (`cargo xtask e2e` always sets it).
 pub fn controller_binary() -> PathBuf {
-    let path = std::env::var_os(CONTROLLER_BINARY_ENV).unwrap_or_else(|| {
-        panic!("{CONTROLLER_BINARY_ENV} is not set; run the suite with `cargo xtask e2e`")
-    });
-    PathBuf::from(path)
+    controller_binary_or_build().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`CONTROLLER_BINARY_ENV`]'s executable; without it, under [`TESTENV_ENV`](crate::TESTENV_ENV),
+/// the one [`kctrl_testenv::build_deployment_controller`] builds (once per test binary:
+/// `cargo build -p kctrl-deployment-controller`, seconds when up to date); else an error.
+pub fn controller_binary_or_build() -> Result<PathBuf, String> {
+    static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    if let Some(path) = std::env::var_os(CONTROLLER_BINARY_ENV) {
+        return Ok(PathBuf::from(path));
+    }
+    if std::env::var_os(crate::TESTENV_ENV).is_none() {
+        return Err(format!(
+            "{CONTROLLER_BINARY_ENV} is not set; run the suite with `cargo xtask e2e`"
+        ));
+    }
+    BUILT
+        .get_or_init(|| kctrl_testenv::build_deployment_controller().map_err(|e| e.to_string()))
+        .clone()
 }
 
 /// The `--authorization-always-allow-paths` [`ControllerProcess::start`] passes unless told

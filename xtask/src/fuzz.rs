@@ -72,6 +72,37 @@ struct Report {
     crashes: Vec<PathBuf>,
 }
 
+/// The table of the targets' runs, for the terminal.
+fn summary(reports: &[Report]) -> String {
+    let mut t = xtask_report::markdown::Table::new()
+        .left("target")
+        .width(16)
+        .right("seconds")
+        .width(8)
+        .right("executions")
+        .width(12)
+        .right("exec/s")
+        .width(10)
+        .right("cov")
+        .width(8)
+        .right("corpus")
+        .width(8)
+        .right("crashes")
+        .width(8);
+    for r in reports {
+        t.row([
+            r.target.clone(),
+            format!("{:.0}", r.seconds),
+            r.executions.to_string(),
+            format!("{:.0}", r.executions as f64 / r.seconds.max(1e-3)),
+            r.coverage.map_or("-".to_owned(), |c| c.to_string()),
+            r.corpus.to_string(),
+            r.crashes.len().to_string(),
+        ]);
+    }
+    t.text()
+}
+
 pub(crate) fn run(args: FuzzArgs) -> anyhow::Result<()> {
     let root = crate::workspace_root();
     let targets: Vec<String> = if args.targets.is_empty() {
@@ -96,22 +127,7 @@ pub(crate) fn run(args: FuzzArgs) -> anyhow::Result<()> {
     }
 
     println!();
-    println!(
-        "{:<16} {:>8} {:>12} {:>10} {:>8} {:>8} {:>8}",
-        "target", "seconds", "executions", "exec/s", "cov", "corpus", "crashes"
-    );
-    for r in &reports {
-        println!(
-            "{:<16} {:>8.0} {:>12} {:>10.0} {:>8} {:>8} {:>8}",
-            r.target,
-            r.seconds,
-            r.executions,
-            r.executions as f64 / r.seconds.max(1e-3),
-            r.coverage.map_or("-".to_owned(), |c| c.to_string()),
-            r.corpus,
-            r.crashes.len()
-        );
-    }
+    print!("{}", summary(&reports));
     let crashed: Vec<&Report> = reports.iter().filter(|r| !r.crashes.is_empty()).collect();
     if crashed.is_empty() {
         println!("no crashes");
@@ -272,4 +288,35 @@ fn host_triple() -> anyhow::Result<String> {
         .find_map(|l| l.strip_prefix("host: "))
         .map(str::to_owned)
         .context("rustc -vV printed no host triple")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_is_rendered_as_before() {
+        let reports = [
+            Report {
+                target: "deployment_sync".into(),
+                seconds: 30.2,
+                executions: 123_456,
+                coverage: Some(2048),
+                corpus: 310,
+                crashes: Vec::new(),
+            },
+            Report {
+                target: "a_target_with_a_long_name".into(),
+                seconds: 0.0,
+                executions: 0,
+                coverage: None,
+                corpus: 0,
+                crashes: vec![PathBuf::from("crash-1")],
+            },
+        ];
+        xtask_report::golden::check(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/fuzz/golden/summary.txt"),
+            &summary(&reports),
+        );
+    }
 }

@@ -288,6 +288,32 @@ pub fn tail(path: &Path, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
+/// Processes that run a Deployment controller (see [`runs_deployment_controller`]) against the
+/// cluster in `cluster_dir` (their command line names a file of that directory, e.g. its
+/// kubeconfig), with their command lines.
+pub fn deployment_controllers(cluster_dir: &Path) -> Vec<(u32, String)> {
+    let marker = cluster_dir.display().to_string();
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let matched: Vec<(u32, String)> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let args = cmdline(pid);
+            (args.iter().any(|a| a.contains(&marker)) && runs_deployment_controller(&args))
+                .then(|| (pid, args.join(" ")))
+        })
+        .collect();
+    // A child forked by a controller shows the parent's command line until it execs: it is
+    // the same controller, not a second one.
+    let pids: Vec<u32> = matched.iter().map(|(pid, _)| *pid).collect();
+    matched
+        .into_iter()
+        .filter(|(pid, _)| parent(*pid).is_none_or(|p| !pids.contains(&p)))
+        .collect()
+}
+
 /// Pid file path of a component.
 pub fn pid_file(run_dir: &Path, component: &str) -> PathBuf {
     run_dir.join(format!("{component}.pid"))

@@ -1,6 +1,7 @@
 //! [`TestEnv`] and its builder.
 
 use std::path::{Path, PathBuf};
+use std::process::Child;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -29,8 +30,9 @@ static NEXT: AtomicU32 = AtomicU32::new(0);
 /// nothing else. That is enough for controllers that only read and write objects; add
 /// [`controller_manager`](Self::controller_manager) for garbage collection, namespace deletion,
 /// ServiceAccounts and the built-in controllers (ReplicaSets, Jobs…; never its Deployment
-/// controller), and [`kwok_nodes`](Self::kwok_nodes) for nodes on which pods are scheduled and
-/// become Running and Ready.
+/// controller), [`kwok_nodes`](Self::kwok_nodes) for nodes on which pods are scheduled and
+/// become Running and Ready, and [`deployment_controller`](Self::deployment_controller) for
+/// kctrl's own Deployment controller.
 #[derive(Clone, Debug, Default)]
 pub struct TestEnvBuilder {
     /// `None`: from the environment, else the default.
@@ -40,6 +42,8 @@ pub struct TestEnvBuilder {
     apiserver_args: Vec<String>,
     crds: Vec<CustomResourceDefinition>,
     build_if_missing: bool,
+    deployment_controller: bool,
+    deployment_controller_binary: Option<PathBuf>,
 }
 
 impl TestEnvBuilder {
@@ -81,6 +85,45 @@ impl TestEnvBuilder {
         self
     }
 
+    /// Also run kctrl's Deployment controller, the `deployment-controller` executable of the
+    /// `kctrl-deployment-controller` package, as the plane's only Deployment controller
+    /// (kube-controller-manager never runs its own, and the start fails if any other runs
+    /// against the plane). For Deployments to roll out, add
+    /// [`controller_manager`](Self::controller_manager) (its ReplicaSet controller creates the
+    /// pods) and [`kwok_nodes`](Self::kwok_nodes) (pods become Ready).
+    ///
+    /// It runs as the ServiceAccount `kube-system/kctrl-deployment-controller` (the identity of
+    /// [`TestEnv::unprivileged_kubeconfig_path`]) with exactly the RBAC of the repository's
+    /// `deploy/` (applied at start; a copy travels with this crate), with leader election and
+    /// without its HTTPS endpoints (`--secure-port 0`), logging to
+    /// [`TestEnv::deployment_controller_log`]. `start` returns once its caches are synced. It is
+    /// stopped first when the environment stops (drop, panic, the reaper at process exit).
+    ///
+    /// The executable is, in this order:
+    /// 1. the path given to [`deployment_controller_binary`](Self::deployment_controller_binary);
+    /// 2. the path in `$KCTRL_DEPLOYMENT_CONTROLLER` ([`DEPLOYMENT_CONTROLLER_ENV`](crate::DEPLOYMENT_CONTROLLER_ENV));
+    /// 3. with [`build_if_missing`](Self::build_if_missing), in a kctrl checkout: the one
+    ///    [`build_deployment_controller`](crate::build_deployment_controller) builds at every
+    ///    start (`cargo build -p kctrl-deployment-controller --bin deployment-controller`,
+    ///    seconds when nothing changed, so never older than the sources);
+    /// 4. `target/debug/deployment-controller` of the kctrl checkout this crate was built in
+    ///    (as that command leaves it; whatever its age);
+    /// 5. `deployment-controller` on `$PATH` (`cargo install kctrl-deployment-controller`).
+    ///
+    /// Found nowhere, the start fails with [`Error::DeploymentControllerNotFound`], naming
+    /// the places and the command that builds it, before anything is started.
+    pub fn deployment_controller(mut self, on: bool) -> Self {
+        self.deployment_controller = on;
+        self
+    }
+
+    /// The `deployment-controller` executable that
+    /// [`deployment_controller`](Self::deployment_controller) runs, instead of looking for it.
+    pub fn deployment_controller_binary(mut self, path: impl Into<PathBuf>) -> Self {
+        self.deployment_controller_binary = Some(path.into());
+        self
+    }
+
     /// An extra kube-apiserver flag (`--flag=value`), after ours (later flags win).
     pub fn apiserver_arg(mut self, flag: impl Into<String>) -> Self {
         self.apiserver_args.push(flag.into());
@@ -96,7 +139,8 @@ impl TestEnvBuilder {
 
     /// Build the control-plane binaries when the cache lacks them (from the Go module proxy;
     /// needs Go and 20 minutes or more on 2 cores; progress on stderr) instead of failing
-    /// with [`Error::NotBuilt`].
+    /// with [`Error::NotBuilt`]; with [`deployment_controller`](Self::deployment_controller),
+    /// also build that in a kctrl checkout (see there).
     pub fn build_if_missing(mut self, on: bool) -> Self {
         self.build_if_missing = on;
         self
@@ -156,11 +200,19 @@ impl TestEnvBuilder {
             .filter_map(|c| c.metadata.name.as_deref())
             .collect();
         Ok(format!(
-            "Kubernetes {}, {} KWOK node(s), kube-controller-manager {}, apiserver flags {:?}, \
-             CRDs {:?}",
+            "Kubernetes {}, {} KWOK node(s), kube-controller-manager {}, our \
+             deployment-controller {}, apiserver flags {:?}, CRDs {:?}",
             self.release()?.kubernetes,
             self.kwok_nodes,
             if self.controller_manager { "on" } else { "off" },
+            match (
+                self.deployment_controller,
+                &self.deployment_controller_binary
+            ) {
+                (false, _) => "off".to_owned(),
+                (true, None) => "on".to_owned(),
+                (true, Some(p)) => format!("on ({})", p.display()),
+            },
             self.apiserver_args,
             crds
         ))
@@ -191,6 +243,9 @@ pub struct TestEnv {
     info: ClusterInfo,
     /// `None` once stopped.
     reaper: Mutex<Option<Reaper>>,
+    /// Our deployment-controller, when it runs (to reap it once the plane's stop stopped it).
+    controller: Mutex<Option<Child>>,
+    deployment_controller_log: Option<PathBuf>,
     started_in: Duration,
 }
 
@@ -213,6 +268,15 @@ impl TestEnv {
     fn start_blocking(b: &TestEnvBuilder) -> Result<TestEnv, Error> {
         let t0 = Instant::now();
         let release = b.release()?;
+        // Before anything is started: a missing controller fails fast.
+        let controller_binary = if b.deployment_controller {
+            Some(crate::controller::locate(
+                b.deployment_controller_binary.as_deref(),
+                b.build_if_missing,
+            )?)
+        } else {
+            None
+        };
         let cache = Cache::locate(release).map_err(|e| Error::Build(format!("{e:#}")))?;
         let missing = cache.missing();
         if !missing.is_empty() {
@@ -244,22 +308,40 @@ impl TestEnv {
             nodes: b.kwok_nodes,
             apiserver_args: b.apiserver_args.clone(),
             controller_manager_args: Vec::new(),
+            // kube-controller-manager's own Deployment controller: never (ours, if any, is
+            // started below as the plane's only one).
             deployment_controller: false,
             release,
         };
+        // What was started is stopped; the logs are kept for the report.
+        let failed = |reaper: Reaper, e: String| {
+            let _ = std::fs::write(dir.join(KEEP_MARKER), "");
+            reaper.finish();
+            Error::Start(format!(
+                "{e}\n(logs of the components: {})",
+                layout.logs().display()
+            ))
+        };
         let info = match plane::start_in(&layout, &cache, &opts, &b.components()) {
             Ok(info) => info,
-            Err(e) => {
-                // start_in stopped what it started; keep the logs for the report.
-                let _ = std::fs::write(dir.join(KEEP_MARKER), "");
-                reaper.finish();
-                return Err(Error::Start(format!(
-                    "{e:#}\n(logs of the components: {})",
-                    layout.logs().display()
-                )));
-            }
+            // start_in stopped what it started.
+            Err(e) => return Err(failed(reaper, format!("{e:#}"))),
+        };
+        let controller = match &controller_binary {
+            Some(binary) => match crate::controller::start(&layout, &info, binary) {
+                Ok(child) => Some(child),
+                Err(e) => {
+                    let _ = plane::stop(&layout);
+                    return Err(failed(reaper, e.to_string()));
+                }
+            },
+            None => None,
         };
         Ok(TestEnv {
+            deployment_controller_log: controller
+                .is_some()
+                .then(|| crate::controller::log_path(&layout)),
+            controller: Mutex::new(controller),
             layout,
             info,
             reaper: Mutex::new(Some(reaper)),
@@ -316,6 +398,13 @@ impl TestEnv {
         &self.info.kubectl
     }
 
+    /// The log of our deployment-controller, when it runs (see
+    /// [`TestEnvBuilder::deployment_controller`]): its events and decisions, for a failed test's
+    /// report.
+    pub fn deployment_controller_log(&self) -> Option<&Path> {
+        self.deployment_controller_log.as_deref()
+    }
+
     /// The environment's directory (PKI, kubeconfigs, etcd data, `logs/`).
     pub fn dir(&self) -> &Path {
         &self.layout.dir
@@ -349,7 +438,18 @@ impl TestEnv {
         let Some(reaper) = self.reaper.lock().unwrap_or_else(|e| e.into_inner()).take() else {
             return Ok(());
         };
+        // Our deployment-controller first (an attached process), then the components.
         let stopped = plane::stop(&self.layout).map_err(|e| Error::Stop(format!("{e:#}")));
+        if let Some(mut child) = self
+            .controller
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            // Stopped above (or gone): only reaped here.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
         if keep_dir {
             let _ = std::fs::write(self.layout.dir.join(KEEP_MARKER), "");
         }

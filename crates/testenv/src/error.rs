@@ -24,6 +24,21 @@ pub enum Error {
         /// The binaries missing from it, comma-separated.
         missing: String,
     },
+    /// Our `deployment-controller` executable, asked for with
+    /// [`TestEnvBuilder::deployment_controller`](crate::TestEnvBuilder::deployment_controller),
+    /// is not where it was looked for.
+    #[error(
+        "our deployment-controller is not built: looked for {looked_for}; build it with \
+         `{build}` in a kctrl checkout, or install it (`cargo install \
+         kctrl-deployment-controller`) and put it on $PATH or name it with ${env}, or let the \
+         environment build it with `TestEnv::builder().build_if_missing(true)`",
+        build = crate::BUILD_COMMAND,
+        env = crate::DEPLOYMENT_CONTROLLER_ENV
+    )]
+    DeploymentControllerNotFound {
+        /// Where it was looked for, in order.
+        looked_for: String,
+    },
     /// The Kubernetes version asked for is not one the control plane supports.
     #[error("{0}")]
     UnsupportedVersion(String),

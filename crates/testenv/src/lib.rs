@@ -1,6 +1,6 @@
 //! A real Kubernetes API server for a controller's tests: etcd and kube-apiserver on loopback,
-//! optionally kube-controller-manager (without its Deployment controller) and KWOK's fake
-//! nodes, started from the binaries [`kctrl_cluster`] builds from upstream's Go modules, and
+//! optionally kube-controller-manager (without its Deployment controller), KWOK's fake nodes
+//! and kctrl's own Deployment controller, started from the binaries [`kctrl_cluster`] builds from upstream's Go modules, and
 //! stopped when the environment is dropped, also when the test panics. What controller-runtime's
 //! `envtest` is to Go controllers.
 //!
@@ -68,15 +68,33 @@
 //! | (default) | etcd, kube-apiserver (client-certificate authentication, `Node,RBAC` authorization) |
 //! | [`controller_manager(true)`](TestEnvBuilder::controller_manager) | + kube-controller-manager: ServiceAccounts, garbage collection, namespace deletion, ReplicaSets, Jobs…, never Deployments |
 //! | [`kwok_nodes(n)`](TestEnvBuilder::kwok_nodes) | + kube-scheduler and KWOK with `n` Ready fake nodes on which pods run |
+//! | [`deployment_controller(true)`](TestEnvBuilder::deployment_controller) | + kctrl's `deployment-controller` (a binary built from this repository, see there for how it is found), the plane's only Deployment controller, as its own identity with `deploy/`'s RBAC |
 //!
 //! Without kube-controller-manager, a deleted namespace stays `Terminating`, owners' dependents
 //! are not garbage-collected, and namespaces other than the built-in ones have no `default`
-//! ServiceAccount (so pods cannot be created in them).
+//! ServiceAccount (so pods cannot be created in them). Without a Deployment controller,
+//! Deployments get no ReplicaSets; with ours but without kube-controller-manager, ReplicaSets
+//! get no pods.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), kctrl_testenv::Error> {
+//! // Deployments that roll out: ReplicaSets, pods on KWOK nodes, our controller.
+//! let env = kctrl_testenv::TestEnv::builder()
+//!     .controller_manager(true)
+//!     .kwok_nodes(3)
+//!     .deployment_controller(true)
+//!     .start()
+//!     .await?;
+//! println!("controller log: {:?}", env.deployment_controller_log());
+//! # Ok(()) }
+//! ```
 
+mod controller;
 mod crd;
 mod env;
 mod error;
 mod reaper;
 
+pub use controller::{BUILD_COMMAND, DEPLOYMENT_CONTROLLER_ENV, build_deployment_controller};
 pub use env::{TestEnv, TestEnvBuilder};
 pub use error::Error;

@@ -2,17 +2,20 @@
 //! runs, and the one routine that starts a cluster afresh for a run: Deployment controllers an
 //! earlier run left stopped, the cluster restarted, a reaper that tears it down if xtask dies.
 
-use std::fs;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use anyhow::{Context, Result, bail};
 
 use kctrl_cluster::plane::{self, ClusterInfo, Layout, UpOptions};
-use kctrl_cluster::process::{self, runs_deployment_controller};
+use kctrl_cluster::process;
 
 use crate::Contender;
 use crate::supervisor::STOP_GRACE;
+
+/// Processes that run a Deployment controller against a cluster (the one routine, in
+/// `kctrl-cluster`, that `kctrl-testenv` uses too).
+pub use kctrl_cluster::process::deployment_controllers;
 
 /// Stops cluster `name`, whichever release it runs (no-op if nothing runs); logs are kept.
 pub fn down(name: &str) -> Result<()> {
@@ -162,31 +165,6 @@ pub fn ensure_none(info: &ClusterInfo) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// Processes that run a Deployment controller against this cluster (their command line names a
-/// file of the cluster's directory, e.g. its kubeconfig).
-pub fn deployment_controllers(cluster_dir: &Path) -> Vec<(u32, String)> {
-    let marker = cluster_dir.display().to_string();
-    let Ok(entries) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let matched: Vec<(u32, String)> = entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|pid| {
-            let args = process::cmdline(pid);
-            (args.iter().any(|a| a.contains(&marker)) && runs_deployment_controller(&args))
-                .then(|| (pid, args.join(" ")))
-        })
-        .collect();
-    // A child forked by a controller shows the parent's command line until it execs: it is
-    // the same controller, not a second one.
-    let pids: Vec<u32> = matched.iter().map(|(pid, _)| *pid).collect();
-    matched
-        .into_iter()
-        .filter(|(pid, _)| process::parent(*pid).is_none_or(|p| !pids.contains(&p)))
-        .collect()
 }
 
 /// A detached `sh` that waits for this xtask process to disappear (Ctrl-C, kill), then stops

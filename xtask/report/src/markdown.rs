@@ -1,4 +1,6 @@
-//! Cells of the reports' markdown tables.
+//! The reports' tables ([`Table`], markdown and aligned text) and their cells.
+
+pub use crate::table::{Align, Table};
 
 /// `v` with `decimals` digits after the point; `-` when it is not finite.
 pub fn fixed(v: f64, decimals: usize) -> String {

@@ -272,23 +272,24 @@ impl Report {
             self.faults.0
         );
         let _ = writeln!(out);
-        let _ = writeln!(
-            out,
-            "| fault | injected | what happened | violations | converged after the last fault | phase took |"
-        );
-        let _ = writeln!(out, "|---|---:|---|---:|---:|---:|");
+        let mut t = xtask_report::markdown::Table::new()
+            .left("fault")
+            .right("injected")
+            .left("what happened")
+            .right("violations")
+            .right("converged after the last fault")
+            .right("phase took");
         for p in &self.phases {
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} | {} | {} |",
-                p.name,
-                p.injected,
-                p.detail,
-                p.violations,
+            t.row([
+                p.name.to_owned(),
+                p.injected.to_string(),
+                p.detail.clone(),
+                p.violations.to_string(),
                 fmt_duration(p.converged_after),
-                fmt_duration(p.took)
-            );
+                fmt_duration(p.took),
+            ]);
         }
+        out.push_str(&t.markdown());
         let _ = writeln!(out);
         let _ = writeln!(
             out,
@@ -529,6 +530,42 @@ struct Run<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_report_is_rendered_as_before() {
+        let phase = |name, injected, violations, secs: u64| PhaseOutcome {
+            name,
+            injected,
+            detail: format!("{injected} restarts, all recovered"),
+            violations,
+            converged_after: Duration::from_millis(1500 * secs),
+            took: Duration::from_secs(10 * secs),
+        };
+        let report = Report {
+            profile: Profile::Short,
+            kubernetes: "v1.37.2".into(),
+            seed: 42,
+            deployments: 6,
+            replicas: 3,
+            initial_rollout: Duration::from_secs(12),
+            phases: vec![
+                phase("apiserver kill", 2, 0, 1),
+                phase("etcd compaction", 3, 1, 2),
+            ],
+            rollouts: 9,
+            faults: (5, 4),
+            violations: vec!["web-1: 4 ready, more than 3 + 1 surge".into()],
+            events: 1234,
+            watch: "no gaps".into(),
+            problems: Vec::new(),
+            cache: "consistent".into(),
+            took: Duration::from_secs(95),
+        };
+        xtask_report::golden::check(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/chaos/golden/report.txt"),
+            &report.render(),
+        );
+    }
 
     #[test]
     fn log_scans_find_panics_and_gone_watches() {

@@ -515,20 +515,25 @@ fn render(reports: &[ScenarioReport], release: &Release, took: Duration) -> Stri
         failed,
         fmt_duration(took)
     );
-    let _ = writeln!(
-        out,
-        "| scenario | steps | result | time |\n|---|---|---|---|"
-    );
+    let mut t = xtask_report::markdown::Table::new()
+        .left("scenario")
+        .left("steps")
+        .left("result")
+        .left("time");
     for r in reports {
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {:.0}s |",
-            r.name,
-            r.steps.len(),
-            r.verdict().replace('|', "/").lines().next().unwrap_or(""),
-            r.seconds
-        );
+        t.row([
+            r.name.clone(),
+            r.steps.len().to_string(),
+            r.verdict()
+                .replace('|', "/")
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_owned(),
+            format!("{:.0}s", r.seconds),
+        ]);
     }
+    out.push_str(&t.markdown());
     for r in reports {
         let _ = writeln!(out, "\n## {}\n\n{}\n", r.name, r.description);
         for (i, s) in r.steps.iter().enumerate() {
@@ -622,6 +627,12 @@ mod tests {
         assert!(
             text.contains("2 scenario(s), 2 step(s), 1 with unintended"),
             "{text}"
+        );
+        let from = text.find("| scenario |").unwrap();
+        let to = from + text[from..].find("\n\n").unwrap() + 1;
+        xtask_report::golden::check(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/diff/golden/scenarios.md"),
+            &text[from..to],
         );
         assert!(text.contains("| 01-a | 1 | same | 3s |"), "{text}");
         assert!(text.contains("| 02-b | 1 | FAILED: boom | 4s |"), "{text}");

@@ -266,22 +266,10 @@ pub(crate) fn run(n: usize, keep: bool, release: &'static Release) -> Result<()>
             QUIET.as_secs(),
             fmt_duration(quiet_after)
         );
-        let _ = writeln!(
-            text,
-            "| switch | kind | created | deleted | written | all complete after |\n|---|---|---|---|---|---|"
-        );
-        for (label, c, ok) in [
+        text.push_str(&switch_table(&[
             ("upstream → ours", &to_ours, still),
             ("ours → upstream", &to_upstream, still_back),
-        ] {
-            for (kind, (created, deleted, written)) in &c.by_kind {
-                let _ = writeln!(
-                    text,
-                    "| {label} | {kind} | {created} | {deleted} | {written} | {} |",
-                    if ok { "yes" } else { "no" }
-                );
-            }
-        }
+        ]));
         let _ = writeln!(text, "\nTook {}.", fmt_duration(started.elapsed()));
         Ok(text)
     })();
@@ -297,6 +285,31 @@ pub(crate) fn run(n: usize, keep: bool, release: &'static Release) -> Result<()>
     fs::write(&path, &text).with_context(|| format!("writing {}", path.display()))?;
     print!("{text}");
     Ok(())
+}
+
+/// The table of the switches: per switch (label, churn, whether every Deployment was complete
+/// after it), one line per kind of object.
+fn switch_table(switches: &[(&str, &Churn, bool)]) -> String {
+    let mut t = xtask_report::markdown::Table::new()
+        .left("switch")
+        .left("kind")
+        .left("created")
+        .left("deleted")
+        .left("written")
+        .left("all complete after");
+    for &(label, c, ok) in switches {
+        for (kind, (created, deleted, written)) in &c.by_kind {
+            t.row([
+                label.to_owned(),
+                kind.clone(),
+                created.to_string(),
+                deleted.to_string(),
+                written.to_string(),
+                if ok { "yes" } else { "no" }.to_owned(),
+            ]);
+        }
+    }
+    t.markdown()
 }
 
 #[cfg(test)]
@@ -329,6 +342,26 @@ mod tests {
         assert_eq!(
             churn(&objects(&before), &objects(&before)).by_kind["Pod"],
             (0, 0, 0)
+        );
+    }
+
+    #[test]
+    fn the_switch_table_is_rendered_as_before() {
+        let to_ours = Churn {
+            by_kind: BTreeMap::from([
+                ("Pod".to_owned(), (0, 0, 2)),
+                ("ReplicaSet".to_owned(), (0, 0, 1)),
+            ]),
+        };
+        let back = Churn {
+            by_kind: BTreeMap::from([("ReplicaSet".to_owned(), (1, 0, 3))]),
+        };
+        xtask_report::golden::check(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/diff/golden/switch.md"),
+            &switch_table(&[
+                ("upstream → ours", &to_ours, true),
+                ("ours → upstream", &back, false),
+            ]),
         );
     }
 

@@ -31,6 +31,7 @@ use super::running::start_with;
 use super::workload::{concurrently, deployment_with, image_patch, name, wait_complete};
 use super::{Env, QPS, SETUP_QPS, Side, admin_client, check_cluster_kcm, prepare};
 use xtask_contender::args::KubeVersionArg;
+use xtask_report::markdown::Table;
 
 /// Arguments of `cargo xtask bench lanes`.
 #[derive(clap::Args)]
@@ -376,23 +377,24 @@ fn markdown(
          from the process start until every Deployment is complete.\n",
         args.deployments, args.pending
     );
-    let _ = writeln!(
-        out,
-        "| controller | user's change waits (s) | caches synced (s) | all rollouts done (s) | runs |\n|---|---:|---:|---:|---:|"
-    );
+    let mut t = Table::new()
+        .left("controller")
+        .right("user's change waits (s)")
+        .right("caches synced (s)")
+        .right("all rollouts done (s)")
+        .right("runs");
     for contender in Contender::ALL {
         let mine: Vec<&LaneRun> = runs.iter().filter(|r| r.contender == contender).collect();
         let pick = |f: fn(&LaneRun) -> f64| mine.iter().map(|r| f(r)).collect::<Vec<f64>>();
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {} |",
-            contender.label(),
+        t.row([
+            contender.label().to_string(),
             cell(&pick(|r| r.wait), 2),
             cell(&pick(|r| r.synced), 2),
             cell(&pick(|r| r.drain), 1),
-            mine.len()
-        );
+            mine.len().to_string(),
+        ]);
     }
+    out.push_str(&t.markdown());
     let _ = writeln!(
         out,
         "\nWithout lanes the changed Deployment's key is already in the queue from the initial \
@@ -448,6 +450,35 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("--pending")
+        );
+    }
+
+    #[test]
+    fn the_table_is_rendered_as_before() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            lanes: LanesArgs,
+        }
+        use clap::Parser as _;
+        let args = Cli::parse_from(["lanes", "--deployments", "20", "--pending", "4"]).lanes;
+        let run = |contender, k: f64| LaneRun {
+            contender,
+            synced: 1.25 * k,
+            wait: 0.5 * k,
+            drain: 30.0 * k,
+        };
+        let runs = vec![
+            run(Contender::Lanes, 1.0),
+            run(Contender::OneLane, 2.0),
+            run(Contender::Lanes, 1.5),
+            run(Contender::Upstream, 3.0),
+        ];
+        let machine = super::super::report::Machine::sample();
+        xtask_report::golden::check(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("src/bench/controller/golden/lanes.md"),
+            &markdown(&runs, &args, 2, &machine, Some("stopped `early`")),
         );
     }
 

@@ -6,7 +6,28 @@ use std::fmt::Write as _;
 use super::{Phase, PhaseRun, Side};
 use xtask_contender::parse::{self, Counts};
 use xtask_report::machine::{self, command_output, load_average};
+use xtask_report::markdown::Table;
 pub(super) use xtask_report::stats::Spread;
+
+#[cfg(test)]
+impl Machine {
+    /// A machine of fixed facts, for golden tests.
+    pub(super) fn sample() -> Machine {
+        Machine {
+            cpus: 2,
+            cpu_model: "Test CPU".into(),
+            memory: "4 GiB".into(),
+            kernel: "Linux 6.1".into(),
+            rustc: "rustc 1.90.0".into(),
+            kubernetes: "v1.37.2".into(),
+            commit: "abc1234".into(),
+            started: "2026-11-28 12:00 UTC".into(),
+            load_start: "0.50 0.40 0.30".into(),
+            finished: "2026-11-28 12:30 UTC".into(),
+            load_end: "1.00 0.80 0.60".into(),
+        }
+    }
+}
 
 /// The line after which docs/benchmarks/controller.md is written by hand (analysis, profile);
 /// a new run keeps everything from it on.
@@ -69,20 +90,24 @@ impl Machine {
 
     /// The machine as a markdown table.
     pub(super) fn table(&self) -> String {
-        let mut out = String::new();
-        let _ = writeln!(out, "| | |\n|---|---|");
-        let _ = writeln!(out, "| CPU | {} x {} |", self.cpus, self.cpu_model);
-        let _ = writeln!(out, "| memory | {} |", self.memory);
-        let _ = writeln!(out, "| kernel | {} |", self.kernel);
-        let _ = writeln!(out, "| rustc | {} |", self.rustc);
-        let _ = writeln!(out, "| Kubernetes | {} |", self.kubernetes);
-        let _ = writeln!(out, "| commit | {} |", self.commit);
-        let _ = writeln!(
-            out,
-            "| load average (1, 5, 15 min) | {} at the start, {} at the end |",
-            self.load_start, self.load_end
-        );
-        out
+        let mut t = Table::new().left("").left("");
+        t.row([
+            "CPU".to_owned(),
+            format!("{} x {}", self.cpus, self.cpu_model),
+        ])
+        .row(["memory", self.memory.as_str()])
+        .row(["kernel", self.kernel.as_str()])
+        .row(["rustc", self.rustc.as_str()])
+        .row(["Kubernetes", self.kubernetes.as_str()])
+        .row(["commit", self.commit.as_str()])
+        .row([
+            "load average (1, 5, 15 min)".to_owned(),
+            format!(
+                "{} at the start, {} at the end",
+                self.load_start, self.load_end
+            ),
+        ]);
+        t.markdown()
     }
 
     /// When the run started.
@@ -262,21 +287,33 @@ pub(super) fn text(runs: &[PhaseRun], settings: &Settings) -> String {
             select(runs, Side::Ours, size, phase),
             select(runs, Side::Upstream, size, phase),
         );
+        let mut t = Table::new()
+            .indent(2)
+            .left("")
+            .width(36)
+            .right("")
+            .width(22)
+            .right("")
+            .width(22)
+            .right("")
+            .width(6)
+            .left("")
+            .width(0);
         for m in metrics(phase) {
             let (so, su) = (spread_of(&o, m.get), spread_of(&u, m.get));
             let r = ratio(so, su);
-            let _ = writeln!(
-                out,
-                "  {:<36} {:>22} {:>22} {:>6} {}",
-                m.name,
+            t.row([
+                m.name.to_owned(),
                 fmt_spread(so, m.decimals),
                 fmt_spread(su, m.decimals),
                 r.map_or("-".into(), |r| format!("{r:.2}")),
                 m.target
                     .map(|t| format!("target <= {t}: {}", verdict(r, t)))
-                    .unwrap_or_default()
-            );
+                    .unwrap_or_default(),
+            ]);
         }
+        // No titles, no header line: the metrics follow the group's heading.
+        out.push_str(&t.text());
     }
     out
 }
@@ -313,16 +350,15 @@ fn counts_table(
         return;
     }
     let _ = writeln!(out, "\n{title}\n");
-    let _ = writeln!(out, "| request | ours | upstream |");
-    let _ = writeln!(out, "|---|---:|---:|");
+    let mut t = Table::new().left("request").right("ours").right("upstream");
     for k in keys {
-        let _ = writeln!(
-            out,
-            "| {k} | {} | {} |",
+        t.row([
+            k.clone(),
             fmt(o.get(k).copied().unwrap_or(0.0), 0),
-            fmt(u.get(k).copied().unwrap_or(0.0), 0)
-        );
+            fmt(u.get(k).copied().unwrap_or(0.0), 0),
+        ]);
     }
+    out.push_str(&t.markdown());
 }
 
 /// The whole docs/benchmarks/controller.md; the hand-written part of `existing` (from
@@ -363,8 +399,12 @@ pub(super) fn markdown(
 
     // Targets first.
     let _ = writeln!(out, "## Targets (ours / upstream)\n");
-    let _ = writeln!(out, "| workload | measure | ratio | target | |");
-    let _ = writeln!(out, "|---|---|---:|---:|---|");
+    let mut targets = Table::new()
+        .left("workload")
+        .left("measure")
+        .right("ratio")
+        .right("target")
+        .left("");
     for (size, phase) in groups(runs) {
         let (o, u) = (
             select(runs, Side::Ours, size, phase),
@@ -373,16 +413,16 @@ pub(super) fn markdown(
         for m in metrics(phase) {
             let Some(target) = m.target else { continue };
             let r = ratio(spread_of(&o, m.get), spread_of(&u, m.get));
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | <= {target} | {} |",
+            targets.row([
                 heading(size, phase),
-                m.name,
+                m.name.to_owned(),
                 r.map_or("-".into(), |r| format!("{r:.2}")),
-                verdict(r, target)
-            );
+                format!("<= {target}"),
+                verdict(r, target).to_owned(),
+            ]);
         }
     }
+    out.push_str(&targets.markdown());
 
     let _ = writeln!(out, "\n## Results\n");
     for (size, phase) in groups(runs) {
@@ -391,23 +431,26 @@ pub(super) fn markdown(
             select(runs, Side::Ours, size, phase),
             select(runs, Side::Upstream, size, phase),
         );
-        let _ = writeln!(out, "| measure | ours | upstream | ratio | target |");
-        let _ = writeln!(out, "|---|---:|---:|---:|---|");
+        let mut t = Table::new()
+            .left("measure")
+            .right("ours")
+            .right("upstream")
+            .right("ratio")
+            .left("target");
         for m in metrics(phase) {
             let (so, su) = (spread_of(&o, m.get), spread_of(&u, m.get));
             let r = ratio(so, su);
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} | {} |",
-                m.name,
+            t.row([
+                m.name.to_owned(),
                 fmt_spread(so, m.decimals),
                 fmt_spread(su, m.decimals),
                 r.map_or("-".into(), |r| format!("{r:.2}")),
                 m.target
                     .map(|t| format!("<= {t}: {}", verdict(r, t)))
-                    .unwrap_or_default()
-            );
+                    .unwrap_or_default(),
+            ]);
         }
+        out.push_str(&t.markdown());
         counts_table(
             &mut out,
             "Requests of the controller's identity (apiserver audit log), medians:",
@@ -438,28 +481,32 @@ pub(super) fn markdown(
     }
 
     let _ = writeln!(out, "## Every run\n");
-    let _ = writeln!(
-        out,
-        "| workload | round | controller | wall (s) | synced (s) | CPU-s | peak RSS (MiB) | steady RSS (MiB) | writes |"
-    );
-    let _ = writeln!(out, "|---|---:|---|---:|---:|---:|---:|---:|---:|");
+    let mut every = Table::new()
+        .left("workload")
+        .right("round")
+        .left("controller")
+        .right("wall (s)")
+        .right("synced (s)")
+        .right("CPU-s")
+        .right("peak RSS (MiB)")
+        .right("steady RSS (MiB)")
+        .right("writes");
     let mut ordered: Vec<&PhaseRun> = runs.iter().collect();
     ordered.sort_by_key(|r| (r.phase == Phase::AtRest, r.size, r.phase, r.round, r.side));
     for r in ordered {
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+        every.row([
             heading(r.size, r.phase),
-            r.round + 1,
-            r.side.slug(),
+            (r.round + 1).to_string(),
+            r.side.slug().to_owned(),
             fmt(r.wall, 1),
             r.synced.map_or("-".into(), |s| fmt(s, 2)),
             fmt(r.cpu, 2),
             fmt(r.peak_rss as f64 / MIB, 1),
             fmt(r.steady_rss as f64 / MIB, 1),
-            fmt(parse::writes(&r.audit), 0)
-        );
+            fmt(parse::writes(&r.audit), 0),
+        ]);
     }
+    out.push_str(&every.markdown());
 
     let _ = writeln!(out, "\n## Machine\n");
     out.push_str(&machine.table());
@@ -619,6 +666,37 @@ mod tests {
         assert_eq!(md.matches(KEEP_MARKER).count(), 1);
         let fresh = markdown(&runs, &settings(), &machine, "");
         assert!(fresh.trim_end().ends_with(KEEP_MARKER));
+    }
+
+    #[test]
+    fn the_tables_are_rendered_as_before() {
+        let mut runs = Vec::new();
+        for (i, side) in [Side::Ours, Side::Upstream].into_iter().enumerate() {
+            for round in 0..2 {
+                let k = (i + 1) as f64 + round as f64 / 4.0;
+                runs.push(run(side, round, 10.0 * k, 1.5 * k, 100.0 * k));
+                let mut at_rest = run(side, round, 3.0 * k, 0.5 * k, 2.0);
+                at_rest.phase = Phase::AtRest;
+                at_rest.size = 50;
+                at_rest.synced = Some(1.25 * k);
+                at_rest.first_write = Some(1.5 * k);
+                at_rest.apiserver = [("list pods".to_string(), 3.0)].into();
+                runs.push(at_rest);
+            }
+        }
+        let machine = Machine::sample();
+        let mut settings = settings();
+        settings.at_rest = 50;
+        let golden = |name: &str| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("src/bench/controller/golden")
+                .join(name)
+        };
+        xtask_report::golden::check(&golden("text.txt"), &text(&runs, &settings));
+        xtask_report::golden::check(
+            &golden("controller.md"),
+            &markdown(&runs, &settings, &machine, ""),
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@ use anyhow::Result;
 
 use super::{Impl, Run, Variant};
 use xtask_report::machine::{self, command_output};
+use xtask_report::markdown::Table as Md;
 
 /// Medians of one (size, variant, program).
 #[derive(Clone, Debug, Default)]
@@ -152,31 +153,21 @@ pub(super) fn text_table(table: &Table) -> String {
             variant_label(group.variant),
             runs
         );
-        let mut header = String::from("| metric (median) | kctrl |");
-        let mut rule = String::from("|---|---:|");
+        let mut t = Md::new().left("metric (median)").right("kctrl");
         for (i, _) in &peers {
-            let _ = write!(header, " {} |", i.name());
-            rule.push_str("---:|");
+            t = t.right(i.name());
         }
         for (i, _) in &peers {
-            let _ = write!(header, " kctrl ÷ {} |", i.name());
-            rule.push_str("---:|");
+            t = t.right(format!("kctrl ÷ {}", i.name()));
         }
-        let _ = writeln!(out, "{header}\n{rule}");
-        let row = |out: &mut String,
-                   name: &str,
-                   f: &dyn Fn(&Cell) -> f64,
-                   fmt: &dyn Fn(f64) -> String| {
-            let mut line = format!("| {name} | {} |", fmt(f(k)));
-            for (_, c) in &peers {
-                let _ = write!(line, " {} |", fmt(f(c)));
-            }
-            for (_, c) in &peers {
-                let _ = write!(line, " {} |", ratio(f(k), f(c)));
-            }
-            let _ = writeln!(out, "{line}");
-        };
-        row(&mut out, "time to synced (ms) ↓", &|c| c.sync_ms, &|v| {
+        let row =
+            |t: &mut Md, name: &str, f: &dyn Fn(&Cell) -> f64, fmt: &dyn Fn(f64) -> String| {
+                let mut cells = vec![name.to_owned(), fmt(f(k))];
+                cells.extend(peers.iter().map(|(_, c)| fmt(f(c))));
+                cells.extend(peers.iter().map(|(_, c)| ratio(f(k), f(c))));
+                t.row(cells);
+            };
+        row(&mut t, "time to synced (ms) ↓", &|c| c.sync_ms, &|v| {
             format!("{v:.0}")
         });
         let seconds = |v: f64| {
@@ -187,23 +178,21 @@ pub(super) fn text_table(table: &Table) -> String {
             }
         };
         row(
-            &mut out,
+            &mut t,
             "client CPU-seconds, start to synced ↓",
             &|c| c.client_cpu_s,
             &seconds,
         );
         row(
-            &mut out,
+            &mut t,
             "apiserver CPU-seconds during the sync ↓",
             &|c| c.apiserver_cpu_s,
             &seconds,
         );
-        row(&mut out, "peak RSS (VmHWM) ↓", &|c| c.peak_rss, &|v| {
-            mib(v)
-        });
-        row(&mut out, "steady RSS ↓", &|c| c.steady_rss, &|v| mib(v));
+        row(&mut t, "peak RSS (VmHWM) ↓", &|c| c.peak_rss, &|v| mib(v));
+        row(&mut t, "steady RSS ↓", &|c| c.steady_rss, &|v| mib(v));
         row(
-            &mut out,
+            &mut t,
             "bytes per object (steady − 0-pod baseline) ↓",
             &|c| c.bytes_per_object.unwrap_or(f64::NAN),
             &|v| {
@@ -215,7 +204,7 @@ pub(super) fn text_table(table: &Table) -> String {
             },
         );
         row(
-            &mut out,
+            &mut t,
             "update events/s through a handler ↑",
             &|c| c.events_per_sec,
             &|v| {
@@ -227,7 +216,7 @@ pub(super) fn text_table(table: &Table) -> String {
             },
         );
         row(
-            &mut out,
+            &mut t,
             "driver's patch rate in that run (/s)",
             &|c| c.patches_per_sec,
             &|v| {
@@ -238,15 +227,19 @@ pub(super) fn text_table(table: &Table) -> String {
                 }
             },
         );
+        out.push_str(&t.markdown());
         out.push('\n');
     }
     if !table.baselines.is_empty() {
         let _ = writeln!(out, "### 0-pod baseline (steady RSS, median)\n");
-        let _ = writeln!(
-            out,
-            "| program | no transform | transform | view (JSON) | view (protobuf) | metadata only | metadata, transform |"
-        );
-        let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|");
+        let mut t = Md::new()
+            .left("program")
+            .right("no transform")
+            .right("transform")
+            .right("view (JSON)")
+            .right("view (protobuf)")
+            .right("metadata only")
+            .right("metadata, transform");
         for implementation in Impl::ALL {
             let get = |variant: Variant| {
                 table
@@ -255,18 +248,17 @@ pub(super) fn text_table(table: &Table) -> String {
                     .find(|(i, v, _)| *i == implementation && *v == variant)
                     .map_or_else(|| "–".into(), |(_, _, b)| mib(*b))
             };
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} | {} | {} | {} |",
-                implementation.name(),
+            t.row([
+                implementation.name().to_owned(),
                 get(Variant::None),
                 get(Variant::Transform),
                 get(Variant::View),
                 get(Variant::ViewProtobuf),
                 get(Variant::Metadata),
-                get(Variant::MetadataTransform)
-            );
+                get(Variant::MetadataTransform),
+            ]);
         }
+        out.push_str(&t.markdown());
     }
     out
 }
@@ -286,11 +278,14 @@ pub(super) fn targets(table: &Table) -> String {
     };
     let mut sizes: Vec<usize> = table.groups.iter().map(|g| g.pods).collect();
     sizes.dedup();
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "| pods | target | kctrl | anchor | ratio | limit | met |\n|---:|---|---:|---:|---:|---:|---|"
-    );
+    let mut t = Md::new()
+        .right("pods")
+        .left("target")
+        .right("kctrl")
+        .right("anchor")
+        .right("ratio")
+        .right("limit")
+        .left("met");
     let verdict = |r: f64, limit: f64| {
         if !r.is_finite() {
             "–"
@@ -309,21 +304,22 @@ pub(super) fn targets(table: &Table) -> String {
         let meta_go = cell(pods, Variant::Metadata, Impl::ClientGo);
         let meta_trimmed = cell(pods, Variant::MetadataTransform, Impl::Kctrl);
         let meta_trimmed_go = cell(pods, Variant::MetadataTransform, Impl::ClientGo);
-        let row = |out: &mut String,
+        let row = |t: &mut Md,
                    name: &str,
                    ours: f64,
                    anchor: f64,
                    fmt: &dyn Fn(f64) -> String,
                    limit: f64| {
             let r = ours / anchor;
-            let _ = writeln!(
-                out,
-                "| {pods} | {name} | {} | {} | {} | {limit:.2} | {} |",
+            t.row([
+                pods.to_string(),
+                name.to_owned(),
                 fmt(ours),
                 fmt(anchor),
                 ratio(ours, anchor),
-                verdict(r, limit)
-            );
+                format!("{limit:.2}"),
+                verdict(r, limit).to_owned(),
+            ]);
         };
         let bytes = |v: f64| {
             if v.is_finite() {
@@ -334,7 +330,7 @@ pub(super) fn targets(table: &Table) -> String {
         };
         if let (Some(v), Some(g)) = (&view, &full_go) {
             row(
-                &mut out,
+                &mut t,
                 "view bytes/object ÷ client-go full informer",
                 v.bytes_per_object.unwrap_or(f64::NAN),
                 g.bytes_per_object.unwrap_or(f64::NAN),
@@ -342,7 +338,7 @@ pub(super) fn targets(table: &Table) -> String {
                 0.25,
             );
             row(
-                &mut out,
+                &mut t,
                 "view time to synced ÷ client-go full informer (protobuf)",
                 v.sync_ms,
                 g.sync_ms,
@@ -353,21 +349,24 @@ pub(super) fn targets(table: &Table) -> String {
         if let Some(v) = &view {
             // Peak above steady, as a fraction of steady (0 when the peak is the steady state).
             let excess = (v.peak_rss - v.steady_rss).max(0.0);
-            let _ = writeln!(
-                out,
-                "| {pods} | view peak RSS − steady RSS | {} | {} | – | 0 | {} |",
+            t.row([
+                pods.to_string(),
+                "view peak RSS − steady RSS".to_owned(),
                 mib(excess),
                 mib(v.steady_rss),
+                "–".to_owned(),
+                "0".to_owned(),
                 if excess <= 0.02 * v.steady_rss {
                     "yes (within 2%)"
                 } else {
                     "**no**"
                 }
-            );
+                .to_owned(),
+            ]);
         }
         if let (Some(m), Some(g)) = (&meta, &meta_go) {
             row(
-                &mut out,
+                &mut t,
                 "metadata bytes/object ÷ client-go metadatainformer (both keep managedFields)",
                 m.bytes_per_object.unwrap_or(f64::NAN),
                 g.bytes_per_object.unwrap_or(f64::NAN),
@@ -379,7 +378,7 @@ pub(super) fn targets(table: &Table) -> String {
         // the same anchor as the view's: the client-go informer as it comes.
         if let (Some(m), Some(g)) = (&meta_trimmed, &meta_go) {
             row(
-                &mut out,
+                &mut t,
                 "metadata without managedFields bytes/object ÷ client-go metadatainformer",
                 m.bytes_per_object.unwrap_or(f64::NAN),
                 g.bytes_per_object.unwrap_or(f64::NAN),
@@ -390,7 +389,7 @@ pub(super) fn targets(table: &Table) -> String {
         // Like for like: both drop managedFields.
         if let (Some(m), Some(g)) = (&meta_trimmed, &meta_trimmed_go) {
             row(
-                &mut out,
+                &mut t,
                 "metadata without managedFields bytes/object ÷ client-go metadatainformer with the same transform",
                 m.bytes_per_object.unwrap_or(f64::NAN),
                 g.bytes_per_object.unwrap_or(f64::NAN),
@@ -399,7 +398,7 @@ pub(super) fn targets(table: &Table) -> String {
             );
         }
     }
-    out
+    t.markdown()
 }
 
 /// Facts about the machine and the software compared.
@@ -652,24 +651,28 @@ pub(super) fn markdown(table: &Table, machine: &Machine, settings: &Settings) ->
     out.push_str(METADATA_ONLY);
     out.push_str(WIRE_FORMAT);
     let _ = writeln!(out, "\n## Machine\n");
-    let _ = writeln!(out, "| | |\n|---|---|");
-    let _ = writeln!(out, "| CPUs | {} × {} |", machine.cpus, machine.cpu_model);
-    let _ = writeln!(out, "| memory | {} |", machine.memory);
-    let _ = writeln!(out, "| OS | {} |", machine.os);
-    let _ = writeln!(out, "| Rust | {} |", machine.rustc);
-    let _ = writeln!(out, "| Go | {} |", machine.go);
-    let _ = writeln!(out, "| client-go | {} |", machine.client_go);
-    let _ = writeln!(out, "| kube-rs | {} |", machine.kube_rs);
-    let _ = writeln!(
-        out,
-        "| control plane | `cargo xtask cluster` ({}; etcd, kube-apiserver, controller-manager, scheduler, kwok on the same machine) |",
-        machine.kubernetes
-    );
-    let _ = writeln!(
-        out,
-        "| load average at the start | {} |",
-        machine.load_average
-    );
+    let mut facts = Md::new().left("").left("");
+    facts
+        .row([
+            "CPUs".to_owned(),
+            format!("{} × {}", machine.cpus, machine.cpu_model),
+        ])
+        .row(["memory", machine.memory.as_str()])
+        .row(["OS", machine.os.as_str()])
+        .row(["Rust", machine.rustc.as_str()])
+        .row(["Go", machine.go.as_str()])
+        .row(["client-go", machine.client_go.as_str()])
+        .row(["kube-rs", machine.kube_rs.as_str()])
+        .row([
+            "control plane".to_owned(),
+            format!(
+                "`cargo xtask cluster` ({}; etcd, kube-apiserver, controller-manager, scheduler, \
+                 kwok on the same machine)",
+                machine.kubernetes
+            ),
+        ])
+        .row(["load average at the start", machine.load_average.as_str()]);
+    out.push_str(&facts.markdown());
     let _ = writeln!(out, "\n## Method\n");
     let updates = settings
         .updates
@@ -746,3 +749,6 @@ pub(super) fn markdown(table: &Table, machine: &Machine, settings: &Settings) ->
     );
     out
 }
+
+#[cfg(test)]
+mod tests;

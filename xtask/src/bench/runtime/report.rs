@@ -2,10 +2,10 @@
 //! kctrl-runtime / kube-runtime and the issue's targets, for the terminal and for
 //! docs/benchmarks/runtime.md.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::{Run, Side};
+use xtask_report::markdown::Table;
 
 /// What the run was asked to do (for the markdown).
 pub(super) struct Settings {
@@ -252,27 +252,43 @@ fn label(row: &Row) -> String {
     }
 }
 
-/// The summary for the terminal.
-pub(super) fn text_table(rows: &[Row]) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<48} {:>24} {:>24} {:>7} {:>8}",
-        "metric", "kctrl-runtime", "kube-runtime", "ratio", "target"
-    );
+/// The results: one line per metric, the verdict as markdown (`**missed**`) or plain.
+fn results(rows: &[Row], plain: bool) -> Table {
+    let mut t = Table::new()
+        .left("metric")
+        .width(48)
+        .right("kctrl-runtime")
+        .width(24)
+        .right("kube-runtime")
+        .width(24)
+        .right("ratio")
+        .width(7)
+        .right("target")
+        .width(8)
+        .left("")
+        .width(0);
     for row in rows {
-        let _ = writeln!(
-            out,
-            "{:<48} {:>24} {:>24} {:>7} {:>8} {}",
+        let verdict = row.verdict();
+        t.row([
             label(row),
             cell(row.kctrl),
             cell(row.kube_rs),
             ratio_text(row.ratio()),
             row.target_text(),
-            row.verdict().trim_matches('*')
-        );
+            if plain {
+                verdict.trim_matches('*')
+            } else {
+                verdict
+            }
+            .to_owned(),
+        ]);
     }
-    out
+    t
+}
+
+/// The summary for the terminal.
+pub(super) fn text_table(rows: &[Row]) -> String {
+    results(rows, true).text()
 }
 
 /// Median count per `verb resource` of each side.
@@ -371,56 +387,48 @@ pub(super) fn markdown(rows: &[Row], runs: &[Run], machine: &Machine, s: &Settin
     };
     let _ = writeln!(out, "{configuration}\n");
     let _ = writeln!(out, "## Results\n");
-    let _ = writeln!(
-        out,
-        "| metric | kctrl-runtime | kube-runtime | ratio | target | |\n|---|---:|---:|---:|---:|---|"
-    );
-    for row in rows {
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {} | {} |",
-            label(row),
-            cell(row.kctrl),
-            cell(row.kube_rs),
-            ratio_text(row.ratio()),
-            row.target_text(),
-            row.verdict()
-        );
-    }
+    out.push_str(&results(rows, false).markdown());
     let _ = writeln!(
         out,
         "\nThe issue's targets: throughput and wall time >= 1.0x kube-runtime (for wall time: \
          ours / theirs <= 1.0), CPU-seconds per reconcile <= 0.7x, RSS <= 0.7x.\n"
     );
-    let _ = writeln!(
-        out,
-        "### API requests by verb and resource (medians)\n\n| request | kctrl-runtime | kube-runtime |\n|---|---:|---:|"
-    );
+    let _ = writeln!(out, "### API requests by verb and resource (medians)\n");
+    let mut requests = Table::new()
+        .left("request")
+        .right("kctrl-runtime")
+        .right("kube-runtime");
     for (key, ours, theirs) in request_rows(runs) {
-        let _ = writeln!(out, "| {key} | {ours:.0} | {theirs:.0} |");
+        requests.row([key, format!("{ours:.0}"), format!("{theirs:.0}")]);
     }
-    let _ = writeln!(
-        out,
-        "\n### Every run\n\n| # | controller | create (s) | change (s) | driver's changes sent (s) | reconciles | CPU-s at create | CPU-s | peak RSS (MiB) | requests |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
-    );
-    let mut per_side: BTreeMap<usize, usize> = BTreeMap::new();
+    out.push_str(&requests.markdown());
+    let _ = writeln!(out, "\n### Every run\n");
+    let mut every = Table::new()
+        .right("#")
+        .left("controller")
+        .right("create (s)")
+        .right("change (s)")
+        .right("driver's changes sent (s)")
+        .right("reconciles")
+        .right("CPU-s at create")
+        .right("CPU-s")
+        .right("peak RSS (MiB)")
+        .right("requests");
     for r in runs {
-        *per_side.entry(r.rep).or_default() += 1;
-        let _ = writeln!(
-            out,
-            "| {} | {} | {:.2} | {:.2} | {:.2} | {} | {:.2} | {:.2} | {:.1} | {:.0} |",
-            r.rep + 1,
-            r.side.name(),
-            r.create_s,
-            r.change_s,
-            r.patch_s,
-            r.reconciles,
-            r.cpu_create_s,
-            r.cpu_s,
-            r.peak_rss as f64 / (1024.0 * 1024.0),
-            r.requests.values().sum::<f64>()
-        );
+        every.row([
+            (r.rep + 1).to_string(),
+            r.side.name().to_owned(),
+            format!("{:.2}", r.create_s),
+            format!("{:.2}", r.change_s),
+            format!("{:.2}", r.patch_s),
+            r.reconciles.to_string(),
+            format!("{:.2}", r.cpu_create_s),
+            format!("{:.2}", r.cpu_s),
+            format!("{:.1}", r.peak_rss as f64 / (1024.0 * 1024.0)),
+            format!("{:.0}", r.requests.values().sum::<f64>()),
+        ]);
     }
+    out.push_str(&every.markdown());
     let _ = writeln!(
         out,
         "\n## Machine\n\n\
@@ -434,4 +442,71 @@ pub(super) fn markdown(rows: &[Row], runs: &[Run], machine: &Machine, s: &Settin
         machine.kubernetes
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    /// Two runs per side, with a missed and a met target and a side without writes.
+    fn runs() -> Vec<Run> {
+        let run = |side: Side, rep: usize, create_s: f64, cpu_s: f64, rss_mib: u64| Run {
+            side,
+            rep,
+            objects: 100,
+            create_s,
+            change_s: create_s / 2.0,
+            patch_s: 0.25 * (rep + 1) as f64,
+            reconciles: 400 + rep as u64,
+            failures: 0,
+            cpu_create_s: cpu_s / 3.0,
+            cpu_s,
+            peak_rss: rss_mib * 1024 * 1024,
+            requests: BTreeMap::from([
+                ("create configmaps".to_owned(), 100.0),
+                ("get widgets".to_owned(), 3.0 + rep as f64),
+                ("patch widgets/status".to_owned(), 200.0 + rep as f64),
+            ]),
+        };
+        vec![
+            run(Side::Kctrl, 0, 4.5, 1.2, 30),
+            run(Side::KubeRs, 0, 5.0, 2.0, 40),
+            run(Side::KubeRs, 1, 5.5, 2.2, 42),
+            run(Side::Kctrl, 1, 4.0, 1.0, 31),
+        ]
+    }
+
+    fn golden(name: &str) -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/bench/runtime/golden")
+            .join(name)
+    }
+
+    #[test]
+    fn the_tables_are_rendered_as_before() {
+        let runs = runs();
+        let rows = summarize(&runs);
+        xtask_report::golden::check(&golden("text.txt"), &text_table(&rows));
+        let machine = Machine {
+            cpus: 2,
+            cpu_model: "Test CPU".into(),
+            memory: "4 GiB".into(),
+            os: "Linux 6.1".into(),
+            rustc: "rustc 1.90.0".into(),
+            kubernetes: "v1.37.2".into(),
+            date: "2026-11-28 12:00 UTC".into(),
+        };
+        let settings = Settings {
+            objects: 100,
+            reps: 2,
+            concurrency: 4,
+            quick: false,
+        };
+        xtask_report::golden::check(
+            &golden("runtime.md"),
+            &markdown(&rows, &runs, &machine, &settings),
+        );
+    }
 }

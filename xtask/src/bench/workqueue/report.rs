@@ -7,6 +7,7 @@ use anyhow::Result;
 
 use super::{LATENESS_ITEMS, LATENESS_SPREAD, Measurement, TOTAL_ADDS, WORK_ROUNDS};
 use xtask_report::machine::{self, command_output};
+use xtask_report::markdown::Table;
 
 /// What a row is held to.
 #[derive(Clone, Copy)]
@@ -260,27 +261,37 @@ fn fmt_value(value: f64) -> String {
 
 /// The table printed on the terminal.
 pub(super) fn text_table(rows: &[Row]) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<46} {:>10} {:>10} {:>10} {:>8}  {:<10} met  {:>12}",
-        "workload", "client-go", "kctrl", "unit", "ratio", "target", "add_ref"
-    );
+    let mut t = Table::new()
+        .left("workload")
+        .width(46)
+        .right("client-go")
+        .width(10)
+        .right("kctrl")
+        .width(10)
+        .right("unit")
+        .width(10)
+        .right("ratio")
+        .width(8)
+        .left("target")
+        .width(10)
+        .gap(2)
+        .left("met")
+        .width(4)
+        .right("add_ref")
+        .width(12);
     for row in rows {
-        let _ = writeln!(
-            out,
-            "{:<46} {:>10} {:>10} {:>10} {:>7.2}×  {:<10} {:<4} {:>12}",
-            row.workload,
+        t.row([
+            row.workload.clone(),
             fmt_value(row.client_go),
             fmt_value(row.kctrl),
-            row.unit,
-            row.ratio(),
+            row.unit.to_owned(),
+            format!("{:.2}×", row.ratio()),
             row.goal.describe(row.unit),
-            row.verdict().trim_matches('*'),
+            row.verdict().trim_matches('*').to_owned(),
             row.kctrl_add_ref.map(fmt_value).unwrap_or_default(),
-        );
+        ]);
     }
-    out
+    t.text()
 }
 
 /// Facts about the machine, for the report.
@@ -374,10 +385,15 @@ pub(super) fn markdown(
          each program (they ran back to back) and gives the lowest and highest. A throughput row \
          meets its target only if the median ratio reaches it **and** every run is ≥ 1.0×.\n"
     );
-    let _ = writeln!(
-        out,
-        "| workload | unit | client-go | kctrl | ratio | per-run ratios | target | met |\n|---|---|---:|---:|---:|---:|---|---|"
-    );
+    let mut results = Table::new()
+        .left("workload")
+        .left("unit")
+        .right("client-go")
+        .right("kctrl")
+        .right("ratio")
+        .right("per-run ratios")
+        .left("target")
+        .left("met");
     let spread = |values: &[f64]| {
         let low = values.iter().copied().fold(f64::INFINITY, f64::min);
         let high = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -385,27 +401,30 @@ pub(super) fn markdown(
     };
     for row in rows {
         let (low, high) = row.ratio_range();
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} {} | {} {} | {:.2}× | {:.2}–{:.2}× | {}{} | {} |",
-            row.workload,
-            row.unit,
-            fmt_value(row.client_go),
-            spread(&row.client_go_runs),
-            fmt_value(row.kctrl),
-            spread(&row.kctrl_runs),
-            row.ratio(),
-            low,
-            high,
-            row.goal.describe(row.unit),
-            if row.every_run_at_least.is_some() {
-                ", each run ≥ 1×"
-            } else {
-                ""
-            },
-            row.verdict()
-        );
+        results.row([
+            row.workload.clone(),
+            row.unit.to_owned(),
+            format!(
+                "{} {}",
+                fmt_value(row.client_go),
+                spread(&row.client_go_runs)
+            ),
+            format!("{} {}", fmt_value(row.kctrl), spread(&row.kctrl_runs)),
+            format!("{:.2}×", row.ratio()),
+            format!("{low:.2}–{high:.2}×"),
+            format!(
+                "{}{}",
+                row.goal.describe(row.unit),
+                if row.every_run_at_least.is_some() {
+                    ", each run ≥ 1×"
+                } else {
+                    ""
+                }
+            ),
+            row.verdict().to_owned(),
+        ]);
     }
+    out.push_str(&results.markdown());
     let _ = writeln!(
         out,
         "\nMore about the throughput rows. *Processed*: items handed out per round (adds of a key \
@@ -416,27 +435,30 @@ pub(super) fn markdown(
          reference; the results above use `add(key.clone())` with `Arc<str>` keys, the direct \
          counterpart of client-go's `Add(key)`.\n"
     );
-    let _ = writeln!(
-        out,
-        "| workload | processed, client-go | processed, kctrl | kctrl add_ref, M adds/s | vs client-go | kctrl `&'static str`, M adds/s | vs client-go |\n|---|---:|---:|---:|---:|---:|---:|"
-    );
+    let mut throughput = Table::new()
+        .left("workload")
+        .right("processed, client-go")
+        .right("processed, kctrl")
+        .right("kctrl add_ref, M adds/s")
+        .right("vs client-go")
+        .right("kctrl `&'static str`, M adds/s")
+        .right("vs client-go");
     for row in rows {
         if let (Some((go, ours)), Some(add_ref), Some(static_str)) =
             (row.processed, row.kctrl_add_ref, row.kctrl_static_str)
         {
-            let _ = writeln!(
-                out,
-                "| {} | {:.0} | {:.0} | {} | {:.2}× | {} | {:.2}× |",
-                row.workload,
-                go,
-                ours,
+            throughput.row([
+                row.workload.clone(),
+                format!("{go:.0}"),
+                format!("{ours:.0}"),
                 fmt_value(add_ref),
-                add_ref / row.client_go,
+                format!("{:.2}×", add_ref / row.client_go),
                 fmt_value(static_str),
-                static_str / row.client_go
-            );
+                format!("{:.2}×", static_str / row.client_go),
+            ]);
         }
     }
+    out.push_str(&throughput.markdown());
     let missed: Vec<&Row> = rows.iter().filter(|row| row.met() == Some(false)).collect();
     let _ = writeln!(out, "\n## Targets\n");
     if missed.is_empty() {
@@ -522,4 +544,84 @@ The driver runs them alternately and takes the median of each number. Keys look 
         CONTROLLER_ADDS = super::CONTROLLER_SHAPE.3,
         CONTROLLER_KEYS = super::CONTROLLER_SHAPE.2,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(workload: &str, unit: &'static str, go: f64, ours: f64, goal: Goal) -> Row {
+        Row {
+            workload: workload.to_owned(),
+            unit,
+            client_go: go,
+            kctrl: ours,
+            client_go_runs: vec![go * 0.9, go, go * 1.1],
+            kctrl_runs: vec![ours * 0.95, ours, ours * 1.2],
+            goal,
+            every_run_at_least: None,
+            processed: None,
+            kctrl_add_ref: None,
+            kctrl_static_str: None,
+        }
+    }
+
+    fn rows() -> Vec<Row> {
+        let mut throughput = row(
+            "add+get+done, 2P/2C, 1k distinct keys",
+            "M adds/s",
+            3.2,
+            3.5,
+            Goal::RatioAtLeast(1.0),
+        );
+        throughput.every_run_at_least = Some(1.0);
+        throughput.processed = Some((1000.0, 998.0));
+        throughput.kctrl_add_ref = Some(3.61);
+        throughput.kctrl_static_str = Some(4.02);
+        vec![
+            throughput,
+            row(
+                "add_after cost",
+                "µs/call",
+                1.5,
+                0.7,
+                Goal::RatioAtMost(0.5),
+            ),
+            row(
+                "timer lateness p99",
+                "ms",
+                2.0,
+                1.25,
+                Goal::ValueAtMost(2.0),
+            ),
+            row("timer lateness p50", "ms", 0.5, 123.4, Goal::None),
+        ]
+    }
+
+    fn golden(name: &str) -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/bench/workqueue/golden")
+            .join(name)
+    }
+
+    #[test]
+    fn the_tables_are_rendered_as_before() {
+        let rows = rows();
+        xtask_report::golden::check(&golden("text.txt"), &text_table(&rows));
+        let machine = Machine {
+            cpus: 2,
+            cpu_model: "Test CPU".into(),
+            os: "Linux 6.1".into(),
+            rustc: "rustc 1.90.0".into(),
+            go: "go1.25".into(),
+            client_go: "v0.37.2".into(),
+            date: "2026-11-28".into(),
+            load_average: "0.50 0.40 0.30".into(),
+        };
+        let loads = ["client-go: 0.5".to_owned(), "kctrl: 0.6".to_owned()];
+        let md = markdown(&rows, &machine, &loads, 3, false, 0);
+        // Up to the method and the analysis, which are prose.
+        let tables = md.split("\n## Method").next().unwrap();
+        xtask_report::golden::check(&golden("workqueue.md"), tables);
+    }
 }
