@@ -498,15 +498,21 @@ mod tests {
             kubernetes: "v1.37.2".into(),
             date: "2026-11-28 12:00 UTC".into(),
         };
-        let settings = Settings {
-            objects: 100,
-            reps: 2,
-            concurrency: 4,
-            quick: false,
-        };
-        xtask_report::golden::check(
-            &golden("runtime.md"),
-            &markdown(&rows, &runs, &machine, &settings),
-        );
+        for (configuration, file) in [
+            (kctrl_bench_runtime::Configuration::Defaults, "runtime.md"),
+            (kctrl_bench_runtime::Configuration::Lean, "runtime-lean.md"),
+        ] {
+            let settings = Settings {
+                objects: 100,
+                reps: 2,
+                concurrency: 4,
+                quick: false,
+                configuration,
+            };
+            xtask_report::golden::check(
+                &golden(file),
+                &markdown(&rows, &runs, &machine, &settings),
+            );
+        }
     }
 }
