@@ -41,7 +41,8 @@ pub fn controller_binary_or_build() -> Result<PathBuf, String> {
 /// otherwise: kube-controller-manager's default plus /metrics.
 pub const OPEN_PATHS: &str = "/healthz,/readyz,/livez,/metrics";
 
-/// A running `deployment-controller`.
+/// A running `deployment-controller`. Its output goes to a log file in the temporary directory,
+/// removed on drop unless a panic is unwinding (then kept, and its path printed).
 pub struct ControllerProcess {
     /// A name for logs and messages.
     pub name: String,
@@ -271,6 +272,22 @@ impl ControllerProcess {
                 self.name,
                 self.log_text()
             ),
+        }
+    }
+}
+
+/// A test that passed leaves no log behind; one that panicked keeps it (the panic message
+/// names the controller, this line the file).
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "controller {}'s log is kept: {}",
+                self.name,
+                self.log.display()
+            );
+        } else {
+            let _ = std::fs::remove_file(&self.log);
         }
     }
 }
