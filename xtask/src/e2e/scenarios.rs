@@ -88,6 +88,12 @@ impl Kube {
 
     /// The pod holding our Lease (`None` while released or unreadable).
     fn leader(&self) -> Option<String> {
+        self.holder()
+            .map(|h| h.split('_').next().unwrap_or("").to_owned())
+    }
+
+    /// The Lease's full holder identity (`<pod>_<process suffix>`), if a Deployment pod holds it.
+    fn holder(&self) -> Option<String> {
         let holder = self
             .sys(&[
                 "get",
@@ -97,8 +103,23 @@ impl Kube {
                 "jsonpath={.spec.holderIdentity}",
             ])
             .ok()?;
-        held_by_deployment_pod(&holder)
-            .then(|| holder.trim().split('_').next().unwrap_or("").to_owned())
+        held_by_deployment_pod(&holder).then(|| holder.trim().to_owned())
+    }
+
+    /// Whether the Deployment's status shows the rollout of `image` complete: two replicas,
+    /// all updated, ready and available, its latest generation observed.
+    fn deployment_complete(&self, image: &str) -> bool {
+        self.sys(&[
+            "get",
+            "deployment",
+            CONTROLLER_NAME,
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].image} {.status.replicas} {.status.updatedReplicas} {.status.readyReplicas} {.status.availableReplicas} {.status.observedGeneration} {.metadata.generation}",
+        ])
+        .is_ok_and(|out| {
+            let f: Vec<&str> = out.split_whitespace().collect();
+            f.len() == 7 && f[0] == image && f[1..5].iter().all(|n| *n == "2") && f[5] == f[6]
+        })
     }
 
     /// The controller's pods: (name, Ready, image, node, IP) of each.
@@ -145,13 +166,19 @@ impl Kube {
     /// Waits until the Deployment has two updated, Ready pods (and no others) and one of them
     /// holds the Lease; returns the leader.
     fn settled(&self, image: &str) -> Result<String> {
+        self.settled_without(image, &[])
+    }
+
+    /// [`Kube::settled`], with none of the pods `gone` among the two.
+    fn settled_without(&self, image: &str, gone: &[String]) -> Result<String> {
         let deadline = Instant::now() + SETTLE_TIMEOUT;
         loop {
             let pods = self.pods().unwrap_or_default();
             let good = pods.len() == 2
-                && pods
-                    .iter()
-                    .all(|p| p.ready && p.image == image && !p.terminating);
+                && pods.iter().all(|p| {
+                    p.ready && p.image == image && !p.terminating && !gone.contains(&p.name)
+                })
+                && self.deployment_complete(image);
             if good
                 && let Some(l) = self.leader()
                 && pods.iter().any(|p| p.name == l)
@@ -304,6 +331,7 @@ pub(super) fn run(kube: &Kube) -> Result<()> {
 /// `kill-9`: see the module docs.
 fn kill_leader(kube: &Kube, (lease, renew, _): (Duration, Duration, Duration)) -> Result<String> {
     let leader = kube.settled(CONTROLLER_IMAGE)?;
+    let identity = kube.holder().context("the Lease's holder")?;
     let pod = kube
         .pods()?
         .into_iter()
@@ -331,11 +359,18 @@ fn kill_leader(kube: &Kube, (lease, renew, _): (Duration, Duration, Duration)) -
     ])
     .with_context(|| format!("kill -9 of {leader}'s process on {}", pod.node))?;
     let limit = lease + renew;
+    // Another process: the standby, or the killed pod's container restarted by its kubelet
+    // (same pod, a new identity), whichever retries first once the Lease has expired.
     let (new, _) = kube.until(
         limit + Duration::from_secs(5),
         "takeover after kill -9",
-        || kube.leader().filter(|l| *l != leader),
+        || kube.holder().filter(|h| *h != identity),
     )?;
+    let who = if new.split('_').next() == Some(leader.as_str()) {
+        "the killed pod's restarted container"
+    } else {
+        "the standby"
+    };
     let takeover = started.elapsed();
     ensure!(
         takeover <= limit,
@@ -349,8 +384,8 @@ fn kill_leader(kube: &Kube, (lease, renew, _): (Duration, Duration, Duration)) -
     let settle = settling.elapsed();
     let rollout = rollout_workload(kube)?;
     Ok(format!(
-        "{new} took over {:.1}s after kill -9 of {leader} (limit {}s); both Ready again after \
-         {:.1}s; a new Deployment rolled out in {:.1}s",
+        "{new} ({who}) took over {:.1}s after kill -9 of {leader} (limit leaseDuration + \
+         renewDeadline = {}s); both Ready again after {:.1}s; a new Deployment rolled out in {:.1}s",
         takeover.as_secs_f64(),
         limit.as_secs(),
         settle.as_secs_f64(),
@@ -464,12 +499,12 @@ fn sigterm_leader(
         lease.as_secs()
     );
     let settling = Instant::now();
-    kube.settled(CONTROLLER_IMAGE)?;
+    kube.settled_without(CONTROLLER_IMAGE, std::slice::from_ref(&leader))?;
     let settle = settling.elapsed();
     Ok(format!(
         "{leader} deleted: container exited within {:.1}s ({status}; grace {}s), pod gone after \
          {:.1}s, {new} took the released Lease after {:.1}s (leaseDuration {}s, retry {}s); two \
-         Ready pods again after {:.1}s",
+         Ready pods again (the replacement included) {:.1}s later",
         exit.as_secs_f64(),
         grace.as_secs(),
         gone.as_secs_f64(),
@@ -568,7 +603,8 @@ impl Kube {
         let good = pods.len() == 2
             && pods
                 .iter()
-                .all(|p| p.ready && p.image == image && !p.terminating);
+                .all(|p| p.ready && p.image == image && !p.terminating)
+            && self.deployment_complete(image);
         ensure!(good, "not settled: {pods:?}");
         let l = self.leader().context("no leader")?;
         ensure!(pods.iter().any(|p| p.name == l), "{l} leads, not a new pod");
