@@ -19,8 +19,9 @@
 //!   *in* the cluster, as users run it: the image is built from `deploy/Containerfile`, loaded
 //!   into the nodes, `deploy/` is applied and bootstrapped (see `cluster::kind`), and the
 //!   targets that need the controller run once a pod of its Deployment holds the lease; its
-//!   logs are collected afterwards. `--controller host` runs it out of cluster instead, as for
-//!   the other kinds.
+//!   logs are collected afterwards, and the in-cluster scenarios of [`scenarios`] follow
+//!   (leader kill, SIGTERM, the controller updating itself, RBAC, `/metrics`; `--no-scenarios`
+//!   skips them). `--controller host` runs it out of cluster instead, as for the other kinds.
 //! * `existing`: whatever `$KUBECONFIG` points at, used as it is.
 
 use std::path::{Path, PathBuf};
