@@ -19,8 +19,9 @@
 //!   *in* the cluster, as users run it: the image is built from `deploy/Containerfile`, loaded
 //!   into the nodes, `deploy/` is applied and bootstrapped (see `cluster::kind`), and the
 //!   targets that need the controller run once a pod of its Deployment holds the lease; its
-//!   logs are collected afterwards. `--controller host` runs it out of cluster instead, as for
-//!   the other kinds.
+//!   logs are collected afterwards, and the in-cluster scenarios of [`scenarios`] follow
+//!   (leader kill, SIGTERM, the controller updating itself, RBAC, `/metrics`; `--no-scenarios`
+//!   skips them). `--controller host` runs it out of cluster instead, as for the other kinds.
 //! * `existing`: whatever `$KUBECONFIG` points at, used as it is.
 
 use std::path::{Path, PathBuf};
@@ -34,6 +35,8 @@ use kctrl_cluster::kind::{self, Engine, InClusterController, KindCluster};
 use kctrl_cluster::plane::{self, Layout, UpOptions};
 use xtask_contender::args::KubeVersionArg;
 
+mod scenarios;
+mod scenarios_auth;
 mod suite;
 mod testenv;
 
@@ -58,6 +61,10 @@ pub(crate) struct E2eArgs {
     /// runs whatever it runs).
     #[command(flatten)]
     pub(crate) kube: KubeVersionArg,
+    /// Skip the in-cluster scenarios that follow the suite on kind (leader kill, SIGTERM,
+    /// the controller updating itself, RBAC, /metrics; see `e2e/scenarios.rs`).
+    #[arg(long)]
+    no_scenarios: bool,
     /// Arguments passed to the test binaries (e.g. a test name filter).
     #[arg(last = true)]
     test_args: Vec<String>,
@@ -231,7 +238,7 @@ pub(crate) fn run(args: E2eArgs) -> Result<()> {
                         for cmd in ctl.load_image_commands() {
                             run_command(&crate::kind::with_our_kind(cmd, &created.kind))?;
                         }
-                        run_suite_with_in_cluster_controller(
+                        let suite = run_suite_with_in_cluster_controller(
                             ctl,
                             &Target {
                                 kubeconfig: kubeconfig.clone(),
@@ -240,7 +247,18 @@ pub(crate) fn run(args: E2eArgs) -> Result<()> {
                                 controller_log: Some(ctl.log_path()),
                             },
                             &args.test_args,
-                        )
+                        );
+                        if args.no_scenarios {
+                            return suite;
+                        }
+                        let scenarios = in_cluster_scenarios(ctl, &created, &dir);
+                        match (suite, scenarios) {
+                            (Err(e), Err(e2)) => {
+                                eprintln!("==> the in-cluster scenarios failed too: {e2:#}");
+                                Err(e)
+                            }
+                            (r1, r2) => r1.and(r2),
+                        }
                     }
                     // Out of cluster, against the kind kubeconfig.
                     None => run_suite_with_controller(
@@ -393,6 +411,26 @@ fn install_in_cluster(ctl: &InClusterController) -> Result<()> {
         }
         std::thread::sleep(Duration::from_secs(1));
     }
+}
+
+/// The scenarios of `e2e/scenarios.rs`, once a pod of the controller's Deployment leads.
+fn in_cluster_scenarios(
+    ctl: &InClusterController,
+    cluster: &crate::kind::cluster::Cluster,
+    dir: &Path,
+) -> Result<()> {
+    let holder = output_of(&ctl.lease_holder_command()).unwrap_or_default();
+    if !kind::held_by_deployment_pod(&String::from_utf8_lossy(&holder)) {
+        bail!("the in-cluster scenarios need the controller installed and leading; it is not");
+    }
+    eprintln!("==> in-cluster scenarios");
+    scenarios::run(&scenarios::Kube {
+        kubectl: cluster.kubectl.clone(),
+        kubeconfig: cluster.kubeconfig.clone(),
+        kind: cluster.kind.clone(),
+        cluster: cluster.name.clone(),
+        logs: dir.join("scenario-logs"),
+    })
 }
 
 /// Writes the logs of the controller's pods to the target's log file.

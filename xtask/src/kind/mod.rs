@@ -9,6 +9,7 @@ pub(crate) mod engine;
 pub(crate) mod node_image;
 pub(crate) mod runc_wrapper;
 mod steps;
+pub(crate) mod suite_images;
 
 use anyhow::Result;
 

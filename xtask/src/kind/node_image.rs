@@ -141,10 +141,11 @@ fn image_named<'a>(images: &'a [String], name: &str) -> Result<&'a str> {
 /// The inputs the node image depends on (its tag carries their hash).
 fn inputs_text(dirs: &Dirs, release: &Release, images: &[String]) -> String {
     let mut text = format!(
-        "kind {KIND_VERSION}\ndebian {DEBIAN_SUITE} {}\ncni {}\nimages {}\nbase-edits {}\n",
+        "kind {KIND_VERSION}\ndebian {DEBIAN_SUITE} {}\ncni {}\nimages {} {}\nbase-edits {}\n",
         BASE_PACKAGES.join(","),
         CNI_PLUGINS.join(","),
         images.join(","),
+        super::suite_images::SUITE_PAUSE_TAGS.join(","),
         BASE_EDITS_VERSION
     );
     for b in Binary::ALL {
@@ -330,6 +331,13 @@ fn build_image(
         };
         component_image(&work, image, &binary, entry, from)?;
         built.push(image.clone());
+        if name == "pause" {
+            // The suite's pause versions, as names of the same image (`suite_images.rs`).
+            for extra in super::suite_images::extra_pause_images(image) {
+                steps::run(&["docker", "tag", image, &extra])?;
+                built.push(extra);
+            }
+        }
     }
     let archive = work.join("images.tar");
     let mut save = vec!["docker", "save", "-o"];
