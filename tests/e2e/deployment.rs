@@ -1440,7 +1440,8 @@ async fn kubectl_rollout_restart_status_and_history() {
 
 /// The waiting reason of the container of `p` that cannot pull [`BROKEN_IMAGE`], after checking
 /// that `p` looks like a pod whose image a kubelet cannot pull: Pending, not ready, Ready and
-/// ContainersReady False with reason ContainersNotReady. `Ok(None)` before any status arrived.
+/// ContainersReady False with reason ContainersNotReady. `Ok(None)` before any status arrived, and
+/// while a real kubelet still creates the pod (`ContainerCreating`, before it tries the pull).
 fn image_pull_failure(p: &Pod) -> Result<Option<String>, String> {
     let status = p.status.clone().unwrap_or_default();
     let Some(cs) = status.container_statuses.as_deref().and_then(<[_]>::first) else {
