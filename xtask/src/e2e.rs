@@ -425,10 +425,7 @@ fn in_cluster_scenarios(
     }
     eprintln!("==> in-cluster scenarios");
     scenarios::run(&scenarios::Kube {
-        kubectl: cluster.kubectl.clone(),
-        kubeconfig: cluster.kubeconfig.clone(),
-        kind: cluster.kind.clone(),
-        cluster: cluster.name.clone(),
+        cluster: cluster.clone(),
         logs: dir.join("scenario-logs"),
     })
 }

@@ -38,11 +38,8 @@ const WORKLOAD_NAMESPACE: &str = "kctrl-scenario";
 
 /// kubectl against the kind cluster, plus the commands the scenarios run through the engine.
 pub(super) struct Kube {
-    pub(super) kubectl: PathBuf,
-    pub(super) kubeconfig: PathBuf,
-    /// kind's binary and the cluster's name (`kind load`).
-    pub(super) kind: PathBuf,
-    pub(super) cluster: String,
+    /// The cluster: its kubectl and kubeconfig, kind's binary and the name (`kind load`).
+    pub(super) cluster: crate::kind::cluster::Cluster,
     /// A directory with every controller pod's log (`<pod>.log`), saved before the pod goes
     /// away and again at the end.
     pub(super) logs: PathBuf,
@@ -51,12 +48,7 @@ pub(super) struct Kube {
 impl Kube {
     /// `kubectl args…`, stdout returned.
     pub(super) fn get(&self, args: &[&str]) -> Result<String> {
-        let mut argv = vec![
-            self.kubectl.display().to_string(),
-            format!("--kubeconfig={}", self.kubeconfig.display()),
-        ];
-        argv.extend(args.iter().map(|a| (*a).to_owned()));
-        Ok(String::from_utf8_lossy(&super::output_of(&argv)?).into_owned())
+        self.cluster.kubectl(args)
     }
 
     /// `kubectl -n kube-system args…`.
@@ -69,8 +61,11 @@ impl Kube {
     /// `kubectl apply -f -` of `manifest`.
     pub(super) fn apply(&self, manifest: &str) -> Result<()> {
         use std::io::Write;
-        let mut child = std::process::Command::new(&self.kubectl)
-            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+        let mut child = std::process::Command::new(&self.cluster.kubectl)
+            .arg(format!(
+                "--kubeconfig={}",
+                self.cluster.kubeconfig.display()
+            ))
             .args(["apply", "-f", "-"])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::null())
@@ -536,12 +531,12 @@ fn self_update(kube: &Kube) -> Result<String> {
     ])?;
     let loaded = Instant::now();
     let load = super::run_command(&[
-        kube.kind.display().to_string(),
+        kube.cluster.kind.display().to_string(),
         "load".into(),
         "docker-image".into(),
         tag.clone(),
         "--name".into(),
-        kube.cluster.clone(),
+        kube.cluster.name.clone(),
     ]);
     let load_took = loaded.elapsed();
     let result = load.and_then(|()| {

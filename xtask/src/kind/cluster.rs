@@ -26,6 +26,7 @@ use super::steps::{self, run_logged};
 pub(crate) const NAME_PREFIX: &str = "kctrl-kind-";
 
 /// A kind cluster of ours.
+#[derive(Clone)]
 pub(crate) struct Cluster {
     /// kind's cluster name.
     pub(crate) name: String,
