@@ -37,6 +37,7 @@ use xtask_contender::args::KubeVersionArg;
 
 mod scenarios;
 mod scenarios_auth;
+mod scenarios_token;
 mod suite;
 mod testenv;
 

@@ -14,8 +14,13 @@
 //! * `self-update`: our image under a new tag is loaded into the nodes and set as the
 //!   controller Deployment's image; our controller rolls out its own Deployment to completion,
 //!   both new pods Ready, one of them holding the Lease;
+//! * `token-rotation`: the controller's pods get a 10-minute projected service-account token,
+//!   which their kubelet rotates; the leader keeps the Lease past the old tokens' expiry and a
+//!   Deployment still rolls out afterwards ([`super::scenarios_token`]);
 //! * `rbac`: no request of the controller was forbidden in any controller pod's log (the
-//!   logs of every pod are collected before it goes away).
+//!   logs of every pod are collected before it goes away);
+//! * `probes`: the pods are probed on `/healthz` (liveness) and `/readyz` (readiness) by their
+//!   kubelet, and no liveness probe failed during the run.
 //!
 //! Each prints one `scenario <name>: ok|FAILED …` line with its measured timings.
 
@@ -27,14 +32,14 @@ use anyhow::{Context, Result, bail, ensure};
 use kctrl_cluster::kind::{CONTROLLER_IMAGE, CONTROLLER_NAME, CONTROLLER_NAMESPACE};
 use kctrl_cluster::kind::{CONTROLLER_POD_SELECTOR, held_by_deployment_pod};
 
-use super::scenarios_auth;
+use super::{scenarios_auth, scenarios_token};
 
 /// The container of our Deployment's pods.
-const CONTAINER: &str = "deployment-controller";
+pub(super) const CONTAINER: &str = "deployment-controller";
 /// How long the controller may take to be back at two Ready pods with a leader.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(240);
-/// The namespace of the workload rolled out after the kill.
-const WORKLOAD_NAMESPACE: &str = "kctrl-scenario";
+/// The namespaces of the workloads the scenarios roll out start with this.
+const WORKLOAD_NAMESPACE_PREFIX: &str = "kctrl-scenario-";
 
 /// kubectl against the kind cluster, plus the commands the scenarios run through the engine.
 pub(super) struct Kube {
@@ -52,7 +57,7 @@ impl Kube {
     }
 
     /// `kubectl -n kube-system args…`.
-    fn sys(&self, args: &[&str]) -> Result<String> {
+    pub(super) fn sys(&self, args: &[&str]) -> Result<String> {
         let mut a = vec!["-n", CONTROLLER_NAMESPACE];
         a.extend_from_slice(args);
         self.get(&a)
@@ -88,7 +93,7 @@ impl Kube {
     }
 
     /// The Lease's full holder identity (`<pod>_<process suffix>`), if a Deployment pod holds it.
-    fn holder(&self) -> Option<String> {
+    pub(super) fn holder(&self) -> Option<String> {
         let holder = self
             .sys(&[
                 "get",
@@ -132,7 +137,7 @@ impl Kube {
 
     /// Saves the logs of `pod` (and of its previous container, if it restarted) as
     /// `<logs>/<pod>.log`, replacing what an earlier save of the same pod wrote.
-    fn save_logs(&self, pod: &str) {
+    pub(super) fn save_logs(&self, pod: &str) {
         let mut text = String::new();
         for previous in [true, false] {
             let mut args = vec!["logs", pod, "-c", CONTAINER, "--tail=-1"];
@@ -160,7 +165,7 @@ impl Kube {
 
     /// Waits until the Deployment has two updated, Ready pods (and no others) and one of them
     /// holds the Lease; returns the leader.
-    fn settled(&self, image: &str) -> Result<String> {
+    pub(super) fn settled(&self, image: &str) -> Result<String> {
         self.settled_without(image, &[])
     }
 
@@ -285,6 +290,10 @@ pub(super) fn run(kube: &Kube) -> Result<()> {
         ("kill-9", Box::new(|| kill_leader(kube, timing))),
         ("sigterm", Box::new(|| sigterm_leader(kube, timing, grace))),
         ("self-update", Box::new(|| self_update(kube))),
+        (
+            "token-rotation",
+            Box::new(|| scenarios_token::token_rotation(kube)),
+        ),
     ];
     let mut failed = Vec::new();
     for (name, scenario) in scenarios {
@@ -306,11 +315,17 @@ pub(super) fn run(kube: &Kube) -> Result<()> {
     for p in kube.pods().unwrap_or_default() {
         kube.save_logs(&p.name);
     }
-    match scenarios_auth::rbac(kube) {
-        Ok(summary) => eprintln!("scenario rbac: ok: {summary}"),
-        Err(e) => {
-            eprintln!("scenario rbac: FAILED: {e:#}");
-            failed.push("rbac");
+    let checks: Vec<(&str, Scenario<'_>)> = vec![
+        ("rbac", Box::new(|| scenarios_auth::rbac(kube))),
+        ("probes", Box::new(|| probes(kube))),
+    ];
+    for (name, check) in checks {
+        match check() {
+            Ok(summary) => eprintln!("scenario {name}: ok: {summary}"),
+            Err(e) => {
+                eprintln!("scenario {name}: FAILED: {e:#}");
+                failed.push(name);
+            }
         }
     }
     eprintln!(
@@ -321,6 +336,74 @@ pub(super) fn run(kube: &Kube) -> Result<()> {
         bail!("in-cluster scenarios failed: {}", failed.join(", "));
     }
     Ok(())
+}
+
+/// `probes`: see the module docs.
+fn probes(kube: &Kube) -> Result<String> {
+    let pods = kube.sys(&[
+        "get",
+        "pods",
+        "-l",
+        CONTROLLER_POD_SELECTOR,
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name}|{.spec.containers[0].livenessProbe.httpGet.path}|{.spec.containers[0].readinessProbe.httpGet.path}|{.status.containerStatuses[0].restartCount}{\"\\n\"}{end}",
+    ])?;
+    let mut restarts = 0;
+    let mut count = 0;
+    for line in pods.lines().filter(|l| !l.trim().is_empty()) {
+        let f: Vec<&str> = line.split('|').collect();
+        ensure!(
+            f.len() == 4 && f[1] == "/healthz" && f[2] == "/readyz",
+            "pod {} is not probed on /healthz (liveness) and /readyz (readiness): {line}",
+            f[0]
+        );
+        restarts += f[3].trim().parse::<u32>().unwrap_or(0);
+        count += 1;
+    }
+    ensure!(count > 0, "no controller pod");
+    let events = kube.sys(&[
+        "get",
+        "events",
+        "--field-selector",
+        "reason=Unhealthy,involvedObject.kind=Pod",
+        "-o",
+        "jsonpath={range .items[*]}{.involvedObject.name}|{.count}|{.message}{\"\\n\"}{end}",
+    ])?;
+    let (liveness, readiness) = unhealthy_events(&events);
+    ensure!(
+        liveness.is_empty(),
+        "the kubelet's liveness probe of /healthz failed on controller pods: {}",
+        liveness.join("; ")
+    );
+    Ok(format!(
+        "{count} pods probed on /healthz and /readyz over HTTPS: no liveness failure, {readiness} \
+         readiness failure(s) (while starting), {restarts} restart(s) of the current pods"
+    ))
+}
+
+/// The `Unhealthy` events (`name|count|message` lines) of the controller's pods: the liveness
+/// failures and how many readiness failures there were.
+fn unhealthy_events(lines: &str) -> (Vec<String>, u32) {
+    let mut liveness = Vec::new();
+    let mut readiness = 0;
+    for line in lines.lines() {
+        let mut f = line.splitn(3, '|');
+        let (name, count, message) = (
+            f.next().unwrap_or(""),
+            f.next().unwrap_or(""),
+            f.next().unwrap_or(""),
+        );
+        if !name.starts_with(&format!("{CONTROLLER_NAME}-")) {
+            continue;
+        }
+        let count = count.trim().parse::<u32>().unwrap_or(1);
+        if message.starts_with("Liveness") {
+            liveness.push(format!("{name} ({count}x): {message}"));
+        } else if message.starts_with("Readiness") {
+            readiness += count;
+        }
+    }
+    (liveness, readiness)
 }
 
 /// `kill-9`: see the module docs.
@@ -377,7 +460,7 @@ fn kill_leader(kube: &Kube, (lease, renew, _): (Duration, Duration, Duration)) -
     let settling = Instant::now();
     kube.settled(CONTROLLER_IMAGE)?;
     let settle = settling.elapsed();
-    let rollout = rollout_workload(kube)?;
+    let rollout = rollout_workload(kube, "after-kill")?;
     Ok(format!(
         "{new} ({who}) took over {:.1}s after kill -9 of {leader} (limit leaseDuration + \
          renewDeadline = {}s); both Ready again after {:.1}s; a new Deployment rolled out in {:.1}s",
@@ -388,26 +471,28 @@ fn kill_leader(kube: &Kube, (lease, renew, _): (Duration, Duration, Duration)) -
     ))
 }
 
-/// A two-replica Deployment created now rolls out; returns how long that took.
-fn rollout_workload(kube: &Kube) -> Result<Duration> {
+/// A two-replica Deployment `name`, created now in a namespace of its own
+/// (`kctrl-scenario-<name>`, deleted afterwards), rolls out; returns how long that took.
+pub(super) fn rollout_workload(kube: &Kube, name: &str) -> Result<Duration> {
+    let namespace = format!("{WORKLOAD_NAMESPACE_PREFIX}{name}");
     let started = Instant::now();
     kube.apply(&format!(
-        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {WORKLOAD_NAMESPACE}\n---\n\
-         apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: after-kill\n  namespace: {WORKLOAD_NAMESPACE}\n\
-         spec:\n  replicas: 2\n  selector:\n    matchLabels:\n      app: after-kill\n  template:\n    \
-         metadata:\n      labels:\n        app: after-kill\n    spec:\n      terminationGracePeriodSeconds: 0\n      \
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n---\n\
+         apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\n  namespace: {namespace}\n\
+         spec:\n  replicas: 2\n  selector:\n    matchLabels:\n      app: {name}\n  template:\n    \
+         metadata:\n      labels:\n        app: {name}\n    spec:\n      terminationGracePeriodSeconds: 0\n      \
          containers:\n      - name: app\n        image: registry.k8s.io/pause:3.10\n"
     ))?;
     kube.get(&[
         "-n",
-        WORKLOAD_NAMESPACE,
+        &namespace,
         "rollout",
         "status",
-        "deployment/after-kill",
+        &format!("deployment/{name}"),
         "--timeout=180s",
     ])?;
     let took = started.elapsed();
-    kube.get(&["delete", "namespace", WORKLOAD_NAMESPACE, "--wait=false"])?;
+    kube.get(&["delete", "namespace", &namespace, "--wait=false"])?;
     Ok(took)
 }
 
@@ -550,25 +635,7 @@ fn self_update(kube: &Kube) -> Result<String> {
             &format!("deployment/{CONTROLLER_NAME}"),
             &format!("{CONTAINER}={tag}"),
         ])?;
-        // Old pods go away during the rollout: keep their logs while they are there.
-        let deadline = Instant::now() + SETTLE_TIMEOUT;
-        let leader = loop {
-            let pods = kube.pods().unwrap_or_default();
-            for p in pods.iter().filter(|p| p.terminating) {
-                kube.save_logs(&p.name);
-            }
-            if let Ok(l) = kube.settled_now(&tag, &pods) {
-                break l;
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "after {}s the rollout to {tag} has not completed: pods {pods:?}, leader {:?}",
-                    SETTLE_TIMEOUT.as_secs(),
-                    kube.leader()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(500));
-        };
+        let leader = kube.await_own_rollout(&tag)?;
         let took = started.elapsed();
         let status = kube.sys(&[
             "get",
@@ -593,6 +660,54 @@ fn self_update(kube: &Kube) -> Result<String> {
 }
 
 impl Kube {
+    /// The image of the controller Deployment's container.
+    pub(super) fn current_image(&self) -> Result<String> {
+        let image = self.sys(&[
+            "get",
+            "deployment",
+            CONTROLLER_NAME,
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].image}",
+        ])?;
+        let image = image.trim();
+        ensure!(
+            !image.is_empty(),
+            "deployment/{CONTROLLER_NAME} names no image"
+        );
+        Ok(image.to_owned())
+    }
+
+    /// What [`Kube::save_logs`] saved of `pod`.
+    pub(super) fn saved_log(&self, pod: &str) -> Result<String> {
+        let path = self.logs.join(format!("{pod}.log"));
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
+    }
+
+    /// After a change to the controller's own Deployment (pods of `image`): waits until our
+    /// controller has rolled it out (two Ready pods of the new template, one leading), saving
+    /// the logs of the old pods while they terminate; returns the leader.
+    pub(super) fn await_own_rollout(&self, image: &str) -> Result<String> {
+        let deadline = Instant::now() + SETTLE_TIMEOUT;
+        loop {
+            let pods = self.pods().unwrap_or_default();
+            for p in pods.iter().filter(|p| p.terminating) {
+                self.save_logs(&p.name);
+            }
+            if let Ok(l) = self.settled_now(image, &pods) {
+                return Ok(l);
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "after {}s the rollout of deployment/{CONTROLLER_NAME} ({image}) has not \
+                     completed: pods {pods:?}, leader {:?}",
+                    SETTLE_TIMEOUT.as_secs(),
+                    self.leader()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
     /// [`Kube::settled`]'s condition on `pods`, without waiting.
     fn settled_now(&self, image: &str, pods: &[PodRow]) -> Result<String> {
         let good = pods.len() == 2
@@ -627,6 +742,17 @@ mod tests {
                 Duration::from_secs(2)
             )
         );
+    }
+
+    #[test]
+    fn unhealthy_events_of_the_controller_pods_are_told_apart() {
+        let events = "kctrl-deployment-controller-5d8f-abcde|3|Readiness probe failed: Get \"https://10.244.1.5:10257/readyz\": connection refused\n\
+                      kctrl-deployment-controller-5d8f-fghij||Liveness probe failed: HTTP probe failed with statuscode: 500\n\
+                      other-app-1|9|Liveness probe failed: x\n";
+        let (liveness, readiness) = unhealthy_events(events);
+        assert_eq!(readiness, 3);
+        assert_eq!(liveness.len(), 1, "{liveness:?}");
+        assert!(liveness[0].starts_with("kctrl-deployment-controller-5d8f-fghij (1x)"));
     }
 
     #[test]

@@ -156,13 +156,20 @@ fn parse(out: &str) -> (Option<u16>, usize) {
 
 /// The lines of a controller log that tell of a forbidden request.
 pub(super) fn forbidden_lines(log: &str) -> Vec<&str> {
+    status_lines(log, "forbidden", "403")
+}
+
+/// The lines of a controller log that tell of an HTTP status: those containing `word`
+/// (lowercase, matched case-insensitively) or `code` standing alone (not inside a number such
+/// as a resourceVersion or a duration).
+pub(super) fn status_lines<'a>(log: &'a str, word: &str, code: &str) -> Vec<&'a str> {
     log.lines()
         .filter(|l| {
             let lower = l.to_ascii_lowercase();
-            lower.contains("forbidden")
-                || lower.match_indices("403").any(|(i, _)| {
+            lower.contains(word)
+                || lower.match_indices(code).any(|(i, _)| {
                     let before = lower[..i].chars().next_back();
-                    let after = lower[i + 3..].chars().next();
+                    let after = lower[i + code.len()..].chars().next();
                     let delimiter = |c: Option<char>| {
                         c.is_none_or(|c| matches!(c, ' ' | '=' | ':' | '(' | ')' | '"' | ','))
                     };
@@ -211,6 +218,15 @@ mod tests {
                    I1128 resourceVersion=14035 synced 0.403s\n\
                    I1128 all fine";
         assert_eq!(forbidden_lines(log).len(), 3);
+    }
+
+    #[test]
+    fn unauthenticated_requests_are_found_and_numbers_are_not() {
+        let log = "E1128 watch pods: 401 Unauthorized\n\
+                   W1128 status=401 retrying with a fresh token\n\
+                   I1128 resourceVersion=40123 synced 0.401s\n\
+                   I1128 all fine";
+        assert_eq!(status_lines(log, "unauthorized", "401").len(), 2);
     }
 
     #[test]
