@@ -199,11 +199,81 @@ pub(super) fn rbac(kube: &Kube) -> Result<String> {
             found.iter().take(5).copied().collect::<Vec<_>>().join("\n")
         );
     }
+    let audit = Audit::of(&kube.cluster.audit_log()?);
+    ensure!(
+        audit.requests > 0,
+        "the apiserver's audit log has no request of {SERVICE_ACCOUNT}: is auditing on?"
+    );
+    for (what, events) in [
+        ("forbidden (403)", &audit.forbidden),
+        ("unauthenticated (401)", &audit.unauthenticated),
+    ] {
+        if !events.is_empty() {
+            bail!(
+                "{} {what} request(s) in the apiserver's audit log, e.g.:\n{}",
+                events.len(),
+                events
+                    .iter()
+                    .take(5)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+        }
+    }
     Ok(format!(
         "{} log lines of {containers} containers of {pods} controller pods, no forbidden (403) \
-         request",
-        log.lines().count()
+         request; the apiserver audited {} requests of {SERVICE_ACCOUNT}, none forbidden, and \
+         no unauthenticated request on its Lease",
+        log.lines().count(),
+        audit.requests
     ))
+}
+
+/// The controller's service account, as the apiserver names its user.
+const SERVICE_ACCOUNT: &str = "system:serviceaccount:kube-system:kctrl-deployment-controller";
+
+/// What the apiserver's audit log (see `kind::cluster::audit_policy`) says of the controller.
+#[derive(Debug, Default)]
+struct Audit {
+    /// Requests made as [`SERVICE_ACCOUNT`].
+    requests: usize,
+    /// Those answered 403: `verb requestURI`.
+    forbidden: Vec<String>,
+    /// Requests answered 401 (their user is unknown; the policy logs them on the Lease).
+    unauthenticated: Vec<String>,
+}
+
+impl Audit {
+    /// Reads the audit events (JSON lines; other lines are skipped).
+    fn of(log: &str) -> Audit {
+        let mut audit = Audit::default();
+        for event in log
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        {
+            let code = event["responseStatus"]["code"].as_u64();
+            let what = || {
+                format!(
+                    "{} {} -> {} ({})",
+                    event["verb"].as_str().unwrap_or("?"),
+                    event["requestURI"].as_str().unwrap_or("?"),
+                    code.unwrap_or(0),
+                    event["user"]["username"].as_str().unwrap_or("no user")
+                )
+            };
+            if code == Some(401) {
+                audit.unauthenticated.push(what());
+            }
+            if event["user"]["username"].as_str() == Some(SERVICE_ACCOUNT) {
+                audit.requests += 1;
+                if code == Some(403) {
+                    audit.forbidden.push(what());
+                }
+            }
+        }
+        audit
+    }
 }
 
 #[cfg(test)]
@@ -227,6 +297,26 @@ mod tests {
                    I1128 resourceVersion=40123 synced 0.401s\n\
                    I1128 all fine";
         assert_eq!(status_lines(log, "unauthorized", "401").len(), 2);
+    }
+
+    #[test]
+    fn audit_events_count_the_controllers_requests_and_its_rejections() {
+        let sa = SERVICE_ACCOUNT;
+        let log = format!(
+            "{{\"verb\":\"update\",\"requestURI\":\"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kctrl-deployment-controller\",\"user\":{{\"username\":\"{sa}\"}},\"responseStatus\":{{\"code\":200}}}}\n\
+             {{\"verb\":\"list\",\"requestURI\":\"/api/v1/secrets\",\"user\":{{\"username\":\"{sa}\"}},\"responseStatus\":{{\"code\":403}}}}\n\
+             {{\"verb\":\"get\",\"requestURI\":\"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kctrl-deployment-controller\",\"user\":{{}},\"responseStatus\":{{\"code\":401}}}}\n\
+             {{\"verb\":\"get\",\"requestURI\":\"/api\",\"user\":{{\"username\":\"kubernetes-admin\"}},\"responseStatus\":{{\"code\":403}}}}\n\
+             not json\n"
+        );
+        let a = Audit::of(&log);
+        assert_eq!(a.requests, 2);
+        assert_eq!(
+            a.forbidden,
+            vec![format!("list /api/v1/secrets -> 403 ({sa})")]
+        );
+        assert_eq!(a.unauthenticated.len(), 1, "{a:?}");
+        assert!(a.unauthenticated[0].ends_with("-> 401 (no user)"), "{a:?}");
     }
 
     #[test]

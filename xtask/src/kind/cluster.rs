@@ -40,9 +40,39 @@ pub(crate) struct Cluster {
     pub(crate) dir: PathBuf,
 }
 
-/// The kind configuration: `KindCluster`'s with our node image, no default CNI and a kubelet
-/// that runs on cgroup v1.
-pub(crate) fn config(name: &str, image: &str, release: &Release) -> String {
+/// Where the control-plane node (and its kube-apiserver) sees the audit policy.
+const AUDIT_POLICY_DIR: &str = "/etc/kubernetes/kctrl-audit";
+/// Where kube-apiserver writes the audit log, on the control-plane node.
+const AUDIT_LOG_DIR: &str = "/var/log/kubernetes/kctrl-audit";
+
+/// The audit policy of our clusters: the controller's service account's requests and every
+/// request on its Lease (including those that fail authentication and so have no user) at
+/// `Metadata` level, once each; nothing else, so the log stays small during the suite.
+pub(crate) fn audit_policy() -> String {
+    format!(
+        "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [\"RequestReceived\"]
+rules:
+- level: Metadata
+  users: [\"system:serviceaccount:{ns}:{name}\"]
+- level: Metadata
+  namespaces: [\"{ns}\"]
+  resources:
+  - group: coordination.k8s.io
+    resources: [\"leases\"]
+    resourceNames: [\"{name}\"]
+- level: None
+",
+        ns = kctrl_cluster::kind::CONTROLLER_NAMESPACE,
+        name = kctrl_cluster::kind::CONTROLLER_NAME,
+    )
+}
+
+/// The kind configuration: `KindCluster`'s with our node image, no default CNI, a kubelet
+/// that runs on cgroup v1, and kube-apiserver auditing by [`audit_policy`] (the policy file in
+/// `audit_dir` on the host, mounted into the control-plane node).
+pub(crate) fn config(name: &str, image: &str, release: &Release, audit_dir: &Path) -> String {
     let mut cluster = KindCluster::new(name, release);
     cluster.image = image.to_owned();
     let base = cluster.config();
@@ -51,7 +81,39 @@ pub(crate) fn config(name: &str, image: &str, release: &Release) -> String {
         "kubeadmConfigPatches:\n- |\n  kind: KubeletConfiguration\n  failCgroupV1: false\n",
         1,
     );
-    with_kubelet.replacen(
+    let with_audit = with_kubelet
+        .replacen(
+            "  kind: ClusterConfiguration\n",
+            &format!(
+                "  kind: ClusterConfiguration
+  apiServer:
+    extraArgs:
+      audit-policy-file: {AUDIT_POLICY_DIR}/policy.yaml
+      audit-log-path: {AUDIT_LOG_DIR}/audit.log
+    extraVolumes:
+    - name: kctrl-audit-policy
+      hostPath: {AUDIT_POLICY_DIR}
+      mountPath: {AUDIT_POLICY_DIR}
+      readOnly: true
+      pathType: Directory
+    - name: kctrl-audit-log
+      hostPath: {AUDIT_LOG_DIR}
+      mountPath: {AUDIT_LOG_DIR}
+      pathType: DirectoryOrCreate
+"
+            ),
+            1,
+        )
+        .replacen(
+            &format!("- role: control-plane\n  image: {image}\n"),
+            &format!(
+                "- role: control-plane\n  image: {image}\n  extraMounts:\n  - hostPath: {}\n    \
+                 containerPath: {AUDIT_POLICY_DIR}\n    readOnly: true\n",
+                audit_dir.display()
+            ),
+            1,
+        );
+    with_audit.replacen(
         "nodes:\n",
         "networking:\n  disableDefaultCNI: true\nnodes:\n",
         1,
@@ -117,7 +179,11 @@ impl Cluster {
         }
         fs::create_dir_all(&self.dir)?;
         let config_path = self.dir.join("kind.yaml");
-        fs::write(&config_path, config(&self.name, image, release))?;
+        let audit_dir = self.dir.join("audit");
+        fs::create_dir_all(&audit_dir)?;
+        fs::write(audit_dir.join("policy.yaml"), audit_policy())?;
+        let audit_dir = fs::canonicalize(&audit_dir)?;
+        fs::write(&config_path, config(&self.name, image, release, &audit_dir))?;
         let started = Instant::now();
         eprintln!(
             "creating kind cluster {} (3 nodes, image {image})",
@@ -160,6 +226,15 @@ impl Cluster {
             fmt_duration(started.elapsed())
         );
         Ok(())
+    }
+
+    /// kube-apiserver's audit log (JSON lines, one event per request of [`audit_policy`]),
+    /// read inside the control-plane node.
+    pub(crate) fn audit_log(&self) -> Result<String> {
+        let node = format!("{}-control-plane", self.name);
+        let path = format!("{AUDIT_LOG_DIR}/audit.log");
+        steps::output(&["docker", "exec", &node, "cat", &path])
+            .with_context(|| format!("reading the audit log {path} on {node}"))
     }
 
     /// The static pod network (see the module docs).
@@ -296,6 +371,7 @@ mod tests {
             "kctrl-kind-t",
             "kctrl/kind-node:v1.37.2-abc",
             DEFAULT_RELEASE,
+            Path::new("/work/kind/audit"),
         );
         assert_eq!(
             c.matches("image: kctrl/kind-node:v1.37.2-abc\n").count(),
@@ -308,6 +384,54 @@ mod tests {
         );
         assert!(c.contains("- |\n  kind: KubeletConfiguration\n  failCgroupV1: false\n- |\n  kind: ClusterConfiguration"), "{c}");
         assert!(c.contains("-deployment-controller"), "{c}");
+    }
+
+    #[test]
+    fn the_apiserver_audits_the_controller_with_the_policy_mounted_from_the_host() {
+        let c = config(
+            "kctrl-kind-t",
+            "kctrl/kind-node:v1.37.2-abc",
+            DEFAULT_RELEASE,
+            Path::new("/work/kind/audit"),
+        );
+        // Only the control-plane node mounts the policy.
+        assert_eq!(c.matches("extraMounts:").count(), 1, "{c}");
+        assert!(
+            c.contains(
+                "- role: control-plane\n  image: kctrl/kind-node:v1.37.2-abc\n  extraMounts:\n  \
+                 - hostPath: /work/kind/audit\n    containerPath: /etc/kubernetes/kctrl-audit\n"
+            ),
+            "{c}"
+        );
+        // The apiserver flags sit in the same ClusterConfiguration patch as the controllers.
+        let cluster_configuration = c.split("kind: ClusterConfiguration\n").nth(1).unwrap();
+        let cluster_configuration = cluster_configuration.split("\n- |").next().unwrap();
+        for needle in [
+            "audit-policy-file: /etc/kubernetes/kctrl-audit/policy.yaml",
+            "audit-log-path: /var/log/kubernetes/kctrl-audit/audit.log",
+            "controllers: ",
+        ] {
+            assert!(cluster_configuration.contains(needle), "{needle}: {c}");
+        }
+        // And the YAML is well formed: kind parses it, so must we.
+        let v: serde_json::Value = serde_yaml_ng::from_str(&c).unwrap();
+        assert_eq!(v["nodes"][0]["extraMounts"][0]["readOnly"], true);
+    }
+
+    #[test]
+    fn the_audit_policy_logs_the_controllers_account_and_its_lease_only() {
+        let p = audit_policy();
+        assert!(
+            p.contains(
+                "users: [\"system:serviceaccount:kube-system:kctrl-deployment-controller\"]"
+            ),
+            "{p}"
+        );
+        assert!(
+            p.contains("resourceNames: [\"kctrl-deployment-controller\"]"),
+            "{p}"
+        );
+        assert!(p.trim_end().ends_with("- level: None"), "{p}");
     }
 
     #[test]
