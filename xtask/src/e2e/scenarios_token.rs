@@ -110,9 +110,14 @@ struct PodToken {
 
 impl PodToken {
     /// The token in the pod's projected volume, read inside its node through the engine.
+    ///
+    /// Through `..data/token`, the kubelet's current generation of the volume: the `token`
+    /// link beside it belongs to the pod's user in a sticky, world-writable directory, which
+    /// `fs.protected_symlinks` forbids root to follow.
     fn read(node: &str, uid: &str) -> Result<String> {
-        let path =
-            format!("/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~projected/{VOLUME}/token");
+        let path = format!(
+            "/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~projected/{VOLUME}/..data/token"
+        );
         let out = super::output_of(&[
             "docker".into(),
             "exec".into(),

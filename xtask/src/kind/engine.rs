@@ -153,7 +153,7 @@ pub(crate) fn docker_answers() -> Option<String> {
 }
 
 /// `podman version` if Podman is usable.
-fn podman_answers() -> Option<String> {
+pub(crate) fn podman_answers() -> Option<String> {
     let out = Command::new("podman")
         .args(["version", "--format", "{{.Version}}"])
         .stderr(Stdio::null())

@@ -60,15 +60,24 @@ pub(crate) fn cluster_dir(name: &str) -> std::path::PathBuf {
     crate::workspace_root().join("target/kctrl-kind").join(name)
 }
 
-/// A container engine must answer: ours or another.
+/// A container engine must answer to the `docker` CLI: ours or another.
 pub(crate) fn require_engine() -> Result<()> {
     if engine::docker_answers().is_some() {
         return Ok(());
     }
+    if let Some(podman) = engine::podman_answers() {
+        anyhow::bail!(
+            "{podman} answers, but `docker version` fails: the kind path of xtask drives the \
+             `docker` CLI (node image, `docker exec` into the nodes, `kind load docker-image`); \
+             install podman-docker so that `docker` runs Podman (not tried on the project's \
+             machines), or start Docker: as root on a Debian-like host, `cargo xtask kind engine \
+             up`"
+        );
+    }
     anyhow::bail!(
-        "kind needs a container engine and none answers (`docker version` fails): start Docker \
-         or Podman, or, as root on a Debian-like host, `cargo xtask kind engine up` (installs \
-         docker.io if missing and starts it; `cargo xtask kind engine down` stops it)"
+        "kind needs a container engine and none answers (`docker version` fails): start Docker, \
+         or, as root on a Debian-like host, `cargo xtask kind engine up` (installs docker.io if \
+         missing and starts it; `cargo xtask kind engine down` stops it)"
     )
 }
 
