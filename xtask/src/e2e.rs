@@ -37,6 +37,7 @@ use xtask_contender::args::KubeVersionArg;
 
 mod scenarios;
 mod scenarios_auth;
+mod scenarios_leader;
 mod scenarios_token;
 mod suite;
 mod testenv;
@@ -63,9 +64,14 @@ pub(crate) struct E2eArgs {
     #[command(flatten)]
     pub(crate) kube: KubeVersionArg,
     /// Skip the in-cluster scenarios that follow the suite on kind (leader kill, SIGTERM,
-    /// the controller updating itself, RBAC, /metrics; see `e2e/scenarios.rs`).
-    #[arg(long)]
+    /// the controller updating itself, token rotation, RBAC, probes, /metrics; see
+    /// `e2e/scenarios.rs`).
+    #[arg(long, conflicts_with = "scenario")]
     no_scenarios: bool,
+    /// Run only these in-cluster scenarios (repeatable; default: all). The rbac and probes
+    /// checks over the whole run always follow.
+    #[arg(long, value_enum)]
+    scenario: Vec<scenarios::Name>,
     /// Arguments passed to the test binaries (e.g. a test name filter).
     #[arg(last = true)]
     test_args: Vec<String>,
@@ -252,7 +258,7 @@ pub(crate) fn run(args: E2eArgs) -> Result<()> {
                         if args.no_scenarios {
                             return suite;
                         }
-                        let scenarios = in_cluster_scenarios(ctl, &created, &dir);
+                        let scenarios = in_cluster_scenarios(ctl, &created, &dir, &args.scenario);
                         match (suite, scenarios) {
                             (Err(e), Err(e2)) => {
                                 eprintln!("==> the in-cluster scenarios failed too: {e2:#}");
@@ -419,16 +425,20 @@ fn in_cluster_scenarios(
     ctl: &InClusterController,
     cluster: &crate::kind::cluster::Cluster,
     dir: &Path,
+    only: &[scenarios::Name],
 ) -> Result<()> {
     let holder = output_of(&ctl.lease_holder_command()).unwrap_or_default();
     if !kind::held_by_deployment_pod(&String::from_utf8_lossy(&holder)) {
         bail!("the in-cluster scenarios need the controller installed and leading; it is not");
     }
     eprintln!("==> in-cluster scenarios");
-    scenarios::run(&scenarios::Kube {
-        cluster: cluster.clone(),
-        logs: dir.join("scenario-logs"),
-    })
+    scenarios::run(
+        &scenarios::Kube {
+            cluster: cluster.clone(),
+            logs: dir.join("scenario-logs"),
+        },
+        only,
+    )
 }
 
 /// Writes the logs of the controller's pods to the target's log file.

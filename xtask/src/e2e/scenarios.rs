@@ -29,10 +29,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use kctrl_cluster::kind::{CONTROLLER_IMAGE, CONTROLLER_NAME, CONTROLLER_NAMESPACE};
+use kctrl_cluster::kind::{CONTROLLER_NAME, CONTROLLER_NAMESPACE};
 use kctrl_cluster::kind::{CONTROLLER_POD_SELECTOR, held_by_deployment_pod};
 
-use super::{scenarios_auth, scenarios_token};
+use super::{scenarios_auth, scenarios_leader, scenarios_token};
 
 /// The container of our Deployment's pods.
 pub(super) const CONTAINER: &str = "deployment-controller";
@@ -87,7 +87,7 @@ impl Kube {
     }
 
     /// The pod holding our Lease (`None` while released or unreadable).
-    fn leader(&self) -> Option<String> {
+    pub(super) fn leader(&self) -> Option<String> {
         self.holder()
             .map(|h| h.split('_').next().unwrap_or("").to_owned())
     }
@@ -108,7 +108,7 @@ impl Kube {
 
     /// Whether the Deployment's status shows the rollout of `image` complete: two replicas,
     /// all updated, ready and available, its latest generation observed.
-    fn deployment_complete(&self, image: &str) -> bool {
+    pub(super) fn deployment_complete(&self, image: &str) -> bool {
         self.sys(&[
             "get",
             "deployment",
@@ -170,7 +170,7 @@ impl Kube {
     }
 
     /// [`Kube::settled`], with none of the pods `gone` among the two.
-    fn settled_without(&self, image: &str, gone: &[String]) -> Result<String> {
+    pub(super) fn settled_without(&self, image: &str, gone: &[String]) -> Result<String> {
         let deadline = Instant::now() + SETTLE_TIMEOUT;
         loop {
             let pods = self.pods().unwrap_or_default();
@@ -198,7 +198,7 @@ impl Kube {
     }
 
     /// Polls until `check` returns `Some`, at most `limit`; returns the value and the time.
-    fn until<T>(
+    pub(super) fn until<T>(
         &self,
         limit: Duration,
         what: &str,
@@ -265,12 +265,28 @@ pub(super) fn lease_timing(manifest: &str) -> (Duration, Duration, Duration) {
     )
 }
 
+/// The scenarios `--scenario` selects from, in the order they run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Name {
+    /// `/metrics` scraped with and without the right to it.
+    Metrics,
+    /// The leader's process killed.
+    #[value(name = "kill-9")]
+    Kill9,
+    /// The leader's pod deleted.
+    Sigterm,
+    /// The controller rolls out its own new image.
+    SelfUpdate,
+    /// A 10-minute token rotated under the controller (about 12 minutes).
+    TokenRotation,
+}
+
 /// One scenario: its summary line (timings) or why it failed.
 type Scenario<'a> = Box<dyn Fn() -> Result<String> + 'a>;
 
 /// Runs every scenario (each one after the controller has settled again) and fails naming
 /// those that failed.
-pub(super) fn run(kube: &Kube) -> Result<()> {
+pub(super) fn run(kube: &Kube, only: &[Name]) -> Result<()> {
     let manifest =
         std::fs::read_to_string(crate::workspace_root().join("deploy/05-deployment.yaml"))
             .context("reading deploy/05-deployment.yaml")?;
@@ -285,18 +301,31 @@ pub(super) fn run(kube: &Kube) -> Result<()> {
     for p in kube.pods()? {
         kube.save_logs(&p.name);
     }
-    let scenarios: Vec<(&str, Scenario<'_>)> = vec![
-        ("metrics", Box::new(|| scenarios_auth::metrics(kube))),
-        ("kill-9", Box::new(|| kill_leader(kube, timing))),
-        ("sigterm", Box::new(|| sigterm_leader(kube, timing, grace))),
-        ("self-update", Box::new(|| self_update(kube))),
+    let scenarios: Vec<(Name, Scenario<'_>)> = vec![
+        (Name::Metrics, Box::new(|| scenarios_auth::metrics(kube))),
         (
-            "token-rotation",
+            Name::Kill9,
+            Box::new(|| scenarios_leader::kill_leader(kube, timing)),
+        ),
+        (
+            Name::Sigterm,
+            Box::new(|| scenarios_leader::sigterm_leader(kube, timing, grace)),
+        ),
+        (
+            Name::SelfUpdate,
+            Box::new(|| scenarios_leader::self_update(kube)),
+        ),
+        (
+            Name::TokenRotation,
             Box::new(|| scenarios_token::token_rotation(kube)),
         ),
     ];
     let mut failed = Vec::new();
-    for (name, scenario) in scenarios {
+    for (name, scenario) in scenarios
+        .into_iter()
+        .filter(|(n, _)| only.is_empty() || only.contains(n))
+    {
+        let name = name.label();
         let started = Instant::now();
         match scenario() {
             Ok(summary) => eprintln!(
@@ -406,71 +435,6 @@ fn unhealthy_events(lines: &str) -> (Vec<String>, u32) {
     (liveness, readiness)
 }
 
-/// `kill-9`: see the module docs.
-fn kill_leader(kube: &Kube, (lease, renew, _): (Duration, Duration, Duration)) -> Result<String> {
-    let leader = kube.settled(CONTROLLER_IMAGE)?;
-    let identity = kube.holder().context("the Lease's holder")?;
-    let pod = kube
-        .pods()?
-        .into_iter()
-        .find(|p| p.name == leader)
-        .context("the leader's pod")?;
-    let uid = kube.sys(&["get", "pod", &leader, "-o", "jsonpath={.metadata.uid}"])?;
-    let uid = uid.trim();
-    ensure!(!uid.is_empty(), "pod {leader} has no uid");
-    kube.save_logs(&leader);
-    // The pod's process inside its node, found by the pod's cgroup (cgroupfs or systemd names).
-    let script = format!(
-        "n=0; for p in $(pgrep -f /usr/local/bin/{CONTAINER}); do \
-         if grep -q -e {uid} -e {uid_} /proc/$p/cgroup; then kill -9 $p && n=$((n+1)); fi; done; \
-         test $n -ge 1",
-        uid_ = uid.replace('-', "_")
-    );
-    let started = Instant::now();
-    super::run_command(&[
-        "docker".into(),
-        "exec".into(),
-        pod.node.clone(),
-        "sh".into(),
-        "-c".into(),
-        script,
-    ])
-    .with_context(|| format!("kill -9 of {leader}'s process on {}", pod.node))?;
-    let limit = lease + renew;
-    // Another process: the standby, or the killed pod's container restarted by its kubelet
-    // (same pod, a new identity), whichever retries first once the Lease has expired.
-    let (new, _) = kube.until(
-        limit + Duration::from_secs(5),
-        "takeover after kill -9",
-        || kube.holder().filter(|h| *h != identity),
-    )?;
-    let who = if new.split('_').next() == Some(leader.as_str()) {
-        "the killed pod's restarted container"
-    } else {
-        "the standby"
-    };
-    let takeover = started.elapsed();
-    ensure!(
-        takeover <= limit,
-        "{new} took the Lease {:.1}s after the kill, beyond leaseDuration + renewDeadline = {}s",
-        takeover.as_secs_f64(),
-        limit.as_secs()
-    );
-    // The killed container restarts in place and becomes the standby.
-    let settling = Instant::now();
-    kube.settled(CONTROLLER_IMAGE)?;
-    let settle = settling.elapsed();
-    let rollout = rollout_workload(kube, "after-kill")?;
-    Ok(format!(
-        "{new} ({who}) took over {:.1}s after kill -9 of {leader} (limit leaseDuration + \
-         renewDeadline = {}s); both Ready again after {:.1}s; a new Deployment rolled out in {:.1}s",
-        takeover.as_secs_f64(),
-        limit.as_secs(),
-        settle.as_secs_f64(),
-        rollout.as_secs_f64()
-    ))
-}
-
 /// A two-replica Deployment `name`, created now in a namespace of its own
 /// (`kctrl-scenario-<name>`, deleted afterwards), rolls out; returns how long that took.
 pub(super) fn rollout_workload(kube: &Kube, name: &str) -> Result<Duration> {
@@ -496,167 +460,17 @@ pub(super) fn rollout_workload(kube: &Kube, name: &str) -> Result<Duration> {
     Ok(took)
 }
 
-/// `sigterm`: see the module docs.
-fn sigterm_leader(
-    kube: &Kube,
-    (lease, _, retry): (Duration, Duration, Duration),
-    grace: Duration,
-) -> Result<String> {
-    let leader = kube.settled(CONTROLLER_IMAGE)?;
-    kube.save_logs(&leader);
-    let started = Instant::now();
-    kube.sys(&["delete", "pod", &leader, "--wait=false"])?;
-    // Poll the pod's container state until the pod is gone; the lease holder meanwhile.
-    let mut exited: Option<(Duration, String)> = None;
-    let mut gone = None;
-    let mut takeover = None;
-    while started.elapsed() < grace + Duration::from_secs(30)
-        && (gone.is_none() || takeover.is_none())
-    {
-        if gone.is_none() {
-            match kube.sys(&[
-                "get",
-                "pod",
-                &leader,
-                "--ignore-not-found",
-                "-o",
-                "jsonpath={.status.containerStatuses[0].state.terminated.exitCode} {.status.containerStatuses[0].state.terminated.finishedAt}",
-            ]) {
-                Ok(out) if out.trim().is_empty() && exited.is_some() => gone = Some(started.elapsed()),
-                Ok(out) if out.trim().is_empty() => {
-                    // Either still running or already gone: tell them apart.
-                    let exists = kube
-                        .sys(&["get", "pod", &leader, "--ignore-not-found", "-o", "name"])
-                        .map(|o| !o.trim().is_empty())
-                        .unwrap_or(true);
-                    if !exists {
-                        gone = Some(started.elapsed());
-                    }
-                }
-                Ok(out) => {
-                    if exited.is_none() {
-                        exited = Some((started.elapsed(), out.trim().to_owned()));
-                    }
-                }
-                Err(_) => {}
-            }
+impl Name {
+    /// The name `--scenario` takes and the `scenario <name>:` lines print.
+    fn label(self) -> &'static str {
+        match self {
+            Name::Metrics => "metrics",
+            Name::Kill9 => "kill-9",
+            Name::Sigterm => "sigterm",
+            Name::SelfUpdate => "self-update",
+            Name::TokenRotation => "token-rotation",
         }
-        if takeover.is_none()
-            && let Some(l) = kube.leader().filter(|l| *l != leader)
-        {
-            takeover = Some((started.elapsed(), l));
-        }
-        std::thread::sleep(Duration::from_millis(100));
     }
-    let gone = gone.context("the deleted leader's pod did not go away")?;
-    let (takeover, new) = takeover.context("no other pod took the Lease")?;
-    // The container's exit: seen in its status, else bounded by the pod's removal.
-    let exit = exited.as_ref().map_or(gone, |(t, _)| *t);
-    let status = exited.as_ref().map_or(
-        "(exit not observed before the pod was removed)".to_owned(),
-        |(_, s)| format!("exit code and finishedAt: {s}"),
-    );
-    ensure!(
-        exit < grace / 2,
-        "the container exited {:.1}s after the deletion, not well within the grace period of {}s; \
-         {status}",
-        exit.as_secs_f64(),
-        grace.as_secs()
-    );
-    if let Some((_, s)) = &exited {
-        let code = s.split_whitespace().next().unwrap_or("");
-        ensure!(
-            code == "0",
-            "the container exited with {code} on SIGTERM ({s})"
-        );
-    }
-    // A released lease is taken at the standby's next retry; an expired one only after
-    // leaseDuration.
-    ensure!(
-        takeover < lease,
-        "{new} took the Lease {:.1}s after the deletion: not released (leaseDuration {}s)",
-        takeover.as_secs_f64(),
-        lease.as_secs()
-    );
-    let settling = Instant::now();
-    kube.settled_without(CONTROLLER_IMAGE, std::slice::from_ref(&leader))?;
-    let settle = settling.elapsed();
-    Ok(format!(
-        "{leader} deleted: container exited within {:.1}s ({status}; grace {}s), pod gone after \
-         {:.1}s, {new} took the released Lease after {:.1}s (leaseDuration {}s, retry {}s); two \
-         Ready pods again (the replacement included) {:.1}s later",
-        exit.as_secs_f64(),
-        grace.as_secs(),
-        gone.as_secs_f64(),
-        takeover.as_secs_f64(),
-        lease.as_secs(),
-        retry.as_secs(),
-        settle.as_secs_f64()
-    ))
-}
-
-/// `self-update`: see the module docs.
-fn self_update(kube: &Kube) -> Result<String> {
-    kube.settled(CONTROLLER_IMAGE)?;
-    let (repo, _) = CONTROLLER_IMAGE
-        .rsplit_once(':')
-        .context("controller image tag")?;
-    let tag = format!(
-        "{repo}:self-update-{}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0)
-    );
-    super::run_command(&[
-        "docker".into(),
-        "tag".into(),
-        CONTROLLER_IMAGE.into(),
-        tag.clone(),
-    ])?;
-    let loaded = Instant::now();
-    let load = super::run_command(&[
-        kube.cluster.kind.display().to_string(),
-        "load".into(),
-        "docker-image".into(),
-        tag.clone(),
-        "--name".into(),
-        kube.cluster.name.clone(),
-    ]);
-    let load_took = loaded.elapsed();
-    let result = load.and_then(|()| {
-        for p in kube.pods()? {
-            kube.save_logs(&p.name);
-        }
-        let started = Instant::now();
-        kube.sys(&[
-            "set",
-            "image",
-            &format!("deployment/{CONTROLLER_NAME}"),
-            &format!("{CONTAINER}={tag}"),
-        ])?;
-        let leader = kube.await_own_rollout(&tag)?;
-        let took = started.elapsed();
-        let status = kube.sys(&[
-            "get",
-            "deployment",
-            CONTROLLER_NAME,
-            "-o",
-            "jsonpath={.status.updatedReplicas}/{.status.readyReplicas}/{.status.replicas} observedGeneration={.status.observedGeneration} generation={.metadata.generation}",
-        ])?;
-        Ok(format!(
-            "{tag} loaded in {:.1}s; our controller rolled out its own Deployment in {:.1}s \
-             (updated/ready/total {}), {leader} of the new pods leads",
-            load_took.as_secs_f64(),
-            took.as_secs_f64(),
-            status.trim()
-        ))
-    });
-    let _ = std::process::Command::new("docker")
-        .args(["rmi", &tag])
-        .stdout(std::process::Stdio::null())
-        .status();
-    result
 }
 
 impl Kube {
@@ -709,7 +523,7 @@ impl Kube {
     }
 
     /// [`Kube::settled`]'s condition on `pods`, without waiting.
-    fn settled_now(&self, image: &str, pods: &[PodRow]) -> Result<String> {
+    pub(super) fn settled_now(&self, image: &str, pods: &[PodRow]) -> Result<String> {
         let good = pods.len() == 2
             && pods
                 .iter()
@@ -753,6 +567,15 @@ mod tests {
         assert_eq!(readiness, 3);
         assert_eq!(liveness.len(), 1, "{liveness:?}");
         assert!(liveness[0].starts_with("kctrl-deployment-controller-5d8f-fghij (1x)"));
+    }
+
+    #[test]
+    fn scenario_labels_are_the_names_the_flag_takes() {
+        use clap::ValueEnum;
+        for n in Name::value_variants() {
+            let flag = n.to_possible_value().unwrap();
+            assert_eq!(flag.get_name(), n.label());
+        }
     }
 
     #[test]
