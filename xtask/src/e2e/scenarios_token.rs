@@ -14,8 +14,9 @@
 //!
 //! Meanwhile the Lease must stay with the same holder (the leader renews it every retry
 //! period: a request that fails authentication would cost it the Lease). Afterwards the Lease
-//! must still be renewed, a new Deployment must roll out, and no controller log may show a
-//! request rejected as unauthenticated (401).
+//! must still be renewed, and the apiserver's audit log must show the leader's last renewal
+//! authenticated by the rotated token (its `jti`); a new Deployment must roll out, and no
+//! controller log may show a request rejected as unauthenticated (401).
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -63,17 +64,20 @@ fn patch() -> String {
 }
 
 /// The claims of a service-account token the scenario looks at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Claims {
     /// Issued at (Unix seconds).
     iat: u64,
     /// Expires at (Unix seconds).
     exp: u64,
+    /// The token's id: the apiserver records `JTI=<jti>` as the credential of each request
+    /// it authenticates with the token (audit events' `user.extra`).
+    jti: String,
 }
 
 impl Claims {
-    /// The `iat` and `exp` claims of a JWT (its payload is not verified: the apiserver does
-    /// that when the controller uses the token).
+    /// The `iat`, `exp` and `jti` claims of a JWT (its payload is not verified: the
+    /// apiserver does that when the controller uses the token).
     fn of(token: &str) -> Result<Claims> {
         let payload = token
             .trim()
@@ -93,6 +97,11 @@ impl Claims {
         Ok(Claims {
             iat: claim("iat")?,
             exp: claim("exp")?,
+            jti: json
+                .get("jti")
+                .and_then(serde_json::Value::as_str)
+                .context("the token has no `jti` claim")?
+                .to_owned(),
         })
     }
 }
@@ -229,7 +238,7 @@ pub(super) fn token_rotation(kube: &Kube) -> Result<String> {
         std::thread::sleep(POLL);
     }
     for t in &tokens {
-        let Some((at, new)) = t.rotated else {
+        let Some((at, new)) = &t.rotated else {
             bail!(
                 "pod {}'s token (issued {}, expired {}) was not replaced by its kubelet",
                 t.pod,
@@ -238,7 +247,7 @@ pub(super) fn token_rotation(kube: &Kube) -> Result<String> {
             );
         };
         ensure!(
-            at <= t.first.exp && new.iat > t.first.iat,
+            *at <= t.first.exp && new.iat > t.first.iat,
             "pod {}'s token was replaced only at {at} (it expired at {}), by one issued at {}",
             t.pod,
             t.first.exp,
@@ -247,6 +256,22 @@ pub(super) fn token_rotation(kube: &Kube) -> Result<String> {
     }
     // Every token the pods started with is now rejected; the leader must still renew.
     let renewed = lease_renewed(kube, &holder)?;
+    // And it renews with the new token: the audit log names the credential of each request.
+    let leader_pod = holder.split('_').next().unwrap_or("");
+    let leader_token = tokens
+        .iter()
+        .find(|t| t.pod == leader_pod)
+        .with_context(|| format!("{leader_pod}, the Lease's holder, is not one of the pods"))?;
+    let renewed_with = last_lease_credential(&kube.cluster.audit_log()?, leader_pod)
+        .with_context(|| format!("no renewal of the Lease by {leader_pod} in the audit log"))?;
+    let (_, rotated) = leader_token.rotated.as_ref().context("rotated above")?;
+    ensure!(
+        renewed_with == format!("JTI={}", rotated.jti),
+        "{leader_pod} last renewed the Lease with credential {renewed_with}, not with its rotated \
+         token (JTI={}; its first token was JTI={})",
+        rotated.jti,
+        leader_token.first.jti
+    );
     let rollout = super::scenarios::rollout_workload(kube, "after-rotation")?;
     let mut unauthorized = Vec::new();
     for t in &tokens {
@@ -273,19 +298,43 @@ pub(super) fn token_rotation(kube: &Kube) -> Result<String> {
     let ages: Vec<String> = tokens
         .iter()
         .filter_map(|t| {
-            let (at, _) = t.rotated?;
+            let (at, _) = t.rotated.as_ref()?;
             Some(format!("{} {}s", t.pod, at.saturating_sub(t.first.iat)))
         })
         .collect();
     Ok(format!(
         "{TTL}s tokens rolled out in {:.1}s ({leader} leading); rotated by the kubelet after \
          {}; {holder} kept the Lease past every first token's expiry + {}s leeway and renewed \
-         it {renewed:.1}s later; a new Deployment then rolled out in {:.1}s; no 401 in the logs",
+         it {renewed:.1}s later, authenticated by its rotated token ({renewed_with} in the \
+         audit log); a new Deployment then rolled out in {:.1}s; no 401 in the logs",
         rolled.as_secs_f64(),
         ages.join(", "),
         LEEWAY.as_secs(),
         rollout.as_secs_f64()
     ))
+}
+
+/// The credential (`JTI=<token id>`) of the last update of the controller's Lease that `pod`
+/// made, according to the apiserver's audit log.
+fn last_lease_credential(audit_log: &str, pod: &str) -> Option<String> {
+    let lease = format!("/namespaces/{CONTROLLER_NAMESPACE}/leases/{CONTROLLER_NAME}");
+    audit_log
+        .lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| {
+            e["verb"] == "update"
+                && e["requestURI"]
+                    .as_str()
+                    .is_some_and(|u| u.ends_with(&lease))
+                && e["responseStatus"]["code"] == 200
+                && e["user"]["extra"]["authentication.kubernetes.io/pod-name"][0] == pod
+        })
+        .find_map(|e| {
+            e["user"]["extra"]["authentication.kubernetes.io/credential-id"][0]
+                .as_str()
+                .map(str::to_owned)
+        })
 }
 
 /// Waits for the Lease's renewTime to change while `holder` holds it; returns the time taken.
@@ -339,13 +388,14 @@ mod tests {
     #[test]
     fn claims_are_read_from_the_payload() {
         let t = jwt(
-            r#"{"aud":["x"],"exp":1800000600,"iat":1800000000,"sub":"system:serviceaccount:a:b"}"#,
+            r#"{"aud":["x"],"exp":1800000600,"iat":1800000000,"jti":"7d1c","sub":"system:serviceaccount:a:b"}"#,
         );
         assert_eq!(
             Claims::of(&t).unwrap(),
             Claims {
                 iat: 1_800_000_000,
-                exp: 1_800_000_600
+                exp: 1_800_000_600,
+                jti: "7d1c".into()
             }
         );
     }
@@ -355,6 +405,32 @@ mod tests {
         for bad in ["", "abc", "a.!!!.c", &jwt("not json"), &jwt(r#"{"iat":1}"#)] {
             assert!(Claims::of(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn the_last_lease_renewal_of_the_pod_names_its_credential() {
+        let event = |pod: &str, jti: &str, code: u16, verb: &str| {
+            serde_json::json!({
+                "verb": verb,
+                "requestURI": "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kctrl-deployment-controller",
+                "responseStatus": {"code": code},
+                "user": {"username": "system:serviceaccount:kube-system:kctrl-deployment-controller",
+                         "extra": {"authentication.kubernetes.io/pod-name": [pod],
+                                   "authentication.kubernetes.io/credential-id": [format!("JTI={jti}")]}}
+            })
+            .to_string()
+        };
+        let log = [
+            event("a", "old", 200, "update"),
+            event("a", "new", 200, "update"),
+            event("b", "other", 200, "update"),
+            event("a", "newer", 200, "get"),
+            event("a", "failed", 409, "update"),
+            "garbage".to_owned(),
+        ]
+        .join("\n");
+        assert_eq!(last_lease_credential(&log, "a").as_deref(), Some("JTI=new"));
+        assert_eq!(last_lease_credential(&log, "c"), None);
     }
 
     #[test]
