@@ -387,6 +387,19 @@ impl WriteTable {
         let mut verify = Vec::new();
         let mut retry_in: Option<Duration> = None;
         records.retain(|target, pending| {
+            if target.name.is_empty() {
+                // A create with a generated name whose answer was lost: there is no name to
+                // find in a cache or to read live. As client-go's expectations do for such a
+                // create, the key waits for the bound (the object's add event, if it was
+                // created, enqueues the key meanwhile), then acts on the caches.
+                let waited = now.saturating_duration_since(pending.since);
+                if waited >= verify_after {
+                    return false;
+                }
+                let left = verify_after - waited;
+                retry_in = Some(retry_in.map_or(left, |r| r.min(left)));
+                return true;
+            }
             let rv = cached(target);
             let rv = rv.as_deref();
             let read_past = pending.written.as_deref().is_some_and(|w| {
@@ -701,7 +714,10 @@ impl OwnWrites {
     /// reconciled object): `result` is the API server's answer. `sent` names the object and,
     /// for an update with a precondition, carries the resourceVersion it was sent against;
     /// a create, a patch or an apply carries none, and the version the cache holds now counts
-    /// as replaced. A refusal (conflict, validation, not found) records nothing.
+    /// as replaced. A refusal (conflict, validation, not found) records nothing. A create sent
+    /// with only `generateName` is tracked under the name its answer carries; if the answer
+    /// was lost, the owner's key waits up to the bound ([`DEFAULT_VERIFY_AFTER`]) and then acts
+    /// on the caches, as client-go's expectations do for such a create.
     ///
     /// ```no_run
     /// # use std::sync::Arc;

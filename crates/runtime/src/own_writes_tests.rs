@@ -41,6 +41,23 @@ fn resource_versions_compare_as_numbers_when_well_formed() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_lost_create_with_a_generated_name_waits_for_the_bound_without_a_live_read() {
+    let now = Instant::now();
+    let mut w = WriteTable::default();
+    // `record` of a create sent with only generateName, whose answer was lost.
+    w.create_unknown(K, &rs(""), now);
+    // Nothing to find by name: never a live read of an empty name, only the wait.
+    assert_eq!(
+        w.check(K, cache(&[("web-x1", "5")]), now + Duration::from_secs(10)),
+        Check::Behind {
+            retry_in: VERIFY_AFTER - Duration::from_secs(10)
+        }
+    );
+    assert_eq!(w.check(K, cache(&[]), now + VERIFY_AFTER), Check::Current);
+    assert!(!w.is_tracking(K), "past the bound: forgotten");
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_applied_update_holds_until_the_cache_moves_past_the_replaced_version() {
     let now = Instant::now();
     let mut w = WriteTable::default();
