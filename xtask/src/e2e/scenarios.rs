@@ -298,9 +298,7 @@ pub(super) fn run(kube: &Kube, only: &[Name]) -> Result<()> {
         .map_or(Duration::from_secs(30), Duration::from_secs);
     let _ = std::fs::remove_dir_all(&kube.logs);
     // The pods the suite ran against.
-    for p in kube.pods()? {
-        kube.save_logs(&p.name);
-    }
+    kube.save_all_logs()?;
     let scenarios: Vec<(Name, Scenario<'_>)> = vec![
         (Name::Metrics, Box::new(|| scenarios_auth::metrics(kube))),
         (
@@ -341,9 +339,8 @@ pub(super) fn run(kube: &Kube, only: &[Name]) -> Result<()> {
             }
         }
     }
-    for p in kube.pods().unwrap_or_default() {
-        kube.save_logs(&p.name);
-    }
+    // Best effort: the checks below say what is missing.
+    let _ = kube.save_all_logs();
     let checks: Vec<(&str, Scenario<'_>)> = vec![
         ("rbac", Box::new(|| scenarios_auth::rbac(kube))),
         ("probes", Box::new(|| probes(kube))),
@@ -489,6 +486,22 @@ impl Kube {
             "deployment/{CONTROLLER_NAME} names no image"
         );
         Ok(image.to_owned())
+    }
+
+    /// [`Kube::save_logs`] of every controller pod there is now.
+    pub(super) fn save_all_logs(&self) -> Result<()> {
+        for p in self.pods()? {
+            self.save_logs(&p.name);
+        }
+        Ok(())
+    }
+
+    /// The UID of pod `pod` (in the controller's namespace).
+    pub(super) fn pod_uid(&self, pod: &str) -> Result<String> {
+        let uid = self.sys(&["get", "pod", pod, "-o", "jsonpath={.metadata.uid}"])?;
+        let uid = uid.trim();
+        ensure!(!uid.is_empty(), "pod {pod} has no uid");
+        Ok(uid.to_owned())
     }
 
     /// What [`Kube::save_logs`] saved of `pod`.

@@ -21,9 +21,7 @@ pub(super) fn kill_leader(
         .into_iter()
         .find(|p| p.name == leader)
         .context("the leader's pod")?;
-    let uid = kube.sys(&["get", "pod", &leader, "-o", "jsonpath={.metadata.uid}"])?;
-    let uid = uid.trim();
-    ensure!(!uid.is_empty(), "pod {leader} has no uid");
+    let uid = kube.pod_uid(&leader)?;
     kube.save_logs(&leader);
     // The pod's process inside its node, found by the pod's cgroup (cgroupfs or systemd names).
     let script = format!(
@@ -206,9 +204,7 @@ pub(super) fn self_update(kube: &Kube) -> Result<String> {
     ]);
     let load_took = loaded.elapsed();
     let result = load.and_then(|()| {
-        for p in kube.pods()? {
-            kube.save_logs(&p.name);
-        }
+        kube.save_all_logs()?;
         let started = Instant::now();
         kube.sys(&[
             "set",

@@ -149,9 +149,7 @@ fn unix_now() -> u64 {
 pub(super) fn token_rotation(kube: &Kube) -> Result<String> {
     let image = kube.current_image()?;
     kube.settled(&image)?;
-    for p in kube.pods()? {
-        kube.save_logs(&p.name);
-    }
+    kube.save_all_logs()?;
     let started = Instant::now();
     kube.sys(&[
         "patch",
@@ -167,8 +165,7 @@ pub(super) fn token_rotation(kube: &Kube) -> Result<String> {
     let pods: Vec<PodRow> = kube.pods()?;
     let mut tokens = Vec::new();
     for p in &pods {
-        let uid = kube.sys(&["get", "pod", &p.name, "-o", "jsonpath={.metadata.uid}"])?;
-        let uid = uid.trim().to_owned();
+        let uid = kube.pod_uid(&p.name)?;
         let token = PodToken::read(&p.node, &uid).with_context(|| {
             format!("reading the {VOLUME} token of pod {} on {}", p.name, p.node)
         })?;
