@@ -25,9 +25,12 @@
 //! }
 //! ```
 //!
-//! The finalizer list is written with a JSON patch that first tests the object's
-//! resourceVersion: a write based on a stale copy fails (and the key is retried with a fresher
-//! one) instead of dropping a finalizer someone else added meanwhile.
+//! The finalizer list is written with JSON patches that test what they rely on, so a write
+//! based on a stale copy fails (and the key is retried with a fresher one) instead of dropping
+//! a finalizer someone else added meanwhile: adding tests the object's resourceVersion;
+//! removing (after the cleanup, which may itself have written the object) tests that the
+//! finalizer is still at its index in `metadata.finalizers`, then removes that entry, as
+//! kube-runtime does.
 
 use std::error::Error as StdError;
 use std::future::Future;
@@ -121,11 +124,18 @@ where
                 .map_err(FinalizerError::Apply)
         }
         (true, true) => {
+            let index = finalizers.iter().position(|f| f == name).unwrap_or_default();
             let action = reconcile(Event::Cleanup(obj.clone()))
                 .await
                 .map_err(FinalizerError::Cleanup)?;
-            let rest: Vec<String> = finalizers.into_iter().filter(|f| f != name).collect();
-            write_finalizers(client, obj.as_ref(), name, "removing", rest).await?;
+            // The cleanup may have written the object itself: the removal tests the
+            // finalizer's place in the list, not the resourceVersion of the copy from before.
+            let path = format!("/metadata/finalizers/{index}");
+            let patch = Patch::Json(json!([
+                {"op": "test", "path": path, "value": name},
+                {"op": "remove", "path": path},
+            ]));
+            patch_finalizers(client, obj.as_ref(), name, "removing", patch).await?;
             Ok(action)
         }
     }
@@ -139,26 +149,47 @@ async fn write_finalizers<K: Object, E: StdError + 'static>(
     action: &'static str,
     wanted: Vec<String>,
 ) -> Result<K, FinalizerError<E>> {
-    let meta = obj.metadata();
     let not_stored = |missing| FinalizerError::NotStored {
         finalizer: finalizer.to_owned(),
         missing,
     };
-    let name = meta.name.as_deref().ok_or_else(|| not_stored("name"))?;
+    let meta = obj.metadata();
+    if meta.name.is_none() {
+        return Err(not_stored("name"));
+    }
     let rv = meta
         .resource_version
         .as_deref()
         .ok_or_else(|| not_stored("resourceVersion"))?;
+    let patch = Patch::Json(json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+        {"op": "add", "path": "/metadata/finalizers", "value": wanted},
+    ]));
+    patch_finalizers(client, obj, finalizer, action, patch).await
+}
+
+/// Sends `patch` (a JSON patch of `metadata.finalizers`) for `obj`.
+async fn patch_finalizers<K: Object, E: StdError + 'static>(
+    client: &Client,
+    obj: &K,
+    finalizer: &str,
+    action: &'static str,
+    patch: Patch,
+) -> Result<K, FinalizerError<E>> {
+    let meta = obj.metadata();
+    let name = meta
+        .name
+        .as_deref()
+        .ok_or_else(|| FinalizerError::NotStored {
+            finalizer: finalizer.to_owned(),
+            missing: "name",
+        })?;
     let namespace = meta.namespace.as_deref().unwrap_or("");
     let api: Api<K> = if ResourceRef::of::<K>().is_namespaced() {
         Api::namespaced(client.clone(), namespace)
     } else {
         Api::all(client.clone())
     };
-    let patch = Patch::Json(json!([
-        {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
-        {"op": "add", "path": "/metadata/finalizers", "value": wanted},
-    ]));
     api.patch(name, &PatchParams::default(), &patch)
         .await
         .map_err(|source| FinalizerError::Patch {
@@ -285,6 +316,83 @@ mod tests {
             *seen.lock().unwrap(),
             ["apply", "apply", "cleanup", "cleanup"]
         );
+    }
+
+    /// A cleanup that writes the object (a status, an annotation) does not make the removal
+    /// fail: the removal tests that the finalizer is still where it was, not that the object
+    /// is unchanged, so the cleanup runs once.
+    #[tokio::test]
+    async fn a_cleanup_that_writes_the_object_runs_once() {
+        let fake = FakeApi::new();
+        let client = fake.client();
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), "ns");
+        let cm = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("c".into()),
+                finalizers: Some(vec![F.into(), "someone.else/keep".into()]),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        api.create(&PostParams::default(), &cm).await.unwrap();
+        api.delete("c", &DeleteParams::default()).await.unwrap();
+        let deleting = api.get("c").await.unwrap();
+        let cleanups = Mutex::new(0);
+        let result = finalizer(&client, F, Arc::new(deleting), |event| {
+            let api = api.clone();
+            let cleanups = &cleanups;
+            async move {
+                assert!(matches!(event, Event::Cleanup(_)));
+                *cleanups.lock().unwrap() += 1;
+                let note = Patch::Merge(json!({"metadata": {"annotations": {"cleaned": "yes"}}}));
+                api.patch("c", &PatchParams::default(), &note).await?;
+                Ok::<_, kctrl_client::Error>(Action::await_change())
+            }
+        })
+        .await;
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(*cleanups.lock().unwrap(), 1);
+        let after = api.get("c").await.unwrap();
+        assert_eq!(after.metadata.finalizers.unwrap(), ["someone.else/keep"]);
+        assert_eq!(after.metadata.annotations.unwrap()["cleaned"], "yes");
+    }
+
+    /// The removal refuses a list where the finalizer moved (someone rewrote the list since
+    /// the copy was read): the key is retried with a fresh copy instead of removing another
+    /// finalizer.
+    #[tokio::test]
+    async fn the_removal_tests_the_place_of_the_finalizer() {
+        let fake = FakeApi::new();
+        let client = fake.client();
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), "ns");
+        let cm = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("c".into()),
+                finalizers: Some(vec!["a.example/first".into(), F.into()]),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        api.create(&PostParams::default(), &cm).await.unwrap();
+        api.delete("c", &DeleteParams::default()).await.unwrap();
+        let stale = api.get("c").await.unwrap();
+        // Another controller removes its finalizer: ours moves to index 0.
+        let drop_first = Patch::Json(json!([{"op": "remove", "path": "/metadata/finalizers/0"}]));
+        api.patch("c", &PatchParams::default(), &drop_first)
+            .await
+            .unwrap();
+        let seen = Mutex::new(Vec::new());
+        let err = run(&client, stale, &seen, false).await.unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("removing finalizer example.com/cleanup on ns/c:"),
+            "{err}"
+        );
+        assert_eq!(api.get("c").await.unwrap().metadata.finalizers.unwrap(), [F]);
+        // With the fresh copy it goes.
+        let fresh = api.get("c").await.unwrap();
+        run(&client, fresh, &seen, false).await.unwrap();
+        assert!(api.get("c").await.is_err(), "deleted once the last finalizer went");
     }
 
     #[tokio::test]
