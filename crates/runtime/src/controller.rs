@@ -1,10 +1,15 @@
 //! [`Controller`]: the builder, and the workers that run reconciles.
 
+use std::any::Any;
 use std::error::Error as StdError;
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{ListableResource, Metadata, Resource};
@@ -17,6 +22,7 @@ use kctrl_workqueue::{
     MetricsProvider, QueueConfig, RateLimitingQueue, default_controller_rate_limiter,
 };
 use serde::de::DeserializeOwned;
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
@@ -160,10 +166,16 @@ pub struct Controller<K: Object> {
     predicates: Vec<Predicate<K>>,
     workers: usize,
     max_retries: Option<usize>,
+    shutdown_timeout: Duration,
     metrics: Option<ControllerMetrics>,
     own_writes: OwnWrites,
     _k: PhantomData<fn() -> K>,
 }
+
+/// How long [`Controller::run`] waits for the reconciles in flight once cancelled, unless
+/// [`Controller::shutdown_timeout`] says otherwise: controller-runtime's default
+/// `GracefulShutdownTimeout`.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl<K: Object> fmt::Debug for Controller<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -171,6 +183,7 @@ impl<K: Object> fmt::Debug for Controller<K> {
             .field("name", &self.name)
             .field("workers", &self.workers)
             .field("max_retries", &self.max_retries)
+            .field("shutdown_timeout", &self.shutdown_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -220,6 +233,7 @@ impl<K: Object> Controller<K> {
             predicates: Vec::new(),
             workers: 1,
             max_retries: None,
+            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             metrics: None,
             own_writes: OwnWrites::new(),
             _k: PhantomData,
@@ -319,6 +333,14 @@ impl<K: Object> Controller<K> {
 
     /// Only updates of `K` that pass `predicate` enqueue it (all predicates given must pass;
     /// combine alternatives with [`Predicate::or`]).
+    ///
+    /// The predicates filter the primary resource's updates only, as controller-runtime's
+    /// `For(&K{}, builder.WithPredicates(p))` does: creations of `K` always enqueue, and so
+    /// do the events of what the controller [`owns`](Self::owns) or
+    /// [`watches`](Self::watches) (a status change of an owned object is not filtered out by
+    /// [`Predicate::generation_changed`]). controller-runtime's `WithEventFilter`, which
+    /// filters every watch's events, has no counterpart: filter a watched resource's events
+    /// in its [`watches`](Self::watches) mapping function.
     pub fn with_predicate(mut self, predicate: Predicate<K>) -> Self {
         self.predicates.push(predicate);
         self
@@ -334,6 +356,17 @@ impl<K: Object> Controller<K> {
     /// enqueues it again (the Deployment controller's 15). Default: retried for ever.
     pub fn max_retries(mut self, retries: usize) -> Self {
         self.max_retries = Some(retries);
+        self
+    }
+
+    /// How long [`run`](Self::run) waits, once cancelled, for the reconciles in flight
+    /// (controller-runtime's `GracefulShutdownTimeout`; default
+    /// [`DEFAULT_SHUTDOWN_TIMEOUT`], 30 s). Past it the reconciles still running are
+    /// abandoned (their futures are dropped at their next await point, which is logged) and
+    /// `run` returns. [`Duration::ZERO`] abandons them at once; [`Duration::MAX`] waits
+    /// for them without limit.
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.shutdown_timeout = timeout;
         self
     }
 
@@ -382,19 +415,53 @@ impl<K: Object> Controller<K> {
     /// `reconcile` gets the cached object (a key whose object is gone from the cache is
     /// skipped: cleanup that must run belongs in a finalizer). Its [`Action`]
     /// says what happens next; on success the key's failures are forgotten. On an error,
-    /// `error_policy` decides ([`Action::rate_limited`] is client-go's usual answer); a
-    /// panicking reconcile is caught, logged, counted and retried rate-limited.
+    /// `error_policy` decides ([`Action::rate_limited`] is client-go's usual answer). A
+    /// panicking reconcile or error policy is caught, logged, counted
+    /// (`controller_runtime_reconcile_panics_total`) and its key retried rate-limited; the
+    /// worker lives on.
     ///
     /// On `cancel` the workers take no new key, the reconciles in flight finish (their keys
     /// stay queued for whoever runs next), and this returns; the informers it started stop
-    /// then. Call the factory's [`shutdown`](SharedInformerFactory::shutdown) afterwards to
-    /// wait for them.
+    /// then. Waiting for the reconciles in flight is bounded by
+    /// [`shutdown_timeout`](Self::shutdown_timeout) (30 s by default): past it they are
+    /// abandoned, and this says so in a warning and returns. Call the factory's
+    /// [`shutdown`](SharedInformerFactory::shutdown) afterwards to wait for the informers.
+    ///
+    /// The workers belong to this future: dropping it (e.g. a `select!` whose other branch
+    /// won) stops them too, with the reconciles they were running, and shuts the queue down.
     pub async fn run<Ctx, E, R, Fut, P>(
+        self,
+        reconcile: R,
+        error_policy: P,
+        ctx: Arc<Ctx>,
+        cancel: CancellationToken,
+    ) -> Result<(), RunError>
+    where
+        Ctx: Send + Sync + 'static,
+        E: StdError + Send + 'static,
+        R: Fn(Arc<K>, Arc<Ctx>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Action, E>> + Send + 'static,
+        P: Fn(Arc<K>, &E, Arc<Ctx>) -> Action + Send + Sync + 'static,
+    {
+        self.run_until(
+            reconcile,
+            error_policy,
+            ctx,
+            cancel,
+            CancellationToken::new(),
+        )
+        .await
+    }
+
+    /// [`run`](Self::run), where `abandon` (fired with or after `cancel`) ends the wait for
+    /// the reconciles in flight before the shutdown timeout: they are abandoned at once.
+    pub(crate) async fn run_until<Ctx, E, R, Fut, P>(
         mut self,
         reconcile: R,
         error_policy: P,
         ctx: Arc<Ctx>,
         cancel: CancellationToken,
+        abandon: CancellationToken,
     ) -> Result<(), RunError>
     where
         Ctx: Send + Sync + 'static,
@@ -442,20 +509,104 @@ impl<K: Object> Controller<K> {
             metrics: self.metrics.clone(),
             own_writes: self.own_writes.clone(),
         });
-        let tasks: Vec<_> = (0..self.workers)
-            .map(|_| tokio::spawn(worker(shared.clone(), cancel.clone())))
-            .collect();
+        // Dropping this future drops the set, which aborts the workers (and the reconciles
+        // they run), and the guard, which shuts the queue down.
+        let _shut_queue = ShutQueueOnDrop(self.queue.clone());
+        let mut workers = JoinSet::new();
+        for _ in 0..self.workers {
+            workers.spawn(worker(shared.clone(), cancel.clone()));
+        }
         cancel.cancelled().await;
-        info!(controller = %self.name, "shutting down controller: no new reconciles; waiting for those in flight");
+        info!(controller = %self.name, timeout = ?self.shutdown_timeout,
+            "shutting down controller: no new reconciles; waiting for those in flight");
         self.queue.shut_down();
-        for task in tasks {
-            if let Err(err) = task.await {
-                error!(controller = %self.name, %err, "worker ended abnormally");
+        let finished = {
+            let drained = async {
+                while let Some(ended) = workers.join_next().await {
+                    if let Err(err) = ended {
+                        error!(controller = %self.name, %err, "worker ended abnormally");
+                    }
+                }
+            };
+            tokio::select! {
+                finished = tokio::time::timeout(self.shutdown_timeout, drained) => finished.is_ok(),
+                () = abandon.cancelled() => false,
             }
+        };
+        if !finished {
+            let reason = if abandon.is_cancelled() {
+                "leadership lost"
+            } else {
+                "shutdown timeout elapsed"
+            };
+            warn!(controller = %self.name, timeout = ?self.shutdown_timeout,
+                busy_workers = workers.len(),
+                "{reason}: abandoning the reconciles in flight");
+            workers.shutdown().await;
         }
         drop(registrations);
         Ok(())
     }
+}
+
+/// Shuts the work queue down when dropped: the workers of a dropped
+/// [`run`](Controller::run) future are gone.
+struct ShutQueueOnDrop(RateLimitingQueue<ObjectKey>);
+
+impl Drop for ShutQueueOnDrop {
+    fn drop(&mut self) {
+        self.0.shut_down();
+    }
+}
+
+/// Marks a worker busy in the metrics for as long as it lives (also when a shutdown
+/// abandons its reconcile).
+struct Busy<'a> {
+    metrics: Option<&'a ControllerMetrics>,
+    name: &'a str,
+}
+
+impl<'a> Busy<'a> {
+    fn new(metrics: Option<&'a ControllerMetrics>, name: &'a str) -> Self {
+        if let Some(m) = metrics {
+            m.worker_busy(name, true);
+        }
+        Busy { metrics, name }
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        if let Some(m) = self.metrics {
+            m.worker_busy(self.name, false);
+        }
+    }
+}
+
+/// A future whose panic is caught and returned, so that it fails its key instead of
+/// unwinding the worker; it runs inside the worker's task, so a worker that stops drops it.
+struct CatchUnwind<F>(Pin<Box<F>>);
+
+impl<F: Future> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, Box<dyn Any + Send>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let fut = self.get_mut().0.as_mut();
+        match std::panic::catch_unwind(AssertUnwindSafe(|| fut.poll(cx))) {
+            Ok(Poll::Ready(out)) => Poll::Ready(Ok(out)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(payload) => Poll::Ready(Err(payload)),
+        }
+    }
+}
+
+/// The message of a panic, when it has one.
+fn panic_message(payload: &(dyn Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic without a message")
 }
 
 /// What every worker of one controller shares.
@@ -487,13 +638,9 @@ where
             key = shared.queue.get() => key,
         };
         let Some(key) = next else { break };
-        if let Some(m) = &shared.metrics {
-            m.worker_busy(&shared.name, true);
-        }
+        let busy = Busy::new(shared.metrics.as_ref(), &shared.name);
         process(&shared, &key).await;
-        if let Some(m) = &shared.metrics {
-            m.worker_busy(&shared.name, false);
-        }
+        drop(busy);
         shared.queue.done(&key);
     }
 }
@@ -538,9 +685,15 @@ where
         }
     }
     let started = Instant::now();
-    // A task of its own, so a panic fails this key instead of the worker.
-    let task = tokio::spawn((shared.reconcile)(obj.clone(), shared.ctx.clone()));
-    let (action, result, panicked) = match task.await {
+    // A panic fails this key instead of the worker.
+    let reconciled = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        (shared.reconcile)(obj.clone(), shared.ctx.clone())
+    }));
+    let outcome = match reconciled {
+        Ok(fut) => CatchUnwind(Box::pin(fut)).await,
+        Err(payload) => Err(payload),
+    };
+    let (action, result, panicked) = match outcome {
         Ok(Ok(action)) => {
             shared.queue.forget(key);
             let result = match action.next() {
@@ -553,11 +706,22 @@ where
         Ok(Err(err)) => {
             let retries = shared.queue.num_requeues(key);
             warn!(controller = %shared.name, namespace, name, retries, error = %err, "reconcile failed");
-            let action = (shared.error_policy)(obj, &err, shared.ctx.clone());
-            (action, ReconcileResult::Error, false)
+            let decided = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                (shared.error_policy)(obj, &err, shared.ctx.clone())
+            }));
+            match decided {
+                Ok(action) => (action, ReconcileResult::Error, false),
+                Err(payload) => {
+                    error!(controller = %shared.name, namespace, name, error = %err,
+                        panic = panic_message(payload.as_ref()),
+                        "the error policy panicked; retrying the key rate-limited");
+                    (Action::rate_limited(), ReconcileResult::Error, true)
+                }
+            }
         }
-        Err(join_err) => {
-            error!(controller = %shared.name, namespace, name, %join_err, "reconcile panicked");
+        Err(payload) => {
+            error!(controller = %shared.name, namespace, name,
+                panic = panic_message(payload.as_ref()), "reconcile panicked");
             (Action::rate_limited(), ReconcileResult::Error, true)
         }
     };

@@ -124,7 +124,10 @@ where
                 .map_err(FinalizerError::Apply)
         }
         (true, true) => {
-            let index = finalizers.iter().position(|f| f == name).unwrap_or_default();
+            let index = finalizers
+                .iter()
+                .position(|f| f == name)
+                .unwrap_or_default();
             let action = reconcile(Event::Cleanup(obj.clone()))
                 .await
                 .map_err(FinalizerError::Cleanup)?;
@@ -388,11 +391,17 @@ mod tests {
                 .starts_with("removing finalizer example.com/cleanup on ns/c:"),
             "{err}"
         );
-        assert_eq!(api.get("c").await.unwrap().metadata.finalizers.unwrap(), [F]);
+        assert_eq!(
+            api.get("c").await.unwrap().metadata.finalizers.unwrap(),
+            [F]
+        );
         // With the fresh copy it goes.
         let fresh = api.get("c").await.unwrap();
         run(&client, fresh, &seen, false).await.unwrap();
-        assert!(api.get("c").await.is_err(), "deleted once the last finalizer went");
+        assert!(
+            api.get("c").await.is_err(),
+            "deleted once the last finalizer went"
+        );
     }
 
     #[tokio::test]

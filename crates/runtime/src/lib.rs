@@ -50,8 +50,9 @@
 //!   (exponential, 5 ms to 1000 s) under an overall token bucket; the `workqueue_*` metrics.
 //! - **Priority lanes.** Keys from initial lists and resyncs wait behind live changes, so a
 //!   restart's backlog does not delay what a user just did.
-//! - **Panics contained.** A panicking reconcile fails its key (logged, counted in
-//!   `controller_runtime_reconcile_panics_total`, retried rate-limited); the worker lives on.
+//! - **Panics contained.** A panicking reconcile or error policy fails its key (logged,
+//!   counted in `controller_runtime_reconcile_panics_total`, retried rate-limited); the
+//!   worker lives on.
 //! - **Reads its own writes.** A reconcile records its writes on
 //!   [`Controller::own_writes`]; the key is not reconciled again until the caches show them
 //!   (bounded by a live read), so it never acts on the state before its own write
@@ -59,7 +60,10 @@
 //! - **Metadata-only informers** for owned and watched resources
 //!   ([`Controller::owns_metadata`], [`Controller::watches_metadata`]).
 //! - **A bounded shutdown.** On cancel no new key is taken and the reconciles in flight
-//!   finish; then the informers stop.
+//!   finish, for at most [`Controller::shutdown_timeout`] (30 s by default, as
+//!   controller-runtime's `GracefulShutdownTimeout`); past it they are abandoned (a warning
+//!   says so) and `run` returns; then the informers stop. Dropping the `run` future stops
+//!   its workers and their reconciles too.
 //!
 //! | controller-runtime | kube-runtime | here |
 //! |---|---|---|
@@ -67,11 +71,12 @@
 //! | `.Owns(&Deployment{})` | `.owns(api, cfg)` | [`Controller::owns`] |
 //! | `.Owns(&Deployment{}, builder.OnlyMetadata)` | `.owns_stream(metadata_watcher(..))` | [`Controller::owns_metadata`] |
 //! | `.Watches(obj, handler.EnqueueRequestsFromMapFunc(f))` | `.watches(api, cfg, f)` | [`Controller::watches`] |
-//! | `.WithEventFilter(predicate.GenerationChangedPredicate{})` | `predicates::generation` | [`Controller::with_predicate`] |
+//! | `.For(&Foo{}, builder.WithPredicates(predicate.GenerationChangedPredicate{}))` | `.predicate_filter(predicates::generation)` | [`Controller::with_predicate`] (the primary's updates only; `.WithEventFilter`, which filters every watch, has no counterpart) |
 //! | `MaxConcurrentReconciles` | `Config::concurrency` | [`Controller::workers`] |
 //! | `Reconcile(ctx, req) (Result, error)` | `reconcile(Arc<K>, Arc<Ctx>)` | the same as kube-runtime |
 //! | `Result{RequeueAfter: d}` | `Action::requeue(d)` | [`Action::requeue`] |
 //! | `mgr.Start(ctrl.SetupSignalHandler())` | `.shutdown_on_signal()` | [`shutdown_on_signal`] |
+//! | `GracefulShutdownTimeout` in the manager's options (30 s) | — | [`Controller::shutdown_timeout`] (30 s) |
 //! | `controller_runtime_reconcile_*` | — | [`metrics::ControllerMetrics`] |
 //! | `LeaderElection: true` in the manager's options | — | [`Controller::run_leader_elected`] |
 //! | `controllerutil.AddFinalizer` / `RemoveFinalizer` around cleanup | `finalizer::finalizer` | [`finalizer::finalizer`] |
