@@ -92,7 +92,8 @@ pub struct LeaderElectionConfig {
     /// Release the lock (empty holder, 1 s lease) when leadership ends — the election was
     /// cancelled, or (as in client-go) renewal failed and the lock is still ours — so
     /// another candidate can take over at once. Only safe when the leading work stops as
-    /// soon as its token is cancelled.
+    /// soon as its token is cancelled; otherwise leave it off and call
+    /// [`LeaderElector::release`](crate::LeaderElector::release) once that work has stopped.
     pub release_on_cancel: bool,
     /// The election's name, used in health errors and as the metrics' `name` label.
     pub name: String,

@@ -400,7 +400,14 @@ impl LeaderElector {
     /// short but the API server still applied) is re-read and retried until that deadline, as
     /// client-go does since v0.37.2, unless someone else holds the lock by then. `true` when
     /// the lock is no longer ours.
-    pub(crate) async fn release(&self) -> bool {
+    ///
+    /// [`run`](Self::run) calls this itself with
+    /// [`release_on_cancel`](crate::LeaderElectionConfig::release_on_cancel), as soon as
+    /// leadership ends. A caller whose leading work may outlive its token (e.g. work that
+    /// finishes what is in flight) runs without it and calls this once `run` has returned
+    /// and that work has stopped, so a successor never overlaps with it. Writes only if the
+    /// lock, read afresh, still names this candidate.
+    pub async fn release(&self) -> bool {
         let inner = &self.inner;
         let never = CancellationToken::new();
         let bound = Bound {

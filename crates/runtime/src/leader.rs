@@ -2,7 +2,6 @@
 
 use std::error::Error as StdError;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use kctrl_leader_election::{LeaderCallbacks, LeaderElectionConfig, LeaderElector, LeaseLock};
@@ -13,21 +12,32 @@ use tracing::{info, warn};
 use crate::action::Action;
 use crate::controller::{Controller, Object, RunError};
 
-type RunFuture = Pin<Box<dyn Future<Output = Result<(), RunError>> + Send>>;
-
 impl<K: Object> Controller<K> {
     /// [`run`](Self::run), but only while this process holds the Lease `lock` names: the
     /// informers start and reconciles run only once leadership is acquired.
     ///
     /// `tune` adjusts the election (timing, metrics, a health check); the defaults are
     /// client-go's (15 s lease, 10 s renew deadline, 2 s retry), the election named after the
-    /// controller, and the Lease released on the way out so a standby takes over at once.
+    /// controller, and the Lease released on the way out so a standby takes over at once
+    /// ([`release_on_cancel`](LeaderElectionConfig::release_on_cancel); set it to `false`
+    /// to let the Lease expire instead).
     ///
-    /// On `cancel`, the controller stops first (no new key, the reconciles in flight finish)
-    /// and only then is the Lease released: two replicas never reconcile at once. If
-    /// leadership is lost (the Lease could not be renewed within the renew deadline), the
-    /// controller stops the same way and this returns [`RunError::LeadershipLost`]; like
-    /// kube-controller-manager, a process should then exit and start afresh.
+    /// The Lease is released only once the workers have stopped, never while a reconcile
+    /// is in flight, and it is renewed until then:
+    ///
+    /// - On `cancel`, the controller stops first (no new key; the reconciles in flight
+    ///   finish, within the [`shutdown_timeout`](Self::shutdown_timeout)), then the
+    ///   election stops and the Lease is released. This returns `Ok`.
+    /// - If leadership is lost (the Lease could not be renewed within the renew deadline),
+    ///   the controller takes no new key and the reconciles in flight are abandoned at once
+    ///   (their futures dropped), as controller-runtime skips its graceful shutdown then; a
+    ///   standby may take over a lease duration after the last renewal. This returns
+    ///   [`RunError::LeadershipLost`]; like kube-controller-manager, a process should then
+    ///   exit and start afresh.
+    /// - If the controller's [`run`](Self::run) returns by itself (an error), this replica
+    ///   stops leading (stops renewing, releases the Lease) and returns that error.
+    ///
+    /// Dropping this future stops the workers and the renewals (the Lease then expires).
     pub async fn run_leader_elected<Ctx, E, R, Fut, P>(
         self,
         lock: LeaseLock,
@@ -45,74 +55,103 @@ impl<K: Object> Controller<K> {
         P: Fn(Arc<K>, &E, Arc<Ctx>) -> Action + Send + Sync + 'static,
     {
         let name = self.name().to_owned();
-        let stop_controller = CancellationToken::new();
-        let run: RunFuture =
-            Box::pin(self.run(reconcile, error_policy, ctx, stop_controller.clone()));
-        let (done_tx, done_rx) = oneshot::channel();
-        let slot = Arc::new(Mutex::new(Some((run, done_tx))));
-        let started = {
-            let slot = slot.clone();
-            let stop_controller = stop_controller.clone();
-            move |leading: CancellationToken| {
-                let taken = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
-                let stop_controller = stop_controller.clone();
-                async move {
-                    // Leadership is acquired once per election: a second call has nothing to run.
-                    let Some((run, done)) = taken else { return };
-                    let relay = tokio::spawn(async move {
-                        leading.cancelled().await;
-                        stop_controller.cancel();
-                    });
-                    let result = run.await;
-                    relay.abort();
-                    let _ = done.send(result);
-                }
+        // The elector hands over the leading scope; the controller runs in this future.
+        let (lead_tx, mut lead_rx) = oneshot::channel::<CancellationToken>();
+        let lead_tx = Arc::new(Mutex::new(Some(lead_tx)));
+        let started = move |leading: CancellationToken| {
+            if let Some(tx) = lead_tx.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                let _ = tx.send(leading);
             }
+            async {}
         };
         let mut config = LeaderElectionConfig::new(LeaderCallbacks::new(started, || {}));
         config.name = name.clone();
         config.release_on_cancel = true;
         tune(&mut config);
+        // The elector would release as soon as leadership ends, reconciles in flight or not:
+        // the release is done here, once the workers have stopped.
+        let release = std::mem::replace(&mut config.release_on_cancel, false);
         let elector =
             LeaderElector::new(lock, config).map_err(|source| RunError::LeaderElection {
                 controller: name.clone(),
                 source,
             })?;
         let stop_election = CancellationToken::new();
-        let mut election = tokio::spawn({
-            let elector = elector.clone();
-            let stop_election = stop_election.clone();
-            async move { elector.run(stop_election).await }
-        });
+        let election = elector.run(stop_election.clone());
+        tokio::pin!(election);
         let mut election_ended = false;
-        tokio::select! {
-            () = cancel.cancelled() => {}
-            _ = &mut election => election_ended = true,
-        }
-        // Stop the controller before the Lease goes, and wait for it if it ever started.
-        stop_controller.cancel();
-        let never_started = slot
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-            .is_some();
-        let result = if never_started {
-            None
-        } else {
-            done_rx.await.ok()
+
+        let leading = tokio::select! {
+            () = cancel.cancelled() => None,
+            () = &mut election => {
+                election_ended = true;
+                None
+            }
+            token = &mut lead_rx => token.ok(),
         };
+        let Some(leading) = leading else {
+            stop_election.cancel();
+            if !election_ended {
+                election.await;
+            }
+            // Leadership may have been acquired just as this stood down; nothing ran.
+            if release && elector.is_leader() {
+                elector.release().await;
+            }
+            return Ok(());
+        };
+
+        info!(controller = %name, "leading: starting the controller");
+        let stop_controller = CancellationToken::new();
+        let abandon = CancellationToken::new();
+        let run = self.run_until(
+            reconcile,
+            error_policy,
+            ctx,
+            stop_controller.clone(),
+            abandon.clone(),
+        );
+        tokio::pin!(run);
+        let mut lost = false;
+        // The election keeps renewing while the controller runs and while it shuts down.
+        let result = loop {
+            tokio::select! {
+                result = &mut run => break result,
+                () = &mut election, if !election_ended => {
+                    election_ended = true;
+                    lost = true;
+                }
+                () = leading.cancelled(), if !lost => lost = true,
+                () = cancel.cancelled(), if !stop_controller.is_cancelled() => {
+                    info!(controller = %name, "shutting down: the Lease is kept until the controller has stopped");
+                    stop_controller.cancel();
+                }
+            }
+            if lost && !abandon.is_cancelled() {
+                warn!(controller = %name, "leader election lost: stopping the controller at once");
+                stop_controller.cancel();
+                abandon.cancel();
+            }
+        };
+        // The workers have stopped: now leadership may end.
         stop_election.cancel();
         if !election_ended {
-            let _ = election.await;
+            election.await;
+        }
+        if release {
+            elector.release().await;
+        }
+        if lost {
+            warn!(controller = %name, "leader election lost");
+            return Err(RunError::LeadershipLost { controller: name });
         }
         match result {
-            Some(Err(err)) => Err(err),
-            _ if election_ended && !cancel.is_cancelled() => {
-                warn!(controller = %name, "leader election lost");
-                Err(RunError::LeadershipLost { controller: name })
+            Err(err) => {
+                warn!(controller = %name, error = %err, "the controller stopped: no longer leading");
+                Err(err)
             }
-            _ => {
-                info!(controller = %name, "stopped; the Lease is released");
+            Ok(()) => {
+                info!(controller = %name, released = release, "stopped; no longer leading");
                 Ok(())
             }
         }

@@ -57,6 +57,9 @@
 //!   [`Controller::own_writes`]; the key is not reconciled again until the caches show them
 //!   (bounded by a live read), so it never acts on the state before its own write
 //!   ([`own_writes`]; Kubernetes' stale-controller mitigation, which the other runtimes lack).
+//! - **Leader election that never overlaps.** [`Controller::run_leader_elected`] releases
+//!   the Lease only after the workers have stopped; a lost Lease stops the controller at
+//!   once (its reconciles in flight abandoned); a controller that stops stops leading.
 //! - **Metadata-only informers** for owned and watched resources
 //!   ([`Controller::owns_metadata`], [`Controller::watches_metadata`]).
 //! - **A bounded shutdown.** On cancel no new key is taken and the reconciles in flight
