@@ -659,9 +659,13 @@ fn exit_on_lost_lease() -> OnLostLease {
 ///
 /// On SIGTERM/SIGINT (`shutdown`): the controller takes no new keys and finishes its
 /// in-flight syncs (at most [`IN_FLIGHT_SYNC_TIMEOUT`]), and only then is the election
-/// cancelled, which releases the lease, so a successor never overlaps with a sync of ours.
-/// Losing the lease at any moment before that, during the shutdown too, calls `on_lost`
-/// (the binary exits with status 1, as kube-controller-manager does).
+/// cancelled and (with `election.release_on_cancel`) the lease released, so a successor
+/// never overlaps with a sync of ours. Losing the lease at any moment before that, during
+/// the shutdown too, calls `on_lost` (the binary exits with status 1, as
+/// kube-controller-manager does) and the lease is not released: the elector runs without
+/// `release_on_cancel` and the release is done here, after the controller has finished. A
+/// controller that returns by itself while leading (an error) ends the election too, and
+/// its error is returned, instead of a lease renewed by a replica that does nothing.
 async fn run_with_leader_election(
     lock: LeaseLock,
     mut election: LeaderElectionConfig,
@@ -671,7 +675,10 @@ async fn run_with_leader_election(
     shutdown: &CancellationToken,
     on_lost: OnLostLease,
 ) -> anyhow::Result<()> {
-    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<anyhow::Result<()>>();
+    let (done_tx, mut done_rx) = tokio::sync::oneshot::channel::<anyhow::Result<()>>();
+    // The elector would release the lease as soon as leadership ends, syncs in flight or
+    // not; the release is done below, once the controller has finished.
+    let release = std::mem::replace(&mut election.release_on_cancel, false);
     let done_tx = Arc::new(std::sync::Mutex::new(Some(done_tx)));
     let on_shutdown = shutdown.clone();
     let lease = format!("{}/{}", lock.namespace(), lock.name());
@@ -726,9 +733,15 @@ async fn run_with_leader_election(
         async move { elector.run(election_cancel).await }
     });
     info!(identity = elector.identity(), "campaigning for the lease");
-    shutdown.cancelled().await;
+    let returned = tokio::select! {
+        () = shutdown.cancelled() => None,
+        done = &mut done_rx => Some(done.unwrap_or(Ok(()))),
+    };
     // Finish the controller's work (when we led) before releasing the lease.
-    let result = if leading.load(Ordering::Acquire) {
+    let result = if let Some(result) = returned {
+        warn!(lease = %released_lease, "the controller stopped while leading; giving up the lease");
+        result
+    } else if leading.load(Ordering::Acquire) {
         match tokio::time::timeout(IN_FLIGHT_SYNC_TIMEOUT, done_rx).await {
             Ok(done) => done.unwrap_or(Ok(())),
             Err(_) => {
@@ -746,6 +759,9 @@ async fn run_with_leader_election(
     election_cancel.cancel();
     if let Err(e) = campaign.await {
         error!(%e, "the leader election task ended abnormally");
+    }
+    if release {
+        elector.release().await;
     }
     result
 }
@@ -961,6 +977,125 @@ mod tests {
         let _ = tokio::time::timeout(Duration::from_secs(20), run)
             .await
             .expect("returns once the sync finished");
+        factory.shutdown().await;
+    }
+
+    // The renewals fail while a sync is in flight: the lease must not be released before
+    // that sync has finished (a successor would sync beside it), only after.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+    async fn a_lost_lease_is_not_released_while_a_sync_is_in_flight() {
+        use kctrl_fake::{FakeApi, Reaction, errors};
+        use std::sync::Mutex;
+        use std::sync::atomic::AtomicUsize;
+        use std::sync::mpsc;
+
+        let fake = FakeApi::new();
+        let (entered_tx, entered_rx) = mpsc::channel::<()>();
+        let (gate_tx, gate_rx) = mpsc::channel::<()>();
+        let (entered_tx, gate_rx) = (Mutex::new(entered_tx), Mutex::new(gate_rx));
+        let sync_done = Arc::new(AtomicBool::new(false));
+        fake.prepend_reactor("create", "replicasets", {
+            let sync_done = sync_done.clone();
+            move |_| {
+                if !sync_done.load(Ordering::SeqCst) {
+                    let _ = entered_tx.lock().unwrap().send(());
+                    let _ = gate_rx
+                        .lock()
+                        .unwrap()
+                        .recv_timeout(Duration::from_secs(30));
+                }
+                Reaction::Continue
+            }
+        });
+        let refuse_renewals = Arc::new(AtomicBool::new(false));
+        let released_during_sync = Arc::new(AtomicUsize::new(0));
+        let (released_tx, mut released_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+        fake.prepend_reactor("update", "leases", {
+            let (refuse, sync_done, during) = (
+                refuse_renewals.clone(),
+                sync_done.clone(),
+                released_during_sync.clone(),
+            );
+            move |action| {
+                let lease: k8s_openapi::api::coordination::v1::Lease = action.object_as().unwrap();
+                let holder = lease
+                    .spec
+                    .and_then(|s| s.holder_identity)
+                    .unwrap_or_default();
+                if holder.is_empty() {
+                    if !sync_done.load(Ordering::SeqCst) {
+                        during.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let _ = released_tx.send(());
+                    Reaction::Continue
+                } else if refuse.load(Ordering::SeqCst) {
+                    Reaction::Error(errors::internal_error("etcd is slow"))
+                } else {
+                    Reaction::Continue
+                }
+            }
+        });
+        let factory = SharedInformerFactory::new(fake.client(), Duration::ZERO);
+        let recorder = Arc::new(kctrl_deployment::events::RecordingEventRecorder::new());
+        let runner =
+            Arc::new(DeploymentControllerRunner::new(fake.client(), &factory, recorder).unwrap());
+        let lock = LeaseLock::for_lock_type(
+            "leases",
+            fake.client(),
+            "kube-system".to_owned(),
+            "lease".to_owned(),
+            "me".to_owned(),
+        )
+        .unwrap();
+        let mut election = LeaderElectionConfig::new(LeaderCallbacks::new(|_| async {}, || {}));
+        election.lease_duration = Duration::from_secs(2);
+        election.renew_deadline = Duration::from_secs(1);
+        election.retry_period = Duration::from_millis(200);
+        election.release_on_cancel = true;
+        let (lost_tx, mut lost_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let on_lost: OnLostLease = Arc::new(move |lease: &str| {
+            let _ = lost_tx.send(lease.to_owned());
+        });
+        let shutdown = CancellationToken::new();
+        let leading = Arc::new(AtomicBool::new(false));
+        let run = tokio::spawn({
+            let (shutdown, leading) = (shutdown.clone(), leading.clone());
+            async move {
+                run_with_leader_election(lock, election, runner, 1, leading, &shutdown, on_lost)
+                    .await
+            }
+        });
+        Api::<Deployment>::namespaced(fake.client(), "default")
+            .create(&Default::default(), &web_deployment())
+            .await
+            .unwrap();
+        let entered =
+            tokio::task::spawn_blocking(move || entered_rx.recv_timeout(Duration::from_secs(20)))
+                .await
+                .unwrap();
+        assert!(entered.is_ok(), "the sync never started");
+
+        refuse_renewals.store(true, Ordering::SeqCst);
+        let lost = tokio::time::timeout(Duration::from_secs(15), lost_rx.recv())
+            .await
+            .expect("the lease is lost within the renew deadline");
+        assert_eq!(lost.as_deref(), Some("kube-system/lease"));
+        // A release right after the loss (the elector's own) comes within milliseconds;
+        // none may come while the sync runs.
+        let early = tokio::time::timeout(Duration::from_secs(2), released_rx.recv()).await;
+        assert!(
+            early.is_err(),
+            "the lease was released while the sync was in flight"
+        );
+
+        sync_done.store(true, Ordering::SeqCst);
+        gate_tx.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(20), run)
+            .await
+            .expect("returns once the sync finished")
+            .unwrap()
+            .unwrap();
+        assert_eq!(released_during_sync.load(Ordering::SeqCst), 0);
         factory.shutdown().await;
     }
 
