@@ -64,18 +64,14 @@ impl Drop for OnDrop {
     }
 }
 
+type Reconciling = std::pin::Pin<Box<dyn Future<Output = Result<Action, Failed>> + Send>>;
+
 /// A reconcile that reports its start on `started`, then never finishes; its future reports
 /// on `dropped` when dropped.
 fn stuck(
     started: mpsc::UnboundedSender<String>,
     dropped: mpsc::UnboundedSender<String>,
-) -> impl Fn(
-    Arc<Deployment>,
-    Arc<()>,
-) -> std::pin::Pin<Box<dyn Future<Output = Result<Action, Failed>> + Send>>
-+ Send
-+ Sync
-+ 'static {
+) -> impl Fn(Arc<Deployment>, Arc<()>) -> Reconciling + Send + Sync + 'static {
     move |d, _ctx| {
         let started = started.clone();
         let dropped = dropped.clone();
