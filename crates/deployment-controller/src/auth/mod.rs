@@ -38,36 +38,31 @@
 //! answered 500, 504 or 429: after 0.5 s, 0.75 s, … (five attempts, ±20% jitter), within 10 s
 //! in all. A refused connection fails at once.
 
-use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
-use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::future::BoxFuture;
 use http_body_util::Full;
-use hyper::header::{
-    AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE, HeaderMap, HeaderValue, X_CONTENT_TYPE_OPTIONS,
-};
-use hyper::{Method, Response, StatusCode, Uri};
-use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, TokenReviewStatus};
+use hyper::header::{AUTHORIZATION, HeaderMap};
+use hyper::{Method, Response, Uri};
 use k8s_openapi::api::authorization::v1::{
-    NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec, SubjectAccessReviewStatus,
+    NonResourceAttributes, SubjectAccessReviewSpec, SubjectAccessReviewStatus,
 };
-use kctrl_client::{Api, Client, PostParams};
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::registry::Registry;
-use rustls::client::danger::HandshakeSignatureValid;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, UnixTime};
-use rustls::server::WebPkiClientVerifier;
-use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
-use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
-use tokio::time::Instant;
+use rustls::pki_types::CertificateDer;
+use rustls::server::danger::ClientCertVerifier;
 use tracing::{debug, warn};
+
+mod client_ca;
+mod response;
+mod review;
+mod token_cache;
+
+pub(crate) use client_ca::ClientCertificates;
+use response::{forbidden, internal_error, unauthorized};
+use review::with_retries;
+pub(crate) use review::{ApiReviews, ReviewMetrics, Reviews};
+use token_cache::{TokenOutcome, TtlCache};
 
 /// The user of a request without credentials.
 pub(crate) const ANONYMOUS_USER: &str = "system:anonymous";
@@ -80,12 +75,6 @@ pub(crate) const MASTERS_GROUP: &str = "system:masters";
 /// How long one review may take, retries included (upstream's `TokenRequestTimeout` and
 /// `ClientTimeout`).
 pub(crate) const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
-/// Attempts per review, and the first delay between two (then ×1.5, ±20%).
-const REVIEW_ATTEMPTS: u32 = 5;
-const FIRST_RETRY_DELAY: Duration = Duration::from_millis(500);
-/// At most this many answers are cached per cache; past it, answers are not cached until
-/// entries expire (so a flood of distinct tokens cannot grow the process).
-const CACHE_CAPACITY: usize = 4096;
 /// Paths and verbs longer than this together are never cached (upstream's bound).
 const MAX_CACHED_ATTRIBUTES: usize = 10_000;
 
@@ -165,245 +154,6 @@ pub(crate) enum AuthError {
     BadAlwaysAllowPath(String),
 }
 
-/// The two reviews the API server performs for us.
-pub(crate) trait Reviews: Send + Sync {
-    /// Creates a TokenReview of `token`; its status.
-    fn token_review(
-        &self,
-        token: String,
-    ) -> BoxFuture<'_, Result<Option<TokenReviewStatus>, kctrl_client::Error>>;
-    /// Creates a SubjectAccessReview of `spec`; its status.
-    fn access_review(
-        &self,
-        spec: SubjectAccessReviewSpec,
-    ) -> BoxFuture<'_, Result<Option<SubjectAccessReviewStatus>, kctrl_client::Error>>;
-}
-
-/// The `code` label of the review request counters.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct CodeLabel {
-    code: String,
-}
-
-/// Counters of the review requests, by answer: upstream's
-/// `apiserver_delegated_authn_request_total` and `apiserver_delegated_authz_request_total`.
-#[derive(Clone, Default)]
-pub(crate) struct ReviewMetrics {
-    authn: Family<CodeLabel, Counter>,
-    authz: Family<CodeLabel, Counter>,
-}
-
-impl ReviewMetrics {
-    /// Registers the two counters in `registry`.
-    pub(crate) fn register(registry: &mut Registry) -> Self {
-        let metrics = Self::default();
-        registry.register(
-            "apiserver_delegated_authn_request",
-            "Number of HTTP requests partitioned by status code (or <error>) made for delegated authentication (TokenReviews)",
-            metrics.authn.clone(),
-        );
-        registry.register(
-            "apiserver_delegated_authz_request",
-            "Number of HTTP requests partitioned by status code (or <error>) made for delegated authorization (SubjectAccessReviews)",
-            metrics.authz.clone(),
-        );
-        metrics
-    }
-}
-
-/// The code an attempt is counted under: the HTTP status, or `<error>` without one.
-fn code_of<T>(result: &Result<T, kctrl_client::Error>) -> String {
-    match result {
-        Ok(_) => "201".to_owned(),
-        Err(e) => e
-            .api_error()
-            .map_or_else(|| "<error>".to_owned(), |a| a.code.to_string()),
-    }
-}
-
-/// [`Reviews`] through the API: creates of `tokenreviews` and `subjectaccessreviews`.
-pub(crate) struct ApiReviews {
-    authn: Option<Client>,
-    authz: Option<Client>,
-    metrics: ReviewMetrics,
-}
-
-impl ApiReviews {
-    /// Reviews through `authn` (TokenReviews) and `authz` (SubjectAccessReviews).
-    pub(crate) fn new(
-        authn: Option<Client>,
-        authz: Option<Client>,
-        metrics: ReviewMetrics,
-    ) -> Self {
-        Self {
-            authn,
-            authz,
-            metrics,
-        }
-    }
-}
-
-impl Reviews for ApiReviews {
-    fn token_review(
-        &self,
-        token: String,
-    ) -> BoxFuture<'_, Result<Option<TokenReviewStatus>, kctrl_client::Error>> {
-        Box::pin(async move {
-            let client = self.authn.clone().ok_or_else(|| {
-                kctrl_client::Error::InvalidRequest("no TokenReview client".to_owned())
-            })?;
-            let review = TokenReview {
-                spec: TokenReviewSpec {
-                    token,
-                    audiences: None,
-                },
-                ..TokenReview::default()
-            };
-            let result = Api::<TokenReview>::all(client)
-                .create(&PostParams::default(), &review)
-                .await;
-            self.metrics
-                .authn
-                .get_or_create(&CodeLabel {
-                    code: code_of(&result),
-                })
-                .inc();
-            result.map(|r| r.status)
-        })
-    }
-
-    fn access_review(
-        &self,
-        spec: SubjectAccessReviewSpec,
-    ) -> BoxFuture<'_, Result<Option<SubjectAccessReviewStatus>, kctrl_client::Error>> {
-        Box::pin(async move {
-            let client = self.authz.clone().ok_or_else(|| {
-                kctrl_client::Error::InvalidRequest("no SubjectAccessReview client".to_owned())
-            })?;
-            let review = SubjectAccessReview {
-                spec,
-                ..SubjectAccessReview::default()
-            };
-            let result = Api::<SubjectAccessReview>::all(client)
-                .create(&PostParams::default(), &review)
-                .await;
-            self.metrics
-                .authz
-                .get_or_create(&CodeLabel {
-                    code: code_of(&result),
-                })
-                .inc();
-            result.map(|r| r.status)
-        })
-    }
-}
-
-/// Whether a failed review attempt is worth another, as upstream's webhook decides: a
-/// connection reset or aborted mid-request, or an answer of 500 (internal error), 504 / reason
-/// `Timeout`, or 429. A refused connection or a client-side timeout is not retried.
-fn retryable(e: &kctrl_client::Error) -> bool {
-    if let Some(api) = e.api_error() {
-        return matches!(api.code, 429 | 500 | 504)
-            || matches!(
-                api.status.reason.as_deref(),
-                Some("InternalError" | "Timeout" | "TooManyRequests")
-            );
-    }
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = source {
-        if let Some(io) = err.downcast_ref::<std::io::Error>()
-            && matches!(
-                io.kind(),
-                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted
-            )
-        {
-            return true;
-        }
-        source = err.source();
-    }
-    false
-}
-
-/// Runs `attempt` until it succeeds, fails for good, or [`REVIEW_TIMEOUT`] passes.
-async fn with_retries<T, F, Fut>(review: &'static str, mut attempt: F) -> Result<T, AuthError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, kctrl_client::Error>>,
-{
-    let deadline = Instant::now() + REVIEW_TIMEOUT;
-    let timed_out = || AuthError::ReviewTimedOut {
-        review,
-        after: REVIEW_TIMEOUT,
-    };
-    let mut delay = FIRST_RETRY_DELAY;
-    for n in 1..=REVIEW_ATTEMPTS {
-        match tokio::time::timeout_at(deadline, attempt()).await {
-            Err(_) => return Err(timed_out()),
-            Ok(Ok(value)) => return Ok(value),
-            Ok(Err(source)) if n < REVIEW_ATTEMPTS && retryable(&source) => {
-                debug!(review, attempt = n, error = %source, "review failed; retrying");
-                let jitter = 0.8 + 0.4 * fastrand::f64();
-                if tokio::time::timeout_at(deadline, tokio::time::sleep(delay.mul_f64(jitter)))
-                    .await
-                    .is_err()
-                {
-                    return Err(timed_out());
-                }
-                delay = delay.mul_f64(1.5);
-            }
-            Ok(Err(source)) => return Err(AuthError::Review { review, source }),
-        }
-    }
-    Err(timed_out())
-}
-
-/// Answers kept for a while, keyed by string.
-struct TtlCache<V> {
-    entries: Mutex<HashMap<String, (V, Instant)>>,
-}
-
-impl<V: Clone> TtlCache<V> {
-    fn new() -> Self {
-        Self {
-            entries: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn get(&self, key: &str) -> Option<V> {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        match entries.get(key) {
-            Some((value, expires)) if *expires > Instant::now() => Some(value.clone()),
-            Some(_) => {
-                entries.remove(key);
-                None
-            }
-            None => None,
-        }
-    }
-
-    fn put(&self, key: String, value: V, ttl: Duration) {
-        if ttl.is_zero() {
-            return;
-        }
-        let now = Instant::now();
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if entries.len() >= CACHE_CAPACITY {
-            entries.retain(|_, (_, expires)| *expires > now);
-            if entries.len() >= CACHE_CAPACITY {
-                return;
-            }
-        }
-        entries.insert(key, (value, now + ttl));
-    }
-}
-
-/// A cached TokenReview answer: the user, or "not authenticated" (without an error).
-#[derive(Clone)]
-enum TokenOutcome {
-    User(UserInfo),
-    NotAuthenticated,
-}
-
 /// The bearer token of an `Authorization` header, read as upstream does: the scheme is
 /// `Bearer` in any case, the token is the next space-separated word and must not be empty.
 pub(crate) fn bearer_token(headers: &HeaderMap) -> Option<&str> {
@@ -445,159 +195,6 @@ impl AlwaysAllowPaths {
     pub(crate) fn allows(&self, path: &str) -> bool {
         let p = path.strip_prefix('/').unwrap_or(path);
         self.exact.iter().any(|e| e == p) || self.prefixes.iter().any(|pre| p.starts_with(pre))
-    }
-}
-
-/// `--client-ca-file`: the CAs client certificates are verified against, and what the TLS
-/// server needs to ask for them.
-#[derive(Clone)]
-pub(crate) struct ClientCertificates {
-    verifier: Arc<dyn ClientCertVerifier>,
-}
-
-impl std::fmt::Debug for ClientCertificates {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClientCertificates").finish_non_exhaustive()
-    }
-}
-
-impl ClientCertificates {
-    /// The CAs of a PEM file (one certificate or more).
-    pub(crate) fn from_pem_file(path: &Path) -> Result<Self, AuthError> {
-        let fail = |reason: String| AuthError::ClientCa {
-            path: path.display().to_string(),
-            reason,
-        };
-        let certificates = CertificateDer::pem_file_iter(path)
-            .map_err(|e| fail(e.to_string()))?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| fail(e.to_string()))?;
-        Self::from_certificates(certificates).map_err(fail)
-    }
-
-    /// The CAs of PEM text (`what` names its source in errors).
-    pub(crate) fn from_pem(pem: &str, what: &str) -> Result<Self, String> {
-        let certificates = CertificateDer::pem_slice_iter(pem.as_bytes())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("{what}: {e}"))?;
-        Self::from_certificates(certificates).map_err(|e| format!("{what}: {e}"))
-    }
-
-    /// The CAs `certificates` (DER).
-    pub(crate) fn from_certificates(
-        certificates: Vec<CertificateDer<'static>>,
-    ) -> Result<Self, String> {
-        if certificates.is_empty() {
-            return Err("holds no PEM certificate".to_owned());
-        }
-        let mut roots = rustls::RootCertStore::empty();
-        for certificate in certificates {
-            roots.add(certificate).map_err(|e| e.to_string())?;
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-            .allow_unauthenticated()
-            .build()
-            .map_err(|e| e.to_string())?;
-        Ok(Self { verifier })
-    }
-
-    /// The verifier for the TLS server: asks for a client certificate naming these CAs,
-    /// checks the handshake's signatures, and accepts any chain, which
-    /// [`authenticate`](Self::authenticate) judges afterwards (as upstream's server asks for a
-    /// certificate without verifying it in the handshake, so a bad one answers 401 rather
-    /// than failing the connection).
-    pub(crate) fn tls_verifier(&self) -> Arc<dyn ClientCertVerifier> {
-        Arc::new(RequestClientCertificate {
-            inner: self.verifier.clone(),
-        })
-    }
-
-    /// The user of a presented chain (leaf first): `Ok(None)` when its subject has no common
-    /// name.
-    pub(crate) fn authenticate(
-        &self,
-        chain: &[CertificateDer<'static>],
-    ) -> Result<Option<UserInfo>, AuthError> {
-        let Some((leaf, intermediates)) = chain.split_first() else {
-            return Ok(None);
-        };
-        self.verifier
-            .verify_client_cert(leaf, intermediates, UnixTime::now())
-            .map_err(|e| AuthError::BadClientCertificate(e.to_string()))?;
-        let (_, parsed) = x509_parser::parse_x509_certificate(leaf)
-            .map_err(|e| AuthError::BadClientCertificate(e.to_string()))?;
-        let subject = parsed.subject();
-        let Some(name) = subject
-            .iter_common_name()
-            .find_map(|cn| cn.as_str().ok())
-            .filter(|cn| !cn.is_empty())
-        else {
-            return Ok(None);
-        };
-        let groups = subject
-            .iter_organization()
-            .filter_map(|o| o.as_str().ok())
-            .map(str::to_owned)
-            .collect();
-        Ok(Some(UserInfo {
-            name: name.to_owned(),
-            uid: String::new(),
-            groups,
-            extra: BTreeMap::new(),
-        }))
-    }
-}
-
-/// Asks for a client certificate without requiring one, and leaves the chain to the
-/// authenticator (see [`ClientCertificates::tls_verifier`]).
-#[derive(Debug)]
-struct RequestClientCertificate {
-    inner: Arc<dyn ClientCertVerifier>,
-}
-
-impl ClientCertVerifier for RequestClientCertificate {
-    fn offer_client_auth(&self) -> bool {
-        true
-    }
-
-    fn client_auth_mandatory(&self) -> bool {
-        false
-    }
-
-    fn root_hint_subjects(&self) -> &[DistinguishedName] {
-        self.inner.root_hint_subjects()
-    }
-
-    fn verify_client_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _now: UnixTime,
-    ) -> Result<ClientCertVerified, rustls::Error> {
-        Ok(ClientCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
     }
 }
 
@@ -844,84 +441,13 @@ fn with_authenticated_group(mut user: UserInfo) -> UserInfo {
     user
 }
 
-/// Escapes what upstream's response writer escapes in messages (`&`, `<`, `>`).
-fn sanitize(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
-fn response(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    if status != StatusCode::UNAUTHORIZED {
-        // As upstream's 403 and 500 answers.
-        headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    }
-    response
-}
-
-/// A `Status` object as the API server encodes it: compact, its fields in its order.
-fn status_body(code: u16, reason: &str, message: &str, details: bool) -> String {
-    let quoted = |text: &str| serde_json::Value::from(text).to_string();
-    format!(
-        "{{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{{}},\"status\":\"Failure\",\
-         \"message\":{},\"reason\":{},{}\"code\":{code}}}\n",
-        quoted(message),
-        quoted(reason),
-        if details { "\"details\":{}," } else { "" },
-    )
-}
-
-/// The answer to a request that could not be authenticated.
-pub(crate) fn unauthorized() -> Response<Full<Bytes>> {
-    response(
-        StatusCode::UNAUTHORIZED,
-        "application/json",
-        status_body(401, "Unauthorized", "Unauthorized", false),
-    )
-}
-
-/// The answer to a request `user` may not make.
-pub(crate) fn forbidden(
-    user: &UserInfo,
-    verb: &str,
-    path: &str,
-    reason: &str,
-) -> Response<Full<Bytes>> {
-    let mut message = sanitize(&format!(
-        "forbidden: User {:?} cannot {verb} path {:?}",
-        user.name, path
-    ));
-    if !reason.is_empty() {
-        message.push_str(": ");
-        message.push_str(reason);
-    }
-    response(
-        StatusCode::FORBIDDEN,
-        "application/json",
-        status_body(403, "Forbidden", &message, true),
-    )
-}
-
-/// The answer when authorization itself failed.
-fn internal_error(request_uri: &str, error: &AuthError) -> Response<Full<Bytes>> {
-    response(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "text/plain; charset=utf-8",
-        sanitize(&format!(
-            "Internal Server Error: {request_uri:?}: {error}\n"
-        )),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::future::BoxFuture;
     use http_body_util::BodyExt;
+    use hyper::header::HeaderValue;
+    use k8s_openapi::api::authentication::v1::TokenReviewStatus;
     use k8s_openapi::api::authentication::v1::UserInfo as ReviewedUser;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
