@@ -834,6 +834,110 @@ mod tests {
         assert!(lookup_client_ca(&client).await.is_none());
     }
 
+    /// A CA (its PEM) and what signs with it.
+    fn test_ca(name: &str) -> (String, rcgen::Issuer<'static, rcgen::KeyPair>) {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        (cert.pem(), rcgen::Issuer::new(params, key))
+    }
+
+    /// A client certificate of `ca` for the user `cn`.
+    fn client_chain(
+        ca: &rcgen::Issuer<'static, rcgen::KeyPair>,
+        cn: &str,
+    ) -> Vec<rustls_pki_types::CertificateDer<'static>> {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let key = rcgen::KeyPair::generate().unwrap();
+        vec![params.signed_by(&key, ca).unwrap().der().clone()]
+    }
+
+    /// The user `gate` authenticates from a client certificate `chain`, or why not.
+    async fn certificate_user(
+        gate: &auth::Gate,
+        chain: &[rustls_pki_types::CertificateDer<'static>],
+    ) -> Result<String, String> {
+        match gate.authenticate(&hyper::HeaderMap::new(), chain).await {
+            Ok(Some(user)) => Ok(user.name),
+            Ok(None) => Err("anonymous".to_owned()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    // --client-ca-file is read again while the process runs: a CA taken out of the file
+    // stops being trusted, a CA added starts being trusted, and a file that cannot be used
+    // for a while leaves the last good CAs in place.
+    #[tokio::test(start_paused = true)]
+    async fn the_client_ca_file_is_reloaded() {
+        let (first_pem, first) = test_ca("first CA");
+        let (second_pem, second) = test_ca("second CA");
+        let (third_pem, third) = test_ca("third CA");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("client-ca.crt");
+        std::fs::write(&file, format!("{first_pem}{second_pem}")).unwrap();
+        let flags = flags(&[
+            "--client-ca-file",
+            file.to_str().unwrap(),
+            "--authentication-skip-lookup",
+        ]);
+        let mut registry = Registry::default();
+        let rest_metrics: Arc<dyn kctrl_client::RestClientMetrics> =
+            Arc::new(metrics::register(&mut Registry::default()).rest_client);
+        let gate = endpoint_gate(&flags, &mut registry, &rest_metrics)
+            .await
+            .unwrap();
+        let (alice, bob, carol) = (
+            client_chain(&first, "alice"),
+            client_chain(&second, "bob"),
+            client_chain(&third, "carol"),
+        );
+        assert_eq!(
+            certificate_user(&gate, &alice).await.as_deref(),
+            Ok("alice")
+        );
+        assert_eq!(certificate_user(&gate, &bob).await.as_deref(), Ok("bob"));
+        assert!(certificate_user(&gate, &carol).await.is_err());
+
+        std::fs::write(&file, format!("{first_pem}{third_pem}")).unwrap();
+        tokio::time::sleep(Duration::from_secs(61)).await;
+        assert_eq!(
+            certificate_user(&gate, &alice).await.as_deref(),
+            Ok("alice")
+        );
+        let refused = certificate_user(&gate, &bob).await.unwrap_err();
+        assert!(
+            refused.contains("verifying the client certificate"),
+            "{refused}"
+        );
+        assert_eq!(
+            certificate_user(&gate, &carol).await.as_deref(),
+            Ok("carol")
+        );
+
+        // Mid-rotation the file is empty, then gone: the last good CAs stay.
+        std::fs::write(&file, "").unwrap();
+        tokio::time::sleep(Duration::from_secs(61)).await;
+        std::fs::remove_file(&file).unwrap();
+        tokio::time::sleep(Duration::from_secs(61)).await;
+        assert_eq!(
+            certificate_user(&gate, &carol).await.as_deref(),
+            Ok("carol")
+        );
+        std::fs::write(&file, &second_pem).unwrap();
+        tokio::time::sleep(Duration::from_secs(61)).await;
+        assert_eq!(certificate_user(&gate, &bob).await.as_deref(), Ok("bob"));
+        assert!(certificate_user(&gate, &carol).await.is_err());
+    }
+
     fn flags(args: &[&str]) -> Flags {
         Flags::try_parse_from(
             [

@@ -686,6 +686,121 @@ mod tests {
         cancel.cancel();
     }
 
+    /// An API server that takes every TokenReview and never answers it; each review started is
+    /// announced on `started`.
+    struct HangingReviews {
+        started: tokio::sync::mpsc::UnboundedSender<()>,
+    }
+
+    impl crate::auth::Reviews for HangingReviews {
+        fn token_review(
+            &self,
+            _token: String,
+        ) -> futures::future::BoxFuture<
+            '_,
+            Result<
+                Option<k8s_openapi::api::authentication::v1::TokenReviewStatus>,
+                kctrl_client::Error,
+            >,
+        > {
+            let _ = self.started.send(());
+            Box::pin(std::future::pending())
+        }
+
+        fn access_review(
+            &self,
+            _spec: k8s_openapi::api::authorization::v1::SubjectAccessReviewSpec,
+        ) -> futures::future::BoxFuture<
+            '_,
+            Result<
+                Option<k8s_openapi::api::authorization::v1::SubjectAccessReviewStatus>,
+                kctrl_client::Error,
+            >,
+        > {
+            let _ = self.started.send(());
+            Box::pin(std::future::pending())
+        }
+    }
+
+    // The API server never answers a review, and every connection the server takes sends a
+    // token: the kubelet's probes (no credentials, always-allowed paths) still answer at once
+    // rather than after the reviews time out.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn probes_answer_while_reviews_hang() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (chain, key) =
+            load_or_generate_identity(None, None, "127.0.0.1".parse().unwrap()).unwrap();
+        let (started, mut reviews_started) = tokio::sync::mpsc::unbounded_channel();
+        let mut hung = endpoints(true);
+        hung.readyz.clear();
+        hung.gate = Arc::new(Gate::new(
+            crate::auth::GateOptions {
+                review_tokens: true,
+                review_access: true,
+                token_cache_ttl: Duration::from_secs(10),
+                authorized_ttl: Duration::from_secs(10),
+                unauthorized_ttl: Duration::from_secs(10),
+                always_allow: crate::auth::AlwaysAllowPaths::parse(&[
+                    "/healthz".to_owned(),
+                    "/readyz".to_owned(),
+                    "/livez".to_owned(),
+                ])
+                .unwrap(),
+                client_certificates: None,
+            },
+            Arc::new(HangingReviews { started }),
+        ));
+        let limits = Limits {
+            max_connections: 4,
+            ..Limits::default()
+        };
+        let cancel = CancellationToken::new();
+        let addr = start_with_limits(
+            "127.0.0.1:0".parse().unwrap(),
+            chain.clone(),
+            key,
+            hung,
+            cancel.clone(),
+            limits,
+        )
+        .await
+        .unwrap();
+        // As many token-bearing requests as connections: each either waits on its review
+        // or is turned away at once; the ones waiting stay open.
+        let mut waiting = Vec::new();
+        for n in 0..limits.max_connections {
+            let mut conn = tls_connect(addr, &chain).await.unwrap();
+            conn.write_all(
+                format!(
+                    "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\
+                     Authorization: Bearer token-{n}\r\n\r\n"
+                )
+                .as_bytes(),
+            )
+            .await
+            .unwrap();
+            let mut buf = [0u8; 1024];
+            tokio::select! {
+                _ = reviews_started.recv() => waiting.push(conn),
+                read = conn.read(&mut buf) => {
+                    let answer = String::from_utf8_lossy(&buf[..read.unwrap()]).into_owned();
+                    assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+                    assert!(answer.contains("Retry-After: 1"), "{answer}");
+                }
+            }
+        }
+        assert!(!waiting.is_empty());
+        for path in ["/healthz", "/readyz", "/livez"] {
+            let answer =
+                tokio::time::timeout(Duration::from_secs(5), https_get(addr, &chain, path))
+                    .await
+                    .unwrap_or_else(|_| panic!("{path} did not answer while the reviews hang"))
+                    .unwrap();
+            assert!(answer.starts_with("HTTP/1.1 200"), "{path}: {answer}");
+        }
+        cancel.cancel();
+    }
+
     /// A CA: its certificate and what signs with it.
     fn test_ca(
         name: &str,

@@ -462,6 +462,8 @@ mod tests {
         refusing: AtomicBool,
         token_reviews: AtomicUsize,
         access_reviews: AtomicUsize,
+        /// When set, each TokenReview waits for a permit of this semaphore before answering.
+        token_release: Option<Arc<tokio::sync::Semaphore>>,
     }
 
     /// A connection reset mid-request (retried), or refused (not retried).
@@ -492,6 +494,9 @@ mod tests {
         ) -> BoxFuture<'_, Result<Option<TokenReviewStatus>, kctrl_client::Error>> {
             Box::pin(async move {
                 self.token_reviews.fetch_add(1, Ordering::SeqCst);
+                if let Some(release) = &self.token_release {
+                    release.acquire().await.unwrap().forget();
+                }
                 self.fail()?;
                 let name = match token.as_str() {
                     ALLOWED => "system:serviceaccount:monitoring:prometheus",
@@ -770,6 +775,60 @@ mod tests {
         );
         assert_eq!(fake.token_reviews.load(Ordering::SeqCst), 0);
         assert_eq!(fake.access_reviews.load(Ordering::SeqCst), 0);
+    }
+
+    // A bearer token longer than any real one is refused (401) without a TokenReview, so
+    // junk headers cost the API server nothing; one of exactly the limit is still reviewed.
+    #[tokio::test(start_paused = true)]
+    async fn an_overlong_bearer_token_is_refused_without_a_review() {
+        let (gate, fake) = new_gate(options());
+        let at_limit = "a".repeat(16 * 1024);
+        let (status, _) = answer(&gate, Method::GET, "/metrics", Some(&at_limit)).await;
+        assert_eq!(status, 401);
+        assert_eq!(fake.token_reviews.load(Ordering::SeqCst), 1);
+        for len in [16 * 1024 + 1, 300 * 1024] {
+            let token = "b".repeat(len);
+            let (status, body) = answer(&gate, Method::GET, "/metrics", Some(&token)).await;
+            assert_eq!(status, 401, "{body}");
+            // Not even on the always-allowed paths: the credential is refused.
+            let (status, _) = answer(&gate, Method::GET, "/healthz", Some(&token)).await;
+            assert_eq!(status, 401);
+        }
+        assert_eq!(fake.token_reviews.load(Ordering::SeqCst), 1);
+    }
+
+    // Many requests with one token while its review is pending: one TokenReview answers
+    // them all (and fills the cache for the next).
+    #[tokio::test(start_paused = true)]
+    async fn concurrent_requests_with_one_token_share_one_review() {
+        let release = Arc::new(tokio::sync::Semaphore::new(0));
+        let fake = Arc::new(FakeReviews {
+            token_release: Some(release.clone()),
+            ..FakeReviews::default()
+        });
+        let gate = Arc::new(Gate::new(options(), fake.clone()));
+        let requests: Vec<_> = (0..10)
+            .map(|_| {
+                let gate = gate.clone();
+                tokio::spawn(
+                    async move { answer(&gate, Method::GET, "/metrics", Some(ALLOWED)).await },
+                )
+            })
+            .collect();
+        // Every request has run as far as it can (the clock only advances once all wait).
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(fake.token_reviews.load(Ordering::SeqCst), 1);
+        release.add_permits(100);
+        for request in requests {
+            assert_eq!(request.await.unwrap().0, 200);
+        }
+        assert_eq!(
+            answer(&gate, Method::GET, "/metrics", Some(ALLOWED))
+                .await
+                .0,
+            200
+        );
+        assert_eq!(fake.token_reviews.load(Ordering::SeqCst), 1);
     }
 
     #[test]
