@@ -49,7 +49,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::auth::Gate;
+use crate::auth::{Gate, ReviewBudget};
 
 /// A named health check: `Ok` when healthy, `Err(reason)` otherwise.
 pub(crate) type Check = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
@@ -252,6 +252,66 @@ impl Default for Limits {
     }
 }
 
+/// The TLS server configuration of each new connection: with a client CA, it asks for a
+/// client certificate naming the CAs of that moment, and is rebuilt when they change.
+struct TlsConfigs {
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    gate: Arc<Gate>,
+    /// The configuration last built, and the client CA generation it was built for.
+    current: std::sync::Mutex<(u64, Arc<rustls::ServerConfig>)>,
+}
+
+impl TlsConfigs {
+    fn new(
+        chain: Vec<CertificateDer<'static>>,
+        key: PrivateKeyDer<'static>,
+        gate: Arc<Gate>,
+    ) -> Result<Self> {
+        let (generation, verifier) = gate.client_ca().map_or((0, None), |ca| ca.tls_verifier());
+        let config = Self::build(&chain, &key, verifier)?;
+        Ok(Self {
+            chain,
+            key,
+            gate,
+            current: std::sync::Mutex::new((generation, config)),
+        })
+    }
+
+    fn build(
+        chain: &[CertificateDer<'static>],
+        key: &PrivateKeyDer<'static>,
+        client_verifier: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+    ) -> Result<Arc<rustls::ServerConfig>> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let tls = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .context("choosing TLS versions")?;
+        // With a client CA a client certificate is asked for (not required).
+        let tls = match client_verifier {
+            Some(verifier) => tls.with_client_cert_verifier(verifier),
+            None => tls.with_no_client_auth(),
+        };
+        let mut tls = tls
+            .with_single_cert(chain.to_vec(), key.clone_key())
+            .context("the serving certificate and key do not form a usable pair")?;
+        tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(Arc::new(tls))
+    }
+
+    /// The acceptor of a new connection.
+    fn acceptor(&self) -> Result<TlsAcceptor> {
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(ca) = self.gate.client_ca() {
+            let (generation, verifier) = ca.tls_verifier();
+            if generation != current.0 {
+                *current = (generation, Self::build(&self.chain, &self.key, verifier)?);
+            }
+        }
+        Ok(TlsAcceptor::from(current.1.clone()))
+    }
+}
+
 /// Binds `address` and serves `endpoints` over TLS until `cancel` fires. Returns once the
 /// listener is bound (binding errors are returned); serving continues in a task.
 pub(crate) async fn start(
@@ -273,20 +333,7 @@ pub(crate) async fn start_with_limits(
     cancel: CancellationToken,
     limits: Limits,
 ) -> Result<SocketAddr> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .context("choosing TLS versions")?;
-    // With --client-ca-file a client certificate is asked for (not required).
-    let tls = match endpoints.gate.tls_client_verifier() {
-        Some(verifier) => tls.with_client_cert_verifier(verifier),
-        None => tls.with_no_client_auth(),
-    };
-    let mut tls = tls
-        .with_single_cert(chain, key)
-        .context("the serving certificate and key do not form a usable pair")?;
-    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    let acceptor = TlsAcceptor::from(Arc::new(tls));
+    let tls = Arc::new(TlsConfigs::new(chain, key, endpoints.gate.clone())?);
     let listener = TcpListener::bind(address)
         .await
         .with_context(|| format!("binding {address} (--bind-address, --secure-port)"))?;
@@ -306,6 +353,9 @@ pub(crate) async fn start_with_limits(
         .keep_alive_timeout(limits.http2_keep_alive.1);
     let http = Arc::new((http1, http2));
     let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
+    // Half the connections at most may wait on reviews; the others stay free for requests
+    // that need none (the kubelet's probes).
+    let review_budget = ReviewBudget::new(limits.max_connections / 2);
     tokio::spawn(async move {
         loop {
             // A free slot first: at the cap, new connections wait in the accept queue.
@@ -330,9 +380,16 @@ pub(crate) async fn start_with_limits(
                     }
                 },
             };
-            let acceptor = acceptor.clone();
+            let acceptor = match tls.acceptor() {
+                Ok(acceptor) => acceptor,
+                Err(e) => {
+                    warn!(%peer, error = %format!("{e:#}"), "no TLS configuration for the connection");
+                    continue;
+                }
+            };
             let endpoints = endpoints.clone();
             let http = http.clone();
+            let review_budget = review_budget.clone();
             tokio::spawn(async move {
                 let _permit = permit;
                 let tls = match tokio::time::timeout(
@@ -361,11 +418,12 @@ pub(crate) async fn start_with_limits(
                 let service = hyper::service::service_fn(move |request: Request<Incoming>| {
                     let endpoints = endpoints.clone();
                     let chain = chain.clone();
+                    let review_budget = review_budget.clone();
                     async move {
                         let (method, uri) = (request.method(), request.uri());
                         let admitted = endpoints
                             .gate
-                            .admit(method, uri, request.headers(), &chain)
+                            .admit(method, uri, request.headers(), &chain, &review_budget)
                             .await;
                         let response = match admitted {
                             Ok(_) => respond(&endpoints, method, uri.path(), uri.query()),
@@ -785,7 +843,7 @@ mod tests {
                 read = conn.read(&mut buf) => {
                     let answer = String::from_utf8_lossy(&buf[..read.unwrap()]).into_owned();
                     assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
-                    assert!(answer.contains("Retry-After: 1"), "{answer}");
+                    assert!(answer.contains("retry-after: 1"), "{answer}");
                 }
             }
         }
@@ -862,8 +920,9 @@ mod tests {
             always_allow: crate::auth::AlwaysAllowPaths::parse(&["/healthz".to_owned()]).unwrap(),
             client_certificates: None,
         };
-        gate_options.client_certificates =
-            Some(crate::auth::ClientCertificates::from_certificates(vec![ca_cert]).unwrap());
+        gate_options.client_certificates = Some(crate::auth::ClientCa::fixed(
+            crate::auth::ClientCertificates::from_certificates(vec![ca_cert]).unwrap(),
+        ));
         open.gate = Arc::new(Gate::new(
             gate_options,
             Arc::new(crate::auth::ApiReviews::new(None, None, Default::default())),

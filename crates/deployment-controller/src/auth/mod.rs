@@ -50,7 +50,7 @@ use k8s_openapi::api::authorization::v1::{
     NonResourceAttributes, SubjectAccessReviewSpec, SubjectAccessReviewStatus,
 };
 use rustls::pki_types::CertificateDer;
-use rustls::server::danger::ClientCertVerifier;
+use tokio::sync::{Semaphore, SemaphorePermit};
 use tracing::{debug, warn};
 
 mod client_ca;
@@ -58,11 +58,16 @@ mod response;
 mod review;
 mod token_cache;
 
-pub(crate) use client_ca::ClientCertificates;
-use response::{forbidden, internal_error, unauthorized};
+pub(crate) use client_ca::ClientCa;
+#[cfg(test)]
+pub(crate) use client_ca::{
+    AUTHENTICATION_CONFIGMAP, CONFIGMAP_RELOAD_INTERVAL, ClientCertificates, FILE_RELOAD_INTERVAL,
+};
+use response::{forbidden, internal_error, too_many_requests, unauthorized};
 use review::with_retries;
 pub(crate) use review::{ApiReviews, ReviewMetrics, Reviews};
-use token_cache::{TokenOutcome, TtlCache};
+pub(crate) use token_cache::MAX_TOKEN_BYTES;
+use token_cache::{KeyHasher, TokenCache, TokenOutcome, TtlCache};
 
 /// The user of a request without credentials.
 pub(crate) const ANONYMOUS_USER: &str = "system:anonymous";
@@ -141,17 +146,51 @@ pub(crate) enum AuthError {
     /// The client certificate does not verify against `--client-ca-file`.
     #[error("verifying the client certificate: {0}")]
     BadClientCertificate(String),
-    /// `--client-ca-file` cannot be used.
-    #[error("--client-ca-file {path}: {reason}")]
+    /// The client CA cannot be read or used.
+    #[error("{what}: {reason}")]
     ClientCa {
-        /// The file.
-        path: String,
+        /// Where it was read from (`--client-ca-file <path>`, or the ConfigMap's key).
+        what: String,
         /// What is wrong with it.
         reason: String,
+    },
+    /// The bearer token is longer than any this gate reviews.
+    #[error(
+        "the bearer token is {length} bytes long, more than the {limit} a TokenReview is made for"
+    )]
+    TokenTooLong {
+        /// The token's length in bytes.
+        length: usize,
+        /// [`MAX_TOKEN_BYTES`].
+        limit: usize,
+    },
+    /// A review made for several requests at once failed.
+    #[error(transparent)]
+    Shared(Arc<AuthError>),
+    /// As many requests as allowed wait on reviews already.
+    #[error("{limit} requests are waiting on reviews already")]
+    TooManyReviews {
+        /// The size of the [`ReviewBudget`].
+        limit: usize,
     },
     /// An `--authorization-always-allow-paths` entry has a `*` that is not its last character.
     #[error("--authorization-always-allow-paths: only a trailing * is allowed in {0:?}")]
     BadAlwaysAllowPath(String),
+}
+
+impl AuthError {
+    /// Whether the error is a verdict on the credentials the caller presented (logged at
+    /// debug level: callers control them), rather than a failure of the gate or the API server.
+    fn is_about_credentials(&self) -> bool {
+        match self {
+            Self::InvalidToken
+            | Self::TokenRejected(_)
+            | Self::TokenTooLong { .. }
+            | Self::BadClientCertificate(_) => true,
+            Self::Shared(inner) => inner.is_about_credentials(),
+            _ => false,
+        }
+    }
 }
 
 /// The bearer token of an `Authorization` header, read as upstream does: the scheme is
@@ -215,8 +254,8 @@ pub(crate) struct GateOptions {
     pub(crate) unauthorized_ttl: Duration,
     /// `--authorization-always-allow-paths`.
     pub(crate) always_allow: AlwaysAllowPaths,
-    /// `--client-ca-file`, if given.
-    pub(crate) client_certificates: Option<ClientCertificates>,
+    /// The client CA (`--client-ca-file`, or the API server's ConfigMap), if there is one.
+    pub(crate) client_certificates: Option<Arc<ClientCa>>,
 }
 
 /// An authorizer's verdict on one request.
@@ -228,11 +267,66 @@ pub(crate) enum Decision {
     Forbid(String),
 }
 
+/// How many requests may wait on reviews at once. A request that needs a review (its token
+/// or its access not cached) while all the slots are taken is answered `429 Too Many
+/// Requests` at once instead of waiting, so requests stuck on a slow API server cannot hold
+/// every connection the server takes: requests that need no review (the kubelet's probes:
+/// no credentials, always-allowed paths) still find one.
+#[derive(Clone, Debug)]
+pub(crate) struct ReviewBudget {
+    slots: Arc<Semaphore>,
+    size: usize,
+}
+
+impl ReviewBudget {
+    /// `size` requests may wait on reviews at once (at least one).
+    pub(crate) fn new(size: usize) -> Self {
+        let size = size.max(1);
+        Self {
+            slots: Arc::new(Semaphore::new(size)),
+            size,
+        }
+    }
+
+    /// A ticket for one request, which takes a slot the first time it is about to wait on a
+    /// review and keeps it until the request has its answer.
+    fn ticket(&self) -> ReviewTicket<'_> {
+        ReviewTicket {
+            budget: self,
+            slot: None,
+        }
+    }
+}
+
+/// One request's claim on the [`ReviewBudget`].
+pub(crate) struct ReviewTicket<'a> {
+    budget: &'a ReviewBudget,
+    slot: Option<SemaphorePermit<'a>>,
+}
+
+impl ReviewTicket<'_> {
+    /// Takes a slot unless this request holds one; none free is [`AuthError::TooManyReviews`].
+    fn claim(&mut self) -> Result<(), AuthError> {
+        if self.slot.is_none() {
+            let slot = self
+                .budget
+                .slots
+                .try_acquire()
+                .map_err(|_| AuthError::TooManyReviews {
+                    limit: self.budget.size,
+                })?;
+            self.slot = Some(slot);
+        }
+        Ok(())
+    }
+}
+
 /// Authenticates and authorizes the requests of the endpoints.
 pub(crate) struct Gate {
     options: GateOptions,
     reviews: Arc<dyn Reviews>,
-    tokens: TtlCache<TokenOutcome>,
+    tokens: TokenCache,
+    access_keys: KeyHasher,
     access: TtlCache<SubjectAccessReviewStatus>,
 }
 
@@ -240,102 +334,131 @@ impl Gate {
     /// A gate reviewing through `reviews` as `options` say.
     pub(crate) fn new(options: GateOptions, reviews: Arc<dyn Reviews>) -> Self {
         Self {
+            tokens: TokenCache::new(options.token_cache_ttl),
             options,
             reviews,
-            tokens: TtlCache::new(),
+            access_keys: KeyHasher::new(),
             access: TtlCache::new(),
         }
     }
 
-    /// The client certificate verifier the TLS server needs, with `--client-ca-file`.
-    pub(crate) fn tls_client_verifier(&self) -> Option<Arc<dyn ClientCertVerifier>> {
-        self.options
-            .client_certificates
-            .as_ref()
-            .map(ClientCertificates::tls_verifier)
+    /// The client CA, whose current CAs the TLS server names when it asks for a client
+    /// certificate.
+    pub(crate) fn client_ca(&self) -> Option<&Arc<ClientCa>> {
+        self.options.client_certificates.as_ref()
     }
 
     /// Who sent a request with these headers over a connection that presented `chain`
     /// (empty without a client certificate): `Ok(None)` for anonymous. The certificate is
-    /// tried first, then the token; an error of either only counts when neither
-    /// authenticates.
+    /// tried first (against the client CAs of this moment), then the token; an error of
+    /// either only counts when neither authenticates.
+    #[cfg(test)]
     pub(crate) async fn authenticate(
         &self,
         headers: &HeaderMap,
         chain: &[CertificateDer<'static>],
     ) -> Result<Option<UserInfo>, AuthError> {
+        let budget = ReviewBudget::new(1);
+        self.authenticate_within(headers, chain, &mut budget.ticket())
+            .await
+    }
+
+    /// [`authenticate`](Self::authenticate), waiting on a review only with a slot of
+    /// `ticket`'s budget.
+    async fn authenticate_within(
+        &self,
+        headers: &HeaderMap,
+        chain: &[CertificateDer<'static>],
+        ticket: &mut ReviewTicket<'_>,
+    ) -> Result<Option<UserInfo>, AuthError> {
         let mut first_error = None;
-        if let Some(certificates) = &self.options.client_certificates {
+        if let Some(certificates) = self
+            .options
+            .client_certificates
+            .as_ref()
+            .and_then(|ca| ca.current())
+        {
             match certificates.authenticate(chain) {
                 Ok(Some(user)) => return Ok(Some(with_authenticated_group(user))),
                 Ok(None) => {}
                 Err(e) => first_error = Some(e),
             }
         }
-        match self.authenticate_token(headers).await {
+        match self.authenticate_token(headers, ticket).await {
             Ok(Some(user)) => Ok(Some(user)),
             Ok(None) => first_error.map_or(Ok(None), Err),
+            // Busy is not a verdict on the credentials: it is answered as such.
+            Err(e @ AuthError::TooManyReviews { .. }) => Err(e),
             Err(e) => Err(first_error.unwrap_or(e)),
         }
     }
 
     /// The user of the request's bearer token: `Ok(None)` without one (or without a review
     /// client).
-    async fn authenticate_token(&self, headers: &HeaderMap) -> Result<Option<UserInfo>, AuthError> {
+    async fn authenticate_token(
+        &self,
+        headers: &HeaderMap,
+        ticket: &mut ReviewTicket<'_>,
+    ) -> Result<Option<UserInfo>, AuthError> {
         if !self.options.review_tokens {
             return Ok(None);
         }
         let Some(token) = bearer_token(headers) else {
             return Ok(None);
         };
-        if let Some(outcome) = self.tokens.get(token) {
-            return match outcome {
-                TokenOutcome::User(user) => Ok(Some(user)),
-                TokenOutcome::NotAuthenticated => Err(AuthError::InvalidToken),
-            };
+        if token.len() > MAX_TOKEN_BYTES {
+            return Err(AuthError::TokenTooLong {
+                length: token.len(),
+                limit: MAX_TOKEN_BYTES,
+            });
         }
-        let status = with_retries("TokenReview", || {
-            self.reviews.token_review(token.to_owned())
-        })
-        .await?
-        .ok_or(AuthError::NoStatus {
-            review: "TokenReview",
-        })?;
+        let key = self.tokens.key(token);
+        let outcome = match self.tokens.cached(&key) {
+            Some(outcome) => outcome,
+            None => {
+                ticket.claim()?;
+                self.tokens
+                    .review(key, || self.review_token(token.to_owned()))
+                    .await?
+            }
+        };
+        match outcome {
+            TokenOutcome::User(user) => Ok(Some(user)),
+            TokenOutcome::NotAuthenticated => Err(AuthError::InvalidToken),
+        }
+    }
+
+    /// Creates a TokenReview of `token`: its answer, or why there is none (an error the API
+    /// server gave with a negative answer counts as a failure, as upstream does not cache it).
+    async fn review_token(&self, token: String) -> Result<TokenOutcome, AuthError> {
+        let status = with_retries("TokenReview", || self.reviews.token_review(token.clone()))
+            .await?
+            .ok_or(AuthError::NoStatus {
+                review: "TokenReview",
+            })?;
         if status.authenticated != Some(true) {
             return match status.error.filter(|e| !e.is_empty()) {
-                // An error is not cached, as upstream.
                 Some(error) => Err(AuthError::TokenRejected(error)),
-                None => {
-                    self.tokens.put(
-                        token.to_owned(),
-                        TokenOutcome::NotAuthenticated,
-                        self.options.token_cache_ttl,
-                    );
-                    Err(AuthError::InvalidToken)
-                }
+                None => Ok(TokenOutcome::NotAuthenticated),
             };
         }
         let reviewed = status.user.unwrap_or_default();
-        let user = with_authenticated_group(UserInfo {
+        Ok(TokenOutcome::User(with_authenticated_group(UserInfo {
             name: reviewed.username.unwrap_or_default(),
             uid: reviewed.uid.unwrap_or_default(),
             groups: reviewed.groups.unwrap_or_default(),
             extra: reviewed.extra.unwrap_or_default(),
-        });
-        self.tokens.put(
-            token.to_owned(),
-            TokenOutcome::User(user.clone()),
-            self.options.token_cache_ttl,
-        );
-        Ok(Some(user))
+        })))
     }
 
-    /// Whether `user` may `verb` the non-resource URL `path`.
-    pub(crate) async fn authorize(
+    /// Whether `user` may `verb` the non-resource URL `path`, waiting on a review only with a
+    /// slot of `ticket`'s budget.
+    async fn authorize_within(
         &self,
         user: &UserInfo,
         verb: &str,
         path: &str,
+        ticket: &mut ReviewTicket<'_>,
     ) -> Result<Decision, AuthError> {
         if user.groups.iter().any(|g| g == MASTERS_GROUP) || self.options.always_allow.allows(path)
         {
@@ -355,10 +478,15 @@ impl Gate {
             }),
             resource_attributes: None,
         };
-        let key = serde_json::to_string(&spec).unwrap_or_default();
-        let status = match self.access.get(&key) {
+        let key = serde_json::to_string(&spec)
+            .ok()
+            .filter(|_| path.len() + verb.len() < MAX_CACHED_ATTRIBUTES)
+            .map(|json| self.access_keys.key(&[json.as_bytes()]));
+        let cached = key.as_ref().and_then(|key| self.access.get(key));
+        let status = match cached {
             Some(status) => status,
             None => {
+                ticket.claim()?;
                 let status = with_retries("SubjectAccessReview", || {
                     self.reviews.access_review(spec.clone())
                 })
@@ -366,7 +494,7 @@ impl Gate {
                 .ok_or(AuthError::NoStatus {
                     review: "SubjectAccessReview",
                 })?;
-                if !key.is_empty() && path.len() + verb.len() < MAX_CACHED_ATTRIBUTES {
+                if let Some(key) = key {
                     let ttl = if status.allowed {
                         self.options.authorized_ttl
                     } else {
@@ -389,35 +517,43 @@ impl Gate {
     }
 
     /// Authenticates and authorizes one request: `Ok` to serve it, or the answer to send
-    /// instead (401, 403 or 500).
+    /// instead (401, 403, 429 or 500). While it waits on a review it holds a slot of
+    /// `budget`; with none free it is answered 429 at once.
     pub(crate) async fn admit(
         &self,
         method: &Method,
         uri: &Uri,
         headers: &HeaderMap,
         chain: &[CertificateDer<'static>],
+        budget: &ReviewBudget,
     ) -> Result<UserInfo, Response<Full<Bytes>>> {
-        let user = match self.authenticate(headers, chain).await {
+        let mut ticket = budget.ticket();
+        let user = match self.authenticate_within(headers, chain, &mut ticket).await {
             Ok(user) => user.unwrap_or_else(UserInfo::anonymous),
             Err(e) => {
-                match e {
-                    AuthError::InvalidToken
-                    | AuthError::TokenRejected(_)
-                    | AuthError::BadClientCertificate(_) => {
-                        debug!(path = uri.path(), error = %e, "unable to authenticate the request");
-                    }
-                    _ => warn!(path = uri.path(), error = %e, "unable to authenticate the request"),
+                if let AuthError::TooManyReviews { .. } = e {
+                    debug!(path = uri.path(), error = %e, "refusing the request for now");
+                    return Err(too_many_requests());
+                }
+                if e.is_about_credentials() {
+                    debug!(path = uri.path(), error = %e, "unable to authenticate the request");
+                } else {
+                    warn!(path = uri.path(), error = %e, "unable to authenticate the request");
                 }
                 return Err(unauthorized());
             }
         };
         let verb = method.as_str().to_ascii_lowercase();
         let path = uri.path();
-        match self.authorize(&user, &verb, path).await {
+        match self.authorize_within(&user, &verb, path, &mut ticket).await {
             Ok(Decision::Allow) => Ok(user),
             Ok(Decision::Forbid(reason)) => {
                 debug!(user = %user.name, verb, path, reason, "forbidden");
                 Err(forbidden(&user, &verb, path, &reason))
+            }
+            Err(e @ AuthError::TooManyReviews { .. }) => {
+                debug!(user = %user.name, verb, path, error = %e, "refusing the request for now");
+                Err(too_many_requests())
             }
             Err(e) => {
                 warn!(user = %user.name, verb, path, error = %e, "authorization failed; refusing the request");
@@ -587,7 +723,10 @@ mod tests {
     /// The status and body of the gate's answer, 200 when it lets the request through.
     async fn answer(gate: &Gate, method: Method, path: &str, token: Option<&str>) -> (u16, String) {
         let uri: Uri = path.parse().unwrap();
-        match gate.admit(&method, &uri, &headers(token), &[]).await {
+        match gate
+            .admit(&method, &uri, &headers(token), &[], &ReviewBudget::new(64))
+            .await
+        {
             Ok(_) => (200, String::new()),
             Err(response) => {
                 let status = response.status().as_u16();

@@ -2,7 +2,9 @@
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderValue, X_CONTENT_TYPE_OPTIONS};
+use hyper::header::{
+    CACHE_CONTROL, CONTENT_TYPE, HeaderValue, RETRY_AFTER, X_CONTENT_TYPE_OPTIONS,
+};
 use hyper::{Response, StatusCode};
 
 use super::{AuthError, UserInfo};
@@ -79,4 +81,18 @@ pub(crate) fn internal_error(request_uri: &str, error: &AuthError) -> Response<F
             "Internal Server Error: {request_uri:?}: {error}\n"
         )),
     )
+}
+
+/// The answer to a request that would wait on a review while as many requests as allowed
+/// wait already (as upstream's in-flight limit answers: plain text, retry after 1 s).
+pub(crate) fn too_many_requests() -> Response<Full<Bytes>> {
+    let mut answer = response(
+        StatusCode::TOO_MANY_REQUESTS,
+        "text/plain; charset=utf-8",
+        "Too many requests, please try again later.\n".to_owned(),
+    );
+    answer
+        .headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+    answer
 }
