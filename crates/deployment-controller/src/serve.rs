@@ -965,6 +965,70 @@ mod tests {
         cancel.cancel();
     }
 
+    // The client CA could not be read at start (no ConfigMap yet): connections are not asked
+    // for a certificate. Once the CA is read, new connections are asked for one and it
+    // authenticates.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_client_ca_read_after_start_is_used_by_new_connections() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let ca_pem = params.self_signed(&ca_key).unwrap().pem();
+        let ca = rcgen::Issuer::new(params, ca_key);
+        let fake = kctrl_fake::FakeApi::new();
+        let client_ca = crate::auth::ClientCa::from_configmap(fake.client()).await;
+        let (chain, key) =
+            load_or_generate_identity(None, None, "127.0.0.1".parse().unwrap()).unwrap();
+        let mut open = endpoints(true);
+        open.gate = Arc::new(Gate::new(
+            crate::auth::GateOptions {
+                review_tokens: false,
+                review_access: false,
+                token_cache_ttl: Duration::ZERO,
+                authorized_ttl: Duration::ZERO,
+                unauthorized_ttl: Duration::ZERO,
+                always_allow: crate::auth::AlwaysAllowPaths::parse(&["/healthz".to_owned()])
+                    .unwrap(),
+                client_certificates: Some(client_ca.clone()),
+            },
+            Arc::new(crate::auth::ApiReviews::new(None, None, Default::default())),
+        ));
+        let cancel = CancellationToken::new();
+        let addr = start(
+            "127.0.0.1:0".parse().unwrap(),
+            chain.clone(),
+            key,
+            open,
+            cancel.clone(),
+        )
+        .await
+        .unwrap();
+        let admin = || Some(client_certificate(&ca, "alice", Some("system:masters")));
+        let before = https_get_as(addr, &chain, "/metrics", admin())
+            .await
+            .unwrap();
+        assert!(before.starts_with("HTTP/1.1 403"), "{before}");
+        assert!(before.contains("system:anonymous"), "{before}");
+        let (namespace, name, key) = crate::auth::AUTHENTICATION_CONFIGMAP;
+        fake.add(&ConfigMap {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some(namespace.to_owned()),
+                ..Default::default()
+            },
+            data: Some([(key.to_owned(), ca_pem)].into()),
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(client_ca.reload().await.unwrap());
+        let after = https_get_as(addr, &chain, "/metrics", admin())
+            .await
+            .unwrap();
+        assert!(after.starts_with("HTTP/1.1 200"), "{after}");
+        cancel.cancel();
+    }
+
     #[test]
     fn self_signed_identity_is_generated_and_files_are_checked() {
         let (chain, _key) =

@@ -582,6 +582,7 @@ mod tests {
     use super::*;
     use futures::future::BoxFuture;
     use http_body_util::BodyExt;
+    use hyper::StatusCode;
     use hyper::header::HeaderValue;
     use k8s_openapi::api::authentication::v1::TokenReviewStatus;
     use k8s_openapi::api::authentication::v1::UserInfo as ReviewedUser;
@@ -968,6 +969,52 @@ mod tests {
             200
         );
         assert_eq!(fake.token_reviews.load(Ordering::SeqCst), 1);
+    }
+
+    // While as many requests as the budget allows wait on reviews, another one that needs a
+    // review (of its token, or of its access) is answered 429 at once; one that needs none
+    // (a probe) is answered as usual. The slots free up with the answers.
+    #[tokio::test(start_paused = true)]
+    async fn requests_past_the_review_budget_are_turned_away_and_probes_are_not() {
+        let release = Arc::new(tokio::sync::Semaphore::new(0));
+        let fake = Arc::new(FakeReviews {
+            token_release: Some(release.clone()),
+            ..FakeReviews::default()
+        });
+        let gate = Arc::new(Gate::new(options(), fake.clone()));
+        let budget = ReviewBudget::new(1);
+        let status = |response: Result<UserInfo, Response<Full<Bytes>>>| {
+            response.map_or_else(|r| r.status().as_u16(), |_| 200)
+        };
+        let waiting = {
+            let (gate, budget) = (gate.clone(), budget.clone());
+            tokio::spawn(async move {
+                let uri: Uri = "/metrics".parse().unwrap();
+                let answer = gate
+                    .admit(&Method::GET, &uri, &headers(Some(ALLOWED)), &[], &budget)
+                    .await;
+                answer.map_or_else(|r| r.status().as_u16(), |_| 200)
+            })
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let admit = |path: &str, token: Option<&str>| {
+            let uri: Uri = path.parse().unwrap();
+            let (gate, budget) = (gate.clone(), budget.clone());
+            let headers = headers(token);
+            async move { gate.admit(&Method::GET, &uri, &headers, &[], &budget).await }
+        };
+        let busy = admit("/metrics", Some(NOT_ALLOWED)).await.unwrap_err();
+        assert_eq!(busy.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(busy.headers()[hyper::header::RETRY_AFTER], "1");
+        assert_eq!(status(admit("/metrics", None).await), 429);
+        assert_eq!(status(admit("/healthz", None).await), 200);
+        assert_eq!(status(admit("/readyz", None).await), 200);
+        release.add_permits(10);
+        assert_eq!(waiting.await.unwrap(), 200);
+        assert_eq!(status(admit("/metrics", Some(NOT_ALLOWED)).await), 403);
+        // Answers from the cache need no slot.
+        assert_eq!(status(admit("/metrics", Some(ALLOWED)).await), 200);
+        assert_eq!(fake.token_reviews.load(Ordering::SeqCst), 2);
     }
 
     #[test]
