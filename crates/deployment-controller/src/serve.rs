@@ -12,8 +12,8 @@
 //! else a self-signed certificate generated in memory at start (for `localhost`, the loopback
 //! addresses, the bind address and the host name).
 //!
-//! Every request passes the [`Gate`](crate::auth::Gate) first, as kube-controller-manager's
-//! filters: delegated authentication (client certificates of `--client-ca-file`, which the
+//! Every request passes the [`Gate`] first, as kube-controller-manager's
+//! filters: delegated authentication (client certificates of the client CA, which the
 //! TLS server then asks for, and bearer tokens reviewed by the API server) and
 //! authorization (SubjectAccessReviews for non-resource URLs; `/healthz`, `/readyz` and `/livez`
 //! open to anyone by default), so an unauthorized caller gets 401, 403 or 500 and never the
@@ -25,8 +25,14 @@
 //! unanswered for 10 s. At most 128 connections are served at once: further ones are not
 //! accepted until one ends, and wait in the kernel's accept queue (so a flood of idle or
 //! half-open connections delays a probe by at most the timeouts above, and never starves the
-//! process). A failed `accept` (e.g. out of file descriptors) pauses the loop for 100 ms
-//! instead of spinning.
+//! process). At most half of them may wait on reviews ([`ReviewBudget`]): past that, a
+//! request that needs a review is answered 429 at once, so a slow API server cannot hold every
+//! connection and the kubelet's probes (no credentials, no review) are still answered. A
+//! failed `accept` (e.g. out of file descriptors) pauses the loop for 100 ms instead of
+//! spinning.
+//!
+//! With a client CA, each new connection's TLS configuration asks for a certificate naming
+//! the CAs of that moment (they are reloaded, see [`ClientCa`](crate::auth::ClientCa)).
 
 use std::convert::Infallible;
 use std::fmt::Write as _;

@@ -10,12 +10,14 @@
 //!   (or the in-cluster ServiceAccount). An answer that authenticates the token gives the
 //!   user (with the group `system:authenticated` added); a token the API server does not
 //!   authenticate, and a review that fails (API server unreachable, 5xx, timeout, refused),
-//!   answer `401 Unauthorized` — on every path, `/healthz` included, as upstream;
+//!   answer `401 Unauthorized` — on every path, `/healthz` included, as upstream. A token
+//!   longer than [`MAX_TOKEN_BYTES`] answers 401 without a review;
 //! - a request without that header (or with another scheme, or an empty token) is
 //!   anonymous: user `system:anonymous`, group `system:unauthenticated`;
 //! - with a client CA (`--client-ca-file`, else the `client-ca-file` the API server publishes
-//!   in the ConfigMap kube-system/extension-apiserver-authentication, looked up at start unless
-//!   `--authentication-skip-lookup`), a client certificate presented in the TLS handshake is
+//!   in the ConfigMap kube-system/extension-apiserver-authentication, unless
+//!   `--authentication-skip-lookup`; either is read again periodically, see [`ClientCa`]), a
+//!   client certificate presented in the TLS handshake is
 //!   verified against those CAs (chain, validity, client-auth usage); a valid one authenticates its
 //!   subject: the common name is the user, the organizations are the groups. It is tried
 //!   before the token; an invalid certificate answers 401 unless a token authenticates;
@@ -33,7 +35,10 @@
 //!
 //! Answers are cached (`--authentication-token-webhook-cache-ttl`,
 //! `--authorization-webhook-cache-authorized-ttl`, `--authorization-webhook-cache-unauthorized-ttl`,
-//! 10 s each; 0 turns a cache off). Failed reviews are never cached. A review is retried,
+//! 10 s each; 0 turns a cache off), keyed by keyed hashes (see the `token_cache` module), and
+//! requests with one token share its review while it is under way. Failed reviews are never
+//! cached. A request may wait on reviews only with a slot of a [`ReviewBudget`]; with none
+//! free it is answered `429` at once. A review is retried,
 //! as upstream's webhook backoff retries it, when the connection was reset or the API server
 //! answered 500, 504 or 429: after 0.5 s, 0.75 s, … (five attempts, ±20% jitter), within 10 s
 //! in all. A refused connection fails at once.
@@ -363,8 +368,8 @@ impl Gate {
             .await
     }
 
-    /// [`authenticate`](Self::authenticate), waiting on a review only with a slot of
-    /// `ticket`'s budget.
+    /// Who sent a request with these headers over a connection that presented `chain`, as
+    /// `authenticate` says, waiting on a review only with a slot of `ticket`'s budget.
     async fn authenticate_within(
         &self,
         headers: &HeaderMap,
