@@ -241,50 +241,6 @@ fn review_client(
     Ok(Some(Client::new(backend, "default")))
 }
 
-/// The ConfigMap where the API server publishes its client CA, and the key.
-const AUTHENTICATION_CONFIGMAP: (&str, &str, &str) = (
-    "kube-system",
-    "extension-apiserver-authentication",
-    "client-ca-file",
-);
-
-/// The client CA the API server publishes in [`AUTHENTICATION_CONFIGMAP`], as
-/// kube-controller-manager looks it up without `--client-ca-file`. Read once; a failure is
-/// logged and leaves client certificates unused (upstream keeps retrying in the background).
-async fn lookup_client_ca(client: &Client) -> Option<auth::ClientCertificates> {
-    let (namespace, name, key) = AUTHENTICATION_CONFIGMAP;
-    let found = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), namespace)
-        .get_opt(name)
-        .await;
-    let pem = match found {
-        Ok(Some(map)) => map.data.and_then(|mut data| data.remove(key)),
-        Ok(None) => None,
-        Err(e) => {
-            warn!(error = %e, "looking up {key} in configmap {namespace}/{name} failed: client certificates are not used (--authentication-skip-lookup skips the lookup)");
-            return None;
-        }
-    };
-    let Some(pem) = pem else {
-        warn!("configmap {namespace}/{name} has no {key}: client certificates are not used");
-        return None;
-    };
-    match auth::ClientCertificates::from_pem(
-        &pem,
-        &format!("{key} of configmap {namespace}/{name}"),
-    ) {
-        Ok(certificates) => {
-            info!(
-                "client certificates are verified against the {key} of configmap {namespace}/{name}"
-            );
-            Some(certificates)
-        }
-        Err(e) => {
-            warn!(error = %e, "client certificates are not used");
-            None
-        }
-    }
-}
-
 /// The gate of the endpoints, from the `--authentication-*` / `--authorization-*` flags.
 async fn endpoint_gate(
     flags: &Flags,
@@ -313,10 +269,12 @@ async fn endpoint_gate(
              --authorization-always-allow-paths are served"
         );
     }
+    // As kube-controller-manager: --client-ca-file must be usable at start; the ConfigMap
+    // is looked up until it can be read. Either is read again while the process runs.
     let client_certificates = match (&flags.client_ca_file, &authn) {
-        (Some(path), _) => Some(auth::ClientCertificates::from_pem_file(path)?),
+        (Some(path), _) => Some(auth::ClientCa::from_file(path).await?),
         (None, _) if flags.authentication_skip_lookup => None,
-        (None, Some(client)) => lookup_client_ca(client).await,
+        (None, Some(client)) => Some(auth::ClientCa::from_configmap(client.clone()).await),
         (None, None) => {
             warn!(
                 "no --authentication-kubeconfig and not in a cluster to look up the client CA \
@@ -326,6 +284,9 @@ async fn endpoint_gate(
             None
         }
     };
+    if let Some(ca) = &client_certificates {
+        ca.spawn_reloads();
+    }
     let options = auth::GateOptions {
         review_tokens: authn.is_some(),
         review_access: authz.is_some(),
@@ -794,60 +755,185 @@ fn main() -> std::process::ExitCode {
 mod tests {
     use super::*;
 
-    // Without --client-ca-file the client CA is looked up where the API server publishes it;
-    // a missing ConfigMap, key or certificate leaves client certificates unused.
-    #[tokio::test]
-    async fn the_client_ca_is_looked_up_in_the_authentication_configmap() {
+    /// The user a client certificate `chain` authenticates against the CAs of `ca` now.
+    fn ca_user(
+        ca: &auth::ClientCa,
+        chain: &[rustls_pki_types::CertificateDer<'static>],
+    ) -> Option<String> {
+        ca.current()?
+            .authenticate(chain)
+            .ok()
+            .flatten()
+            .map(|u| u.name)
+    }
+
+    // Without --client-ca-file the client CA is looked up where the API server publishes it:
+    // missing at start (no ConfigMap, no key), it is picked up once there; a changed CA
+    // replaces the old one; content that cannot be used leaves the last good CAs.
+    #[tokio::test(start_paused = true)]
+    async fn the_client_ca_configmap_is_read_until_it_can_be_and_again_after() {
         use k8s_openapi::api::core::v1::ConfigMap;
+        let (first_pem, first) = test_ca("first CA");
+        let (second_pem, second) = test_ca("second CA");
+        let (alice, bob) = (client_chain(&first, "alice"), client_chain(&second, "bob"));
         let fake = kctrl_fake::FakeApi::new();
         let client = fake.client();
-        assert!(lookup_client_ca(&client).await.is_none());
-        let (namespace, name, key) = AUTHENTICATION_CONFIGMAP;
+        let ca = auth::ClientCa::from_configmap(client.clone()).await;
+        assert!(ca.current().is_none());
+        assert!(ca.tls_verifier().1.is_none());
+        ca.spawn_reloads();
+        let (namespace, name, key) = auth::AUTHENTICATION_CONFIGMAP;
         let configmaps = Api::<ConfigMap>::namespaced(client.clone(), namespace);
-        let mut map = ConfigMap {
+        let with = |data: &[(&str, &str)]| ConfigMap {
             metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
                 name: Some(name.to_owned()),
                 namespace: Some(namespace.to_owned()),
                 ..Default::default()
             },
-            data: Some([("other".to_owned(), "x".to_owned())].into()),
+            data: Some(
+                data.iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            ),
             ..Default::default()
         };
-        let map = configmaps
-            .create(&kctrl_client::PostParams::default(), &map.clone())
+        let params = kctrl_client::PostParams::default();
+        configmaps
+            .create(&params, &with(&[("other", "x")]))
             .await
-            .map(|created| {
-                map.metadata.resource_version = created.metadata.resource_version;
-                map
-            })
             .unwrap();
-        assert!(lookup_client_ca(&client).await.is_none());
+        tokio::time::sleep(auth::CONFIGMAP_RELOAD_INTERVAL + Duration::from_secs(1)).await;
+        assert!(ca.current().is_none());
+        configmaps
+            .update(&params, &with(&[(key, &first_pem)]))
+            .await
+            .unwrap();
+        tokio::time::sleep(auth::CONFIGMAP_RELOAD_INTERVAL).await;
+        assert_eq!(ca_user(&ca, &alice).as_deref(), Some("alice"));
+        let (generation, verifier) = ca.tls_verifier();
+        assert!(verifier.is_some());
+        configmaps
+            .update(&params, &with(&[(key, "not a certificate")]))
+            .await
+            .unwrap();
+        tokio::time::sleep(auth::CONFIGMAP_RELOAD_INTERVAL).await;
+        assert_eq!(ca_user(&ca, &alice).as_deref(), Some("alice"));
+        assert_eq!(ca.tls_verifier().0, generation);
+        configmaps
+            .update(&params, &with(&[(key, &second_pem)]))
+            .await
+            .unwrap();
+        tokio::time::sleep(auth::CONFIGMAP_RELOAD_INTERVAL).await;
+        assert_eq!(ca_user(&ca, &alice), None);
+        assert_eq!(ca_user(&ca, &bob).as_deref(), Some("bob"));
+        assert!(ca.tls_verifier().0 > generation);
+        configmaps.delete(name, &Default::default()).await.unwrap();
+        tokio::time::sleep(auth::CONFIGMAP_RELOAD_INTERVAL).await;
+        assert_eq!(ca_user(&ca, &bob).as_deref(), Some("bob"));
+    }
+
+    /// A CA (its PEM) and what signs with it.
+    fn test_ca(name: &str) -> (String, rcgen::Issuer<'static, rcgen::KeyPair>) {
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        let ca = params
-            .self_signed(&rcgen::KeyPair::generate().unwrap())
-            .unwrap();
-        let mut with_ca = map.clone();
-        with_ca
-            .data
-            .get_or_insert_default()
-            .insert(key.to_owned(), ca.pem());
-        configmaps
-            .update(&kctrl_client::PostParams::default(), &with_ca)
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        (cert.pem(), rcgen::Issuer::new(params, key))
+    }
+
+    /// A client certificate of `ca` for the user `cn`.
+    fn client_chain(
+        ca: &rcgen::Issuer<'static, rcgen::KeyPair>,
+        cn: &str,
+    ) -> Vec<rustls_pki_types::CertificateDer<'static>> {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let key = rcgen::KeyPair::generate().unwrap();
+        vec![params.signed_by(&key, ca).unwrap().der().clone()]
+    }
+
+    /// The user `gate` authenticates from a client certificate `chain`, or why not.
+    async fn certificate_user(
+        gate: &auth::Gate,
+        chain: &[rustls_pki_types::CertificateDer<'static>],
+    ) -> Result<String, String> {
+        match gate.authenticate(&hyper::HeaderMap::new(), chain).await {
+            Ok(Some(user)) => Ok(user.name),
+            Ok(None) => Err("anonymous".to_owned()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    // --client-ca-file is read again while the process runs: a CA taken out of the file
+    // stops being trusted, a CA added starts being trusted, and a file that cannot be used
+    // for a while leaves the last good CAs in place.
+    #[tokio::test(start_paused = true)]
+    async fn the_client_ca_file_is_reloaded() {
+        let (first_pem, first) = test_ca("first CA");
+        let (second_pem, second) = test_ca("second CA");
+        let (third_pem, third) = test_ca("third CA");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("client-ca.crt");
+        std::fs::write(&file, format!("{first_pem}{second_pem}")).unwrap();
+        let flags = flags(&[
+            "--client-ca-file",
+            file.to_str().unwrap(),
+            "--authentication-skip-lookup",
+        ]);
+        let mut registry = Registry::default();
+        let rest_metrics: Arc<dyn kctrl_client::RestClientMetrics> =
+            Arc::new(metrics::register(&mut Registry::default()).rest_client);
+        let gate = endpoint_gate(&flags, &mut registry, &rest_metrics)
             .await
             .unwrap();
-        assert!(lookup_client_ca(&client).await.is_some());
-        let mut broken = with_ca.clone();
-        broken
-            .data
-            .get_or_insert_default()
-            .insert(key.to_owned(), "not a certificate".to_owned());
-        broken.metadata.resource_version = None;
-        configmaps
-            .update(&kctrl_client::PostParams::default(), &broken)
-            .await
-            .unwrap();
-        assert!(lookup_client_ca(&client).await.is_none());
+        let (alice, bob, carol) = (
+            client_chain(&first, "alice"),
+            client_chain(&second, "bob"),
+            client_chain(&third, "carol"),
+        );
+        assert_eq!(
+            certificate_user(&gate, &alice).await.as_deref(),
+            Ok("alice")
+        );
+        assert_eq!(certificate_user(&gate, &bob).await.as_deref(), Ok("bob"));
+        assert!(certificate_user(&gate, &carol).await.is_err());
+
+        std::fs::write(&file, format!("{first_pem}{third_pem}")).unwrap();
+        tokio::time::sleep(auth::FILE_RELOAD_INTERVAL + Duration::from_secs(1)).await;
+        assert_eq!(
+            certificate_user(&gate, &alice).await.as_deref(),
+            Ok("alice")
+        );
+        let refused = certificate_user(&gate, &bob).await.unwrap_err();
+        assert!(
+            refused.contains("verifying the client certificate"),
+            "{refused}"
+        );
+        assert_eq!(
+            certificate_user(&gate, &carol).await.as_deref(),
+            Ok("carol")
+        );
+
+        // Mid-rotation the file is empty, then gone: the last good CAs stay.
+        std::fs::write(&file, "").unwrap();
+        tokio::time::sleep(auth::FILE_RELOAD_INTERVAL + Duration::from_secs(1)).await;
+        std::fs::remove_file(&file).unwrap();
+        tokio::time::sleep(auth::FILE_RELOAD_INTERVAL + Duration::from_secs(1)).await;
+        assert_eq!(
+            certificate_user(&gate, &carol).await.as_deref(),
+            Ok("carol")
+        );
+        std::fs::write(&file, &second_pem).unwrap();
+        tokio::time::sleep(auth::FILE_RELOAD_INTERVAL + Duration::from_secs(1)).await;
+        assert_eq!(certificate_user(&gate, &bob).await.as_deref(), Ok("bob"));
+        assert!(certificate_user(&gate, &carol).await.is_err());
     }
 
     fn flags(args: &[&str]) -> Flags {

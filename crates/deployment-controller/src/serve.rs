@@ -12,8 +12,8 @@
 //! else a self-signed certificate generated in memory at start (for `localhost`, the loopback
 //! addresses, the bind address and the host name).
 //!
-//! Every request passes the [`Gate`](crate::auth::Gate) first, as kube-controller-manager's
-//! filters: delegated authentication (client certificates of `--client-ca-file`, which the
+//! Every request passes the [`Gate`] first, as kube-controller-manager's
+//! filters: delegated authentication (client certificates of the client CA, which the
 //! TLS server then asks for, and bearer tokens reviewed by the API server) and
 //! authorization (SubjectAccessReviews for non-resource URLs; `/healthz`, `/readyz` and `/livez`
 //! open to anyone by default), so an unauthorized caller gets 401, 403 or 500 and never the
@@ -25,8 +25,14 @@
 //! unanswered for 10 s. At most 128 connections are served at once: further ones are not
 //! accepted until one ends, and wait in the kernel's accept queue (so a flood of idle or
 //! half-open connections delays a probe by at most the timeouts above, and never starves the
-//! process). A failed `accept` (e.g. out of file descriptors) pauses the loop for 100 ms
-//! instead of spinning.
+//! process). At most half of them may wait on reviews ([`ReviewBudget`]): past that, a
+//! request that needs a review is answered 429 at once, so a slow API server cannot hold every
+//! connection and the kubelet's probes (no credentials, no review) are still answered. A
+//! failed `accept` (e.g. out of file descriptors) pauses the loop for 100 ms instead of
+//! spinning.
+//!
+//! With a client CA, each new connection's TLS configuration asks for a certificate naming
+//! the CAs of that moment (they are reloaded, see [`ClientCa`](crate::auth::ClientCa)).
 
 use std::convert::Infallible;
 use std::fmt::Write as _;
@@ -49,7 +55,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::auth::Gate;
+use crate::auth::{Gate, ReviewBudget};
 
 /// A named health check: `Ok` when healthy, `Err(reason)` otherwise.
 pub(crate) type Check = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
@@ -252,6 +258,66 @@ impl Default for Limits {
     }
 }
 
+/// The TLS server configuration of each new connection: with a client CA, it asks for a
+/// client certificate naming the CAs of that moment, and is rebuilt when they change.
+struct TlsConfigs {
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    gate: Arc<Gate>,
+    /// The configuration last built, and the client CA generation it was built for.
+    current: std::sync::Mutex<(u64, Arc<rustls::ServerConfig>)>,
+}
+
+impl TlsConfigs {
+    fn new(
+        chain: Vec<CertificateDer<'static>>,
+        key: PrivateKeyDer<'static>,
+        gate: Arc<Gate>,
+    ) -> Result<Self> {
+        let (generation, verifier) = gate.client_ca().map_or((0, None), |ca| ca.tls_verifier());
+        let config = Self::build(&chain, &key, verifier)?;
+        Ok(Self {
+            chain,
+            key,
+            gate,
+            current: std::sync::Mutex::new((generation, config)),
+        })
+    }
+
+    fn build(
+        chain: &[CertificateDer<'static>],
+        key: &PrivateKeyDer<'static>,
+        client_verifier: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+    ) -> Result<Arc<rustls::ServerConfig>> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let tls = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .context("choosing TLS versions")?;
+        // With a client CA a client certificate is asked for (not required).
+        let tls = match client_verifier {
+            Some(verifier) => tls.with_client_cert_verifier(verifier),
+            None => tls.with_no_client_auth(),
+        };
+        let mut tls = tls
+            .with_single_cert(chain.to_vec(), key.clone_key())
+            .context("the serving certificate and key do not form a usable pair")?;
+        tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(Arc::new(tls))
+    }
+
+    /// The acceptor of a new connection.
+    fn acceptor(&self) -> Result<TlsAcceptor> {
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(ca) = self.gate.client_ca() {
+            let (generation, verifier) = ca.tls_verifier();
+            if generation != current.0 {
+                *current = (generation, Self::build(&self.chain, &self.key, verifier)?);
+            }
+        }
+        Ok(TlsAcceptor::from(current.1.clone()))
+    }
+}
+
 /// Binds `address` and serves `endpoints` over TLS until `cancel` fires. Returns once the
 /// listener is bound (binding errors are returned); serving continues in a task.
 pub(crate) async fn start(
@@ -273,20 +339,7 @@ pub(crate) async fn start_with_limits(
     cancel: CancellationToken,
     limits: Limits,
 ) -> Result<SocketAddr> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .context("choosing TLS versions")?;
-    // With --client-ca-file a client certificate is asked for (not required).
-    let tls = match endpoints.gate.tls_client_verifier() {
-        Some(verifier) => tls.with_client_cert_verifier(verifier),
-        None => tls.with_no_client_auth(),
-    };
-    let mut tls = tls
-        .with_single_cert(chain, key)
-        .context("the serving certificate and key do not form a usable pair")?;
-    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    let acceptor = TlsAcceptor::from(Arc::new(tls));
+    let tls = Arc::new(TlsConfigs::new(chain, key, endpoints.gate.clone())?);
     let listener = TcpListener::bind(address)
         .await
         .with_context(|| format!("binding {address} (--bind-address, --secure-port)"))?;
@@ -306,6 +359,9 @@ pub(crate) async fn start_with_limits(
         .keep_alive_timeout(limits.http2_keep_alive.1);
     let http = Arc::new((http1, http2));
     let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
+    // Half the connections at most may wait on reviews; the others stay free for requests
+    // that need none (the kubelet's probes).
+    let review_budget = ReviewBudget::new(limits.max_connections / 2);
     tokio::spawn(async move {
         loop {
             // A free slot first: at the cap, new connections wait in the accept queue.
@@ -330,9 +386,16 @@ pub(crate) async fn start_with_limits(
                     }
                 },
             };
-            let acceptor = acceptor.clone();
+            let acceptor = match tls.acceptor() {
+                Ok(acceptor) => acceptor,
+                Err(e) => {
+                    warn!(%peer, error = %format!("{e:#}"), "no TLS configuration for the connection");
+                    continue;
+                }
+            };
             let endpoints = endpoints.clone();
             let http = http.clone();
+            let review_budget = review_budget.clone();
             tokio::spawn(async move {
                 let _permit = permit;
                 let tls = match tokio::time::timeout(
@@ -361,11 +424,12 @@ pub(crate) async fn start_with_limits(
                 let service = hyper::service::service_fn(move |request: Request<Incoming>| {
                     let endpoints = endpoints.clone();
                     let chain = chain.clone();
+                    let review_budget = review_budget.clone();
                     async move {
                         let (method, uri) = (request.method(), request.uri());
                         let admitted = endpoints
                             .gate
-                            .admit(method, uri, request.headers(), &chain)
+                            .admit(method, uri, request.headers(), &chain, &review_budget)
                             .await;
                         let response = match admitted {
                             Ok(_) => respond(&endpoints, method, uri.path(), uri.query()),
@@ -686,6 +750,121 @@ mod tests {
         cancel.cancel();
     }
 
+    /// An API server that takes every TokenReview and never answers it; each review started is
+    /// announced on `started`.
+    struct HangingReviews {
+        started: tokio::sync::mpsc::UnboundedSender<()>,
+    }
+
+    impl crate::auth::Reviews for HangingReviews {
+        fn token_review(
+            &self,
+            _token: String,
+        ) -> futures::future::BoxFuture<
+            '_,
+            Result<
+                Option<k8s_openapi::api::authentication::v1::TokenReviewStatus>,
+                kctrl_client::Error,
+            >,
+        > {
+            let _ = self.started.send(());
+            Box::pin(std::future::pending())
+        }
+
+        fn access_review(
+            &self,
+            _spec: k8s_openapi::api::authorization::v1::SubjectAccessReviewSpec,
+        ) -> futures::future::BoxFuture<
+            '_,
+            Result<
+                Option<k8s_openapi::api::authorization::v1::SubjectAccessReviewStatus>,
+                kctrl_client::Error,
+            >,
+        > {
+            let _ = self.started.send(());
+            Box::pin(std::future::pending())
+        }
+    }
+
+    // The API server never answers a review, and every connection the server takes sends a
+    // token: the kubelet's probes (no credentials, always-allowed paths) still answer at once
+    // rather than after the reviews time out.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn probes_answer_while_reviews_hang() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (chain, key) =
+            load_or_generate_identity(None, None, "127.0.0.1".parse().unwrap()).unwrap();
+        let (started, mut reviews_started) = tokio::sync::mpsc::unbounded_channel();
+        let mut hung = endpoints(true);
+        hung.readyz.clear();
+        hung.gate = Arc::new(Gate::new(
+            crate::auth::GateOptions {
+                review_tokens: true,
+                review_access: true,
+                token_cache_ttl: Duration::from_secs(10),
+                authorized_ttl: Duration::from_secs(10),
+                unauthorized_ttl: Duration::from_secs(10),
+                always_allow: crate::auth::AlwaysAllowPaths::parse(&[
+                    "/healthz".to_owned(),
+                    "/readyz".to_owned(),
+                    "/livez".to_owned(),
+                ])
+                .unwrap(),
+                client_certificates: None,
+            },
+            Arc::new(HangingReviews { started }),
+        ));
+        let limits = Limits {
+            max_connections: 4,
+            ..Limits::default()
+        };
+        let cancel = CancellationToken::new();
+        let addr = start_with_limits(
+            "127.0.0.1:0".parse().unwrap(),
+            chain.clone(),
+            key,
+            hung,
+            cancel.clone(),
+            limits,
+        )
+        .await
+        .unwrap();
+        // As many token-bearing requests as connections: each either waits on its review
+        // or is turned away at once; the ones waiting stay open.
+        let mut waiting = Vec::new();
+        for n in 0..limits.max_connections {
+            let mut conn = tls_connect(addr, &chain).await.unwrap();
+            conn.write_all(
+                format!(
+                    "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\
+                     Authorization: Bearer token-{n}\r\n\r\n"
+                )
+                .as_bytes(),
+            )
+            .await
+            .unwrap();
+            let mut buf = [0u8; 1024];
+            tokio::select! {
+                _ = reviews_started.recv() => waiting.push(conn),
+                read = conn.read(&mut buf) => {
+                    let answer = String::from_utf8_lossy(&buf[..read.unwrap()]).into_owned();
+                    assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+                    assert!(answer.contains("retry-after: 1"), "{answer}");
+                }
+            }
+        }
+        assert!(!waiting.is_empty());
+        for path in ["/healthz", "/readyz", "/livez"] {
+            let answer =
+                tokio::time::timeout(Duration::from_secs(5), https_get(addr, &chain, path))
+                    .await
+                    .unwrap_or_else(|_| panic!("{path} did not answer while the reviews hang"))
+                    .unwrap();
+            assert!(answer.starts_with("HTTP/1.1 200"), "{path}: {answer}");
+        }
+        cancel.cancel();
+    }
+
     /// A CA: its certificate and what signs with it.
     fn test_ca(
         name: &str,
@@ -747,8 +926,9 @@ mod tests {
             always_allow: crate::auth::AlwaysAllowPaths::parse(&["/healthz".to_owned()]).unwrap(),
             client_certificates: None,
         };
-        gate_options.client_certificates =
-            Some(crate::auth::ClientCertificates::from_certificates(vec![ca_cert]).unwrap());
+        gate_options.client_certificates = Some(crate::auth::ClientCa::fixed(
+            crate::auth::ClientCertificates::from_certificates(vec![ca_cert]).unwrap(),
+        ));
         open.gate = Arc::new(Gate::new(
             gate_options,
             Arc::new(crate::auth::ApiReviews::new(None, None, Default::default())),
@@ -788,6 +968,70 @@ mod tests {
         assert!(anonymous.contains("system:anonymous"), "{anonymous}");
         let health = get("/healthz", None).await;
         assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+        cancel.cancel();
+    }
+
+    // The client CA could not be read at start (no ConfigMap yet): connections are not asked
+    // for a certificate. Once the CA is read, new connections are asked for one and it
+    // authenticates.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_client_ca_read_after_start_is_used_by_new_connections() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let ca_pem = params.self_signed(&ca_key).unwrap().pem();
+        let ca = rcgen::Issuer::new(params, ca_key);
+        let fake = kctrl_fake::FakeApi::new();
+        let client_ca = crate::auth::ClientCa::from_configmap(fake.client()).await;
+        let (chain, key) =
+            load_or_generate_identity(None, None, "127.0.0.1".parse().unwrap()).unwrap();
+        let mut open = endpoints(true);
+        open.gate = Arc::new(Gate::new(
+            crate::auth::GateOptions {
+                review_tokens: false,
+                review_access: false,
+                token_cache_ttl: Duration::ZERO,
+                authorized_ttl: Duration::ZERO,
+                unauthorized_ttl: Duration::ZERO,
+                always_allow: crate::auth::AlwaysAllowPaths::parse(&["/healthz".to_owned()])
+                    .unwrap(),
+                client_certificates: Some(client_ca.clone()),
+            },
+            Arc::new(crate::auth::ApiReviews::new(None, None, Default::default())),
+        ));
+        let cancel = CancellationToken::new();
+        let addr = start(
+            "127.0.0.1:0".parse().unwrap(),
+            chain.clone(),
+            key,
+            open,
+            cancel.clone(),
+        )
+        .await
+        .unwrap();
+        let admin = || Some(client_certificate(&ca, "alice", Some("system:masters")));
+        let before = https_get_as(addr, &chain, "/metrics", admin())
+            .await
+            .unwrap();
+        assert!(before.starts_with("HTTP/1.1 403"), "{before}");
+        assert!(before.contains("system:anonymous"), "{before}");
+        let (namespace, name, key) = crate::auth::AUTHENTICATION_CONFIGMAP;
+        fake.add(&ConfigMap {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some(namespace.to_owned()),
+                ..Default::default()
+            },
+            data: Some([(key.to_owned(), ca_pem)].into()),
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(client_ca.reload().await.unwrap());
+        let after = https_get_as(addr, &chain, "/metrics", admin())
+            .await
+            .unwrap();
+        assert!(after.starts_with("HTTP/1.1 200"), "{after}");
         cancel.cancel();
     }
 

@@ -10,12 +10,14 @@
 //!   (or the in-cluster ServiceAccount). An answer that authenticates the token gives the
 //!   user (with the group `system:authenticated` added); a token the API server does not
 //!   authenticate, and a review that fails (API server unreachable, 5xx, timeout, refused),
-//!   answer `401 Unauthorized` — on every path, `/healthz` included, as upstream;
+//!   answer `401 Unauthorized` — on every path, `/healthz` included, as upstream. A token
+//!   longer than [`MAX_TOKEN_BYTES`] answers 401 without a review;
 //! - a request without that header (or with another scheme, or an empty token) is
 //!   anonymous: user `system:anonymous`, group `system:unauthenticated`;
 //! - with a client CA (`--client-ca-file`, else the `client-ca-file` the API server publishes
-//!   in the ConfigMap kube-system/extension-apiserver-authentication, looked up at start unless
-//!   `--authentication-skip-lookup`), a client certificate presented in the TLS handshake is
+//!   in the ConfigMap kube-system/extension-apiserver-authentication, unless
+//!   `--authentication-skip-lookup`; either is read again periodically, see [`ClientCa`]), a
+//!   client certificate presented in the TLS handshake is
 //!   verified against those CAs (chain, validity, client-auth usage); a valid one authenticates its
 //!   subject: the common name is the user, the organizations are the groups. It is tried
 //!   before the token; an invalid certificate answers 401 unless a token authenticates;
@@ -33,41 +35,44 @@
 //!
 //! Answers are cached (`--authentication-token-webhook-cache-ttl`,
 //! `--authorization-webhook-cache-authorized-ttl`, `--authorization-webhook-cache-unauthorized-ttl`,
-//! 10 s each; 0 turns a cache off). Failed reviews are never cached. A review is retried,
+//! 10 s each; 0 turns a cache off), keyed by keyed hashes (see the `token_cache` module), and
+//! requests with one token share its review while it is under way. Failed reviews are never
+//! cached. A request may wait on reviews only with a slot of a [`ReviewBudget`]; with none
+//! free it is answered `429` at once. A review is retried,
 //! as upstream's webhook backoff retries it, when the connection was reset or the API server
 //! answered 500, 504 or 429: after 0.5 s, 0.75 s, … (five attempts, ±20% jitter), within 10 s
 //! in all. A refused connection fails at once.
 
-use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
-use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::future::BoxFuture;
 use http_body_util::Full;
-use hyper::header::{
-    AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE, HeaderMap, HeaderValue, X_CONTENT_TYPE_OPTIONS,
-};
-use hyper::{Method, Response, StatusCode, Uri};
-use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, TokenReviewStatus};
+use hyper::header::{AUTHORIZATION, HeaderMap};
+use hyper::{Method, Response, Uri};
 use k8s_openapi::api::authorization::v1::{
-    NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec, SubjectAccessReviewStatus,
+    NonResourceAttributes, SubjectAccessReviewSpec, SubjectAccessReviewStatus,
 };
-use kctrl_client::{Api, Client, PostParams};
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::registry::Registry;
-use rustls::client::danger::HandshakeSignatureValid;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, UnixTime};
-use rustls::server::WebPkiClientVerifier;
-use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
-use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
-use tokio::time::Instant;
+use rustls::pki_types::CertificateDer;
+use tokio::sync::{Semaphore, SemaphorePermit};
 use tracing::{debug, warn};
+
+mod client_ca;
+mod response;
+mod review;
+mod token_cache;
+
+pub(crate) use client_ca::ClientCa;
+#[cfg(test)]
+pub(crate) use client_ca::{
+    AUTHENTICATION_CONFIGMAP, CONFIGMAP_RELOAD_INTERVAL, ClientCertificates, FILE_RELOAD_INTERVAL,
+};
+use response::{forbidden, internal_error, too_many_requests, unauthorized};
+use review::with_retries;
+pub(crate) use review::{ApiReviews, ReviewMetrics, Reviews};
+pub(crate) use token_cache::MAX_TOKEN_BYTES;
+use token_cache::{KeyHasher, TokenCache, TokenOutcome, TtlCache};
 
 /// The user of a request without credentials.
 pub(crate) const ANONYMOUS_USER: &str = "system:anonymous";
@@ -80,12 +85,6 @@ pub(crate) const MASTERS_GROUP: &str = "system:masters";
 /// How long one review may take, retries included (upstream's `TokenRequestTimeout` and
 /// `ClientTimeout`).
 pub(crate) const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
-/// Attempts per review, and the first delay between two (then ×1.5, ±20%).
-const REVIEW_ATTEMPTS: u32 = 5;
-const FIRST_RETRY_DELAY: Duration = Duration::from_millis(500);
-/// At most this many answers are cached per cache; past it, answers are not cached until
-/// entries expire (so a flood of distinct tokens cannot grow the process).
-const CACHE_CAPACITY: usize = 4096;
 /// Paths and verbs longer than this together are never cached (upstream's bound).
 const MAX_CACHED_ATTRIBUTES: usize = 10_000;
 
@@ -152,256 +151,51 @@ pub(crate) enum AuthError {
     /// The client certificate does not verify against `--client-ca-file`.
     #[error("verifying the client certificate: {0}")]
     BadClientCertificate(String),
-    /// `--client-ca-file` cannot be used.
-    #[error("--client-ca-file {path}: {reason}")]
+    /// The client CA cannot be read or used.
+    #[error("{what}: {reason}")]
     ClientCa {
-        /// The file.
-        path: String,
+        /// Where it was read from (`--client-ca-file <path>`, or the ConfigMap's key).
+        what: String,
         /// What is wrong with it.
         reason: String,
+    },
+    /// The bearer token is longer than any this gate reviews.
+    #[error(
+        "the bearer token is {length} bytes long, more than the {limit} a TokenReview is made for"
+    )]
+    TokenTooLong {
+        /// The token's length in bytes.
+        length: usize,
+        /// [`MAX_TOKEN_BYTES`].
+        limit: usize,
+    },
+    /// A review made for several requests at once failed.
+    #[error(transparent)]
+    Shared(Arc<AuthError>),
+    /// As many requests as allowed wait on reviews already.
+    #[error("{limit} requests are waiting on reviews already")]
+    TooManyReviews {
+        /// The size of the [`ReviewBudget`].
+        limit: usize,
     },
     /// An `--authorization-always-allow-paths` entry has a `*` that is not its last character.
     #[error("--authorization-always-allow-paths: only a trailing * is allowed in {0:?}")]
     BadAlwaysAllowPath(String),
 }
 
-/// The two reviews the API server performs for us.
-pub(crate) trait Reviews: Send + Sync {
-    /// Creates a TokenReview of `token`; its status.
-    fn token_review(
-        &self,
-        token: String,
-    ) -> BoxFuture<'_, Result<Option<TokenReviewStatus>, kctrl_client::Error>>;
-    /// Creates a SubjectAccessReview of `spec`; its status.
-    fn access_review(
-        &self,
-        spec: SubjectAccessReviewSpec,
-    ) -> BoxFuture<'_, Result<Option<SubjectAccessReviewStatus>, kctrl_client::Error>>;
-}
-
-/// The `code` label of the review request counters.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct CodeLabel {
-    code: String,
-}
-
-/// Counters of the review requests, by answer: upstream's
-/// `apiserver_delegated_authn_request_total` and `apiserver_delegated_authz_request_total`.
-#[derive(Clone, Default)]
-pub(crate) struct ReviewMetrics {
-    authn: Family<CodeLabel, Counter>,
-    authz: Family<CodeLabel, Counter>,
-}
-
-impl ReviewMetrics {
-    /// Registers the two counters in `registry`.
-    pub(crate) fn register(registry: &mut Registry) -> Self {
-        let metrics = Self::default();
-        registry.register(
-            "apiserver_delegated_authn_request",
-            "Number of HTTP requests partitioned by status code (or <error>) made for delegated authentication (TokenReviews)",
-            metrics.authn.clone(),
-        );
-        registry.register(
-            "apiserver_delegated_authz_request",
-            "Number of HTTP requests partitioned by status code (or <error>) made for delegated authorization (SubjectAccessReviews)",
-            metrics.authz.clone(),
-        );
-        metrics
-    }
-}
-
-/// The code an attempt is counted under: the HTTP status, or `<error>` without one.
-fn code_of<T>(result: &Result<T, kctrl_client::Error>) -> String {
-    match result {
-        Ok(_) => "201".to_owned(),
-        Err(e) => e
-            .api_error()
-            .map_or_else(|| "<error>".to_owned(), |a| a.code.to_string()),
-    }
-}
-
-/// [`Reviews`] through the API: creates of `tokenreviews` and `subjectaccessreviews`.
-pub(crate) struct ApiReviews {
-    authn: Option<Client>,
-    authz: Option<Client>,
-    metrics: ReviewMetrics,
-}
-
-impl ApiReviews {
-    /// Reviews through `authn` (TokenReviews) and `authz` (SubjectAccessReviews).
-    pub(crate) fn new(
-        authn: Option<Client>,
-        authz: Option<Client>,
-        metrics: ReviewMetrics,
-    ) -> Self {
-        Self {
-            authn,
-            authz,
-            metrics,
+impl AuthError {
+    /// Whether the error is a verdict on the credentials the caller presented (logged at
+    /// debug level: callers control them), rather than a failure of the gate or the API server.
+    fn is_about_credentials(&self) -> bool {
+        match self {
+            Self::InvalidToken
+            | Self::TokenRejected(_)
+            | Self::TokenTooLong { .. }
+            | Self::BadClientCertificate(_) => true,
+            Self::Shared(inner) => inner.is_about_credentials(),
+            _ => false,
         }
     }
-}
-
-impl Reviews for ApiReviews {
-    fn token_review(
-        &self,
-        token: String,
-    ) -> BoxFuture<'_, Result<Option<TokenReviewStatus>, kctrl_client::Error>> {
-        Box::pin(async move {
-            let client = self.authn.clone().ok_or_else(|| {
-                kctrl_client::Error::InvalidRequest("no TokenReview client".to_owned())
-            })?;
-            let review = TokenReview {
-                spec: TokenReviewSpec {
-                    token,
-                    audiences: None,
-                },
-                ..TokenReview::default()
-            };
-            let result = Api::<TokenReview>::all(client)
-                .create(&PostParams::default(), &review)
-                .await;
-            self.metrics
-                .authn
-                .get_or_create(&CodeLabel {
-                    code: code_of(&result),
-                })
-                .inc();
-            result.map(|r| r.status)
-        })
-    }
-
-    fn access_review(
-        &self,
-        spec: SubjectAccessReviewSpec,
-    ) -> BoxFuture<'_, Result<Option<SubjectAccessReviewStatus>, kctrl_client::Error>> {
-        Box::pin(async move {
-            let client = self.authz.clone().ok_or_else(|| {
-                kctrl_client::Error::InvalidRequest("no SubjectAccessReview client".to_owned())
-            })?;
-            let review = SubjectAccessReview {
-                spec,
-                ..SubjectAccessReview::default()
-            };
-            let result = Api::<SubjectAccessReview>::all(client)
-                .create(&PostParams::default(), &review)
-                .await;
-            self.metrics
-                .authz
-                .get_or_create(&CodeLabel {
-                    code: code_of(&result),
-                })
-                .inc();
-            result.map(|r| r.status)
-        })
-    }
-}
-
-/// Whether a failed review attempt is worth another, as upstream's webhook decides: a
-/// connection reset or aborted mid-request, or an answer of 500 (internal error), 504 / reason
-/// `Timeout`, or 429. A refused connection or a client-side timeout is not retried.
-fn retryable(e: &kctrl_client::Error) -> bool {
-    if let Some(api) = e.api_error() {
-        return matches!(api.code, 429 | 500 | 504)
-            || matches!(
-                api.status.reason.as_deref(),
-                Some("InternalError" | "Timeout" | "TooManyRequests")
-            );
-    }
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = source {
-        if let Some(io) = err.downcast_ref::<std::io::Error>()
-            && matches!(
-                io.kind(),
-                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted
-            )
-        {
-            return true;
-        }
-        source = err.source();
-    }
-    false
-}
-
-/// Runs `attempt` until it succeeds, fails for good, or [`REVIEW_TIMEOUT`] passes.
-async fn with_retries<T, F, Fut>(review: &'static str, mut attempt: F) -> Result<T, AuthError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, kctrl_client::Error>>,
-{
-    let deadline = Instant::now() + REVIEW_TIMEOUT;
-    let timed_out = || AuthError::ReviewTimedOut {
-        review,
-        after: REVIEW_TIMEOUT,
-    };
-    let mut delay = FIRST_RETRY_DELAY;
-    for n in 1..=REVIEW_ATTEMPTS {
-        match tokio::time::timeout_at(deadline, attempt()).await {
-            Err(_) => return Err(timed_out()),
-            Ok(Ok(value)) => return Ok(value),
-            Ok(Err(source)) if n < REVIEW_ATTEMPTS && retryable(&source) => {
-                debug!(review, attempt = n, error = %source, "review failed; retrying");
-                let jitter = 0.8 + 0.4 * fastrand::f64();
-                if tokio::time::timeout_at(deadline, tokio::time::sleep(delay.mul_f64(jitter)))
-                    .await
-                    .is_err()
-                {
-                    return Err(timed_out());
-                }
-                delay = delay.mul_f64(1.5);
-            }
-            Ok(Err(source)) => return Err(AuthError::Review { review, source }),
-        }
-    }
-    Err(timed_out())
-}
-
-/// Answers kept for a while, keyed by string.
-struct TtlCache<V> {
-    entries: Mutex<HashMap<String, (V, Instant)>>,
-}
-
-impl<V: Clone> TtlCache<V> {
-    fn new() -> Self {
-        Self {
-            entries: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn get(&self, key: &str) -> Option<V> {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        match entries.get(key) {
-            Some((value, expires)) if *expires > Instant::now() => Some(value.clone()),
-            Some(_) => {
-                entries.remove(key);
-                None
-            }
-            None => None,
-        }
-    }
-
-    fn put(&self, key: String, value: V, ttl: Duration) {
-        if ttl.is_zero() {
-            return;
-        }
-        let now = Instant::now();
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if entries.len() >= CACHE_CAPACITY {
-            entries.retain(|_, (_, expires)| *expires > now);
-            if entries.len() >= CACHE_CAPACITY {
-                return;
-            }
-        }
-        entries.insert(key, (value, now + ttl));
-    }
-}
-
-/// A cached TokenReview answer: the user, or "not authenticated" (without an error).
-#[derive(Clone)]
-enum TokenOutcome {
-    User(UserInfo),
-    NotAuthenticated,
 }
 
 /// The bearer token of an `Authorization` header, read as upstream does: the scheme is
@@ -448,159 +242,6 @@ impl AlwaysAllowPaths {
     }
 }
 
-/// `--client-ca-file`: the CAs client certificates are verified against, and what the TLS
-/// server needs to ask for them.
-#[derive(Clone)]
-pub(crate) struct ClientCertificates {
-    verifier: Arc<dyn ClientCertVerifier>,
-}
-
-impl std::fmt::Debug for ClientCertificates {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClientCertificates").finish_non_exhaustive()
-    }
-}
-
-impl ClientCertificates {
-    /// The CAs of a PEM file (one certificate or more).
-    pub(crate) fn from_pem_file(path: &Path) -> Result<Self, AuthError> {
-        let fail = |reason: String| AuthError::ClientCa {
-            path: path.display().to_string(),
-            reason,
-        };
-        let certificates = CertificateDer::pem_file_iter(path)
-            .map_err(|e| fail(e.to_string()))?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| fail(e.to_string()))?;
-        Self::from_certificates(certificates).map_err(fail)
-    }
-
-    /// The CAs of PEM text (`what` names its source in errors).
-    pub(crate) fn from_pem(pem: &str, what: &str) -> Result<Self, String> {
-        let certificates = CertificateDer::pem_slice_iter(pem.as_bytes())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("{what}: {e}"))?;
-        Self::from_certificates(certificates).map_err(|e| format!("{what}: {e}"))
-    }
-
-    /// The CAs `certificates` (DER).
-    pub(crate) fn from_certificates(
-        certificates: Vec<CertificateDer<'static>>,
-    ) -> Result<Self, String> {
-        if certificates.is_empty() {
-            return Err("holds no PEM certificate".to_owned());
-        }
-        let mut roots = rustls::RootCertStore::empty();
-        for certificate in certificates {
-            roots.add(certificate).map_err(|e| e.to_string())?;
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-            .allow_unauthenticated()
-            .build()
-            .map_err(|e| e.to_string())?;
-        Ok(Self { verifier })
-    }
-
-    /// The verifier for the TLS server: asks for a client certificate naming these CAs,
-    /// checks the handshake's signatures, and accepts any chain, which
-    /// [`authenticate`](Self::authenticate) judges afterwards (as upstream's server asks for a
-    /// certificate without verifying it in the handshake, so a bad one answers 401 rather
-    /// than failing the connection).
-    pub(crate) fn tls_verifier(&self) -> Arc<dyn ClientCertVerifier> {
-        Arc::new(RequestClientCertificate {
-            inner: self.verifier.clone(),
-        })
-    }
-
-    /// The user of a presented chain (leaf first): `Ok(None)` when its subject has no common
-    /// name.
-    pub(crate) fn authenticate(
-        &self,
-        chain: &[CertificateDer<'static>],
-    ) -> Result<Option<UserInfo>, AuthError> {
-        let Some((leaf, intermediates)) = chain.split_first() else {
-            return Ok(None);
-        };
-        self.verifier
-            .verify_client_cert(leaf, intermediates, UnixTime::now())
-            .map_err(|e| AuthError::BadClientCertificate(e.to_string()))?;
-        let (_, parsed) = x509_parser::parse_x509_certificate(leaf)
-            .map_err(|e| AuthError::BadClientCertificate(e.to_string()))?;
-        let subject = parsed.subject();
-        let Some(name) = subject
-            .iter_common_name()
-            .find_map(|cn| cn.as_str().ok())
-            .filter(|cn| !cn.is_empty())
-        else {
-            return Ok(None);
-        };
-        let groups = subject
-            .iter_organization()
-            .filter_map(|o| o.as_str().ok())
-            .map(str::to_owned)
-            .collect();
-        Ok(Some(UserInfo {
-            name: name.to_owned(),
-            uid: String::new(),
-            groups,
-            extra: BTreeMap::new(),
-        }))
-    }
-}
-
-/// Asks for a client certificate without requiring one, and leaves the chain to the
-/// authenticator (see [`ClientCertificates::tls_verifier`]).
-#[derive(Debug)]
-struct RequestClientCertificate {
-    inner: Arc<dyn ClientCertVerifier>,
-}
-
-impl ClientCertVerifier for RequestClientCertificate {
-    fn offer_client_auth(&self) -> bool {
-        true
-    }
-
-    fn client_auth_mandatory(&self) -> bool {
-        false
-    }
-
-    fn root_hint_subjects(&self) -> &[DistinguishedName] {
-        self.inner.root_hint_subjects()
-    }
-
-    fn verify_client_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _now: UnixTime,
-    ) -> Result<ClientCertVerified, rustls::Error> {
-        Ok(ClientCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
-    }
-}
-
 /// The settings of a [`Gate`].
 #[derive(Clone, Debug)]
 pub(crate) struct GateOptions {
@@ -618,8 +259,8 @@ pub(crate) struct GateOptions {
     pub(crate) unauthorized_ttl: Duration,
     /// `--authorization-always-allow-paths`.
     pub(crate) always_allow: AlwaysAllowPaths,
-    /// `--client-ca-file`, if given.
-    pub(crate) client_certificates: Option<ClientCertificates>,
+    /// The client CA (`--client-ca-file`, or the API server's ConfigMap), if there is one.
+    pub(crate) client_certificates: Option<Arc<ClientCa>>,
 }
 
 /// An authorizer's verdict on one request.
@@ -631,11 +272,66 @@ pub(crate) enum Decision {
     Forbid(String),
 }
 
+/// How many requests may wait on reviews at once. A request that needs a review (its token
+/// or its access not cached) while all the slots are taken is answered `429 Too Many
+/// Requests` at once instead of waiting, so requests stuck on a slow API server cannot hold
+/// every connection the server takes: requests that need no review (the kubelet's probes:
+/// no credentials, always-allowed paths) still find one.
+#[derive(Clone, Debug)]
+pub(crate) struct ReviewBudget {
+    slots: Arc<Semaphore>,
+    size: usize,
+}
+
+impl ReviewBudget {
+    /// `size` requests may wait on reviews at once (at least one).
+    pub(crate) fn new(size: usize) -> Self {
+        let size = size.max(1);
+        Self {
+            slots: Arc::new(Semaphore::new(size)),
+            size,
+        }
+    }
+
+    /// A ticket for one request, which takes a slot the first time it is about to wait on a
+    /// review and keeps it until the request has its answer.
+    fn ticket(&self) -> ReviewTicket<'_> {
+        ReviewTicket {
+            budget: self,
+            slot: None,
+        }
+    }
+}
+
+/// One request's claim on the [`ReviewBudget`].
+pub(crate) struct ReviewTicket<'a> {
+    budget: &'a ReviewBudget,
+    slot: Option<SemaphorePermit<'a>>,
+}
+
+impl ReviewTicket<'_> {
+    /// Takes a slot unless this request holds one; none free is [`AuthError::TooManyReviews`].
+    fn claim(&mut self) -> Result<(), AuthError> {
+        if self.slot.is_none() {
+            let slot = self
+                .budget
+                .slots
+                .try_acquire()
+                .map_err(|_| AuthError::TooManyReviews {
+                    limit: self.budget.size,
+                })?;
+            self.slot = Some(slot);
+        }
+        Ok(())
+    }
+}
+
 /// Authenticates and authorizes the requests of the endpoints.
 pub(crate) struct Gate {
     options: GateOptions,
     reviews: Arc<dyn Reviews>,
-    tokens: TtlCache<TokenOutcome>,
+    tokens: TokenCache,
+    access_keys: KeyHasher,
     access: TtlCache<SubjectAccessReviewStatus>,
 }
 
@@ -643,102 +339,131 @@ impl Gate {
     /// A gate reviewing through `reviews` as `options` say.
     pub(crate) fn new(options: GateOptions, reviews: Arc<dyn Reviews>) -> Self {
         Self {
+            tokens: TokenCache::new(options.token_cache_ttl),
             options,
             reviews,
-            tokens: TtlCache::new(),
+            access_keys: KeyHasher::new(),
             access: TtlCache::new(),
         }
     }
 
-    /// The client certificate verifier the TLS server needs, with `--client-ca-file`.
-    pub(crate) fn tls_client_verifier(&self) -> Option<Arc<dyn ClientCertVerifier>> {
-        self.options
-            .client_certificates
-            .as_ref()
-            .map(ClientCertificates::tls_verifier)
+    /// The client CA, whose current CAs the TLS server names when it asks for a client
+    /// certificate.
+    pub(crate) fn client_ca(&self) -> Option<&Arc<ClientCa>> {
+        self.options.client_certificates.as_ref()
     }
 
     /// Who sent a request with these headers over a connection that presented `chain`
     /// (empty without a client certificate): `Ok(None)` for anonymous. The certificate is
-    /// tried first, then the token; an error of either only counts when neither
-    /// authenticates.
+    /// tried first (against the client CAs of this moment), then the token; an error of
+    /// either only counts when neither authenticates.
+    #[cfg(test)]
     pub(crate) async fn authenticate(
         &self,
         headers: &HeaderMap,
         chain: &[CertificateDer<'static>],
     ) -> Result<Option<UserInfo>, AuthError> {
+        let budget = ReviewBudget::new(1);
+        self.authenticate_within(headers, chain, &mut budget.ticket())
+            .await
+    }
+
+    /// Who sent a request with these headers over a connection that presented `chain`, as
+    /// `authenticate` says, waiting on a review only with a slot of `ticket`'s budget.
+    async fn authenticate_within(
+        &self,
+        headers: &HeaderMap,
+        chain: &[CertificateDer<'static>],
+        ticket: &mut ReviewTicket<'_>,
+    ) -> Result<Option<UserInfo>, AuthError> {
         let mut first_error = None;
-        if let Some(certificates) = &self.options.client_certificates {
+        if let Some(certificates) = self
+            .options
+            .client_certificates
+            .as_ref()
+            .and_then(|ca| ca.current())
+        {
             match certificates.authenticate(chain) {
                 Ok(Some(user)) => return Ok(Some(with_authenticated_group(user))),
                 Ok(None) => {}
                 Err(e) => first_error = Some(e),
             }
         }
-        match self.authenticate_token(headers).await {
+        match self.authenticate_token(headers, ticket).await {
             Ok(Some(user)) => Ok(Some(user)),
             Ok(None) => first_error.map_or(Ok(None), Err),
+            // Busy is not a verdict on the credentials: it is answered as such.
+            Err(e @ AuthError::TooManyReviews { .. }) => Err(e),
             Err(e) => Err(first_error.unwrap_or(e)),
         }
     }
 
     /// The user of the request's bearer token: `Ok(None)` without one (or without a review
     /// client).
-    async fn authenticate_token(&self, headers: &HeaderMap) -> Result<Option<UserInfo>, AuthError> {
+    async fn authenticate_token(
+        &self,
+        headers: &HeaderMap,
+        ticket: &mut ReviewTicket<'_>,
+    ) -> Result<Option<UserInfo>, AuthError> {
         if !self.options.review_tokens {
             return Ok(None);
         }
         let Some(token) = bearer_token(headers) else {
             return Ok(None);
         };
-        if let Some(outcome) = self.tokens.get(token) {
-            return match outcome {
-                TokenOutcome::User(user) => Ok(Some(user)),
-                TokenOutcome::NotAuthenticated => Err(AuthError::InvalidToken),
-            };
+        if token.len() > MAX_TOKEN_BYTES {
+            return Err(AuthError::TokenTooLong {
+                length: token.len(),
+                limit: MAX_TOKEN_BYTES,
+            });
         }
-        let status = with_retries("TokenReview", || {
-            self.reviews.token_review(token.to_owned())
-        })
-        .await?
-        .ok_or(AuthError::NoStatus {
-            review: "TokenReview",
-        })?;
+        let key = self.tokens.key(token);
+        let outcome = match self.tokens.cached(&key) {
+            Some(outcome) => outcome,
+            None => {
+                ticket.claim()?;
+                self.tokens
+                    .review(key, || self.review_token(token.to_owned()))
+                    .await?
+            }
+        };
+        match outcome {
+            TokenOutcome::User(user) => Ok(Some(user)),
+            TokenOutcome::NotAuthenticated => Err(AuthError::InvalidToken),
+        }
+    }
+
+    /// Creates a TokenReview of `token`: its answer, or why there is none (an error the API
+    /// server gave with a negative answer counts as a failure, as upstream does not cache it).
+    async fn review_token(&self, token: String) -> Result<TokenOutcome, AuthError> {
+        let status = with_retries("TokenReview", || self.reviews.token_review(token.clone()))
+            .await?
+            .ok_or(AuthError::NoStatus {
+                review: "TokenReview",
+            })?;
         if status.authenticated != Some(true) {
             return match status.error.filter(|e| !e.is_empty()) {
-                // An error is not cached, as upstream.
                 Some(error) => Err(AuthError::TokenRejected(error)),
-                None => {
-                    self.tokens.put(
-                        token.to_owned(),
-                        TokenOutcome::NotAuthenticated,
-                        self.options.token_cache_ttl,
-                    );
-                    Err(AuthError::InvalidToken)
-                }
+                None => Ok(TokenOutcome::NotAuthenticated),
             };
         }
         let reviewed = status.user.unwrap_or_default();
-        let user = with_authenticated_group(UserInfo {
+        Ok(TokenOutcome::User(with_authenticated_group(UserInfo {
             name: reviewed.username.unwrap_or_default(),
             uid: reviewed.uid.unwrap_or_default(),
             groups: reviewed.groups.unwrap_or_default(),
             extra: reviewed.extra.unwrap_or_default(),
-        });
-        self.tokens.put(
-            token.to_owned(),
-            TokenOutcome::User(user.clone()),
-            self.options.token_cache_ttl,
-        );
-        Ok(Some(user))
+        })))
     }
 
-    /// Whether `user` may `verb` the non-resource URL `path`.
-    pub(crate) async fn authorize(
+    /// Whether `user` may `verb` the non-resource URL `path`, waiting on a review only with a
+    /// slot of `ticket`'s budget.
+    async fn authorize_within(
         &self,
         user: &UserInfo,
         verb: &str,
         path: &str,
+        ticket: &mut ReviewTicket<'_>,
     ) -> Result<Decision, AuthError> {
         if user.groups.iter().any(|g| g == MASTERS_GROUP) || self.options.always_allow.allows(path)
         {
@@ -758,10 +483,15 @@ impl Gate {
             }),
             resource_attributes: None,
         };
-        let key = serde_json::to_string(&spec).unwrap_or_default();
-        let status = match self.access.get(&key) {
+        let key = serde_json::to_string(&spec)
+            .ok()
+            .filter(|_| path.len() + verb.len() < MAX_CACHED_ATTRIBUTES)
+            .map(|json| self.access_keys.key(&[json.as_bytes()]));
+        let cached = key.as_ref().and_then(|key| self.access.get(key));
+        let status = match cached {
             Some(status) => status,
             None => {
+                ticket.claim()?;
                 let status = with_retries("SubjectAccessReview", || {
                     self.reviews.access_review(spec.clone())
                 })
@@ -769,7 +499,7 @@ impl Gate {
                 .ok_or(AuthError::NoStatus {
                     review: "SubjectAccessReview",
                 })?;
-                if !key.is_empty() && path.len() + verb.len() < MAX_CACHED_ATTRIBUTES {
+                if let Some(key) = key {
                     let ttl = if status.allowed {
                         self.options.authorized_ttl
                     } else {
@@ -792,35 +522,43 @@ impl Gate {
     }
 
     /// Authenticates and authorizes one request: `Ok` to serve it, or the answer to send
-    /// instead (401, 403 or 500).
+    /// instead (401, 403, 429 or 500). While it waits on a review it holds a slot of
+    /// `budget`; with none free it is answered 429 at once.
     pub(crate) async fn admit(
         &self,
         method: &Method,
         uri: &Uri,
         headers: &HeaderMap,
         chain: &[CertificateDer<'static>],
+        budget: &ReviewBudget,
     ) -> Result<UserInfo, Response<Full<Bytes>>> {
-        let user = match self.authenticate(headers, chain).await {
+        let mut ticket = budget.ticket();
+        let user = match self.authenticate_within(headers, chain, &mut ticket).await {
             Ok(user) => user.unwrap_or_else(UserInfo::anonymous),
             Err(e) => {
-                match e {
-                    AuthError::InvalidToken
-                    | AuthError::TokenRejected(_)
-                    | AuthError::BadClientCertificate(_) => {
-                        debug!(path = uri.path(), error = %e, "unable to authenticate the request");
-                    }
-                    _ => warn!(path = uri.path(), error = %e, "unable to authenticate the request"),
+                if let AuthError::TooManyReviews { .. } = e {
+                    debug!(path = uri.path(), error = %e, "refusing the request for now");
+                    return Err(too_many_requests());
+                }
+                if e.is_about_credentials() {
+                    debug!(path = uri.path(), error = %e, "unable to authenticate the request");
+                } else {
+                    warn!(path = uri.path(), error = %e, "unable to authenticate the request");
                 }
                 return Err(unauthorized());
             }
         };
         let verb = method.as_str().to_ascii_lowercase();
         let path = uri.path();
-        match self.authorize(&user, &verb, path).await {
+        match self.authorize_within(&user, &verb, path, &mut ticket).await {
             Ok(Decision::Allow) => Ok(user),
             Ok(Decision::Forbid(reason)) => {
                 debug!(user = %user.name, verb, path, reason, "forbidden");
                 Err(forbidden(&user, &verb, path, &reason))
+            }
+            Err(e @ AuthError::TooManyReviews { .. }) => {
+                debug!(user = %user.name, verb, path, error = %e, "refusing the request for now");
+                Err(too_many_requests())
             }
             Err(e) => {
                 warn!(user = %user.name, verb, path, error = %e, "authorization failed; refusing the request");
@@ -844,84 +582,14 @@ fn with_authenticated_group(mut user: UserInfo) -> UserInfo {
     user
 }
 
-/// Escapes what upstream's response writer escapes in messages (`&`, `<`, `>`).
-fn sanitize(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
-fn response(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    if status != StatusCode::UNAUTHORIZED {
-        // As upstream's 403 and 500 answers.
-        headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    }
-    response
-}
-
-/// A `Status` object as the API server encodes it: compact, its fields in its order.
-fn status_body(code: u16, reason: &str, message: &str, details: bool) -> String {
-    let quoted = |text: &str| serde_json::Value::from(text).to_string();
-    format!(
-        "{{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{{}},\"status\":\"Failure\",\
-         \"message\":{},\"reason\":{},{}\"code\":{code}}}\n",
-        quoted(message),
-        quoted(reason),
-        if details { "\"details\":{}," } else { "" },
-    )
-}
-
-/// The answer to a request that could not be authenticated.
-pub(crate) fn unauthorized() -> Response<Full<Bytes>> {
-    response(
-        StatusCode::UNAUTHORIZED,
-        "application/json",
-        status_body(401, "Unauthorized", "Unauthorized", false),
-    )
-}
-
-/// The answer to a request `user` may not make.
-pub(crate) fn forbidden(
-    user: &UserInfo,
-    verb: &str,
-    path: &str,
-    reason: &str,
-) -> Response<Full<Bytes>> {
-    let mut message = sanitize(&format!(
-        "forbidden: User {:?} cannot {verb} path {:?}",
-        user.name, path
-    ));
-    if !reason.is_empty() {
-        message.push_str(": ");
-        message.push_str(reason);
-    }
-    response(
-        StatusCode::FORBIDDEN,
-        "application/json",
-        status_body(403, "Forbidden", &message, true),
-    )
-}
-
-/// The answer when authorization itself failed.
-fn internal_error(request_uri: &str, error: &AuthError) -> Response<Full<Bytes>> {
-    response(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "text/plain; charset=utf-8",
-        sanitize(&format!(
-            "Internal Server Error: {request_uri:?}: {error}\n"
-        )),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::future::BoxFuture;
     use http_body_util::BodyExt;
+    use hyper::StatusCode;
+    use hyper::header::HeaderValue;
+    use k8s_openapi::api::authentication::v1::TokenReviewStatus;
     use k8s_openapi::api::authentication::v1::UserInfo as ReviewedUser;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -936,6 +604,8 @@ mod tests {
         refusing: AtomicBool,
         token_reviews: AtomicUsize,
         access_reviews: AtomicUsize,
+        /// When set, each TokenReview waits for a permit of this semaphore before answering.
+        token_release: Option<Arc<tokio::sync::Semaphore>>,
     }
 
     /// A connection reset mid-request (retried), or refused (not retried).
@@ -966,6 +636,9 @@ mod tests {
         ) -> BoxFuture<'_, Result<Option<TokenReviewStatus>, kctrl_client::Error>> {
             Box::pin(async move {
                 self.token_reviews.fetch_add(1, Ordering::SeqCst);
+                if let Some(release) = &self.token_release {
+                    release.acquire().await.unwrap().forget();
+                }
                 self.fail()?;
                 let name = match token.as_str() {
                     ALLOWED => "system:serviceaccount:monitoring:prometheus",
@@ -1056,7 +729,10 @@ mod tests {
     /// The status and body of the gate's answer, 200 when it lets the request through.
     async fn answer(gate: &Gate, method: Method, path: &str, token: Option<&str>) -> (u16, String) {
         let uri: Uri = path.parse().unwrap();
-        match gate.admit(&method, &uri, &headers(token), &[]).await {
+        match gate
+            .admit(&method, &uri, &headers(token), &[], &ReviewBudget::new(64))
+            .await
+        {
             Ok(_) => (200, String::new()),
             Err(response) => {
                 let status = response.status().as_u16();
@@ -1244,6 +920,106 @@ mod tests {
         );
         assert_eq!(fake.token_reviews.load(Ordering::SeqCst), 0);
         assert_eq!(fake.access_reviews.load(Ordering::SeqCst), 0);
+    }
+
+    // A bearer token longer than any real one is refused (401) without a TokenReview, so
+    // junk headers cost the API server nothing; one of exactly the limit is still reviewed.
+    #[tokio::test(start_paused = true)]
+    async fn an_overlong_bearer_token_is_refused_without_a_review() {
+        let (gate, fake) = new_gate(options());
+        let at_limit = "a".repeat(16 * 1024);
+        let (status, _) = answer(&gate, Method::GET, "/metrics", Some(&at_limit)).await;
+        assert_eq!(status, 401);
+        assert_eq!(fake.token_reviews.load(Ordering::SeqCst), 1);
+        for len in [16 * 1024 + 1, 300 * 1024] {
+            let token = "b".repeat(len);
+            let (status, body) = answer(&gate, Method::GET, "/metrics", Some(&token)).await;
+            assert_eq!(status, 401, "{body}");
+            // Not even on the always-allowed paths: the credential is refused.
+            let (status, _) = answer(&gate, Method::GET, "/healthz", Some(&token)).await;
+            assert_eq!(status, 401);
+        }
+        assert_eq!(fake.token_reviews.load(Ordering::SeqCst), 1);
+    }
+
+    // Many requests with one token while its review is pending: one TokenReview answers
+    // them all (and fills the cache for the next).
+    #[tokio::test(start_paused = true)]
+    async fn concurrent_requests_with_one_token_share_one_review() {
+        let release = Arc::new(tokio::sync::Semaphore::new(0));
+        let fake = Arc::new(FakeReviews {
+            token_release: Some(release.clone()),
+            ..FakeReviews::default()
+        });
+        let gate = Arc::new(Gate::new(options(), fake.clone()));
+        let requests: Vec<_> = (0..10)
+            .map(|_| {
+                let gate = gate.clone();
+                tokio::spawn(
+                    async move { answer(&gate, Method::GET, "/metrics", Some(ALLOWED)).await },
+                )
+            })
+            .collect();
+        // Every request has run as far as it can (the clock only advances once all wait).
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(fake.token_reviews.load(Ordering::SeqCst), 1);
+        release.add_permits(100);
+        for request in requests {
+            assert_eq!(request.await.unwrap().0, 200);
+        }
+        assert_eq!(
+            answer(&gate, Method::GET, "/metrics", Some(ALLOWED))
+                .await
+                .0,
+            200
+        );
+        assert_eq!(fake.token_reviews.load(Ordering::SeqCst), 1);
+    }
+
+    // While as many requests as the budget allows wait on reviews, another one that needs a
+    // review (of its token, or of its access) is answered 429 at once; one that needs none
+    // (a probe) is answered as usual. The slots free up with the answers.
+    #[tokio::test(start_paused = true)]
+    async fn requests_past_the_review_budget_are_turned_away_and_probes_are_not() {
+        let release = Arc::new(tokio::sync::Semaphore::new(0));
+        let fake = Arc::new(FakeReviews {
+            token_release: Some(release.clone()),
+            ..FakeReviews::default()
+        });
+        let gate = Arc::new(Gate::new(options(), fake.clone()));
+        let budget = ReviewBudget::new(1);
+        let status = |response: Result<UserInfo, Response<Full<Bytes>>>| {
+            response.map_or_else(|r| r.status().as_u16(), |_| 200)
+        };
+        let waiting = {
+            let (gate, budget) = (gate.clone(), budget.clone());
+            tokio::spawn(async move {
+                let uri: Uri = "/metrics".parse().unwrap();
+                let answer = gate
+                    .admit(&Method::GET, &uri, &headers(Some(ALLOWED)), &[], &budget)
+                    .await;
+                answer.map_or_else(|r| r.status().as_u16(), |_| 200)
+            })
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let admit = |path: &str, token: Option<&str>| {
+            let uri: Uri = path.parse().unwrap();
+            let (gate, budget) = (gate.clone(), budget.clone());
+            let headers = headers(token);
+            async move { gate.admit(&Method::GET, &uri, &headers, &[], &budget).await }
+        };
+        let busy = admit("/metrics", Some(NOT_ALLOWED)).await.unwrap_err();
+        assert_eq!(busy.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(busy.headers()[hyper::header::RETRY_AFTER], "1");
+        assert_eq!(status(admit("/metrics", None).await), 429);
+        assert_eq!(status(admit("/healthz", None).await), 200);
+        assert_eq!(status(admit("/readyz", None).await), 200);
+        release.add_permits(10);
+        assert_eq!(waiting.await.unwrap(), 200);
+        assert_eq!(status(admit("/metrics", Some(NOT_ALLOWED)).await), 403);
+        // Answers from the cache need no slot.
+        assert_eq!(status(admit("/metrics", Some(ALLOWED)).await), 200);
+        assert_eq!(fake.token_reviews.load(Ordering::SeqCst), 2);
     }
 
     #[test]
