@@ -516,33 +516,43 @@ where
             return;
         }
     };
+    // The own-writes check comes first: the cache may move while it waits (a live read),
+    // and the reconcile gets the object as cached after it.
+    if shared.store.get(key).is_some() {
+        match shared.own_writes.ensure_ready(key).await {
+            Ok(Readiness::Ready) => {}
+            Ok(Readiness::Behind { retry_in }) => {
+                debug!(controller = %shared.name, namespace, name, ?retry_in,
+                    "the caches do not show this key's own writes yet; their events enqueue it again");
+                shared.queue.add_after(key.clone(), retry_in);
+                return;
+            }
+            Err(err) => {
+                warn!(controller = %shared.name, namespace, name, error = %err,
+                    "checking the caches against this key's own writes failed");
+                shared.queue.add_rate_limited(key.clone());
+                // Retried rate-limited, and at the latest when the records expire: then the
+                // key acts on the caches.
+                if let Some(expires_in) = shared.own_writes.expires_in(key) {
+                    shared.queue.add_after(key.clone(), expires_in);
+                }
+                return;
+            }
+        }
+    }
     let Some(obj) = shared.store.get(key) else {
         debug!(controller = %shared.name, namespace, name, "gone from the cache; nothing to reconcile");
         shared.own_writes.forget(key);
         shared.queue.forget(key);
         return;
     };
-    match shared.own_writes.ensure_ready(key).await {
-        Ok(Readiness::Ready) => {}
-        Ok(Readiness::Behind { retry_in }) => {
-            debug!(controller = %shared.name, namespace, name, ?retry_in,
-                "the caches do not show this key's own writes yet; their events enqueue it again");
-            shared.queue.add_after(key.clone(), retry_in);
-            return;
-        }
-        Err(err) => {
-            warn!(controller = %shared.name, namespace, name, error = %err,
-                "checking the caches against this key's own writes failed");
-            shared.queue.add_rate_limited(key.clone());
-            return;
-        }
-    }
     let started = Instant::now();
     // A task of its own, so a panic fails this key instead of the worker.
     let task = tokio::spawn((shared.reconcile)(obj.clone(), shared.ctx.clone()));
     let (action, result, panicked) = match task.await {
         Ok(Ok(action)) => {
-            shared.queue.forget(key);
+            // The key's failures are forgotten below, unless the reconcile asks for a
+            // rate-limited requeue (controller-runtime's `Requeue: true`): that backs off.
             let result = match action.next() {
                 Next::AwaitChange => ReconcileResult::Success,
                 Next::After(_) => ReconcileResult::RequeueAfter,
@@ -583,3 +593,7 @@ where
         }
     }
 }
+
+#[cfg(test)]
+#[path = "process_tests.rs"]
+mod process_tests;
