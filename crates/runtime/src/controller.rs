@@ -381,7 +381,8 @@ impl<K: Object> Controller<K> {
     ///
     /// `reconcile` gets the cached object (a key whose object is gone from the cache is
     /// skipped: cleanup that must run belongs in a finalizer). Its [`Action`]
-    /// says what happens next; on success the key's failures are forgotten. On an error,
+    /// says what happens next; on success the key's failures are forgotten, unless it asks for
+    /// [`Action::rate_limited`], which backs off per key as a failure does. On an error,
     /// `error_policy` decides ([`Action::rate_limited`] is client-go's usual answer); a
     /// panicking reconcile is caught, logged, counted and retried rate-limited.
     ///

@@ -54,8 +54,10 @@
 //!   `controller_runtime_reconcile_panics_total`, retried rate-limited); the worker lives on.
 //! - **Reads its own writes.** A reconcile records its writes on
 //!   [`Controller::own_writes`]; the key is not reconciled again until the caches show them
-//!   (bounded by a live read), so it never acts on the state before its own write
-//!   ([`own_writes`]; Kubernetes' stale-controller mitigation, which the other runtimes lack).
+//!   (creates, updates, applies and deletes; checked live after 30 s, and each record expires
+//!   after 5 minutes as client-go's expectations do), so it does not act on the state before
+//!   its own write ([`own_writes`]; Kubernetes' stale-controller mitigation, which the other
+//!   runtimes lack).
 //! - **Metadata-only informers** for owned and watched resources
 //!   ([`Controller::owns_metadata`], [`Controller::watches_metadata`]).
 //! - **A bounded shutdown.** On cancel no new key is taken and the reconciles in flight

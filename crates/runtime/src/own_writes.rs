@@ -15,28 +15,38 @@
 //! the caches and answers whether the reconcile may act:
 //!
 //! * an **update or apply** the API server answered produced a new resourceVersion: a cache
-//!   holding the version the write was sent against (or the one the cache held when the answer
-//!   came) is behind; a cache at or past the written version is not (resourceVersions are
-//!   compared as numbers when both are well formed, as Kubernetes 1.35 made them);
+//!   holding a version below the written one is behind, a cache at or past it is not
+//!   (resourceVersions are compared as numbers when both are well formed, as Kubernetes 1.35
+//!   made them; so another writer's version between the one we replaced and ours is behind).
+//!   Where versions do not compare, a cache holding the version the write was sent against
+//!   (or the one the cache held when the answer came) is behind;
 //! * a **create** made an object exist: a cache without it is behind;
+//! * a **delete** ([`OwnWrites::record_delete`]) made it go: a cache still holding it at the
+//!   version it had (or one our earlier writes made) is behind; a newer version is a deletion
+//!   waiting on finalizers, or a new object of that name, and is not;
 //! * a write whose **outcome is unknown** (no readable answer: a connection cut, a timeout, a
 //!   5xx) may or may not have been applied: while the cache still holds what the write was sent
 //!   against, one live read of the object tells;
 //! * a record the caches have not caught up with after [`DEFAULT_VERIFY_AFTER`] is checked by
 //!   a live read, so a record that can never be satisfied (an object deleted before its cache
-//!   saw it) holds its key back for at most that long.
+//!   saw it) holds its key back for at most that long;
+//! * every record **expires** [`DEFAULT_EXPIRE_AFTER`] (5 minutes) after its write, as
+//!   client-go's expectations do: a key whose live reads keep failing (no `get` permission,
+//!   an API server refusing) or whose cache stays behind then acts on the caches.
 //!
 //! A record goes away as soon as the cache shows the write (or anything after it), when the
-//! key's object is gone, or when a live read shows the cache is current. In a run without
-//! faults the mechanism costs no request: records come from answers the reconcile receives
-//! anyway and are resolved by reading the caches.
+//! key's object is gone (a [`Controller`](crate::Controller) forgets a key's records when its
+//! object's deletion reaches the cache), when a live read shows the cache is current, or when
+//! it expires. In a run without faults the mechanism costs no request: records come from
+//! answers the reconcile receives anyway and are resolved by reading the caches.
 //!
 //! A [`Controller`](crate::Controller) checks every key before its reconcile, for the caches
 //! of its resource and of every resource it [`owns`](crate::Controller::owns) or
 //! [`watches`](crate::Controller::watches); a reconcile records its writes with
 //! [`OwnWrites::record`] on the handle [`Controller::own_writes`](crate::Controller::own_writes)
 //! gives. A key whose caches are behind is not reconciled; it runs again when the write's
-//! event enqueues it, or after the time to the next live check.
+//! event enqueues it, or after the time to the next live check. A key that may act gets its
+//! object as cached after the check (which may have waited for a live read).
 //!
 //! [`WriteTable`] is the bookkeeping alone (no I/O, the time passed in), for controllers that
 //! run their own loop.
