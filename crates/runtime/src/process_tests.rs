@@ -2,6 +2,7 @@
 //! requeue is filed.
 
 use std::sync::Mutex;
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use kctrl_client::{Api, PostParams};
@@ -137,4 +138,64 @@ async fn the_reconcile_gets_the_object_as_cached_after_the_own_writes_check() {
         [after.metadata.resource_version.unwrap()],
         "reconciled the object the check waited for"
     );
+}
+
+/// A key whose own-writes live read keeps failing (no `get` permission) is retried at the
+/// latest when its record expires, however long its backoff has grown; then it reconciles.
+#[tokio::test(start_paused = true)]
+async fn a_key_whose_live_read_keeps_failing_reconciles_when_its_record_expires() {
+    let fake = FakeApi::new();
+    let api: Api<Deployment> = Api::namespaced(fake.client(), "shop");
+    let created = api
+        .create(&PostParams::default(), &deployment(None))
+        .await
+        .unwrap();
+    let store = Store::new();
+    store.insert(Arc::new(created.clone()));
+    let own_writes = OwnWrites::new();
+    own_writes.track(store.clone(), {
+        let client = fake.client();
+        move |ns| Api::namespaced(client.clone(), ns)
+    });
+    // An update applied whose answer was lost: only a live read can tell.
+    let lost = kctrl_client::Error::Api(Box::new(kctrl_client::ApiError::from_body(
+        503,
+        b"the answer was lost",
+    )));
+    own_writes.record_outcome(
+        KEY,
+        &Target::of::<Deployment>("shop", "web"),
+        created.metadata.resource_version.as_deref(),
+        Err(&lost),
+    );
+    fake.prepend_reactor("get", "deployments", |_| {
+        Reaction::Error(kctrl_client::Error::Api(Box::new(
+            kctrl_client::ApiError::from_body(403, b"deployments is forbidden"),
+        )))
+    });
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut s = shared(
+        store,
+        own_writes,
+        || Ok(Action::await_change()),
+        seen.clone(),
+    );
+    // A backoff already longer than the expiry.
+    let long = Duration::from_secs(1000);
+    s.queue = RateLimitingQueue::new(kctrl_workqueue::ItemExponentialFailureRateLimiter::new(
+        long, long,
+    ));
+    let key: ObjectKey = KEY.into();
+    process(&s, &key).await;
+    assert!(seen.lock().unwrap().is_empty(), "the live read failed");
+    let next = tokio::time::timeout(
+        crate::own_writes::DEFAULT_EXPIRE_AFTER + Duration::from_secs(1),
+        s.queue.get(),
+    )
+    .await
+    .expect("retried when the record expires, before the backoff");
+    assert_eq!(next.as_deref(), Some(KEY));
+    process(&s, &key).await;
+    s.queue.done(&key);
+    assert_eq!(seen.lock().unwrap().len(), 1, "reconciled on the caches");
 }
