@@ -40,7 +40,10 @@ impl Action {
 
     /// Reconcile the object again when the queue's rate limiter allows: per key, an
     /// exponential backoff (5 ms doubling up to 1000 s with the default limiter) under an
-    /// overall token bucket. The default answer to an error.
+    /// overall token bucket. The default answer to an error; returned from a successful
+    /// reconcile too (controller-runtime's `Requeue: true`), it keeps the key's failure count,
+    /// so repeated requeues back off. Only [`await_change`](Action::await_change) and
+    /// [`requeue`](Action::requeue) reset it.
     pub const fn rate_limited() -> Action {
         Action {
             next: Next::RateLimited,

@@ -414,7 +414,8 @@ impl<K: Object> Controller<K> {
     ///
     /// `reconcile` gets the cached object (a key whose object is gone from the cache is
     /// skipped: cleanup that must run belongs in a finalizer). Its [`Action`]
-    /// says what happens next; on success the key's failures are forgotten. On an error,
+    /// says what happens next; on success the key's failures are forgotten, unless it asks for
+    /// [`Action::rate_limited`], which backs off per key as a failure does. On an error,
     /// `error_policy` decides ([`Action::rate_limited`] is client-go's usual answer). A
     /// panicking reconcile or error policy is caught, logged, counted
     /// (`controller_runtime_reconcile_panics_total`) and its key retried rate-limited; the
@@ -663,27 +664,36 @@ where
             return;
         }
     };
+    // The own-writes check comes first: the cache may move while it waits (a live read),
+    // and the reconcile gets the object as cached after it.
+    if shared.store.get(key).is_some() {
+        match shared.own_writes.ensure_ready(key).await {
+            Ok(Readiness::Ready) => {}
+            Ok(Readiness::Behind { retry_in }) => {
+                debug!(controller = %shared.name, namespace, name, ?retry_in,
+                    "the caches do not show this key's own writes yet; their events enqueue it again");
+                shared.queue.add_after(key.clone(), retry_in);
+                return;
+            }
+            Err(err) => {
+                warn!(controller = %shared.name, namespace, name, error = %err,
+                    "checking the caches against this key's own writes failed");
+                shared.queue.add_rate_limited(key.clone());
+                // Retried rate-limited, and at the latest when the records expire: then the
+                // key acts on the caches.
+                if let Some(expires_in) = shared.own_writes.expires_in(key) {
+                    shared.queue.add_after(key.clone(), expires_in);
+                }
+                return;
+            }
+        }
+    }
     let Some(obj) = shared.store.get(key) else {
         debug!(controller = %shared.name, namespace, name, "gone from the cache; nothing to reconcile");
         shared.own_writes.forget(key);
         shared.queue.forget(key);
         return;
     };
-    match shared.own_writes.ensure_ready(key).await {
-        Ok(Readiness::Ready) => {}
-        Ok(Readiness::Behind { retry_in }) => {
-            debug!(controller = %shared.name, namespace, name, ?retry_in,
-                "the caches do not show this key's own writes yet; their events enqueue it again");
-            shared.queue.add_after(key.clone(), retry_in);
-            return;
-        }
-        Err(err) => {
-            warn!(controller = %shared.name, namespace, name, error = %err,
-                "checking the caches against this key's own writes failed");
-            shared.queue.add_rate_limited(key.clone());
-            return;
-        }
-    }
     let started = Instant::now();
     // A panic fails this key instead of the worker.
     let reconciled = std::panic::catch_unwind(AssertUnwindSafe(|| {
@@ -695,7 +705,8 @@ where
     };
     let (action, result, panicked) = match outcome {
         Ok(Ok(action)) => {
-            shared.queue.forget(key);
+            // The key's failures are forgotten below, unless the reconcile asks for a
+            // rate-limited requeue (controller-runtime's `Requeue: true`): that backs off.
             let result = match action.next() {
                 Next::AwaitChange => ReconcileResult::Success,
                 Next::After(_) => ReconcileResult::RequeueAfter,
@@ -747,3 +758,7 @@ where
         }
     }
 }
+
+#[cfg(test)]
+#[path = "process_tests.rs"]
+mod process_tests;

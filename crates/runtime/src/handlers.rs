@@ -70,9 +70,13 @@ where
         self.queue.add_with_priority(key, lane);
     }
 
-    fn on_delete(&self, _obj: &DeletedObject<K>) {
+    fn on_delete(&self, obj: &DeletedObject<K>) {
         // Nothing left to reconcile: cleanup that must run belongs in a finalizer, and what
-        // the object owned goes with it (garbage collection by owner references).
+        // the object owned goes with it (garbage collection by owner references). The records
+        // of its own writes go too: no reconcile of the key would resolve them.
+        if !self.own_writes.is_empty() {
+            self.own_writes.forget(&key_of(obj.object().as_ref()));
+        }
     }
 }
 
@@ -393,6 +397,38 @@ mod tests {
             own_writes.ensure_ready("shop/settings").await,
             Ok(crate::own_writes::Readiness::Ready)
         ));
+        assert!(!own_writes.is_waiting("shop/settings"));
+    }
+
+    /// A deleted primary's records go with it, as the ReplicaSet controller deletes its
+    /// expectations: a key whose object is gone is never reconciled to resolve them (a
+    /// status write's event, filtered by a generation predicate, never enqueued it).
+    #[tokio::test]
+    async fn deleting_the_primary_forgets_its_own_writes() {
+        let queue = RateLimitingQueue::new(default_controller_rate_limiter());
+        let own_writes = OwnWrites::new();
+        let cache: kctrl_informer::Store<ConfigMap> = kctrl_informer::Store::new();
+        let client = kctrl_fake::FakeApi::new().client();
+        own_writes.track(cache.clone(), move |ns| {
+            kctrl_client::Api::namespaced(client.clone(), ns)
+        });
+        let h = PrimaryHandler::<ConfigMap> {
+            queue: queue.clone(),
+            predicates: vec![Predicate::generation_changed()],
+            own_writes: own_writes.clone(),
+        };
+        cache.insert(configmap("2", vec![]));
+        let sent = (*configmap("2", vec![])).clone();
+        own_writes.record_for_key(
+            "shop/settings",
+            &sent,
+            &Ok((*configmap("3", vec![])).clone()),
+        );
+        assert_eq!(own_writes.len(), 1);
+        h.on_update(&configmap("2", vec![]), &configmap("3", vec![]));
+        cache.remove("shop/settings");
+        h.on_delete(&DeletedObject::Known(configmap("3", vec![])));
+        assert!(own_writes.is_empty(), "forgotten with the object");
         assert!(!own_writes.is_waiting("shop/settings"));
     }
 

@@ -55,8 +55,10 @@
 //!   worker lives on.
 //! - **Reads its own writes.** A reconcile records its writes on
 //!   [`Controller::own_writes`]; the key is not reconciled again until the caches show them
-//!   (bounded by a live read), so it never acts on the state before its own write
-//!   ([`own_writes`]; Kubernetes' stale-controller mitigation, which the other runtimes lack).
+//!   (creates, updates, applies and deletes; checked live after 30 s, and each record expires
+//!   after 5 minutes as client-go's expectations do), so it does not act on the state before
+//!   its own write ([`own_writes`]; Kubernetes' stale-controller mitigation, which the other
+//!   runtimes lack).
 //! - **Leader election that never overlaps.** [`Controller::run_leader_elected`] releases
 //!   the Lease only after the workers have stopped; a lost Lease stops the controller at
 //!   once (its reconciles in flight abandoned); a controller that stops stops leading.

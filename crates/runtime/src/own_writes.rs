@@ -15,28 +15,38 @@
 //! the caches and answers whether the reconcile may act:
 //!
 //! * an **update or apply** the API server answered produced a new resourceVersion: a cache
-//!   holding the version the write was sent against (or the one the cache held when the answer
-//!   came) is behind; a cache at or past the written version is not (resourceVersions are
-//!   compared as numbers when both are well formed, as Kubernetes 1.35 made them);
+//!   holding a version below the written one is behind, a cache at or past it is not
+//!   (resourceVersions are compared as numbers when both are well formed, as Kubernetes 1.35
+//!   made them; so another writer's version between the one we replaced and ours is behind).
+//!   Where versions do not compare, a cache holding the version the write was sent against
+//!   (or the one the cache held when the answer came) is behind;
 //! * a **create** made an object exist: a cache without it is behind;
+//! * a **delete** ([`OwnWrites::record_delete`]) made it go: a cache still holding it at the
+//!   version it had (or one our earlier writes made) is behind; a newer version is a deletion
+//!   waiting on finalizers, or a new object of that name, and is not;
 //! * a write whose **outcome is unknown** (no readable answer: a connection cut, a timeout, a
 //!   5xx) may or may not have been applied: while the cache still holds what the write was sent
 //!   against, one live read of the object tells;
 //! * a record the caches have not caught up with after [`DEFAULT_VERIFY_AFTER`] is checked by
 //!   a live read, so a record that can never be satisfied (an object deleted before its cache
-//!   saw it) holds its key back for at most that long.
+//!   saw it) holds its key back for at most that long;
+//! * every record **expires** [`DEFAULT_EXPIRE_AFTER`] (5 minutes) after its write, as
+//!   client-go's expectations do: a key whose live reads keep failing (no `get` permission,
+//!   an API server refusing) or whose cache stays behind then acts on the caches.
 //!
 //! A record goes away as soon as the cache shows the write (or anything after it), when the
-//! key's object is gone, or when a live read shows the cache is current. In a run without
-//! faults the mechanism costs no request: records come from answers the reconcile receives
-//! anyway and are resolved by reading the caches.
+//! key's object is gone (a [`Controller`](crate::Controller) forgets a key's records when its
+//! object's deletion reaches the cache), when a live read shows the cache is current, or when
+//! it expires. In a run without faults the mechanism costs no request: records come from
+//! answers the reconcile receives anyway and are resolved by reading the caches.
 //!
 //! A [`Controller`](crate::Controller) checks every key before its reconcile, for the caches
 //! of its resource and of every resource it [`owns`](crate::Controller::owns) or
 //! [`watches`](crate::Controller::watches); a reconcile records its writes with
 //! [`OwnWrites::record`] on the handle [`Controller::own_writes`](crate::Controller::own_writes)
 //! gives. A key whose caches are behind is not reconciled; it runs again when the write's
-//! event enqueues it, or after the time to the next live check.
+//! event enqueues it, or after the time to the next live check. A key that may act gets its
+//! object as cached after the check (which may have waited for a live read).
 //!
 //! [`WriteTable`] is the bookkeeping alone (no I/O, the time passed in), for controllers that
 //! run their own loop.
@@ -50,7 +60,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use k8s_openapi::Metadata;
-use kctrl_client::{Api, ObjectMetaAccess};
+use kctrl_client::{Api, DeleteOutcome, ObjectMetaAccess};
 use kctrl_informer::Store;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
@@ -59,6 +69,11 @@ use tracing::{info, warn};
 /// How long a key waits for the caches to show one of its own writes before a live read
 /// checks whether they are really behind (the Deployment controller's bound).
 pub const DEFAULT_VERIFY_AFTER: Duration = Duration::from_secs(30);
+
+/// How long a record holds its key at most: past it the key acts on the caches, whatever they
+/// show and whether or not a live read could tell (client-go's expectations expire after the
+/// same time and the controller proceeds).
+pub const DEFAULT_EXPIRE_AFTER: Duration = Duration::from_secs(5 * 60);
 
 /// A resource: its API group and plural name (`apps`, `replicasets`). The version does not
 /// matter: every version of a resource is one set of objects, with one resourceVersion each;
@@ -162,21 +177,31 @@ enum Unknown {
     Update(String),
     /// A create.
     Create,
+    /// A delete of the object the cache held at this resourceVersion.
+    Delete(String),
 }
 
 /// What the writes of one object tell about its cache.
 #[derive(Clone, Debug)]
 struct Pending {
-    /// resourceVersions an applied write replaced: a cache holding one is behind.
+    /// resourceVersions a write of ours replaced: a cache holding one is behind.
     replaced: Vec<String>,
-    /// The newest resourceVersion a write of ours produced: a cache at or past it is current.
+    /// The newest resourceVersion a write of ours produced: a cache below it is behind, one
+    /// at or past it is current.
     written: Option<String>,
     /// We created the object: a cache without it is behind.
     created: bool,
+    /// We deleted the object: a cache still holding it at a version the delete replaced (or
+    /// an older one) is behind.
+    deleted: bool,
     /// The last write's outcome is unknown.
     unknown: Option<Unknown>,
-    /// When the last write was answered (or failed).
+    /// When the last write was answered (or failed), or the last live read showed the cache
+    /// behind: the bound of [`WriteTable::verify_after`] counts from here.
     since: Instant,
+    /// When the last write was answered (or failed): the record expires
+    /// [`WriteTable::expire_after`] later.
+    recorded: Instant,
 }
 
 impl Pending {
@@ -185,23 +210,35 @@ impl Pending {
             replaced: Vec::new(),
             written: None,
             created: false,
+            deleted: false,
             unknown: None,
             since: now,
+            recorded: now,
         }
     }
 
     /// Whether a cache holding `cached` (`None`: the object is not cached) is known to be
     /// behind our writes.
     fn known_behind(&self, cached: Option<&str>) -> bool {
-        match cached {
-            None => self.created,
-            Some(rv) => {
-                let at_or_past_written = self
-                    .written
-                    .as_deref()
-                    .is_some_and(|w| compare_resource_versions(rv, w).is_some_and(|o| o.is_ge()));
-                !at_or_past_written && self.replaced.iter().any(|r| r == rv)
-            }
+        let Some(rv) = cached else {
+            return self.created;
+        };
+        if self.deleted {
+            return self
+                .replaced
+                .iter()
+                .any(|r| r == rv || compare_resource_versions(rv, r).is_some_and(|o| o.is_le()));
+        }
+        // Below the written version is behind, whatever version it is: another writer's
+        // write between the one we replaced and ours is not ours. Versions that do not compare
+        // are behind only if a write of ours replaced them.
+        match self
+            .written
+            .as_deref()
+            .and_then(|w| compare_resource_versions(rv, w))
+        {
+            Some(order) => order.is_lt(),
+            None => self.replaced.iter().any(|r| r == rv),
         }
     }
 
@@ -209,9 +246,29 @@ impl Pending {
     /// the cache holds what the write was sent against.
     fn needs_live_read(&self, cached: Option<&str>) -> bool {
         match (&self.unknown, cached) {
-            (Some(Unknown::Update(sent)), Some(rv)) => sent == rv,
+            (Some(Unknown::Update(sent) | Unknown::Delete(sent)), Some(rv)) => sent == rv,
             (Some(Unknown::Create), None) => true,
             _ => false,
+        }
+    }
+
+    fn note_replaced(&mut self, rv: &str) {
+        if !self.replaced.iter().any(|r| r == rv) {
+            self.replaced.push(rv.to_owned());
+        }
+    }
+
+    /// The object is gone on the server: a cache holding it at a version we know of is
+    /// behind.
+    fn note_deleted(&mut self, cached: Option<&str>) {
+        self.unknown = None;
+        self.created = false;
+        self.deleted = true;
+        if let Some(w) = self.written.take() {
+            self.note_replaced(&w);
+        }
+        if let Some(rv) = cached {
+            self.note_replaced(rv);
         }
     }
 
@@ -260,6 +317,7 @@ pub enum Live<'a> {
 pub struct WriteTable {
     by_key: HashMap<String, HashMap<Target, Pending>>,
     verify_after: Duration,
+    expire_after: Duration,
 }
 
 impl Default for WriteTable {
@@ -269,17 +327,32 @@ impl Default for WriteTable {
 }
 
 impl WriteTable {
-    /// An empty table whose records are checked live after `verify_after`.
+    /// An empty table whose records are checked live after `verify_after` and expire after
+    /// [`DEFAULT_EXPIRE_AFTER`].
     pub fn new(verify_after: Duration) -> Self {
         Self {
             by_key: HashMap::new(),
             verify_after,
+            expire_after: DEFAULT_EXPIRE_AFTER,
         }
+    }
+
+    /// This table, with records that expire `expire_after` after their last write.
+    #[must_use]
+    pub fn with_expire_after(mut self, expire_after: Duration) -> Self {
+        self.expire_after = expire_after;
+        self
     }
 
     /// How long a record waits for its cache before a live read.
     pub fn verify_after(&self) -> Duration {
         self.verify_after
+    }
+
+    /// How long after its last write a record holds its key at most: then it is dropped and
+    /// the key acts on the caches, even if no live read could tell whether they are current.
+    pub fn expire_after(&self) -> Duration {
+        self.expire_after
     }
 
     fn entry(&mut self, key: &str, target: &Target, now: Instant) -> &mut Pending {
@@ -290,6 +363,7 @@ impl WriteTable {
             .entry(target.clone())
             .or_insert_with(|| Pending::new(now));
         pending.since = now;
+        pending.recorded = now;
         pending
     }
 
@@ -310,10 +384,9 @@ impl WriteTable {
         }
         let pending = self.entry(key, target, now);
         pending.unknown = None;
+        pending.deleted = false;
         for rv in replaced {
-            if !pending.replaced.iter().any(|r| r == rv) {
-                pending.replaced.push((*rv).to_owned());
-            }
+            pending.note_replaced(rv);
         }
         pending.note_written(written);
     }
@@ -322,8 +395,42 @@ impl WriteTable {
     pub fn created(&mut self, key: &str, target: &Target, written: Option<&str>, now: Instant) {
         let pending = self.entry(key, target, now);
         pending.unknown = None;
+        pending.deleted = false;
         pending.created = true;
         pending.note_written(written);
+    }
+
+    /// `target` was deleted: the API server answered that it is gone. `cached` is the
+    /// version the cache held (`None`: it did not hold the object). A cache still holding it
+    /// at that version (or at one our earlier writes made) is behind; with no version to
+    /// compare (the cache never held it, nor did we write it), nothing is recorded.
+    pub fn deleted(&mut self, key: &str, target: &Target, cached: Option<&str>, now: Instant) {
+        let known = self
+            .by_key
+            .get(key)
+            .is_some_and(|records| records.contains_key(target));
+        if cached.is_none() && !known {
+            return;
+        }
+        let pending = self.entry(key, target, now);
+        pending.note_deleted(cached);
+        if pending.replaced.is_empty() {
+            self.remove(key, target);
+        }
+    }
+
+    /// A delete of `target`, which the cache held at `cached`, got no readable answer.
+    pub fn delete_unknown(&mut self, key: &str, target: &Target, cached: &str, now: Instant) {
+        self.entry(key, target, now).unknown = Some(Unknown::Delete(cached.to_owned()));
+    }
+
+    fn remove(&mut self, key: &str, target: &Target) {
+        if let Some(records) = self.by_key.get_mut(key) {
+            records.remove(target);
+            if records.is_empty() {
+                self.by_key.remove(key);
+            }
+        }
     }
 
     /// An update of `target` sent against `sent` got no readable answer.
@@ -356,6 +463,20 @@ impl WriteTable {
         self.by_key.is_empty()
     }
 
+    /// How long until the first record of `key` expires (see
+    /// [`expire_after`](Self::expire_after)); `None` when nothing is recorded for it.
+    pub fn expires_in(&self, key: &str, now: Instant) -> Option<Duration> {
+        self.by_key.get(key).and_then(|records| {
+            records
+                .values()
+                .map(|p| {
+                    self.expire_after
+                        .saturating_sub(now.saturating_duration_since(p.recorded))
+                })
+                .min()
+        })
+    }
+
     /// Compares the records of `key` with the caches (`cached(target)`: the cached object's
     /// resourceVersion, `None` when it is not cached) and forgets those the caches have caught
     /// up with.
@@ -384,9 +505,21 @@ impl WriteTable {
             return Check::Current;
         };
         let verify_after = self.verify_after;
+        let expire_after = self.expire_after;
         let mut verify = Vec::new();
         let mut retry_in: Option<Duration> = None;
         records.retain(|target, pending| {
+            let age = now.saturating_duration_since(pending.recorded);
+            if age >= expire_after {
+                warn!(
+                    key,
+                    object = %target,
+                    ?expire_after,
+                    "the caches have not shown this write of the key for too long and no live read told otherwise; acting on the caches"
+                );
+                return false;
+            }
+            let expires_in = expire_after - age;
             if target.name.is_empty() {
                 // A create with a generated name whose answer was lost: there is no name to
                 // find in a cache or to read live. As client-go's expectations do for such a
@@ -421,7 +554,7 @@ impl WriteTable {
             if waited >= verify_after {
                 verify.push(target.clone());
             } else {
-                let left = verify_after - waited;
+                let left = (verify_after - waited).min(expires_in);
                 retry_in = Some(retry_in.map_or(left, |r| r.min(left)));
             }
             true
@@ -456,31 +589,36 @@ impl WriteTable {
         let Some(pending) = records.get_mut(target) else {
             return;
         };
-        let cache_current = match live {
+        let deleting = pending.deleted || matches!(pending.unknown, Some(Unknown::Delete(_)));
+        match live {
+            Live::NotFound if deleting && cached.is_some() => {
+                // Our delete was applied and the cache still holds the object: wait for the
+                // deletion's event.
+                pending.note_deleted(cached);
+                pending.since = now;
+            }
             // Gone: nothing of ours can be waited for (the cache drops it with the deletion's
             // event).
-            Live::NotFound => true,
-            Live::At(live_rv) => cached == Some(live_rv),
-        };
-        if cache_current {
+            Live::NotFound => {
+                records.remove(target);
+            }
             // The write of unknown outcome was not applied, or the cache already holds every
-            // write of ours (or the object was deleted meanwhile).
-            records.remove(target);
-        } else {
-            // The server holds a newer version than the cache: the write was applied (or
-            // someone else wrote since). Either way the cache is behind: wait again.
-            pending.unknown = None;
-            match cached {
-                Some(rv) if !pending.replaced.iter().any(|r| r == rv) => {
-                    pending.replaced.push(rv.to_owned());
+            // write of ours.
+            Live::At(live_rv) if cached == Some(live_rv) => {
+                records.remove(target);
+            }
+            Live::At(live_rv) => {
+                // The server holds another version than the cache: the write was applied (or
+                // someone else wrote since). Either way the cache is behind: wait again.
+                pending.unknown = None;
+                pending.deleted = false;
+                match cached {
+                    Some(rv) => pending.note_replaced(rv),
+                    None => pending.created = true,
                 }
-                Some(_) => {}
-                None => pending.created = true,
-            }
-            if let Live::At(live_rv) = live {
                 pending.note_written(Some(live_rv));
+                pending.since = now;
             }
-            pending.since = now;
         }
         if records.is_empty() {
             self.by_key.remove(key);
@@ -655,9 +793,15 @@ impl OwnWrites {
 
     /// Like [`new`](Self::new), with the time a record waits before a live read.
     pub fn with_verify_after(verify_after: Duration) -> Self {
+        Self::with_bounds(verify_after, DEFAULT_EXPIRE_AFTER)
+    }
+
+    /// Like [`new`](Self::new), with the time a record waits before a live read and the time
+    /// after which it expires (see [`WriteTable::expire_after`]).
+    pub fn with_bounds(verify_after: Duration, expire_after: Duration) -> Self {
         Self {
             inner: Arc::new(Inner {
-                table: Mutex::new(WriteTable::new(verify_after)),
+                table: Mutex::new(WriteTable::new(verify_after).with_expire_after(expire_after)),
                 waiting: Mutex::new(HashSet::new()),
                 waiting_len: AtomicUsize::new(0),
                 caches: RwLock::new(HashMap::new()),
@@ -677,11 +821,16 @@ impl OwnWrites {
             store,
             api: Arc::new(api),
         });
+        self.track_cache(ResourceId::of::<K>(), tracked);
+    }
+
+    /// Compares writes of `resource` with `cache`.
+    fn track_cache(&self, resource: ResourceId, cache: Arc<dyn TrackedCache>) {
         self.inner
             .caches
             .write()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(ResourceId::of::<K>(), tracked);
+            .insert(resource, cache);
     }
 
     /// Whether writes of `K` are compared with a cache.
@@ -811,6 +960,89 @@ impl OwnWrites {
         }
     }
 
+    /// Records the outcome of a delete of `namespace/name` (namespace empty for a
+    /// cluster-scoped object) of `W` made by the reconcile of `owner`: `result` is the API
+    /// server's answer. Until the cache no longer holds the object at the version it had (or
+    /// holds a newer one: a deletion waiting on finalizers, or a new object of that name), the
+    /// owner's key is not reconciled, so it does not act on an object it just deleted. A
+    /// refusal (not found, conflict, forbidden) records nothing.
+    ///
+    /// ```no_run
+    /// # use k8s_openapi::api::core::v1::ConfigMap;
+    /// # use kctrl_client::{Api, DeleteParams};
+    /// # async fn demo(foo: ConfigMap, api: Api<ConfigMap>, writes: kctrl_runtime::own_writes::OwnWrites) -> Result<(), kctrl_client::Error> {
+    /// let answer = api.delete("foo-config", &DeleteParams::default()).await;
+    /// writes.record_delete(&foo, "default", "foo-config", &answer);
+    /// answer?;
+    /// # Ok(()) }
+    /// ```
+    pub fn record_delete<O, W>(
+        &self,
+        owner: &O,
+        namespace: &str,
+        name: &str,
+        result: &Result<DeleteOutcome<W>, kctrl_client::Error>,
+    ) where
+        O: Metadata<Ty: ObjectMetaAccess>,
+        W: Trackable,
+    {
+        let meta = owner.metadata();
+        let key = kctrl_informer::key_for(
+            meta.namespace().filter(|ns| !ns.is_empty()),
+            meta.name().unwrap_or(""),
+        );
+        self.record_delete_for_key(&key, namespace, name, result);
+    }
+
+    /// [`record_delete`](Self::record_delete) by the owner's queue key.
+    pub fn record_delete_for_key<W: Trackable>(
+        &self,
+        key: &str,
+        namespace: &str,
+        name: &str,
+        result: &Result<DeleteOutcome<W>, kctrl_client::Error>,
+    ) {
+        let target = Target::of::<W>(namespace, name);
+        match result {
+            // Still there, marked for deletion: an update of the object.
+            Ok(DeleteOutcome::Pending(obj)) => {
+                self.record_outcome(key, &target, None, Ok(obj.metadata().resource_version()))
+            }
+            Ok(DeleteOutcome::Deleted(_)) => self.record_delete_outcome(key, &target, Ok(())),
+            Err(err) => self.record_delete_outcome(key, &target, Err(err)),
+        }
+    }
+
+    /// Records a delete's outcome from its parts: `Ok(())` when the API server answered that
+    /// the object is gone, or the error. (An answer carrying the object, still present and
+    /// marked for deletion, is an update: [`record_outcome`](Self::record_outcome).)
+    pub fn record_delete_outcome(
+        &self,
+        key: &str,
+        target: &Target,
+        result: Result<(), &kctrl_client::Error>,
+    ) {
+        let Some(cache) = self.cache(&target.resource) else {
+            return;
+        };
+        let cached = cache.cached_version(&target.namespace, &target.name);
+        let now = Instant::now();
+        let mut table = self.table();
+        match (result, cached.as_deref()) {
+            (Ok(()), cached) => table.deleted(key, target, cached, now),
+            (Err(err), Some(cached)) if outcome_unknown(err) => {
+                info!(
+                    key,
+                    object = %target,
+                    %err,
+                    "a delete got no usable answer and may have been applied; the next reconcile checks before acting"
+                );
+                table.delete_unknown(key, target, cached, now);
+            }
+            (Err(_), _) => {}
+        }
+    }
+
     /// Forgets the records of `key` (its object is gone).
     pub fn forget(&self, key: &str) {
         self.table().forget(key);
@@ -873,11 +1105,30 @@ impl OwnWrites {
     /// Whether the reconcile of `key` may act: compares its records with the caches, and reads
     /// live the objects only the API server can tell about (a write of unknown outcome, or a
     /// record its cache has not caught up with for the bound). A failed live read is returned:
-    /// retry the key later.
+    /// retry the key later, at the latest after [`expires_in`](Self::expires_in), when the
+    /// record has expired and the key acts on the caches ([`DEFAULT_EXPIRE_AFTER`]).
+    ///
+    /// Read the reconciled object from its cache after this answered
+    /// [`Readiness::Ready`]: the cache may have moved while it checked.
     pub async fn ensure_ready(&self, key: &str) -> Result<Readiness, kctrl_client::Error> {
-        let readiness = self.ensure_ready_inner(key).await?;
-        self.set_waiting(key, matches!(readiness, Readiness::Behind { .. }));
-        Ok(readiness)
+        if !self.table().is_tracking(key) {
+            self.set_waiting(key, false);
+            return Ok(Readiness::Ready);
+        }
+        // Marked before the caches are read: an update that lands after the check read them
+        // passes the predicates and enqueues the key, whatever the verdict.
+        self.set_waiting(key, true);
+        let readiness = self.ensure_ready_inner(key).await;
+        if matches!(readiness, Ok(Readiness::Ready)) {
+            self.set_waiting(key, false);
+        }
+        readiness
+    }
+
+    /// How long until the first record of `key` expires and the key acts on the caches
+    /// whatever they show; `None` when nothing is recorded for it.
+    pub fn expires_in(&self, key: &str) -> Option<Duration> {
+        self.table().expires_in(key, Instant::now())
     }
 
     async fn ensure_ready_inner(&self, key: &str) -> Result<Readiness, kctrl_client::Error> {

@@ -2,7 +2,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kctrl_client::{Api, PostParams};
+use kctrl_client::{Api, DeleteParams, PostParams};
 use kctrl_fake::FakeApi;
 
 use super::*;
@@ -345,4 +345,268 @@ async fn a_lost_answer_is_settled_by_one_live_read() {
     store.insert(Arc::new(applied));
     assert_eq!(writes.ensure_ready(K).await.unwrap(), Readiness::Ready);
     assert_eq!(fake.actions().len(), 1, "no second live read");
+}
+
+/// Server-side apply with a second writer of the object: the cache holds 100, another writer
+/// makes 105, our apply answers 110, and the event of 105 arrives first. The cache is below
+/// what we wrote: behind, although 105 is no version our write replaced.
+#[tokio::test(start_paused = true)]
+async fn a_cache_between_the_replaced_and_the_written_version_is_behind() {
+    let now = Instant::now();
+    let mut w = WriteTable::default();
+    w.applied(K, &rs("web-a"), &["100"], Some("110"), now);
+    assert!(matches!(
+        w.check(K, cache(&[("web-a", "105")]), now),
+        Check::Behind { .. }
+    ));
+    assert!(w.is_tracking(K), "still waiting for 110");
+    assert_eq!(w.check(K, cache(&[("web-a", "110")]), now), Check::Current);
+}
+
+/// A key whose live read keeps failing (no `get` permission) acts once its record is five
+/// minutes old, as client-go's expectations expire.
+#[tokio::test(start_paused = true)]
+async fn a_live_read_that_keeps_failing_holds_the_key_for_five_minutes_at_most() {
+    let fake = FakeApi::new();
+    let (writes, store) = tracked(&fake);
+    let api: Api<ConfigMap> = Api::namespaced(fake.client(), "default");
+    let sent = config_map("app");
+    let created = api.create(&PostParams::default(), &sent).await;
+    writes.record_for_key(K, &sent, &created);
+    fake.prepend_reactor("get", "configmaps", |_| {
+        kctrl_fake::Reaction::Error(kctrl_client::Error::Api(Box::new(
+            kctrl_client::ApiError::from_body(403, b"configmaps is forbidden"),
+        )))
+    });
+    // The cache never shows the create (its watch is broken, say): due for a live read,
+    // which fails, again and again.
+    tokio::time::advance(DEFAULT_VERIFY_AFTER).await;
+    assert!(writes.ensure_ready(K).await.is_err());
+    tokio::time::advance(Duration::from_secs(240)).await;
+    assert!(writes.ensure_ready(K).await.is_err());
+    tokio::time::advance(Duration::from_secs(30)).await;
+    assert_eq!(writes.ensure_ready(K).await.unwrap(), Readiness::Ready);
+    assert!(writes.is_empty() && store.is_empty());
+}
+
+/// A cache of ConfigMaps whose informer delivers an update right after the own-writes check
+/// has read the cache (its last read is of the store's version): the update lands between
+/// the verdict and the end of the check.
+struct RacingCache {
+    store: Store<ConfigMap>,
+    after_read: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl TrackedCache for RacingCache {
+    fn cached_version(&self, namespace: &str, name: &str) -> Option<String> {
+        self.store
+            .get_namespaced(namespace, name)
+            .and_then(|o| o.metadata.resource_version.clone())
+    }
+
+    /// The check's last read of the cache.
+    fn store_version(&self) -> String {
+        let rv = self.store.resource_version();
+        let deliver = self.after_read.lock().unwrap().take();
+        if let Some(deliver) = deliver {
+            deliver();
+        }
+        rv
+    }
+
+    fn read_live(&self, _namespace: &str, _name: &str) -> LiveRead {
+        Box::pin(async { panic!("no live read expected") })
+    }
+}
+
+fn config_map_at(name: &str, rv: &str) -> Arc<ConfigMap> {
+    let mut cm = config_map(name);
+    cm.metadata.resource_version = Some(rv.into());
+    Arc::new(cm)
+}
+
+/// The status write of a key is answered at 3 while the cache holds 2; its update event (which
+/// a generation predicate filters out) arrives just after the check found the key behind. It
+/// must still enqueue the key: the cache is current, nothing else would wake the key before
+/// the bound.
+#[tokio::test(start_paused = true)]
+async fn an_update_landing_right_after_a_behind_verdict_enqueues_the_key() {
+    use kctrl_informer::ResourceEventHandler;
+    use kctrl_workqueue::{RateLimitingQueue, default_controller_rate_limiter};
+
+    let key = "default/app";
+    let store: Store<ConfigMap> = Store::new();
+    store.insert(config_map_at("app", "2"));
+    let racing = Arc::new(RacingCache {
+        store: store.clone(),
+        after_read: Mutex::new(None),
+    });
+    let writes = OwnWrites::new();
+    writes.track_cache(ResourceId::of::<ConfigMap>(), racing.clone());
+    let queue = RateLimitingQueue::new(default_controller_rate_limiter());
+    let handler = Arc::new(crate::handlers::PrimaryHandler::<ConfigMap> {
+        queue: queue.clone(),
+        predicates: vec![crate::Predicate::generation_changed()],
+        own_writes: writes.clone(),
+    });
+    let sent = (*config_map_at("app", "2")).clone();
+    let answer = (*config_map_at("app", "3")).clone();
+    writes.record_for_key(key, &sent, &Ok(answer));
+
+    *racing.after_read.lock().unwrap() = Some(Box::new({
+        let store = store.clone();
+        let handler = handler.clone();
+        move || {
+            let old = store.insert(config_map_at("app", "3")).unwrap();
+            handler.on_update(&old, &config_map_at("app", "3"));
+        }
+    }));
+    assert!(matches!(
+        writes.ensure_ready(key).await.unwrap(),
+        Readiness::Behind { .. }
+    ));
+    assert_eq!(
+        queue.len(),
+        1,
+        "the update of the write the key waits for enqueues it"
+    );
+    assert_eq!(writes.ensure_ready(key).await.unwrap(), Readiness::Ready);
+}
+
+/// A reconcile deletes an owned object: until the deletion's event reaches the cache, the key
+/// is not reconciled (it would act on the object it just deleted).
+#[tokio::test(start_paused = true)]
+async fn a_delete_holds_until_the_cache_no_longer_holds_the_object() {
+    let fake = FakeApi::new();
+    let (writes, store) = tracked(&fake);
+    let api: Api<ConfigMap> = Api::namespaced(fake.client(), "default");
+    let created = api
+        .create(&PostParams::default(), &config_map("app"))
+        .await
+        .unwrap();
+    store.insert(Arc::new(created.clone()));
+    let answer = api.delete("app", &DeleteParams::default()).await;
+    assert!(matches!(answer, Ok(DeleteOutcome::Deleted(_))));
+    writes.record_delete_for_key(K, "default", "app", &answer);
+    assert!(matches!(
+        writes.ensure_ready(K).await.unwrap(),
+        Readiness::Behind { .. }
+    ));
+    store.remove("default/app");
+    assert_eq!(writes.ensure_ready(K).await.unwrap(), Readiness::Ready);
+    assert!(writes.is_empty());
+
+    // A delete the cache never held the object of leaves nothing to wait for.
+    let gone = api.delete("app", &DeleteParams::default()).await;
+    writes.record_delete_for_key(K, "default", "app", &gone);
+    let answer: Result<DeleteOutcome<ConfigMap>, _> = Ok(DeleteOutcome::Deleted(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Status::default(),
+    ));
+    writes.record_delete_for_key(K, "default", "other", &answer);
+    assert!(writes.is_empty());
+}
+
+/// A delete that waits on a finalizer answers with the object, marked for deletion: the
+/// cache is current once it shows that version.
+#[tokio::test(start_paused = true)]
+async fn a_delete_waiting_on_a_finalizer_holds_until_the_cache_shows_the_marked_object() {
+    let fake = FakeApi::new();
+    let (writes, store) = tracked(&fake);
+    let api: Api<ConfigMap> = Api::namespaced(fake.client(), "default");
+    let mut sent = config_map("app");
+    sent.metadata.finalizers = Some(vec!["example.com/cleanup".into()]);
+    let created = api.create(&PostParams::default(), &sent).await.unwrap();
+    store.insert(Arc::new(created.clone()));
+    let answer = api.delete("app", &DeleteParams::default()).await;
+    let Ok(DeleteOutcome::Pending(marked)) = &answer else {
+        panic!("a finalizer keeps the object: {answer:?}");
+    };
+    let marked = marked.clone();
+    writes.record_delete_for_key(K, "default", "app", &answer);
+    assert!(matches!(
+        writes.ensure_ready(K).await.unwrap(),
+        Readiness::Behind { .. }
+    ));
+    store.insert(Arc::new(marked));
+    assert_eq!(writes.ensure_ready(K).await.unwrap(), Readiness::Ready);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deleted_object_is_behind_at_the_versions_we_knew_and_current_when_recreated() {
+    let now = Instant::now();
+    let mut w = WriteTable::default();
+    // Updated from 10 to 11, then deleted while the cache held 10.
+    w.applied(K, &rs("web-a"), &["10"], Some("11"), now);
+    w.deleted(K, &rs("web-a"), Some("10"), now);
+    for rv in ["10", "11"] {
+        assert!(
+            matches!(
+                w.check(K, cache(&[("web-a", rv)]), now),
+                Check::Behind { .. }
+            ),
+            "a cache holding {rv} has not seen the delete"
+        );
+    }
+    // A new object of that name, created since, is not ours to wait for.
+    assert_eq!(w.check(K, cache(&[("web-a", "20")]), now), Check::Current);
+
+    w.deleted(K, &rs("web-a"), Some("20"), now);
+    assert_eq!(w.check(K, cache(&[]), now), Check::Current);
+    assert!(!w.is_tracking(K));
+
+    // A create then a delete before the cache saw either: the cache must not show the
+    // created object (at 30) as current.
+    w.created(K, &rs("web-b"), Some("30"), now);
+    w.deleted(K, &rs("web-b"), None, now);
+    assert!(matches!(
+        w.check(K, cache(&[("web-b", "30")]), now),
+        Check::Behind { .. }
+    ));
+    assert_eq!(w.check(K, cache(&[]), now), Check::Current);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_delete_of_unknown_outcome_is_settled_by_a_live_read() {
+    let now = Instant::now();
+    let mut w = WriteTable::default();
+    w.delete_unknown(K, &rs("web-a"), "10", now);
+    assert_eq!(
+        w.check(K, cache(&[("web-a", "10")]), now),
+        Check::Verify(vec![rs("web-a")])
+    );
+    // Gone on the server, still cached: applied, the cache is behind.
+    w.resolve(K, &rs("web-a"), Some("10"), Live::NotFound, now);
+    assert!(matches!(
+        w.check(K, cache(&[("web-a", "10")]), now),
+        Check::Behind { .. }
+    ));
+    assert_eq!(w.check(K, cache(&[]), now), Check::Current);
+
+    // Still there at the cached version: not applied.
+    w.delete_unknown(K, &rs("web-a"), "10", now);
+    w.resolve(K, &rs("web-a"), Some("10"), Live::At("10"), now);
+    assert!(!w.is_tracking(K));
+}
+
+/// Every record expires after five minutes, whatever the caches show: the key then acts.
+#[tokio::test(start_paused = true)]
+async fn records_expire_five_minutes_after_their_write() {
+    let now = Instant::now();
+    let mut w = WriteTable::default();
+    w.created(K, &rs("web-b"), Some("3"), now);
+    assert_eq!(w.expires_in(K, now), Some(DEFAULT_EXPIRE_AFTER));
+    // A live read showing the cache behind makes the record wait again, not live longer.
+    let later = now + DEFAULT_EXPIRE_AFTER - Duration::from_secs(10);
+    w.resolve(K, &rs("web-b"), None, Live::At("3"), later);
+    assert_eq!(
+        w.check(K, cache(&[]), later),
+        Check::Behind {
+            retry_in: Duration::from_secs(10)
+        }
+    );
+    assert_eq!(
+        w.check(K, cache(&[]), now + DEFAULT_EXPIRE_AFTER),
+        Check::Current
+    );
+    assert_eq!(w.expires_in(K, now), None);
 }
