@@ -23,7 +23,8 @@ pub struct Config {
     pub qps: f32,
     /// Burst of the client-side rate limiter. Zero means client-go's default (10).
     pub burst: u32,
-    /// Timeout of a whole non-watch request; `None` waits forever.
+    /// Timeout of a whole non-watch request; `None` waits forever, and so do zero and a
+    /// duration too large to be a point in time (such as `Duration::MAX`).
     pub timeout: Option<Duration>,
     /// User-Agent header; `None` uses a default naming this crate.
     pub user_agent: Option<String>,

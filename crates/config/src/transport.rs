@@ -8,8 +8,10 @@
 //! Connection defaults from client-go where reqwest can express them: connect timeout 30 s,
 //! TCP keep-alive 30 s, at most 25 idle connections per host, HTTP/2 (negotiated by ALPN) with
 //! a health-check ping after 30 s without traffic that fails the connection if unanswered for
-//! 15 s. The environment knobs `HTTP2_READ_IDLE_TIMEOUT_SECONDS` (0 disables the ping),
-//! `HTTP2_PING_TIMEOUT_SECONDS` and `DISABLE_HTTP2` work as in client-go. Not expressible:
+//! 15 s. The environment knobs work as in client-go: `HTTP2_READ_IDLE_TIMEOUT_SECONDS` (0
+//! disables the ping), `HTTP2_PING_TIMEOUT_SECONDS` (0 means the default, 15 s) and
+//! `DISABLE_HTTP2` (any non-empty value); a malformed or negative number keeps the default,
+//! with a warning. Not expressible:
 //! the TLS handshake timeout (10 s in Go) is covered only by the connect timeout.
 //!
 //! `disable_compression` turns off every response decompression reqwest may have been built
@@ -39,6 +41,10 @@ pub const MAX_IDLE_PER_HOST: usize = 25;
 pub const HTTP2_READ_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// HTTP/2 ping answer deadline (client-go: 15 s).
 pub const HTTP2_PING_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The largest value the HTTP/2 environment knobs take (about 100 years): larger ones are cut
+/// to it, so a timer never overflows the clock.
+const MAX_ENV_SECONDS: u64 = 100 * 365 * 24 * 60 * 60;
 
 /// The HTTP transport for one [`Config`]: the TLS-configured HTTP client and the
 /// credentials to attach to each request. Cheap to clone (shared state).
@@ -84,21 +90,36 @@ struct Http2Settings {
 
 impl Http2Settings {
     fn from_env() -> Self {
-        let seconds = |name: &str, default: Duration| match std::env::var(name) {
-            Ok(v) => match v.trim().parse::<u64>() {
-                Ok(s) => Duration::from_secs(s),
-                Err(_) => {
-                    tracing::warn!(variable = name, value = %v, "ignoring a malformed duration in seconds");
-                    default
-                }
+        Self::from_lookup(|name| std::env::var_os(name))
+    }
+
+    /// The settings for an environment in which `lookup` finds variables.
+    fn from_lookup(lookup: impl Fn(&str) -> Option<std::ffi::OsString>) -> Self {
+        let seconds = |name: &str, default: Duration| match lookup(name) {
+            Some(v) => match v.to_str() {
+                Some(text) => match text.trim().parse::<u64>() {
+                    Ok(s) => Duration::from_secs(s.min(MAX_ENV_SECONDS)),
+                    Err(_) => {
+                        tracing::warn!(variable = name, value = %text, "ignoring a malformed duration in seconds");
+                        default
+                    }
+                },
+                None => default,
             },
-            Err(_) => default,
+            None => default,
         };
         let read_idle = seconds("HTTP2_READ_IDLE_TIMEOUT_SECONDS", HTTP2_READ_IDLE_TIMEOUT);
+        let ping_timeout = seconds("HTTP2_PING_TIMEOUT_SECONDS", HTTP2_PING_TIMEOUT);
         Self {
-            enabled: std::env::var_os("DISABLE_HTTP2").is_none_or(|v| v.is_empty()),
+            enabled: lookup("DISABLE_HTTP2").is_none_or(|v| v.is_empty()),
+            // 0 turns the health check off (client-go).
             read_idle: (!read_idle.is_zero()).then_some(read_idle),
-            ping_timeout: seconds("HTTP2_PING_TIMEOUT_SECONDS", HTTP2_PING_TIMEOUT),
+            // 0 is not a usable deadline: Go's HTTP/2 transport reads it as its default.
+            ping_timeout: if ping_timeout.is_zero() {
+                HTTP2_PING_TIMEOUT
+            } else {
+                ping_timeout
+            },
         }
     }
 }
@@ -353,6 +374,50 @@ mod tests {
             c.proxy_url = Some(url::Url::parse(proxy).unwrap());
             Transport::new(&c).unwrap();
         }
+    }
+
+    fn http2_with(vars: &[(&str, &str)]) -> Http2Settings {
+        Http2Settings::from_lookup(|name| {
+            vars.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| std::ffi::OsString::from(v))
+        })
+    }
+
+    #[test]
+    fn http2_health_check_settings_follow_client_go() {
+        let defaults = http2_with(&[]);
+        assert!(defaults.enabled);
+        assert_eq!(defaults.read_idle, Some(HTTP2_READ_IDLE_TIMEOUT));
+        assert_eq!(defaults.ping_timeout, HTTP2_PING_TIMEOUT);
+
+        let set = http2_with(&[
+            ("HTTP2_READ_IDLE_TIMEOUT_SECONDS", "10"),
+            ("HTTP2_PING_TIMEOUT_SECONDS", "3"),
+        ]);
+        assert_eq!(set.read_idle, Some(Duration::from_secs(10)));
+        assert_eq!(set.ping_timeout, Duration::from_secs(3));
+
+        // A read-idle timeout of 0 turns the health check off.
+        assert_eq!(
+            http2_with(&[("HTTP2_READ_IDLE_TIMEOUT_SECONDS", "0")]).read_idle,
+            None
+        );
+        // A ping timeout of 0 is the default (15 s), not "fail every ping at once".
+        assert_eq!(
+            http2_with(&[("HTTP2_PING_TIMEOUT_SECONDS", "0")]).ping_timeout,
+            HTTP2_PING_TIMEOUT
+        );
+        // Malformed and negative values keep the defaults.
+        let bad = http2_with(&[
+            ("HTTP2_READ_IDLE_TIMEOUT_SECONDS", "soon"),
+            ("HTTP2_PING_TIMEOUT_SECONDS", "-1"),
+        ]);
+        assert_eq!(bad.read_idle, Some(HTTP2_READ_IDLE_TIMEOUT));
+        assert_eq!(bad.ping_timeout, HTTP2_PING_TIMEOUT);
+
+        assert!(!http2_with(&[("DISABLE_HTTP2", "1")]).enabled);
+        assert!(http2_with(&[("DISABLE_HTTP2", "")]).enabled);
     }
 
     #[test]

@@ -79,7 +79,8 @@ pub const MAX_ERROR_BODY_SIZE: usize = 1 << 20;
 ///   [`Error::Retried`].
 /// * **Timeouts**: `Config::timeout` bounds a whole non-watch request, retries included,
 ///   from the moment it got its first rate-limiter token (so throttling alone never times a
-///   request out); it fails with [`Error::Timeout`]. A watch is bounded only by
+///   request out); it fails with [`Error::Timeout`]. Zero, and a duration too large to be a
+///   point in time (such as `Duration::MAX`), mean no timeout. A watch is bounded only by
 ///   [`WatchParams::client_deadline`](crate::WatchParams::client_deadline), after which its
 ///   stream just ends.
 /// * **Errors**: a failure response becomes [`Error::Api`] with the server's decoded
@@ -293,7 +294,10 @@ impl HttpBackend {
             .wait(p.throttle_context(None), None)
             .await
             .map_err(|_| p.timeout_error(Duration::ZERO))?;
-        let deadline = self.timeout.map(|t| tokio::time::Instant::now() + t);
+        // A timeout too large to be a point in time (`Duration::MAX`) is no deadline.
+        let deadline = self
+            .timeout
+            .and_then(|t| tokio::time::Instant::now().checked_add(t));
         let mut state = RetryState::new(self.max_retries, self.timeout);
         let result = match deadline {
             Some(d) => {
@@ -478,7 +482,7 @@ impl HttpBackend {
         p: Prepared,
         client_deadline: Option<Duration>,
     ) -> Result<WatchFrames, Error> {
-        let deadline = client_deadline.map(|d| tokio::time::Instant::now() + d);
+        let deadline = client_deadline.and_then(|d| tokio::time::Instant::now().checked_add(d));
         let mut state = RetryState::new(self.max_retries, client_deadline);
         let result = match deadline {
             Some(d) => {
