@@ -1,9 +1,11 @@
 //! [`Transport`]: the HTTP client and per-request credentials for one [`Config`] (client-go's
 //! `transport.New` + `HTTPWrappersForConfig`).
 //!
-//! The REST layer calls [`Transport::prepare`] before every request and attaches the returned
-//! headers; on HTTP 401 it calls [`Transport::invalidate_credentials`] so a rotated token file
-//! is re-read and an exec plugin is run again before the next request.
+//! The REST layer calls [`Transport::prepare`] before every request and builds the request
+//! with [`PreparedRequest::request`]; on HTTP 401 it hands the request's
+//! [`CredentialId`] to [`Transport::invalidate_credentials`], so a rotated token file is
+//! re-read and an exec plugin is run again before the next request, unless that already
+//! happened since the rejected credential was taken.
 //!
 //! Connection defaults from client-go where reqwest can express them: connect timeout 30 s,
 //! TCP keep-alive 30 s, at most 25 idle connections per host, HTTP/2 (negotiated by ALPN) with
@@ -208,50 +210,67 @@ impl Transport {
         })
     }
 
-    /// The HTTP client and the authentication headers for the next request.
+    /// What the next request needs: the HTTP client, the authentication headers, and which
+    /// credential they carry.
     ///
-    /// Reads a token file that is due for re-reading, runs an exec plugin whose credential
-    /// is missing, expired or invalidated, and (when a plugin supplies a client certificate)
-    /// returns a client presenting that certificate, built once per certificate.
-    pub async fn prepare(&self) -> Result<(reqwest::Client, http::HeaderMap), ConfigError> {
+    /// Reads a token file that is due for re-reading, waits for an exec plugin run when its
+    /// credential is missing, expired or rejected (the run goes on if this future is
+    /// dropped), and (when a plugin supplies a client certificate) uses a client presenting
+    /// that certificate, built once per certificate.
+    pub async fn prepare(&self) -> Result<PreparedRequest, ConfigError> {
         let inner = &*self.inner;
         let mut headers = inner.static_headers.clone();
-        let client = match &inner.credentials {
-            Credentials::None => inner.client.clone(),
+        let (client, credential) = match &inner.credentials {
+            Credentials::None => (inner.client.clone(), 0),
             Credentials::Static(value) => {
                 headers.insert(AUTHORIZATION, value.clone());
-                inner.client.clone()
+                (inner.client.clone(), 0)
             }
             Credentials::TokenFile(source) => {
-                let token = source.token().await?;
+                let (token, generation) = source.token().await?;
                 headers.insert(AUTHORIZATION, bearer_header(token.expose())?);
-                inner.client.clone()
+                (inner.client.clone(), generation)
             }
             Credentials::Exec(authenticator) => {
                 let creds = authenticator.credentials().await?;
                 if let Some(token) = &creds.token {
                     headers.insert(AUTHORIZATION, bearer_header(token.expose())?);
                 }
-                match &creds.identity {
+                let client = match &creds.identity {
                     Some(_) => self.client_for(&creds)?,
                     None => inner.client.clone(),
-                }
+                };
+                (client, creds.generation)
             }
         };
-        Ok((client, headers))
+        Ok(PreparedRequest {
+            client,
+            headers,
+            credential: CredentialId(credential),
+        })
     }
 
-    /// Tells the transport the server answered 401, so cached credentials
-    /// (exec plugins, token files) are refreshed before the next request.
-    pub fn invalidate_credentials(&self) {
+    /// Tells the transport the server answered 401 to a request that carried `rejected`.
+    /// If that credential is still the current one, a token file is re-read and an exec
+    /// plugin runs again before the next request; if it was already replaced (the 401 of a
+    /// request that was in flight while the credential was renewed), nothing happens.
+    pub fn invalidate_credentials(&self, rejected: CredentialId) {
         match &self.inner.credentials {
             Credentials::TokenFile(source) => {
-                tracing::debug!(path = %source.path().display(), "credentials rejected: the token file will be re-read");
-                source.invalidate();
+                if source.invalidate(rejected.0) {
+                    tracing::debug!(path = %source.path().display(), "credentials rejected: the token file will be re-read");
+                } else {
+                    tracing::debug!(path = %source.path().display(), "an older token was rejected: the file was read again since");
+                }
             }
             Credentials::Exec(authenticator) => {
-                tracing::debug!("credentials rejected: the exec plugin will run again");
-                authenticator.invalidate();
+                if authenticator.invalidate(rejected.0) {
+                    tracing::debug!("credentials rejected: the exec plugin will run again");
+                } else {
+                    tracing::debug!(
+                        "older credentials were rejected: the exec plugin already replaced them"
+                    );
+                }
             }
             Credentials::None | Credentials::Static(_) => {}
         }
@@ -272,6 +291,50 @@ impl Transport {
         let client = self.inner.settings.build(creds.identity.as_ref())?;
         *cached = Some((creds.generation, client.clone()));
         Ok(client)
+    }
+}
+
+/// Which credential a request carried, as [`Transport::prepare`] chose it: handed back to
+/// [`Transport::invalidate_credentials`] when the server rejects it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CredentialId(u64);
+
+/// What one request needs from a [`Transport`]: the client to send it with, the
+/// authentication and impersonation headers, and the credential they carry.
+#[derive(Clone)]
+pub struct PreparedRequest {
+    client: reqwest::Client,
+    headers: HeaderMap,
+    credential: CredentialId,
+}
+
+impl PreparedRequest {
+    /// A request to `url` with the authentication and impersonation headers attached. Add
+    /// the request's own headers with [`RequestBuilder::headers`](reqwest::RequestBuilder::headers).
+    pub fn request(&self, method: http::Method, url: url::Url) -> reqwest::RequestBuilder {
+        self.client
+            .request(method, url)
+            .headers(self.headers.clone())
+    }
+
+    /// The authentication and impersonation headers.
+    pub fn headers(&self) -> &HeaderMap {
+        &self.headers
+    }
+
+    /// The credential the headers (or the client's certificate) carry.
+    pub fn credential(&self) -> CredentialId {
+        self.credential
+    }
+}
+
+impl fmt::Debug for PreparedRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Header names only: values carry credentials.
+        f.debug_struct("PreparedRequest")
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("credential", &self.credential)
+            .finish_non_exhaustive()
     }
 }
 
@@ -329,7 +392,8 @@ mod tests {
             ..Impersonation::default()
         });
         let t = Transport::new(&c).unwrap();
-        let (_, headers) = t.prepare().await.unwrap();
+        let prepared = t.prepare().await.unwrap();
+        let headers = prepared.headers();
         assert_eq!(headers[AUTHORIZATION], "Bearer abc");
         assert!(headers[AUTHORIZATION].is_sensitive());
         assert_eq!(headers["impersonate-user"], "bob");
@@ -339,8 +403,8 @@ mod tests {
             username: "u".into(),
             password: Secret::from("p"),
         };
-        let (_, headers) = Transport::new(&c).unwrap().prepare().await.unwrap();
-        assert_eq!(headers[AUTHORIZATION], "Basic dTpw");
+        let prepared = Transport::new(&c).unwrap().prepare().await.unwrap();
+        assert_eq!(prepared.headers()[AUTHORIZATION], "Basic dTpw");
         let debug = format!("{t:?}");
         assert!(!debug.contains("abc"), "{debug}");
     }
@@ -348,9 +412,9 @@ mod tests {
     #[tokio::test]
     async fn plain_http_needs_no_trust_store_and_sends_no_auth_when_none() {
         let t = Transport::new(&config("http://127.0.0.1:8080")).unwrap();
-        let (_, headers) = t.prepare().await.unwrap();
-        assert!(headers.is_empty());
-        t.invalidate_credentials();
+        let prepared = t.prepare().await.unwrap();
+        assert!(prepared.headers().is_empty());
+        t.invalidate_credentials(prepared.credential());
     }
 
     #[test]

@@ -267,21 +267,26 @@ impl HttpBackend {
 
     /// Sends one attempt.
     async fn send(&self, p: &Prepared) -> Result<reqwest::Response, SendError> {
-        let (client, auth) = self.transport.prepare().await.map_err(SendError::Config)?;
-        let mut headers = HeaderMap::with_capacity(4 + auth.len());
+        let auth = self.transport.prepare().await.map_err(SendError::Config)?;
+        let mut headers = HeaderMap::with_capacity(3);
         headers.insert(ACCEPT, HeaderValue::from_static(p.accept));
         headers.insert(USER_AGENT, self.user_agent.clone());
         if let Some((_, content_type)) = &p.body {
             headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
         }
-        headers.extend(auth);
-        let mut builder = client
+        let mut builder = auth
             .request(p.method.clone(), p.url.clone())
             .headers(headers);
         if let Some((body, _)) = &p.body {
             builder = builder.body(body.clone());
         }
-        builder.send().await.map_err(SendError::Transport)
+        let resp = builder.send().await.map_err(SendError::Transport)?;
+        if resp.status() == StatusCode::UNAUTHORIZED {
+            // Cached credentials (exec plugin, token file) may have expired: they are renewed
+            // unless the 401 is about credentials already replaced.
+            self.transport.invalidate_credentials(auth.credential());
+        }
+        Ok(resp)
     }
 
     /// Runs a non-watch request to completion: throttling, retries, timeout, metrics.
@@ -404,10 +409,6 @@ impl HttpBackend {
             elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
             "HTTP request"
         );
-        if status == Some(StatusCode::UNAUTHORIZED) {
-            // Cached credentials (exec plugin, token file) may have expired.
-            self.transport.invalidate_credentials();
-        }
     }
 
     /// A transport failure: schedule a retry (returns `Ok`) or give up (returns the error).

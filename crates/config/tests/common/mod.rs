@@ -101,8 +101,11 @@ pub async fn get(
     transport: &kctrl_config::Transport,
     url: &str,
 ) -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
-    let (client, headers) = transport.prepare().await?;
-    let response = client.get(url).headers(headers).send().await?;
+    let prepared = transport.prepare().await?;
+    let response = prepared
+        .request(http::Method::GET, url.parse()?)
+        .send()
+        .await?;
     Ok(response.error_for_status()?.text().await?)
 }
 
