@@ -78,6 +78,8 @@ struct ClientSettings {
     tls: TlsConfig,
     trust: ServerTrust,
     proxy: Option<url::Url>,
+    /// `tls-server-name` sent as SNI (through the request URL), if it is.
+    sni: Option<Arc<SniRewrite>>,
     user_agent: String,
     disable_compression: bool,
     http2: Http2Settings,
@@ -134,7 +136,11 @@ impl ClientSettings {
             &[b"http/1.1"]
         };
         let tls = rustls_config(&self.tls, identity, self.trust, alpn)?;
-        let mut builder = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder();
+        if let Some(sni) = &self.sni {
+            builder = builder.dns_resolver(Arc::new(ServerNameResolver(sni.clone())));
+        }
+        let mut builder = builder
             .tls_backend_preconfigured(tls)
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_keepalive(TCP_KEEPALIVE)
@@ -174,6 +180,7 @@ impl Transport {
                 ServerTrust::NotUsed
             },
             proxy: config.proxy_url.clone(),
+            sni: SniRewrite::for_config(config).map(Arc::new),
             user_agent: config.user_agent.clone().unwrap_or_else(default_user_agent),
             disable_compression: config.disable_compression,
             http2: Http2Settings::from_env(),
@@ -247,6 +254,7 @@ impl Transport {
             client,
             headers,
             credential: CredentialId(credential),
+            sni: inner.settings.sni.clone(),
         })
     }
 
@@ -306,12 +314,20 @@ pub struct PreparedRequest {
     client: reqwest::Client,
     headers: HeaderMap,
     credential: CredentialId,
+    sni: Option<Arc<SniRewrite>>,
 }
 
 impl PreparedRequest {
     /// A request to `url` with the authentication and impersonation headers attached. Add
     /// the request's own headers with [`RequestBuilder::headers`](reqwest::RequestBuilder::headers).
-    pub fn request(&self, method: http::Method, url: url::Url) -> reqwest::RequestBuilder {
+    ///
+    /// With a `tls-server-name` that is sent as SNI, a URL on the configured server is sent
+    /// with that name as its host (the TLS handshake takes SNI from it; the connection still
+    /// goes to the server's address), so the `Host` header names it too.
+    pub fn request(&self, method: http::Method, mut url: url::Url) -> reqwest::RequestBuilder {
+        if let Some(sni) = &self.sni {
+            sni.apply(&mut url);
+        }
         self.client
             .request(method, url)
             .headers(self.headers.clone())
@@ -325,6 +341,89 @@ impl PreparedRequest {
     /// The credential the headers (or the client's certificate) carry.
     pub fn credential(&self) -> CredentialId {
         self.credential
+    }
+}
+
+/// How `tls-server-name` reaches the server as SNI: reqwest takes SNI from the request URL's
+/// host, so requests to the server name `name` in their URL, and [`ServerNameResolver`]
+/// connects that name to the server's own host.
+#[derive(Debug)]
+struct SniRewrite {
+    /// `tls-server-name`.
+    name: String,
+    /// The server URL's host and port.
+    server_host: url::Host<String>,
+    server_port: Option<u16>,
+}
+
+impl SniRewrite {
+    /// The rewrite for `config`, when its `tls-server-name` is a DNS name other than the
+    /// server's host (an IP address is never sent as SNI, in Go's TLS as in rustls) and no
+    /// proxy is configured (a proxy would be asked to connect to the name instead of the
+    /// server; SNI is then the server URL's host).
+    fn for_config(config: &Config) -> Option<Self> {
+        let name = config
+            .tls
+            .server_name
+            .as_deref()
+            .filter(|n| !n.is_empty())?;
+        if !config.is_https() {
+            return None;
+        }
+        let url::Host::Domain(domain) = url::Host::parse(name).ok()? else {
+            return None;
+        };
+        let server_host = config.server.host()?.to_owned();
+        if matches!(&server_host, url::Host::Domain(h) if h.eq_ignore_ascii_case(&domain)) {
+            return None;
+        }
+        if config.proxy_url.is_some() {
+            tracing::debug!(
+                tls_server_name = name,
+                "a proxy is configured: tls-server-name verifies the certificate but is not sent as SNI"
+            );
+            return None;
+        }
+        Some(Self {
+            name: domain,
+            server_host,
+            server_port: config.server.port_or_known_default(),
+        })
+    }
+
+    /// Puts the name in `url` if it points at the server.
+    fn apply(&self, url: &mut url::Url) {
+        let to_server = url.scheme() == "https"
+            && url.host().is_some_and(|h| h.to_owned() == self.server_host)
+            && url.port_or_known_default() == self.server_port;
+        if to_server {
+            // A domain that parsed as one is accepted by `set_host`.
+            let _ = url.set_host(Some(&self.name));
+        }
+    }
+}
+
+/// Resolves the `tls-server-name` of rewritten request URLs to the server's own addresses;
+/// other names resolve as usual.
+struct ServerNameResolver(Arc<SniRewrite>);
+
+impl reqwest::dns::Resolve for ServerNameResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let host = if name.as_str().eq_ignore_ascii_case(&self.0.name) {
+            match &self.0.server_host {
+                url::Host::Domain(d) => d.clone(),
+                url::Host::Ipv4(ip) => ip.to_string(),
+                url::Host::Ipv6(ip) => ip.to_string(),
+            }
+        } else {
+            name.as_str().to_owned()
+        };
+        Box::pin(async move {
+            // The port is the URL's; the connector sets it.
+            let addrs: Vec<std::net::SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
+        })
     }
 }
 
@@ -350,6 +449,7 @@ impl fmt::Debug for Transport {
             .field("credentials", &credentials)
             .field("impersonating", &!self.inner.static_headers.is_empty())
             .field("proxy", &self.inner.settings.proxy.is_some())
+            .field("sni", &self.inner.settings.sni.as_ref().map(|s| &s.name))
             .field("http2", &self.inner.settings.http2)
             .finish_non_exhaustive()
     }
