@@ -121,6 +121,7 @@ mod incluster;
 mod infer;
 pub mod kubeconfig;
 mod loader;
+mod proxy;
 mod resolve;
 mod secret;
 mod tls;

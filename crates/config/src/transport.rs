@@ -16,6 +16,13 @@
 //! with a warning. Not expressible:
 //! the TLS handshake timeout (10 s in Go) is covered only by the connect timeout.
 //!
+//! Proxies as in client-go: a configured `proxy-url` carries every request; without one, the
+//! environment's `HTTPS_PROXY` / `HTTP_PROXY` / `NO_PROXY` apply as Go's
+//! `http.ProxyFromEnvironment` applies them (`localhost` and loopback addresses are never
+//! proxied, `ALL_PROXY` is not read; the rules are listed at
+//! [`Config::proxy_url`](crate::Config::proxy_url)). The environment is read when the
+//! transport is built.
+//!
 //! `disable_compression` turns off every response decompression reqwest may have been built
 //! with; without reqwest's compression features no compression is requested anyway.
 
@@ -31,6 +38,7 @@ use crate::auth::token_file::TokenFileSource;
 use crate::auth::{Auth, basic_header, bearer_header};
 use crate::config::Config;
 use crate::error::ConfigError;
+use crate::proxy::EnvProxy;
 use crate::tls::{ClientIdentity, ServerTrust, TlsConfig, rustls_config};
 
 /// Dial timeout (client-go: 30 s).
@@ -77,7 +85,10 @@ enum Credentials {
 struct ClientSettings {
     tls: TlsConfig,
     trust: ServerTrust,
+    /// The configuration's `proxy-url`: every request goes through it.
     proxy: Option<url::Url>,
+    /// Without one, the environment's proxies.
+    env_proxy: Arc<EnvProxy>,
     /// `tls-server-name` sent as SNI (through the request URL), if it is.
     sni: Option<Arc<SniRewrite>>,
     user_agent: String,
@@ -156,9 +167,16 @@ impl ClientSettings {
         } else {
             builder = builder.http1_only();
         }
+        // reqwest's own reading of the environment (which honours ALL_PROXY and proxies
+        // loopback servers) is never used.
+        builder = builder.no_proxy();
         if let Some(proxy) = &self.proxy {
+            // As client-go's `http.ProxyURL`: every request, loopback and NO_PROXY included.
             builder = builder
                 .proxy(reqwest::Proxy::all(proxy.as_str()).map_err(ConfigError::HttpClient)?);
+        } else if !self.env_proxy.is_empty() {
+            let env = self.env_proxy.clone();
+            builder = builder.proxy(reqwest::Proxy::custom(move |url| env.proxy_for(url)));
         }
         if self.disable_compression {
             builder = builder.no_gzip().no_brotli().no_deflate().no_zstd();
@@ -172,6 +190,10 @@ impl Transport {
     /// client, and prepares its credentials. Nothing is read from disk or executed yet for
     /// token files and exec plugins: that happens on the first [`prepare`](Self::prepare).
     pub fn new(config: &Config) -> Result<Self, ConfigError> {
+        Self::with_env_proxy(config, EnvProxy::from_env())
+    }
+
+    fn with_env_proxy(config: &Config, env_proxy: EnvProxy) -> Result<Self, ConfigError> {
         let settings = ClientSettings {
             tls: config.tls.clone(),
             trust: if config.is_https() {
@@ -180,7 +202,8 @@ impl Transport {
                 ServerTrust::NotUsed
             },
             proxy: config.proxy_url.clone(),
-            sni: SniRewrite::for_config(config).map(Arc::new),
+            sni: SniRewrite::for_config(config, &env_proxy).map(Arc::new),
+            env_proxy: Arc::new(env_proxy),
             user_agent: config.user_agent.clone().unwrap_or_else(default_user_agent),
             disable_compression: config.disable_compression,
             http2: Http2Settings::from_env(),
@@ -361,7 +384,7 @@ impl SniRewrite {
     /// server's host (an IP address is never sent as SNI, in Go's TLS as in rustls) and no
     /// proxy is configured (a proxy would be asked to connect to the name instead of the
     /// server; SNI is then the server URL's host).
-    fn for_config(config: &Config) -> Option<Self> {
+    fn for_config(config: &Config, env_proxy: &EnvProxy) -> Option<Self> {
         let name = config
             .tls
             .server_name
@@ -377,7 +400,7 @@ impl SniRewrite {
         if matches!(&server_host, url::Host::Domain(h) if h.eq_ignore_ascii_case(&domain)) {
             return None;
         }
-        if config.proxy_url.is_some() {
+        if config.proxy_url.is_some() || env_proxy.proxy_for(&config.server).is_some() {
             tracing::debug!(
                 tls_server_name = name,
                 "a proxy is configured: tls-server-name verifies the certificate but is not sent as SNI"
@@ -582,6 +605,43 @@ mod tests {
 
         assert!(!http2_with(&[("DISABLE_HTTP2", "1")]).enabled);
         assert!(http2_with(&[("DISABLE_HTTP2", "")]).enabled);
+    }
+
+    #[test]
+    fn tls_server_name_is_sni_unless_a_proxy_carries_the_request() {
+        let mut c = config("https://10.0.0.1:6443");
+        c.tls.ca_pem = Some(include_bytes!("../tests/fixtures/ca.crt").to_vec());
+        c.tls.server_name = Some("kubernetes.test".to_owned());
+        let sni = |c: &Config, env: &[(&str, &str)]| {
+            let env = EnvProxy::from_lookup(|name| {
+                env.iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| (*v).to_owned())
+            });
+            let t = Transport::with_env_proxy(c, env).unwrap();
+            t.inner.settings.sni.as_ref().map(|s| s.name.clone())
+        };
+        assert_eq!(sni(&c, &[]).as_deref(), Some("kubernetes.test"));
+        // The proxy would be asked to connect to the name instead of the server.
+        assert_eq!(sni(&c, &[("HTTPS_PROXY", "proxy:3128")]), None);
+        assert_eq!(
+            sni(
+                &c,
+                &[("HTTPS_PROXY", "proxy:3128"), ("NO_PROXY", "10.0.0.0/8")]
+            )
+            .as_deref(),
+            Some("kubernetes.test")
+        );
+        let mut explicit = c.clone();
+        explicit.proxy_url = Some(url::Url::parse("http://proxy:3128").unwrap());
+        assert_eq!(sni(&explicit, &[]), None);
+        // An IP address is never SNI; the server's own name needs no rewriting.
+        let mut ip = c.clone();
+        ip.tls.server_name = Some("10.0.0.2".to_owned());
+        assert_eq!(sni(&ip, &[]), None);
+        let mut same = c.clone();
+        same.server = url::Url::parse("https://Kubernetes.test:6443").unwrap();
+        assert_eq!(sni(&same, &[]), None);
     }
 
     #[test]
