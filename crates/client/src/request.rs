@@ -232,7 +232,9 @@ pub struct WatchParams {
     pub resource_version_match: Option<ResourceVersionMatch>,
     /// Ask for BOOKMARK events (default true, as client-go's reflector always does).
     pub allow_watch_bookmarks: bool,
-    /// Server-side watch timeout; the stream ends cleanly afterwards.
+    /// Server-side watch timeout; the stream ends cleanly afterwards. `Some(0)` is sent as
+    /// is and the server reads it as its own default (a random 30–60 minutes on the
+    /// apiserver), as `None` is.
     pub timeout_seconds: Option<u32>,
     /// Streaming list: send the current state as ADDED events, then a bookmark marking the
     /// end of the initial events.
@@ -275,9 +277,12 @@ impl WatchParams {
         q
     }
 
-    /// The client-side deadline for the watch: the server timeout plus a grace period, if set.
+    /// The client-side deadline for the watch: the server timeout plus a grace period of 5 s,
+    /// if a timeout is set. There is none for `Some(0)`: the server then applies its own
+    /// default, which the client does not know.
     pub fn client_deadline(&self) -> Option<Duration> {
         self.timeout_seconds
+            .filter(|&t| t > 0)
             .map(|t| Duration::from_secs(u64::from(t)) + Duration::from_secs(5))
     }
 }
@@ -560,6 +565,22 @@ fn push_opt(q: &mut Vec<(&'static str, String)>, key: &'static str, value: &Opti
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn watch_client_deadline_follows_the_server_timeout() {
+        let with = |t| WatchParams {
+            timeout_seconds: t,
+            ..WatchParams::default()
+        };
+        assert_eq!(with(None).client_deadline(), None);
+        assert_eq!(
+            with(Some(60)).client_deadline(),
+            Some(Duration::from_secs(65))
+        );
+        // The server reads 0 as "its own default" (minutes): the client must not cut the
+        // watch after the 5 s grace period.
+        assert_eq!(with(Some(0)).client_deadline(), None);
+    }
 
     #[test]
     fn list_query_includes_only_set_fields() {

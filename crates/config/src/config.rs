@@ -23,7 +23,8 @@ pub struct Config {
     pub qps: f32,
     /// Burst of the client-side rate limiter. Zero means client-go's default (10).
     pub burst: u32,
-    /// Timeout of a whole non-watch request; `None` waits forever.
+    /// Timeout of a whole non-watch request; `None` waits forever, and so do zero and a
+    /// duration too large to be a point in time (such as `Duration::MAX`).
     pub timeout: Option<Duration>,
     /// User-Agent header; `None` uses a default naming this crate.
     pub user_agent: Option<String>,
@@ -33,8 +34,20 @@ pub struct Config {
     pub auth: Auth,
     /// Act as another user (`Impersonate-*` headers).
     pub impersonate: Option<Impersonation>,
-    /// Send every request through this proxy (`proxy-url`: http, https or socks5). When
-    /// `None`, the `HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY` environment applies, as in client-go.
+    /// Send every request through this proxy (`proxy-url`: http, https or socks5), whatever
+    /// the server's address and `NO_PROXY` say, as client-go does.
+    ///
+    /// When `None`, the environment applies, read as Go's `http.ProxyFromEnvironment` (which
+    /// client-go uses) reads it:
+    /// - `HTTPS_PROXY` (or `https_proxy`) for an `https://` server, `HTTP_PROXY` (or
+    ///   `http_proxy`) for an `http://` one; `host:port` means `http://host:port`; `ALL_PROXY`
+    ///   is not read;
+    /// - `localhost` and loopback addresses (`127.0.0.0/8`, `::1`) are never proxied, so a
+    ///   local cluster (kind, minikube, a test control plane) stays reachable in a proxied CI;
+    /// - `NO_PROXY` (or `no_proxy`) lists exceptions: `*`, IP addresses, CIDR blocks, and
+    ///   domains matching themselves and their subdomains (`.example.com` and `*.example.com`
+    ///   only the subdomains), each optionally with a `:port`;
+    /// - with `REQUEST_METHOD` set (a CGI program), `HTTP_PROXY` is ignored.
     pub proxy_url: Option<url::Url>,
     /// Do not ask for compressed responses (`disable-compression`).
     pub disable_compression: bool,

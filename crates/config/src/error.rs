@@ -258,6 +258,48 @@ pub enum ExecError {
     },
 }
 
+impl ExecError {
+    /// A copy for another request waiting on the same plugin run (an I/O error is copied as
+    /// its kind and message).
+    pub(crate) fn duplicate(&self) -> Self {
+        match self {
+            Self::NotFound {
+                command,
+                install_hint,
+            } => Self::NotFound {
+                command: command.clone(),
+                install_hint: install_hint.clone(),
+            },
+            Self::Spawn { command, source } => Self::Spawn {
+                command: command.clone(),
+                source: io::Error::new(source.kind(), source.to_string()),
+            },
+            Self::Failed {
+                command,
+                status,
+                exit_code,
+                stderr,
+            } => Self::Failed {
+                command: command.clone(),
+                status: status.clone(),
+                exit_code: *exit_code,
+                stderr: stderr.clone(),
+            },
+            Self::Timeout { command, timeout } => Self::Timeout {
+                command: command.clone(),
+                timeout: *timeout,
+            },
+            Self::InvalidOutput { command, reason } => Self::InvalidOutput {
+                command: command.clone(),
+                reason: reason.clone(),
+            },
+            Self::InteractiveRequired { command } => Self::InteractiveRequired {
+                command: command.clone(),
+            },
+        }
+    }
+}
+
 /// ` at line L column C`, unless the message already says where.
 fn location_suffix(line: Option<usize>, column: Option<usize>, message: &str) -> String {
     if message.contains(" at line ") {

@@ -70,10 +70,11 @@
 //! // Before each request: the client to use and the headers to attach.
 //! let transport = Transport::new(&config)?;
 //! let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-//! let (_client, headers) = runtime.block_on(transport.prepare())?;
-//! assert_eq!(headers["authorization"], "Bearer my-token");
+//! let prepared = runtime.block_on(transport.prepare())?;
+//! assert_eq!(prepared.headers()["authorization"], "Bearer my-token");
+//! let _request = prepared.request(http::Method::GET, config.server.join("/version").unwrap());
 //! // After an HTTP 401: refresh token files / exec plugins before the next request.
-//! transport.invalidate_credentials();
+//! transport.invalidate_credentials(prepared.credential());
 //! # Ok(()) }
 //! ```
 //!
@@ -101,7 +102,7 @@
 //! | `clientcmdapi.Config` and `Cluster`, `AuthInfo`, `Context`, `ExecConfig` | [`Kubeconfig`] and [`kubeconfig::Cluster`], [`kubeconfig::AuthInfo`], [`kubeconfig::Context`], [`kubeconfig::ExecConfig`] |
 //! | `clientcmd.ErrEmptyConfig` | [`ConfigError::EmptyConfig`] |
 //! | `rest.HTTPClientFor` / `transport.New` | [`Transport::new`] |
-//! | bearer / basic / impersonation / exec round trippers | [`Transport::prepare`] |
+//! | bearer / basic / impersonation / exec round trippers | [`Transport::prepare`], [`PreparedRequest::request`] |
 //! | token source reset and exec refresh on 401 | [`Transport::invalidate_credentials`] |
 //!
 //! Not supported: legacy `auth-provider` plugins (gcp, azure, oidc: an error says to use an
@@ -120,6 +121,7 @@ mod incluster;
 mod infer;
 pub mod kubeconfig;
 mod loader;
+mod proxy;
 mod resolve;
 mod secret;
 mod tls;
@@ -135,6 +137,6 @@ pub use resolve::{ConfigOverrides, KUBERNETES_MASTER_ENV, KubeconfigResolver, de
 pub use secret::Secret;
 pub use tls::{ClientIdentity, TlsConfig};
 pub use transport::{
-    CONNECT_TIMEOUT, HTTP2_PING_TIMEOUT, HTTP2_READ_IDLE_TIMEOUT, MAX_IDLE_PER_HOST, TCP_KEEPALIVE,
-    Transport, default_user_agent,
+    CONNECT_TIMEOUT, CredentialId, HTTP2_PING_TIMEOUT, HTTP2_READ_IDLE_TIMEOUT, MAX_IDLE_PER_HOST,
+    PreparedRequest, TCP_KEEPALIVE, Transport, default_user_agent,
 };

@@ -7,8 +7,14 @@
 //!   `rustls-platform-verifier` (already in the tree through reqwest; it reads the same stores
 //!   Go's `crypto/x509` does, so corporate CAs installed on the machine keep working, which a
 //!   bundled root list such as `webpki-roots` would not);
-//! - `tls-server-name` verifies the certificate against that name instead of the URL's host
-//!   (rustls still sends the URL's host as SNI: reqwest derives SNI from the URL);
+//! - `tls-server-name` verifies the certificate against that name instead of the URL's host,
+//!   and is sent as SNI (as Go's `tls.Config.ServerName` is), so TLS routers that route on
+//!   SNI and servers that pick their certificate by SNI see it. reqwest takes SNI from the
+//!   request URL, so [`PreparedRequest::request`](crate::PreparedRequest::request) puts the
+//!   name in the URL and the client resolves it to the server's host (the `Host` header then
+//!   names it too, where Go sends the server URL's host). Not sent when it is an IP address
+//!   (never sent as SNI) or when a proxy is used (the proxy would be asked for the name);
+//!   then SNI is the server URL's host (none for an IP address);
 //! - `insecure-skip-tls-verify` accepts any certificate but still checks that the server holds
 //!   its key (handshake signatures), and may not be combined with a CA.
 //!

@@ -63,6 +63,65 @@ impl Plugin {
     }
 }
 
+impl Plugin {
+    /// A provider whose runs announce their number when they start and then wait for the
+    /// gate to open; each answers with the token `run-<number>`.
+    fn gated(&self) -> (ExecProvider, Gated) {
+        let fifo = self.dir.path().join("started");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success(), "mkfifo failed");
+        // Read-write, so the pipe always has a writer and a read waits for a run instead of
+        // seeing the end of the file.
+        let started = tokio::net::unix::pipe::OpenOptions::new()
+            .read_write(true)
+            .open_receiver(&fifo)
+            .unwrap();
+        let gate = self.dir.path().join("gate");
+        let mut provider = self.provider();
+        provider.env.push(env("PLUGIN_STARTED", &fifo));
+        provider.env.push(env("PLUGIN_GATE", &gate));
+        provider
+            .env
+            .push(("PLUGIN_TOKEN".to_owned(), Secret::from("run-")));
+        (
+            provider,
+            Gated {
+                started: tokio::io::BufReader::new(started),
+                gate,
+            },
+        )
+    }
+}
+
+/// The controls of a gated plugin.
+struct Gated {
+    started: tokio::io::BufReader<tokio::net::unix::pipe::Receiver>,
+    gate: PathBuf,
+}
+
+impl Gated {
+    /// Waits until a run has started; returns its number.
+    async fn started(&mut self) -> u32 {
+        use tokio::io::AsyncBufReadExt as _;
+        let mut line = String::new();
+        self.started.read_line(&mut line).await.unwrap();
+        line.trim().parse().unwrap()
+    }
+
+    /// Lets runs answer.
+    fn open(&self) {
+        std::fs::write(&self.gate, "").unwrap();
+    }
+
+    /// Makes the next runs wait.
+    fn close(&self) {
+        std::fs::remove_file(&self.gate).unwrap();
+    }
+}
+
 fn env(name: &str, path: &Path) -> (String, Secret<String>) {
     (
         name.to_owned(),
@@ -79,8 +138,17 @@ fn exec_config(server: &str, provider: ExecProvider) -> Config {
 }
 
 async fn authorization(transport: &Transport) -> String {
-    let (_, headers) = transport.prepare().await.unwrap();
-    headers["authorization"].to_str().unwrap().to_owned()
+    let prepared = transport.prepare().await.unwrap();
+    prepared.headers()["authorization"]
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Tells `transport` the server rejected the credential it hands out now.
+async fn reject_current(transport: &Transport) {
+    let prepared = transport.prepare().await.unwrap();
+    transport.invalidate_credentials(prepared.credential());
 }
 
 #[tokio::test]
@@ -95,7 +163,7 @@ async fn exec_token_is_cached_and_refreshed_after_invalidation() {
     assert_eq!(plugin.runs(), 1, "one run for two requests");
 
     plugin.respond(serde_json::json!({"token": "exec-token-2"}));
-    transport.invalidate_credentials();
+    reject_current(&transport).await;
     assert_eq!(authorization(&transport).await, "Bearer exec-token-2");
     assert_eq!(authorization(&transport).await, "Bearer exec-token-2");
     assert_eq!(plugin.runs(), 2);
@@ -128,22 +196,116 @@ async fn exec_token_is_cached_until_its_expiry() {
     }));
     let transport = Transport::new(&exec_config("https://127.0.0.1:1", plugin.provider())).unwrap();
     assert_eq!(authorization(&transport).await, "Bearer expiring");
-
-    // The plugin runs with the clock live (a paused clock would jump to its time limit);
-    // the clock is paused only to move it forward.
-    let skip = |d: Duration| async move {
-        tokio::time::pause();
-        tokio::time::advance(d).await;
-        tokio::time::resume();
-    };
-    skip(Duration::from_secs(30 * 60)).await;
     assert_eq!(authorization(&transport).await, "Bearer expiring");
-    assert_eq!(plugin.runs(), 1, "still valid after 30 minutes");
+    assert_eq!(plugin.runs(), 1, "valid for an hour");
+
+    // A credential that expired already serves the request it was fetched for, and the next
+    // request runs the plugin again.
+    plugin.respond(serde_json::json!({
+        "token": "expired",
+        "expirationTimestamp": "2001-02-03T04:05:06Z",
+    }));
+    reject_current(&transport).await;
+    assert_eq!(authorization(&transport).await, "Bearer expired");
+    assert_eq!(plugin.runs(), 2);
+    assert_eq!(authorization(&transport).await, "Bearer expired");
+    assert_eq!(plugin.runs(), 3, "run again once expired");
+}
+
+// A laptop that slept past the expiry: the wall clock moved, the monotonic clock (here
+// tokio's, paused meanwhile) did not. The expiry is a wall-clock time, so it counts.
+#[tokio::test]
+async fn exec_credential_expiry_follows_the_wall_clock() {
+    let plugin = Plugin::new();
+    let expiry = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(1);
+    plugin.respond(serde_json::json!({
+        "token": "short-lived",
+        "expirationTimestamp": expiry.to_string(),
+    }));
+    let transport = Transport::new(&exec_config("https://127.0.0.1:1", plugin.provider())).unwrap();
+    assert_eq!(authorization(&transport).await, "Bearer short-lived");
+
+    tokio::time::pause();
+    let expiry = std::time::SystemTime::from(expiry);
+    while let Ok(left) = expiry.duration_since(std::time::SystemTime::now()) {
+        // Blocks until the wall clock is past the expiry; tokio's clock stands still.
+        std::thread::sleep(left + Duration::from_millis(10));
+    }
+    // (The plugin runs with the clock live: a paused clock would jump to its time limit.)
+    tokio::time::resume();
 
     plugin.respond(serde_json::json!({"token": "renewed"}));
-    skip(Duration::from_secs(31 * 60)).await;
     assert_eq!(authorization(&transport).await, "Bearer renewed");
-    assert_eq!(plugin.runs(), 2, "run again once expired");
+    assert_eq!(plugin.runs(), 2);
+}
+
+// A plugin slower than the request's timeout (a cloud login): the request gives up, the
+// plugin goes on, and the next request gets what that run produced instead of starting it
+// again.
+#[tokio::test]
+async fn a_plugin_run_outlives_the_request_that_started_it() {
+    let plugin = Plugin::new();
+    let (provider, mut gated) = plugin.gated();
+    let transport = Transport::new(&exec_config("https://127.0.0.1:1", provider)).unwrap();
+    {
+        let first = authorization(&transport);
+        tokio::pin!(first);
+        tokio::select! {
+            run = gated.started() => assert_eq!(run, 1),
+            _ = &mut first => panic!("the gated plugin answered"),
+        }
+        // The first request is dropped here, as its timeout would drop it.
+    }
+    gated.open();
+    assert_eq!(authorization(&transport).await, "Bearer run-1");
+    assert_eq!(plugin.runs(), 1);
+}
+
+// After a 401 the rejected credential is not handed out again while its replacement is
+// being fetched, even when the request that started the fetch gives up.
+#[tokio::test]
+async fn a_rejected_credential_is_not_used_while_its_replacement_is_fetched() {
+    let plugin = Plugin::new();
+    let (provider, mut gated) = plugin.gated();
+    let transport = Transport::new(&exec_config("https://127.0.0.1:1", provider)).unwrap();
+    gated.open();
+    let first = transport.prepare().await.unwrap();
+    assert_eq!(gated.started().await, 1);
+    gated.close();
+    transport.invalidate_credentials(first.credential());
+    {
+        let second = authorization(&transport);
+        tokio::pin!(second);
+        tokio::select! {
+            run = gated.started() => assert_eq!(run, 2),
+            _ = &mut second => panic!("the gated plugin answered"),
+        }
+    }
+    gated.open();
+    assert_eq!(authorization(&transport).await, "Bearer run-2");
+    assert_eq!(plugin.runs(), 2);
+}
+
+// Two requests in flight with the same credential both get a 401: the first renews it, the
+// second (arriving after the renewal) must not run the plugin again.
+#[tokio::test]
+async fn a_401_to_credentials_already_replaced_runs_no_plugin() {
+    let plugin = Plugin::new();
+    let mut provider = plugin.provider();
+    provider
+        .env
+        .push(("PLUGIN_TOKEN".to_owned(), Secret::from("run-")));
+    let transport = Transport::new(&exec_config("https://127.0.0.1:1", provider)).unwrap();
+    let a = transport.prepare().await.unwrap();
+    let b = transport.prepare().await.unwrap();
+    assert_eq!(a.headers()["authorization"], "Bearer run-1");
+    assert_eq!(a.credential(), b.credential());
+
+    transport.invalidate_credentials(a.credential());
+    assert_eq!(authorization(&transport).await, "Bearer run-2");
+    transport.invalidate_credentials(b.credential());
+    assert_eq!(authorization(&transport).await, "Bearer run-2");
+    assert_eq!(plugin.runs(), 2);
 }
 
 #[tokio::test]
@@ -167,7 +329,7 @@ async fn exec_client_certificate_is_presented_and_rotated() {
     assert!(body.contains("client-certs=1"), "{body}");
     assert_eq!(plugin.runs(), 1);
 
-    transport.invalidate_credentials();
+    reject_current(&transport).await;
     let body = get(&transport, &url).await.unwrap();
     assert!(body.contains("client-certs=1"), "{body}");
     assert_eq!(plugin.runs(), 2);
@@ -363,7 +525,7 @@ async fn token_file_is_reread_every_minute_and_after_a_401() {
 
     std::fs::write(&path, "third").unwrap();
     assert_eq!(authorization(&transport).await, "Bearer second");
-    transport.invalidate_credentials();
+    reject_current(&transport).await;
     assert_eq!(
         authorization(&transport).await,
         "Bearer third",
@@ -372,7 +534,7 @@ async fn token_file_is_reread_every_minute_and_after_a_401() {
 
     // An unreadable file keeps the last token.
     std::fs::remove_file(&path).unwrap();
-    transport.invalidate_credentials();
+    reject_current(&transport).await;
     assert_eq!(authorization(&transport).await, "Bearer third");
 }
 

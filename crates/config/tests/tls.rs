@@ -82,6 +82,37 @@ async fn tls_server_name_is_used_for_verification() {
     assert!(request(&c, port).await.is_err());
 }
 
+// TLS routers route on SNI and servers choose their certificate by it: tls-server-name is
+// sent, as client-go sends tls.Config.ServerName, while the connection still goes to the
+// server URL's address.
+#[tokio::test]
+async fn tls_server_name_is_sent_as_sni() {
+    let port = start_server("named-server.crt", "named-server.key", None).await;
+    let mut c = config(port);
+    c.tls.ca_pem = Some(fixture_bytes("ca.crt"));
+    c.tls.server_name = Some("kubernetes.test".to_owned());
+    let body = request(&c, port).await.unwrap();
+    assert!(body.contains("sni=kubernetes.test;"), "{body}");
+    assert!(body.contains("auth=Bearer tls-token"), "{body}");
+    assert!(
+        body.contains(&format!("host=kubernetes.test:{port};")),
+        "{body}"
+    );
+
+    // Without it, the URL's host is the SNI: none for an IP address, the name otherwise.
+    let port = start_server("server.crt", "server.key", None).await;
+    let mut c = config(port);
+    c.tls.ca_pem = Some(fixture_bytes("ca.crt"));
+    let body = request(&c, port).await.unwrap();
+    assert!(body.contains("sni=;"), "{body}");
+    c.server = format!("https://localhost:{port}").parse().unwrap();
+    let transport = Transport::new(&c).unwrap();
+    let body = get(&transport, &format!("https://localhost:{port}/"))
+        .await
+        .unwrap();
+    assert!(body.contains("sni=localhost;"), "{body}");
+}
+
 #[tokio::test]
 async fn insecure_skip_tls_verify_accepts_an_unverifiable_server() {
     let port = start_server("named-server.crt", "named-server.key", None).await;

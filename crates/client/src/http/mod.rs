@@ -79,7 +79,8 @@ pub const MAX_ERROR_BODY_SIZE: usize = 1 << 20;
 ///   [`Error::Retried`].
 /// * **Timeouts**: `Config::timeout` bounds a whole non-watch request, retries included,
 ///   from the moment it got its first rate-limiter token (so throttling alone never times a
-///   request out); it fails with [`Error::Timeout`]. A watch is bounded only by
+///   request out); it fails with [`Error::Timeout`]. Zero, and a duration too large to be a
+///   point in time (such as `Duration::MAX`), mean no timeout. A watch is bounded only by
 ///   [`WatchParams::client_deadline`](crate::WatchParams::client_deadline), after which its
 ///   stream just ends.
 /// * **Errors**: a failure response becomes [`Error::Api`] with the server's decoded
@@ -266,21 +267,26 @@ impl HttpBackend {
 
     /// Sends one attempt.
     async fn send(&self, p: &Prepared) -> Result<reqwest::Response, SendError> {
-        let (client, auth) = self.transport.prepare().await.map_err(SendError::Config)?;
-        let mut headers = HeaderMap::with_capacity(4 + auth.len());
+        let auth = self.transport.prepare().await.map_err(SendError::Config)?;
+        let mut headers = HeaderMap::with_capacity(3);
         headers.insert(ACCEPT, HeaderValue::from_static(p.accept));
         headers.insert(USER_AGENT, self.user_agent.clone());
         if let Some((_, content_type)) = &p.body {
             headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
         }
-        headers.extend(auth);
-        let mut builder = client
+        let mut builder = auth
             .request(p.method.clone(), p.url.clone())
             .headers(headers);
         if let Some((body, _)) = &p.body {
             builder = builder.body(body.clone());
         }
-        builder.send().await.map_err(SendError::Transport)
+        let resp = builder.send().await.map_err(SendError::Transport)?;
+        if resp.status() == StatusCode::UNAUTHORIZED {
+            // Cached credentials (exec plugin, token file) may have expired: they are renewed
+            // unless the 401 is about credentials already replaced.
+            self.transport.invalidate_credentials(auth.credential());
+        }
+        Ok(resp)
     }
 
     /// Runs a non-watch request to completion: throttling, retries, timeout, metrics.
@@ -293,7 +299,10 @@ impl HttpBackend {
             .wait(p.throttle_context(None), None)
             .await
             .map_err(|_| p.timeout_error(Duration::ZERO))?;
-        let deadline = self.timeout.map(|t| tokio::time::Instant::now() + t);
+        // A timeout too large to be a point in time (`Duration::MAX`) is no deadline.
+        let deadline = self
+            .timeout
+            .and_then(|t| tokio::time::Instant::now().checked_add(t));
         let mut state = RetryState::new(self.max_retries, self.timeout);
         let result = match deadline {
             Some(d) => {
@@ -400,10 +409,6 @@ impl HttpBackend {
             elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
             "HTTP request"
         );
-        if status == Some(StatusCode::UNAUTHORIZED) {
-            // Cached credentials (exec plugin, token file) may have expired.
-            self.transport.invalidate_credentials();
-        }
     }
 
     /// A transport failure: schedule a retry (returns `Ok`) or give up (returns the error).
@@ -478,7 +483,7 @@ impl HttpBackend {
         p: Prepared,
         client_deadline: Option<Duration>,
     ) -> Result<WatchFrames, Error> {
-        let deadline = client_deadline.map(|d| tokio::time::Instant::now() + d);
+        let deadline = client_deadline.and_then(|d| tokio::time::Instant::now().checked_add(d));
         let mut state = RetryState::new(self.max_retries, client_deadline);
         let result = match deadline {
             Some(d) => {

@@ -249,6 +249,25 @@ async fn request_timeout() {
     assert!(err.is_transport());
 }
 
+// A timeout too large to be a deadline (`Duration::MAX`) means no deadline: the request is
+// sent and answered instead of panicking while computing its deadline.
+#[tokio::test]
+async fn a_huge_request_timeout_means_no_deadline() {
+    let server = TestServer::start([Reply::json(
+        200,
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}),
+    )])
+    .await;
+    let mut config = server.config();
+    config.timeout = Some(Duration::MAX);
+    let pods: Api<Pod> = Api::namespaced(
+        client(kctrl_client::HttpBackend::new(config).unwrap()),
+        "ns",
+    );
+    let pod = pods.get("p").await.unwrap();
+    assert_eq!(pod.metadata.name.as_deref(), Some("p"));
+}
+
 #[tokio::test]
 async fn timeout_bounds_retries_too() {
     let server = TestServer::start([]).await;

@@ -4,6 +4,7 @@
 //! lower bound is asserted (rate limits, Retry-After) or where the server never answers
 //! (timeouts); no test races a sleep against the code under test.
 
+mod credentials;
 mod discovery;
 mod errors;
 mod flow_control;

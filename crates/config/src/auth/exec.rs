@@ -14,20 +14,27 @@
 //! - a failure names the command, its exit status and its trimmed stderr; a missing executable
 //!   adds the kubeconfig's `installHint`.
 //!
-//! The credential is cached until its `expirationTimestamp` (forever when there is none) and
-//! fetched again after [`Transport::invalidate_credentials`](crate::Transport::invalidate_credentials)
-//! (a 401). Only one plugin runs at a time per transport; concurrent requests wait for it.
-//! Expiry is tracked on tokio's clock (the remaining validity is measured once against the
-//! wall clock), so tests can advance time.
+//! The credential is cached until its `expirationTimestamp` (forever when there is none),
+//! compared with the wall clock as client-go does (so a laptop that slept past the expiry runs
+//! the plugin again at once). After a 401, [`Transport::invalidate_credentials`](crate::Transport::invalidate_credentials)
+//! marks the rejected credential; the plugin runs again only if that credential is still the
+//! current one, so the 401s of requests that were already in flight with it cause no second
+//! run, and the rejected credential is not used again while the new run is under way.
+//!
+//! A run is detached from the request that started it: only one plugin runs at a time per
+//! transport, every request needing credentials waits for that run, and a request that gives
+//! up (its timeout passed, its caller dropped it) does not stop the run. A plugin slower than
+//! the request timeout (a cloud login taking seconds) therefore still delivers its credential
+//! to the requests that follow. The run itself is bounded by [`ExecProvider::timeout`]. A
+//! failed run is not cached: the next request runs the plugin again.
 
 use std::fmt;
 use std::process::Stdio;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
-use tokio::time::Instant;
+use tokio::sync::watch;
 
 use crate::error::ExecError;
 use crate::secret::Secret;
@@ -219,67 +226,148 @@ impl fmt::Debug for ExecCredentials {
 }
 
 /// Runs a plugin when needed and caches what it returned.
+///
+/// A run is a task of its own: requests wait for it, but a request that gives up (its timeout,
+/// or its caller dropping it) does not stop it, and the next request waits for the same run
+/// instead of starting another.
 #[derive(Debug)]
 pub(crate) struct ExecAuthenticator {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
     provider: ExecProvider,
     cluster: Option<ExecCluster>,
-    cached: tokio::sync::Mutex<Option<Cached>>,
-    stale: AtomicBool,
-    runs: AtomicU64,
+    state: std::sync::Mutex<State>,
 }
+
+#[derive(Debug, Default)]
+struct State {
+    /// What the last successful run returned.
+    current: Option<Cached>,
+    /// The server answered 401 to `current`.
+    rejected: bool,
+    /// The run in progress, if any: it publishes its outcome once.
+    running: Option<watch::Receiver<Option<RunOutcome>>>,
+    /// Successful runs so far (the generation of `current`).
+    runs: u64,
+}
+
+type RunOutcome = Result<Arc<ExecCredentials>, Arc<ExecError>>;
 
 #[derive(Debug)]
 struct Cached {
     credentials: Arc<ExecCredentials>,
-    valid_until: Option<Instant>,
+    /// `expirationTimestamp`, on the wall clock.
+    expires: Option<SystemTime>,
 }
 
 impl ExecAuthenticator {
     pub(crate) fn new(provider: ExecProvider, cluster: Option<ExecCluster>) -> Self {
         Self {
-            provider,
-            cluster,
-            cached: tokio::sync::Mutex::new(None),
-            stale: AtomicBool::new(false),
-            runs: AtomicU64::new(0),
+            shared: Arc::new(Shared {
+                provider,
+                cluster,
+                state: std::sync::Mutex::new(State::default()),
+            }),
         }
     }
 
     /// The cached credentials, or new ones from the plugin if there are none, they expired or
-    /// they were invalidated.
+    /// the server rejected them.
     pub(crate) async fn credentials(&self) -> Result<Arc<ExecCredentials>, ExecError> {
-        let mut cached = self.cached.lock().await;
-        if let Some(c) = cached.as_ref()
-            && !self.stale.load(Ordering::Acquire)
-            && c.valid_until.is_none_or(|until| Instant::now() < until)
-        {
-            return Ok(c.credentials.clone());
+        // A run abandoned by a runtime that shut down is started again once.
+        for _ in 0..2 {
+            let mut run = {
+                let mut state = self.shared.lock();
+                if let Some(cached) = &state.current
+                    && !state.rejected
+                    && cached.expires.is_none_or(|at| SystemTime::now() < at)
+                {
+                    return Ok(cached.credentials.clone());
+                }
+                match &state.running {
+                    Some(run) if !abandoned(run) => run.clone(),
+                    _ => self.start_run(&mut state),
+                }
+            };
+            if let Ok(outcome) = run.wait_for(Option::is_some).await
+                && let Some(outcome) = outcome.clone()
+            {
+                return outcome.map_err(|e| e.duplicate());
+            }
         }
-        self.stale.store(false, Ordering::Release);
-        let status = run_plugin(&self.provider, self.cluster.as_ref()).await?;
-        let generation = self.runs.fetch_add(1, Ordering::Relaxed) + 1;
-        let valid_until = status.expires.map(|at| {
-            let remaining = at
-                .duration_since(SystemTime::now())
-                .unwrap_or(Duration::ZERO);
-            Instant::now() + remaining
-        });
-        let credentials = Arc::new(ExecCredentials {
-            token: status.token,
-            identity: status.identity,
-            generation,
-        });
-        *cached = Some(Cached {
-            credentials: credentials.clone(),
-            valid_until,
-        });
-        Ok(credentials)
+        Err(ExecError::Spawn {
+            command: self.shared.provider.command.clone(),
+            source: std::io::Error::other("the plugin's run was abandoned (its runtime shut down)"),
+        })
     }
 
-    /// Makes the next [`credentials`](Self::credentials) call run the plugin again.
-    pub(crate) fn invalidate(&self) {
-        self.stale.store(true, Ordering::Release);
+    /// Starts a plugin run as a task of its own; its outcome replaces the cached credentials
+    /// when it succeeds.
+    fn start_run(&self, state: &mut State) -> watch::Receiver<Option<RunOutcome>> {
+        let (publish, run) = watch::channel(None);
+        state.running = Some(run.clone());
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            let result = run_plugin(&shared.provider, shared.cluster.as_ref()).await;
+            let outcome = {
+                let mut state = shared.lock();
+                state.running = None;
+                match result {
+                    Ok(status) => {
+                        state.runs += 1;
+                        let credentials = Arc::new(ExecCredentials {
+                            token: status.token,
+                            identity: status.identity,
+                            generation: state.runs,
+                        });
+                        state.current = Some(Cached {
+                            credentials: credentials.clone(),
+                            expires: status.expires,
+                        });
+                        state.rejected = false;
+                        Ok(credentials)
+                    }
+                    // The previous credentials (and whether they were rejected) stay: the
+                    // next request runs the plugin again.
+                    Err(e) => Err(Arc::new(e)),
+                }
+            };
+            // Nobody may be waiting any more: the outcome is kept in the state either way.
+            let _ = publish.send(Some(outcome));
+        });
+        run
     }
+
+    /// The server rejected the credentials of generation `generation` (HTTP 401): unless the
+    /// plugin has already replaced them, the next request runs it again. Returns whether they
+    /// were the current ones.
+    pub(crate) fn invalidate(&self, generation: u64) -> bool {
+        let mut state = self.shared.lock();
+        let current = state
+            .current
+            .as_ref()
+            .is_some_and(|c| c.credentials.generation == generation);
+        if current {
+            state.rejected = true;
+        }
+        current
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Whether a run ended without publishing an outcome (its task was dropped).
+fn abandoned(run: &watch::Receiver<Option<RunOutcome>>) -> bool {
+    run.has_changed().is_err() && run.borrow().is_none()
 }
 
 /// What a successful run produced.

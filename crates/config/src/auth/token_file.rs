@@ -2,12 +2,14 @@
 //! account token, `tokenFile` in a kubeconfig).
 //!
 //! client-go re-reads such a file every minute. Here the file is re-read when the cached token
-//! is a minute old ([`REFRESH_PERIOD`]) or after [`TokenFileSource::invalidate`] (a 401).
+//! is a minute old ([`REFRESH_PERIOD`]) or after [`TokenFileSource::invalidate`] (a 401 to the
+//! token last read; a 401 to a token read before that is ignored, as client-go resets only a
+//! token older than the rejected request).
 //! A failed read keeps the last good token (or the configured fallback) and is retried at the
 //! next refresh. Time is tokio's clock, so tests can pause and advance it.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -24,6 +26,8 @@ pub(crate) struct TokenFileSource {
     fallback: Option<Secret<String>>,
     state: tokio::sync::Mutex<State>,
     stale: AtomicBool,
+    /// How many times the file was read: the generation of the cached token.
+    reads: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -39,6 +43,7 @@ impl TokenFileSource {
             fallback,
             state: tokio::sync::Mutex::new(State::default()),
             stale: AtomicBool::new(false),
+            reads: AtomicU64::new(0),
         }
     }
 
@@ -46,8 +51,9 @@ impl TokenFileSource {
         &self.path
     }
 
-    /// The current token, reading the file if the cached one is old or was invalidated.
-    pub(crate) async fn token(&self) -> Result<Secret<String>, ConfigError> {
+    /// The current token and its generation, reading the file if the cached one is old or
+    /// was invalidated.
+    pub(crate) async fn token(&self) -> Result<(Secret<String>, u64), ConfigError> {
         let mut state = self.state.lock().await;
         let now = Instant::now();
         let fresh = state
@@ -57,21 +63,24 @@ impl TokenFileSource {
             && fresh
             && !self.stale.load(Ordering::Acquire)
         {
-            return Ok(token.clone());
+            return Ok((token.clone(), self.reads.load(Ordering::Acquire)));
         }
 
+        let read = read_token(&self.path).await;
+        // Only now is the invalidated token replaced (a read cut short changes nothing).
         self.stale.store(false, Ordering::Release);
         state.read_at = Some(now);
-        match read_token(&self.path).await {
+        let generation = self.reads.fetch_add(1, Ordering::AcqRel) + 1;
+        match read {
             Ok(token) => {
                 state.token = Some(token.clone());
-                Ok(token)
+                Ok((token, generation))
             }
             Err(err) => match state.token.clone().or_else(|| self.fallback.clone()) {
                 Some(previous) => {
                     tracing::error!(error = %err, "unable to re-read the bearer token file; using the previous token");
                     state.token = Some(previous.clone());
-                    Ok(previous)
+                    Ok((previous, generation))
                 }
                 None => {
                     state.read_at = None;
@@ -81,9 +90,14 @@ impl TokenFileSource {
         }
     }
 
-    /// Forces a re-read on the next [`token`](Self::token) call.
-    pub(crate) fn invalidate(&self) {
-        self.stale.store(true, Ordering::Release);
+    /// The server rejected the token of generation `generation`: unless the file was read
+    /// again since, the next [`token`](Self::token) call re-reads it. Returns whether it will.
+    pub(crate) fn invalidate(&self, generation: u64) -> bool {
+        let current = self.reads.load(Ordering::Acquire) == generation;
+        if current {
+            self.stale.store(true, Ordering::Release);
+        }
+        current
     }
 }
 
@@ -115,26 +129,26 @@ mod tests {
         std::fs::write(&path, "one\n").unwrap();
         let source = TokenFileSource::new(path.clone(), None);
 
-        assert_eq!(source.token().await.unwrap().expose(), "one");
+        assert_eq!(source.token().await.unwrap().0.expose(), "one");
         std::fs::write(&path, "two").unwrap();
         tokio::time::advance(Duration::from_secs(59)).await;
         assert_eq!(
-            source.token().await.unwrap().expose(),
+            source.token().await.unwrap().0.expose(),
             "one",
             "cached within a minute"
         );
         tokio::time::advance(Duration::from_secs(1)).await;
         assert_eq!(
-            source.token().await.unwrap().expose(),
+            source.token().await.unwrap().0.expose(),
             "two",
             "re-read after a minute"
         );
 
         std::fs::write(&path, "three").unwrap();
-        assert_eq!(source.token().await.unwrap().expose(), "two");
-        source.invalidate();
+        assert_eq!(source.token().await.unwrap().0.expose(), "two");
+        source.invalidate(source.reads.load(Ordering::Acquire));
         assert_eq!(
-            source.token().await.unwrap().expose(),
+            source.token().await.unwrap().0.expose(),
             "three",
             "re-read after invalidate"
         );
@@ -146,13 +160,13 @@ mod tests {
         let path = dir.path().join("token");
         std::fs::write(&path, "good").unwrap();
         let source = TokenFileSource::new(path.clone(), None);
-        assert_eq!(source.token().await.unwrap().expose(), "good");
+        assert_eq!(source.token().await.unwrap().0.expose(), "good");
         std::fs::remove_file(&path).unwrap();
-        source.invalidate();
-        assert_eq!(source.token().await.unwrap().expose(), "good");
+        source.invalidate(source.reads.load(Ordering::Acquire));
+        assert_eq!(source.token().await.unwrap().0.expose(), "good");
         std::fs::write(&path, "new").unwrap();
         tokio::time::advance(REFRESH_PERIOD).await;
-        assert_eq!(source.token().await.unwrap().expose(), "new");
+        assert_eq!(source.token().await.unwrap().0.expose(), "new");
     }
 
     #[tokio::test]
@@ -165,7 +179,7 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("absent"), "{err}");
         let source = TokenFileSource::new(path, Some(Secret::from("fallback")));
-        assert_eq!(source.token().await.unwrap().expose(), "fallback");
+        assert_eq!(source.token().await.unwrap().0.expose(), "fallback");
 
         let empty = dir.path().join("empty");
         std::fs::write(&empty, " \n").unwrap();

@@ -1,6 +1,6 @@
 //! A local HTTPS test server (tokio-rustls + hyper) on 127.0.0.1 that answers every request
 //! with what it saw: the Authorization and Impersonate-User headers, how many client
-//! certificates the peer presented, and the HTTP version.
+//! certificates the peer presented, the HTTP version, the SNI and the host it was asked for.
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -71,21 +71,31 @@ pub async fn start_server(cert: &str, key: &str, client_ca: Option<&str>) -> u16
                     return;
                 };
                 let client_certs = tls.get_ref().1.peer_certificates().map_or(0, <[_]>::len);
-                let service = service_fn(move |req: Request<Incoming>| async move {
-                    let header = |name: &str| {
-                        req.headers()
-                            .get(name)
-                            .and_then(|v| v.to_str().ok())
-                            .unwrap_or("")
-                            .to_owned()
-                    };
-                    let body = format!(
-                        "auth={};as={};client-certs={client_certs};version={:?}",
-                        header("authorization"),
-                        header("impersonate-user"),
-                        req.version()
-                    );
-                    Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(body))))
+                let sni = tls.get_ref().1.server_name().unwrap_or("").to_owned();
+                let service = service_fn(move |req: Request<Incoming>| {
+                    let sni = sni.clone();
+                    async move {
+                        let header = |name: &str| {
+                            req.headers()
+                                .get(name)
+                                .and_then(|v| v.to_str().ok())
+                                .unwrap_or("")
+                                .to_owned()
+                        };
+                        // HTTP/2 carries the host as :authority, HTTP/1.1 as a Host header.
+                        let host = req
+                            .uri()
+                            .authority()
+                            .map(|a| a.to_string())
+                            .unwrap_or_else(|| header("host"));
+                        let body = format!(
+                            "auth={};as={};client-certs={client_certs};version={:?};sni={sni};host={host};",
+                            header("authorization"),
+                            header("impersonate-user"),
+                            req.version()
+                        );
+                        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(body))))
+                    }
                 });
                 let _ = auto::Builder::new(TokioExecutor::new())
                     .serve_connection(TokioIo::new(tls), service)
@@ -101,8 +111,11 @@ pub async fn get(
     transport: &kctrl_config::Transport,
     url: &str,
 ) -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
-    let (client, headers) = transport.prepare().await?;
-    let response = client.get(url).headers(headers).send().await?;
+    let prepared = transport.prepare().await?;
+    let response = prepared
+        .request(http::Method::GET, url.parse()?)
+        .send()
+        .await?;
     Ok(response.error_for_status()?.text().await?)
 }
 
