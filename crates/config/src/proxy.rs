@@ -173,8 +173,10 @@ impl NoProxy {
                     if host.is_empty() {
                         continue;
                     }
-                    // A port that is not a number matches no request port.
-                    (host, Some(port.parse::<u16>().unwrap_or(0)))
+                    // An empty port matches every port (as in Go); one that is not a
+                    // number matches none.
+                    let port = (!port.is_empty()).then(|| port.parse::<u16>().unwrap_or(0));
+                    (host, port)
                 }
                 None => (entry.as_str(), None),
             };
@@ -233,17 +235,25 @@ fn parse_cidr(entry: &str) -> Option<IpRule> {
 }
 
 fn in_network(ip: IpAddr, network: IpAddr, bits: u8) -> bool {
-    let prefix = |a: u128, b: u128, width: u8| {
-        let shift = u32::from(width - bits);
-        shift >= u32::from(width) || (a >> shift) == (b >> shift)
+    // An IPv4-mapped IPv6 network compares as IPv4 (as Go's IPNet does): its prefix counts
+    // the 96 mapping bits, and a shorter one keeps none of the IPv4 address's bits.
+    let bits = match network {
+        IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some() => bits.saturating_sub(96),
+        _ => bits,
     };
     match (canonical(ip), canonical(network)) {
         (IpAddr::V4(a), IpAddr::V4(n)) => {
-            prefix(u128::from(u32::from(a)), u128::from(u32::from(n)), 32)
+            prefix_matches(u128::from(u32::from(a)), u128::from(u32::from(n)), bits, 32)
         }
-        (IpAddr::V6(a), IpAddr::V6(n)) => prefix(u128::from(a), u128::from(n), 128),
+        (IpAddr::V6(a), IpAddr::V6(n)) => prefix_matches(u128::from(a), u128::from(n), bits, 128),
         _ => false,
     }
+}
+
+/// Whether `a` and `b`, numbers of `width` bits, share their first `bits` bits.
+fn prefix_matches(a: u128, b: u128, bits: u8, width: u8) -> bool {
+    let shift = u32::from(width.saturating_sub(bits));
+    shift >= u32::from(width) || (a >> shift) == (b >> shift)
 }
 
 /// An IPv4-mapped IPv6 address as IPv4 (Go compares them as the same address).
@@ -315,6 +325,24 @@ mod tests {
             proxied(&empty, "https://x.test/").as_deref(),
             Some("http://lower:2/")
         );
+    }
+
+    #[test]
+    fn mapped_networks_compare_as_ipv4_and_an_empty_port_matches_any() {
+        let p = env(&[
+            ("HTTPS_PROXY", "proxy:3128"),
+            ("NO_PROXY", "::ffff:10.0.0.0/104,example.test:"),
+        ]);
+        assert_eq!(proxied(&p, "https://10.1.2.3/"), None);
+        assert!(proxied(&p, "https://192.0.2.1/").is_some());
+        assert_eq!(proxied(&p, "https://example.test:8443/"), None);
+        assert_eq!(proxied(&p, "https://example.test/"), None);
+        // A mapped prefix shorter than the mapping keeps no IPv4 bit: every IPv4 address.
+        let wide = env(&[
+            ("HTTPS_PROXY", "proxy:3128"),
+            ("NO_PROXY", "::ffff:10.0.0.0/90"),
+        ]);
+        assert_eq!(proxied(&wide, "https://192.0.2.1/"), None);
     }
 
     #[test]

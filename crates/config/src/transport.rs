@@ -176,7 +176,10 @@ impl ClientSettings {
                 .proxy(reqwest::Proxy::all(proxy.as_str()).map_err(ConfigError::HttpClient)?);
         } else if !self.env_proxy.is_empty() {
             let env = self.env_proxy.clone();
-            builder = builder.proxy(reqwest::Proxy::custom(move |url| env.proxy_for(url)));
+            let sni = self.sni.clone();
+            builder = builder.proxy(reqwest::Proxy::custom(move |url| {
+                env_proxy_for(&env, sni.as_deref(), url)
+            }));
         }
         if self.disable_compression {
             builder = builder.no_gzip().no_brotli().no_deflate().no_zstd();
@@ -414,6 +417,15 @@ impl SniRewrite {
         })
     }
 
+    /// Whether `url` is a request to the server that [`apply`](Self::apply) rewrote.
+    fn is_rewritten(&self, url: &url::Url) -> bool {
+        url.scheme() == "https"
+            && url
+                .host_str()
+                .is_some_and(|h| h.eq_ignore_ascii_case(&self.name))
+            && url.port_or_known_default() == self.server_port
+    }
+
     /// Puts the name in `url` if it points at the server.
     fn apply(&self, url: &mut url::Url) {
         let to_server = url.scheme() == "https"
@@ -424,6 +436,17 @@ impl SniRewrite {
             let _ = url.set_host(Some(&self.name));
         }
     }
+}
+
+/// The environment's proxy for a request to `url`, decided on the server's own URL: a URL
+/// that [`SniRewrite`] pointed at `tls-server-name` goes to the server directly, as
+/// [`SniRewrite::for_config`] found no proxy for the server (Go's rules look at the request
+/// URL's host, never at the TLS server name).
+fn env_proxy_for(env: &EnvProxy, sni: Option<&SniRewrite>, url: &url::Url) -> Option<url::Url> {
+    if sni.is_some_and(|sni| sni.is_rewritten(url)) {
+        return None;
+    }
+    env.proxy_for(url)
 }
 
 /// Resolves the `tls-server-name` of rewritten request URLs to the server's own addresses;
@@ -642,6 +665,42 @@ mod tests {
         let mut same = c.clone();
         same.server = url::Url::parse("https://Kubernetes.test:6443").unwrap();
         assert_eq!(sni(&same, &[]), None);
+    }
+
+    #[test]
+    fn the_environment_proxy_is_decided_on_the_server_not_the_tls_server_name() {
+        let env = EnvProxy::from_lookup(|name| match name {
+            "HTTPS_PROXY" => Some("http://proxy.test:3128".to_owned()),
+            "NO_PROXY" => Some("10.0.0.0/8,.corp.test".to_owned()),
+            _ => None,
+        });
+        let decide = |server: &str, url: &str| {
+            let mut c = config(server);
+            c.tls.ca_pem = Some(include_bytes!("../tests/fixtures/ca.crt").to_vec());
+            c.tls.server_name = Some("kubernetes.test".to_owned());
+            let sni =
+                SniRewrite::for_config(&c, &env).expect("SNI is sent: the server is not proxied");
+            let mut url = url::Url::parse(url).unwrap();
+            sni.apply(&mut url);
+            assert_eq!(url.host_str(), Some("kubernetes.test"), "{url}");
+            env_proxy_for(&env, Some(&sni), &url)
+        };
+        // The servers NO_PROXY exempts, and loopback, are reached directly after the rewrite.
+        assert_eq!(
+            decide("https://10.0.0.1:6443", "https://10.0.0.1:6443/api"),
+            None
+        );
+        assert_eq!(
+            decide("https://127.0.0.1:6443", "https://127.0.0.1:6443/api"),
+            None
+        );
+        assert_eq!(
+            decide("https://api.corp.test", "https://api.corp.test/api"),
+            None
+        );
+        // Other hosts still follow the environment.
+        let other = url::Url::parse("https://elsewhere.test/").unwrap();
+        assert!(env_proxy_for(&env, None, &other).is_some());
     }
 
     #[test]
