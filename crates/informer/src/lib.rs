@@ -190,6 +190,7 @@ pub mod reflector;
 pub use list_watch::{EventStream, ListWatch};
 pub use reflector::{BackoffOptions, Reflector, ReflectorOptions};
 
+mod contain;
 mod controller;
 pub mod shared_informer;
 pub mod sync;
