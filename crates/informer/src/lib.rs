@@ -196,7 +196,7 @@ pub mod shared_informer;
 pub mod sync;
 
 pub use shared_informer::{
-    Delivery, HandlerOptions, HandlerRegistration, InformerError, SharedInformer,
+    Delivery, HandlerOptions, HandlerRegistration, InformerError, InformerFailure, SharedInformer,
     SharedInformerOptions,
 };
 pub use sync::{HasSynced, wait_for_cache_sync};

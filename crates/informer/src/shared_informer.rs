@@ -330,10 +330,7 @@ where
     /// on, and calls of its watch error handler and metrics sinks that panicked.
     pub fn handler_panics(&self) -> u64 {
         let st = lock(&self.inner.state);
-        let reflector = st
-            .reflector
-            .as_ref()
-            .map_or(0, Reflector::contained_panics);
+        let reflector = st.reflector.as_ref().map_or(0, Reflector::contained_panics);
         self.inner
             .handler_panics
             .load(std::sync::atomic::Ordering::Relaxed)

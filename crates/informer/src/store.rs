@@ -340,7 +340,9 @@ where
     /// How many times an index function panicked in this store (each time, the object was
     /// left out of that index; see the [module docs](self)).
     pub fn index_panics(&self) -> u64 {
-        self.read().panics.load(std::sync::atomic::Ordering::Relaxed)
+        self.read()
+            .panics
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn read(&self) -> RwLockReadGuard<'_, Inner<K>> {

@@ -1672,7 +1672,9 @@ async fn index_function_panic_skips_the_object_in_that_index() {
     source.modify(on_node("pending", "n1"));
     source.delete(on_node("scheduled", "n1"));
     listener
-        .wait_until("events", |l| l.events().contains(&"delete:scheduled".to_owned()))
+        .wait_until("events", |l| {
+            l.events().contains(&"delete:scheduled".to_owned())
+        })
         .await;
     assert_eq!(on("n1"), ["pending"]);
     assert_eq!(on("n2"), ["later"]);
@@ -1693,7 +1695,10 @@ async fn transform_panic_skips_the_object() {
     let informer = informer(&source, Duration::ZERO);
     let explode: Transform<Pod> = Arc::new(|p: Pod| {
         let labels = p.metadata.labels.as_ref();
-        assert!(!labels.is_some_and(|l| l.contains_key("explode")), "explode");
+        assert!(
+            !labels.is_some_and(|l| l.contains_key("explode")),
+            "explode"
+        );
         p
     });
     informer.set_transform(explode).unwrap();

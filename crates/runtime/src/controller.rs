@@ -56,6 +56,17 @@ pub enum RunError {
         #[source]
         source: kctrl_leader_election::ConfigError,
     },
+    /// One of the factory's informers stopped on its own (a panic it could not contain): its
+    /// cache no longer follows the server. The controller has stopped; the process should
+    /// exit and start again.
+    #[error("controller {controller}: {source}")]
+    InformerFailed {
+        /// The controller's name.
+        controller: String,
+        /// Which informer, and why.
+        #[source]
+        source: kctrl_informer::InformerFailure,
+    },
     /// The Lease could not be renewed in time: another replica may lead now. The controller
     /// has stopped; the process should exit and start again, as kube-controller-manager does.
     #[error("controller {controller}: leader election lost")]
@@ -386,9 +397,12 @@ impl<K: Object> Controller<K> {
     /// panicking reconcile is caught, logged, counted and retried rate-limited.
     ///
     /// On `cancel` the workers take no new key, the reconciles in flight finish (their keys
-    /// stay queued for whoever runs next), and this returns; the informers it started stop
-    /// then. Call the factory's [`shutdown`](SharedInformerFactory::shutdown) afterwards to
-    /// wait for them.
+    /// stay queued for whoever runs next), and this returns. The informers are the
+    /// factory's, shared with its other controllers: they keep running until the factory's
+    /// [`shutdown`](SharedInformerFactory::shutdown), which stops them and waits for them
+    /// (call it once the controllers have returned). If one of them fails (stops on a panic
+    /// it could not contain), the controller stops the same way and returns
+    /// [`RunError::InformerFailed`].
     pub async fn run<Ctx, E, R, Fut, P>(
         mut self,
         reconcile: R,
@@ -417,9 +431,8 @@ impl<K: Object> Controller<K> {
                 }
             })?;
         info!(controller = %self.name, workers = self.workers, "starting controller");
-        let informers = CancellationToken::new();
-        let _stop_informers = informers.clone().drop_guard();
-        self.factory.start(&informers);
+        // Shared with the factory's other controllers: they run until the factory shuts down.
+        self.factory.start_until_shutdown();
         let synced: Vec<&dyn HasSynced> =
             registrations.iter().map(|r| r as &dyn HasSynced).collect();
         if !wait_for_cache_sync(&self.name, &cancel, &synced).await {
@@ -442,10 +455,18 @@ impl<K: Object> Controller<K> {
             metrics: self.metrics.clone(),
             own_writes: self.own_writes.clone(),
         });
+        let stop = cancel.child_token();
         let tasks: Vec<_> = (0..self.workers)
-            .map(|_| tokio::spawn(worker(shared.clone(), cancel.clone())))
+            .map(|_| tokio::spawn(worker(shared.clone(), stop.clone())))
             .collect();
-        cancel.cancelled().await;
+        let failure = tokio::select! {
+            () = cancel.cancelled() => None,
+            failure = self.factory.failed() => Some(failure),
+        };
+        if let Some(failure) = &failure {
+            error!(controller = %self.name, %failure, "an informer failed: its cache is frozen; stopping");
+        }
+        stop.cancel();
         info!(controller = %self.name, "shutting down controller: no new reconciles; waiting for those in flight");
         self.queue.shut_down();
         for task in tasks {
@@ -454,7 +475,13 @@ impl<K: Object> Controller<K> {
             }
         }
         drop(registrations);
-        Ok(())
+        match failure {
+            Some(source) => Err(RunError::InformerFailed {
+                controller: self.name.clone(),
+                source,
+            }),
+            None => Ok(()),
+        }
     }
 }
 

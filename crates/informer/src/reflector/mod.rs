@@ -55,10 +55,10 @@ pub use backoff::BackoffOptions;
 
 use crate::contain::{PanicCounter, contain};
 use crate::delta::ReflectorStore;
-use crate::processor::FAR_FUTURE_SECS;
 use crate::fifo::Transform;
 use crate::keys::{ObjectKey, key_of};
 use crate::list_watch::{EventStream, ListerWatcher};
+use crate::processor::FAR_FUTURE_SECS;
 use backoff::{Backoff, RetryWithDeadline};
 use errors::{
     is_expired, is_internal_error, is_too_large_resource_version, is_watch_error_retriable,
@@ -411,8 +411,7 @@ where
             return self.pack(obj);
         }
         let untransformed = obj.clone();
-        self.admit(obj)
-            .unwrap_or_else(|| self.pack(untransformed))
+        self.admit(obj).unwrap_or_else(|| self.pack(untransformed))
     }
 
     fn set_last_sync(&self, rv: String) {
@@ -944,7 +943,8 @@ impl Resync {
     fn every(period: Duration) -> Self {
         Self {
             period,
-            timer: (!period.is_zero()).then(|| Box::pin(sleep_until(after(Instant::now(), period)))),
+            timer: (!period.is_zero())
+                .then(|| Box::pin(sleep_until(after(Instant::now(), period)))),
         }
     }
 
