@@ -1946,3 +1946,34 @@ async fn resync_period_of_duration_max_never_resyncs() {
     assert_eq!(late.events(), ["add:pod1"]);
     running.stop().await;
 }
+
+/// A backoff delay of `Duration::MAX` (a reflector told to wait "for ever" after a failed
+/// round) waits until cancelled instead of panicking.
+#[tokio::test(start_paused = true)]
+async fn backoff_of_duration_max_waits_until_cancelled() {
+    let source = Source::default();
+    source.set_list_error("Access Denied");
+    let informer = SharedInformer::new(
+        source.clone(),
+        SharedInformerOptions {
+            reflector: ReflectorOptions {
+                use_watch_list: false,
+                backoff: kctrl_informer::BackoffOptions {
+                    initial: Duration::MAX,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    );
+    let cancel = CancellationToken::new();
+    let task = informer.start(cancel.clone());
+    until("the list was tried", || source.lists() >= 1).await;
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    assert_eq!(source.lists(), 1, "no retry before the (endless) delay");
+    assert!(!informer.is_stopped());
+    cancel.cancel();
+    task.await.expect("the informer task ends without a panic");
+    assert!(informer.is_stopped());
+}

@@ -186,6 +186,18 @@ mod tests {
         }
     }
 
+    /// Delays too long to multiply saturate instead of panicking.
+    #[tokio::test(start_paused = true)]
+    async fn huge_delays_saturate() {
+        let b = Backoff::new(BackoffOptions {
+            initial: Duration::MAX,
+            cap: Duration::ZERO,
+            ..Default::default()
+        });
+        assert_eq!(b.next_delay(), Duration::MAX);
+        assert_eq!(b.next_delay(), Duration::MAX);
+    }
+
     #[test]
     fn retry_window_off_when_zero() {
         let mut r = RetryWithDeadline::new(Duration::ZERO, Duration::from_secs(60));
