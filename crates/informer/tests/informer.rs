@@ -1977,3 +1977,21 @@ async fn backoff_of_duration_max_waits_until_cancelled() {
     task.await.expect("the informer task ends without a panic");
     assert!(informer.is_stopped());
 }
+
+/// `wait_for_cache_sync` returns false as soon as one informer can no longer sync, without
+/// waiting for the others (which may never sync either).
+#[tokio::test(start_paused = true)]
+async fn wait_for_cache_sync_returns_when_one_can_no_longer_sync() {
+    let failed = SharedInformer::new(PanickingList, options(Duration::ZERO));
+    let hanging = SharedInformer::new(Hanging, options(Duration::ZERO));
+    let cancel = CancellationToken::new();
+    let _failed = failed.start(cancel.clone());
+    let _hanging = hanging.start(cancel.clone());
+    let waited = tokio::time::timeout(
+        Duration::from_secs(60),
+        wait_for_cache_sync("test", &cancel, &[&hanging, &failed]),
+    )
+    .await;
+    assert_eq!(waited.ok(), Some(false));
+    cancel.cancel();
+}

@@ -59,7 +59,9 @@
 //! - **Metadata-only informers** for owned and watched resources
 //!   ([`Controller::owns_metadata`], [`Controller::watches_metadata`]).
 //! - **A bounded shutdown.** On cancel no new key is taken and the reconciles in flight
-//!   finish; then the informers stop.
+//!   finish. The informers are the factory's, shared by its controllers: they run until
+//!   [`SharedInformerFactory::shutdown`](kctrl_informer::SharedInformerFactory::shutdown),
+//!   as a controller-runtime manager's caches do.
 //!
 //! | controller-runtime | kube-runtime | here |
 //! |---|---|---|
