@@ -617,10 +617,14 @@ where
     /// started when this returns.
     pub fn start(&self, cancel: CancellationToken) -> JoinHandle<()> {
         let me = self.clone();
-        let prepared = self.prepare();
+        // Armed before the task is spawned: a task aborted before it first runs (or a runtime
+        // shutting down) still leaves the informer visibly stopped.
+        let prepared = self
+            .prepare()
+            .map(|p| (p, StopOnDrop::armed(self.inner.clone())));
         tokio::spawn(async move {
-            if let Some(prepared) = prepared {
-                me.run_prepared(prepared, cancel).await;
+            if let Some((prepared, on_drop)) = prepared {
+                me.run_prepared(prepared, on_drop, cancel).await;
             }
         })
     }
@@ -637,7 +641,8 @@ where
     /// Dropping this future stops the informer the same way, without a failure.
     pub async fn run(&self, cancel: CancellationToken) {
         if let Some(prepared) = self.prepare() {
-            self.run_prepared(prepared, cancel).await;
+            let on_drop = StopOnDrop::armed(self.inner.clone());
+            self.run_prepared(prepared, on_drop, cancel).await;
         }
     }
 
@@ -681,10 +686,10 @@ where
     async fn run_prepared(
         &self,
         (fifo, reflector): (Fifo<K>, Reflector<K>),
+        mut on_drop: StopOnDrop<K>,
         cancel: CancellationToken,
     ) {
         let inner = &*self.inner;
-        let mut dropped = StopOnDrop { inner: Some(inner) };
         let close_on_cancel = async {
             cancel.cancelled().await;
             fifo.close();
@@ -726,7 +731,7 @@ where
                 Some(failure)
             }
         };
-        dropped.inner = None;
+        on_drop.inner = None;
         inner.mark_stopped(failure);
         inner.processor.stop().await;
     }
@@ -749,11 +754,17 @@ where
 
 /// Marks the informer stopped if its `run` future is dropped before it returns, so that it
 /// does not look running, and closes its handlers (without waiting for them).
-struct StopOnDrop<'a, K: Send + Sync + 'static> {
-    inner: Option<&'a Inner<K>>,
+struct StopOnDrop<K: Send + Sync + 'static> {
+    inner: Option<Arc<Inner<K>>>,
 }
 
-impl<K: Send + Sync + 'static> Drop for StopOnDrop<'_, K> {
+impl<K: Send + Sync + 'static> StopOnDrop<K> {
+    fn armed(inner: Arc<Inner<K>>) -> Self {
+        Self { inner: Some(inner) }
+    }
+}
+
+impl<K: Send + Sync + 'static> Drop for StopOnDrop<K> {
     fn drop(&mut self) {
         if let Some(inner) = self.inner.take() {
             tracing::info!(informer = %inner.name, "the shared informer's run was dropped; it has stopped");

@@ -1995,3 +1995,20 @@ async fn wait_for_cache_sync_returns_when_one_can_no_longer_sync() {
     assert_eq!(waited.ok(), Some(false));
     cancel.cancel();
 }
+
+/// An informer whose task is aborted (before or while it runs) is stopped too.
+#[tokio::test(start_paused = true)]
+async fn aborted_informer_task_stops_the_informer() {
+    for first_poll in [false, true] {
+        let informer = SharedInformer::new(Hanging, options(Duration::ZERO));
+        let task = informer.start(CancellationToken::new());
+        if first_poll {
+            settle().await;
+        }
+        task.abort();
+        assert!(task.await.unwrap_err().is_cancelled());
+        assert!(informer.is_stopped(), "first poll: {first_poll}");
+        let synced = tokio::time::timeout(Duration::from_secs(60), informer.synced()).await;
+        assert_eq!(synced.ok(), Some(false), "first poll: {first_poll}");
+    }
+}
