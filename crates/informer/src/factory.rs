@@ -17,6 +17,7 @@ use k8s_openapi::{ListableResource, Metadata, Resource};
 use kctrl_client::protobuf::{Decoder, FromProtobuf};
 use kctrl_client::{Api, Client, DynamicObject, ListParams, PartialObjectMetadata, ResourceRef};
 use serde::de::DeserializeOwned;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -25,7 +26,7 @@ use crate::list_watch::{ListWatch, TweakParams};
 use crate::lister::Lister;
 use crate::metrics::{InformerId, InformerMetrics, InformerMetricsProvider};
 use crate::reflector::ReflectorOptions;
-use crate::shared_informer::{SharedInformer, SharedInformerOptions};
+use crate::shared_informer::{InformerFailure, SharedInformer, SharedInformerOptions};
 use crate::sync::HasSynced;
 
 /// The type-erased side of a factory's informer: what `start` and `wait_for_cache_sync`
@@ -33,6 +34,7 @@ use crate::sync::HasSynced;
 trait Managed: HasSynced {
     fn start(&self, cancel: CancellationToken) -> JoinHandle<()>;
     fn handler_panics(&self) -> u64;
+    fn failure(&self) -> Option<InformerFailure>;
 }
 
 impl<K> Managed for SharedInformer<K>
@@ -45,6 +47,10 @@ where
 
     fn handler_panics(&self) -> u64 {
         SharedInformer::handler_panics(self)
+    }
+
+    fn failure(&self) -> Option<InformerFailure> {
+        SharedInformer::failure(self)
     }
 }
 
@@ -98,6 +104,11 @@ struct Inner {
     trim_managed_fields: bool,
     metrics: Option<NamedMetrics>,
     state: Mutex<State>,
+    /// Cancelled by [`SharedInformerFactory::shutdown`]: every informer runs until then at
+    /// the latest.
+    stop: CancellationToken,
+    /// The first failure of one of its informers.
+    failed: watch::Sender<Option<InformerFailure>>,
 }
 
 /// A factory's informer name and metrics provider (client-go's `WithInformerName`).
@@ -338,6 +349,8 @@ impl SharedInformerFactoryBuilder {
                 trim_managed_fields: self.trim_managed_fields,
                 metrics: self.metrics,
                 state: Mutex::new(State::default()),
+                stop: CancellationToken::new(),
+                failed: watch::Sender::new(None),
             }),
         }
     }
@@ -534,18 +547,97 @@ impl SharedInformerFactory {
     }
 
     /// Starts every informer not started yet, on the current tokio runtime; returns at once.
-    /// They run until `cancel` fires. Does nothing after [`shutdown`](Self::shutdown).
+    /// They run until `cancel` fires or the factory is [shut down](Self::shutdown), whichever
+    /// comes first. Does nothing after [`shutdown`](Self::shutdown).
+    ///
+    /// Informers are shared: the first `start` starts every informer created so far, for
+    /// every controller using them. To tie their life to the factory rather than to one
+    /// caller's token (several controllers, each stopping on its own), use
+    /// [`start_until_shutdown`](Self::start_until_shutdown).
     pub fn start(&self, cancel: &CancellationToken) {
+        let run = self.inner.stop.child_token();
         let mut st = lock(&self.inner.state);
         if st.shutting_down {
             return;
         }
+        if !self.start_locked(&mut st, &run) {
+            return;
+        }
+        // Ends with the informers: when `cancel` fires (stopping them) or at shutdown.
+        let cancel = cancel.clone();
+        st.tasks.push(tokio::spawn(async move {
+            tokio::select! {
+                () = cancel.cancelled() => run.cancel(),
+                () = run.cancelled() => {}
+            }
+        }));
+    }
+
+    /// Starts every informer not started yet, on the current tokio runtime, to run until
+    /// the factory is [shut down](Self::shutdown); returns at once. Does nothing after
+    /// `shutdown`. This is how [`kctrl-runtime`]'s controllers start the informers they share:
+    /// one controller stopping does not stop the caches the others read.
+    ///
+    /// [`kctrl-runtime`]: https://docs.rs/kctrl-runtime
+    pub fn start_until_shutdown(&self) {
+        let mut st = lock(&self.inner.state);
+        if !st.shutting_down {
+            let run = self.inner.stop.clone();
+            self.start_locked(&mut st, &run);
+        }
+    }
+
+    /// Starts the informers not started yet under `run`; false if there were none.
+    fn start_locked(&self, st: &mut State, run: &CancellationToken) -> bool {
         let mut tasks = Vec::new();
         for entry in st.informers.values_mut().filter(|e| !e.started) {
             entry.started = true;
-            tasks.push(entry.managed.start(cancel.clone()));
+            let informer = entry.managed.clone();
+            let task = informer.start(run.clone());
+            let failed = self.inner.failed.clone();
+            // Waits for the informer to stop, and records why if it failed.
+            tasks.push(tokio::spawn(async move {
+                if let Err(e) = task.await
+                    && e.is_panic()
+                {
+                    tracing::error!(error = %e, "a shared informer task panicked");
+                }
+                if let Some(failure) = informer.failure() {
+                    failed.send_if_modified(|first| {
+                        let none = first.is_none();
+                        if none {
+                            *first = Some(failure);
+                        }
+                        none
+                    });
+                }
+            }));
         }
+        let started = !tasks.is_empty();
         st.tasks.extend(tasks);
+        started
+    }
+
+    /// The first failure of one of the factory's informers, if any stopped on its own (see
+    /// [`SharedInformer::failure`]): its cache no longer follows the server.
+    pub fn failure(&self) -> Option<InformerFailure> {
+        self.inner.failed.borrow().clone()
+    }
+
+    /// Resolves with the first failure of one of the factory's informers (see
+    /// [`failure`](Self::failure)); pending for as long as none fails. A controller waits on
+    /// it next to its cancellation, to stop rather than work on a frozen cache.
+    pub async fn failed(&self) -> InformerFailure {
+        let mut rx = self.inner.failed.subscribe();
+        loop {
+            if let Some(failure) = rx.borrow_and_update().clone() {
+                return failure;
+            }
+            if rx.changed().await.is_err() {
+                // Unreachable: the sender lives in the factory, which `self` holds.
+                return std::future::pending().await;
+            }
+        }
     }
 
     /// Waits until every started informer has synced or `cancel` fires; returns whether each
@@ -629,14 +721,17 @@ impl SharedInformerFactory {
             .sum()
     }
 
-    /// Waits for every informer task to end; cancel the token given to
-    /// [`start`](Self::start) first. Later `start` calls do nothing (client-go's `Shutdown`).
+    /// Stops every informer (whatever token started it), waits for their tasks to end, and
+    /// makes later `start` calls do nothing (client-go's `Shutdown`, which only waits for the
+    /// informers the callers' stop channels stop; here the factory stops them itself, as
+    /// controller-runtime's manager stops its caches).
     pub async fn shutdown(&self) {
         let tasks = {
             let mut st = lock(&self.inner.state);
             st.shutting_down = true;
             std::mem::take(&mut st.tasks)
         };
+        self.inner.stop.cancel();
         for t in tasks {
             if let Err(e) = t.await
                 && e.is_panic()
@@ -718,6 +813,23 @@ impl DynamicSharedInformerFactory {
         self.factory.start(cancel);
     }
 
+    /// Starts every informer not started yet, to run until the factory is shut down; see
+    /// [`SharedInformerFactory::start_until_shutdown`].
+    pub fn start_until_shutdown(&self) {
+        self.factory.start_until_shutdown();
+    }
+
+    /// The first failure of one of its informers; see [`SharedInformerFactory::failure`].
+    pub fn failure(&self) -> Option<InformerFailure> {
+        self.factory.failure()
+    }
+
+    /// Resolves with the first failure of one of its informers; see
+    /// [`SharedInformerFactory::failed`].
+    pub async fn failed(&self) -> InformerFailure {
+        self.factory.failed().await
+    }
+
     /// Waits until every started informer has synced or `cancel` fires; returns whether each
     /// synced, keyed by resource (client-go returns a map by GroupVersionResource).
     pub async fn wait_for_cache_sync(
@@ -737,7 +849,8 @@ impl DynamicSharedInformerFactory {
         self.factory.handler_panics()
     }
 
-    /// Waits for every informer task to end; see [`SharedInformerFactory::shutdown`].
+    /// Stops every informer and waits for their tasks to end; see
+    /// [`SharedInformerFactory::shutdown`].
     pub async fn shutdown(&self) {
         self.factory.shutdown().await;
     }

@@ -67,6 +67,23 @@
 //!   counts are [`HandlerRegistration::handler_panics`] (one handler),
 //!   [`SharedInformer::handler_panics`] and [`SharedInformerFactory::handler_panics`]; export
 //!   one as a metric, as the deployment-controller binary does.
+//! * Other code of yours that the informer runs on its own task is contained per object the
+//!   same way (caught, logged, counted in [`SharedInformer::handler_panics`]): a
+//!   [`Transform`] that panics skips that object (a deletion still applies); an index
+//!   function that panics leaves that object out of that index (the store stays
+//!   consistent); a panicking watch error handler or metrics sink loses that one call.
+//! * Any other panic on the informer's task (in a [`ListerWatcher`] of yours, say), or its
+//!   `run` future being dropped, stops the informer **visibly**: [`SharedInformer::is_stopped`]
+//!   turns true, sync waiters get false, no handler can be added, and a panic is kept in
+//!   [`SharedInformer::failure`] and reported by [`SharedInformerFactory::failed`] (a
+//!   kctrl-runtime controller then stops with an error).
+//! * [`SharedInformer::synced`] and [`HandlerRegistration::synced`] resolve to false as soon
+//!   as they can no longer sync: the informer stopped first (a resource that is never served,
+//!   and a deadline), or the handler was removed before its initial list reached it.
+//! * A factory's informers run until [`SharedInformerFactory::shutdown`], which stops them
+//!   whatever token started them (or until that token fires):
+//!   [`SharedInformerFactory::start_until_shutdown`] ties them to the factory alone, so one
+//!   controller returning does not stop the caches others read.
 //! * The store is written before handlers are told, so a handler never sees an object the
 //!   cache does not yet have.
 //! * A handler added to a running informer first gets `on_add(obj, true)` for every cached
@@ -132,7 +149,7 @@
 //! | `NewSharedInformerFactoryWithOptions(WithNamespace, WithTweakListOptions, …)` | [`SharedInformerFactory::builder`] |
 //! | `factory.Core().V1().Pods().Informer()`              | [`SharedInformerFactory::informer::<Pod>()`](SharedInformerFactory::informer) |
 //! | `factory.Core().V1().Pods().Lister()`                | [`SharedInformerFactory::lister::<Pod>()`](SharedInformerFactory::lister) |
-//! | `factory.Start(stop)` / `WaitForCacheSync` / `Shutdown` | [`start`](SharedInformerFactory::start) / [`wait_for_cache_sync`](SharedInformerFactory::wait_for_cache_sync) / [`shutdown`](SharedInformerFactory::shutdown) |
+//! | `factory.Start(stop)` / `WaitForCacheSync` / `Shutdown` | [`start`](SharedInformerFactory::start) (or [`start_until_shutdown`](SharedInformerFactory::start_until_shutdown)) / [`wait_for_cache_sync`](SharedInformerFactory::wait_for_cache_sync) / [`shutdown`](SharedInformerFactory::shutdown) (which also stops the informers) |
 //! | `SharedIndexInformer`                                | [`SharedInformer`]                                   |
 //! | `NewSharedIndexInformerWithOptions(lw, obj, opts)`   | [`SharedInformer::new`] with [`SharedInformerOptions`] |
 //! | `AddEventHandler` / `AddEventHandlerWithResyncPeriod` | [`add_event_handler`](SharedInformer::add_event_handler) / [`add_event_handler_with_resync`](SharedInformer::add_event_handler_with_resync) |
@@ -190,12 +207,13 @@ pub mod reflector;
 pub use list_watch::{EventStream, ListWatch};
 pub use reflector::{BackoffOptions, Reflector, ReflectorOptions};
 
+mod contain;
 mod controller;
 pub mod shared_informer;
 pub mod sync;
 
 pub use shared_informer::{
-    Delivery, HandlerOptions, HandlerRegistration, InformerError, SharedInformer,
+    Delivery, HandlerOptions, HandlerRegistration, InformerError, InformerFailure, SharedInformer,
     SharedInformerOptions,
 };
 pub use sync::{HasSynced, wait_for_cache_sync};

@@ -14,7 +14,6 @@
 //! [`Processor::should_resync`].
 
 use std::collections::VecDeque;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -23,6 +22,7 @@ use tokio::runtime::Handle;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
+use crate::contain::contain;
 use crate::delta::DeletedObject;
 use crate::handler::ResourceEventHandler;
 
@@ -94,9 +94,41 @@ impl<K> Notification<K> {
     }
 }
 
+/// Where an informer is on its way to a synced cache; what a handler's sync follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SyncState {
+    /// Running (or not started yet); the initial list is not in the store yet.
+    Pending,
+    /// The initial list is in the store. Stays so when the informer is stopped afterwards.
+    Synced,
+    /// Stopped (cancelled, or its `run` future dropped) before it synced: it never will.
+    Stopped,
+    /// Stopped because code it ran panicked where the panic could not be contained: its
+    /// cache no longer follows the server, so it counts as not synced.
+    Failed,
+}
+
+/// The initial-list adds queued for one handler and not yet delivered, and whether the
+/// handler was removed (or the informer stopped): then the rest never will be.
+#[derive(Clone, Copy, Debug, Default)]
+struct PendingInitial {
+    count: usize,
+    closed: bool,
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
+
+/// When a resync `period` after `now` is due; a period too long to add to an instant
+/// (`Duration::MAX`) is due in about 30 years, which is never for a process.
+pub(crate) fn resync_due(now: Instant, period: Duration) -> Instant {
+    now.checked_add(period)
+        .unwrap_or_else(|| now + Duration::from_secs(FAR_FUTURE_SECS))
+}
+
+/// About 30 years, in seconds: "never" for a deadline that must still be an instant.
+pub(crate) const FAR_FUTURE_SECS: u64 = 86_400 * 365 * 30;
 
 /// The effective resync period of a handler that asked for `desired` on an informer that
 /// checks every `check` (client-go's `determineResyncPeriod`).
@@ -136,9 +168,9 @@ pub(crate) struct ListenerShared {
     pub(crate) id: u64,
     pub(crate) name: &'static str,
     /// Initial-list adds queued but not yet delivered to the handler.
-    pending_initial: watch::Sender<usize>,
-    /// The informer's "initial list is in the store".
-    upstream: watch::Receiver<bool>,
+    pending_initial: watch::Sender<PendingInitial>,
+    /// The informer's sync.
+    upstream: watch::Receiver<SyncState>,
     resync: Mutex<Resync>,
     /// Notifications this handler panicked on (each one skipped).
     panics: AtomicU64,
@@ -149,20 +181,25 @@ pub(crate) struct ListenerShared {
 impl ListenerShared {
     /// Informer synced and every initial-list add delivered to this handler.
     pub(crate) fn has_synced(&self) -> bool {
-        *self.upstream.borrow() && *self.pending_initial.borrow() == 0
+        *self.upstream.borrow() == SyncState::Synced && self.pending_initial.borrow().count == 0
     }
 
     /// Resolves to true once [`has_synced`](Self::has_synced) holds, or false if it never can
-    /// (the informer is gone).
+    /// (the informer stopped or failed before it synced, or is gone; the handler was removed,
+    /// or the informer stopped, before every initial-list add reached it).
     pub(crate) async fn synced(&self) -> bool {
         let mut upstream = self.upstream.clone();
-        if upstream.wait_for(|s| *s).await.is_err() {
-            return false;
+        match upstream.wait_for(|s| *s != SyncState::Pending).await {
+            Ok(state) if *state == SyncState::Synced => {}
+            _ => return false,
         }
         // Once the informer has synced, initial-list adds are only ever queued before a
         // registration is handed out, so the counter only goes down from here.
         let mut pending = self.pending_initial.subscribe();
-        pending.wait_for(|n| *n == 0).await.is_ok()
+        pending
+            .wait_for(|p| p.count == 0 || p.closed)
+            .await
+            .is_ok_and(|p| p.count == 0)
     }
 
     pub(crate) fn resync_period(&self) -> Duration {
@@ -181,7 +218,7 @@ impl ListenerShared {
 
     fn determine_next_resync(&self, now: Instant) {
         let mut r = lock(&self.resync);
-        r.next = now + r.period;
+        r.next = resync_due(now, r.period);
     }
 
     fn set_check_period(&self, check: Duration) {
@@ -219,19 +256,19 @@ impl<K: Send + Sync + 'static> Listener<K> {
         requested_resync: Duration,
         resync: Duration,
         now: Instant,
-        upstream: watch::Receiver<bool>,
+        upstream: watch::Receiver<SyncState>,
         informer_panics: Arc<AtomicU64>,
     ) -> Arc<Self> {
         Arc::new(Self {
             shared: Arc::new(ListenerShared {
                 id: NEXT_LISTENER_ID.fetch_add(1, Ordering::Relaxed),
                 name: std::any::type_name::<H>(),
-                pending_initial: watch::Sender::new(0),
+                pending_initial: watch::Sender::new(PendingInitial::default()),
                 upstream,
                 resync: Mutex::new(Resync {
                     requested: requested_resync,
                     period: resync,
-                    next: now + resync,
+                    next: resync_due(now, resync),
                 }),
                 panics: AtomicU64::new(0),
                 informer_panics,
@@ -256,8 +293,8 @@ impl<K: Send + Sync + 'static> Listener<K> {
         }
         if n.is_initial_add() {
             // Nobody waits for the count to rise: wake no one.
-            self.shared.pending_initial.send_if_modified(|c| {
-                *c += 1;
+            self.shared.pending_initial.send_if_modified(|p| {
+                p.count += 1;
                 false
             });
         }
@@ -314,22 +351,16 @@ impl<K: Send + Sync + 'static> Listener<K> {
 
     fn deliver(&self, n: Notification<K>) {
         let initial = n.is_initial_add();
-        let outcome = catch_unwind(AssertUnwindSafe(|| match &n {
+        let outcome = contain(&self.shared.panics, || match &n {
             Notification::Add {
                 obj,
                 is_in_initial_list,
             } => self.handler.on_add(obj, *is_in_initial_list),
             Notification::Update { old, new } => self.handler.on_update(old, new),
             Notification::Delete(d) => self.handler.on_delete(d),
-        }));
-        if let Err(panic) = outcome {
-            self.shared.panics.fetch_add(1, Ordering::Relaxed);
+        });
+        if let Err(msg) = outcome {
             self.shared.informer_panics.fetch_add(1, Ordering::Relaxed);
-            let msg = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "non-string panic payload".to_owned());
             tracing::error!(
                 handler = self.shared.name,
                 panic = %msg,
@@ -340,9 +371,9 @@ impl<K: Send + Sync + 'static> Listener<K> {
             // Counted as delivered even when the handler panicked: the handler was called.
             // Waiters only care about zero: wake them then, not once per initial add (thousands
             // at start-up).
-            self.shared.pending_initial.send_if_modified(|c| {
-                *c = c.saturating_sub(1);
-                *c == 0
+            self.shared.pending_initial.send_if_modified(|p| {
+                p.count = p.count.saturating_sub(1);
+                p.count == 0
             });
         }
     }
@@ -352,6 +383,9 @@ impl<K: Send + Sync + 'static> Listener<K> {
         let mut buf = lock(&self.buffer);
         buf.stopped = true;
         buf.items.clear();
+        drop(buf);
+        // The initial adds still queued will never be delivered: wake whoever waits.
+        self.shared.pending_initial.send_modify(|p| p.closed = true);
     }
 
     /// Closes and waits for the notification being delivered, if any.
@@ -476,6 +510,19 @@ impl<K: Send + Sync + 'static> Processor<K> {
         st.runtime = Some(runtime);
     }
 
+    /// Closes every listener and forgets them, without waiting for the deliveries in flight
+    /// (for a stop that cannot wait: an informer's `run` future dropped).
+    pub(crate) fn close_all(&self) {
+        let listeners: Vec<_> = {
+            let mut st = lock(&self.state);
+            st.runtime = None;
+            st.listeners.drain(..).map(|e| e.listener).collect()
+        };
+        for l in &listeners {
+            l.close();
+        }
+    }
+
     /// Closes every listener, forgets them, and waits for the deliveries in flight.
     pub(crate) async fn stop(&self) {
         let listeners: Vec<_> = {
@@ -499,8 +546,13 @@ mod tests {
     use super::*;
     use crate::handler::EventHandlerFns;
 
-    fn upstream(synced: bool) -> (watch::Sender<bool>, watch::Receiver<bool>) {
-        let (tx, rx) = watch::channel(synced);
+    fn upstream(synced: bool) -> (watch::Sender<SyncState>, watch::Receiver<SyncState>) {
+        let state = if synced {
+            SyncState::Synced
+        } else {
+            SyncState::Pending
+        };
+        let (tx, rx) = watch::channel(state);
         (tx, rx)
     }
 
@@ -610,7 +662,7 @@ mod tests {
         l.add(add(2, true));
         l.start(Handle::current());
         assert!(!l.shared.has_synced());
-        up.send_replace(true);
+        up.send_replace(SyncState::Synced);
         assert!(!l.shared.has_synced(), "initial adds not delivered yet");
         gate_tx.send(()).unwrap();
         gate_tx.send(()).unwrap();

@@ -14,6 +14,7 @@ use kctrl_client::ObjectMetaAccess;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use futures::FutureExt;
 use futures::future::BoxFuture;
 use k8s_openapi::{ListableResource, Metadata};
 use tokio::runtime::Handle;
@@ -22,6 +23,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::contain::{PanicCounter, contain, panic_message};
 use crate::controller;
 use crate::delta::Delta;
 use crate::fifo::{Fifo, Transform};
@@ -31,7 +33,7 @@ use crate::lister::Lister;
 use crate::metrics::{GaugeMetric, HistogramMetric, InformerMetrics};
 pub use crate::processor::Delivery;
 use crate::processor::{
-    Listener, ListenerShared, MINIMUM_RESYNC_PERIOD, Notification, Processor,
+    Listener, ListenerShared, MINIMUM_RESYNC_PERIOD, Notification, Processor, SyncState,
     determine_resync_period,
 };
 use crate::reflector::{Reflector, ReflectorOptions, WatchErrorHandler};
@@ -57,6 +59,18 @@ pub enum InformerError {
     /// The store refused the indexers (e.g. a name is taken).
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// Why a [`SharedInformer`] stopped on its own: code it ran panicked where the panic could
+/// not be contained to one object (a [`ListerWatcher`] of yours, say). Its cache no longer
+/// follows the server; see [`SharedInformer::failure`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("shared informer {informer} stopped: a panic unwound its task: {panic}")]
+pub struct InformerFailure {
+    /// The informer's name.
+    pub informer: String,
+    /// The panic's message.
+    pub panic: String,
 }
 
 /// How a [`SharedInformer`] is built (client-go's `SharedIndexInformerOptions`).
@@ -176,6 +190,8 @@ impl HasSynced for HandlerRegistration {
 struct State<K> {
     started: bool,
     stopped: bool,
+    /// Set when a panic stopped the informer.
+    failure: Option<InformerFailure>,
     resync_check_period: Duration,
     transform: Option<Transform<K>>,
     watch_error_handler: Option<WatchErrorHandler>,
@@ -194,10 +210,11 @@ struct Inner<K> {
     block_deltas: Mutex<()>,
     /// Lock order: `state`, then `block_deltas`.
     state: Mutex<State<K>>,
-    /// The initial list has been applied to the store.
-    synced: watch::Sender<bool>,
-    /// Notifications any handler panicked on.
-    handler_panics: Arc<std::sync::atomic::AtomicU64>,
+    /// Whether the initial list has been applied to the store (or never will be).
+    synced: watch::Sender<SyncState>,
+    /// Notifications any handler panicked on, and the metrics sinks' panics. The store's
+    /// index-function panics and the reflector's are counted by them.
+    handler_panics: PanicCounter,
     /// `informer_queued_items`, handed to the queue when the informer starts.
     queued_items: Option<Arc<dyn GaugeMetric>>,
     /// `informer_processing_latency_seconds`.
@@ -256,11 +273,25 @@ where
         };
         let mut store = Store::with_indexers(options.indexers);
         let (mut queued_items, mut processing_latency) = (None, None);
+        let handler_panics = PanicCounter::default();
         if let Some(InformerMetrics { id, provider }) = &options.metrics {
-            store =
-                store.with_resource_version_metric(provider.new_store_resource_version_metric(id));
-            queued_items = Some(provider.new_queued_items_metric(id));
-            processing_latency = Some(provider.new_processing_latency_metric(id));
+            // Sinks are called on the informer's task: a panic in one is contained per call.
+            let guard = |metric| -> Arc<dyn GaugeMetric> {
+                Arc::new(Contained {
+                    metric,
+                    informer: name.clone(),
+                    panics: handler_panics.clone(),
+                })
+            };
+            store = store.with_resource_version_metric(guard(
+                provider.new_store_resource_version_metric(id),
+            ));
+            queued_items = Some(guard(provider.new_queued_items_metric(id)));
+            processing_latency = Some(Arc::new(Contained {
+                metric: provider.new_processing_latency_metric(id),
+                informer: name.clone(),
+                panics: handler_panics.clone(),
+            }) as Arc<dyn HistogramMetric>);
         }
         Self {
             inner: Arc::new(Inner {
@@ -273,14 +304,15 @@ where
                 state: Mutex::new(State {
                     started: false,
                     stopped: false,
+                    failure: None,
                     resync_check_period: options.resync_period,
                     transform: options.transform,
                     watch_error_handler: None,
                     reflector_options: options.reflector,
                     reflector: None,
                 }),
-                synced: watch::Sender::new(false),
-                handler_panics: Arc::default(),
+                synced: watch::Sender::new(SyncState::Pending),
+                handler_panics,
                 queued_items,
                 processing_latency,
             }),
@@ -292,12 +324,18 @@ where
         &self.inner.name
     }
 
-    /// How many notifications its handlers panicked on, over all handlers ever added. Each
-    /// was logged and skipped (see the crate's guarantees).
+    /// How many panics of code it calls were caught, each logged and contained to one
+    /// object or call (see the crate's guarantees): notifications its handlers panicked on
+    /// (over all handlers ever added), objects its transform or an index function panicked
+    /// on, and calls of its watch error handler and metrics sinks that panicked.
     pub fn handler_panics(&self) -> u64 {
+        let st = lock(&self.inner.state);
+        let reflector = st.reflector.as_ref().map_or(0, Reflector::contained_panics);
         self.inner
             .handler_panics
             .load(std::sync::atomic::Ordering::Relaxed)
+            + self.inner.store.index_panics()
+            + reflector
     }
 
     /// Adds a handler with the informer's default resync period; see
@@ -472,7 +510,11 @@ where
     }
 
     /// Sets the function applied to every object before it is cached (by the reflector, as
-    /// soon as the object is decoded). Fails once started.
+    /// soon as the object is decoded). Fails once started. If it panics on an object, the
+    /// panic is caught, logged and counted ([`handler_panics`](Self::handler_panics)) and
+    /// the object is skipped: a listed or added object is not cached, a modification is not
+    /// applied (the cache keeps the previous state), and a deletion applies with the object
+    /// as the server sent it.
     pub fn set_transform(&self, transform: Transform<K>) -> Result<(), InformerError> {
         let mut st = lock(&self.inner.state);
         if st.started {
@@ -483,7 +525,7 @@ where
     }
 
     /// Sets the function told of each failed list-and-watch round (the default logs it).
-    /// Fails once started.
+    /// Fails once started. A panic in it is caught, logged and counted.
     pub fn set_watch_error_handler(
         &self,
         handler: impl Fn(&kctrl_client::Error) + Send + Sync + 'static,
@@ -507,15 +549,47 @@ where
         Lister::new(self.inner.store.clone())
     }
 
-    /// Whether the initial list has been applied to the cache.
+    /// Whether the initial list has been applied to the cache. Stays true when the informer
+    /// is stopped afterwards, except by a [`failure`](Self::failure): then it turns false.
     pub fn has_synced(&self) -> bool {
-        *self.inner.synced.borrow()
+        *self.inner.synced.borrow() == SyncState::Synced
     }
 
-    /// Resolves once [`has_synced`](Self::has_synced) holds.
+    /// Resolves to true once [`has_synced`](Self::has_synced) holds, or to false once it
+    /// never can: the informer stopped (cancelled, its `run` future dropped, or a
+    /// [`failure`](Self::failure)) before it synced.
     pub async fn synced(&self) -> bool {
         let mut rx = self.inner.synced.subscribe();
-        rx.wait_for(|s| *s).await.is_ok()
+        rx.wait_for(|s| *s != SyncState::Pending)
+            .await
+            .is_ok_and(|s| *s == SyncState::Synced)
+    }
+
+    /// Why the informer stopped on its own, if it did: a panic its task could not contain
+    /// (one in a [`ListerWatcher`] of yours, say). It is then [stopped](Self::is_stopped),
+    /// not [synced](Self::has_synced), and its cache is frozen. `None` while it runs and
+    /// after an ordinary stop.
+    pub fn failure(&self) -> Option<InformerFailure> {
+        lock(&self.inner.state).failure.clone()
+    }
+
+    /// Resolves once the informer has stopped, with its [`failure`](Self::failure) if a panic
+    /// stopped it. Never resolves for an informer that is never run.
+    pub async fn stopped(&self) -> Option<InformerFailure> {
+        let mut rx = self.inner.synced.subscribe();
+        loop {
+            {
+                let st = lock(&self.inner.state);
+                if st.stopped {
+                    return st.failure.clone();
+                }
+            }
+            // Every stop moves the sync state or leaves it Synced; wait for a change, or,
+            // once synced, for the end (the sender lives as long as the informer).
+            if rx.changed().await.is_err() {
+                return self.failure();
+            }
+        }
     }
 
     /// The resourceVersion the reflector last synced to; empty before the first list.
@@ -532,7 +606,9 @@ where
         lock(&self.inner.state).started
     }
 
-    /// Whether the informer ran and has stopped (no handler can be added any more).
+    /// Whether the informer ran and has stopped (no handler can be added any more): it was
+    /// cancelled, its [`run`](Self::run) future was dropped, or a [`failure`](Self::failure)
+    /// stopped it.
     pub fn is_stopped(&self) -> bool {
         lock(&self.inner.state).stopped
     }
@@ -541,10 +617,14 @@ where
     /// started when this returns.
     pub fn start(&self, cancel: CancellationToken) -> JoinHandle<()> {
         let me = self.clone();
-        let prepared = self.prepare();
+        // Armed before the task is spawned: a task aborted before it first runs (or a runtime
+        // shutting down) still leaves the informer visibly stopped.
+        let prepared = self
+            .prepare()
+            .map(|p| (p, StopOnDrop::armed(self.inner.clone())));
         tokio::spawn(async move {
-            if let Some(prepared) = prepared {
-                me.run_prepared(prepared, cancel).await;
+            if let Some((prepared, on_drop)) = prepared {
+                me.run_prepared(prepared, on_drop, cancel).await;
             }
         })
     }
@@ -552,9 +632,17 @@ where
     /// Lists, watches and notifies handlers until `cancel` fires; then stops the handlers
     /// (waiting for the notifications being delivered) and returns. Runs once: a second call
     /// logs a warning and returns at once.
+    ///
+    /// Panics of code the informer calls are contained per object where they can be
+    /// (handlers, the transform, index functions, the watch error handler, metrics sinks).
+    /// Any other panic (in a [`ListerWatcher`] of yours, say) stops the informer visibly: it
+    /// is logged, [`failure`](Self::failure) says why, [`is_stopped`](Self::is_stopped)
+    /// turns true, [`has_synced`](Self::has_synced) false, and sync waiters get false.
+    /// Dropping this future stops the informer the same way, without a failure.
     pub async fn run(&self, cancel: CancellationToken) {
         if let Some(prepared) = self.prepare() {
-            self.run_prepared(prepared, cancel).await;
+            let on_drop = StopOnDrop::armed(self.inner.clone());
+            self.run_prepared(prepared, on_drop, cancel).await;
         }
     }
 
@@ -598,6 +686,7 @@ where
     async fn run_prepared(
         &self,
         (fifo, reflector): (Fifo<K>, Reflector<K>),
+        mut on_drop: StopOnDrop<K>,
         cancel: CancellationToken,
     ) {
         let inner = &*self.inner;
@@ -607,20 +696,43 @@ where
         };
         let mark_synced = async {
             if fifo.synced().await {
-                inner.synced.send_replace(true);
+                inner.synced.send_if_modified(|s| {
+                    let pending = *s == SyncState::Pending;
+                    if pending {
+                        *s = SyncState::Synced;
+                    }
+                    pending
+                });
             }
         };
         let process = controller::process_loop(&fifo, |deltas, initial| {
             self.handle_deltas(deltas, initial);
         });
-        tokio::join!(
-            reflector.run(cancel.clone()),
-            close_on_cancel,
-            mark_synced,
-            process
-        );
-
-        lock(&inner.state).stopped = true;
+        let work = async {
+            tokio::join!(
+                reflector.run(cancel.clone()),
+                close_on_cancel,
+                mark_synced,
+                process
+            );
+        };
+        let failure = match std::panic::AssertUnwindSafe(work).catch_unwind().await {
+            Ok(()) => None,
+            Err(payload) => {
+                let failure = InformerFailure {
+                    informer: inner.name.clone(),
+                    panic: panic_message(payload.as_ref()),
+                };
+                tracing::error!(
+                    informer = %inner.name,
+                    panic = %failure.panic,
+                    "a panic stopped the shared informer: its cache no longer follows the server"
+                );
+                Some(failure)
+            }
+        };
+        on_drop.inner = None;
+        inner.mark_stopped(failure);
         inner.processor.stop().await;
     }
 
@@ -637,6 +749,77 @@ where
         if let (Some(histogram), Some(started)) = (&inner.processing_latency, started) {
             histogram.observe(started.elapsed().as_secs_f64());
         }
+    }
+}
+
+/// Marks the informer stopped if its `run` future is dropped before it returns, so that it
+/// does not look running, and closes its handlers (without waiting for them).
+struct StopOnDrop<K: Send + Sync + 'static> {
+    inner: Option<Arc<Inner<K>>>,
+}
+
+impl<K: Send + Sync + 'static> StopOnDrop<K> {
+    fn armed(inner: Arc<Inner<K>>) -> Self {
+        Self { inner: Some(inner) }
+    }
+}
+
+impl<K: Send + Sync + 'static> Drop for StopOnDrop<K> {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner.take() {
+            tracing::info!(informer = %inner.name, "the shared informer's run was dropped; it has stopped");
+            inner.mark_stopped(None);
+            inner.processor.close_all();
+        }
+    }
+}
+
+impl<K> Inner<K> {
+    /// Records the stop (and its failure): no handler can be added any more, and whoever
+    /// waits for the sync learns whether it happened.
+    fn mark_stopped(&self, failure: Option<InformerFailure>) {
+        let mut st = lock(&self.state);
+        st.stopped = true;
+        let failed = failure.is_some();
+        if failed {
+            st.failure = failure;
+        }
+        drop(st);
+        // Waiters are woken even if the state stays `Synced`: `stopped()` looks at `stopped`.
+        self.synced.send_modify(|s| {
+            *s = match (*s, failed) {
+                (_, true) => SyncState::Failed,
+                (SyncState::Pending, false) => SyncState::Stopped,
+                (other, false) => other,
+            };
+        });
+    }
+}
+
+/// A metrics sink of the informer's whose panics are caught, logged and counted per call.
+struct Contained<M: ?Sized> {
+    metric: Arc<M>,
+    informer: String,
+    panics: PanicCounter,
+}
+
+impl<M: ?Sized> Contained<M> {
+    fn call(&self, f: impl FnOnce(&M)) {
+        if let Err(panic) = contain(&self.panics, || f(&self.metric)) {
+            tracing::error!(informer = %self.informer, %panic, "an informer metrics sink panicked; the value was not recorded");
+        }
+    }
+}
+
+impl GaugeMetric for Contained<dyn GaugeMetric> {
+    fn set(&self, value: f64) {
+        self.call(|m| m.set(value));
+    }
+}
+
+impl HistogramMetric for Contained<dyn HistogramMetric> {
+    fn observe(&self, value: f64) {
+        self.call(|m| m.observe(value));
     }
 }
 

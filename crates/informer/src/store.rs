@@ -12,6 +12,13 @@
 //! The store tracks the resourceVersion it is current to (client-go 1.36 with
 //! `AtomicFIFO`): a replace or bookmark sets it; so does every write carrying an object
 //! (the object's own `metadata.resourceVersion`).
+//!
+//! An index function that panics on an object does not unwind through the store: the panic
+//! is caught, logged (error level, with the object's key and the index's name) and counted,
+//! and the object is held with no value in that index (it is still cached, and indexed by
+//! the other indexes). Every index stays consistent with the items: a deterministic index
+//! function that panicked on an object panics again when the object is updated or removed,
+//! which again yields no values to remove.
 
 use kctrl_client::ObjectMetaAccess;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -19,6 +26,7 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use k8s_openapi::Metadata;
 
+use crate::contain::{PanicCounter, contain};
 use crate::delta::ReflectorStore;
 use crate::fifo::Transform;
 use crate::keys::{ObjectKey, key_of};
@@ -79,6 +87,32 @@ struct Inner<K> {
     /// `informer_store_resource_version`, set after every write that moves the
     /// resourceVersion.
     resource_version_metric: Option<Arc<dyn GaugeMetric>>,
+    /// Index-function panics caught (each object skipped in that index).
+    panics: PanicCounter,
+}
+
+/// The values of `obj` in index `name`; none if the index function panics (caught, logged
+/// and counted in `panics`).
+fn index_values<K: Metadata<Ty: ObjectMetaAccess>>(
+    panics: &PanicCounter,
+    name: &str,
+    index_fn: &IndexFn<K>,
+    obj: &K,
+) -> Vec<String> {
+    match contain(panics, || index_fn(obj)) {
+        Ok(values) => values,
+        Err(panic) => {
+            let meta = obj.metadata();
+            tracing::error!(
+                index = name,
+                namespace = meta.namespace().unwrap_or_default(),
+                name = meta.name().unwrap_or_default(),
+                %panic,
+                "an index function panicked; the object is cached without a value in this index"
+            );
+            Vec::new()
+        }
+    }
 }
 
 /// A thread-safe indexed cache of objects. Cheap to clone; clones share the cache.
@@ -120,8 +154,9 @@ where
     /// Moves `key` from the index values of `old` to those of `new`, for every index.
     fn update_indices(&mut self, key: &Key, old: Option<&K>, new: Option<&K>) {
         for (name, index_fn) in &self.indexers {
-            let old_values = old.map(|o| index_fn(o)).unwrap_or_default();
-            let new_values = new.map(|o| index_fn(o)).unwrap_or_default();
+            let values = |o: &K| index_values(&self.panics, name, index_fn, o);
+            let old_values = old.map(values).unwrap_or_default();
+            let new_values = new.map(values).unwrap_or_default();
             // Fast path: one value, unchanged (the common case, e.g. the namespace).
             if old_values.len() == 1 && new_values.len() == 1 && old_values[0] == new_values[0] {
                 continue;
@@ -210,7 +245,7 @@ where
         };
         let mut index = Index::default();
         for (key, obj) in &self.items {
-            for value in index_fn(obj) {
+            for value in index_values(&self.panics, name, index_fn, obj) {
                 index.entry(value).or_default().insert(key.clone());
             }
         }
@@ -268,6 +303,7 @@ where
             resource_version: String::new(),
             transform: None,
             resource_version_metric: None,
+            panics: PanicCounter::default(),
         };
         inner
             .indexers
@@ -299,6 +335,14 @@ where
             inner.publish_resource_version();
         }
         self
+    }
+
+    /// How many times an index function panicked in this store (each time, the object was
+    /// left out of that index; see the [module docs](self)).
+    pub fn index_panics(&self) -> u64 {
+        self.read()
+            .panics
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn read(&self) -> RwLockReadGuard<'_, Inner<K>> {

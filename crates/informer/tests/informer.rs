@@ -1617,3 +1617,398 @@ async fn test_shutdown() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Panics in code the informer runs, and how an informer stops.
+
+/// The pod's node, unwrapped as a careless index function would.
+fn node_of(p: &Pod) -> Vec<String> {
+    vec![p.spec.as_ref().unwrap().node_name.clone().unwrap()]
+}
+
+fn on_node(name: &str, node: &str) -> Pod {
+    let mut p = pod(name);
+    p.spec = Some(PodSpec {
+        node_name: Some(node.to_owned()),
+        ..Default::default()
+    });
+    p
+}
+
+/// Waits (on the paused clock) until `cond` holds; fails after a minute.
+async fn until(what: &str, cond: impl Fn() -> bool) {
+    let reached = tokio::time::timeout(Duration::from_secs(60), async {
+        while !cond() {
+            settle().await;
+        }
+    })
+    .await;
+    assert!(reached.is_ok(), "timed out waiting until {what}");
+}
+
+/// An index function that panics on one object (a Pod without `spec.nodeName`) leaves
+/// that object out of its index: the informer syncs, keeps following the server, and the
+/// index stays consistent as the object changes.
+#[tokio::test(start_paused = true)]
+async fn index_function_panic_skips_the_object_in_that_index() {
+    let source = Source::default();
+    source.add(on_node("scheduled", "n1"));
+    source.add(pod("pending"));
+    let informer = informer(&source, Duration::ZERO);
+    informer
+        .add_indexers([("node".to_owned(), Arc::new(node_of) as _)])
+        .unwrap();
+    let listener = TestListener::new();
+    informer.add_event_handler(listener.clone()).unwrap();
+    let running = Running::start(&informer);
+    synced(&informer).await;
+    listener.expect("initial", &["pending", "scheduled"]).await;
+    let on = |node: &str| sorted_names(informer.store().by_index("node", node).unwrap());
+    assert_eq!(on("n1"), ["scheduled"]);
+    assert_eq!(informer.store().len(), 2);
+
+    // Later events are still applied, and the index follows them.
+    source.add(on_node("later", "n2"));
+    source.modify(on_node("pending", "n1"));
+    source.delete(on_node("scheduled", "n1"));
+    listener
+        .wait_until("events", |l| {
+            l.events().contains(&"delete:scheduled".to_owned())
+        })
+        .await;
+    assert_eq!(on("n1"), ["pending"]);
+    assert_eq!(on("n2"), ["later"]);
+    assert_eq!(
+        informer.store().list_index_func_values("node").unwrap(),
+        ["n1", "n2"]
+    );
+    assert!(!informer.is_stopped());
+    running.stop().await;
+}
+
+/// A transform that panics on an object skips that object; the informer goes on.
+#[tokio::test(start_paused = true)]
+async fn transform_panic_skips_the_object() {
+    let source = Source::default();
+    source.add(pod("good"));
+    source.add(labelled("bad", &[("explode", "")]));
+    let informer = informer(&source, Duration::ZERO);
+    let explode: Transform<Pod> = Arc::new(|p: Pod| {
+        let labels = p.metadata.labels.as_ref();
+        assert!(
+            !labels.is_some_and(|l| l.contains_key("explode")),
+            "explode"
+        );
+        p
+    });
+    informer.set_transform(explode).unwrap();
+    let listener = TestListener::new();
+    informer.add_event_handler(listener.clone()).unwrap();
+    let running = Running::start(&informer);
+    synced(&informer).await;
+    listener.expect("initial", &["good"]).await;
+
+    source.add(pod("later"));
+    listener.expect("later", &["good", "later"]).await;
+    // A modification it panics on is skipped; a deletion applies anyway.
+    source.modify(labelled("good", &[("explode", "")]));
+    source.delete(labelled("good", &[("explode", "")]));
+    listener
+        .wait_until("delete", |l| l.events().contains(&"delete:good".to_owned()))
+        .await;
+    assert_eq!(sorted_names(informer.store().list()), ["later"]);
+    assert!(!informer.is_stopped());
+    running.stop().await;
+}
+
+/// A watch error handler that panics does not stop the reflector: it retries.
+#[tokio::test(start_paused = true)]
+async fn watch_error_handler_panic_does_not_stop_the_informer() {
+    let source = Source::default();
+    source.add(pod("pod1"));
+    source.set_list_error("Access Denied");
+    let informer = informer(&source, Duration::ZERO);
+    informer
+        .set_watch_error_handler(|e| panic!("handler failed on {e}"))
+        .unwrap();
+    let running = Running::start(&informer);
+    until("the list is retried", || source.lists() >= 3).await;
+    lock(&source.st).list_error = None;
+    synced(&informer).await;
+    assert!(!informer.is_stopped());
+    running.stop().await;
+}
+
+/// A metrics sink that panics does not stop the informer.
+#[tokio::test(start_paused = true)]
+async fn metrics_sink_panic_does_not_stop_the_informer() {
+    use kctrl_informer::metrics::{
+        GaugeMetric, HistogramMetric, InformerId, InformerMetrics, InformerMetricsProvider,
+    };
+    struct Explodes;
+    impl GaugeMetric for Explodes {
+        fn set(&self, _: f64) {
+            panic!("gauge");
+        }
+    }
+    impl HistogramMetric for Explodes {
+        fn observe(&self, _: f64) {
+            panic!("histogram");
+        }
+    }
+    struct Provider;
+    impl InformerMetricsProvider for Provider {
+        fn new_queued_items_metric(&self, _: &InformerId) -> Arc<dyn GaugeMetric> {
+            Arc::new(Explodes)
+        }
+        fn new_processing_latency_metric(&self, _: &InformerId) -> Arc<dyn HistogramMetric> {
+            Arc::new(Explodes)
+        }
+        fn new_store_resource_version_metric(&self, _: &InformerId) -> Arc<dyn GaugeMetric> {
+            Arc::new(Explodes)
+        }
+    }
+    let source = Source::default();
+    source.add(pod("pod1"));
+    let id = InformerId::new("test", &kctrl_client::ResourceRef::of::<Pod>());
+    let informer = SharedInformer::new(
+        source.clone(),
+        SharedInformerOptions {
+            metrics: Some(InformerMetrics::new(id, Arc::new(Provider))),
+            ..options(Duration::ZERO)
+        },
+    );
+    let listener = TestListener::new();
+    informer.add_event_handler(listener.clone()).unwrap();
+    let running = Running::start(&informer);
+    synced(&informer).await;
+    source.add(pod("pod2"));
+    listener.expect("events", &["pod1", "pod2"]).await;
+    assert!(!informer.is_stopped());
+    running.stop().await;
+}
+
+/// A lister-watcher whose list panics: nothing can contain that.
+#[derive(Clone)]
+struct PanickingList;
+
+impl ListerWatcher<Pod> for PanickingList {
+    fn list(&self, _: &ListParams) -> BoxFuture<'_, Result<k8s_openapi::List<Pod>, Error>> {
+        async { panic!("the list exploded") }.boxed()
+    }
+
+    fn watch(&self, _: &WatchParams) -> BoxFuture<'_, Result<EventStream<Pod>, Error>> {
+        futures::future::pending().boxed()
+    }
+}
+
+/// A lister-watcher whose list never answers.
+#[derive(Clone)]
+struct Hanging;
+
+impl ListerWatcher<Pod> for Hanging {
+    fn list(&self, _: &ListParams) -> BoxFuture<'_, Result<k8s_openapi::List<Pod>, Error>> {
+        futures::future::pending().boxed()
+    }
+
+    fn watch(&self, _: &WatchParams) -> BoxFuture<'_, Result<EventStream<Pod>, Error>> {
+        futures::future::pending().boxed()
+    }
+}
+
+/// A panic the informer cannot contain stops it visibly: stopped, not synced, sync waiters
+/// answered false, no handler accepted, and the failure says why.
+#[tokio::test(start_paused = true)]
+async fn uncontained_panic_stops_the_informer_visibly() {
+    let informer = SharedInformer::new(PanickingList, options(Duration::ZERO));
+    let registration = informer.add_event_handler(TestListener::new()).unwrap();
+    let task = informer.start(CancellationToken::new());
+    let synced = tokio::time::timeout(Duration::from_secs(60), informer.synced()).await;
+    assert_eq!(synced.ok(), Some(false), "sync waiters are answered");
+    let registration_synced =
+        tokio::time::timeout(Duration::from_secs(60), registration.synced()).await;
+    assert_eq!(registration_synced.ok(), Some(false));
+    until("the informer is stopped", || informer.is_stopped()).await;
+    assert!(!informer.has_synced());
+    let failure = informer.failure().expect("the failure is kept");
+    assert!(failure.panic.contains("the list exploded"), "{failure}");
+    assert_eq!(informer.stopped().await, Some(failure));
+    assert!(informer.add_event_handler(TestListener::new()).is_err());
+    tokio::time::timeout(Duration::from_secs(60), task)
+        .await
+        .expect("the informer task ends")
+        .expect("the panic does not escape the task");
+}
+
+/// Dropping a running informer's `run` future stops it visibly.
+#[tokio::test(start_paused = true)]
+async fn dropped_run_future_stops_the_informer() {
+    // Dropped before the sync: sync waiters get false.
+    let hanging = SharedInformer::new(Hanging, options(Duration::ZERO));
+    let registration = hanging.add_event_handler(TestListener::new()).unwrap();
+    let run = tokio::time::timeout(SECOND, hanging.run(CancellationToken::new())).await;
+    assert!(run.is_err(), "the run was cut short");
+    assert!(hanging.is_stopped());
+    let answer = tokio::time::timeout(Duration::from_secs(60), hanging.synced()).await;
+    assert_eq!(answer.ok(), Some(false));
+    let registration_synced =
+        tokio::time::timeout(Duration::from_secs(60), registration.synced()).await;
+    assert_eq!(registration_synced.ok(), Some(false));
+    assert!(hanging.add_event_handler(TestListener::new()).is_err());
+
+    // Dropped after the sync: stopped, still synced.
+    let source = Source::default();
+    source.add(pod("pod1"));
+    let informer = informer(&source, Duration::ZERO);
+    tokio::select! {
+        () = informer.run(CancellationToken::new()) => unreachable!("runs until dropped"),
+        () = synced(&informer) => {}
+    }
+    assert!(informer.is_stopped());
+    assert!(informer.has_synced());
+    assert!(informer.add_event_handler(TestListener::new()).is_err());
+}
+
+/// An informer stopped before it synced answers its sync waiters with false.
+#[tokio::test(start_paused = true)]
+async fn synced_is_false_when_stopped_before_syncing() {
+    let source = Source::default();
+    source.set_list_error("the resource is not served (its CRD is not installed)");
+    let informer = informer(&source, Duration::ZERO);
+    let registration = informer.add_event_handler(TestListener::new()).unwrap();
+    let cancel = CancellationToken::new();
+    let task = informer.start(cancel.clone());
+    until("the list was tried", || source.lists() >= 1).await;
+    cancel.cancel();
+    task.await.unwrap();
+    let synced = tokio::time::timeout(Duration::from_secs(60), informer.synced()).await;
+    assert_eq!(synced.ok(), Some(false));
+    let registration_synced =
+        tokio::time::timeout(Duration::from_secs(60), registration.synced()).await;
+    assert_eq!(registration_synced.ok(), Some(false));
+    // So does a wait started with a deadline that has not passed.
+    let never = CancellationToken::new();
+    let waited = tokio::time::timeout(
+        Duration::from_secs(60),
+        wait_for_cache_sync("test", &never, &[&informer]),
+    )
+    .await;
+    assert_eq!(waited.ok(), Some(false));
+}
+
+/// A registration removed before its initial replay was delivered never syncs: its
+/// `synced()` says so instead of waiting for ever.
+#[tokio::test(start_paused = true)]
+async fn removed_registration_synced_is_false() {
+    let source = Source::default();
+    for i in 0..3 {
+        source.add(pod(&format!("pod{i}")));
+    }
+    let informer = informer(&source, Duration::ZERO);
+    let running = Running::start(&informer);
+    synced(&informer).await;
+    // On this single-threaded runtime the replay's delivery task cannot run before the
+    // handler is removed: nothing of the replay is delivered.
+    let registration = informer
+        .add_event_handler_with_options(
+            TestListener::new(),
+            kctrl_informer::HandlerOptions {
+                delivery: kctrl_informer::Delivery::Runtime,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert!(informer.remove_event_handler(&registration));
+    let synced = tokio::time::timeout(Duration::from_secs(60), registration.synced()).await;
+    assert_eq!(synced.ok(), Some(false));
+    assert!(!registration.has_synced());
+    running.stop().await;
+}
+
+/// A resync period of `Duration::MAX` means "never", for the informer and for a handler.
+#[tokio::test(start_paused = true)]
+async fn resync_period_of_duration_max_never_resyncs() {
+    let source = Source::default();
+    source.add(pod("pod1"));
+    let informer = informer(&source, Duration::MAX);
+    let default = TestListener::new();
+    informer.add_event_handler(default.clone()).unwrap();
+    let late = TestListener::new();
+    informer
+        .add_event_handler_with_resync(late.clone(), Duration::MAX)
+        .unwrap();
+    let running = Running::start(&informer);
+    synced(&informer).await;
+    default.expect("default", &["pod1"]).await;
+    late.expect("late", &["pod1"]).await;
+    tokio::time::sleep(Duration::from_secs(24 * 3600)).await;
+    assert_eq!(default.events(), ["add:pod1"]);
+    assert_eq!(late.events(), ["add:pod1"]);
+    running.stop().await;
+}
+
+/// A backoff delay of `Duration::MAX` (a reflector told to wait "for ever" after a failed
+/// round) waits until cancelled instead of panicking.
+#[tokio::test(start_paused = true)]
+async fn backoff_of_duration_max_waits_until_cancelled() {
+    let source = Source::default();
+    source.set_list_error("Access Denied");
+    let informer = SharedInformer::new(
+        source.clone(),
+        SharedInformerOptions {
+            reflector: ReflectorOptions {
+                use_watch_list: false,
+                backoff: kctrl_informer::BackoffOptions {
+                    initial: Duration::MAX,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    );
+    let cancel = CancellationToken::new();
+    let task = informer.start(cancel.clone());
+    until("the list was tried", || source.lists() >= 1).await;
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    assert_eq!(source.lists(), 1, "no retry before the (endless) delay");
+    assert!(!informer.is_stopped());
+    cancel.cancel();
+    task.await.expect("the informer task ends without a panic");
+    assert!(informer.is_stopped());
+}
+
+/// `wait_for_cache_sync` returns false as soon as one informer can no longer sync, without
+/// waiting for the others (which may never sync either).
+#[tokio::test(start_paused = true)]
+async fn wait_for_cache_sync_returns_when_one_can_no_longer_sync() {
+    let failed = SharedInformer::new(PanickingList, options(Duration::ZERO));
+    let hanging = SharedInformer::new(Hanging, options(Duration::ZERO));
+    let cancel = CancellationToken::new();
+    let _failed = failed.start(cancel.clone());
+    let _hanging = hanging.start(cancel.clone());
+    let waited = tokio::time::timeout(
+        Duration::from_secs(60),
+        wait_for_cache_sync("test", &cancel, &[&hanging, &failed]),
+    )
+    .await;
+    assert_eq!(waited.ok(), Some(false));
+    cancel.cancel();
+}
+
+/// An informer whose task is aborted (before or while it runs) is stopped too.
+#[tokio::test(start_paused = true)]
+async fn aborted_informer_task_stops_the_informer() {
+    for first_poll in [false, true] {
+        let informer = SharedInformer::new(Hanging, options(Duration::ZERO));
+        let task = informer.start(CancellationToken::new());
+        if first_poll {
+            settle().await;
+        }
+        task.abort();
+        assert!(task.await.unwrap_err().is_cancelled());
+        assert!(informer.is_stopped(), "first poll: {first_poll}");
+        let synced = tokio::time::timeout(Duration::from_secs(60), informer.synced()).await;
+        assert_eq!(synced.ok(), Some(false), "first poll: {first_poll}");
+    }
+}

@@ -249,3 +249,79 @@ async fn without_managed_fields_applies_to_every_informer_and_event() {
         factory.shutdown().await;
     }
 }
+
+/// The factory owns its informers' lifetime: `shutdown` stops them even if the token they
+/// were started with never fires, and `start_until_shutdown` ties them to the factory alone.
+#[tokio::test(start_paused = true)]
+async fn shutdown_stops_informers_whatever_token_started_them() {
+    let fake = FakeApi::new();
+    let factory = SharedInformerFactory::builder(fake.client(), Duration::ZERO)
+        .reflector_options(no_watch_list())
+        .build();
+    let pods = factory.informer::<Pod>();
+    let never = CancellationToken::new();
+    factory.start(&never);
+    let config_maps = factory.informer::<ConfigMap>();
+    factory.start_until_shutdown();
+    assert!(config_maps.has_started());
+    let synced = factory.wait_for_cache_sync(&never).await;
+    assert!(synced.values().all(|s| *s), "{synced:?}");
+    tokio::time::timeout(Duration::from_secs(60), factory.shutdown())
+        .await
+        .expect("shutdown stops the informers");
+    assert!(pods.is_stopped() && config_maps.is_stopped());
+    assert_eq!(factory.failure(), None);
+}
+
+/// A token given to `start` still stops the informers it started, and only those.
+#[tokio::test(start_paused = true)]
+async fn start_token_stops_only_its_informers() {
+    let fake = FakeApi::new();
+    let factory = SharedInformerFactory::builder(fake.client(), Duration::ZERO)
+        .reflector_options(no_watch_list())
+        .build();
+    let pods = factory.informer::<Pod>();
+    let first = CancellationToken::new();
+    factory.start(&first);
+    let config_maps = factory.informer::<ConfigMap>();
+    factory.start_until_shutdown();
+    factory.wait_for_cache_sync(&first).await;
+    first.cancel();
+    tokio::time::timeout(Duration::from_secs(60), pods.stopped())
+        .await
+        .expect("the token stops the informer it started");
+    assert!(!config_maps.is_stopped());
+    factory.shutdown().await;
+    assert!(config_maps.is_stopped());
+}
+
+/// An informer that a panic stopped is reported by the factory.
+#[tokio::test(start_paused = true)]
+async fn factory_reports_a_failed_informer() {
+    let fake = FakeApi::new();
+    fake.prepend_reactor("list", "pods", |_| panic!("the pods list exploded"));
+    let factory = SharedInformerFactory::builder(fake.client(), Duration::ZERO)
+        .reflector_options(no_watch_list())
+        .build();
+    let pods = factory.informer::<Pod>();
+    let config_maps = factory.informer::<ConfigMap>();
+    factory.start_until_shutdown();
+    let failure = tokio::time::timeout(Duration::from_secs(60), factory.failed())
+        .await
+        .expect("the failure is reported");
+    assert!(
+        failure.panic.contains("the pods list exploded"),
+        "{failure}"
+    );
+    assert_eq!(factory.failure(), Some(failure));
+    assert!(pods.is_stopped() && !pods.has_synced());
+    let synced = factory.wait_for_cache_sync(&CancellationToken::new()).await;
+    let unsynced: Vec<_> = synced
+        .iter()
+        .filter(|(_, s)| !**s)
+        .map(|(t, _)| *t)
+        .collect();
+    assert_eq!(unsynced, [std::any::type_name::<Pod>()], "{synced:?}");
+    assert!(config_maps.has_synced() && !config_maps.is_stopped());
+    factory.shutdown().await;
+}

@@ -179,30 +179,42 @@ async fn fallback_case(reject: fn() -> Error) -> Harness {
 #[tokio::test(start_paused = true)]
 async fn watch_list_any_other_error_than_invalid_forces_fallback() {
     let h = fallback_case(|| Error::InvalidRequest("dummy error".into())).await;
-    // Any error falls back for this round; only a rejection of the parameters sticks.
     assert!(h.reflector.uses_watch_list());
 }
 
+/// A server that rejects `sendInitialEvents` (400/422: an old apiserver during a rolling
+/// upgrade) makes that round list instead; the next round tries a streaming list again, as
+/// client-go's reflector does (it never turns streaming lists off).
 #[tokio::test(start_paused = true)]
-async fn watch_list_falls_back_when_server_does_not_support_streaming() {
-    let mut h = fallback_case(|| api_error(422, "Invalid", "streaming is not allowed")).await;
-    assert!(!h.reflector.uses_watch_list());
-    // Later rounds list directly, from the last RV seen (p2's).
-    h.cancel = CancellationToken::new();
-    let task = h.start();
-    let fw = h.next_watch().await;
-    h.stop_after(&fw, task).await.unwrap();
-    let calls = calls_without_timeouts(&h.lw);
-    assert_eq!(
-        calls[3..],
-        [
-            Call::List(ListParams {
-                resource_version: Some("2".into()),
-                ..Default::default()
-            }),
-            Call::Watch(plain("1")),
-        ]
-    );
+async fn watch_list_rejected_falls_back_to_a_list_for_that_round_only() {
+    for reject in [
+        (|| api_error(422, "Invalid", "streaming is not allowed")) as fn() -> Error,
+        || api_error(400, "BadRequest", "sendInitialEvents is not supported"),
+    ] {
+        let mut h = fallback_case(reject).await;
+        assert!(h.reflector.uses_watch_list());
+        // The next round streams again, from the last RV seen (p2's); rejected again, it
+        // lists from there.
+        h.cancel = CancellationToken::new();
+        let task = h.start();
+        let fw = h.next_watch().await;
+        h.stop_after(&fw, task).await.unwrap();
+        let calls = calls_without_timeouts(&h.lw);
+        assert_eq!(
+            calls[3..],
+            [
+                Call::Watch(WatchParams {
+                    resource_version: Some("2".into()),
+                    ..streaming()
+                }),
+                Call::List(ListParams {
+                    resource_version: Some("2".into()),
+                    ..Default::default()
+                }),
+                Call::Watch(plain("1")),
+            ]
+        );
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -62,6 +62,17 @@ pub enum RunError {
         #[source]
         source: kctrl_leader_election::ConfigError,
     },
+    /// One of the factory's informers stopped on its own (a panic it could not contain): its
+    /// cache no longer follows the server. The controller has stopped; the process should
+    /// exit and start again.
+    #[error("controller {controller}: {source}")]
+    InformerFailed {
+        /// The controller's name.
+        controller: String,
+        /// Which informer, and why.
+        #[source]
+        source: kctrl_informer::InformerFailure,
+    },
     /// The Lease could not be renewed in time: another replica may lead now. The controller
     /// has stopped; the process should exit and start again, as kube-controller-manager does.
     #[error("controller {controller}: leader election lost")]
@@ -422,11 +433,15 @@ impl<K: Object> Controller<K> {
     /// worker lives on.
     ///
     /// On `cancel` the workers take no new key, the reconciles in flight finish (their keys
-    /// stay queued for whoever runs next), and this returns; the informers it started stop
-    /// then. Waiting for the reconciles in flight is bounded by
-    /// [`shutdown_timeout`](Self::shutdown_timeout) (30 s by default): past it they are
-    /// abandoned, and this says so in a warning and returns. Call the factory's
-    /// [`shutdown`](SharedInformerFactory::shutdown) afterwards to wait for the informers.
+    /// stay queued for whoever runs next), and this returns. Waiting for the reconciles in
+    /// flight is bounded by [`shutdown_timeout`](Self::shutdown_timeout) (30 s by default):
+    /// past it they are abandoned, and this says so in a warning and returns.
+    ///
+    /// The informers are the factory's, shared with its other controllers: they keep running
+    /// until the factory's [`shutdown`](SharedInformerFactory::shutdown), which stops them and
+    /// waits for them (call it once the controllers have returned). If one of them fails
+    /// (stops on a panic it could not contain), the controller stops the same way and returns
+    /// [`RunError::InformerFailed`].
     ///
     /// The workers belong to this future: dropping it (e.g. a `select!` whose other branch
     /// won) stops them too, with the reconciles they were running, and shuts the queue down.
@@ -485,9 +500,8 @@ impl<K: Object> Controller<K> {
                 }
             })?;
         info!(controller = %self.name, workers = self.workers, "starting controller");
-        let informers = CancellationToken::new();
-        let _stop_informers = informers.clone().drop_guard();
-        self.factory.start(&informers);
+        // Shared with the factory's other controllers: they run until the factory shuts down.
+        self.factory.start_until_shutdown();
         let synced: Vec<&dyn HasSynced> =
             registrations.iter().map(|r| r as &dyn HasSynced).collect();
         if !wait_for_cache_sync(&self.name, &cancel, &synced).await {
@@ -513,11 +527,19 @@ impl<K: Object> Controller<K> {
         // Dropping this future drops the set, which aborts the workers (and the reconciles
         // they run), and the guard, which shuts the queue down.
         let _shut_queue = ShutQueueOnDrop(self.queue.clone());
+        let stop = cancel.child_token();
         let mut workers = JoinSet::new();
         for _ in 0..self.workers {
-            workers.spawn(worker(shared.clone(), cancel.clone()));
+            workers.spawn(worker(shared.clone(), stop.clone()));
         }
-        cancel.cancelled().await;
+        let failure = tokio::select! {
+            () = cancel.cancelled() => None,
+            failure = self.factory.failed() => Some(failure),
+        };
+        if let Some(failure) = &failure {
+            error!(controller = %self.name, %failure, "an informer failed: its cache is frozen; stopping");
+        }
+        stop.cancel();
         info!(controller = %self.name, timeout = ?self.shutdown_timeout,
             "shutting down controller: no new reconciles; waiting for those in flight");
         self.queue.shut_down();
@@ -546,7 +568,13 @@ impl<K: Object> Controller<K> {
             workers.shutdown().await;
         }
         drop(registrations);
-        Ok(())
+        match failure {
+            Some(source) => Err(RunError::InformerFailed {
+                controller: self.name.clone(),
+                source,
+            }),
+            None => Ok(()),
+        }
     }
 }
 

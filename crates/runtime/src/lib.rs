@@ -67,8 +67,10 @@
 //! - **A bounded shutdown.** On cancel no new key is taken and the reconciles in flight
 //!   finish, for at most [`Controller::shutdown_timeout`] (30 s by default, as
 //!   controller-runtime's `GracefulShutdownTimeout`); past it they are abandoned (a warning
-//!   says so) and `run` returns; then the informers stop. Dropping the `run` future stops
-//!   its workers and their reconciles too.
+//!   says so) and `run` returns. Dropping the `run` future stops its workers and their
+//!   reconciles too. The informers are the factory's, shared by its controllers: they run
+//!   until [`SharedInformerFactory::shutdown`](kctrl_informer::SharedInformerFactory::shutdown),
+//!   as a controller-runtime manager's caches do.
 //!
 //! | controller-runtime | kube-runtime | here |
 //! |---|---|---|

@@ -73,18 +73,23 @@ impl Backoff {
         }
         st.last = Some(now);
         let base = st.current;
-        let grown = base.mul_f64(self.options.factor.max(1.0));
+        let grown = scale(base, self.options.factor.max(1.0));
         st.current = if self.options.cap.is_zero() {
             grown
         } else {
             grown.min(self.options.cap)
         };
         if self.options.jitter > 0.0 {
-            base + base.mul_f64(self.options.jitter * fastrand::f64())
+            base.saturating_add(scale(base, self.options.jitter * fastrand::f64()))
         } else {
             base
         }
     }
+}
+
+/// `d × factor`, saturating at `Duration::MAX` (where `mul_f64` would panic).
+fn scale(d: Duration, factor: f64) -> Duration {
+    Duration::try_from_secs_f64(d.as_secs_f64() * factor).unwrap_or(Duration::MAX)
 }
 
 /// Allows retrying an error kind for at most `max_duration` since its first occurrence; the
@@ -179,6 +184,18 @@ mod tests {
                 "{d:?}"
             );
         }
+    }
+
+    /// Delays too long to multiply saturate instead of panicking.
+    #[tokio::test(start_paused = true)]
+    async fn huge_delays_saturate() {
+        let b = Backoff::new(BackoffOptions {
+            initial: Duration::MAX,
+            cap: Duration::ZERO,
+            ..Default::default()
+        });
+        assert_eq!(b.next_delay(), Duration::MAX);
+        assert_eq!(b.next_delay(), Duration::MAX);
     }
 
     #[test]

@@ -64,11 +64,3 @@ pub(crate) fn is_connection_refused(err: &Error) -> bool {
         _ => false,
     }
 }
-
-/// The server rejected the streaming-list parameters: it does not support WatchList.
-pub(crate) fn is_watch_list_unsupported(err: &Error) -> bool {
-    err.is_invalid()
-        || err
-            .api_error()
-            .is_some_and(|e| e.reason() == "BadRequest" || (e.reason().is_empty() && e.code == 400))
-}

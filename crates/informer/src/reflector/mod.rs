@@ -42,7 +42,6 @@ use kctrl_client::ObjectMetaAccess;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::pin::{Pin, pin};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -54,14 +53,15 @@ use tokio_util::sync::CancellationToken;
 
 pub use backoff::BackoffOptions;
 
+use crate::contain::{PanicCounter, contain};
 use crate::delta::ReflectorStore;
 use crate::fifo::Transform;
 use crate::keys::{ObjectKey, key_of};
 use crate::list_watch::{EventStream, ListerWatcher};
+use crate::processor::FAR_FUTURE_SECS;
 use backoff::{Backoff, RetryWithDeadline};
 use errors::{
     is_expired, is_internal_error, is_too_large_resource_version, is_watch_error_retriable,
-    is_watch_list_unsupported,
 };
 
 /// Decides, each time the resync timer fires, whether to resync (client-go's `ShouldResync`).
@@ -97,11 +97,13 @@ pub struct ReflectorOptions {
     /// The watch timeout is uniformly random in `[min, 2 × min]`; values below 5 minutes are
     /// raised to 5 minutes.
     pub min_watch_timeout: Duration,
-    /// Try a streaming list (WatchList) before listing; falls back to a list when the server
-    /// can't stream, and stops trying once it rejects the parameters.
+    /// Start each round with a streaming list (WatchList). When it fails (the server cannot
+    /// stream or rejects `sendInitialEvents`, say an older apiserver during a rolling upgrade)
+    /// that round lists instead, and the next round tries a streaming list again, as
+    /// client-go's reflector does.
     pub use_watch_list: bool,
     /// Called with each failed round's error; `None` logs it (expired at debug, others at
-    /// warn).
+    /// warn). A panic in it is caught, logged and counted, and the reflector goes on.
     pub watch_error_handler: Option<WatchErrorHandler>,
     /// Backoff between rounds and on rejected watches.
     pub backoff: BackoffOptions,
@@ -203,12 +205,14 @@ struct Inner<K> {
     should_resync: Option<ShouldResyncFn>,
     page_size: Option<u32>,
     min_watch_timeout: Duration,
-    use_watch_list: AtomicBool,
+    use_watch_list: bool,
     watch_error_handler: Option<WatchErrorHandler>,
     backoff: Backoff,
     max_internal_error_retry_duration: Duration,
     compact_objects: bool,
     transform: Option<Transform<K>>,
+    /// Panics of the transform and the watch error handler, caught.
+    panics: PanicCounter,
     rv: Mutex<RvState>,
 }
 
@@ -285,12 +289,13 @@ where
                 should_resync: options.should_resync,
                 page_size: options.page_size.filter(|n| *n > 0),
                 min_watch_timeout: options.min_watch_timeout.max(MIN_WATCH_TIMEOUT),
-                use_watch_list: AtomicBool::new(options.use_watch_list),
+                use_watch_list: options.use_watch_list,
                 watch_error_handler: options.watch_error_handler,
                 backoff: Backoff::new(options.backoff),
                 max_internal_error_retry_duration: options.max_internal_error_retry_duration,
                 compact_objects: options.compact_objects,
                 transform,
+                panics: PanicCounter::default(),
                 rv: Mutex::new(RvState::default()),
             }),
         }
@@ -312,10 +317,17 @@ where
         self.inner.state().last_sync.clone()
     }
 
-    /// Whether the reflector still tries streaming lists (false once the server rejected
-    /// them, or when disabled in the options).
+    /// Whether each round starts with a streaming list ([`ReflectorOptions::use_watch_list`];
+    /// a round whose streaming list fails lists instead, and the next one streams again).
     pub fn uses_watch_list(&self) -> bool {
-        self.inner.use_watch_list.load(Ordering::Relaxed)
+        self.inner.use_watch_list
+    }
+
+    /// How many panics of the transform or the watch error handler were caught: each
+    /// skipped one object (or one report), was logged at error level, and the reflector
+    /// went on.
+    pub fn contained_panics(&self) -> u64 {
+        self.inner.panics.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Runs [`list_and_watch`](Reflector::list_and_watch) rounds until `cancel` fires,
@@ -355,17 +367,51 @@ where
 
     /// Turns a freshly decoded object into what the store receives: transformed (if a
     /// transform is set), re-packed without spare capacity (unless the options say not to),
-    /// and moved into its final `Arc`.
-    fn admit(&self, obj: K) -> Arc<K> {
+    /// and moved into its final `Arc`. `None` if the transform panicked on it: the panic was
+    /// caught, logged and counted, and the object is skipped.
+    fn admit(&self, obj: K) -> Option<Arc<K>> {
         let obj = match &self.transform {
-            Some(t) => t(obj),
+            Some(t) => {
+                // Taken before the object moves into the transform, to say which one failed.
+                let (namespace, name) = {
+                    let meta = obj.metadata();
+                    (
+                        meta.namespace().unwrap_or_default().to_owned(),
+                        meta.name().unwrap_or_default().to_owned(),
+                    )
+                };
+                match contain(&self.panics, || t(obj)) {
+                    Ok(obj) => obj,
+                    Err(panic) => {
+                        log!(error, self, %namespace, %name, %panic,
+                            "the transform panicked; the object is skipped (not cached, no handler told)");
+                        return None;
+                    }
+                }
+            }
             None => obj,
         };
+        Some(self.pack(obj))
+    }
+
+    /// Re-packs (see [`admit`](Self::admit)) and moves into an `Arc`.
+    fn pack(&self, obj: K) -> Arc<K> {
         if self.compact_objects {
             Arc::new(compact(obj))
         } else {
             Arc::new(obj)
         }
+    }
+
+    /// [`admit`](Self::admit) for the final state of a deleted object: if the transform
+    /// panics on it, the deletion still applies, with the object as the server sent it (a
+    /// skipped deletion would leave the object cached for ever).
+    fn admit_deleted(&self, obj: K) -> Arc<K> {
+        if self.transform.is_none() {
+            return self.pack(obj);
+        }
+        let untransformed = obj.clone();
+        self.admit(obj).unwrap_or_else(|| self.pack(untransformed))
     }
 
     fn set_last_sync(&self, rv: String) {
@@ -401,7 +447,11 @@ where
 
     fn report(&self, err: &Error) {
         match &self.watch_error_handler {
-            Some(handler) => handler(err),
+            Some(handler) => {
+                if let Err(panic) = contain(&self.panics, || handler(err)) {
+                    log!(error, self, %err, %panic, "the watch error handler panicked on this error");
+                }
+            }
             None if is_expired(err) => log!(debug, self, %err, "watch closed"),
             None => log!(warn, self, %err, "failed to list and watch"),
         }
@@ -417,19 +467,14 @@ where
     async fn list_and_watch(&self, cancel: &CancellationToken) -> Result<(), Error> {
         log!(trace, self, "listing and watching");
         let mut stream = None;
-        if self.use_watch_list.load(Ordering::Relaxed) {
+        if self.use_watch_list {
             match self.watch_list(cancel).await {
                 Ok(None) => return Ok(()),
                 Ok(Some(s)) => stream = Some(s),
+                // Whatever the error (a server that cannot stream, or one rejecting the
+                // parameters), this round lists; the next one streams again (client-go).
                 Err(end) => {
-                    if let WatchEnd::Failed(e) = &end
-                        && is_watch_list_unsupported(e)
-                    {
-                        log!(info, self, err = %e, "the server does not support streaming lists; using lists from now on");
-                        self.use_watch_list.store(false, Ordering::Relaxed);
-                    } else {
-                        log!(debug, self, err = %end, "streaming list failed; falling back to a list");
-                    }
+                    log!(debug, self, err = %end, "the streaming list failed (expected if the server does not support it); listing instead");
                 }
             }
         }
@@ -747,19 +792,23 @@ where
             let rv = match event {
                 WatchEvent::Added(obj) => {
                     let rv = resource_version_of(&obj);
-                    sink.add(self.admit(obj));
+                    if let Some(obj) = self.admit(obj) {
+                        sink.add(obj);
+                    }
                     rv
                 }
                 WatchEvent::Modified(obj) => {
                     past_added = true;
                     let rv = resource_version_of(&obj);
-                    sink.update(self.admit(obj));
+                    if let Some(obj) = self.admit(obj) {
+                        sink.update(obj);
+                    }
                     rv
                 }
                 WatchEvent::Deleted(obj) => {
                     past_added = true;
                     let rv = resource_version_of(&obj);
-                    sink.delete(self.admit(obj));
+                    sink.delete(self.admit_deleted(obj));
                     rv
                 }
                 WatchEvent::Bookmark(bookmark) if bookmark.resource_version.is_empty() => {
@@ -894,7 +943,8 @@ impl Resync {
     fn every(period: Duration) -> Self {
         Self {
             period,
-            timer: (!period.is_zero()).then(|| Box::pin(sleep_until(Instant::now() + period))),
+            timer: (!period.is_zero())
+                .then(|| Box::pin(sleep_until(after(Instant::now(), period)))),
         }
     }
 
@@ -906,8 +956,15 @@ impl Resync {
     /// completes leaves the timer armed.
     async fn tick(&mut self) {
         wait_on(&mut self.timer).await;
-        rearm(&mut self.timer, Instant::now() + self.period);
+        rearm(&mut self.timer, after(Instant::now(), self.period));
     }
+}
+
+/// `delay` after `now`; a delay too long to add to an instant (`Duration::MAX`) is about 30
+/// years, which is never for a process.
+fn after(now: Instant, delay: Duration) -> Instant {
+    now.checked_add(delay)
+        .unwrap_or_else(|| now + Duration::from_secs(FAR_FUTURE_SECS))
 }
 
 /// Waits for `timer` to fire, or forever when there is none.
@@ -932,7 +989,7 @@ async fn pause(
     resync: &mut Resync,
     mut on_resync: impl FnMut(),
 ) -> bool {
-    let until = Instant::now() + delay;
+    let until = after(Instant::now(), delay);
     loop {
         tokio::select! {
             biased;

@@ -23,16 +23,17 @@ pub(crate) struct Listed<K> {
 }
 
 /// Lists at `resource_version` (`""` = consistent read) in pages of `page_size` (0 = one
-/// unpaged request). `admit` (transform and move into an `Arc`) is applied to each page's
-/// items as it arrives, so only admitted items are accumulated and each page is freed as soon
-/// as it is taken apart.
+/// unpaged request). `admit` (transform and move into an `Arc`; `None` skips the item) is
+/// applied to each page's items as it arrives, so only admitted items are accumulated and
+/// each page is freed as soon as it is taken apart.
 pub(crate) async fn list_all<K: ListableResource + 'static>(
     lw: &dyn ListerWatcher<K>,
     resource_version: &str,
     page_size: u32,
-    admit: &(dyn Fn(K) -> Arc<K> + Sync),
+    admit: &(dyn Fn(K) -> Option<Arc<K>> + Sync),
 ) -> Result<Listed<K>, Error> {
-    let transform_all = |items: Vec<K>| -> Vec<Arc<K>> { items.into_iter().map(admit).collect() };
+    let transform_all =
+        |items: Vec<K>| -> Vec<Arc<K>> { items.into_iter().filter_map(admit).collect() };
     let original_rv = (!resource_version.is_empty()).then(|| resource_version.to_owned());
     let mut params = ListParams {
         resource_version: original_rv.clone(),
