@@ -16,6 +16,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use kctrl_client::{Api, Client, HttpBackend, ListParams, ResourceRef};
 use kctrl_config::{Config, ConfigOverrides, InClusterConfig};
@@ -543,8 +545,7 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
                 run_with_leader_election(
                     lock,
                     election,
-                    runner.clone(),
-                    workers,
+                    deployment_controller(runner.clone(), workers),
                     leading,
                     &cancel,
                     exit_on_lost_lease(),
@@ -590,6 +591,19 @@ async fn run_controller(
     }
 }
 
+/// What runs while leading: started with a token that tells it to stop, it completes once
+/// its work in flight has finished.
+type LeaderWork =
+    Arc<dyn Fn(CancellationToken) -> BoxFuture<'static, anyhow::Result<()>> + Send + Sync>;
+
+/// The Deployment controller with `workers` workers, as the work of a leader.
+fn deployment_controller(runner: Arc<DeploymentControllerRunner>, workers: usize) -> LeaderWork {
+    Arc::new(move |stop: CancellationToken| {
+        let runner = runner.clone();
+        async move { run_controller(&runner, workers, &stop).await }.boxed()
+    })
+}
+
 /// How long the whole shutdown may take after SIGTERM/SIGINT (syncs in flight, releasing
 /// the lease, writing queued events); past it the process exits with status 1. deploy/ gives
 /// the pod `terminationGracePeriodSeconds: 30`, so this ends 10 s before the kubelet's
@@ -630,8 +644,7 @@ fn exit_on_lost_lease() -> OnLostLease {
 async fn run_with_leader_election(
     lock: LeaseLock,
     mut election: LeaderElectionConfig,
-    runner: Arc<DeploymentControllerRunner>,
-    workers: usize,
+    controller: LeaderWork,
     leading: Arc<AtomicBool>,
     shutdown: &CancellationToken,
     on_lost: OnLostLease,
@@ -648,7 +661,7 @@ async fn run_with_leader_election(
     let released_lease = lease.clone();
     election.callbacks = LeaderCallbacks::new(
         move |leader_scope: CancellationToken| {
-            let runner = runner.clone();
+            let controller = controller.clone();
             let done_tx = done_tx.clone();
             let shutdown = on_shutdown.clone();
             let lease = lost_lease.clone();
@@ -676,7 +689,7 @@ async fn run_with_leader_election(
                         on_lost(&lease);
                     })
                 };
-                let result = run_controller(&runner, workers, &stop).await;
+                let result = controller(stop.clone()).await;
                 watch.abort();
                 if let Some(tx) = done_tx.lock().unwrap_or_else(|e| e.into_inner()).take() {
                     let _ = tx.send(result);
@@ -987,157 +1000,23 @@ mod tests {
         .unwrap()
     }
 
-    // SIGTERM arrives while a sync is in flight, then the lease renewals fail: the lost-lease
-    // exit must still fire (the sync still writes as leader), not be disarmed by the signal.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
-    async fn losing_the_lease_while_in_flight_syncs_finish_still_ends_the_process() {
-        use kctrl_fake::{FakeApi, Reaction, errors};
-        use std::sync::Mutex;
-        use std::sync::mpsc;
-
-        let fake = FakeApi::new();
-        let (entered_tx, entered_rx) = mpsc::channel::<()>();
-        let (gate_tx, gate_rx) = mpsc::channel::<()>();
-        let (entered_tx, gate_rx) = (Mutex::new(entered_tx), Mutex::new(gate_rx));
-        fake.prepend_reactor("create", "replicasets", move |_| {
-            let _ = entered_tx.lock().unwrap().send(());
-            let _ = gate_rx
-                .lock()
-                .unwrap()
-                .recv_timeout(Duration::from_secs(30));
-            Reaction::Continue
-        });
-        let factory = SharedInformerFactory::new(fake.client(), Duration::ZERO);
+    /// The Deployment controller on `client` (its informer factory returned for shutdown).
+    fn test_controller(client: Client) -> (LeaderWork, SharedInformerFactory) {
+        let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
         let recorder = Arc::new(kctrl_deployment::events::RecordingEventRecorder::new());
-        let runner =
-            Arc::new(DeploymentControllerRunner::new(fake.client(), &factory, recorder).unwrap());
-        let lock = LeaseLock::for_lock_type(
-            "leases",
-            fake.client(),
-            "kube-system".to_owned(),
-            "lease".to_owned(),
-            "me".to_owned(),
-        )
-        .unwrap();
-        let mut election = LeaderElectionConfig::new(LeaderCallbacks::new(|_| async {}, || {}));
-        election.lease_duration = Duration::from_secs(2);
-        election.renew_deadline = Duration::from_secs(1);
-        election.retry_period = Duration::from_millis(200);
-        election.release_on_cancel = true;
-        let lost = Arc::new(Mutex::new(Vec::<String>::new()));
-        let on_lost: OnLostLease = {
-            let lost = lost.clone();
-            Arc::new(move |lease: &str| lost.lock().unwrap().push(lease.to_owned()))
-        };
-        let shutdown = CancellationToken::new();
-        let leading = Arc::new(AtomicBool::new(false));
-        let run = tokio::spawn({
-            let (shutdown, leading) = (shutdown.clone(), leading.clone());
-            async move {
-                run_with_leader_election(lock, election, runner, 1, leading, &shutdown, on_lost)
-                    .await
-            }
-        });
-        Api::<Deployment>::namespaced(fake.client(), "default")
-            .create(&Default::default(), &web_deployment())
-            .await
-            .unwrap();
-        let entered =
-            tokio::task::spawn_blocking(move || entered_rx.recv_timeout(Duration::from_secs(20)))
-                .await
-                .unwrap();
-        assert!(entered.is_ok(), "the sync never started");
-        assert!(leading.load(Ordering::Acquire));
-
-        shutdown.cancel();
-        fake.prepend_reactor("update", "leases", |_| {
-            Reaction::Error(errors::internal_error("etcd is down"))
-        });
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-        while lost.lock().unwrap().is_empty() && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        assert_eq!(*lost.lock().unwrap(), ["kube-system/lease"]);
-
-        gate_tx.send(()).unwrap();
-        let _ = tokio::time::timeout(Duration::from_secs(20), run)
-            .await
-            .expect("returns once the sync finished");
-        factory.shutdown().await;
+        let runner = Arc::new(DeploymentControllerRunner::new(client, &factory, recorder).unwrap());
+        (deployment_controller(runner, 1), factory)
     }
 
-    // The renewals fail while a sync is in flight: the lease must not be released before
-    // that sync has finished (a successor would sync beside it), only after.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
-    async fn a_lost_lease_is_not_released_while_a_sync_is_in_flight() {
+    // SIGTERM arrives while a sync is in flight, then the lease renewals fail: the lost-lease
+    // exit must still fire (the sync still writes as leader), not be disarmed by the signal.
+    #[tokio::test(start_paused = true)]
+    async fn losing_the_lease_while_in_flight_syncs_finish_still_ends_the_process() {
         use kctrl_fake::{FakeApi, Reaction, errors};
-        use std::sync::Mutex;
-        use std::sync::atomic::AtomicUsize;
-        use std::sync::mpsc;
 
         let fake = FakeApi::new();
-        let (entered_tx, entered_rx) = mpsc::channel::<()>();
-        let (gate_tx, gate_rx) = mpsc::channel::<()>();
-        let (entered_tx, gate_rx) = (Mutex::new(entered_tx), Mutex::new(gate_rx));
-        let sync_done = Arc::new(AtomicBool::new(false));
-        fake.prepend_reactor("create", "replicasets", {
-            let sync_done = sync_done.clone();
-            move |_| {
-                if !sync_done.load(Ordering::SeqCst) {
-                    let _ = entered_tx.lock().unwrap().send(());
-                    let _ = gate_rx
-                        .lock()
-                        .unwrap()
-                        .recv_timeout(Duration::from_secs(30));
-                }
-                Reaction::Continue
-            }
-        });
-        let refuse_renewals = Arc::new(AtomicBool::new(false));
-        let released_during_sync = Arc::new(AtomicUsize::new(0));
-        let (released_tx, mut released_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-        fake.prepend_reactor("update", "leases", {
-            let (refuse, sync_done, during) = (
-                refuse_renewals.clone(),
-                sync_done.clone(),
-                released_during_sync.clone(),
-            );
-            move |action| {
-                let lease: k8s_openapi::api::coordination::v1::Lease = action.object_as().unwrap();
-                let holder = lease
-                    .spec
-                    .and_then(|s| s.holder_identity)
-                    .unwrap_or_default();
-                if holder.is_empty() {
-                    if !sync_done.load(Ordering::SeqCst) {
-                        during.fetch_add(1, Ordering::SeqCst);
-                    }
-                    let _ = released_tx.send(());
-                    Reaction::Continue
-                } else if refuse.load(Ordering::SeqCst) {
-                    Reaction::Error(errors::internal_error("etcd is slow"))
-                } else {
-                    Reaction::Continue
-                }
-            }
-        });
-        let factory = SharedInformerFactory::new(fake.client(), Duration::ZERO);
-        let recorder = Arc::new(kctrl_deployment::events::RecordingEventRecorder::new());
-        let runner =
-            Arc::new(DeploymentControllerRunner::new(fake.client(), &factory, recorder).unwrap());
-        let lock = LeaseLock::for_lock_type(
-            "leases",
-            fake.client(),
-            "kube-system".to_owned(),
-            "lease".to_owned(),
-            "me".to_owned(),
-        )
-        .unwrap();
-        let mut election = LeaderElectionConfig::new(LeaderCallbacks::new(|_| async {}, || {}));
-        election.lease_duration = Duration::from_secs(2);
-        election.renew_deadline = Duration::from_secs(1);
-        election.retry_period = Duration::from_millis(200);
-        election.release_on_cancel = true;
+        let (client, entered, proceed) = hold_first(&fake, "create", "replicasets");
+        let (controller, factory) = test_controller(client);
         let (lost_tx, mut lost_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         let on_lost: OnLostLease = Arc::new(move |lease: &str| {
             let _ = lost_tx.send(lease.to_owned());
@@ -1145,44 +1024,432 @@ mod tests {
         let shutdown = CancellationToken::new();
         let leading = Arc::new(AtomicBool::new(false));
         let run = tokio::spawn({
-            let (shutdown, leading) = (shutdown.clone(), leading.clone());
+            let (lock, shutdown, leading) =
+                (test_lock(fake.client()), shutdown.clone(), leading.clone());
             async move {
-                run_with_leader_election(lock, election, runner, 1, leading, &shutdown, on_lost)
-                    .await
+                run_with_leader_election(
+                    lock,
+                    test_election(),
+                    controller,
+                    leading,
+                    &shutdown,
+                    on_lost,
+                )
+                .await
             }
         });
         Api::<Deployment>::namespaced(fake.client(), "default")
             .create(&Default::default(), &web_deployment())
             .await
             .unwrap();
-        let entered =
-            tokio::task::spawn_blocking(move || entered_rx.recv_timeout(Duration::from_secs(20)))
-                .await
-                .unwrap();
-        assert!(entered.is_ok(), "the sync never started");
+        tokio::time::timeout(Duration::from_secs(60), entered)
+            .await
+            .expect("the sync starts")
+            .unwrap();
+        assert!(leading.load(Ordering::Acquire));
 
-        refuse_renewals.store(true, Ordering::SeqCst);
-        let lost = tokio::time::timeout(Duration::from_secs(15), lost_rx.recv())
+        shutdown.cancel();
+        fake.prepend_reactor("update", "leases", |_| {
+            Reaction::Error(errors::internal_error("etcd is down"))
+        });
+        let lost = tokio::time::timeout(Duration::from_secs(60), lost_rx.recv())
             .await
             .expect("the lease is lost within the renew deadline");
         assert_eq!(lost.as_deref(), Some("kube-system/lease"));
-        // A release right after the loss (the elector's own) comes within milliseconds;
-        // none may come while the sync runs.
-        let early = tokio::time::timeout(Duration::from_secs(2), released_rx.recv()).await;
+
+        proceed.send(()).unwrap();
+        let _ = tokio::time::timeout(Duration::from_secs(60), run)
+            .await
+            .expect("returns once the sync finished");
+        factory.shutdown().await;
+    }
+
+    // The renewals fail while a sync is in flight: the lease must not be released before
+    // that sync has finished (a successor would sync beside it), only after.
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_lease_is_not_released_while_a_sync_is_in_flight() {
+        use kctrl_fake::{FakeApi, Reaction, errors};
+
+        let fake = FakeApi::new();
+        let (client, entered, proceed) = hold_first(&fake, "create", "replicasets");
+        let (controller, factory) = test_controller(client);
+        let sync_done = Arc::new(AtomicBool::new(false));
+        let refuse_renewals = Arc::new(AtomicBool::new(false));
+        fake.prepend_reactor("update", "leases", {
+            let refuse = refuse_renewals.clone();
+            move |action| {
+                let lease: k8s_openapi::api::coordination::v1::Lease = action.object_as().unwrap();
+                let releasing = lease
+                    .spec
+                    .and_then(|s| s.holder_identity)
+                    .unwrap_or_default()
+                    .is_empty();
+                if !releasing && refuse.load(Ordering::SeqCst) {
+                    Reaction::Error(errors::internal_error("etcd is slow"))
+                } else {
+                    Reaction::Continue
+                }
+            }
+        });
+        // Prepended after: sees every update first, the releases included.
+        let releases = record_releases(&fake, sync_done.clone());
+        let (lost_tx, mut lost_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let on_lost: OnLostLease = Arc::new(move |lease: &str| {
+            let _ = lost_tx.send(lease.to_owned());
+        });
+        let shutdown = CancellationToken::new();
+        let leading = Arc::new(AtomicBool::new(false));
+        let mut run = tokio::spawn({
+            let (lock, shutdown, leading) =
+                (test_lock(fake.client()), shutdown.clone(), leading.clone());
+            async move {
+                run_with_leader_election(
+                    lock,
+                    test_election(),
+                    controller,
+                    leading,
+                    &shutdown,
+                    on_lost,
+                )
+                .await
+            }
+        });
+        Api::<Deployment>::namespaced(fake.client(), "default")
+            .create(&Default::default(), &web_deployment())
+            .await
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(60), entered)
+            .await
+            .expect("the sync starts")
+            .unwrap();
+
+        refuse_renewals.store(true, Ordering::SeqCst);
+        let lost = tokio::time::timeout(Duration::from_secs(60), lost_rx.recv())
+            .await
+            .expect("the lease is lost within the renew deadline");
+        assert_eq!(lost.as_deref(), Some("kube-system/lease"));
+        // The sync goes on for longer than the lease lasts: the lease must not be released
+        // meanwhile (an elector releasing on cancel does so at once).
+        let early = tokio::time::timeout(Duration::from_secs(30), &mut run).await;
+        assert!(early.is_err(), "returned while the sync ran: {early:?}");
         assert!(
-            early.is_err(),
+            releases.lock().unwrap().is_empty(),
             "the lease was released while the sync was in flight"
         );
 
         sync_done.store(true, Ordering::SeqCst);
-        gate_tx.send(()).unwrap();
-        tokio::time::timeout(Duration::from_secs(20), run)
+        proceed.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(60), run)
             .await
             .expect("returns once the sync finished")
             .unwrap()
             .unwrap();
-        assert_eq!(released_during_sync.load(Ordering::SeqCst), 0);
+        assert_eq!(
+            *releases.lock().unwrap(),
+            [true],
+            "released once the sync finished"
+        );
         factory.shutdown().await;
+    }
+
+    /// A backend on a fake API that holds the first request with `verb` on `plural` until the
+    /// test lets it through: `entered` fires when it arrives, sending on `proceed` lets it
+    /// reach the fake. Everything else goes straight to the fake.
+    #[derive(Clone)]
+    struct Held {
+        fake: kctrl_fake::FakeApi,
+        verb: &'static str,
+        plural: &'static str,
+        gate: HeldGate,
+    }
+
+    type HeldGate = Arc<
+        std::sync::Mutex<
+            Option<(
+                tokio::sync::oneshot::Sender<()>,
+                tokio::sync::oneshot::Receiver<()>,
+            )>,
+        >,
+    >;
+
+    /// A client holding the first `verb` on `plural` (see [`Held`]), with the receiver that
+    /// fires when that request arrives and the sender that lets it through.
+    fn hold_first(
+        fake: &kctrl_fake::FakeApi,
+        verb: &'static str,
+        plural: &'static str,
+    ) -> (
+        Client,
+        tokio::sync::oneshot::Receiver<()>,
+        tokio::sync::oneshot::Sender<()>,
+    ) {
+        let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
+        let (proceed_tx, proceed_rx) = tokio::sync::oneshot::channel();
+        let held = Held {
+            fake: fake.clone(),
+            verb,
+            plural,
+            gate: Arc::new(std::sync::Mutex::new(Some((entered_tx, proceed_rx)))),
+        };
+        (Client::new(held, "default"), entered_rx, proceed_tx)
+    }
+
+    impl kctrl_client::Backend for Held {
+        fn call(
+            &self,
+            request: kctrl_client::ApiRequest,
+        ) -> BoxFuture<'_, Result<bytes::Bytes, kctrl_client::Error>> {
+            async move {
+                if request.verb() == self.verb && request.resource.plural == self.plural {
+                    let gate = self.gate.lock().unwrap().take();
+                    if let Some((entered, proceed)) = gate {
+                        let _ = entered.send(());
+                        let _ = proceed.await;
+                    }
+                }
+                self.fake.call(request).await
+            }
+            .boxed()
+        }
+
+        fn watch(
+            &self,
+            request: kctrl_client::ApiRequest,
+        ) -> BoxFuture<'_, Result<kctrl_client::WatchFrames, kctrl_client::Error>> {
+            self.fake.watch(request)
+        }
+
+        fn server_version(
+            &self,
+        ) -> BoxFuture<'_, Result<k8s_openapi::apimachinery::pkg::version::Info, kctrl_client::Error>>
+        {
+            self.fake.server_version()
+        }
+
+        fn api_resources<'a>(
+            &'a self,
+            group_version: &'a str,
+        ) -> BoxFuture<
+            'a,
+            Result<
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList,
+                kctrl_client::Error,
+            >,
+        > {
+            self.fake.api_resources(group_version)
+        }
+    }
+
+    /// The lease `kube-system/lease` for the candidate `me`, through `client`.
+    fn test_lock(client: Client) -> LeaseLock {
+        LeaseLock::for_lock_type(
+            "leases",
+            client,
+            "kube-system".to_owned(),
+            "lease".to_owned(),
+            "me".to_owned(),
+        )
+        .unwrap()
+    }
+
+    /// kube-controller-manager's default timings, releasing on cancel as the binary asks.
+    fn test_election() -> LeaderElectionConfig {
+        let mut election = LeaderElectionConfig::new(LeaderCallbacks::new(|_| async {}, || {}));
+        election.lease_duration = Duration::from_secs(15);
+        election.renew_deadline = Duration::from_secs(10);
+        election.retry_period = Duration::from_secs(2);
+        election.release_on_cancel = true;
+        election
+    }
+
+    /// The lease as the fake API holds it.
+    fn stored_lease(fake: &kctrl_fake::FakeApi) -> k8s_openapi::api::coordination::v1::Lease {
+        fake.object(Some("kube-system"), "lease")
+            .expect("the lease exists")
+    }
+
+    /// An `on_lost` that records the leases it was called for.
+    fn recording_on_lost() -> (OnLostLease, Arc<std::sync::Mutex<Vec<String>>>) {
+        let lost = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let on_lost: OnLostLease = {
+            let lost = lost.clone();
+            Arc::new(move |lease: &str| lost.lock().unwrap().push(lease.to_owned()))
+        };
+        (on_lost, lost)
+    }
+
+    /// Records, for each write of the lease with an empty holder (a release), whether
+    /// `finished` was set by then.
+    fn record_releases(
+        fake: &kctrl_fake::FakeApi,
+        finished: Arc<AtomicBool>,
+    ) -> Arc<std::sync::Mutex<Vec<bool>>> {
+        let releases = Arc::new(std::sync::Mutex::new(Vec::new()));
+        fake.prepend_reactor("update", "leases", {
+            let releases = releases.clone();
+            move |action| {
+                let lease: k8s_openapi::api::coordination::v1::Lease = action.object_as().unwrap();
+                if lease
+                    .spec
+                    .and_then(|s| s.holder_identity)
+                    .unwrap_or_default()
+                    .is_empty()
+                {
+                    releases
+                        .lock()
+                        .unwrap()
+                        .push(finished.load(Ordering::SeqCst));
+                }
+                kctrl_fake::Reaction::Continue
+            }
+        });
+        releases
+    }
+
+    // The controller panics while leading: the election must end (no replica renewing a
+    // lease for a controller that no longer runs) with an error, and the lease must not be
+    // released (the panic skipped the controller's shutdown, so its workers may still be
+    // syncing): it expires on its own.
+    #[tokio::test(start_paused = true)]
+    async fn a_controller_that_panics_ends_the_election_without_releasing_the_lease() {
+        let fake = kctrl_fake::FakeApi::new();
+        let releases = record_releases(&fake, Arc::new(AtomicBool::new(false)));
+        let (on_lost, lost) = recording_on_lost();
+        let controller: LeaderWork = Arc::new(|_stop: CancellationToken| {
+            async {
+                tokio::task::yield_now().await;
+                panic!("the controller broke");
+            }
+            .boxed()
+        });
+        let shutdown = CancellationToken::new();
+        let leading = Arc::new(AtomicBool::new(false));
+        let run = tokio::spawn({
+            let (lock, shutdown, leading) =
+                (test_lock(fake.client()), shutdown.clone(), leading.clone());
+            async move {
+                run_with_leader_election(
+                    lock,
+                    test_election(),
+                    controller,
+                    leading,
+                    &shutdown,
+                    on_lost,
+                )
+                .await
+            }
+        });
+        let result = tokio::time::timeout(Duration::from_secs(60), run)
+            .await
+            .expect("the election ends when the controller panics")
+            .unwrap();
+        let err = result.expect_err("a panicked controller is a failure");
+        assert!(format!("{err:#}").contains("panicked"), "{err:#}");
+        assert!(leading.load(Ordering::Acquire));
+        let held = stored_lease(&fake);
+        assert_eq!(
+            held.spec
+                .as_ref()
+                .and_then(|s| s.holder_identity.as_deref()),
+            Some("me"),
+            "the lease was released"
+        );
+        assert!(releases.lock().unwrap().is_empty());
+        // Nobody renews it any more: it expires.
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert_eq!(
+            stored_lease(&fake).metadata.resource_version,
+            held.metadata.resource_version,
+            "the lease is still renewed"
+        );
+        assert!(
+            lost.lock().unwrap().is_empty(),
+            "{:?}",
+            lost.lock().unwrap()
+        );
+    }
+
+    // SIGTERM arrives while the lease is being acquired (not leading yet), and that
+    // acquisition still succeeds: the controller it starts must be waited for before the
+    // lease is released, and the normal shutdown must not be reported as a lost lease.
+    #[tokio::test(start_paused = true)]
+    async fn a_shutdown_racing_the_acquisition_waits_for_the_controller_and_is_no_loss() {
+        let fake = kctrl_fake::FakeApi::new();
+        let (client, entered, proceed) = hold_first(&fake, "create", "leases");
+        let finished = Arc::new(AtomicBool::new(false));
+        let releases = record_releases(&fake, finished.clone());
+        let (on_lost, lost) = recording_on_lost();
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+        let (finish_tx, finish_rx) = tokio::sync::oneshot::channel::<()>();
+        let channels = Arc::new(std::sync::Mutex::new(Some((started_tx, finish_rx))));
+        let controller: LeaderWork = {
+            let finished = finished.clone();
+            Arc::new(move |stop: CancellationToken| {
+                let channels = channels.lock().unwrap().take();
+                let finished = finished.clone();
+                async move {
+                    let (started, finish) = channels.expect("one leadership term");
+                    stop.cancelled().await;
+                    let _ = started.send(());
+                    // Syncs in flight finishing.
+                    let _ = finish.await;
+                    finished.store(true, Ordering::SeqCst);
+                    Ok(())
+                }
+                .boxed()
+            })
+        };
+        let shutdown = CancellationToken::new();
+        let leading = Arc::new(AtomicBool::new(false));
+        let mut run = tokio::spawn({
+            let (lock, shutdown, leading) = (test_lock(client), shutdown.clone(), leading.clone());
+            async move {
+                run_with_leader_election(
+                    lock,
+                    test_election(),
+                    controller,
+                    leading,
+                    &shutdown,
+                    on_lost,
+                )
+                .await
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(60), entered)
+            .await
+            .expect("the campaign creates the lease")
+            .unwrap();
+        assert!(!leading.load(Ordering::Acquire));
+        // The signal, and the acquisition completing, at once.
+        shutdown.cancel();
+        proceed.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(60), started_rx)
+            .await
+            .expect("the acquired term starts the controller, told to stop")
+            .unwrap();
+        assert!(leading.load(Ordering::Acquire));
+        // Its syncs take a while: nothing may release the lease meanwhile.
+        let early = tokio::time::timeout(Duration::from_secs(5), &mut run).await;
+        assert!(
+            early.is_err(),
+            "returned before the controller finished: {early:?}"
+        );
+        assert!(
+            releases.lock().unwrap().is_empty(),
+            "the lease was released while the controller ran"
+        );
+        finish_tx.send(()).unwrap();
+        let result = tokio::time::timeout(Duration::from_secs(60), run)
+            .await
+            .expect("returns once the controller finished")
+            .unwrap();
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(*releases.lock().unwrap(), [true], "released once, after");
+        assert!(
+            lost.lock().unwrap().is_empty(),
+            "a normal shutdown was reported as a lost lease: {:?}",
+            lost.lock().unwrap()
+        );
     }
 
     /// The binary's informers publish client-go's `informer_*` series under
