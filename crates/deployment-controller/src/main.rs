@@ -630,17 +630,28 @@ fn exit_on_lost_lease() -> OnLostLease {
     })
 }
 
-/// Campaigns for the lease and runs the controller while leading.
+/// Campaigns for the lease and runs `controller` while leading.
 ///
 /// On SIGTERM/SIGINT (`shutdown`): the controller takes no new keys and finishes its
 /// in-flight syncs (at most [`IN_FLIGHT_SYNC_TIMEOUT`]), and only then is the election
 /// cancelled and (with `election.release_on_cancel`) the lease released, so a successor
-/// never overlaps with a sync of ours. Losing the lease at any moment before that, during
-/// the shutdown too, calls `on_lost` (the binary exits with status 1, as
-/// kube-controller-manager does) and the lease is not released: the elector runs without
-/// `release_on_cancel` and the release is done here, after the controller has finished. A
-/// controller that returns by itself while leading (an error) ends the election too, and
-/// its error is returned, instead of a lease renewed by a replica that does nothing.
+/// never overlaps with a sync of ours. A signal that comes while the lease is still being
+/// acquired stops the campaign; if that acquisition succeeds all the same, the controller it
+/// started (told to stop at once) is waited for in the same way before the release.
+///
+/// Losing the lease while the controller runs, during the shutdown too, calls `on_lost` (the
+/// binary exits with status 1, as kube-controller-manager does). The elector runs without
+/// `release_on_cancel`, so it never releases the lease by itself when leadership ends; the
+/// release is done here, once the controller has finished, and it reads the lease afresh and
+/// writes it only if it still names this candidate (a lease taken over meanwhile is left
+/// alone). The end of leadership that this function brings about itself (after a normal
+/// shutdown or a controller that returned) is never reported as a lost lease.
+///
+/// A controller that returns by itself while leading (an error) ends the election too, and
+/// its error is returned, instead of a lease renewed by a replica that does nothing. A
+/// controller task that panics ends the election with an error and leaves the lease to
+/// expire (after `lease_duration`) instead of releasing it: the panic skipped the
+/// controller's own shutdown, so work it spawned (a sync in flight) may still be writing.
 async fn run_with_leader_election(
     lock: LeaseLock,
     mut election: LeaderElectionConfig,
@@ -653,47 +664,55 @@ async fn run_with_leader_election(
     // The elector would release the lease as soon as leadership ends, syncs in flight or
     // not; the release is done below, once the controller has finished.
     let release = std::mem::replace(&mut election.release_on_cancel, false);
+    let lease_duration = election.lease_duration;
+    // Moved into the task of the (one) leadership term when it starts, so that a panic
+    // there drops it and `done_rx` fails instead of waiting forever.
     let done_tx = Arc::new(std::sync::Mutex::new(Some(done_tx)));
+    // Cancelled before this function cancels the election itself: from then on the end of
+    // the leader scope is ours, not a lost lease.
+    let stepping_down = CancellationToken::new();
     let on_shutdown = shutdown.clone();
+    let on_stepping_down = stepping_down.clone();
     let lease = format!("{}/{}", lock.namespace(), lock.name());
     let lost_lease = lease.clone();
     let started_leading = leading.clone();
     let released_lease = lease.clone();
     election.callbacks = LeaderCallbacks::new(
         move |leader_scope: CancellationToken| {
+            let done_tx = done_tx.lock().unwrap_or_else(|e| e.into_inner()).take();
             let controller = controller.clone();
-            let done_tx = done_tx.clone();
             let shutdown = on_shutdown.clone();
+            let stepping_down = on_stepping_down.clone();
             let lease = lost_lease.clone();
             let on_lost = on_lost.clone();
             started_leading.store(true, Ordering::Release);
             async move {
+                let Some(done_tx) = done_tx else {
+                    error!(
+                        lease,
+                        "a second leadership term in one election; not starting"
+                    );
+                    return;
+                };
                 info!(lease, "became leader; starting the controller");
                 let stop = CancellationToken::new();
+                // The controller's workers are told to stop however this task ends (a panic
+                // included).
+                let _stop_on_exit = stop.clone().drop_guard();
                 // Armed until the controller has finished: until then the lease may only
-                // end by being lost (our own release comes after).
-                let watch = {
-                    let stop = stop.clone();
-                    let lease = lease.clone();
-                    tokio::spawn(async move {
-                        tokio::select! {
-                            () = shutdown.cancelled() => stop.cancel(),
-                            () = leader_scope.cancelled() => {
-                                stop.cancel();
-                                on_lost(&lease);
-                                return;
-                            }
-                        }
-                        leader_scope.cancelled().await;
-                        warn!(lease, "lease lost while the syncs in flight were finishing");
-                        on_lost(&lease);
-                    })
-                };
+                // end by being lost (our own release comes after). Aborted when this task
+                // ends, a panic included.
+                let watch = AbortOnDrop(tokio::spawn(watch_leadership(
+                    lease,
+                    shutdown,
+                    stepping_down,
+                    leader_scope,
+                    stop.clone(),
+                    on_lost,
+                )));
                 let result = controller(stop.clone()).await;
-                watch.abort();
-                if let Some(tx) = done_tx.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                    let _ = tx.send(result);
-                }
+                drop(watch);
+                let _ = done_tx.send(result);
             }
         },
         || {},
@@ -701,43 +720,128 @@ async fn run_with_leader_election(
     .on_new_leader(move |holder| info!(lease, holder, "new leader observed"));
     let elector = LeaderElector::new(lock, election).context("configuring leader election")?;
     let election_cancel = CancellationToken::new();
-    let campaign = tokio::spawn({
+    let mut campaign = Some(tokio::spawn({
         let elector = elector.clone();
         let election_cancel = election_cancel.clone();
         async move { elector.run(election_cancel).await }
-    });
+    }));
     info!(identity = elector.identity(), "campaigning for the lease");
     let returned = tokio::select! {
         () = shutdown.cancelled() => None,
-        done = &mut done_rx => Some(done.unwrap_or(Ok(()))),
+        done = &mut done_rx => Some(done),
     };
-    // Finish the controller's work (when we led) before releasing the lease.
-    let result = if let Some(result) = returned {
-        warn!(lease = %released_lease, "the controller stopped while leading; giving up the lease");
-        result
-    } else if leading.load(Ordering::Acquire) {
-        match tokio::time::timeout(IN_FLIGHT_SYNC_TIMEOUT, done_rx).await {
-            Ok(done) => done.unwrap_or(Ok(())),
-            Err(_) => {
-                // Not released: a sync may still write. The lease expires on its own.
-                campaign.abort();
-                bail!(
-                    "the syncs in flight did not finish within {IN_FLIGHT_SYNC_TIMEOUT:?}; \
-                     exiting without releasing the lease {released_lease}"
-                );
+    // What the controller ended with, when it ran: wait for it (when we led) before the
+    // release.
+    let done = match returned {
+        Some(done) => {
+            warn!(lease = %released_lease, "the controller stopped while leading; ending the election");
+            Some(done)
+        }
+        None => {
+            if !leading.load(Ordering::Acquire) {
+                // Stop campaigning. An acquisition already under way may still succeed and
+                // start the controller; that is seen once the campaign has ended.
+                stepping_down.cancel();
+                election_cancel.cancel();
+                end_campaign(&mut campaign).await;
+            }
+            if leading.load(Ordering::Acquire) {
+                if let Ok(done) = tokio::time::timeout(IN_FLIGHT_SYNC_TIMEOUT, &mut done_rx).await {
+                    Some(done)
+                } else {
+                    // Not released: a sync may still write. The lease expires on its own.
+                    error!(lease = %released_lease,
+                        "the syncs in flight did not finish within {IN_FLIGHT_SYNC_TIMEOUT:?}");
+                    if let Some(campaign) = campaign.take() {
+                        campaign.abort();
+                    }
+                    bail!(
+                        "the syncs in flight did not finish within {IN_FLIGHT_SYNC_TIMEOUT:?}; \
+                         exiting without releasing the lease {released_lease}"
+                    );
+                }
+            } else {
+                None
             }
         }
-    } else {
-        Ok(())
     };
+    stepping_down.cancel();
     election_cancel.cancel();
-    if let Err(e) = campaign.await {
+    end_campaign(&mut campaign).await;
+    match done {
+        // The controller's task panicked: whatever it spawned may still run.
+        Some(Err(_)) => bail!(
+            "the controller panicked while leading; the lease {released_lease} is not released \
+             (a sync may still be writing) and expires within {lease_duration:?}"
+        ),
+        // The controller finished, or never started: nothing of ours writes any more.
+        Some(Ok(result)) => {
+            if release {
+                elector.release().await;
+            }
+            result
+        }
+        None => {
+            if release {
+                elector.release().await;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Stops the controller (`stop`) when the process shuts down or leadership ends, and calls
+/// `on_lost` when leadership ends while the controller may still write, unless
+/// `stepping_down` (our own end of the election) came first.
+async fn watch_leadership(
+    lease: String,
+    shutdown: CancellationToken,
+    stepping_down: CancellationToken,
+    leader_scope: CancellationToken,
+    stop: CancellationToken,
+    on_lost: OnLostLease,
+) {
+    // Biased: `stepping_down` is cancelled before the election is, so when both fired it is
+    // seen first.
+    tokio::select! {
+        biased;
+        () = stepping_down.cancelled() => {
+            stop.cancel();
+            return;
+        }
+        () = shutdown.cancelled() => stop.cancel(),
+        () = leader_scope.cancelled() => {
+            stop.cancel();
+            on_lost(&lease);
+            return;
+        }
+    }
+    tokio::select! {
+        biased;
+        () = stepping_down.cancelled() => {}
+        () = leader_scope.cancelled() => {
+            warn!(lease, "lease lost while the syncs in flight were finishing");
+            on_lost(&lease);
+        }
+    }
+}
+
+/// Waits for the election task to end, once.
+async fn end_campaign(campaign: &mut Option<tokio::task::JoinHandle<()>>) {
+    if let Some(campaign) = campaign.take()
+        && let Err(e) = campaign.await
+    {
         error!(%e, "the leader election task ended abnormally");
     }
-    if release {
-        elector.release().await;
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
-    result
 }
 
 fn main() -> std::process::ExitCode {
