@@ -16,6 +16,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use kctrl_client::{Api, Client, HttpBackend, ListParams, ResourceRef};
 use kctrl_config::{Config, ConfigOverrides, InClusterConfig};
@@ -543,8 +545,7 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
                 run_with_leader_election(
                     lock,
                     election,
-                    runner.clone(),
-                    workers,
+                    deployment_controller(runner.clone(), workers),
                     leading,
                     &cancel,
                     exit_on_lost_lease(),
@@ -590,6 +591,19 @@ async fn run_controller(
     }
 }
 
+/// What runs while leading: started with a token that tells it to stop, it completes once
+/// its work in flight has finished.
+type LeaderWork =
+    Arc<dyn Fn(CancellationToken) -> BoxFuture<'static, anyhow::Result<()>> + Send + Sync>;
+
+/// The Deployment controller with `workers` workers, as the work of a leader.
+fn deployment_controller(runner: Arc<DeploymentControllerRunner>, workers: usize) -> LeaderWork {
+    Arc::new(move |stop: CancellationToken| {
+        let runner = runner.clone();
+        async move { run_controller(&runner, workers, &stop).await }.boxed()
+    })
+}
+
 /// How long the whole shutdown may take after SIGTERM/SIGINT (syncs in flight, releasing
 /// the lease, writing queued events); past it the process exits with status 1. deploy/ gives
 /// the pod `terminationGracePeriodSeconds: 30`, so this ends 10 s before the kubelet's
@@ -616,22 +630,32 @@ fn exit_on_lost_lease() -> OnLostLease {
     })
 }
 
-/// Campaigns for the lease and runs the controller while leading.
+/// Campaigns for the lease and runs `controller` while leading.
 ///
 /// On SIGTERM/SIGINT (`shutdown`): the controller takes no new keys and finishes its
 /// in-flight syncs (at most [`IN_FLIGHT_SYNC_TIMEOUT`]), and only then is the election
 /// cancelled and (with `election.release_on_cancel`) the lease released, so a successor
-/// never overlaps with a sync of ours. Losing the lease at any moment before that, during
-/// the shutdown too, calls `on_lost` (the binary exits with status 1, as
-/// kube-controller-manager does) and the lease is not released: the elector runs without
-/// `release_on_cancel` and the release is done here, after the controller has finished. A
-/// controller that returns by itself while leading (an error) ends the election too, and
-/// its error is returned, instead of a lease renewed by a replica that does nothing.
+/// never overlaps with a sync of ours. A signal that comes while the lease is still being
+/// acquired stops the campaign; if that acquisition succeeds all the same, the controller it
+/// started (told to stop at once) is waited for in the same way before the release.
+///
+/// Losing the lease while the controller runs, during the shutdown too, calls `on_lost` (the
+/// binary exits with status 1, as kube-controller-manager does). The elector runs without
+/// `release_on_cancel`, so it never releases the lease by itself when leadership ends; the
+/// release is done here, once the controller has finished, and it reads the lease afresh and
+/// writes it only if it still names this candidate (a lease taken over meanwhile is left
+/// alone). The end of leadership that this function brings about itself (after a normal
+/// shutdown or a controller that returned) is never reported as a lost lease.
+///
+/// A controller that returns by itself while leading (an error) ends the election too, and
+/// its error is returned, instead of a lease renewed by a replica that does nothing. A
+/// controller task that panics ends the election with an error and leaves the lease to
+/// expire (after `lease_duration`) instead of releasing it: the panic skipped the
+/// controller's own shutdown, so work it spawned (a sync in flight) may still be writing.
 async fn run_with_leader_election(
     lock: LeaseLock,
     mut election: LeaderElectionConfig,
-    runner: Arc<DeploymentControllerRunner>,
-    workers: usize,
+    controller: LeaderWork,
     leading: Arc<AtomicBool>,
     shutdown: &CancellationToken,
     on_lost: OnLostLease,
@@ -640,47 +664,55 @@ async fn run_with_leader_election(
     // The elector would release the lease as soon as leadership ends, syncs in flight or
     // not; the release is done below, once the controller has finished.
     let release = std::mem::replace(&mut election.release_on_cancel, false);
+    let lease_duration = election.lease_duration;
+    // Moved into the task of the (one) leadership term when it starts, so that a panic
+    // there drops it and `done_rx` fails instead of waiting forever.
     let done_tx = Arc::new(std::sync::Mutex::new(Some(done_tx)));
+    // Cancelled before this function cancels the election itself: from then on the end of
+    // the leader scope is ours, not a lost lease.
+    let stepping_down = CancellationToken::new();
     let on_shutdown = shutdown.clone();
+    let on_stepping_down = stepping_down.clone();
     let lease = format!("{}/{}", lock.namespace(), lock.name());
     let lost_lease = lease.clone();
     let started_leading = leading.clone();
     let released_lease = lease.clone();
     election.callbacks = LeaderCallbacks::new(
         move |leader_scope: CancellationToken| {
-            let runner = runner.clone();
-            let done_tx = done_tx.clone();
+            let done_tx = done_tx.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let controller = controller.clone();
             let shutdown = on_shutdown.clone();
+            let stepping_down = on_stepping_down.clone();
             let lease = lost_lease.clone();
             let on_lost = on_lost.clone();
             started_leading.store(true, Ordering::Release);
             async move {
+                let Some(done_tx) = done_tx else {
+                    error!(
+                        lease,
+                        "a second leadership term in one election; not starting"
+                    );
+                    return;
+                };
                 info!(lease, "became leader; starting the controller");
                 let stop = CancellationToken::new();
+                // The controller's workers are told to stop however this task ends (a panic
+                // included).
+                let _stop_on_exit = stop.clone().drop_guard();
                 // Armed until the controller has finished: until then the lease may only
-                // end by being lost (our own release comes after).
-                let watch = {
-                    let stop = stop.clone();
-                    let lease = lease.clone();
-                    tokio::spawn(async move {
-                        tokio::select! {
-                            () = shutdown.cancelled() => stop.cancel(),
-                            () = leader_scope.cancelled() => {
-                                stop.cancel();
-                                on_lost(&lease);
-                                return;
-                            }
-                        }
-                        leader_scope.cancelled().await;
-                        warn!(lease, "lease lost while the syncs in flight were finishing");
-                        on_lost(&lease);
-                    })
-                };
-                let result = run_controller(&runner, workers, &stop).await;
-                watch.abort();
-                if let Some(tx) = done_tx.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                    let _ = tx.send(result);
-                }
+                // end by being lost (our own release comes after). Aborted when this task
+                // ends, a panic included.
+                let watch = AbortOnDrop(tokio::spawn(watch_leadership(
+                    lease,
+                    shutdown,
+                    stepping_down,
+                    leader_scope,
+                    stop.clone(),
+                    on_lost,
+                )));
+                let result = controller(stop.clone()).await;
+                drop(watch);
+                let _ = done_tx.send(result);
             }
         },
         || {},
@@ -688,43 +720,128 @@ async fn run_with_leader_election(
     .on_new_leader(move |holder| info!(lease, holder, "new leader observed"));
     let elector = LeaderElector::new(lock, election).context("configuring leader election")?;
     let election_cancel = CancellationToken::new();
-    let campaign = tokio::spawn({
+    let mut campaign = Some(tokio::spawn({
         let elector = elector.clone();
         let election_cancel = election_cancel.clone();
         async move { elector.run(election_cancel).await }
-    });
+    }));
     info!(identity = elector.identity(), "campaigning for the lease");
     let returned = tokio::select! {
         () = shutdown.cancelled() => None,
-        done = &mut done_rx => Some(done.unwrap_or(Ok(()))),
+        done = &mut done_rx => Some(done),
     };
-    // Finish the controller's work (when we led) before releasing the lease.
-    let result = if let Some(result) = returned {
-        warn!(lease = %released_lease, "the controller stopped while leading; giving up the lease");
-        result
-    } else if leading.load(Ordering::Acquire) {
-        match tokio::time::timeout(IN_FLIGHT_SYNC_TIMEOUT, done_rx).await {
-            Ok(done) => done.unwrap_or(Ok(())),
-            Err(_) => {
-                // Not released: a sync may still write. The lease expires on its own.
-                campaign.abort();
-                bail!(
-                    "the syncs in flight did not finish within {IN_FLIGHT_SYNC_TIMEOUT:?}; \
-                     exiting without releasing the lease {released_lease}"
-                );
+    // What the controller ended with, when it ran: wait for it (when we led) before the
+    // release.
+    let done = match returned {
+        Some(done) => {
+            warn!(lease = %released_lease, "the controller stopped while leading; ending the election");
+            Some(done)
+        }
+        None => {
+            if !leading.load(Ordering::Acquire) {
+                // Stop campaigning. An acquisition already under way may still succeed and
+                // start the controller; that is seen once the campaign has ended.
+                stepping_down.cancel();
+                election_cancel.cancel();
+                end_campaign(&mut campaign).await;
+            }
+            if leading.load(Ordering::Acquire) {
+                if let Ok(done) = tokio::time::timeout(IN_FLIGHT_SYNC_TIMEOUT, &mut done_rx).await {
+                    Some(done)
+                } else {
+                    // Not released: a sync may still write. The lease expires on its own.
+                    error!(lease = %released_lease,
+                        "the syncs in flight did not finish within {IN_FLIGHT_SYNC_TIMEOUT:?}");
+                    if let Some(campaign) = campaign.take() {
+                        campaign.abort();
+                    }
+                    bail!(
+                        "the syncs in flight did not finish within {IN_FLIGHT_SYNC_TIMEOUT:?}; \
+                         exiting without releasing the lease {released_lease}"
+                    );
+                }
+            } else {
+                None
             }
         }
-    } else {
-        Ok(())
     };
+    stepping_down.cancel();
     election_cancel.cancel();
-    if let Err(e) = campaign.await {
+    end_campaign(&mut campaign).await;
+    match done {
+        // The controller's task panicked: whatever it spawned may still run.
+        Some(Err(_)) => bail!(
+            "the controller panicked while leading; the lease {released_lease} is not released \
+             (a sync may still be writing) and expires within {lease_duration:?}"
+        ),
+        // The controller finished, or never started: nothing of ours writes any more.
+        Some(Ok(result)) => {
+            if release {
+                elector.release().await;
+            }
+            result
+        }
+        None => {
+            if release {
+                elector.release().await;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Stops the controller (`stop`) when the process shuts down or leadership ends, and calls
+/// `on_lost` when leadership ends while the controller may still write, unless
+/// `stepping_down` (our own end of the election) came first.
+async fn watch_leadership(
+    lease: String,
+    shutdown: CancellationToken,
+    stepping_down: CancellationToken,
+    leader_scope: CancellationToken,
+    stop: CancellationToken,
+    on_lost: OnLostLease,
+) {
+    // Biased: `stepping_down` is cancelled before the election is, so when both fired it is
+    // seen first.
+    tokio::select! {
+        biased;
+        () = stepping_down.cancelled() => {
+            stop.cancel();
+            return;
+        }
+        () = shutdown.cancelled() => stop.cancel(),
+        () = leader_scope.cancelled() => {
+            stop.cancel();
+            on_lost(&lease);
+            return;
+        }
+    }
+    tokio::select! {
+        biased;
+        () = stepping_down.cancelled() => {}
+        () = leader_scope.cancelled() => {
+            warn!(lease, "lease lost while the syncs in flight were finishing");
+            on_lost(&lease);
+        }
+    }
+}
+
+/// Waits for the election task to end, once.
+async fn end_campaign(campaign: &mut Option<tokio::task::JoinHandle<()>>) {
+    if let Some(campaign) = campaign.take()
+        && let Err(e) = campaign.await
+    {
         error!(%e, "the leader election task ended abnormally");
     }
-    if release {
-        elector.release().await;
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
-    result
 }
 
 fn main() -> std::process::ExitCode {
@@ -987,157 +1104,23 @@ mod tests {
         .unwrap()
     }
 
-    // SIGTERM arrives while a sync is in flight, then the lease renewals fail: the lost-lease
-    // exit must still fire (the sync still writes as leader), not be disarmed by the signal.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
-    async fn losing_the_lease_while_in_flight_syncs_finish_still_ends_the_process() {
-        use kctrl_fake::{FakeApi, Reaction, errors};
-        use std::sync::Mutex;
-        use std::sync::mpsc;
-
-        let fake = FakeApi::new();
-        let (entered_tx, entered_rx) = mpsc::channel::<()>();
-        let (gate_tx, gate_rx) = mpsc::channel::<()>();
-        let (entered_tx, gate_rx) = (Mutex::new(entered_tx), Mutex::new(gate_rx));
-        fake.prepend_reactor("create", "replicasets", move |_| {
-            let _ = entered_tx.lock().unwrap().send(());
-            let _ = gate_rx
-                .lock()
-                .unwrap()
-                .recv_timeout(Duration::from_secs(30));
-            Reaction::Continue
-        });
-        let factory = SharedInformerFactory::new(fake.client(), Duration::ZERO);
+    /// The Deployment controller on `client` (its informer factory returned for shutdown).
+    fn test_controller(client: Client) -> (LeaderWork, SharedInformerFactory) {
+        let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
         let recorder = Arc::new(kctrl_deployment::events::RecordingEventRecorder::new());
-        let runner =
-            Arc::new(DeploymentControllerRunner::new(fake.client(), &factory, recorder).unwrap());
-        let lock = LeaseLock::for_lock_type(
-            "leases",
-            fake.client(),
-            "kube-system".to_owned(),
-            "lease".to_owned(),
-            "me".to_owned(),
-        )
-        .unwrap();
-        let mut election = LeaderElectionConfig::new(LeaderCallbacks::new(|_| async {}, || {}));
-        election.lease_duration = Duration::from_secs(2);
-        election.renew_deadline = Duration::from_secs(1);
-        election.retry_period = Duration::from_millis(200);
-        election.release_on_cancel = true;
-        let lost = Arc::new(Mutex::new(Vec::<String>::new()));
-        let on_lost: OnLostLease = {
-            let lost = lost.clone();
-            Arc::new(move |lease: &str| lost.lock().unwrap().push(lease.to_owned()))
-        };
-        let shutdown = CancellationToken::new();
-        let leading = Arc::new(AtomicBool::new(false));
-        let run = tokio::spawn({
-            let (shutdown, leading) = (shutdown.clone(), leading.clone());
-            async move {
-                run_with_leader_election(lock, election, runner, 1, leading, &shutdown, on_lost)
-                    .await
-            }
-        });
-        Api::<Deployment>::namespaced(fake.client(), "default")
-            .create(&Default::default(), &web_deployment())
-            .await
-            .unwrap();
-        let entered =
-            tokio::task::spawn_blocking(move || entered_rx.recv_timeout(Duration::from_secs(20)))
-                .await
-                .unwrap();
-        assert!(entered.is_ok(), "the sync never started");
-        assert!(leading.load(Ordering::Acquire));
-
-        shutdown.cancel();
-        fake.prepend_reactor("update", "leases", |_| {
-            Reaction::Error(errors::internal_error("etcd is down"))
-        });
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-        while lost.lock().unwrap().is_empty() && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        assert_eq!(*lost.lock().unwrap(), ["kube-system/lease"]);
-
-        gate_tx.send(()).unwrap();
-        let _ = tokio::time::timeout(Duration::from_secs(20), run)
-            .await
-            .expect("returns once the sync finished");
-        factory.shutdown().await;
+        let runner = Arc::new(DeploymentControllerRunner::new(client, &factory, recorder).unwrap());
+        (deployment_controller(runner, 1), factory)
     }
 
-    // The renewals fail while a sync is in flight: the lease must not be released before
-    // that sync has finished (a successor would sync beside it), only after.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
-    async fn a_lost_lease_is_not_released_while_a_sync_is_in_flight() {
+    // SIGTERM arrives while a sync is in flight, then the lease renewals fail: the lost-lease
+    // exit must still fire (the sync still writes as leader), not be disarmed by the signal.
+    #[tokio::test(start_paused = true)]
+    async fn losing_the_lease_while_in_flight_syncs_finish_still_ends_the_process() {
         use kctrl_fake::{FakeApi, Reaction, errors};
-        use std::sync::Mutex;
-        use std::sync::atomic::AtomicUsize;
-        use std::sync::mpsc;
 
         let fake = FakeApi::new();
-        let (entered_tx, entered_rx) = mpsc::channel::<()>();
-        let (gate_tx, gate_rx) = mpsc::channel::<()>();
-        let (entered_tx, gate_rx) = (Mutex::new(entered_tx), Mutex::new(gate_rx));
-        let sync_done = Arc::new(AtomicBool::new(false));
-        fake.prepend_reactor("create", "replicasets", {
-            let sync_done = sync_done.clone();
-            move |_| {
-                if !sync_done.load(Ordering::SeqCst) {
-                    let _ = entered_tx.lock().unwrap().send(());
-                    let _ = gate_rx
-                        .lock()
-                        .unwrap()
-                        .recv_timeout(Duration::from_secs(30));
-                }
-                Reaction::Continue
-            }
-        });
-        let refuse_renewals = Arc::new(AtomicBool::new(false));
-        let released_during_sync = Arc::new(AtomicUsize::new(0));
-        let (released_tx, mut released_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-        fake.prepend_reactor("update", "leases", {
-            let (refuse, sync_done, during) = (
-                refuse_renewals.clone(),
-                sync_done.clone(),
-                released_during_sync.clone(),
-            );
-            move |action| {
-                let lease: k8s_openapi::api::coordination::v1::Lease = action.object_as().unwrap();
-                let holder = lease
-                    .spec
-                    .and_then(|s| s.holder_identity)
-                    .unwrap_or_default();
-                if holder.is_empty() {
-                    if !sync_done.load(Ordering::SeqCst) {
-                        during.fetch_add(1, Ordering::SeqCst);
-                    }
-                    let _ = released_tx.send(());
-                    Reaction::Continue
-                } else if refuse.load(Ordering::SeqCst) {
-                    Reaction::Error(errors::internal_error("etcd is slow"))
-                } else {
-                    Reaction::Continue
-                }
-            }
-        });
-        let factory = SharedInformerFactory::new(fake.client(), Duration::ZERO);
-        let recorder = Arc::new(kctrl_deployment::events::RecordingEventRecorder::new());
-        let runner =
-            Arc::new(DeploymentControllerRunner::new(fake.client(), &factory, recorder).unwrap());
-        let lock = LeaseLock::for_lock_type(
-            "leases",
-            fake.client(),
-            "kube-system".to_owned(),
-            "lease".to_owned(),
-            "me".to_owned(),
-        )
-        .unwrap();
-        let mut election = LeaderElectionConfig::new(LeaderCallbacks::new(|_| async {}, || {}));
-        election.lease_duration = Duration::from_secs(2);
-        election.renew_deadline = Duration::from_secs(1);
-        election.retry_period = Duration::from_millis(200);
-        election.release_on_cancel = true;
+        let (client, entered, proceed) = hold_first(&fake, "create", "replicasets");
+        let (controller, factory) = test_controller(client);
         let (lost_tx, mut lost_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         let on_lost: OnLostLease = Arc::new(move |lease: &str| {
             let _ = lost_tx.send(lease.to_owned());
@@ -1145,44 +1128,433 @@ mod tests {
         let shutdown = CancellationToken::new();
         let leading = Arc::new(AtomicBool::new(false));
         let run = tokio::spawn({
-            let (shutdown, leading) = (shutdown.clone(), leading.clone());
+            let (lock, shutdown, leading) =
+                (test_lock(fake.client()), shutdown.clone(), leading.clone());
             async move {
-                run_with_leader_election(lock, election, runner, 1, leading, &shutdown, on_lost)
-                    .await
+                run_with_leader_election(
+                    lock,
+                    test_election(),
+                    controller,
+                    leading,
+                    &shutdown,
+                    on_lost,
+                )
+                .await
             }
         });
         Api::<Deployment>::namespaced(fake.client(), "default")
             .create(&Default::default(), &web_deployment())
             .await
             .unwrap();
-        let entered =
-            tokio::task::spawn_blocking(move || entered_rx.recv_timeout(Duration::from_secs(20)))
-                .await
-                .unwrap();
-        assert!(entered.is_ok(), "the sync never started");
+        tokio::time::timeout(Duration::from_secs(60), entered)
+            .await
+            .expect("the sync starts")
+            .unwrap();
+        assert!(leading.load(Ordering::Acquire));
 
-        refuse_renewals.store(true, Ordering::SeqCst);
-        let lost = tokio::time::timeout(Duration::from_secs(15), lost_rx.recv())
+        shutdown.cancel();
+        fake.prepend_reactor("update", "leases", |_| {
+            Reaction::Error(errors::internal_error("etcd is down"))
+        });
+        let lost = tokio::time::timeout(Duration::from_secs(60), lost_rx.recv())
             .await
             .expect("the lease is lost within the renew deadline");
         assert_eq!(lost.as_deref(), Some("kube-system/lease"));
-        // A release right after the loss (the elector's own) comes within milliseconds;
-        // none may come while the sync runs.
-        let early = tokio::time::timeout(Duration::from_secs(2), released_rx.recv()).await;
+
+        proceed.send(()).unwrap();
+        let _ = tokio::time::timeout(Duration::from_secs(60), run)
+            .await
+            .expect("returns once the sync finished");
+        factory.shutdown().await;
+    }
+
+    // The renewals fail while a sync is in flight: the lease must not be released before
+    // that sync has finished (a successor would sync beside it), only after.
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_lease_is_not_released_while_a_sync_is_in_flight() {
+        use kctrl_fake::{FakeApi, Reaction, errors};
+
+        let fake = FakeApi::new();
+        let (client, entered, proceed) = hold_first(&fake, "create", "replicasets");
+        let (controller, factory) = test_controller(client);
+        let sync_done = Arc::new(AtomicBool::new(false));
+        let refuse_renewals = Arc::new(AtomicBool::new(false));
+        fake.prepend_reactor("update", "leases", {
+            let refuse = refuse_renewals.clone();
+            move |action| {
+                let lease: k8s_openapi::api::coordination::v1::Lease = action.object_as().unwrap();
+                let releasing = lease
+                    .spec
+                    .and_then(|s| s.holder_identity)
+                    .unwrap_or_default()
+                    .is_empty();
+                if !releasing && refuse.load(Ordering::SeqCst) {
+                    Reaction::Error(errors::internal_error("etcd is slow"))
+                } else {
+                    Reaction::Continue
+                }
+            }
+        });
+        // Prepended after: sees every update first, the releases included.
+        let releases = record_releases(&fake, sync_done.clone());
+        let (lost_tx, mut lost_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let on_lost: OnLostLease = Arc::new(move |lease: &str| {
+            let _ = lost_tx.send(lease.to_owned());
+        });
+        let shutdown = CancellationToken::new();
+        let leading = Arc::new(AtomicBool::new(false));
+        let mut run = tokio::spawn({
+            let (lock, shutdown, leading) =
+                (test_lock(fake.client()), shutdown.clone(), leading.clone());
+            async move {
+                run_with_leader_election(
+                    lock,
+                    test_election(),
+                    controller,
+                    leading,
+                    &shutdown,
+                    on_lost,
+                )
+                .await
+            }
+        });
+        Api::<Deployment>::namespaced(fake.client(), "default")
+            .create(&Default::default(), &web_deployment())
+            .await
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(60), entered)
+            .await
+            .expect("the sync starts")
+            .unwrap();
+
+        refuse_renewals.store(true, Ordering::SeqCst);
+        let lost = tokio::time::timeout(Duration::from_secs(60), lost_rx.recv())
+            .await
+            .expect("the lease is lost within the renew deadline");
+        assert_eq!(lost.as_deref(), Some("kube-system/lease"));
+        // The sync goes on for longer than the lease lasts: the lease must not be released
+        // meanwhile (an elector releasing on cancel does so at once).
+        let early = tokio::time::timeout(Duration::from_secs(30), &mut run).await;
+        assert!(early.is_err(), "returned while the sync ran: {early:?}");
         assert!(
-            early.is_err(),
+            releases.lock().unwrap().is_empty(),
             "the lease was released while the sync was in flight"
         );
 
         sync_done.store(true, Ordering::SeqCst);
-        gate_tx.send(()).unwrap();
-        tokio::time::timeout(Duration::from_secs(20), run)
+        proceed.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(60), run)
             .await
             .expect("returns once the sync finished")
             .unwrap()
             .unwrap();
-        assert_eq!(released_during_sync.load(Ordering::SeqCst), 0);
+        assert_eq!(
+            *releases.lock().unwrap(),
+            [true],
+            "released once the sync finished"
+        );
         factory.shutdown().await;
+    }
+
+    /// A backend on a fake API that holds the first request with `verb` on `plural` until the
+    /// test lets it through: `entered` fires when it arrives, sending on `proceed` lets it
+    /// reach the fake. Everything else goes straight to the fake.
+    #[derive(Clone)]
+    struct Held {
+        fake: kctrl_fake::FakeApi,
+        verb: &'static str,
+        plural: &'static str,
+        gate: HeldGate,
+    }
+
+    type HeldGate = Arc<
+        std::sync::Mutex<
+            Option<(
+                tokio::sync::oneshot::Sender<()>,
+                tokio::sync::oneshot::Receiver<()>,
+            )>,
+        >,
+    >;
+
+    /// A client holding the first `verb` on `plural` (see [`Held`]), with the receiver that
+    /// fires when that request arrives and the sender that lets it through.
+    fn hold_first(
+        fake: &kctrl_fake::FakeApi,
+        verb: &'static str,
+        plural: &'static str,
+    ) -> (
+        Client,
+        tokio::sync::oneshot::Receiver<()>,
+        tokio::sync::oneshot::Sender<()>,
+    ) {
+        let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
+        let (proceed_tx, proceed_rx) = tokio::sync::oneshot::channel();
+        let held = Held {
+            fake: fake.clone(),
+            verb,
+            plural,
+            gate: Arc::new(std::sync::Mutex::new(Some((entered_tx, proceed_rx)))),
+        };
+        (Client::new(held, "default"), entered_rx, proceed_tx)
+    }
+
+    impl kctrl_client::Backend for Held {
+        fn call(
+            &self,
+            request: kctrl_client::ApiRequest,
+        ) -> BoxFuture<'_, Result<bytes::Bytes, kctrl_client::Error>> {
+            async move {
+                if request.verb() == self.verb && request.resource.plural == self.plural {
+                    let gate = self.gate.lock().unwrap().take();
+                    if let Some((entered, proceed)) = gate {
+                        let _ = entered.send(());
+                        let _ = proceed.await;
+                    }
+                }
+                self.fake.call(request).await
+            }
+            .boxed()
+        }
+
+        fn watch(
+            &self,
+            request: kctrl_client::ApiRequest,
+        ) -> BoxFuture<'_, Result<kctrl_client::WatchFrames, kctrl_client::Error>> {
+            self.fake.watch(request)
+        }
+
+        fn server_version(
+            &self,
+        ) -> BoxFuture<'_, Result<k8s_openapi::apimachinery::pkg::version::Info, kctrl_client::Error>>
+        {
+            self.fake.server_version()
+        }
+
+        fn api_resources<'a>(
+            &'a self,
+            group_version: &'a str,
+        ) -> BoxFuture<
+            'a,
+            Result<
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList,
+                kctrl_client::Error,
+            >,
+        > {
+            self.fake.api_resources(group_version)
+        }
+    }
+
+    /// The lease `kube-system/lease` for the candidate `me`, through `client`.
+    fn test_lock(client: Client) -> LeaseLock {
+        LeaseLock::for_lock_type(
+            "leases",
+            client,
+            "kube-system".to_owned(),
+            "lease".to_owned(),
+            "me".to_owned(),
+        )
+        .unwrap()
+    }
+
+    /// kube-controller-manager's default timings, releasing on cancel as the binary asks.
+    fn test_election() -> LeaderElectionConfig {
+        let mut election = LeaderElectionConfig::new(LeaderCallbacks::new(|_| async {}, || {}));
+        election.lease_duration = Duration::from_secs(15);
+        election.renew_deadline = Duration::from_secs(10);
+        election.retry_period = Duration::from_secs(2);
+        election.release_on_cancel = true;
+        election
+    }
+
+    /// The lease as the fake API holds it.
+    fn stored_lease(fake: &kctrl_fake::FakeApi) -> k8s_openapi::api::coordination::v1::Lease {
+        fake.object(Some("kube-system"), "lease")
+            .expect("the lease exists")
+    }
+
+    /// An `on_lost` that records the leases it was called for.
+    fn recording_on_lost() -> (OnLostLease, Arc<std::sync::Mutex<Vec<String>>>) {
+        let lost = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let on_lost: OnLostLease = {
+            let lost = lost.clone();
+            Arc::new(move |lease: &str| lost.lock().unwrap().push(lease.to_owned()))
+        };
+        (on_lost, lost)
+    }
+
+    /// Records, for each write of the lease with an empty holder (a release), whether
+    /// `finished` was set by then.
+    fn record_releases(
+        fake: &kctrl_fake::FakeApi,
+        finished: Arc<AtomicBool>,
+    ) -> Arc<std::sync::Mutex<Vec<bool>>> {
+        let releases = Arc::new(std::sync::Mutex::new(Vec::new()));
+        fake.prepend_reactor("update", "leases", {
+            let releases = releases.clone();
+            move |action| {
+                let lease: k8s_openapi::api::coordination::v1::Lease = action.object_as().unwrap();
+                if lease
+                    .spec
+                    .and_then(|s| s.holder_identity)
+                    .unwrap_or_default()
+                    .is_empty()
+                {
+                    releases
+                        .lock()
+                        .unwrap()
+                        .push(finished.load(Ordering::SeqCst));
+                }
+                kctrl_fake::Reaction::Continue
+            }
+        });
+        releases
+    }
+
+    // The controller panics while leading: the election must end (no replica renewing a
+    // lease for a controller that no longer runs) with an error, and the lease must not be
+    // released (the panic skipped the controller's shutdown, so its workers may still be
+    // syncing): it expires on its own.
+    #[tokio::test(start_paused = true)]
+    async fn a_controller_that_panics_ends_the_election_without_releasing_the_lease() {
+        let fake = kctrl_fake::FakeApi::new();
+        let releases = record_releases(&fake, Arc::new(AtomicBool::new(false)));
+        let (on_lost, lost) = recording_on_lost();
+        let controller: LeaderWork = Arc::new(|_stop: CancellationToken| {
+            async {
+                tokio::task::yield_now().await;
+                panic!("the controller broke");
+            }
+            .boxed()
+        });
+        let shutdown = CancellationToken::new();
+        let leading = Arc::new(AtomicBool::new(false));
+        let run = tokio::spawn({
+            let (lock, shutdown, leading) =
+                (test_lock(fake.client()), shutdown.clone(), leading.clone());
+            async move {
+                run_with_leader_election(
+                    lock,
+                    test_election(),
+                    controller,
+                    leading,
+                    &shutdown,
+                    on_lost,
+                )
+                .await
+            }
+        });
+        // At once: well before a renewal would be due.
+        let result = tokio::time::timeout(Duration::from_secs(1), run)
+            .await
+            .expect("the election ends when the controller panics")
+            .unwrap();
+        let err = result.expect_err("a panicked controller is a failure");
+        assert!(format!("{err:#}").contains("panicked"), "{err:#}");
+        assert!(leading.load(Ordering::Acquire));
+        let held = stored_lease(&fake);
+        assert_eq!(
+            held.spec
+                .as_ref()
+                .and_then(|s| s.holder_identity.as_deref()),
+            Some("me"),
+            "the lease was released"
+        );
+        assert!(releases.lock().unwrap().is_empty());
+        // Nobody renews it any more: it expires.
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert_eq!(
+            stored_lease(&fake).metadata.resource_version,
+            held.metadata.resource_version,
+            "the lease is still renewed"
+        );
+        assert!(
+            lost.lock().unwrap().is_empty(),
+            "{:?}",
+            lost.lock().unwrap()
+        );
+    }
+
+    // SIGTERM arrives while the lease is being acquired (not leading yet), and that
+    // acquisition still succeeds: the controller it starts must be waited for before the
+    // lease is released, and the normal shutdown must not be reported as a lost lease.
+    #[tokio::test(start_paused = true)]
+    async fn a_shutdown_racing_the_acquisition_waits_for_the_controller_and_is_no_loss() {
+        let fake = kctrl_fake::FakeApi::new();
+        let (client, entered, proceed) = hold_first(&fake, "create", "leases");
+        let finished = Arc::new(AtomicBool::new(false));
+        let releases = record_releases(&fake, finished.clone());
+        let (on_lost, lost) = recording_on_lost();
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+        let (finish_tx, finish_rx) = tokio::sync::oneshot::channel::<()>();
+        let channels = Arc::new(std::sync::Mutex::new(Some((started_tx, finish_rx))));
+        let controller: LeaderWork = {
+            let finished = finished.clone();
+            Arc::new(move |stop: CancellationToken| {
+                let channels = channels.lock().unwrap().take();
+                let finished = finished.clone();
+                async move {
+                    let (started, finish) = channels.expect("one leadership term");
+                    stop.cancelled().await;
+                    let _ = started.send(());
+                    // Syncs in flight finishing.
+                    let _ = finish.await;
+                    finished.store(true, Ordering::SeqCst);
+                    Ok(())
+                }
+                .boxed()
+            })
+        };
+        let shutdown = CancellationToken::new();
+        let leading = Arc::new(AtomicBool::new(false));
+        let mut run = tokio::spawn({
+            let (lock, shutdown, leading) = (test_lock(client), shutdown.clone(), leading.clone());
+            async move {
+                run_with_leader_election(
+                    lock,
+                    test_election(),
+                    controller,
+                    leading,
+                    &shutdown,
+                    on_lost,
+                )
+                .await
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(60), entered)
+            .await
+            .expect("the campaign creates the lease")
+            .unwrap();
+        assert!(!leading.load(Ordering::Acquire));
+        // The signal, and the acquisition completing, at once.
+        shutdown.cancel();
+        proceed.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(60), started_rx)
+            .await
+            .expect("the acquired term starts the controller, told to stop")
+            .unwrap();
+        assert!(leading.load(Ordering::Acquire));
+        // Its syncs take a while: nothing may release the lease meanwhile.
+        let early = tokio::time::timeout(Duration::from_secs(5), &mut run).await;
+        assert!(
+            early.is_err(),
+            "returned before the controller finished: {early:?}"
+        );
+        assert!(
+            releases.lock().unwrap().is_empty(),
+            "the lease was released while the controller ran"
+        );
+        finish_tx.send(()).unwrap();
+        let result = tokio::time::timeout(Duration::from_secs(60), run)
+            .await
+            .expect("returns once the controller finished")
+            .unwrap();
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(*releases.lock().unwrap(), [true], "released once, after");
+        assert!(
+            lost.lock().unwrap().is_empty(),
+            "a normal shutdown was reported as a lost lease: {:?}",
+            lost.lock().unwrap()
+        );
     }
 
     /// The binary's informers publish client-go's `informer_*` series under
