@@ -75,8 +75,9 @@ pub(crate) fn register(registry: &mut Registry) -> Metrics {
 /// Reads a count kept elsewhere (the informers') at each scrape.
 type CountSource = Box<dyn Fn() -> u64 + Send + Sync>;
 
-/// `informer_handler_panics_total`: the informer notifications whose handler panicked (each
-/// was logged and dropped).
+/// `informer_handler_panics_total`: the panics of user code the informers contained, each
+/// logged: event handlers (the notification dropped), index functions, transforms, watch
+/// error handlers and metrics sinks.
 struct HandlerPanics(CountSource);
 
 impl std::fmt::Debug for HandlerPanics {
@@ -90,7 +91,7 @@ impl Collector for HandlerPanics {
         let counter = ConstCounter::new((self.0)());
         let metric = encoder.encode_descriptor(
             "informer_handler_panics",
-            "Informer notifications dropped because an event handler panicked on them",
+            "Panics of event handlers, index functions, transforms, watch error handlers and metrics sinks that the informers contained",
             None,
             counter.metric_type(),
         )?;
