@@ -253,12 +253,12 @@ async fn a_zero_timeout_warns_only_of_reconciles_in_flight() {
     }
 }
 
-/// Dropping `run` while it waits for the caches (here: the list of Deployments keeps
-/// failing) shuts the queue down, as it does once running.
+/// Dropping `run` while it waits for the caches (here: every read of Deployments, list or
+/// watch, keeps failing) shuts the queue down, as it does once running.
 #[tokio::test(start_paused = true)]
 async fn dropping_run_before_the_caches_synced_shuts_the_queue_down() {
     let fake = FakeApi::new();
-    fake.prepend_reactor("list", "deployments", |_| {
+    fake.prepend_reactor("*", "deployments", |_| {
         Reaction::Error(errors::internal_error("etcd is down"))
     });
     let factory = SharedInformerFactory::new(fake.client(), NEVER);
@@ -270,11 +270,13 @@ async fn dropping_run_before_the_caches_synced_shuts_the_queue_down() {
         Arc::new(()),
         CancellationToken::new(),
     );
+    let mut run = Box::pin(run);
     tokio::select! {
-        result = run => panic!("run returned: {result:?}"),
+        result = &mut run => panic!("run returned: {result:?}"),
         () = tokio::time::sleep(Duration::from_secs(10)) => {}
     }
-    // `run` is dropped here, its caches never synced.
+    assert!(!queue.shutting_down(), "the queue is open while run waits");
+    drop(run);
     assert!(queue.shutting_down(), "the queue is still open");
     factory.shutdown().await;
 }
