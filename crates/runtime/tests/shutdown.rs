@@ -47,26 +47,22 @@ async fn create_deployment(fake: &FakeApi) {
 
 type Reconciling = std::pin::Pin<Box<dyn Future<Output = Result<Action, Never>> + Send>>;
 
-/// A reconcile that reports its start, then blocks its thread (a `std` channel receive)
-/// until the test sends on the returned sender: an abort cannot stop it.
-fn blocking() -> (
-    impl Fn(Arc<Deployment>, Arc<()>) -> Reconciling + Send + Sync + 'static,
-    mpsc::UnboundedReceiver<()>,
-    std::sync::mpsc::Sender<()>,
-) {
-    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-    let release_rx = Arc::new(Mutex::new(release_rx));
-    let (started_tx, started) = mpsc::unbounded_channel();
-    let reconcile = move |_d: Arc<Deployment>, _ctx: Arc<()>| -> Reconciling {
-        let release_rx = release_rx.clone();
-        let started_tx = started_tx.clone();
+/// A reconcile that reports its start on `started`, then blocks its thread (a `std` channel
+/// receive) until the test sends on `release`'s sender: an abort cannot stop it.
+fn blocking(
+    started: mpsc::UnboundedSender<()>,
+    release: std::sync::mpsc::Receiver<()>,
+) -> impl Fn(Arc<Deployment>, Arc<()>) -> Reconciling + Send + Sync + 'static {
+    let release = Arc::new(Mutex::new(release));
+    move |_d: Arc<Deployment>, _ctx: Arc<()>| -> Reconciling {
+        let release = release.clone();
+        let started = started.clone();
         Box::pin(async move {
-            let _ = started_tx.send(());
-            let _ = release_rx.lock().unwrap().recv();
+            let _ = started.send(());
+            let _ = release.lock().unwrap().recv();
             Ok(Action::await_change())
         })
-    };
-    (reconcile, started, release_tx)
+    }
 }
 
 /// A reconcile blocks its thread when the controller is cancelled: past the shutdown timeout
@@ -77,7 +73,9 @@ async fn a_reconcile_blocking_its_thread_does_not_hold_run_past_the_timeout() {
     let fake = FakeApi::new();
     create_deployment(&fake).await;
     let factory = SharedInformerFactory::new(fake.client(), NEVER);
-    let (reconcile, mut started, release) = blocking();
+    let (started_tx, mut started) = mpsc::unbounded_channel();
+    let (release, release_rx) = std::sync::mpsc::channel();
+    let reconcile = blocking(started_tx, release_rx);
     let cancel = CancellationToken::new();
     let task = tokio::spawn(
         Controller::<Deployment>::new(&factory)
@@ -128,7 +126,9 @@ async fn a_stuck_reconcile_keeps_the_lease_unreleased() {
         });
     }
     let factory = SharedInformerFactory::new(fake.client(), NEVER);
-    let (reconcile, mut started, release) = blocking();
+    let (started_tx, mut started) = mpsc::unbounded_channel();
+    let (release, release_rx) = std::sync::mpsc::channel();
+    let reconcile = blocking(started_tx, release_rx);
     let cancel = CancellationToken::new();
     let lock = LeaseLock::new(fake.client(), "kube-system", "demo", "a");
     let task = tokio::spawn(
