@@ -1068,10 +1068,14 @@ impl OwnWrites {
 
     /// Records the outcome of a delete of `namespace/name` (namespace empty for a
     /// cluster-scoped object) of `W` made by the reconcile of `owner`: `result` is the API
-    /// server's answer. Until the cache no longer holds the object at the version it had (or
-    /// holds a newer one: a deletion waiting on finalizers, or a new object of that name), the
-    /// owner's key is not reconciled, so it does not act on an object it just deleted. A
-    /// refusal (not found, conflict, forbidden) records nothing.
+    /// server's answer. When it is a Status (the object is gone), the owner's key is not
+    /// reconciled while the cache still holds that object (its UID, from the Status's details
+    /// or the cached object; at any version: a newer one is an update that came before the
+    /// deletion), so it does not act on an object it just deleted; an object of that name
+    /// with another UID is a new one and does not hold the key. When the answer is the object
+    /// (still present, marked for deletion, waiting on finalizers), it is recorded as an
+    /// update: the key waits until the cache shows that version. A refusal (not found,
+    /// conflict, forbidden) records nothing.
     ///
     /// ```no_run
     /// # use k8s_openapi::api::core::v1::ConfigMap;
