@@ -41,6 +41,10 @@ pub trait ObjectMetaAccess {
     fn resource_version(&self) -> Option<&str>;
     /// The value of label `key`, if the object carries it.
     fn label(&self, key: &str) -> Option<&str>;
+    /// `metadata.uid` (`None` where the type does not keep it).
+    fn uid(&self) -> Option<&str> {
+        None
+    }
 }
 
 impl ObjectMetaAccess for ObjectMeta {
@@ -58,6 +62,10 @@ impl ObjectMetaAccess for ObjectMeta {
 
     fn label(&self, key: &str) -> Option<&str> {
         self.labels.as_ref()?.get(key).map(String::as_str)
+    }
+
+    fn uid(&self) -> Option<&str> {
+        self.uid.as_deref()
     }
 }
 
@@ -716,6 +724,10 @@ impl ObjectMetaAccess for CompactObjectMeta {
 
     fn label(&self, key: &str) -> Option<&str> {
         self.labels.get(key)
+    }
+
+    fn uid(&self) -> Option<&str> {
+        self.uid.as_deref()
     }
 }
 

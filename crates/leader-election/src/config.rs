@@ -64,6 +64,21 @@ impl LeaderCallbacks {
         }
     }
 
+    /// These callbacks, with `first` called (synchronously, with the leading token) before
+    /// `on_started_leading` each time this process becomes leader. For code that must
+    /// learn of leadership whatever callbacks its user configured.
+    pub fn also_on_started_leading(
+        mut self,
+        first: impl Fn(CancellationToken) + Send + Sync + 'static,
+    ) -> Self {
+        let then = self.on_started_leading.clone();
+        self.on_started_leading = Arc::new(move |token: CancellationToken| {
+            first(token.clone());
+            then(token)
+        });
+        self
+    }
+
     /// Called, on a task of its own, with the holder's identity each time the observed
     /// holder changes (including the first observation, and this process itself).
     pub fn on_new_leader(mut self, f: impl Fn(String) + Send + Sync + 'static) -> Self {

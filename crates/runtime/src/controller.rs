@@ -8,6 +8,7 @@ use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -77,6 +78,28 @@ pub enum RunError {
     /// has stopped; the process should exit and start again, as kube-controller-manager does.
     #[error("controller {controller}: leader election lost")]
     LeadershipLost {
+        /// The controller's name.
+        controller: String,
+    },
+    /// The shutdown timed out and `stuck` workers did not stop when aborted within
+    /// [`SHUTDOWN_ABORT_GRACE`]: their reconciles block their thread (blocking I/O, a
+    /// `std::sync::Mutex`, a loop that never yields), which an abort cannot interrupt. They
+    /// were left running, detached: they may still write. The process should exit.
+    /// [`run_leader_elected`](Controller::run_leader_elected) stops renewing the Lease then
+    /// but does not release it, so no other replica takes over before it expires.
+    #[error(
+        "controller {controller}: {stuck} reconcile(s) did not stop when aborted after the shutdown timeout (they block their thread); left running: exit the process"
+    )]
+    ReconcilesStuck {
+        /// The controller's name.
+        controller: String,
+        /// How many workers were still running.
+        stuck: usize,
+    },
+    /// The leader election handed over no leadership and ended (its leading callback was
+    /// dropped): the controller never ran.
+    #[error("controller {controller}: the leader election ended without ever leading")]
+    ElectionEnded {
         /// The controller's name.
         controller: String,
     },
@@ -187,6 +210,12 @@ pub struct Controller<K: Object> {
 /// [`Controller::shutdown_timeout`] says otherwise: controller-runtime's default
 /// `GracefulShutdownTimeout`.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long [`Controller::run`] waits, once the shutdown timeout elapsed and it aborted the
+/// reconciles in flight, for them to stop. An abort takes effect at a reconcile's next
+/// `.await`: one that blocks its thread does not stop, and `run` then returns
+/// [`RunError::ReconcilesStuck`] instead of waiting for it.
+pub const SHUTDOWN_ABORT_GRACE: Duration = Duration::from_secs(1);
 
 impl<K: Object> fmt::Debug for Controller<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -374,8 +403,10 @@ impl<K: Object> Controller<K> {
     /// (controller-runtime's `GracefulShutdownTimeout`; default
     /// [`DEFAULT_SHUTDOWN_TIMEOUT`], 30 s). Past it the reconciles still running are
     /// abandoned (their futures are dropped at their next await point, which is logged) and
-    /// `run` returns. [`Duration::ZERO`] abandons them at once; [`Duration::MAX`] waits
-    /// for them without limit.
+    /// `run` returns; a reconcile that blocks its thread and has not stopped
+    /// [`SHUTDOWN_ABORT_GRACE`] later is left running and `run` returns
+    /// [`RunError::ReconcilesStuck`]. [`Duration::ZERO`] abandons them at once;
+    /// [`Duration::MAX`] waits for them without limit.
     pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
         self.shutdown_timeout = timeout;
         self
@@ -435,7 +466,12 @@ impl<K: Object> Controller<K> {
     /// On `cancel` the workers take no new key, the reconciles in flight finish (their keys
     /// stay queued for whoever runs next), and this returns. Waiting for the reconciles in
     /// flight is bounded by [`shutdown_timeout`](Self::shutdown_timeout) (30 s by default):
-    /// past it they are abandoned, and this says so in a warning and returns.
+    /// past it they are aborted (a warning says so when reconciles were in flight), and this
+    /// returns once they have stopped. An abort takes effect at a reconcile's next `.await`;
+    /// one that blocks its thread (blocking I/O, a `std::sync::Mutex`, a loop that never
+    /// yields) cannot be stopped: if workers are still running [`SHUTDOWN_ABORT_GRACE`] (1 s)
+    /// after the abort, they are left running, detached, and this returns
+    /// [`RunError::ReconcilesStuck`] without waiting for them; the process should then exit.
     ///
     /// The informers are the factory's, shared with its other controllers: they keep running
     /// until the factory's [`shutdown`](SharedInformerFactory::shutdown), which stops them and
@@ -444,7 +480,8 @@ impl<K: Object> Controller<K> {
     /// [`RunError::InformerFailed`].
     ///
     /// The workers belong to this future: dropping it (e.g. a `select!` whose other branch
-    /// won) stops them too, with the reconciles they were running, and shuts the queue down.
+    /// won) stops them too, with the reconciles they were running, and shuts the queue down
+    /// (also while it still waits for the caches to sync).
     pub async fn run<Ctx, E, R, Fut, P>(
         self,
         reconcile: R,
@@ -499,13 +536,15 @@ impl<K: Object> Controller<K> {
                     source,
                 }
             })?;
+        // Dropping this future shuts the queue down, also while it waits for the caches; and
+        // it drops the workers' set, which aborts the workers (and the reconciles they run).
+        let _shut_queue = ShutQueueOnDrop(self.queue.clone());
         info!(controller = %self.name, workers = self.workers, "starting controller");
         // Shared with the factory's other controllers: they run until the factory shuts down.
         self.factory.start_until_shutdown();
         let synced: Vec<&dyn HasSynced> =
             registrations.iter().map(|r| r as &dyn HasSynced).collect();
         if !wait_for_cache_sync(&self.name, &cancel, &synced).await {
-            self.queue.shut_down();
             return Err(RunError::CachesNotSynced {
                 controller: self.name.clone(),
             });
@@ -523,10 +562,8 @@ impl<K: Object> Controller<K> {
             max_retries: self.max_retries,
             metrics: self.metrics.clone(),
             own_writes: self.own_writes.clone(),
+            in_flight: AtomicUsize::new(0),
         });
-        // Dropping this future drops the set, which aborts the workers (and the reconciles
-        // they run), and the guard, which shuts the queue down.
-        let _shut_queue = ShutQueueOnDrop(self.queue.clone());
         let stop = cancel.child_token();
         let mut workers = JoinSet::new();
         for _ in 0..self.workers {
@@ -543,29 +580,37 @@ impl<K: Object> Controller<K> {
         info!(controller = %self.name, timeout = ?self.shutdown_timeout,
             "shutting down controller: no new reconciles; waiting for those in flight");
         self.queue.shut_down();
-        let finished = {
-            let drained = async {
-                while let Some(ended) = workers.join_next().await {
-                    if let Err(err) = ended {
-                        error!(controller = %self.name, %err, "worker ended abnormally");
-                    }
-                }
-            };
-            tokio::select! {
-                finished = tokio::time::timeout(self.shutdown_timeout, drained) => finished.is_ok(),
-                () = abandon.cancelled() => false,
-            }
+        let finished = tokio::select! {
+            finished = tokio::time::timeout(self.shutdown_timeout, drain(&mut workers, &self.name)) => finished.is_ok(),
+            () = abandon.cancelled() => false,
         };
         if !finished {
-            let reason = if abandon.is_cancelled() {
-                "leadership lost"
-            } else {
-                "shutdown timeout elapsed"
-            };
-            warn!(controller = %self.name, timeout = ?self.shutdown_timeout,
-                busy_workers = workers.len(),
-                "{reason}: abandoning the reconciles in flight");
-            workers.shutdown().await;
+            let in_flight = shared.in_flight.load(Ordering::Acquire);
+            if in_flight > 0 {
+                let reason = if abandon.is_cancelled() {
+                    "leadership lost"
+                } else {
+                    "shutdown timeout elapsed"
+                };
+                warn!(controller = %self.name, timeout = ?self.shutdown_timeout,
+                    busy_workers = in_flight,
+                    "{reason}: abandoning the reconciles in flight");
+            }
+            workers.abort_all();
+            let stopped =
+                tokio::time::timeout(SHUTDOWN_ABORT_GRACE, drain(&mut workers, &self.name))
+                    .await
+                    .is_ok();
+            if !stopped {
+                let stuck = workers.len();
+                error!(controller = %self.name, stuck, grace = ?SHUTDOWN_ABORT_GRACE,
+                    "reconciles did not stop when aborted: they block their thread; leaving them running");
+                workers.detach_all();
+                return Err(RunError::ReconcilesStuck {
+                    controller: self.name.clone(),
+                    stuck,
+                });
+            }
         }
         drop(registrations);
         match failure {
@@ -574,6 +619,17 @@ impl<K: Object> Controller<K> {
                 source,
             }),
             None => Ok(()),
+        }
+    }
+}
+
+/// Waits for every worker of `workers` to end; logs those that panicked.
+async fn drain(workers: &mut JoinSet<()>, name: &str) {
+    while let Some(ended) = workers.join_next().await {
+        if let Err(err) = ended
+            && !err.is_cancelled()
+        {
+            error!(controller = %name, %err, "worker ended abnormally");
         }
     }
 }
@@ -588,24 +644,35 @@ impl Drop for ShutQueueOnDrop {
     }
 }
 
-/// Marks a worker busy in the metrics for as long as it lives (also when a shutdown
-/// abandons its reconcile).
+/// Marks a worker busy in the metrics and in the count of reconciles in flight for as long
+/// as it lives (also when a shutdown abandons its reconcile).
 struct Busy<'a> {
     metrics: Option<&'a ControllerMetrics>,
     name: &'a str,
+    in_flight: &'a AtomicUsize,
 }
 
 impl<'a> Busy<'a> {
-    fn new(metrics: Option<&'a ControllerMetrics>, name: &'a str) -> Self {
+    fn new(
+        metrics: Option<&'a ControllerMetrics>,
+        name: &'a str,
+        in_flight: &'a AtomicUsize,
+    ) -> Self {
         if let Some(m) = metrics {
             m.worker_busy(name, true);
         }
-        Busy { metrics, name }
+        in_flight.fetch_add(1, Ordering::AcqRel);
+        Busy {
+            metrics,
+            name,
+            in_flight,
+        }
     }
 }
 
 impl Drop for Busy<'_> {
     fn drop(&mut self) {
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
         if let Some(m) = self.metrics {
             m.worker_busy(self.name, false);
         }
@@ -649,6 +716,8 @@ struct Shared<K, Ctx, R, P> {
     max_retries: Option<usize>,
     metrics: Option<ControllerMetrics>,
     own_writes: OwnWrites,
+    /// How many workers are processing a key.
+    in_flight: AtomicUsize,
 }
 
 async fn worker<K, Ctx, E, R, Fut, P>(shared: Arc<Shared<K, Ctx, R, P>>, stop: CancellationToken)
@@ -667,7 +736,7 @@ where
             key = shared.queue.get() => key,
         };
         let Some(key) = next else { break };
-        let busy = Busy::new(shared.metrics.as_ref(), &shared.name);
+        let busy = Busy::new(shared.metrics.as_ref(), &shared.name, &shared.in_flight);
         process(&shared, &key).await;
         drop(busy);
         shared.queue.done(&key);

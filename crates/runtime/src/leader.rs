@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use kctrl_leader_election::{LeaderCallbacks, LeaderElectionConfig, LeaderElector, LeaseLock};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::action::Action;
 use crate::controller::{Controller, Object, RunError};
@@ -36,6 +36,15 @@ impl<K: Object> Controller<K> {
     ///   exit and start afresh.
     /// - If the controller's [`run`](Self::run) returns by itself (an error), this replica
     ///   stops leading (stops renewing, releases the Lease) and returns that error.
+    /// - If the shutdown leaves reconciles running because they block their thread
+    ///   ([`RunError::ReconcilesStuck`], whether the shutdown came from `cancel` or a lost
+    ///   Lease), this replica stops renewing but does not release the Lease: it expires a
+    ///   lease duration after the last renewal, and no standby takes over before then. The
+    ///   error is returned; the process should exit, which stops those reconciles.
+    ///
+    /// Callbacks set in `tune` ([`LeaderElectionConfig::callbacks`]) are called as well; the
+    /// controller's own start is chained onto them. If the election drops its callbacks
+    /// without ever leading, this returns [`RunError::ElectionEnded`].
     ///
     /// Dropping this future stops the workers and the renewals (the Lease then expires).
     pub async fn run_leader_elected<Ctx, E, R, Fut, P>(
@@ -62,12 +71,14 @@ impl<K: Object> Controller<K> {
             if let Some(tx) = lead_tx.lock().unwrap_or_else(|e| e.into_inner()).take() {
                 let _ = tx.send(leading);
             }
-            async {}
         };
-        let mut config = LeaderElectionConfig::new(LeaderCallbacks::new(started, || {}));
+        let mut config = LeaderElectionConfig::new(LeaderCallbacks::new(|_| async {}, || {}));
         config.name = name.clone();
         config.release_on_cancel = true;
         tune(&mut config);
+        // Chained after `tune`, so callbacks the user set there are called too and cannot
+        // replace the one that starts the controller.
+        config.callbacks = config.callbacks.clone().also_on_started_leading(started);
         // The elector would release as soon as leadership ends, reconciles in flight or not:
         // the release is done here, once the workers have stopped.
         let release = std::mem::replace(&mut config.release_on_cancel, false);
@@ -80,6 +91,7 @@ impl<K: Object> Controller<K> {
         let election = elector.run(stop_election.clone());
         tokio::pin!(election);
         let mut election_ended = false;
+        let mut channel_closed = false;
 
         let leading = tokio::select! {
             () = cancel.cancelled() => None,
@@ -87,7 +99,13 @@ impl<K: Object> Controller<K> {
                 election_ended = true;
                 None
             }
-            token = &mut lead_rx => token.ok(),
+            token = &mut lead_rx => match token {
+                Ok(token) => Some(token),
+                Err(_) => {
+                    channel_closed = true;
+                    None
+                }
+            },
         };
         let Some(leading) = leading else {
             stop_election.cancel();
@@ -97,6 +115,10 @@ impl<K: Object> Controller<K> {
             // Leadership may have been acquired just as this stood down; nothing ran.
             if release && elector.is_leader() {
                 elector.release().await;
+            }
+            if channel_closed {
+                warn!(controller = %name, "the leader election dropped its leading callback without leading");
+                return Err(RunError::ElectionEnded { controller: name });
             }
             return Ok(());
         };
@@ -133,13 +155,24 @@ impl<K: Object> Controller<K> {
                 abandon.cancel();
             }
         };
-        // The workers have stopped: now leadership may end.
+        // Leadership may have ended in the same poll in which `run` returned.
+        if leading.is_cancelled() {
+            lost = true;
+        }
+        // Reconciles that block their thread were left running: the Lease must not be handed
+        // to another replica while they may still write. Stop renewing; let it expire.
+        let stuck = matches!(result, Err(RunError::ReconcilesStuck { .. }));
+        // The workers have stopped (or are stuck): now leadership may end.
         stop_election.cancel();
         if !election_ended {
             election.await;
         }
-        if release {
+        if release && !stuck {
             elector.release().await;
+        }
+        if stuck {
+            error!(controller = %name, "reconciles are stuck: stopped renewing the Lease without releasing it; the process should exit");
+            return result;
         }
         if lost {
             warn!(controller = %name, "leader election lost");

@@ -66,11 +66,15 @@
 //!   ([`Controller::owns_metadata`], [`Controller::watches_metadata`]).
 //! - **A bounded shutdown.** On cancel no new key is taken and the reconciles in flight
 //!   finish, for at most [`Controller::shutdown_timeout`] (30 s by default, as
-//!   controller-runtime's `GracefulShutdownTimeout`); past it they are abandoned (a warning
-//!   says so) and `run` returns. Dropping the `run` future stops its workers and their
-//!   reconciles too. The informers are the factory's, shared by its controllers: they run
-//!   until [`SharedInformerFactory::shutdown`](kctrl_informer::SharedInformerFactory::shutdown),
-//!   as a controller-runtime manager's caches do.
+//!   controller-runtime's `GracefulShutdownTimeout`); past it they are aborted (a warning
+//!   says so) and `run` returns. A reconcile that blocks its thread cannot be aborted: if the
+//!   workers have not stopped [`SHUTDOWN_ABORT_GRACE`](controller::SHUTDOWN_ABORT_GRACE) (1 s)
+//!   after the abort, they are left running and `run` returns [`RunError::ReconcilesStuck`]:
+//!   the process should exit. Dropping the `run` future stops its workers and their reconciles
+//!   too, and shuts the queue down, also before the caches have synced. The informers are the
+//!   factory's, shared by its controllers: they run until
+//!   [`SharedInformerFactory::shutdown`](kctrl_informer::SharedInformerFactory::shutdown), as a
+//!   controller-runtime manager's caches do.
 //!
 //! | controller-runtime | kube-runtime | here |
 //! |---|---|---|

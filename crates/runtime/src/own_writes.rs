@@ -21,9 +21,13 @@
 //!   Where versions do not compare, a cache holding the version the write was sent against
 //!   (or the one the cache held when the answer came) is behind;
 //! * a **create** made an object exist: a cache without it is behind;
-//! * a **delete** ([`OwnWrites::record_delete`]) made it go: a cache still holding it at the
-//!   version it had (or one our earlier writes made) is behind; a newer version is a deletion
-//!   waiting on finalizers, or a new object of that name, and is not;
+//! * a **delete** ([`OwnWrites::record_delete`]) the API server answered with a Status made
+//!   the object go: a cache still holding that object (the same UID, from the Status or from
+//!   the cache when the delete was answered), at whatever version, is behind (a newer
+//!   version is an update that came before the deletion); a cache holding another UID holds
+//!   a new object of that name and is not. Where no UID is known, a cache holding a version
+//!   the object had (or one our earlier writes made) is behind. A delete answered with the
+//!   object itself (still present, marked for deletion, waiting on finalizers) is an update;
 //! * a write whose **outcome is unknown** (no readable answer: a connection cut, a timeout, a
 //!   5xx) may or may not have been applied: while the cache still holds what the write was sent
 //!   against, one live read of the object tells;
@@ -32,7 +36,10 @@
 //!   saw it) holds its key back for at most that long;
 //! * every record **expires** [`DEFAULT_EXPIRE_AFTER`] (5 minutes) after its write, as
 //!   client-go's expectations do: a key whose live reads keep failing (no `get` permission,
-//!   an API server refusing) or whose cache stays behind then acts on the caches.
+//!   an API server refusing) or whose cache stays behind then acts on the caches. Expired
+//!   records are also swept out as new ones are added, so records of a key that is never
+//!   checked again (its object deleted while its reconcile wrote) do not pile up: the table
+//!   holds the writes of the last few minutes at most.
 //!
 //! A record goes away as soon as the cache shows the write (or anything after it), when the
 //! key's object is gone (a [`Controller`](crate::Controller) forgets a key's records when its
@@ -74,6 +81,9 @@ pub const DEFAULT_VERIFY_AFTER: Duration = Duration::from_secs(30);
 /// show and whether or not a live read could tell (client-go's expectations expire after the
 /// same time and the controller proceeds).
 pub const DEFAULT_EXPIRE_AFTER: Duration = Duration::from_secs(5 * 60);
+
+/// Expired records are swept out at most once per this fraction of the expiry time.
+const SWEEP_FRACTION: u32 = 4;
 
 /// A resource: its API group and plural name (`apps`, `replicasets`). The version does not
 /// matter: every version of a resource is one set of objects, with one resourceVersion each;
@@ -191,9 +201,13 @@ struct Pending {
     written: Option<String>,
     /// We created the object: a cache without it is behind.
     created: bool,
-    /// We deleted the object: a cache still holding it at a version the delete replaced (or
-    /// an older one) is behind.
+    /// We deleted the object: a cache still holding it (a UID in `deleted_uids`; without
+    /// one, at a version the delete replaced or an older one) is behind.
     deleted: bool,
+    /// The UIDs of the objects of that name known gone (the one we deleted, and the one the
+    /// cache held then): a cached object with one of them is behind (at whatever version),
+    /// one with another UID is a new object of that name.
+    deleted_uids: Vec<String>,
     /// The last write's outcome is unknown.
     unknown: Option<Unknown>,
     /// When the last write was answered (or failed), or the last live read showed the cache
@@ -211,6 +225,7 @@ impl Pending {
             written: None,
             created: false,
             deleted: false,
+            deleted_uids: Vec::new(),
             unknown: None,
             since: now,
             recorded: now,
@@ -219,11 +234,17 @@ impl Pending {
 
     /// Whether a cache holding `cached` (`None`: the object is not cached) is known to be
     /// behind our writes.
-    fn known_behind(&self, cached: Option<&str>) -> bool {
-        let Some(rv) = cached else {
+    fn known_behind(&self, cached: Option<&Cached>) -> bool {
+        let Some(cached) = cached else {
             return self.created;
         };
+        let rv = cached.resource_version.as_str();
         if self.deleted {
+            if let (false, Some(uid)) = (self.deleted_uids.is_empty(), &cached.uid) {
+                // The deleted object, at any version (an update that came before the
+                // deletion), is behind; another UID is a new object of that name.
+                return self.deleted_uids.contains(uid);
+            }
             return self
                 .replaced
                 .iter()
@@ -258,12 +279,17 @@ impl Pending {
         }
     }
 
-    /// The object is gone on the server: a cache holding it at a version we know of is
-    /// behind.
-    fn note_deleted(&mut self, cached: Option<&str>) {
+    /// The object is gone on the server: a cache holding it (`uid`, when known; else at a
+    /// version we know of) is behind.
+    fn note_deleted(&mut self, cached: Option<&str>, uids: &[&str]) {
         self.unknown = None;
         self.created = false;
         self.deleted = true;
+        for uid in uids {
+            if !self.deleted_uids.iter().any(|u| u == uid) {
+                self.deleted_uids.push((*uid).to_owned());
+            }
+        }
         if let Some(w) = self.written.take() {
             self.note_replaced(&w);
         }
@@ -280,6 +306,26 @@ impl Pending {
         };
         if newer {
             self.written = Some(w.to_owned());
+        }
+    }
+}
+
+/// An object as a cache holds it, for [`WriteTable::check_cached`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cached {
+    /// Its resourceVersion.
+    pub resource_version: String,
+    /// Its UID, when known: tells the object a delete of ours removed from a new object of
+    /// the same name.
+    pub uid: Option<String>,
+}
+
+impl Cached {
+    /// An object cached at `resource_version`, its UID unknown.
+    pub fn at(resource_version: impl Into<String>) -> Self {
+        Self {
+            resource_version: resource_version.into(),
+            uid: None,
         }
     }
 }
@@ -318,6 +364,8 @@ pub struct WriteTable {
     by_key: HashMap<String, HashMap<Target, Pending>>,
     verify_after: Duration,
     expire_after: Duration,
+    /// When expired records were last swept out (see [`WriteTable::sweep`]).
+    last_sweep: Option<Instant>,
 }
 
 impl Default for WriteTable {
@@ -334,6 +382,7 @@ impl WriteTable {
             by_key: HashMap::new(),
             verify_after,
             expire_after: DEFAULT_EXPIRE_AFTER,
+            last_sweep: None,
         }
     }
 
@@ -355,7 +404,28 @@ impl WriteTable {
         self.expire_after
     }
 
+    /// Drops every expired record, of every key. A key whose object is deleted while its
+    /// reconcile writes, or that is never reconciled again, is not checked again: its records
+    /// would stay forever. Called as records are added, at most once per quarter of
+    /// [`expire_after`](Self::expire_after), so the table holds the writes of the last
+    /// 1.25 × `expire_after` at most, for a cost of O(1) per write amortised.
+    fn sweep(&mut self, now: Instant) {
+        let due = self.last_sweep.is_none_or(|last| {
+            now.saturating_duration_since(last) >= self.expire_after / SWEEP_FRACTION
+        });
+        if !due {
+            return;
+        }
+        self.last_sweep = Some(now);
+        let expire_after = self.expire_after;
+        self.by_key.retain(|_, records| {
+            records.retain(|_, p| now.saturating_duration_since(p.recorded) < expire_after);
+            !records.is_empty()
+        });
+    }
+
     fn entry(&mut self, key: &str, target: &Target, now: Instant) -> &mut Pending {
+        self.sweep(now);
         let pending = self
             .by_key
             .entry(key.to_owned())
@@ -385,6 +455,7 @@ impl WriteTable {
         let pending = self.entry(key, target, now);
         pending.unknown = None;
         pending.deleted = false;
+        pending.deleted_uids.clear();
         for rv in replaced {
             pending.note_replaced(rv);
         }
@@ -396,15 +467,26 @@ impl WriteTable {
         let pending = self.entry(key, target, now);
         pending.unknown = None;
         pending.deleted = false;
+        pending.deleted_uids.clear();
         pending.created = true;
         pending.note_written(written);
     }
 
     /// `target` was deleted: the API server answered that it is gone. `cached` is the
-    /// version the cache held (`None`: it did not hold the object). A cache still holding it
-    /// at that version (or at one our earlier writes made) is behind; with no version to
-    /// compare (the cache never held it, nor did we write it), nothing is recorded.
-    pub fn deleted(&mut self, key: &str, target: &Target, cached: Option<&str>, now: Instant) {
+    /// version the cache held (`None`: it did not hold the object), `uids` the UIDs known
+    /// gone: the deleted object's (from the answer) and the cached object's. A cache still
+    /// holding an object with one of them, at any version, is behind; one holding another UID
+    /// holds a new object of that name. Without a UID, a cache holding the object at `cached`
+    /// (or at a version our earlier writes made, or an older one) is behind. With no version
+    /// to compare (the cache never held it, nor did we write it), nothing is recorded.
+    pub fn deleted(
+        &mut self,
+        key: &str,
+        target: &Target,
+        cached: Option<&str>,
+        uids: &[&str],
+        now: Instant,
+    ) {
         let known = self
             .by_key
             .get(key)
@@ -413,8 +495,8 @@ impl WriteTable {
             return;
         }
         let pending = self.entry(key, target, now);
-        pending.note_deleted(cached);
-        if pending.replaced.is_empty() {
+        pending.note_deleted(cached, uids);
+        if pending.replaced.is_empty() && pending.deleted_uids.is_empty() {
             self.remove(key, target);
         }
     }
@@ -501,6 +583,19 @@ impl WriteTable {
         store: impl Fn(&ResourceId) -> Option<String>,
         now: Instant,
     ) -> Check {
+        self.check_cached(key, |t| cached(t).map(Cached::at), store, now)
+    }
+
+    /// Like [`check_with_stores`](Self::check_with_stores), given the cached objects' UIDs
+    /// too (`cached(target)`), so that a cache holding an object a delete of ours removed is
+    /// told from one holding a new object of that name.
+    pub fn check_cached(
+        &mut self,
+        key: &str,
+        cached: impl Fn(&Target) -> Option<Cached>,
+        store: impl Fn(&ResourceId) -> Option<String>,
+        now: Instant,
+    ) -> Check {
         let Some(records) = self.by_key.get_mut(key) else {
             return Check::Current;
         };
@@ -533,8 +628,8 @@ impl WriteTable {
                 retry_in = Some(retry_in.map_or(left, |r| r.min(left)));
                 return true;
             }
-            let rv = cached(target);
-            let rv = rv.as_deref();
+            let cached = cached(target);
+            let rv = cached.as_ref().map(|c| c.resource_version.as_str());
             let read_past = pending.written.as_deref().is_some_and(|w| {
                 store(&target.resource)
                     .is_some_and(|s| compare_resource_versions(&s, w).is_some_and(|o| o.is_ge()))
@@ -542,7 +637,7 @@ impl WriteTable {
             if read_past && pending.unknown.is_none() {
                 return false;
             }
-            let behind = pending.known_behind(rv);
+            let behind = pending.known_behind(cached.as_ref());
             if !behind && pending.needs_live_read(rv) {
                 verify.push(target.clone());
                 return true;
@@ -594,7 +689,7 @@ impl WriteTable {
             Live::NotFound if deleting && cached.is_some() => {
                 // Our delete was applied and the cache still holds the object: wait for the
                 // deletion's event.
-                pending.note_deleted(cached);
+                pending.note_deleted(cached, &[]);
                 pending.since = now;
             }
             // Gone: nothing of ours can be waited for (the cache drops it with the deletion's
@@ -612,6 +707,7 @@ impl WriteTable {
                 // someone else wrote since). Either way the cache is behind: wait again.
                 pending.unknown = None;
                 pending.deleted = false;
+                pending.deleted_uids.clear();
                 match cached {
                     Some(rv) => pending.note_replaced(rv),
                     None => pending.created = true,
@@ -634,6 +730,10 @@ pub type LiveRead =
 /// live.
 trait TrackedCache: Send + Sync {
     fn cached_version(&self, namespace: &str, name: &str) -> Option<String>;
+    /// The cached object's version and UID.
+    fn cached(&self, namespace: &str, name: &str) -> Option<Cached> {
+        self.cached_version(namespace, name).map(Cached::at)
+    }
     fn store_version(&self) -> String;
     fn read_live(&self, namespace: &str, name: &str) -> LiveRead;
 }
@@ -673,16 +773,22 @@ impl<K: Trackable> TrackedCache for Tracked<K> {
     }
 
     fn cached_version(&self, namespace: &str, name: &str) -> Option<String> {
+        self.cached(namespace, name).map(|c| c.resource_version)
+    }
+
+    fn cached(&self, namespace: &str, name: &str) -> Option<Cached> {
         let obj = if namespace.is_empty() {
             self.store.get(name)
         } else {
             self.store.get_namespaced(namespace, name)
         };
-        obj.map(|o| {
-            o.metadata()
+        obj.map(|o| Cached {
+            resource_version: o
+                .metadata()
                 .resource_version()
                 .unwrap_or_default()
-                .to_owned()
+                .to_owned(),
+            uid: o.metadata().uid().map(str::to_owned),
         })
     }
 
@@ -854,9 +960,9 @@ impl OwnWrites {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn cached_version(&self, target: &Target) -> Option<String> {
+    fn cached(&self, target: &Target) -> Option<Cached> {
         self.cache(&target.resource)
-            .and_then(|c| c.cached_version(&target.namespace, &target.name))
+            .and_then(|c| c.cached(&target.namespace, &target.name))
     }
 
     /// Records the outcome of a write of `sent` made by the reconcile of `owner` (the
@@ -962,10 +1068,14 @@ impl OwnWrites {
 
     /// Records the outcome of a delete of `namespace/name` (namespace empty for a
     /// cluster-scoped object) of `W` made by the reconcile of `owner`: `result` is the API
-    /// server's answer. Until the cache no longer holds the object at the version it had (or
-    /// holds a newer one: a deletion waiting on finalizers, or a new object of that name), the
-    /// owner's key is not reconciled, so it does not act on an object it just deleted. A
-    /// refusal (not found, conflict, forbidden) records nothing.
+    /// server's answer. When it is a Status (the object is gone), the owner's key is not
+    /// reconciled while the cache still holds that object (its UID, from the Status's details
+    /// or the cached object; at any version: a newer one is an update that came before the
+    /// deletion), so it does not act on an object it just deleted; an object of that name
+    /// with another UID is a new one and does not hold the key. When the answer is the object
+    /// (still present, marked for deletion, waiting on finalizers), it is recorded as an
+    /// update: the key waits until the cache shows that version. A refusal (not found,
+    /// conflict, forbidden) records nothing.
     ///
     /// ```no_run
     /// # use k8s_openapi::api::core::v1::ConfigMap;
@@ -1008,28 +1118,38 @@ impl OwnWrites {
             Ok(DeleteOutcome::Pending(obj)) => {
                 self.record_outcome(key, &target, None, Ok(obj.metadata().resource_version()))
             }
-            Ok(DeleteOutcome::Deleted(_)) => self.record_delete_outcome(key, &target, Ok(())),
+            Ok(DeleteOutcome::Deleted(status)) => {
+                let uid = status.details.as_ref().and_then(|d| d.uid.as_deref());
+                self.record_delete_outcome(key, &target, Ok(uid))
+            }
             Err(err) => self.record_delete_outcome(key, &target, Err(err)),
         }
     }
 
-    /// Records a delete's outcome from its parts: `Ok(())` when the API server answered that
-    /// the object is gone, or the error. (An answer carrying the object, still present and
-    /// marked for deletion, is an update: [`record_outcome`](Self::record_outcome).)
+    /// Records a delete's outcome from its parts: `Ok(uid)` when the API server answered that
+    /// the object is gone (`uid`: the deleted object's UID, from the Status's details, when
+    /// the answer carried it; otherwise the cached object's is used), or the error. (An answer
+    /// carrying the object, still present and marked for deletion, is an update:
+    /// [`record_outcome`](Self::record_outcome).)
     pub fn record_delete_outcome(
         &self,
         key: &str,
         target: &Target,
-        result: Result<(), &kctrl_client::Error>,
+        result: Result<Option<&str>, &kctrl_client::Error>,
     ) {
         let Some(cache) = self.cache(&target.resource) else {
             return;
         };
-        let cached = cache.cached_version(&target.namespace, &target.name);
+        let cached = cache.cached(&target.namespace, &target.name);
         let now = Instant::now();
         let mut table = self.table();
-        match (result, cached.as_deref()) {
-            (Ok(()), cached) => table.deleted(key, target, cached, now),
+        let cached_uid = cached.as_ref().and_then(|c| c.uid.as_deref());
+        let cached = cached.as_ref().map(|c| c.resource_version.as_str());
+        match (result, cached) {
+            (Ok(uid), cached) => {
+                let uids: Vec<&str> = uid.into_iter().chain(cached_uid).collect();
+                table.deleted(key, target, cached, &uids, now);
+            }
             (Err(err), Some(cached)) if outcome_unknown(err) => {
                 info!(
                     key,
@@ -1094,9 +1214,9 @@ impl OwnWrites {
     /// Compares the records of `key` with the caches, without any live read: a record due for
     /// one ([`Check::Verify`]) is returned as such for the caller to decide.
     pub fn check(&self, key: &str) -> Check {
-        self.table().check_with_stores(
+        self.table().check_cached(
             key,
-            |t| self.cached_version(t),
+            |t| self.cached(t),
             |r| self.cache(r).map(|c| c.store_version()),
             Instant::now(),
         )

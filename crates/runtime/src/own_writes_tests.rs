@@ -537,7 +537,7 @@ async fn a_deleted_object_is_behind_at_the_versions_we_knew_and_current_when_rec
     let mut w = WriteTable::default();
     // Updated from 10 to 11, then deleted while the cache held 10.
     w.applied(K, &rs("web-a"), &["10"], Some("11"), now);
-    w.deleted(K, &rs("web-a"), Some("10"), now);
+    w.deleted(K, &rs("web-a"), Some("10"), &[], now);
     for rv in ["10", "11"] {
         assert!(
             matches!(
@@ -550,14 +550,14 @@ async fn a_deleted_object_is_behind_at_the_versions_we_knew_and_current_when_rec
     // A new object of that name, created since, is not ours to wait for.
     assert_eq!(w.check(K, cache(&[("web-a", "20")]), now), Check::Current);
 
-    w.deleted(K, &rs("web-a"), Some("20"), now);
+    w.deleted(K, &rs("web-a"), Some("20"), &[], now);
     assert_eq!(w.check(K, cache(&[]), now), Check::Current);
     assert!(!w.is_tracking(K));
 
     // A create then a delete before the cache saw either: the cache must not show the
     // created object (at 30) as current.
     w.created(K, &rs("web-b"), Some("30"), now);
-    w.deleted(K, &rs("web-b"), None, now);
+    w.deleted(K, &rs("web-b"), None, &[], now);
     assert!(matches!(
         w.check(K, cache(&[("web-b", "30")]), now),
         Check::Behind { .. }
@@ -609,4 +609,96 @@ async fn records_expire_five_minutes_after_their_write() {
         Check::Current
     );
     assert_eq!(w.expires_in(K, now), None);
+}
+
+/// Another writer updates an owned object (its event not cached yet), then a reconcile
+/// deletes it and the API server answers with a Status. The update's event reaches the cache
+/// before the deletion's: the cache holds the deleted object at a newer version, which is an
+/// update that came before the delete, not a sign the cache saw it. The key waits until the
+/// object is gone from the cache; a new object of that name (another UID) is current.
+#[tokio::test(start_paused = true)]
+async fn a_deleted_object_cached_at_a_newer_version_is_still_behind() {
+    let fake = FakeApi::new();
+    let (writes, store) = tracked(&fake);
+    let api: Api<ConfigMap> = Api::namespaced(fake.client(), "default");
+    let created = api
+        .create(&PostParams::default(), &config_map("app"))
+        .await
+        .unwrap();
+    store.insert(Arc::new(created.clone()));
+    let mut other = created.clone();
+    other.data = Some([("by".to_owned(), "someone else".to_owned())].into());
+    let updated = api.update(&PostParams::default(), &other).await.unwrap();
+    let answer = api.delete("app", &DeleteParams::default()).await;
+    let Ok(DeleteOutcome::Deleted(status)) = &answer else {
+        panic!("deleted at once: {answer:?}");
+    };
+    assert_eq!(
+        status.details.as_ref().and_then(|d| d.uid.as_deref()),
+        created.metadata.uid.as_deref()
+    );
+    writes.record_delete_for_key(K, "default", "app", &answer);
+    assert!(matches!(
+        writes.ensure_ready(K).await.unwrap(),
+        Readiness::Behind { .. }
+    ));
+    // The other writer's update arrives first.
+    store.insert(Arc::new(updated.clone()));
+    assert!(
+        matches!(
+            writes.ensure_ready(K).await.unwrap(),
+            Readiness::Behind { .. }
+        ),
+        "the cache still shows the deleted object"
+    );
+    store.remove("default/app");
+    assert_eq!(writes.ensure_ready(K).await.unwrap(), Readiness::Ready);
+    assert!(writes.is_empty());
+
+    // An answer without the UID: the cached object's is the deleted one.
+    let recreated = api
+        .create(&PostParams::default(), &config_map("app"))
+        .await
+        .unwrap();
+    store.insert(Arc::new(recreated.clone()));
+    let bare: Result<DeleteOutcome<ConfigMap>, _> = Ok(DeleteOutcome::Deleted(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Status::default(),
+    ));
+    writes.record_delete_for_key(K, "default", "app", &bare);
+    let mut newer = recreated.clone();
+    newer.metadata.resource_version = Some("999999".into());
+    store.insert(Arc::new(newer));
+    assert!(matches!(
+        writes.ensure_ready(K).await.unwrap(),
+        Readiness::Behind { .. }
+    ));
+    // A new object of that name, another UID: current.
+    let mut third = recreated.clone();
+    third.metadata.uid = Some("another-uid".into());
+    store.insert(Arc::new(third));
+    assert_eq!(writes.ensure_ready(K).await.unwrap(), Readiness::Ready);
+    assert!(writes.is_empty());
+}
+
+/// The records of a key that is never checked again (its object was deleted while its
+/// reconcile wrote) are swept out once expired, as other writes are recorded: the table holds
+/// the writes of the last few minutes, not every write ever made.
+#[tokio::test(start_paused = true)]
+async fn expired_records_of_keys_never_checked_again_are_swept_out() {
+    let start = Instant::now();
+    let mut w = WriteTable::default();
+    for i in 0..100 {
+        w.update_unknown(&format!("default/gone-{i}"), &rs("web"), "10", start);
+    }
+    assert_eq!(w.len(), 100);
+    // Within the expiry, nothing goes.
+    let before_expiry = start + DEFAULT_EXPIRE_AFTER - Duration::from_secs(1);
+    w.created(K, &rs("web-a"), Some("3"), before_expiry);
+    assert_eq!(w.len(), 101);
+    // Past it, the next record sweeps the expired ones out, those of the live key stay.
+    let later = start + DEFAULT_EXPIRE_AFTER + DEFAULT_EXPIRE_AFTER / SWEEP_FRACTION;
+    w.created(K, &rs("web-b"), Some("4"), later);
+    assert_eq!(w.len(), 2, "only the last five minutes' writes stay");
+    assert!(!w.is_tracking("default/gone-0"));
+    assert!(w.is_tracking(K));
 }

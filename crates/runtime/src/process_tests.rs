@@ -57,6 +57,7 @@ fn shared(
         max_retries: None,
         metrics: None,
         own_writes,
+        in_flight: std::sync::atomic::AtomicUsize::new(0),
     }
 }
 

@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kctrl_client::{Api, PostParams};
 use kctrl_fake::{FakeApi, Reaction, errors};
 use kctrl_informer::SharedInformerFactory;
-use kctrl_leader_election::{LeaderElectionConfig, LeaseLock};
+use kctrl_leader_election::{LeaderCallbacks, LeaderElectionConfig, LeaseLock};
 use kctrl_runtime::{Action, Controller, RunError};
 use tokio::sync::mpsc;
 use tokio::time::timeout;
@@ -297,4 +297,107 @@ async fn dropping_the_leader_stops_its_workers_and_renewals() {
         "still renewing"
     );
     factory.shutdown().await;
+}
+
+/// Callbacks set in `tune` are called as well, and do not keep the controller from running:
+/// the controller's own start is chained onto them.
+#[tokio::test(start_paused = true)]
+async fn callbacks_set_in_tune_are_called_and_the_controller_still_runs() {
+    let fake = FakeApi::new();
+    create_deployment(&fake).await;
+    let factory = SharedInformerFactory::new(fake.client(), NEVER);
+    let (reconciled_tx, mut reconciled) = mpsc::unbounded_channel();
+    let (user_tx, mut user) = mpsc::unbounded_channel::<String>();
+    let cancel = CancellationToken::new();
+    let lock = LeaseLock::new(fake.client(), "kube-system", "demo", "a");
+    let task = tokio::spawn(Controller::<Deployment>::new(&factory).run_leader_elected(
+        lock,
+        move |c: &mut LeaderElectionConfig| {
+            fast(c);
+            let (started, stopped, new_leader) = (user_tx.clone(), user_tx.clone(), user_tx);
+            c.callbacks = LeaderCallbacks::new(
+                move |_token| {
+                    let _ = started.send("started".into());
+                    async {}
+                },
+                move || {
+                    let _ = stopped.send("stopped".into());
+                },
+            )
+            .on_new_leader(move |identity| {
+                let _ = new_leader.send(format!("new leader {identity}"));
+            });
+        },
+        move |_d, _ctx: Arc<()>| {
+            let reconciled = reconciled_tx.clone();
+            async move {
+                let _ = reconciled.send(());
+                Ok::<_, Never>(Action::await_change())
+            }
+        },
+        |_d, _e, _ctx| Action::rate_limited(),
+        Arc::new(()),
+        cancel.clone(),
+    ));
+    timeout(NEVER, reconciled.recv())
+        .await
+        .unwrap()
+        .expect("the controller ran");
+    cancel.cancel();
+    timeout(NEVER, task).await.unwrap().unwrap().unwrap();
+    let mut calls = Vec::new();
+    while let Ok(call) = user.try_recv() {
+        calls.push(call);
+    }
+    for expected in ["started", "stopped", "new leader a"] {
+        assert!(
+            calls.iter().any(|c| c == expected),
+            "{expected} missing: {calls:?}"
+        );
+    }
+    factory.shutdown().await;
+}
+
+/// Leadership ends in the same poll in which `run` returns by itself (here the leading token
+/// is cancelled before the controller's first poll, and its `run` fails at once: its
+/// informer was stopped): the call reports the lost Lease, whichever it noticed first.
+#[tokio::test(start_paused = true)]
+async fn leadership_lost_as_run_returns_is_reported_as_lost() {
+    // Which of two ready branches a `select!` takes is random: repeat.
+    for _ in 0..32 {
+        let fake = FakeApi::new();
+        let factory = SharedInformerFactory::new(fake.client(), NEVER);
+        let _ = factory.informer::<Deployment>();
+        let stopped = CancellationToken::new();
+        factory.start(&stopped);
+        stopped.cancel();
+        factory.shutdown().await;
+
+        let lock = LeaseLock::new(fake.client(), "kube-system", "demo", "a");
+        let err = timeout(
+            NEVER,
+            Controller::<Deployment>::new(&factory).run_leader_elected(
+                lock,
+                |c: &mut LeaderElectionConfig| {
+                    fast(c);
+                    // Leadership ends as soon as it starts.
+                    c.callbacks = LeaderCallbacks::new(
+                        |token: CancellationToken| {
+                            token.cancel();
+                            async {}
+                        },
+                        || {},
+                    );
+                },
+                |_d, _ctx: Arc<()>| async { Ok::<_, Never>(Action::await_change()) },
+                |_d, _e, _ctx| Action::rate_limited(),
+                Arc::new(()),
+                CancellationToken::new(),
+            ),
+        )
+        .await
+        .expect("returns")
+        .unwrap_err();
+        assert!(matches!(err, RunError::LeadershipLost { .. }), "{err}");
+    }
 }
