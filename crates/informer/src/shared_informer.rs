@@ -82,7 +82,8 @@ pub struct SharedInformerOptions<K> {
     pub indexers: Vec<(String, IndexFn<K>)>,
     /// Applied to every object before it is cached (e.g. to drop `managedFields`). The
     /// reflector applies it as soon as an object is decoded, so the initial list is never
-    /// accumulated untransformed; each object is transformed exactly once.
+    /// accumulated untransformed; each object is transformed exactly once. What happens to an
+    /// object it panics on: see [`SharedInformer::set_transform`].
     pub transform: Option<Transform<K>>,
     /// Name in logs; empty: the resource's kind.
     pub name: String,
@@ -512,9 +513,18 @@ where
     /// Sets the function applied to every object before it is cached (by the reflector, as
     /// soon as the object is decoded). Fails once started. If it panics on an object, the
     /// panic is caught, logged and counted ([`handler_panics`](Self::handler_panics)) and
-    /// the object is skipped: a listed or added object is not cached, a modification is not
-    /// applied (the cache keeps the previous state), and a deletion applies with the object
-    /// as the server sent it.
+    /// the object is skipped:
+    ///
+    /// * an ADDED object is not cached and no handler is told; if it is then deleted before
+    ///   any later event of it was admitted, that deletion reaches no handler either;
+    /// * a modification is not applied: the cache keeps the previous state;
+    /// * in a relist (a list, or a streaming list's initial events), the object still exists:
+    ///   the cache keeps what it holds for it (nothing if it was never cached) and no
+    ///   deletion is inferred for it;
+    /// * a deletion applies with the object as the server sent it.
+    ///
+    /// A deletion of an object the cache does not hold for any other reason still reaches
+    /// the handlers, as in client-go.
     pub fn set_transform(&self, transform: Transform<K>) -> Result<(), InformerError> {
         let mut st = lock(&self.inner.state);
         if st.started {

@@ -644,14 +644,27 @@ where
     }
 
     fn replace(&self, objects: Vec<Arc<K>>, resource_version: String) {
-        let objects = match self.read().transform.clone() {
+        self.replace_keeping(objects, Vec::new(), resource_version);
+    }
+
+    fn replace_keeping(
+        &self,
+        objects: Vec<Arc<K>>,
+        kept: Vec<ObjectKey>,
+        resource_version: String,
+    ) {
+        let mut objects: Vec<Arc<K>> = match self.read().transform.clone() {
             Some(t) => objects
                 .into_iter()
                 .map(|o| Arc::new(t(Arc::unwrap_or_clone(o))))
                 .collect(),
             None => objects,
         };
-        Store::replace(self, objects, resource_version);
+        // Listed but not admitted: what the store holds for them stays.
+        self.transaction(|txn| {
+            objects.extend(kept.iter().filter_map(|k| txn.get(k).cloned()));
+            txn.replace(objects, resource_version);
+        });
     }
 
     fn resync(&self) {}
