@@ -623,6 +623,20 @@ where
         lock(&self.inner.state).stopped
     }
 
+    /// Stops an informer that never started (its factory shut down first): it will never
+    /// run, sync waiters get false, and handlers are refused. Does nothing once started.
+    pub(crate) fn stop_unstarted(&self) {
+        {
+            let mut st = lock(&self.inner.state);
+            if st.started {
+                return;
+            }
+            st.started = true;
+        }
+        self.inner.mark_stopped(None);
+        self.inner.processor.close_all();
+    }
+
     /// Spawns [`run`](Self::run) on the current tokio runtime. The informer counts as
     /// started when this returns.
     pub fn start(&self, cancel: CancellationToken) -> JoinHandle<()> {
