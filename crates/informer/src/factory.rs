@@ -658,10 +658,23 @@ impl SharedInformerFactory {
             // then waits for its task to end.
             drop(tokio::spawn(async move {
                 let _running = running;
-                if let Some(failure) = informer.stopped().await {
-                    inner.publish_failure(failure);
-                }
-                if let Err(e) = task.await
+                let mut task = task;
+                let ended = tokio::select! {
+                    failure = informer.stopped() => {
+                        if let Some(failure) = failure {
+                            inner.publish_failure(failure);
+                        }
+                        (&mut task).await
+                    }
+                    // Ends at once if the informer was already run by someone else.
+                    ended = &mut task => {
+                        if let Some(failure) = informer.failure() {
+                            inner.publish_failure(failure);
+                        }
+                        ended
+                    }
+                };
+                if let Err(e) = ended
                     && e.is_panic()
                 {
                     tracing::error!(error = %e, "a shared informer task panicked");

@@ -618,7 +618,8 @@ where
 
     /// Whether the informer ran and has stopped (no handler can be added any more): it was
     /// cancelled, its [`run`](Self::run) future was dropped, or a [`failure`](Self::failure)
-    /// stopped it.
+    /// stopped it. Also true for an informer of a [factory](crate::SharedInformerFactory)
+    /// that shut down before starting it: it never runs.
     pub fn is_stopped(&self) -> bool {
         lock(&self.inner.state).stopped
     }
@@ -628,10 +629,11 @@ where
     pub(crate) fn stop_unstarted(&self) {
         {
             let mut st = lock(&self.inner.state);
-            if st.started {
+            if st.started || st.stopped {
                 return;
             }
-            st.started = true;
+            // Under the same lock as the check: a concurrent `run` then does not start.
+            st.stopped = true;
         }
         self.inner.mark_stopped(None);
         self.inner.processor.close_all();
@@ -675,6 +677,13 @@ where
     fn prepare(&self) -> Option<(Fifo<K>, Reflector<K>)> {
         let inner = &*self.inner;
         let mut st = lock(&inner.state);
+        if st.stopped && !st.started {
+            tracing::warn!(
+                informer = %inner.name,
+                "the shared informer was stopped before it started (its factory shut down); it does not run"
+            );
+            return None;
+        }
         if st.started {
             tracing::warn!(
                 informer = %inner.name,
