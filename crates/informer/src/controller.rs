@@ -71,9 +71,15 @@ where
                     out.push(Notification::Delete(DeletedObject::Known(obj)));
                 }
                 Delta::ReplacedAll {
-                    objects,
+                    mut objects,
                     resource_version,
+                    kept,
                 } => {
+                    // Listed but not admitted: still there, so what the cache holds stays
+                    // (and nobody is told anything about it).
+                    let kept_cached: Vec<Arc<K>> =
+                        kept.iter().filter_map(|k| txn.get(k).cloned()).collect();
+                    objects.extend(kept_cached.iter().cloned());
                     let diff = txn.replace(objects, resource_version);
                     out.extend(diff.deleted.into_iter().map(|(key, last_known)| {
                         Notification::Delete(DeletedObject::FinalStateUnknown { key, last_known })
@@ -81,6 +87,7 @@ where
                     out.extend(
                         diff.replaced
                             .into_iter()
+                            .filter(|(_, new)| !kept_cached.iter().any(|k| Arc::ptr_eq(k, new)))
                             .map(|(old, new)| add_or_update(old, new)),
                     );
                 }
@@ -227,6 +234,7 @@ mod tests {
                 vec![Delta::ReplacedAll {
                     objects: case.replaced.clone(),
                     resource_version: case.rv.to_owned(),
+                    kept: Vec::new(),
                 }],
                 false,
             );

@@ -22,6 +22,19 @@ pub trait ReflectorStore<K>: Send + Sync + 'static {
     /// A complete list at `resource_version`: the new whole state. Objects absent from it
     /// were deleted while we were not watching.
     fn replace(&self, objects: Vec<Arc<K>>, resource_version: String);
+    /// A complete list like [`replace`](Self::replace), except that the objects under `kept`
+    /// were listed but could not be admitted (the transform panicked on them): they still
+    /// exist, so the store keeps what it holds for them (no deletion is inferred) and only
+    /// the other absent objects count as deleted. The default ignores `kept` and replaces.
+    fn replace_keeping(
+        &self,
+        objects: Vec<Arc<K>>,
+        kept: Vec<ObjectKey>,
+        resource_version: String,
+    ) {
+        let _ = kept;
+        self.replace(objects, resource_version);
+    }
     /// A periodic resync: re-deliver the cached state to handlers that asked for it.
     fn resync(&self);
     /// A BOOKMARK: nothing changed, but the store is now current up to `resource_version`.
@@ -89,6 +102,9 @@ pub enum Delta<K> {
         objects: Vec<Arc<K>>,
         /// The list's resourceVersion.
         resource_version: String,
+        /// Keys listed but not admitted (the transform panicked on them): the cache keeps
+        /// what it holds for them rather than treating them as deleted.
+        kept: Vec<ObjectKey>,
     },
     /// A resync: re-deliver every cached object as an update to resyncing handlers.
     SyncAll,

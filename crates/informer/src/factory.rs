@@ -35,6 +35,8 @@ trait Managed: HasSynced {
     fn start(&self, cancel: CancellationToken) -> JoinHandle<()>;
     fn handler_panics(&self) -> u64;
     fn failure(&self) -> Option<InformerFailure>;
+    fn stopped(&self) -> BoxFuture<'_, Option<InformerFailure>>;
+    fn stop_unstarted(&self);
 }
 
 impl<K> Managed for SharedInformer<K>
@@ -51,6 +53,14 @@ where
 
     fn failure(&self) -> Option<InformerFailure> {
         SharedInformer::failure(self)
+    }
+
+    fn stopped(&self) -> BoxFuture<'_, Option<InformerFailure>> {
+        Box::pin(SharedInformer::stopped(self))
+    }
+
+    fn stop_unstarted(&self) {
+        SharedInformer::stop_unstarted(self);
     }
 }
 
@@ -86,7 +96,6 @@ struct Entry {
 #[derive(Default)]
 struct State {
     informers: HashMap<InformerKey, Entry>,
-    tasks: Vec<JoinHandle<()>>,
     shutting_down: bool,
 }
 
@@ -109,6 +118,43 @@ struct Inner {
     stop: CancellationToken,
     /// The first failure of one of its informers.
     failed: watch::Sender<Option<InformerFailure>>,
+    /// How many started informers have not finished stopping (their tasks have not ended).
+    running: watch::Sender<usize>,
+}
+
+impl Inner {
+    /// Records `failure` as the factory's, unless one was recorded first.
+    fn publish_failure(&self, failure: InformerFailure) {
+        self.failed.send_if_modified(|first| {
+            let none = first.is_none();
+            if none {
+                *first = Some(failure);
+            }
+            none
+        });
+    }
+
+    /// Adds an informer to the factory; after [`SharedInformerFactory::shutdown`] it is
+    /// stopped at once (it will never run: it never syncs and refuses handlers).
+    fn insert(&self, st: &mut State, key: InformerKey, entry: Entry) {
+        if st.shutting_down {
+            tracing::warn!(
+                informer = entry.type_name,
+                "an informer was asked of a factory that has shut down; it is stopped and will never sync"
+            );
+            entry.managed.stop_unstarted();
+        }
+        st.informers.insert(key, entry);
+    }
+}
+
+/// Counts a started informer's task as running until dropped.
+struct RunningGuard(watch::Sender<usize>);
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
 }
 
 /// A factory's informer name and metrics provider (client-go's `WithInformerName`).
@@ -351,6 +397,7 @@ impl SharedInformerFactoryBuilder {
                 state: Mutex::new(State::default()),
                 stop: CancellationToken::new(),
                 failed: watch::Sender::new(None),
+                running: watch::Sender::new(0),
             }),
         }
     }
@@ -425,7 +472,8 @@ impl SharedInformerFactory {
                 .clone();
         }
         let informer = self.new_informer::<K>();
-        st.informers.insert(
+        self.inner.insert(
+            &mut st,
             id,
             Entry {
                 informer: Box::new(informer.clone()),
@@ -558,6 +606,9 @@ impl SharedInformerFactory {
         let run = self.inner.stop.child_token();
         let mut st = lock(&self.inner.state);
         if st.shutting_down {
+            tracing::warn!(
+                "start called on an informer factory that has shut down; nothing starts"
+            );
             return;
         }
         if !self.start_locked(&mut st, &run) {
@@ -565,7 +616,7 @@ impl SharedInformerFactory {
         }
         // Ends with the informers: when `cancel` fires (stopping them) or at shutdown.
         let cancel = cancel.clone();
-        st.tasks.push(tokio::spawn(async move {
+        drop(tokio::spawn(async move {
             tokio::select! {
                 () = cancel.cancelled() => run.cancel(),
                 () = run.cancelled() => {}
@@ -581,7 +632,11 @@ impl SharedInformerFactory {
     /// [`kctrl-runtime`]: https://docs.rs/kctrl-runtime
     pub fn start_until_shutdown(&self) {
         let mut st = lock(&self.inner.state);
-        if !st.shutting_down {
+        if st.shutting_down {
+            tracing::warn!(
+                "start_until_shutdown called on an informer factory that has shut down; nothing starts"
+            );
+        } else {
             let run = self.inner.stop.clone();
             self.start_locked(&mut st, &run);
         }
@@ -589,38 +644,58 @@ impl SharedInformerFactory {
 
     /// Starts the informers not started yet under `run`; false if there were none.
     fn start_locked(&self, st: &mut State, run: &CancellationToken) -> bool {
-        let mut tasks = Vec::new();
+        let mut started = false;
         for entry in st.informers.values_mut().filter(|e| !e.started) {
             entry.started = true;
+            started = true;
             let informer = entry.managed.clone();
             let task = informer.start(run.clone());
-            let failed = self.inner.failed.clone();
-            // Waits for the informer to stop, and records why if it failed.
-            tasks.push(tokio::spawn(async move {
-                if let Err(e) = task.await
+            let inner = self.inner.clone();
+            self.inner.running.send_modify(|n| *n += 1);
+            let running = RunningGuard(self.inner.running.clone());
+            // Records a failure as soon as the informer stops on it (not once its handlers'
+            // deliveries in flight are over, which a blocked handler may delay for ever),
+            // then waits for its task to end.
+            drop(tokio::spawn(async move {
+                let _running = running;
+                let mut task = task;
+                let ended = tokio::select! {
+                    failure = informer.stopped() => {
+                        if let Some(failure) = failure {
+                            inner.publish_failure(failure);
+                        }
+                        (&mut task).await
+                    }
+                    // Ends at once if the informer was already run by someone else.
+                    ended = &mut task => {
+                        if let Some(failure) = informer.failure() {
+                            inner.publish_failure(failure);
+                        }
+                        ended
+                    }
+                };
+                if let Err(e) = ended
                     && e.is_panic()
                 {
                     tracing::error!(error = %e, "a shared informer task panicked");
                 }
-                if let Some(failure) = informer.failure() {
-                    failed.send_if_modified(|first| {
-                        let none = first.is_none();
-                        if none {
-                            *first = Some(failure);
-                        }
-                        none
-                    });
-                }
             }));
         }
-        let started = !tasks.is_empty();
-        st.tasks.extend(tasks);
         started
     }
 
     /// The first failure of one of the factory's informers, if any stopped on its own (see
-    /// [`SharedInformer::failure`]): its cache no longer follows the server.
+    /// [`SharedInformer::failure`]): its cache no longer follows the server. Answers as soon
+    /// as the informer has recorded its failure.
     pub fn failure(&self) -> Option<InformerFailure> {
+        if let Some(failure) = self.inner.failed.borrow().clone() {
+            return Some(failure);
+        }
+        let failure = lock(&self.inner.state)
+            .informers
+            .values()
+            .find_map(|e| e.managed.failure())?;
+        self.inner.publish_failure(failure);
         self.inner.failed.borrow().clone()
     }
 
@@ -698,7 +773,8 @@ impl SharedInformerFactory {
             None => Api::all_dynamic(inner.client.clone(), resource),
         };
         let informer = self.informer_over(api, resource.qualified_name());
-        st.informers.insert(
+        self.inner.insert(
+            &mut st,
             key,
             Entry {
                 informer: Box::new(informer.clone()),
@@ -725,20 +801,23 @@ impl SharedInformerFactory {
     /// makes later `start` calls do nothing (client-go's `Shutdown`, which only waits for the
     /// informers the callers' stop channels stop; here the factory stops them itself, as
     /// controller-runtime's manager stops its caches).
+    ///
+    /// Informers never started are stopped too: they never sync, and adding a handler to
+    /// them fails (so does adding one to an informer first asked for after the shutdown),
+    /// so a controller set up on a shut-down factory gets an error instead of waiting for
+    /// caches that never fill. Every call waits, also one made while another is waiting.
     pub async fn shutdown(&self) {
-        let tasks = {
+        {
             let mut st = lock(&self.inner.state);
             st.shutting_down = true;
-            std::mem::take(&mut st.tasks)
-        };
-        self.inner.stop.cancel();
-        for t in tasks {
-            if let Err(e) = t.await
-                && e.is_panic()
-            {
-                tracing::error!(error = %e, "a shared informer task panicked");
+            for entry in st.informers.values().filter(|e| !e.started) {
+                entry.managed.stop_unstarted();
             }
         }
+        self.inner.stop.cancel();
+        let mut running = self.inner.running.subscribe();
+        // The sender lives in the factory, which `self` holds.
+        let _ = running.wait_for(|n| *n == 0).await;
     }
 }
 

@@ -18,6 +18,7 @@ use k8s_openapi::Metadata;
 use tokio::sync::{Notify, watch};
 
 use crate::delta::{Delta, ReflectorStore};
+use crate::keys::ObjectKey;
 use crate::metrics::GaugeMetric;
 
 /// A function applied to every incoming object before it is queued (client-go's
@@ -370,6 +371,15 @@ where
     }
 
     fn replace(&self, objects: Vec<Arc<K>>, resource_version: String) {
+        self.replace_keeping(objects, Vec::new(), resource_version);
+    }
+
+    fn replace_keeping(
+        &self,
+        objects: Vec<Arc<K>>,
+        kept: Vec<ObjectKey>,
+        resource_version: String,
+    ) {
         let objects = if self.shared.transform.is_some() {
             objects
                 .into_iter()
@@ -382,6 +392,7 @@ where
             Delta::ReplacedAll {
                 objects,
                 resource_version,
+                kept,
             },
             PushKind::Replace,
         );

@@ -114,6 +114,9 @@ pub(crate) enum SyncState {
 struct PendingInitial {
     count: usize,
     closed: bool,
+    /// Closed while the informer had not synced yet, or with initial-list adds undelivered:
+    /// the handler never got the whole initial list, so it never counts as synced.
+    closed_unsynced: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -181,7 +184,10 @@ pub(crate) struct ListenerShared {
 impl ListenerShared {
     /// Informer synced and every initial-list add delivered to this handler.
     pub(crate) fn has_synced(&self) -> bool {
-        *self.upstream.borrow() == SyncState::Synced && self.pending_initial.borrow().count == 0
+        let pending = *self.pending_initial.borrow();
+        *self.upstream.borrow() == SyncState::Synced
+            && pending.count == 0
+            && !pending.closed_unsynced
     }
 
     /// Resolves to true once [`has_synced`](Self::has_synced) holds, or false if it never can
@@ -189,17 +195,36 @@ impl ListenerShared {
     /// or the informer stopped, before every initial-list add reached it).
     pub(crate) async fn synced(&self) -> bool {
         let mut upstream = self.upstream.clone();
-        match upstream.wait_for(|s| *s != SyncState::Pending).await {
-            Ok(state) if *state == SyncState::Synced => {}
-            _ => return false,
+        let mut pending = self.pending_initial.subscribe();
+        // The informer's sync and this handler's removal, whichever comes first.
+        loop {
+            if pending.borrow_and_update().closed_unsynced {
+                return false;
+            }
+            match *upstream.borrow_and_update() {
+                SyncState::Synced => break,
+                SyncState::Pending => {}
+                SyncState::Stopped | SyncState::Failed => return false,
+            }
+            tokio::select! {
+                changed = upstream.changed() => {
+                    if changed.is_err() {
+                        // The informer is gone: it can only have synced before.
+                        return *upstream.borrow() == SyncState::Synced
+                            && !pending.borrow().closed_unsynced
+                            && self.pending_initial.borrow().count == 0;
+                    }
+                }
+                // The sender lives in `self`: this never fails while `self` is borrowed.
+                _ = pending.changed() => {}
+            }
         }
         // Once the informer has synced, initial-list adds are only ever queued before a
         // registration is handed out, so the counter only goes down from here.
-        let mut pending = self.pending_initial.subscribe();
         pending
             .wait_for(|p| p.count == 0 || p.closed)
             .await
-            .is_ok_and(|p| p.count == 0)
+            .is_ok_and(|p| p.count == 0 && !p.closed_unsynced)
     }
 
     pub(crate) fn resync_period(&self) -> Duration {
@@ -384,8 +409,15 @@ impl<K: Send + Sync + 'static> Listener<K> {
         buf.stopped = true;
         buf.items.clear();
         drop(buf);
-        // The initial adds still queued will never be delivered: wake whoever waits.
-        self.shared.pending_initial.send_modify(|p| p.closed = true);
+        // The initial adds still queued will never be delivered: wake whoever waits. Closed
+        // before the informer synced, the handler never gets the initial list at all.
+        let synced = *self.shared.upstream.borrow() == SyncState::Synced;
+        self.shared.pending_initial.send_modify(|p| {
+            p.closed = true;
+            if !synced || p.count > 0 {
+                p.closed_unsynced = true;
+            }
+        });
     }
 
     /// Closes and waits for the notification being delivered, if any.
@@ -669,6 +701,59 @@ mod tests {
         assert!(l.shared.synced().await);
         assert!(l.shared.has_synced());
         l.stop().await;
+    }
+
+    /// A handler removed before its informer synced never got the initial list: it must not
+    /// count as synced once the informer syncs.
+    #[tokio::test]
+    async fn handler_removed_before_the_informer_synced_is_never_synced() {
+        let p = Processor::<u32>::new();
+        let (up, up_rx) = upstream(false);
+        let l = Listener::new(
+            EventHandlerFns::new(),
+            Delivery::Runtime,
+            Duration::ZERO,
+            Duration::ZERO,
+            Instant::now(),
+            up_rx,
+            Arc::default(),
+        );
+        p.add_listener(l.clone());
+        p.run(Handle::current());
+        let shared = l.shared.clone();
+        let waiter = tokio::spawn(async move { shared.synced().await });
+        tokio::task::yield_now().await;
+        assert!(p.remove_listener(l.shared.id));
+        // The informer syncs after the removal; the removed handler got nothing of its list.
+        up.send_replace(SyncState::Synced);
+        assert!(!waiter.await.unwrap(), "synced() must answer false");
+        assert!(!l.shared.has_synced());
+        assert!(!l.shared.synced().await);
+    }
+
+    /// A handler removed after its informer synced and its initial list was delivered stays
+    /// synced.
+    #[tokio::test]
+    async fn handler_removed_after_it_synced_stays_synced() {
+        let p = Processor::<u32>::new();
+        let (up, up_rx) = upstream(false);
+        let l = Listener::new(
+            EventHandlerFns::new(),
+            Delivery::Runtime,
+            Duration::ZERO,
+            Duration::ZERO,
+            Instant::now(),
+            up_rx,
+            Arc::default(),
+        );
+        p.add_listener(l.clone());
+        p.run(Handle::current());
+        p.distribute(&add(1, true), false);
+        up.send_replace(SyncState::Synced);
+        assert!(l.shared.synced().await);
+        assert!(p.remove_listener(l.shared.id));
+        assert!(l.shared.has_synced());
+        assert!(l.shared.synced().await);
     }
 
     #[tokio::test]

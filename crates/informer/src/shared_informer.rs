@@ -82,7 +82,8 @@ pub struct SharedInformerOptions<K> {
     pub indexers: Vec<(String, IndexFn<K>)>,
     /// Applied to every object before it is cached (e.g. to drop `managedFields`). The
     /// reflector applies it as soon as an object is decoded, so the initial list is never
-    /// accumulated untransformed; each object is transformed exactly once.
+    /// accumulated untransformed; each object is transformed exactly once. What happens to an
+    /// object it panics on: see [`SharedInformer::set_transform`].
     pub transform: Option<Transform<K>>,
     /// Name in logs; empty: the resource's kind.
     pub name: String,
@@ -512,9 +513,18 @@ where
     /// Sets the function applied to every object before it is cached (by the reflector, as
     /// soon as the object is decoded). Fails once started. If it panics on an object, the
     /// panic is caught, logged and counted ([`handler_panics`](Self::handler_panics)) and
-    /// the object is skipped: a listed or added object is not cached, a modification is not
-    /// applied (the cache keeps the previous state), and a deletion applies with the object
-    /// as the server sent it.
+    /// the object is skipped:
+    ///
+    /// * an ADDED object is not cached and no handler is told; if it is then deleted before
+    ///   any later event of it was admitted, that deletion reaches no handler either;
+    /// * a modification is not applied: the cache keeps the previous state;
+    /// * in a relist (a list, or a streaming list's initial events), the object still exists:
+    ///   the cache keeps what it holds for it (nothing if it was never cached) and no
+    ///   deletion is inferred for it;
+    /// * a deletion applies with the object as the server sent it.
+    ///
+    /// A deletion of an object the cache does not hold for any other reason still reaches
+    /// the handlers, as in client-go.
     pub fn set_transform(&self, transform: Transform<K>) -> Result<(), InformerError> {
         let mut st = lock(&self.inner.state);
         if st.started {
@@ -608,9 +618,25 @@ where
 
     /// Whether the informer ran and has stopped (no handler can be added any more): it was
     /// cancelled, its [`run`](Self::run) future was dropped, or a [`failure`](Self::failure)
-    /// stopped it.
+    /// stopped it. Also true for an informer of a [factory](crate::SharedInformerFactory)
+    /// that shut down before starting it: it never runs.
     pub fn is_stopped(&self) -> bool {
         lock(&self.inner.state).stopped
+    }
+
+    /// Stops an informer that never started (its factory shut down first): it will never
+    /// run, sync waiters get false, and handlers are refused. Does nothing once started.
+    pub(crate) fn stop_unstarted(&self) {
+        {
+            let mut st = lock(&self.inner.state);
+            if st.started || st.stopped {
+                return;
+            }
+            // Under the same lock as the check: a concurrent `run` then does not start.
+            st.stopped = true;
+        }
+        self.inner.mark_stopped(None);
+        self.inner.processor.close_all();
     }
 
     /// Spawns [`run`](Self::run) on the current tokio runtime. The informer counts as
@@ -651,6 +677,13 @@ where
     fn prepare(&self) -> Option<(Fifo<K>, Reflector<K>)> {
         let inner = &*self.inner;
         let mut st = lock(&inner.state);
+        if st.stopped && !st.started {
+            tracing::warn!(
+                informer = %inner.name,
+                "the shared informer was stopped before it started (its factory shut down); it does not run"
+            );
+            return None;
+        }
         if st.started {
             tracing::warn!(
                 informer = %inner.name,

@@ -16,12 +16,15 @@
 //! An index function that panics on an object does not unwind through the store: the panic
 //! is caught, logged (error level, with the object's key and the index's name) and counted,
 //! and the object is held with no value in that index (it is still cached, and indexed by
-//! the other indexes). Every index stays consistent with the items: a deterministic index
-//! function that panicked on an object panics again when the object is updated or removed,
-//! which again yields no values to remove.
+//! the other indexes). Every index stays consistent with the items: an update or removal
+//! recomputes the old values to remove them, and when the index function now panics on the
+//! old state (one that is not deterministic), the key is looked for under every value of the
+//! index and removed. Panics are counted once per index and write (an update that panics on
+//! both the old and the new state counts once).
 
 use kctrl_client::ObjectMetaAccess;
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use k8s_openapi::Metadata;
@@ -99,20 +102,27 @@ fn index_values<K: Metadata<Ty: ObjectMetaAccess>>(
     index_fn: &IndexFn<K>,
     obj: &K,
 ) -> Vec<String> {
-    match contain(panics, || index_fn(obj)) {
-        Ok(values) => values,
-        Err(panic) => {
-            let meta = obj.metadata();
-            tracing::error!(
-                index = name,
-                namespace = meta.namespace().unwrap_or_default(),
-                name = meta.name().unwrap_or_default(),
-                %panic,
-                "an index function panicked; the object is cached without a value in this index"
-            );
-            Vec::new()
-        }
-    }
+    try_index_values(index_fn, obj).unwrap_or_else(|panic| {
+        panics.fetch_add(1, Ordering::Relaxed);
+        log_index_panic(name, obj, &panic);
+        Vec::new()
+    })
+}
+
+/// `index_fn(obj)`, or the message of its panic (neither counted nor logged).
+fn try_index_values<K>(index_fn: &IndexFn<K>, obj: &K) -> Result<Vec<String>, String> {
+    contain(&AtomicU64::new(0), || index_fn(obj))
+}
+
+fn log_index_panic<K: Metadata<Ty: ObjectMetaAccess>>(name: &str, obj: &K, panic: &str) {
+    let meta = obj.metadata();
+    tracing::error!(
+        index = name,
+        namespace = meta.namespace().unwrap_or_default(),
+        name = meta.name().unwrap_or_default(),
+        %panic,
+        "an index function panicked; the object is cached without a value in this index"
+    );
 }
 
 /// A thread-safe indexed cache of objects. Cheap to clone; clones share the cache.
@@ -152,20 +162,50 @@ where
     K: Metadata<Ty: ObjectMetaAccess>,
 {
     /// Moves `key` from the index values of `old` to those of `new`, for every index.
+    ///
+    /// The old values are computed again from `old`. If the index function panics on it now
+    /// (it did not when `old` was indexed: a function that is not deterministic), `key` is
+    /// removed from every value of the index instead, so no stale entry stays. A panic is
+    /// counted once per index and change, whether on the old state, the new, or both.
     fn update_indices(&mut self, key: &Key, old: Option<&K>, new: Option<&K>) {
         for (name, index_fn) in &self.indexers {
-            let values = |o: &K| index_values(&self.panics, name, index_fn, o);
-            let old_values = old.map(values).unwrap_or_default();
-            let new_values = new.map(values).unwrap_or_default();
+            let old_values = old.map(|o| try_index_values(index_fn, o));
+            let new_values = new.map(|o| try_index_values(index_fn, o));
+            let panic = match (&old_values, &new_values) {
+                (_, Some(Err(panic))) => new.map(|o| (o, panic)),
+                (Some(Err(panic)), _) => old.map(|o| (o, panic)),
+                _ => None,
+            };
+            if let Some((obj, panic)) = panic {
+                self.panics.fetch_add(1, Ordering::Relaxed);
+                log_index_panic(name, obj, panic);
+            }
+            let old_values = old_values.map(|v| v.map_err(|_| ()));
+            let new_values = match new_values {
+                Some(Ok(values)) => values,
+                Some(Err(_)) | None => Vec::new(),
+            };
             // Fast path: one value, unchanged (the common case, e.g. the namespace).
-            if old_values.len() == 1 && new_values.len() == 1 && old_values[0] == new_values[0] {
+            if let Some(Ok(old_values)) = &old_values
+                && old_values.len() == 1
+                && new_values.len() == 1
+                && old_values[0] == new_values[0]
+            {
                 continue;
             }
             // Every indexer has its index (built when the indexer was added).
             let Some(index) = self.indices.get_mut(name) else {
                 continue;
             };
-            remove_from_index(index, key, old_values);
+            match old_values {
+                Some(Ok(values)) => remove_from_index(index, key, values),
+                // The old values are unknown: look for the key everywhere.
+                Some(Err(())) => index.retain(|_, keys| {
+                    keys.remove(key);
+                    !keys.is_empty()
+                }),
+                None => {}
+            }
             for value in new_values {
                 index.entry(value).or_default().insert(key.clone());
             }
@@ -644,14 +684,27 @@ where
     }
 
     fn replace(&self, objects: Vec<Arc<K>>, resource_version: String) {
-        let objects = match self.read().transform.clone() {
+        self.replace_keeping(objects, Vec::new(), resource_version);
+    }
+
+    fn replace_keeping(
+        &self,
+        objects: Vec<Arc<K>>,
+        kept: Vec<ObjectKey>,
+        resource_version: String,
+    ) {
+        let mut objects: Vec<Arc<K>> = match self.read().transform.clone() {
             Some(t) => objects
                 .into_iter()
                 .map(|o| Arc::new(t(Arc::unwrap_or_clone(o))))
                 .collect(),
             None => objects,
         };
-        Store::replace(self, objects, resource_version);
+        // Listed but not admitted: what the store holds for them stays.
+        self.transaction(|txn| {
+            objects.extend(kept.iter().filter_map(|k| txn.get(k).cloned()));
+            txn.replace(objects, resource_version);
+        });
     }
 
     fn resync(&self) {}

@@ -41,6 +41,7 @@ fn describe(d: &Delta<ConfigMap>) -> String {
         Delta::ReplacedAll {
             objects,
             resource_version,
+            ..
         } => {
             let objs: Vec<_> = objects.iter().map(|o| one(o)).collect();
             format!("RA@{resource_version}[{}]", objs.join(","))
@@ -578,6 +579,7 @@ async fn fifo_feeds_store_through_transactions() {
                         Delta::ReplacedAll {
                             objects,
                             resource_version,
+                            ..
                         } => {
                             let diff = txn.replace(objects, resource_version);
                             for (key, _) in diff.deleted {

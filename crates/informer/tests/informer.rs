@@ -1721,6 +1721,95 @@ async fn transform_panic_skips_the_object() {
     running.stop().await;
 }
 
+fn exploding_transform() -> Transform<Pod> {
+    Arc::new(|p: Pod| {
+        let labels = p.metadata.labels.as_ref();
+        assert!(
+            !labels.is_some_and(|l| l.contains_key("explode")),
+            "explode"
+        );
+        p
+    })
+}
+
+/// A relist whose transform panics on a listed object keeps the cached object (it still
+/// exists): no handler is told it was deleted.
+#[tokio::test(start_paused = true)]
+async fn transform_panic_during_a_relist_keeps_the_cached_object() {
+    let source = Source::default();
+    source.add(pod("p"));
+    let informer = informer(&source, Duration::ZERO);
+    informer.set_transform(exploding_transform()).unwrap();
+    let listener = TestListener::new();
+    informer.add_event_handler(listener.clone()).unwrap();
+    let running = Running::start(&informer);
+    synced(&informer).await;
+    listener.expect("initial", &["p"]).await;
+
+    // The modification is skipped: the cache keeps the first state.
+    source.modify(labelled("p", &[("explode", "")]));
+    settle().await;
+    // A relist (the watch history is gone) lists the modified state, which the transform
+    // panics on again.
+    source.modify_drop_watch(labelled("p", &[("explode", ""), ("again", "")]));
+    source.reset_watch();
+    until("relisted", || source.lists() >= 2).await;
+    settle().await;
+    assert_eq!(sorted_names(informer.store().list()), ["p"]);
+    assert!(
+        !listener.events().contains(&"delete:p".to_owned()),
+        "events: {:?}",
+        listener.events()
+    );
+
+    assert!(!informer.is_stopped());
+    running.stop().await;
+}
+
+/// An object whose ADDED the transform panicked on (so no handler heard of it) and which is
+/// then deleted reaches no handler at all.
+#[tokio::test(start_paused = true)]
+async fn deletion_of_an_object_whose_addition_was_skipped_reaches_no_handler() {
+    let source = Source::default();
+    source.add(pod("p"));
+    let informer = informer(&source, Duration::ZERO);
+    informer.set_transform(exploding_transform()).unwrap();
+    let listener = TestListener::new();
+    informer.add_event_handler(listener.clone()).unwrap();
+    let running = Running::start(&informer);
+    synced(&informer).await;
+    listener.expect("initial", &["p"]).await;
+
+    source.add(labelled("q", &[("explode", "")]));
+    source.delete(labelled("q", &[("explode", "")]));
+    source.add(pod("r"));
+    listener
+        .wait_until("r", |l| l.events().contains(&"add:r".to_owned()))
+        .await;
+    settle().await;
+    assert_eq!(listener.events(), ["add:p", "add:r"]);
+    assert_eq!(sorted_names(informer.store().list()), ["p", "r"]);
+    assert!(!informer.is_stopped());
+    running.stop().await;
+}
+
+/// A deletion of an object the informer never cached (and whose addition was not skipped)
+/// still reaches the handlers, as client-go delivers it.
+#[tokio::test(start_paused = true)]
+async fn deletion_of_an_unknown_object_still_reaches_handlers() {
+    let source = Source::default();
+    let informer = informer(&source, Duration::ZERO);
+    let listener = TestListener::new();
+    informer.add_event_handler(listener.clone()).unwrap();
+    let running = Running::start(&informer);
+    synced(&informer).await;
+    source.delete(pod("ghost"));
+    listener
+        .wait_until("delete", |l| l.events() == ["delete:ghost"])
+        .await;
+    running.stop().await;
+}
+
 /// A watch error handler that panics does not stop the reflector: it retries.
 #[tokio::test(start_paused = true)]
 async fn watch_error_handler_panic_does_not_stop_the_informer() {

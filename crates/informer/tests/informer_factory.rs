@@ -325,3 +325,142 @@ async fn factory_reports_a_failed_informer() {
     assert!(config_maps.has_synced() && !config_maps.is_stopped());
     factory.shutdown().await;
 }
+
+/// A handler whose `on_add` tells `entered` it was called, then blocks until `gate` says go
+/// (or is dropped).
+fn blocking_handler(
+    entered: tokio::sync::mpsc::UnboundedSender<()>,
+    gate: std::sync::mpsc::Receiver<()>,
+) -> EventHandlerFns<ConfigMap> {
+    let gate = Mutex::new(gate);
+    EventHandlerFns::new().on_add(move |_, _| {
+        let _ = entered.send(());
+        let _ = gate.lock().unwrap_or_else(|p| p.into_inner()).recv();
+    })
+}
+
+async fn config_map(fake: &FakeApi, name: &str) {
+    let api: Api<ConfigMap> = Api::namespaced(fake.client(), "ns");
+    api.create(
+        &PostParams::default(),
+        &ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+}
+
+/// A failure is reported as soon as the informer stops on it, even while one of its
+/// handlers is stuck in a delivery (the informer's task only ends once that returns).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_is_reported_while_a_handler_is_blocked() {
+    let fake = FakeApi::new();
+    config_map(&fake, "one").await;
+    let factory = SharedInformerFactory::builder(fake.client(), Duration::ZERO)
+        .reflector_options(no_watch_list())
+        .build();
+    let informer = factory.informer::<ConfigMap>();
+    let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
+    let (gate, gate_rx) = std::sync::mpsc::channel();
+    informer
+        .add_event_handler(blocking_handler(entered_tx, gate_rx))
+        .unwrap();
+    factory.start_until_shutdown();
+    tokio::time::timeout(Duration::from_secs(60), entered.recv())
+        .await
+        .expect("the handler is called");
+    // The handler is blocked now; the relist finds the list handler panicking.
+    fake.prepend_reactor("list", "configmaps", |_| panic!("the list exploded"));
+    fake.prepend_reactor("watch", "configmaps", |_| panic!("the watch exploded"));
+    fake.close_watches();
+    let failure = tokio::time::timeout(Duration::from_secs(60), factory.failed())
+        .await
+        .expect("the failure is reported while the handler is still blocked");
+    assert!(failure.panic.contains("exploded"), "{failure}");
+    gate.send(()).unwrap();
+    drop(gate);
+    factory.shutdown().await;
+}
+
+/// A second `shutdown` made while the first waits for the informers waits as well.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_concurrent_shutdown_waits_for_the_informers_too() {
+    let fake = FakeApi::new();
+    config_map(&fake, "one").await;
+    let factory = SharedInformerFactory::builder(fake.client(), Duration::ZERO)
+        .reflector_options(no_watch_list())
+        .build();
+    let informer = factory.informer::<ConfigMap>();
+    let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
+    let (gate, gate_rx) = std::sync::mpsc::channel();
+    informer
+        .add_event_handler(blocking_handler(entered_tx, gate_rx))
+        .unwrap();
+    factory.start_until_shutdown();
+    tokio::time::timeout(Duration::from_secs(60), entered.recv())
+        .await
+        .expect("the handler is called");
+    let first = tokio::spawn({
+        let factory = factory.clone();
+        async move { factory.shutdown().await }
+    });
+    // The informer has stopped; its task waits for the blocked delivery.
+    tokio::time::timeout(Duration::from_secs(60), informer.stopped())
+        .await
+        .expect("the informer stops");
+    let second = factory.shutdown();
+    tokio::pin!(second);
+    assert!(
+        futures::poll!(second.as_mut()).is_pending(),
+        "a second shutdown returned while a delivery was in flight"
+    );
+    gate.send(()).unwrap();
+    drop(gate);
+    second.await;
+    first.await.unwrap();
+}
+
+/// Informers never started before the factory shut down are stopped: they never sync,
+/// refuse handlers, and so do informers first asked for afterwards.
+#[tokio::test(start_paused = true)]
+async fn informers_not_started_before_shutdown_are_stopped() {
+    let fake = FakeApi::new();
+    let factory = SharedInformerFactory::builder(fake.client(), Duration::ZERO)
+        .reflector_options(no_watch_list())
+        .build();
+    let pods = factory.informer::<Pod>();
+    let registration = pods.add_event_handler(EventHandlerFns::new()).unwrap();
+    tokio::time::timeout(Duration::from_secs(60), factory.shutdown())
+        .await
+        .expect("shutdown returns");
+    assert!(pods.is_stopped());
+    let synced = tokio::time::timeout(
+        Duration::from_secs(60),
+        kctrl_informer::wait_for_cache_sync("test", &CancellationToken::new(), &[&registration]),
+    )
+    .await
+    .expect("the wait ends");
+    assert!(!synced);
+    assert!(pods.add_event_handler(EventHandlerFns::new()).is_err());
+
+    let config_maps = factory.informer::<ConfigMap>();
+    assert!(config_maps.is_stopped());
+    assert!(
+        config_maps
+            .add_event_handler(EventHandlerFns::new())
+            .is_err()
+    );
+    factory.start_until_shutdown();
+    let synced = tokio::time::timeout(
+        Duration::from_secs(60),
+        kctrl_informer::wait_for_cache_sync("test", &CancellationToken::new(), &[&config_maps]),
+    )
+    .await
+    .expect("the wait ends");
+    assert!(!synced);
+}

@@ -582,3 +582,68 @@ async fn initial_events_end_bookmark_ticker() {
     h.stop_after(&fw, task).await.unwrap();
     assert_eq!(logs.waiting().len(), 4);
 }
+
+/// A streaming list whose transform panics on an object keeps what the store held for it:
+/// the object still exists, so it is not dropped from the cache as if deleted.
+#[tokio::test(start_paused = true)]
+async fn watch_list_keeps_the_cached_object_the_transform_panicked_on() {
+    let (tx, mut watchers) = mpsc::unbounded_channel();
+    let lw = ScriptedLw::new(
+        |_| Err(Error::InvalidRequest("not implemented".into())),
+        move |_| -> WatchResult {
+            let (fw, stream) = fake_watch();
+            let _ = tx.send(fw);
+            Ok(stream)
+        },
+    );
+    let store = kctrl_informer::Store::<Pod>::new();
+    store.insert(Arc::new(pod("p1", "1")));
+    let explode: kctrl_informer::Transform<Pod> = Arc::new(|p: Pod| {
+        assert!(
+            !p.metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key("explode")),
+            "explode"
+        );
+        p
+    });
+    let reflector = Reflector::with_transform(
+        lw.clone(),
+        Arc::new(store.clone()),
+        options(true),
+        Some(explode),
+    );
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn({
+        let (r, cancel) = (reflector.clone(), cancel.clone());
+        async move { r.list_and_watch(&cancel).await }
+    });
+    let fw = watchers.recv().await.expect("a watch");
+    let mut p1 = pod("p1", "2");
+    p1.metadata.labels = Some([("explode".to_owned(), String::new())].into());
+    fw.add(p1);
+    fw.add(pod("p2", "3"));
+    fw.send(end_bookmark("3", "true"));
+    fw.drained().await;
+    cancel.cancel();
+    task.await.unwrap().unwrap();
+    let mut cached: Vec<_> = store
+        .list()
+        .iter()
+        .map(|p| {
+            (
+                p.metadata.name.clone().unwrap_or_default(),
+                p.metadata.resource_version.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    cached.sort();
+    assert_eq!(
+        cached,
+        [
+            ("p1".to_owned(), "1".to_owned()),
+            ("p2".to_owned(), "3".to_owned())
+        ]
+    );
+}

@@ -557,3 +557,32 @@ fn lister_by_namespace() {
     // An empty namespace lists every namespace.
     assert_eq!(lister.namespaced("").list(&web).len(), 2);
 }
+
+/// An index function that stops working (it panics on an object it indexed before) leaves
+/// no stale entry behind: the key is removed from the value it was indexed under. A change
+/// it panics on counts as one panic, not one per state it looked at.
+#[test]
+fn index_function_that_starts_panicking_leaves_no_stale_entry() {
+    let broken = Arc::new(AtomicBool::new(false));
+    let flag = broken.clone();
+    let by_val: IndexFn<ConfigMap> = Arc::new(move |o: &ConfigMap| {
+        assert!(!flag.load(Ordering::SeqCst), "the index is broken");
+        vec![val_of(o).to_owned()]
+    });
+    let store = Store::with_indexers([("by_val".to_owned(), by_val)]);
+    store.insert(Arc::new(mk("a", "x")));
+    assert_eq!(store.index_keys("by_val", "x").unwrap(), ["a"]);
+    broken.store(true, Ordering::SeqCst);
+    store.insert(Arc::new(mk("a", "y")));
+    assert!(
+        store.index_keys("by_val", "x").unwrap().is_empty(),
+        "stale entry: {:?}",
+        store.index_keys("by_val", "x")
+    );
+    assert!(store.index_keys("by_val", "y").unwrap().is_empty());
+    assert_eq!(store.index_panics(), 1, "one change, one panic");
+    // Deleting it panics on the old state once more: one more panic, nothing left over.
+    store.remove("a");
+    assert_eq!(store.index_panics(), 2);
+    assert!(store.list_index_func_values("by_val").unwrap().is_empty());
+}

@@ -473,11 +473,15 @@ impl<K: Object> Controller<K> {
     /// after the abort, they are left running, detached, and this returns
     /// [`RunError::ReconcilesStuck`] without waiting for them; the process should then exit.
     ///
-    /// The informers are the factory's, shared with its other controllers: they keep running
-    /// until the factory's [`shutdown`](SharedInformerFactory::shutdown), which stops them and
-    /// waits for them (call it once the controllers have returned). If one of them fails
-    /// (stops on a panic it could not contain), the controller stops the same way and returns
-    /// [`RunError::InformerFailed`].
+    /// The informers are the factory's, shared with its other controllers: those this starts
+    /// keep running until the factory's [`shutdown`](SharedInformerFactory::shutdown), which
+    /// stops them and waits for them (call it once the controllers have returned). Informers
+    /// someone else already started with [`SharedInformerFactory::start`] run under that
+    /// caller's token: cancelling it stops them sooner (the controller's caches then stop
+    /// following the server). If one of them fails (stops on a panic it could not contain),
+    /// before or after the caches synced, the controller stops the same way and returns
+    /// [`RunError::InformerFailed`]. On a factory that has shut down, this returns an error
+    /// ([`RunError::Informer`] or [`RunError::CachesNotSynced`]) rather than waiting.
     ///
     /// The workers belong to this future: dropping it (e.g. a `select!` whose other branch
     /// won) stops them too, with the reconciles they were running, and shuts the queue down
@@ -545,6 +549,14 @@ impl<K: Object> Controller<K> {
         let synced: Vec<&dyn HasSynced> =
             registrations.iter().map(|r| r as &dyn HasSynced).collect();
         if !wait_for_cache_sync(&self.name, &cancel, &synced).await {
+            // An informer that failed before it synced ends the wait too: say so.
+            if let Some(source) = self.factory.failure() {
+                error!(controller = %self.name, failure = %source, "an informer failed before the caches synced");
+                return Err(RunError::InformerFailed {
+                    controller: self.name.clone(),
+                    source,
+                });
+            }
             return Err(RunError::CachesNotSynced {
                 controller: self.name.clone(),
             });

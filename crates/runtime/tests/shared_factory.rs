@@ -148,3 +148,46 @@ async fn a_failed_informer_stops_the_controller() {
     );
     factory.shutdown().await;
 }
+
+/// An informer that fails before it synced stops the controller with `InformerFailed`,
+/// not as if it had merely been cancelled before the caches synced.
+#[tokio::test(start_paused = true)]
+async fn an_informer_failing_before_it_synced_is_reported_as_failed() {
+    let fake = FakeApi::new();
+    fake.prepend_reactor("list", "configmaps", |_| panic!("the first list exploded"));
+    fake.prepend_reactor("watch", "configmaps", |_| panic!("the watch exploded"));
+    let factory = SharedInformerFactory::new(fake.client(), Duration::ZERO);
+    let controller = Controller::<ConfigMap>::new(&factory);
+    let (task, _seen) = run(controller, &CancellationToken::new());
+    let result = tokio::time::timeout(Duration::from_secs(600), task)
+        .await
+        .expect("the controller stops")
+        .unwrap();
+    assert!(
+        matches!(&result, Err(RunError::InformerFailed { source, .. }) if source.panic.contains("exploded")),
+        "{result:?}"
+    );
+    factory.shutdown().await;
+}
+
+/// A controller run on a factory that has shut down returns an error instead of waiting
+/// for caches that never fill.
+#[tokio::test(start_paused = true)]
+async fn a_controller_on_a_shut_down_factory_returns_an_error() {
+    let fake = FakeApi::new();
+    let factory = SharedInformerFactory::new(fake.client(), Duration::ZERO);
+    // Set up before the shutdown, run after it.
+    let before = Controller::<ConfigMap>::new(&factory);
+    factory.shutdown().await;
+    let after = Controller::<Deployment>::new(&factory);
+    for (what, task) in [
+        ("set up before", run(before, &CancellationToken::new()).0),
+        ("set up after", run(after, &CancellationToken::new()).0),
+    ] {
+        let result = tokio::time::timeout(Duration::from_secs(600), task)
+            .await
+            .unwrap_or_else(|_| panic!("the controller {what} the shutdown returns"))
+            .unwrap();
+        assert!(result.is_err(), "{what}: {result:?}");
+    }
+}

@@ -39,7 +39,7 @@ mod errors;
 mod pager;
 
 use kctrl_client::ObjectMetaAccess;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
 use std::pin::{Pin, pin};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -222,6 +222,10 @@ struct RvState {
     last_sync: String,
     /// The last list or streaming list found `last_sync` gone or too new: read consistently.
     unavailable: bool,
+    /// Keys whose ADDED event the transform panicked on (never given to the store) and
+    /// that no later event admitted: their DELETED is not passed on, as nothing of them was
+    /// ever cached or told to a handler.
+    skipped_adds: HashSet<ObjectKey>,
     /// The first list (at "0") came back in pages: the watch cache is off, keep paging.
     paginated_result: bool,
 }
@@ -367,9 +371,15 @@ where
 
     /// Turns a freshly decoded object into what the store receives: transformed (if a
     /// transform is set), re-packed without spare capacity (unless the options say not to),
-    /// and moved into its final `Arc`. `None` if the transform panicked on it: the panic was
-    /// caught, logged and counted, and the object is skipped.
-    fn admit(&self, obj: K) -> Option<Arc<K>> {
+    /// and moved into its final `Arc`. `Err` with the object's key if the transform panicked
+    /// on it: the panic was caught, logged and counted, and the object is skipped.
+    fn admit(&self, obj: K) -> Result<Arc<K>, ObjectKey> {
+        self.admit_as(obj, false)
+    }
+
+    /// [`admit`](Self::admit); `deleting` says the object is a deleted one's final state,
+    /// which is applied untransformed when the transform panics.
+    fn admit_as(&self, obj: K, deleting: bool) -> Result<Arc<K>, ObjectKey> {
         let obj = match &self.transform {
             Some(t) => {
                 // Taken before the object moves into the transform, to say which one failed.
@@ -382,16 +392,26 @@ where
                 };
                 match contain(&self.panics, || t(obj)) {
                     Ok(obj) => obj,
+                    Err(panic) if deleting => {
+                        log!(error, self, %namespace, %name, %panic,
+                            "the transform panicked on a deleted object; the deletion is applied with the object as the server sent it");
+                        return Err(String::new());
+                    }
                     Err(panic) => {
                         log!(error, self, %namespace, %name, %panic,
                             "the transform panicked; the object is skipped (not cached, no handler told)");
-                        return None;
+                        let key = if namespace.is_empty() {
+                            name
+                        } else {
+                            format!("{namespace}/{name}")
+                        };
+                        return Err(key);
                     }
                 }
             }
             None => obj,
         };
-        Some(self.pack(obj))
+        Ok(self.pack(obj))
     }
 
     /// Re-packs (see [`admit`](Self::admit)) and moves into an `Arc`.
@@ -411,7 +431,8 @@ where
             return self.pack(obj);
         }
         let untransformed = obj.clone();
-        self.admit(obj).unwrap_or_else(|| self.pack(untransformed))
+        self.admit_as(obj, true)
+            .unwrap_or_else(|_| self.pack(untransformed))
     }
 
     fn set_last_sync(&self, rv: String) {
@@ -525,8 +546,12 @@ where
             st.unavailable = false;
         }
         log!(debug, self, items = listed.items.len(), resource_version = %listed.resource_version, "listed");
-        self.store
-            .replace(listed.items, listed.resource_version.clone());
+        self.state().skipped_adds.clear();
+        self.store.replace_keeping(
+            listed.items,
+            listed.skipped,
+            listed.resource_version.clone(),
+        );
         self.set_last_sync(listed.resource_version);
         Ok(true)
     }
@@ -565,11 +590,12 @@ where
                 }
             };
             let mut initial = BTreeMap::new();
+            let mut skipped = BTreeSet::new();
             let mut resource_version = String::new();
             let end = self
                 .handle_watch(
                     &mut stream,
-                    &mut Sink::Initial(&mut initial),
+                    &mut Sink::Initial(&mut initial, &mut skipped),
                     start,
                     true,
                     |rv, past_added| {
@@ -586,8 +612,12 @@ where
                 WatchEnd::InitialEventsEnd => {
                     log!(debug, self, items = initial.len(), %resource_version, "streamed the initial events");
                     self.set_unavailable(false);
-                    self.store
-                        .replace(initial.into_values().collect(), resource_version.clone());
+                    self.state().skipped_adds.clear();
+                    self.store.replace_keeping(
+                        initial.into_values().collect(),
+                        skipped.into_iter().collect(),
+                        resource_version.clone(),
+                    );
                     self.set_last_sync(resource_version);
                     return Ok(Some(stream));
                 }
@@ -792,23 +822,25 @@ where
             let rv = match event {
                 WatchEvent::Added(obj) => {
                     let rv = resource_version_of(&obj);
-                    if let Some(obj) = self.admit(obj) {
-                        sink.add(obj);
+                    match self.admit(obj) {
+                        Ok(obj) => sink.add(self, obj),
+                        Err(key) => sink.skipped_add(self, key),
                     }
                     rv
                 }
                 WatchEvent::Modified(obj) => {
                     past_added = true;
                     let rv = resource_version_of(&obj);
-                    if let Some(obj) = self.admit(obj) {
-                        sink.update(obj);
+                    // Skipped, the cache keeps the previous state.
+                    if let Ok(obj) = self.admit(obj) {
+                        sink.update(self, obj);
                     }
                     rv
                 }
                 WatchEvent::Deleted(obj) => {
                     past_added = true;
                     let rv = resource_version_of(&obj);
-                    sink.delete(self.admit_deleted(obj));
+                    sink.delete(self, self.admit_deleted(obj));
                     rv
                 }
                 WatchEvent::Bookmark(bookmark) if bookmark.resource_version.is_empty() => {
@@ -873,35 +905,78 @@ impl fmt::Display for WatchEnd {
 
 /// Where watch events go: the reflector's store, or the initial state a streaming list is
 /// collecting (keyed, so updates and deletes during the stream apply).
+///
+/// The initial state also collects the keys whose events the transform panicked on and that
+/// no later event admitted: the store keeps what it holds for them.
 enum Sink<'a, K> {
     Store(&'a dyn ReflectorStore<K>),
-    Initial(&'a mut BTreeMap<ObjectKey, Arc<K>>),
+    Initial(
+        &'a mut BTreeMap<ObjectKey, Arc<K>>,
+        &'a mut BTreeSet<ObjectKey>,
+    ),
 }
 
-impl<K: Metadata<Ty: ObjectMetaAccess> + 'static> Sink<'_, K> {
-    fn add(&mut self, obj: Arc<K>) {
+impl<K> Sink<'_, K>
+where
+    K: ListableResource + Metadata<Ty: ObjectMetaAccess> + Clone + Send + Sync + 'static,
+{
+    fn add(&mut self, reflector: &Inner<K>, obj: Arc<K>) {
         match self {
-            Sink::Store(s) => s.add(obj),
-            Sink::Initial(m) => {
-                m.insert(key_of(obj.as_ref()), obj);
+            Sink::Store(s) => {
+                reflector.state().skipped_adds.remove(&key_of(obj.as_ref()));
+                s.add(obj);
+            }
+            Sink::Initial(m, skipped) => {
+                let key = key_of(obj.as_ref());
+                skipped.remove(&key);
+                m.insert(key, obj);
             }
         }
     }
 
-    fn update(&mut self, obj: Arc<K>) {
+    /// An ADDED the transform panicked on (nothing was given to the store).
+    fn skipped_add(&mut self, reflector: &Inner<K>, key: ObjectKey) {
         match self {
-            Sink::Store(s) => s.update(obj),
-            Sink::Initial(m) => {
-                m.insert(key_of(obj.as_ref()), obj);
+            Sink::Store(_) => {
+                reflector.state().skipped_adds.insert(key);
+            }
+            Sink::Initial(m, skipped) => {
+                if !m.contains_key(&key) {
+                    skipped.insert(key);
+                }
             }
         }
     }
 
-    fn delete(&mut self, obj: Arc<K>) {
+    fn update(&mut self, reflector: &Inner<K>, obj: Arc<K>) {
         match self {
-            Sink::Store(s) => s.delete(obj),
-            Sink::Initial(m) => {
-                m.remove(&key_of(obj.as_ref()));
+            Sink::Store(s) => {
+                reflector.state().skipped_adds.remove(&key_of(obj.as_ref()));
+                s.update(obj);
+            }
+            Sink::Initial(m, skipped) => {
+                let key = key_of(obj.as_ref());
+                skipped.remove(&key);
+                m.insert(key, obj);
+            }
+        }
+    }
+
+    fn delete(&mut self, reflector: &Inner<K>, obj: Arc<K>) {
+        match self {
+            Sink::Store(s) => {
+                let key = key_of(obj.as_ref());
+                if reflector.state().skipped_adds.remove(&key) {
+                    log!(debug, reflector, key = %key,
+                        "deletion of an object whose addition was skipped; no handler told");
+                    return;
+                }
+                s.delete(obj);
+            }
+            Sink::Initial(m, skipped) => {
+                let key = key_of(obj.as_ref());
+                skipped.remove(&key);
+                m.remove(&key);
             }
         }
     }
@@ -909,7 +984,7 @@ impl<K: Metadata<Ty: ObjectMetaAccess> + 'static> Sink<'_, K> {
     fn bookmark(&mut self, resource_version: String) {
         match self {
             Sink::Store(s) => s.bookmark(resource_version),
-            Sink::Initial(_) => {}
+            Sink::Initial(..) => {}
         }
     }
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use k8s_openapi::ListableResource;
 use kctrl_client::{Error, ListParams};
 
+use crate::keys::ObjectKey;
 use crate::list_watch::ListerWatcher;
 
 /// Page size when none is configured (client-go's `pager.defaultPageSize`).
@@ -20,20 +21,27 @@ pub(crate) struct Listed<K> {
     pub(crate) items: Vec<Arc<K>>,
     /// Whether the server split the answer into pages.
     pub(crate) paginated: bool,
+    /// The keys of the items `admit` refused (the transform panicked on them).
+    pub(crate) skipped: Vec<ObjectKey>,
 }
 
 /// Lists at `resource_version` (`""` = consistent read) in pages of `page_size` (0 = one
-/// unpaged request). `admit` (transform and move into an `Arc`; `None` skips the item) is
+/// unpaged request). `admit` (transform and move into an `Arc`; `Err(key)` skips the item,
+/// whose key is reported in [`Listed::skipped`]) is
 /// applied to each page's items as it arrives, so only admitted items are accumulated and
 /// each page is freed as soon as it is taken apart.
 pub(crate) async fn list_all<K: ListableResource + 'static>(
     lw: &dyn ListerWatcher<K>,
     resource_version: &str,
     page_size: u32,
-    admit: &(dyn Fn(K) -> Option<Arc<K>> + Sync),
+    admit: &(dyn Fn(K) -> Result<Arc<K>, ObjectKey> + Sync),
 ) -> Result<Listed<K>, Error> {
-    let transform_all =
-        |items: Vec<K>| -> Vec<Arc<K>> { items.into_iter().filter_map(admit).collect() };
+    let transform_all = |items: Vec<K>, skipped: &mut Vec<ObjectKey>| -> Vec<Arc<K>> {
+        items
+            .into_iter()
+            .filter_map(|o| admit(o).map_err(|key| skipped.push(key)).ok())
+            .collect()
+    };
     let original_rv = (!resource_version.is_empty()).then(|| resource_version.to_owned());
     let mut params = ListParams {
         resource_version: original_rv.clone(),
@@ -52,10 +60,12 @@ pub(crate) async fn list_all<K: ListableResource + 'static>(
                         ..ListParams::default()
                     })
                     .await?;
+                let mut skipped = Vec::new();
                 return Ok(Listed {
                     resource_version: full.metadata.resource_version.unwrap_or_default(),
-                    items: transform_all(full.items),
+                    items: transform_all(full.items, &mut skipped),
                     paginated: listed.is_some_and(|l| l.paginated),
+                    skipped,
                 });
             }
             Err(e) => return Err(e),
@@ -63,13 +73,18 @@ pub(crate) async fn list_all<K: ListableResource + 'static>(
         let next = page.metadata.continue_.filter(|c| !c.is_empty());
         match &mut listed {
             None => {
+                let mut skipped = Vec::new();
                 listed = Some(Listed {
                     resource_version: page.metadata.resource_version.unwrap_or_default(),
-                    items: transform_all(page.items),
+                    items: transform_all(page.items, &mut skipped),
                     paginated: false,
+                    skipped,
                 });
             }
-            Some(l) => l.items.extend(transform_all(page.items)),
+            Some(l) => {
+                let items = transform_all(page.items, &mut l.skipped);
+                l.items.extend(items);
+            }
         }
         let Some(token) = next else {
             return Ok(listed.expect("set above"));
