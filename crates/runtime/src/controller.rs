@@ -84,7 +84,9 @@ pub enum RunError {
     /// The shutdown timed out and `stuck` workers did not stop when aborted within
     /// [`SHUTDOWN_ABORT_GRACE`]: their reconciles block their thread (blocking I/O, a
     /// `std::sync::Mutex`, a loop that never yields), which an abort cannot interrupt. They
-    /// were left running, detached: they may still write. The process should exit.
+    /// were left running, detached: they may still write. The process should exit with
+    /// `std::process::exit`: returning from `#[tokio::main]` would not end it, as a Tokio
+    /// runtime's drop waits for its worker threads, blocked ones included.
     /// [`run_leader_elected`](Controller::run_leader_elected) stops renewing the Lease then
     /// but does not release it, so no other replica takes over before it expires.
     #[error(

@@ -240,10 +240,11 @@ impl Pending {
         };
         let rv = cached.resource_version.as_str();
         if self.deleted {
-            if let (false, Some(uid)) = (self.deleted_uids.is_empty(), &cached.uid) {
+            let uid = cached.uid.as_deref().filter(|u| !u.is_empty());
+            if let (false, Some(uid)) = (self.deleted_uids.is_empty(), uid) {
                 // The deleted object, at any version (an update that came before the
                 // deletion), is behind; another UID is a new object of that name.
-                return self.deleted_uids.contains(uid);
+                return self.deleted_uids.iter().any(|u| u == uid);
             }
             return self
                 .replaced
@@ -285,7 +286,8 @@ impl Pending {
         self.unknown = None;
         self.created = false;
         self.deleted = true;
-        for uid in uids {
+        // An empty UID (test fixtures) tells no object from another.
+        for uid in uids.iter().filter(|u| !u.is_empty()) {
             if !self.deleted_uids.iter().any(|u| u == uid) {
                 self.deleted_uids.push((*uid).to_owned());
             }
@@ -678,6 +680,23 @@ impl WriteTable {
         live: Live<'_>,
         now: Instant,
     ) {
+        let cached = cached.map(Cached::at);
+        self.resolve_cached(key, target, cached.as_ref(), live, now);
+    }
+
+    /// [`resolve`](Self::resolve) with the cached object's UID as well: when the live read
+    /// finds our delete applied, a cache holding that UID is behind at whatever version it
+    /// shows next (another writer's update that came before the deletion).
+    pub fn resolve_cached(
+        &mut self,
+        key: &str,
+        target: &Target,
+        cached: Option<&Cached>,
+        live: Live<'_>,
+        now: Instant,
+    ) {
+        let cached_uid = cached.and_then(|c| c.uid.as_deref());
+        let cached = cached.map(|c| c.resource_version.as_str());
         let Some(records) = self.by_key.get_mut(key) else {
             return;
         };
@@ -689,7 +708,8 @@ impl WriteTable {
             Live::NotFound if deleting && cached.is_some() => {
                 // Our delete was applied and the cache still holds the object: wait for the
                 // deletion's event.
-                pending.note_deleted(cached, &[]);
+                let uids: Vec<&str> = cached_uid.into_iter().collect();
+                pending.note_deleted(cached, &uids);
                 pending.since = now;
             }
             // Gone: nothing of ours can be waited for (the cache drops it with the deletion's
@@ -1147,6 +1167,9 @@ impl OwnWrites {
         let cached = cached.as_ref().map(|c| c.resource_version.as_str());
         match (result, cached) {
             (Ok(uid), cached) => {
+                // The cached object is the deleted one only if its UID agrees with the
+                // answer's (the cache may already hold a new object of that name).
+                let cached_uid = cached_uid.filter(|c| uid.is_none_or(|u| u == *c));
                 let uids: Vec<&str> = uid.into_iter().chain(cached_uid).collect();
                 table.deleted(key, target, cached, &uids, now);
             }
@@ -1266,7 +1289,8 @@ impl OwnWrites {
                         .resolve(key, &target, None, Live::NotFound, Instant::now());
                     continue;
                 };
-                let cached = cache.cached_version(&target.namespace, &target.name);
+                let cached_object = cache.cached(&target.namespace, &target.name);
+                let cached = cached_object.as_ref().map(|c| c.resource_version.clone());
                 let live = cache.read_live(&target.namespace, &target.name).await?;
                 let answer = match &live {
                     Some(rv) => Live::At(rv),
@@ -1280,8 +1304,13 @@ impl OwnWrites {
                     behind = live.is_some() && live != cached,
                     "checked a write of unknown outcome (or long unseen) against the API server"
                 );
-                self.table()
-                    .resolve(key, &target, cached.as_deref(), answer, Instant::now());
+                self.table().resolve_cached(
+                    key,
+                    &target,
+                    cached_object.as_ref(),
+                    answer,
+                    Instant::now(),
+                );
             }
         }
         warn!(key, "own-writes check did not settle; acting on the caches");

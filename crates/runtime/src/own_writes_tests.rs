@@ -588,6 +588,50 @@ async fn a_delete_of_unknown_outcome_is_settled_by_a_live_read() {
     assert!(!w.is_tracking(K));
 }
 
+/// A delete of unknown outcome that a live read finds applied: the cached object's UID is
+/// behind at any version (another writer's update that came before the deletion), a new
+/// object of that name is not.
+#[tokio::test(start_paused = true)]
+async fn a_delete_found_applied_by_a_live_read_holds_the_deleted_uid_at_any_version() {
+    let now = Instant::now();
+    let mut w = WriteTable::default();
+    let at = |rv: &str, uid: &str| Cached {
+        resource_version: rv.to_owned(),
+        uid: Some(uid.to_owned()),
+    };
+    w.delete_unknown(K, &rs("web-a"), "10", now);
+    w.resolve_cached(K, &rs("web-a"), Some(&at("10", "u1")), Live::NotFound, now);
+    let check = |w: &mut WriteTable, cached: Option<Cached>| {
+        w.check_cached(K, |_| cached.clone(), |_| None, now)
+    };
+    assert!(matches!(
+        check(&mut w, Some(at("11", "u1"))),
+        Check::Behind { .. }
+    ));
+    assert_eq!(check(&mut w, Some(at("12", "u2"))), Check::Current);
+}
+
+/// A Status answer's UID decides which object was deleted: a cache already holding a new
+/// object of that name (another UID) is current, and an empty UID identifies nothing.
+#[tokio::test(start_paused = true)]
+async fn the_deleted_uid_is_the_answer_s_and_empty_uids_identify_nothing() {
+    let now = Instant::now();
+    let mut w = WriteTable::default();
+    let at = |rv: &str, uid: &str| Cached {
+        resource_version: rv.to_owned(),
+        uid: Some(uid.to_owned()),
+    };
+    w.deleted(K, &rs("web-a"), Some("10"), &["", "u1"], now);
+    let check = |w: &mut WriteTable, cached: Option<Cached>| {
+        w.check_cached(K, |_| cached.clone(), |_| None, now)
+    };
+    assert!(matches!(
+        check(&mut w, Some(at("11", "u1"))),
+        Check::Behind { .. }
+    ));
+    assert_eq!(check(&mut w, Some(at("12", ""))), Check::Current);
+}
+
 /// Every record expires after five minutes, whatever the caches show: the key then acts.
 #[tokio::test(start_paused = true)]
 async fn records_expire_five_minutes_after_their_write() {
