@@ -1125,23 +1125,7 @@ mod tests {
         let on_lost: OnLostLease = Arc::new(move |lease: &str| {
             let _ = lost_tx.send(lease.to_owned());
         });
-        let shutdown = CancellationToken::new();
-        let leading = Arc::new(AtomicBool::new(false));
-        let run = tokio::spawn({
-            let (lock, shutdown, leading) =
-                (test_lock(fake.client()), shutdown.clone(), leading.clone());
-            async move {
-                run_with_leader_election(
-                    lock,
-                    test_election(),
-                    controller,
-                    leading,
-                    &shutdown,
-                    on_lost,
-                )
-                .await
-            }
-        });
+        let (shutdown, leading, run) = spawn_election(fake.client(), controller, on_lost);
         Api::<Deployment>::namespaced(fake.client(), "default")
             .create(&Default::default(), &web_deployment())
             .await
@@ -1201,23 +1185,7 @@ mod tests {
         let on_lost: OnLostLease = Arc::new(move |lease: &str| {
             let _ = lost_tx.send(lease.to_owned());
         });
-        let shutdown = CancellationToken::new();
-        let leading = Arc::new(AtomicBool::new(false));
-        let mut run = tokio::spawn({
-            let (lock, shutdown, leading) =
-                (test_lock(fake.client()), shutdown.clone(), leading.clone());
-            async move {
-                run_with_leader_election(
-                    lock,
-                    test_election(),
-                    controller,
-                    leading,
-                    &shutdown,
-                    on_lost,
-                )
-                .await
-            }
-        });
+        let (_shutdown, _leading, mut run) = spawn_election(fake.client(), controller, on_lost);
         Api::<Deployment>::namespaced(fake.client(), "default")
             .create(&Default::default(), &web_deployment())
             .await
@@ -1345,6 +1313,37 @@ mod tests {
     }
 
     /// The lease `kube-system/lease` for the candidate `me`, through `client`.
+    /// `run_with_leader_election` of `controller` on a task, with the test election over
+    /// `client`'s Lease: the shutdown token, the leading flag and the task.
+    fn spawn_election(
+        client: Client,
+        controller: LeaderWork,
+        on_lost: OnLostLease,
+    ) -> (
+        CancellationToken,
+        Arc<AtomicBool>,
+        tokio::task::JoinHandle<anyhow::Result<()>>,
+    ) {
+        let shutdown = CancellationToken::new();
+        let leading = Arc::new(AtomicBool::new(false));
+        let run = tokio::spawn({
+            let (shutdown, leading) = (shutdown.clone(), leading.clone());
+            async move {
+                let lock = test_lock(client);
+                run_with_leader_election(
+                    lock,
+                    test_election(),
+                    controller,
+                    leading,
+                    &shutdown,
+                    on_lost,
+                )
+                .await
+            }
+        });
+        (shutdown, leading, run)
+    }
+
     fn test_lock(client: Client) -> LeaseLock {
         LeaseLock::for_lock_type(
             "leases",
@@ -1426,23 +1425,7 @@ mod tests {
             }
             .boxed()
         });
-        let shutdown = CancellationToken::new();
-        let leading = Arc::new(AtomicBool::new(false));
-        let run = tokio::spawn({
-            let (lock, shutdown, leading) =
-                (test_lock(fake.client()), shutdown.clone(), leading.clone());
-            async move {
-                run_with_leader_election(
-                    lock,
-                    test_election(),
-                    controller,
-                    leading,
-                    &shutdown,
-                    on_lost,
-                )
-                .await
-            }
-        });
+        let (_shutdown, leading, run) = spawn_election(fake.client(), controller, on_lost);
         // At once: well before a renewal would be due.
         let result = tokio::time::timeout(Duration::from_secs(1), run)
             .await
@@ -1504,22 +1487,7 @@ mod tests {
                 .boxed()
             })
         };
-        let shutdown = CancellationToken::new();
-        let leading = Arc::new(AtomicBool::new(false));
-        let mut run = tokio::spawn({
-            let (lock, shutdown, leading) = (test_lock(client), shutdown.clone(), leading.clone());
-            async move {
-                run_with_leader_election(
-                    lock,
-                    test_election(),
-                    controller,
-                    leading,
-                    &shutdown,
-                    on_lost,
-                )
-                .await
-            }
-        });
+        let (shutdown, leading, mut run) = spawn_election(client, controller, on_lost);
         tokio::time::timeout(Duration::from_secs(60), entered)
             .await
             .expect("the campaign creates the lease")
