@@ -7,7 +7,6 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use k8s_openapi::Metadata;
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kctrl_client::labels::Selector;
 use serde_json::Value;
@@ -318,21 +317,29 @@ impl<C: ReplicaSetControl> ControllerRefManager<C> {
 }
 
 impl<C: PodControl> ControllerRefManager<C> {
-    /// Claims Pods with the ReplicaSet rules (upstream's `ClaimPods` without filters).
-    pub async fn claim_pods(&self, pods: &[Arc<Pod>]) -> Result<Vec<Arc<Pod>>, ClaimError<Pod>> {
+    /// Claims Pods with the ReplicaSet rules (upstream's `ClaimPods` without filters). `P` is
+    /// a `Pod`, or any view of one that keeps its metadata (a controller's cache may hold
+    /// views of Pods rather than whole Pods).
+    pub async fn claim_pods<P>(&self, pods: &[Arc<P>]) -> Result<Vec<Arc<P>>, ClaimError<P>>
+    where
+        P: Metadata<Ty = ObjectMeta>,
+    {
         self.claim_pods_filtered(pods, |_| true).await
     }
 
     /// Claims Pods that match the selector and `filter` (upstream's `ClaimPods` with
     /// filters; the selector is checked first).
-    pub async fn claim_pods_filtered(
+    pub async fn claim_pods_filtered<P>(
         &self,
-        pods: &[Arc<Pod>],
-        filter: impl Fn(&Pod) -> bool,
-    ) -> Result<Vec<Arc<Pod>>, ClaimError<Pod>> {
+        pods: &[Arc<P>],
+        filter: impl Fn(&P) -> bool,
+    ) -> Result<Vec<Arc<P>>, ClaimError<P>>
+    where
+        P: Metadata<Ty = ObjectMeta>,
+    {
         self.claim_all(
             pods,
-            |pod: &Pod| self.selector.matches_opt(pod.metadata.labels.as_ref()) && filter(pod),
+            |pod: &P| self.selector.matches_opt(pod.metadata().labels.as_ref()) && filter(pod),
             |pod| self.adopt_pod(pod),
             |pod| self.release_pod(pod),
         )
@@ -341,8 +348,11 @@ impl<C: PodControl> ControllerRefManager<C> {
 
     /// Makes the owner the Pod's controller (adding the manager's finalizers), after
     /// [`CanAdopt`] allows it.
-    pub async fn adopt_pod(&self, pod: &Pod) -> Result<(), OwnershipError> {
-        self.adopt_with("Pod", &pod.metadata, |ns, name, patch| {
+    pub async fn adopt_pod<P>(&self, pod: &P) -> Result<(), OwnershipError>
+    where
+        P: Metadata<Ty = ObjectMeta>,
+    {
+        self.adopt_with("Pod", pod.metadata(), |ns, name, patch| {
             self.control.patch_pod(ns, name, patch)
         })
         .await
@@ -350,8 +360,11 @@ impl<C: PodControl> ControllerRefManager<C> {
 
     /// Removes the owner's ownerReference (and the manager's finalizers) from the Pod;
     /// NotFound and Invalid are ignored.
-    pub async fn release_pod(&self, pod: &Pod) -> Result<(), OwnershipError> {
-        self.release_with("Pod", &pod.metadata, |ns, name, patch| {
+    pub async fn release_pod<P>(&self, pod: &P) -> Result<(), OwnershipError>
+    where
+        P: Metadata<Ty = ObjectMeta>,
+    {
+        self.release_with("Pod", pod.metadata(), |ns, name, patch| {
             self.control.patch_pod(ns, name, patch)
         })
         .await

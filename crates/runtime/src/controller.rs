@@ -373,6 +373,22 @@ impl<K: Object> Controller<K> {
         self
     }
 
+    /// Also register `handler`, a handler of your own, on the informer of `W` (`W` may be `K`
+    /// itself): for rules a mapping function cannot express, such as enqueueing a key after a
+    /// delay or keeping bookkeeping of its own as the events arrive (the ReplicaSet
+    /// controller's expectations). It enqueues through [`queue`](Self::queue). As for
+    /// [`watches`](Self::watches), the controller waits for `W`'s cache before its first
+    /// reconcile and compares the writes of `W` recorded in [`own_writes`](Self::own_writes)
+    /// with it.
+    pub fn watches_with<W: Object>(
+        mut self,
+        handler: impl kctrl_informer::ResourceEventHandler<W>,
+    ) -> Self {
+        self.register::<W>(handler);
+        self.track::<W>();
+        self
+    }
+
     /// Only updates of `K` that pass `predicate` enqueue it (all predicates given must pass;
     /// combine alternatives with [`Predicate::or`]).
     ///

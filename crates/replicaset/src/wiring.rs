@@ -1,0 +1,211 @@
+//! The running controller: kctrl-runtime's [`Controller`] over ReplicaSets, with the Pod and
+//! ReplicaSet handlers that keep the expectations and wake the right ReplicaSets.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use kctrl_client::Client;
+use kctrl_events::EventRecorder;
+use kctrl_informer::{
+    DeletedObject, ObjectKey, ResourceEventHandler, SharedInformerFactory, key_of,
+};
+use kctrl_runtime::metrics::ControllerMetrics;
+use kctrl_runtime::{Action, Controller, RunError};
+use kctrl_workqueue::{
+    MetricsProvider, Priority, RateLimitingQueue, default_controller_rate_limiter,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::controller::{BURST_REPLICAS, Enqueue, ReplicaSetSync, SyncError};
+use crate::metrics::ReplicaSetMetrics;
+use crate::pod_view::PodView;
+
+/// The controller's name: its work queue's, its metrics' `controller` label and its logs'.
+pub const CONTROLLER_NAME: &str = "replicaset";
+
+/// The source component of the controller's Events in kube-controller-manager: give
+/// [`ReplicaSetController::new`] a recorder with this source.
+pub const EVENT_SOURCE_COMPONENT: &str = "replicaset-controller";
+
+/// How many ReplicaSets are synced at once by default (kube-controller-manager's
+/// `--concurrent-replicaset-syncs`).
+pub const DEFAULT_CONCURRENT_SYNCS: usize = 5;
+
+/// How the controller runs.
+#[derive(Clone)]
+pub struct Options {
+    /// How many ReplicaSets are synced at once (default [`DEFAULT_CONCURRENT_SYNCS`]).
+    pub concurrent_syncs: usize,
+    /// How many Pods one sync creates or deletes at most (default [`BURST_REPLICAS`]).
+    pub burst_replicas: usize,
+    /// Receives the `replicaset` work queue's metrics (`workqueue_*`).
+    pub queue_metrics: Option<Arc<dyn MetricsProvider>>,
+    /// Records the `controller_runtime_reconcile_*` metrics.
+    pub controller_metrics: Option<ControllerMetrics>,
+    /// Records the controller's own metrics (`replicaset_controller_*`).
+    pub metrics: Option<ReplicaSetMetrics>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            concurrent_syncs: DEFAULT_CONCURRENT_SYNCS,
+            burst_replicas: BURST_REPLICAS,
+            queue_metrics: None,
+            controller_metrics: None,
+            metrics: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("concurrent_syncs", &self.concurrent_syncs)
+            .field("burst_replicas", &self.burst_replicas)
+            .field("queue_metrics", &self.queue_metrics.is_some())
+            .field("controller_metrics", &self.controller_metrics.is_some())
+            .field("metrics", &self.metrics.is_some())
+            .finish()
+    }
+}
+
+/// The ReplicaSet controller, ready to run: the ReplicaSet and Pod informers of a
+/// [`SharedInformerFactory`] with the controller's handlers, the `replicaset` work queue and
+/// its workers.
+pub struct ReplicaSetController {
+    controller: Controller<ReplicaSet>,
+    sync: Arc<ReplicaSetSync>,
+}
+
+impl std::fmt::Debug for ReplicaSetController {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplicaSetController")
+            .field("controller", &self.controller)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReplicaSetController {
+    /// Registers the controller's handlers on `factory`'s ReplicaSet and Pod informers (the
+    /// Pod informer caches [`PodView`]s) and prepares its queue. Writes go through `client`,
+    /// Events to `recorder`. Must be called inside a Tokio runtime.
+    pub fn new(
+        factory: &SharedInformerFactory,
+        client: Client,
+        recorder: Arc<dyn EventRecorder>,
+        options: Options,
+    ) -> Self {
+        let controller = Controller::<ReplicaSet>::with_queue(
+            factory,
+            CONTROLLER_NAME,
+            default_controller_rate_limiter(),
+            options.queue_metrics,
+        );
+        let pods = factory.informer::<PodView>().store().clone();
+        let sync = Arc::new(
+            ReplicaSetSync::new(
+                client,
+                controller.store().clone(),
+                pods,
+                recorder,
+                controller.own_writes(),
+                options.burst_replicas,
+            )
+            .with_metrics(options.metrics),
+        );
+        let handlers = Arc::new(Handlers {
+            sync: sync.clone(),
+            queue: controller.queue().clone(),
+        });
+        let mut controller = controller
+            .watches_with::<ReplicaSet>(handlers.clone())
+            .watches_with::<PodView>(handlers)
+            .workers(options.concurrent_syncs);
+        if let Some(metrics) = options.controller_metrics {
+            controller = controller.metrics(metrics);
+        }
+        Self { controller, sync }
+    }
+
+    /// The work queue (e.g. to watch its length).
+    pub fn queue(&self) -> &RateLimitingQueue<ObjectKey> {
+        self.controller.queue()
+    }
+
+    /// Runs until `cancel` fires: starts the factory's informers, waits for the ReplicaSet and
+    /// Pod caches, then syncs ReplicaSets with the configured number of workers (see
+    /// [`Controller::run`] for the shutdown). A failed sync is retried rate-limited, without
+    /// limit, as upstream's.
+    pub async fn run(self, cancel: CancellationToken) -> Result<(), RunError> {
+        self.controller
+            .run(
+                reconcile,
+                |_rs, _err: &SyncError, _sync| Action::rate_limited(),
+                self.sync,
+                cancel,
+            )
+            .await
+    }
+}
+
+/// One sync, as the runtime calls it.
+async fn reconcile(rs: Arc<ReplicaSet>, sync: Arc<ReplicaSetSync>) -> Result<Action, SyncError> {
+    let outcome = sync.sync_replica_set(&key_of(rs.as_ref())).await?;
+    Ok(match outcome.requeue_after {
+        Some(after) => Action::requeue(after),
+        None => Action::await_change(),
+    })
+}
+
+/// The controller's informer handlers: the rules of [`ReplicaSetSync`]'s `on_*` functions,
+/// applied to the queue.
+struct Handlers {
+    sync: Arc<ReplicaSetSync>,
+    queue: RateLimitingQueue<ObjectKey>,
+}
+
+impl Handlers {
+    fn enqueue(&self, keys: Vec<Enqueue>, lane: Priority) {
+        for Enqueue { key, after } in keys {
+            match after {
+                Some(after) => self.queue.add_after(key, after),
+                None => self.queue.add_with_priority(key, lane),
+            }
+        }
+    }
+}
+
+/// The runtime's own handler enqueues every added and updated ReplicaSet; these handlers keep
+/// the expectations of ReplicaSets deleted or recreated.
+impl ResourceEventHandler<ReplicaSet> for Handlers {
+    fn on_add(&self, _rs: &Arc<ReplicaSet>, _is_in_initial_list: bool) {}
+
+    fn on_update(&self, old: &Arc<ReplicaSet>, cur: &Arc<ReplicaSet>) {
+        self.sync.on_replica_set_update(old, cur);
+    }
+
+    fn on_delete(&self, deleted: &DeletedObject<ReplicaSet>) {
+        // Nothing to sync: the runtime skips a key whose object is gone.
+        self.sync.on_replica_set_delete(deleted.object());
+    }
+}
+
+impl ResourceEventHandler<PodView> for Handlers {
+    fn on_add(&self, pod: &Arc<PodView>, is_in_initial_list: bool) {
+        let lane = if is_in_initial_list {
+            Priority::Low
+        } else {
+            Priority::High
+        };
+        self.enqueue(self.sync.on_pod_add(pod), lane);
+    }
+
+    fn on_update(&self, old: &Arc<PodView>, cur: &Arc<PodView>) {
+        self.enqueue(self.sync.on_pod_update(old, cur), Priority::High);
+    }
+
+    fn on_delete(&self, deleted: &DeletedObject<PodView>) {
+        self.enqueue(self.sync.on_pod_delete(deleted.object()), Priority::High);
+    }
+}
