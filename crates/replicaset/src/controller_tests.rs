@@ -788,3 +788,630 @@ async fn test_controller_burst_replicas() {
     do_test_controller_burst_replicas(5, 12).await;
     do_test_controller_burst_replicas(3, 2).await;
 }
+
+/// The expectations are checked before the Pods are listed, so a Pod added in between is
+/// counted (upstream injects the Pod from inside the expectations check; here the order of
+/// the two reads in the sync is what the test pins down: a Pod in the cache when the
+/// expectations are found satisfied is seen by the same sync).
+#[tokio::test]
+async fn test_rs_sync_expectations() {
+    let h = Harness::new(2);
+    h.accept_status_writes();
+    let rs = new_replica_set(2, foo_bar());
+    h.add_rs(&rs);
+    let pods = new_pod_list(None, 2, "Pending", &foo_bar(), &rs, "pod");
+    h.add_pod(&pods[0]);
+    // Expectations satisfied by the very Pod the sync then finds.
+    h.sync.expectations.expect_creations(&key(&rs), 1);
+    h.add_pod(&pods[1]);
+    h.sync.on_pod_add(&pods[1]);
+    let _ = h.sync.sync_replica_set(&key(&rs)).await;
+    assert_eq!(h.pod_writes(), (0, 0, 0));
+}
+
+#[tokio::test]
+async fn test_delete_controller_and_expectations() {
+    let h = Harness::new(10);
+    h.accept_status_writes();
+    let rs = new_replica_set(1, foo_bar());
+    h.add_rs(&rs);
+    let rs_key = key(&rs);
+    // Sets expectations for the ReplicaSet.
+    let _ = h.sync.sync_replica_set(&rs_key).await;
+    assert_eq!(h.pod_writes(), (1, 0, 0));
+    h.clear();
+    assert!(h.sync.expectations.get(&rs_key).is_some(), "no expectations found");
+
+    h.rss.remove(&rs_key);
+    h.sync.on_replica_set_delete(&rs);
+    let _ = h.sync.sync_replica_set(&rs_key).await;
+    assert!(
+        h.sync.expectations.get(&rs_key).is_none(),
+        "expectations of a deleted ReplicaSet"
+    );
+    // A concurrent add lowering them now has no effect, since the ReplicaSet is gone.
+    h.sync.expectations.creation_observed(&rs_key);
+    h.pods.replace(Vec::new(), "0".into());
+    let _ = h.sync.sync_replica_set(&rs_key).await;
+    assert_eq!(h.pod_writes(), (0, 0, 0));
+}
+
+/// A ReplicaSet deleted and created again under the same name starts with fresh
+/// expectations: the delete clears them, the recreation (another UID) clears what the old one
+/// left, and the new one's first sync sets its own.
+#[tokio::test]
+async fn test_expectations_on_recreate() {
+    let h = Harness::new(100);
+    h.accept_status_writes();
+    let old = new_replica_set(1, foo_bar());
+    let rs_key = key(&old);
+    h.add_rs(&old);
+    let _ = h.sync.sync_replica_set(&rs_key).await;
+    assert_eq!(h.pod_writes(), (1, 0, 0));
+    h.clear();
+    let exp = h.sync.expectations.get(&rs_key).expect("expectations");
+    assert!(!exp.fulfilled(), "expectations fulfilled before the Pod was seen");
+
+    h.rss.remove(&rs_key);
+    h.sync.on_replica_set_delete(&old);
+    assert!(h.sync.expectations.get(&rs_key).is_none(), "expectations left after the delete");
+
+    let mut new = old.clone();
+    new.metadata.uid = Some(uid());
+    assert_ne!(new.metadata.uid, old.metadata.uid);
+    // Seen as an update with another UID (the informer missed the deletion).
+    h.sync.expectations.expect_creations(&rs_key, 1);
+    h.sync.on_replica_set_update(&old, &new);
+    assert!(h.sync.expectations.get(&rs_key).is_none(), "old expectations kept");
+    h.add_rs(&new);
+    let _ = h.sync.sync_replica_set(&rs_key).await;
+    let exp = h.sync.expectations.get(&rs_key).expect("expectations of the new ReplicaSet");
+    assert!(!exp.fulfilled());
+    assert_eq!(h.pod_writes(), (1, 0, 0));
+}
+
+#[tokio::test]
+async fn test_overlapping_rss() {
+    let h = Harness::new(10);
+    let created = Time("2014-11-30T00:00:00Z".parse().unwrap());
+    let controllers: Vec<ReplicaSet> = (1..10)
+        .map(|j| {
+            let mut rs = new_replica_set(1, foo_bar());
+            rs.metadata.creation_timestamp = Some(created.clone());
+            rs.metadata.name = Some(format!("rs{j}"));
+            rs
+        })
+        .collect();
+    // Added in another order than created.
+    for j in [4, 0, 8, 2, 6, 1, 7, 3, 5] {
+        h.add_rs(&controllers[j]);
+    }
+    let rs = &controllers[3];
+    let mut pod = new_pod_list(None, 1, "Pending", &foo_bar(), rs, "pod").remove(0);
+    pod.metadata.owner_references = Some(vec![owner_ref(
+        rs.metadata.uid.as_deref().unwrap(),
+        "ReplicaSet",
+        rs.metadata.name.as_deref().unwrap(),
+    )]);
+    // Only the controller of the Pod hears of it, though all nine select it.
+    assert_eq!(h.sync.on_pod_add(&pod), vec![Enqueue::now(key(rs))]);
+}
+
+#[tokio::test]
+async fn test_deletion_timestamp() {
+    let h = Harness::new(10);
+    let rs = new_replica_set(1, foo_bar());
+    h.add_rs(&rs);
+    let rs_key = key(&rs);
+    let mut pod = new_pod_list(None, 1, "Pending", &foo_bar(), &rs, "pod").remove(0);
+    pod.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+    pod.metadata.resource_version = Some("1".into());
+    h.sync.expectations.expect_deletions(&rs_key, [pod.key()]);
+
+    // A Pod added with a deletion timestamp counts as deleted.
+    assert_eq!(h.sync.on_pod_add(&pod), vec![Enqueue::now(rs_key.clone())]);
+    assert!(h.sync.expectations.get(&rs_key).unwrap().fulfilled());
+
+    // An update setting the deletion timestamp counts as a deletion.
+    let mut old_pod = new_pod_list(None, 1, "Pending", &foo_bar(), &rs, "pod").remove(0);
+    old_pod.metadata.resource_version = Some("2".into());
+    h.sync.expectations.expect_deletions(&rs_key, [pod.key()]);
+    assert_eq!(h.sync.on_pod_update(&old_pod, &pod), vec![Enqueue::now(rs_key.clone())]);
+    assert!(h.sync.expectations.get(&rs_key).unwrap().fulfilled());
+
+    // An update of a Pod already being deleted, not expected, leaves the expectations of
+    // another Pod alone.
+    let second = PodView {
+        metadata: ObjectMeta {
+            namespace: pod.metadata.namespace.clone(),
+            name: Some("secondPod".into()),
+            labels: pod.metadata.labels.clone(),
+            owner_references: Some(vec![owner_ref(
+                rs.metadata.uid.as_deref().unwrap(),
+                "ReplicaSet",
+                "foobar",
+            )]),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    h.sync.expectations.expect_deletions(&rs_key, [second.key()]);
+    old_pod.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+    old_pod.metadata.resource_version = Some("2".into());
+    let _ = h.sync.on_pod_update(&old_pod, &pod);
+    assert!(!h.sync.expectations.get(&rs_key).unwrap().fulfilled());
+
+    // A deletion of a Pod not waited for changes nothing either.
+    let _ = h.sync.on_pod_delete(&pod);
+    assert!(!h.sync.expectations.get(&rs_key).unwrap().fulfilled());
+
+    // The deletion of the Pod waited for fulfils them.
+    assert_eq!(h.sync.on_pod_delete(&second), vec![Enqueue::now(rs_key.clone())]);
+    assert!(h.sync.expectations.get(&rs_key).unwrap().fulfilled());
+}
+
+/// `setupManagerWithGCEnabled`: the ReplicaSet in the fake API (for the owner recheck of
+/// adoptions) and in the cache.
+fn setup_manager_with_gc_enabled(rs: &ReplicaSet) -> Harness {
+    let h = Harness::new(BURST_REPLICAS);
+    h.accept_status_writes();
+    let stored = h.fake.add(rs).unwrap();
+    // The cache holds the object as the API does (same UID).
+    let mut cached = rs.clone();
+    cached.metadata.uid = stored.metadata.uid.clone();
+    h.add_rs(&cached);
+    h
+}
+
+#[tokio::test]
+async fn test_do_not_patch_pod_with_other_control_ref() {
+    let rs = new_replica_set(2, foo_bar());
+    let h = setup_manager_with_gc_enabled(&rs);
+    let rs = h.rss.get(&key(&rs)).unwrap();
+    let mut pod = new_pod("pod", &rs, "Running", None, true);
+    pod.metadata.owner_references = Some(vec![owner_ref(&uid(), "ReplicaSet", "AnotherRS")]);
+    h.add_pod(&pod);
+    h.sync.sync_replica_set(&key(&rs)).await.unwrap();
+    // The Pod of another controller is neither adopted nor counted: two creates.
+    assert_eq!(h.pod_writes(), (2, 0, 0));
+}
+
+#[tokio::test]
+async fn test_patch_pod_fails() {
+    let rs = new_replica_set(2, foo_bar());
+    let h = setup_manager_with_gc_enabled(&rs);
+    let rs = h.rss.get(&key(&rs)).unwrap();
+    h.add_pod(&new_pod("pod1", &rs, "Running", None, false));
+    h.add_pod(&new_pod("pod2", &rs, "Running", None, false));
+    h.fail_pod_writes();
+    // Both adoptions are attempted and fail; the sync fails (the runtime retries the key
+    // rate-limited).
+    let err = h.sync.sync_replica_set(&key(&rs)).await.unwrap_err();
+    assert!(err.to_string().contains("fake Error"), "{err}");
+    assert_eq!(h.pod_writes(), (0, 0, 2));
+}
+
+#[tokio::test]
+async fn test_do_not_adopt_or_create_if_being_deleted() {
+    let mut rs = new_replica_set(2, foo_bar());
+    rs.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+    let h = setup_manager_with_gc_enabled(&rs);
+    let rs = h.rss.get(&key(&rs)).unwrap();
+    h.add_pod(&new_pod("pod1", &rs, "Running", None, false));
+    h.sync.sync_replica_set(&key(&rs)).await.unwrap();
+    assert_eq!(h.pod_writes(), (0, 0, 0));
+}
+
+#[tokio::test]
+async fn test_do_not_adopt_or_create_if_being_deleted_race() {
+    // The API has the ReplicaSet marked for deletion, the cache not yet.
+    let mut rs = new_replica_set(2, foo_bar());
+    rs.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+    let h = setup_manager_with_gc_enabled(&rs);
+    let mut cached = (*h.rss.get(&key(&rs)).unwrap()).clone();
+    cached.metadata.deletion_timestamp = None;
+    h.add_rs(&cached);
+    h.add_pod(&new_pod("pod1", &cached, "Running", None, false));
+    // The uncached recheck before adopting refuses: an error, and no write.
+    let err = h.sync.sync_replica_set(&key(&rs)).await;
+    assert!(err.is_err(), "sync succeeded; expected an error");
+    assert_eq!(h.pod_writes(), (0, 0, 0));
+}
+
+#[tokio::test]
+async fn test_replica_set_availability_check() {
+    let h = Harness::new(BURST_REPLICAS);
+    h.accept_status_writes();
+    let mut rs = new_replica_set(4, foo_bar());
+    rs.spec.min_ready_seconds = Some(5);
+    h.add_rs(&rs);
+    let now = Timestamp::now();
+    let ago = |ms: i64| now - k8s_openapi::jiff::SignedDuration::from_millis(ms);
+    h.add_pod(&new_pod("foobar-1", &rs, "Pending", None, true));
+    h.add_pod(&new_pod("foobar-2", &rs, "Running", Some(now), true));
+    h.add_pod(&new_pod("foobar-3", &rs, "Running", Some(ago(2000)), true));
+    h.add_pod(&new_pod("foobar-4", &rs, "Running", Some(ago(4300)), true));
+    let outcome = h.sync.sync_replica_set(&key(&rs)).await.unwrap();
+    let updates: Vec<ReplicaSet> = h
+        .fake
+        .actions()
+        .iter()
+        .filter(|a| a.matches("update", "replicasets"))
+        .filter_map(|a| a.object_as())
+        .collect();
+    let status = updates.last().expect("a status update").status.clone().unwrap();
+    assert_eq!(status.ready_replicas, Some(3));
+    assert_eq!(status.available_replicas, None, "no Pod available yet");
+    // Re-queued to recompute availableReplicas when the oldest ready Pod becomes available:
+    // in about 700 ms, well within 900 ms.
+    let after = outcome.requeue_after.expect("a requeue");
+    assert!(after <= Duration::from_millis(900), "{after:?}");
+    assert!(after > Duration::ZERO, "{after:?}");
+}
+
+fn cond(type_: &str, reason: &str) -> ReplicaSetCondition {
+    ReplicaSetCondition {
+        type_: Some(type_.into()),
+        status: Some("True".into()),
+        reason: Some(reason.into()),
+        ..Default::default()
+    }
+}
+
+fn cond_image_pull_back_off() -> ReplicaSetCondition {
+    cond("ImagePullBackOff", "NonExistentImage")
+}
+
+fn cond_replica_failure() -> ReplicaSetCondition {
+    cond(REPLICA_FAILURE, "OtherFailure")
+}
+
+fn cond_replica_failure2() -> ReplicaSetCondition {
+    cond(REPLICA_FAILURE, "AnotherFailure")
+}
+
+fn with_conditions(conditions: Vec<ReplicaSetCondition>) -> ReplicaSetStatus {
+    ReplicaSetStatus {
+        conditions: (!conditions.is_empty()).then_some(conditions),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn test_get_condition() {
+    let status = with_conditions(vec![cond_replica_failure()]);
+    let cases = [
+        ("condition exists", REPLICA_FAILURE, true),
+        ("condition does not exist", "ImagePullBackOff", false),
+    ];
+    for (name, type_, expected) in cases {
+        assert_eq!(get_condition(&status, type_).is_some(), expected, "{name}");
+    }
+}
+
+#[test]
+fn test_set_condition() {
+    let cases = [
+        (
+            "set for the first time",
+            with_conditions(vec![]),
+            cond_replica_failure(),
+            with_conditions(vec![cond_replica_failure()]),
+        ),
+        (
+            "simple set",
+            with_conditions(vec![cond_image_pull_back_off()]),
+            cond_replica_failure(),
+            with_conditions(vec![cond_image_pull_back_off(), cond_replica_failure()]),
+        ),
+        (
+            "overwrite",
+            with_conditions(vec![cond_replica_failure()]),
+            cond_replica_failure2(),
+            with_conditions(vec![cond_replica_failure2()]),
+        ),
+    ];
+    for (name, mut status, c, expected) in cases {
+        set_condition(&mut status, c);
+        assert_eq!(status, expected, "{name}");
+    }
+}
+
+#[test]
+fn test_remove_condition() {
+    let cases = [
+        ("remove from empty status", with_conditions(vec![]), REPLICA_FAILURE, with_conditions(vec![])),
+        (
+            "simple remove",
+            with_conditions(vec![cond_replica_failure()]),
+            REPLICA_FAILURE,
+            with_conditions(vec![]),
+        ),
+        (
+            "doesn't remove anything",
+            with_conditions(vec![cond_replica_failure()]),
+            "ImagePullBackOff",
+            with_conditions(vec![cond_replica_failure()]),
+        ),
+    ];
+    for (name, mut status, type_, expected) in cases {
+        remove_condition(&mut status, type_);
+        assert_eq!(status, expected, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn test_slow_start_batch() {
+    // (name, count, call limit, successes, error expected, calls)
+    let cases = [
+        ("callLimit = 0 (all fail)", 10, 0, 0, true, 1),
+        ("callLimit = count (all succeed)", 10, 10, 10, false, 10),
+        ("callLimit < count (some succeed)", 10, 5, 5, true, 7),
+    ];
+    for (name, count, limit, want_successes, want_err, want_calls) in cases {
+        let calls = AtomicUsize::new(0);
+        let (successes, err) = slow_start_batch(count, 1, || {
+            let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
+            async move { if n > limit { Err("fake error") } else { Ok(()) } }
+        })
+        .await;
+        assert_eq!(successes, want_successes, "{name}: successes");
+        assert_eq!(err.is_some(), want_err, "{name}: error");
+        assert_eq!(calls.load(Ordering::SeqCst), want_calls, "{name}: calls");
+    }
+}
+
+#[test]
+fn test_get_pods_to_delete() {
+    let rs = new_replica_set(1, map(&[("name", "foo")]));
+    let on_node = |mut pod: PodView, node: &str| {
+        pod.spec = Some(PodViewSpec {
+            node_name: Some(node.into()),
+            ..Default::default()
+        });
+        pod
+    };
+    let with_ready = |mut pod: PodView, status: &str| {
+        pod.status.as_mut().unwrap().conditions = vec![ready(status, None)];
+        pod
+    };
+    let unscheduled_pending = Arc::new(new_pod("unscheduled-pending-pod", &rs, "Pending", None, true));
+    let scheduled_pending = Arc::new(on_node(
+        new_pod("scheduled-pending-pod", &rs, "Pending", None, true),
+        "fake-node",
+    ));
+    let not_ready = Arc::new(with_ready(
+        on_node(new_pod("scheduled-running-not-ready-pod", &rs, "Running", None, true), "fake-node"),
+        "False",
+    ));
+    let ready1 = Arc::new(with_ready(
+        on_node(new_pod("scheduled-running-ready-pod-on-node-1", &rs, "Running", None, true), "fake-node-1"),
+        "True",
+    ));
+    let ready2 = Arc::new(with_ready(
+        on_node(new_pod("scheduled-running-ready-pod-on-node-2", &rs, "Running", None, true), "fake-node-2"),
+        "True",
+    ));
+    let all = || {
+        vec![
+            ready1.clone(),
+            ready1.clone(),
+            ready2.clone(),
+            not_ready.clone(),
+            scheduled_pending.clone(),
+            unscheduled_pending.clone(),
+        ]
+    };
+    type Case = (&'static str, Vec<Arc<PodView>>, Option<Vec<Arc<PodView>>>, usize, Vec<Arc<PodView>>);
+    let cases: Vec<Case> = vec![
+        ("len(pods) = 0 (i.e., diff = 0 too)", vec![], None, 0, vec![]),
+        (
+            "diff = len(pods)",
+            vec![not_ready.clone(), ready1.clone()],
+            None,
+            2,
+            vec![not_ready.clone(), ready1.clone()],
+        ),
+        ("diff < len(pods)", vec![ready1.clone(), not_ready.clone()], None, 1, vec![not_ready.clone()]),
+        ("various pod phases and conditions, diff = len(pods)", all(), None, 6, all()),
+        (
+            "various pod phases and conditions, diff = len(pods), relatedPods empty",
+            all(),
+            Some(vec![]),
+            6,
+            all(),
+        ),
+        (
+            "scheduled vs unscheduled, diff < len(pods)",
+            vec![scheduled_pending.clone(), unscheduled_pending.clone()],
+            None,
+            1,
+            vec![unscheduled_pending.clone()],
+        ),
+        (
+            "ready vs not-ready, diff < len(pods)",
+            vec![ready1.clone(), not_ready.clone(), not_ready.clone()],
+            None,
+            2,
+            vec![not_ready.clone(), not_ready.clone()],
+        ),
+        (
+            "ready and colocated with another ready pod vs not colocated, diff < len(pods)",
+            vec![ready1.clone(), ready2.clone()],
+            Some(vec![ready1.clone(), ready2.clone(), ready2.clone()]),
+            1,
+            vec![ready2.clone()],
+        ),
+        (
+            "pending vs running, diff < len(pods)",
+            vec![scheduled_pending.clone(), not_ready.clone()],
+            None,
+            1,
+            vec![scheduled_pending.clone()],
+        ),
+        (
+            "various pod phases and conditions, diff < len(pods)",
+            vec![ready1.clone(), ready2.clone(), not_ready.clone(), scheduled_pending.clone(), unscheduled_pending.clone()],
+            None,
+            3,
+            vec![unscheduled_pending.clone(), scheduled_pending.clone(), not_ready.clone()],
+        ),
+    ];
+    for (name, pods, related, diff, expected) in cases {
+        let related = related.unwrap_or_else(|| pods.clone());
+        let (got, _) = pods_to_delete(&pods, &related, diff, Timestamp::now());
+        let names = |v: &[Arc<PodView>]| v.iter().map(|p| p.name().to_owned()).collect::<Vec<_>>();
+        assert_eq!(names(&got), names(&expected), "{name}");
+    }
+}
+
+#[test]
+fn test_get_pod_keys() {
+    let rs = new_replica_set(1, map(&[("name", "foo")]));
+    let pod1 = new_pod("pod1", &rs, "Running", None, true);
+    let pod2 = new_pod("pod2", &rs, "Running", None, true);
+    let cases: [(&str, Vec<&PodView>, Vec<&str>); 2] = [
+        ("len(pods) = 0 (i.e., pods = nil)", vec![], vec![]),
+        ("len(pods) > 0", vec![&pod1, &pod2], vec!["default/pod1", "default/pod2"]),
+    ];
+    for (name, pods, expected) in cases {
+        let keys: Vec<String> = pods.iter().map(|p| p.key()).collect();
+        assert_eq!(keys, expected, "{name}");
+    }
+}
+
+#[test]
+fn test_calculate_status() {
+    let label_map = map(&[("name", "foo")]);
+    let full_label_map = map(&[("name", "foo"), ("type", "production")]);
+    let not_fully_labelled = new_replica_set(1, label_map);
+    let fully_labelled = new_replica_set(2, full_label_map.clone());
+    let long = 3600;
+    let mut long_min_ready = new_replica_set(1, full_label_map);
+    long_min_ready.spec.min_ready_seconds = Some(long);
+    let now = Timestamp::now();
+    let ago = |secs: i64| now - k8s_openapi::jiff::SignedDuration::from_secs(secs);
+    let terminating = |mut pod: PodView| {
+        pod.metadata.deletion_timestamp = Some(Time(now));
+        Arc::new(pod)
+    };
+    let pod = |name: &str, rs: &ReplicaSet, phase: &str, since: Option<Timestamp>| {
+        Arc::new(new_pod(name, rs, phase, since, true))
+    };
+    let status = |replicas, fully, ready, available, terminating: Option<i32>| ReplicaSetStatus {
+        replicas,
+        fully_labeled_replicas: (fully != 0).then_some(fully),
+        ready_replicas: (ready != 0).then_some(ready),
+        available_replicas: (available != 0).then_some(available),
+        terminating_replicas: terminating,
+        ..Default::default()
+    };
+    // (name, terminating counted (the gate and the controller's feature), rs, active,
+    // terminating, expected)
+    type Case<'a> = (&'a str, bool, &'a ReplicaSet, Vec<Arc<PodView>>, Vec<Arc<PodView>>, ReplicaSetStatus);
+    let cases: Vec<Case<'_>> = vec![
+        ("1 fully labelled pod", false, &fully_labelled,
+            vec![pod("pod1", &fully_labelled, "Running", None)], vec![], status(1, 1, 1, 1, None)),
+        ("1 not fully labelled pod", false, &not_fully_labelled,
+            vec![pod("pod1", &not_fully_labelled, "Running", None)], vec![], status(1, 0, 1, 1, None)),
+        ("2 fully labelled pods", false, &fully_labelled,
+            vec![pod("pod1", &fully_labelled, "Running", None), pod("pod2", &fully_labelled, "Running", None)],
+            vec![], status(2, 2, 2, 2, None)),
+        ("2 fully labelled pods with DeploymentReplicaSetTerminatingReplicas", true, &fully_labelled,
+            vec![pod("pod1", &fully_labelled, "Running", None), pod("pod2", &fully_labelled, "Running", None)],
+            vec![], status(2, 2, 2, 2, Some(0))),
+        ("2 not fully labelled pods", false, &not_fully_labelled,
+            vec![pod("pod1", &not_fully_labelled, "Running", None), pod("pod2", &not_fully_labelled, "Running", None)],
+            vec![], status(2, 0, 2, 2, None)),
+        ("1 fully labelled pod, 1 not fully labelled pod", false, &not_fully_labelled,
+            vec![pod("pod1", &not_fully_labelled, "Running", None), pod("pod2", &fully_labelled, "Running", None)],
+            vec![], status(2, 1, 2, 2, None)),
+        ("1 non-ready pod", false, &fully_labelled,
+            vec![pod("pod1", &fully_labelled, "Pending", None)], vec![], status(1, 1, 0, 0, None)),
+        ("1 ready but non-available pod", false, &long_min_ready,
+            vec![pod("pod1", &long_min_ready, "Running", Some(now))], vec![], status(1, 1, 1, 0, None)),
+        ("1 available pod with minReadySeconds", false, &long_min_ready,
+            vec![pod("pod1", &long_min_ready, "Running", Some(ago(i64::from(long))))], vec![],
+            status(1, 1, 1, 1, None)),
+        ("1 available pod for a long time with minReadySeconds", false, &long_min_ready,
+            vec![pod("pod1", &long_min_ready, "Running", Some(ago(2 * i64::from(long))))], vec![],
+            status(1, 1, 1, 1, None)),
+        ("1 fully labelled pod and 1 terminating without DeploymentReplicaSetTerminatingReplicas", false,
+            &fully_labelled, vec![pod("pod1", &fully_labelled, "Running", None)],
+            vec![terminating(new_pod("pod2", &fully_labelled, "Running", None, true))],
+            status(1, 1, 1, 1, None)),
+        ("1 fully labelled pods and 2 terminating with DeploymentReplicaSetTerminatingReplicas", true,
+            &fully_labelled, vec![pod("pod1", &fully_labelled, "Running", None)],
+            vec![
+                terminating(new_pod("pod2", &fully_labelled, "Running", None, true)),
+                terminating(new_pod("pod3", &fully_labelled, "Running", None, true)),
+            ],
+            status(1, 1, 1, 1, Some(2))),
+        // Upstream's ReplicationController case (the gate on, the controller's feature off) is
+        // the case above with terminating Pods not counted: this crate has no
+        // ReplicationController mode.
+        ("1 fully labelled pods and 2 terminating with DeploymentReplicaSetTerminatingReplicas (ReplicationController)",
+            false, &fully_labelled, vec![pod("pod1", &fully_labelled, "Running", None)],
+            vec![
+                terminating(new_pod("pod2", &fully_labelled, "Running", None, true)),
+                terminating(new_pod("pod3", &fully_labelled, "Running", None, true)),
+            ],
+            status(1, 1, 1, 1, None)),
+    ];
+    for (name, counted, rs, active, term, expected) in cases {
+        let got = calculate_status(rs, &active, counted.then_some(&term[..]), None, now);
+        assert_eq!(got, expected, "{name}");
+    }
+}
+
+#[test]
+fn test_calculate_status_conditions() {
+    let label_map = map(&[("name", "foo")]);
+    let rs = new_replica_set(2, label_map.clone());
+    let mut replica_failure_rs = new_replica_set(10, label_map);
+    replica_failure_rs.status = Some(ReplicaSetStatus {
+        conditions: Some(vec![ReplicaSetCondition {
+            type_: Some(REPLICA_FAILURE.into()),
+            status: Some("True".into()),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    });
+    let pods = |rs: &ReplicaSet, n: usize| -> Vec<Arc<PodView>> {
+        (1..=n)
+            .map(|i| Arc::new(new_pod(&format!("pod{i}"), rs, "Running", None, true)))
+            .collect()
+    };
+    let failure = |reason: Option<&str>, message: Option<&str>| ReplicaSetCondition {
+        type_: Some(REPLICA_FAILURE.into()),
+        status: Some("True".into()),
+        reason: reason.map(str::to_owned),
+        message: message.map(str::to_owned),
+        last_transition_time: None,
+    };
+    let err = Some("fake manageReplicasErr");
+    let cases = [
+        ("manageReplicasErr != nil && failureCond == nil, diff < 0", &rs, pods(&rs, 1), err,
+            Some(vec![failure(Some("FailedCreate"), err)])),
+        ("manageReplicasErr != nil && failureCond == nil, diff > 0", &rs, pods(&rs, 3), err,
+            Some(vec![failure(Some("FailedDelete"), err)])),
+        ("manageReplicasErr == nil && failureCond != nil", &replica_failure_rs,
+            pods(&replica_failure_rs, 1), None, None),
+        ("manageReplicasErr != nil && failureCond != nil", &replica_failure_rs,
+            pods(&replica_failure_rs, 1), err, Some(vec![failure(None, None)])),
+        ("manageReplicasErr == nil && failureCond == nil", &rs, pods(&rs, 1), None, None),
+    ];
+    for (name, rs, active, err, expected) in cases {
+        let got = calculate_status(rs, &active, None, err, Timestamp::now());
+        // The transition time is the clock's; compare the rest.
+        let got = got.conditions.map(|cs| {
+            cs.into_iter()
+                .map(|c| ReplicaSetCondition {
+                    last_transition_time: None,
+                    ..c
+                })
+                .collect::<Vec<_>>()
+        });
+        assert_eq!(got, expected, "{name}");
+    }
+}
