@@ -321,12 +321,6 @@ impl ReplicaSetSync {
         }
     }
 
-    /// The same, reading the time from `clock`.
-    pub(crate) fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
-        self
-    }
-
     /// The same, observing `metrics`.
     pub(crate) fn with_metrics(mut self, metrics: Option<ReplicaSetMetrics>) -> Self {
         self.metrics = metrics;

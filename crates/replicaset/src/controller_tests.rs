@@ -7,9 +7,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition, ReplicaSetSpec, ReplicaSetStatus};
+use k8s_openapi::api::apps::v1::{
+    ReplicaSet, ReplicaSetCondition, ReplicaSetSpec, ReplicaSetStatus,
+};
 use k8s_openapi::api::core::v1::{Container, PodCondition, PodSpec, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, ObjectMeta, OwnerReference, Time,
+};
 use k8s_openapi::jiff::Timestamp;
 use kctrl_events::RecordingEventRecorder;
 use kctrl_fake::{FakeApi, Reaction, errors};
@@ -342,12 +346,22 @@ async fn test_sync_replica_set_create_failures() {
         pass += 1;
     }
     let calls = h.count("create", "pods", None);
-    assert!(calls <= expected_limit, "{calls} create calls, expected <= {expected_limit}");
+    assert!(
+        calls <= expected_limit,
+        "{calls} create calls, expected <= {expected_limit}"
+    );
     // The refusals are reported as upstream's are.
     let events = h.recorder.strings();
-    assert!(events.iter().any(|e| e.starts_with("Warning FailedCreate Error creating: ")));
+    assert!(
+        events
+            .iter()
+            .any(|e| e.starts_with("Warning FailedCreate Error creating: "))
+    );
     assert_eq!(
-        events.iter().filter(|e| e.starts_with("Normal SuccessfulCreate Created pod: foobar-")).count(),
+        events
+            .iter()
+            .filter(|e| e.starts_with("Normal SuccessfulCreate Created pod: foobar-"))
+            .count(),
         limit
     );
 }
@@ -467,21 +481,22 @@ async fn test_get_replica_sets_with_same_controller() {
 #[tokio::test]
 async fn test_pod_controller_lookup() {
     let h = Harness::new(BURST_REPLICAS);
-    let rs = |name: &str, ns: Option<&str>, selector: Option<BTreeMap<String, String>>| ReplicaSet {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: ns.map(str::to_owned),
-            ..Default::default()
-        },
-        spec: ReplicaSetSpec {
-            selector: LabelSelector {
-                match_labels: selector,
+    let rs =
+        |name: &str, ns: Option<&str>, selector: Option<BTreeMap<String, String>>| ReplicaSet {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: ns.map(str::to_owned),
                 ..Default::default()
             },
-            ..Default::default()
-        },
-        status: None,
-    };
+            spec: ReplicaSetSpec {
+                selector: LabelSelector {
+                    match_labels: selector,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            status: None,
+        };
     let pod = |name: &str, ns: &str, labels: Option<BTreeMap<String, String>>| PodView {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -495,9 +510,17 @@ async fn test_pod_controller_lookup() {
         // Pods without labels match no ReplicaSet.
         (vec![rs("basic", None, None)], pod("foo1", "", None), ""),
         // Matching labels, not namespace.
-        (vec![rs("foo", None, Some(foo_bar()))], pod("foo2", "ns", Some(foo_bar())), ""),
+        (
+            vec![rs("foo", None, Some(foo_bar()))],
+            pod("foo2", "ns", Some(foo_bar())),
+            "",
+        ),
         // Matching namespace and labels: the ReplicaSet.
-        (vec![rs("bar", Some("ns"), Some(foo_bar()))], pod("foo3", "ns", Some(foo_bar())), "bar"),
+        (
+            vec![rs("bar", Some("ns"), Some(foo_bar()))],
+            pod("foo3", "ns", Some(foo_bar())),
+            "bar",
+        ),
     ];
     for (rss, pod, want) in cases {
         for r in &rss {
@@ -534,7 +557,15 @@ async fn test_related_pods_lookup() {
     let pod4 = new_pod("pod4", &unrelated, "Running", None, true);
     let pending_pod = new_pod("pod", &pending_deletion, "Running", None, true);
     let h = Harness::new(BURST_REPLICAS);
-    let cases: [(&str, Vec<&ReplicaSet>, Vec<&PodView>, &ReplicaSet, Vec<&str>); 3] = [
+    /// (name, ReplicaSets in the cache, Pods in the cache, the ReplicaSet, expected Pods)
+    type Case<'a> = (
+        &'a str,
+        Vec<&'a ReplicaSet>,
+        Vec<&'a PodView>,
+        &'a ReplicaSet,
+        Vec<&'a str>,
+    );
+    let cases: [Case<'_>; 3] = [
         (
             "expect to get a pod even if its owning ReplicaSet is pending deletion",
             vec![&pending_deletion, &unrelated],
@@ -607,7 +638,10 @@ async fn test_update_pods() {
     let mut pod2 = pod1.clone();
     pod2.metadata.labels = Some(labels2.clone());
     pod2.metadata.resource_version = Some("2".into());
-    assert_eq!(names(h.sync.on_pod_update(&pod1, &pod2)), ["default/foobar"]);
+    assert_eq!(
+        names(h.sync.on_pod_update(&pod1, &pod2)),
+        ["default/foobar"]
+    );
 
     // Case 2: the controller reference goes (an orphan): the ReplicaSet matching its labels
     // syncs (the old owner is rs2, which the labels match too).
@@ -617,7 +651,10 @@ async fn test_update_pods() {
     let mut pod2 = pod1.clone();
     pod2.metadata.owner_references = None;
     pod2.metadata.resource_version = Some("2".into());
-    assert_eq!(names(h.sync.on_pod_update(&pod1, &pod2)), ["default/barfoo"]);
+    assert_eq!(
+        names(h.sync.on_pod_update(&pod1, &pod2)),
+        ["default/barfoo"]
+    );
 
     // Case 3: the controller reference goes: the former owner and the ReplicaSet matching
     // its labels sync.
@@ -638,7 +675,10 @@ async fn test_update_pods() {
     let mut pod2 = pod1.clone();
     pod2.metadata.labels = Some(labels2.clone());
     pod2.metadata.resource_version = Some("2".into());
-    assert_eq!(names(h.sync.on_pod_update(&pod1, &pod2)), ["default/barfoo"]);
+    assert_eq!(
+        names(h.sync.on_pod_update(&pod1, &pod2)),
+        ["default/barfoo"]
+    );
 
     // A resync (same resourceVersion) wakes nobody.
     assert!(h.sync.on_pod_update(&pod1, &pod1).is_empty());
@@ -687,7 +727,10 @@ async fn test_controller_update_status_with_failure() {
         &rs,
         new,
         |candidate| {
-            updates.lock().unwrap().push(candidate.status.clone().unwrap().replicas);
+            updates
+                .lock()
+                .unwrap()
+                .push(candidate.status.clone().unwrap().replicas);
             async { Err(kctrl_fake::errors::internal_error("fake error")) }
         },
         || {
@@ -731,7 +774,11 @@ async fn do_test_controller_burst_replicas(burst: usize, num_replicas: usize) {
                     h.add_pod(pod);
                     h.sync.on_pod_add(pod);
                 }
-                let exp = h.sync.expectations.get(&rs_key).expect("expectations for rs");
+                let exp = h
+                    .sync
+                    .expectations
+                    .get(&rs_key)
+                    .expect("expectations for rs");
                 assert_eq!(exp.add, 1, "{exp:?}");
             } else {
                 expected = (active - replicas).min(burst);
@@ -820,7 +867,10 @@ async fn test_delete_controller_and_expectations() {
     let _ = h.sync.sync_replica_set(&rs_key).await;
     assert_eq!(h.pod_writes(), (1, 0, 0));
     h.clear();
-    assert!(h.sync.expectations.get(&rs_key).is_some(), "no expectations found");
+    assert!(
+        h.sync.expectations.get(&rs_key).is_some(),
+        "no expectations found"
+    );
 
     h.rss.remove(&rs_key);
     h.sync.on_replica_set_delete(&rs);
@@ -850,11 +900,17 @@ async fn test_expectations_on_recreate() {
     assert_eq!(h.pod_writes(), (1, 0, 0));
     h.clear();
     let exp = h.sync.expectations.get(&rs_key).expect("expectations");
-    assert!(!exp.fulfilled(), "expectations fulfilled before the Pod was seen");
+    assert!(
+        !exp.fulfilled(),
+        "expectations fulfilled before the Pod was seen"
+    );
 
     h.rss.remove(&rs_key);
     h.sync.on_replica_set_delete(&old);
-    assert!(h.sync.expectations.get(&rs_key).is_none(), "expectations left after the delete");
+    assert!(
+        h.sync.expectations.get(&rs_key).is_none(),
+        "expectations left after the delete"
+    );
 
     let mut new = old.clone();
     new.metadata.uid = Some(uid());
@@ -862,10 +918,17 @@ async fn test_expectations_on_recreate() {
     // Seen as an update with another UID (the informer missed the deletion).
     h.sync.expectations.expect_creations(&rs_key, 1);
     h.sync.on_replica_set_update(&old, &new);
-    assert!(h.sync.expectations.get(&rs_key).is_none(), "old expectations kept");
+    assert!(
+        h.sync.expectations.get(&rs_key).is_none(),
+        "old expectations kept"
+    );
     h.add_rs(&new);
     let _ = h.sync.sync_replica_set(&rs_key).await;
-    let exp = h.sync.expectations.get(&rs_key).expect("expectations of the new ReplicaSet");
+    let exp = h
+        .sync
+        .expectations
+        .get(&rs_key)
+        .expect("expectations of the new ReplicaSet");
     assert!(!exp.fulfilled());
     assert_eq!(h.pod_writes(), (1, 0, 0));
 }
@@ -916,7 +979,10 @@ async fn test_deletion_timestamp() {
     let mut old_pod = new_pod_list(None, 1, "Pending", &foo_bar(), &rs, "pod").remove(0);
     old_pod.metadata.resource_version = Some("2".into());
     h.sync.expectations.expect_deletions(&rs_key, [pod.key()]);
-    assert_eq!(h.sync.on_pod_update(&old_pod, &pod), vec![Enqueue::now(rs_key.clone())]);
+    assert_eq!(
+        h.sync.on_pod_update(&old_pod, &pod),
+        vec![Enqueue::now(rs_key.clone())]
+    );
     assert!(h.sync.expectations.get(&rs_key).unwrap().fulfilled());
 
     // An update of a Pod already being deleted, not expected, leaves the expectations of
@@ -935,7 +1001,9 @@ async fn test_deletion_timestamp() {
         },
         ..Default::default()
     };
-    h.sync.expectations.expect_deletions(&rs_key, [second.key()]);
+    h.sync
+        .expectations
+        .expect_deletions(&rs_key, [second.key()]);
     old_pod.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
     old_pod.metadata.resource_version = Some("2".into());
     let _ = h.sync.on_pod_update(&old_pod, &pod);
@@ -946,7 +1014,10 @@ async fn test_deletion_timestamp() {
     assert!(!h.sync.expectations.get(&rs_key).unwrap().fulfilled());
 
     // The deletion of the Pod waited for fulfils them.
-    assert_eq!(h.sync.on_pod_delete(&second), vec![Enqueue::now(rs_key.clone())]);
+    assert_eq!(
+        h.sync.on_pod_delete(&second),
+        vec![Enqueue::now(rs_key.clone())]
+    );
     assert!(h.sync.expectations.get(&rs_key).unwrap().fulfilled());
 }
 
@@ -1039,7 +1110,12 @@ async fn test_replica_set_availability_check() {
         .filter(|a| a.matches("update", "replicasets"))
         .filter_map(|a| a.object_as())
         .collect();
-    let status = updates.last().expect("a status update").status.clone().unwrap();
+    let status = updates
+        .last()
+        .expect("a status update")
+        .status
+        .clone()
+        .unwrap();
     assert_eq!(status.ready_replicas, Some(3));
     assert_eq!(status.available_replicas, None, "no Pod available yet");
     // Re-queued to recompute availableReplicas when the oldest ready Pod becomes available:
@@ -1120,7 +1196,12 @@ fn test_set_condition() {
 #[test]
 fn test_remove_condition() {
     let cases = [
-        ("remove from empty status", with_conditions(vec![]), REPLICA_FAILURE, with_conditions(vec![])),
+        (
+            "remove from empty status",
+            with_conditions(vec![]),
+            REPLICA_FAILURE,
+            with_conditions(vec![]),
+        ),
         (
             "simple remove",
             with_conditions(vec![cond_replica_failure()]),
@@ -1175,21 +1256,54 @@ fn test_get_pods_to_delete() {
         pod.status.as_mut().unwrap().conditions = vec![ready(status, None)];
         pod
     };
-    let unscheduled_pending = Arc::new(new_pod("unscheduled-pending-pod", &rs, "Pending", None, true));
+    let unscheduled_pending = Arc::new(new_pod(
+        "unscheduled-pending-pod",
+        &rs,
+        "Pending",
+        None,
+        true,
+    ));
     let scheduled_pending = Arc::new(on_node(
         new_pod("scheduled-pending-pod", &rs, "Pending", None, true),
         "fake-node",
     ));
     let not_ready = Arc::new(with_ready(
-        on_node(new_pod("scheduled-running-not-ready-pod", &rs, "Running", None, true), "fake-node"),
+        on_node(
+            new_pod(
+                "scheduled-running-not-ready-pod",
+                &rs,
+                "Running",
+                None,
+                true,
+            ),
+            "fake-node",
+        ),
         "False",
     ));
     let ready1 = Arc::new(with_ready(
-        on_node(new_pod("scheduled-running-ready-pod-on-node-1", &rs, "Running", None, true), "fake-node-1"),
+        on_node(
+            new_pod(
+                "scheduled-running-ready-pod-on-node-1",
+                &rs,
+                "Running",
+                None,
+                true,
+            ),
+            "fake-node-1",
+        ),
         "True",
     ));
     let ready2 = Arc::new(with_ready(
-        on_node(new_pod("scheduled-running-ready-pod-on-node-2", &rs, "Running", None, true), "fake-node-2"),
+        on_node(
+            new_pod(
+                "scheduled-running-ready-pod-on-node-2",
+                &rs,
+                "Running",
+                None,
+                true,
+            ),
+            "fake-node-2",
+        ),
         "True",
     ));
     let all = || {
@@ -1202,9 +1316,21 @@ fn test_get_pods_to_delete() {
             unscheduled_pending.clone(),
         ]
     };
-    type Case = (&'static str, Vec<Arc<PodView>>, Option<Vec<Arc<PodView>>>, usize, Vec<Arc<PodView>>);
+    type Case = (
+        &'static str,
+        Vec<Arc<PodView>>,
+        Option<Vec<Arc<PodView>>>,
+        usize,
+        Vec<Arc<PodView>>,
+    );
     let cases: Vec<Case> = vec![
-        ("len(pods) = 0 (i.e., diff = 0 too)", vec![], None, 0, vec![]),
+        (
+            "len(pods) = 0 (i.e., diff = 0 too)",
+            vec![],
+            None,
+            0,
+            vec![],
+        ),
         (
             "diff = len(pods)",
             vec![not_ready.clone(), ready1.clone()],
@@ -1212,8 +1338,20 @@ fn test_get_pods_to_delete() {
             2,
             vec![not_ready.clone(), ready1.clone()],
         ),
-        ("diff < len(pods)", vec![ready1.clone(), not_ready.clone()], None, 1, vec![not_ready.clone()]),
-        ("various pod phases and conditions, diff = len(pods)", all(), None, 6, all()),
+        (
+            "diff < len(pods)",
+            vec![ready1.clone(), not_ready.clone()],
+            None,
+            1,
+            vec![not_ready.clone()],
+        ),
+        (
+            "various pod phases and conditions, diff = len(pods)",
+            all(),
+            None,
+            6,
+            all(),
+        ),
         (
             "various pod phases and conditions, diff = len(pods), relatedPods empty",
             all(),
@@ -1251,10 +1389,20 @@ fn test_get_pods_to_delete() {
         ),
         (
             "various pod phases and conditions, diff < len(pods)",
-            vec![ready1.clone(), ready2.clone(), not_ready.clone(), scheduled_pending.clone(), unscheduled_pending.clone()],
+            vec![
+                ready1.clone(),
+                ready2.clone(),
+                not_ready.clone(),
+                scheduled_pending.clone(),
+                unscheduled_pending.clone(),
+            ],
             None,
             3,
-            vec![unscheduled_pending.clone(), scheduled_pending.clone(), not_ready.clone()],
+            vec![
+                unscheduled_pending.clone(),
+                scheduled_pending.clone(),
+                not_ready.clone(),
+            ],
         ),
     ];
     for (name, pods, related, diff, expected) in cases {
@@ -1272,7 +1420,11 @@ fn test_get_pod_keys() {
     let pod2 = new_pod("pod2", &rs, "Running", None, true);
     let cases: [(&str, Vec<&PodView>, Vec<&str>); 2] = [
         ("len(pods) = 0 (i.e., pods = nil)", vec![], vec![]),
-        ("len(pods) > 0", vec![&pod1, &pod2], vec!["default/pod1", "default/pod2"]),
+        (
+            "len(pods) > 0",
+            vec![&pod1, &pod2],
+            vec!["default/pod1", "default/pod2"],
+        ),
     ];
     for (name, pods, expected) in cases {
         let keys: Vec<String> = pods.iter().map(|p| p.key()).collect();
@@ -1308,55 +1460,156 @@ fn test_calculate_status() {
     };
     // (name, terminating counted (the gate and the controller's feature), rs, active,
     // terminating, expected)
-    type Case<'a> = (&'a str, bool, &'a ReplicaSet, Vec<Arc<PodView>>, Vec<Arc<PodView>>, ReplicaSetStatus);
+    type Case<'a> = (
+        &'a str,
+        bool,
+        &'a ReplicaSet,
+        Vec<Arc<PodView>>,
+        Vec<Arc<PodView>>,
+        ReplicaSetStatus,
+    );
     let cases: Vec<Case<'_>> = vec![
-        ("1 fully labelled pod", false, &fully_labelled,
-            vec![pod("pod1", &fully_labelled, "Running", None)], vec![], status(1, 1, 1, 1, None)),
-        ("1 not fully labelled pod", false, &not_fully_labelled,
-            vec![pod("pod1", &not_fully_labelled, "Running", None)], vec![], status(1, 0, 1, 1, None)),
-        ("2 fully labelled pods", false, &fully_labelled,
-            vec![pod("pod1", &fully_labelled, "Running", None), pod("pod2", &fully_labelled, "Running", None)],
-            vec![], status(2, 2, 2, 2, None)),
-        ("2 fully labelled pods with DeploymentReplicaSetTerminatingReplicas", true, &fully_labelled,
-            vec![pod("pod1", &fully_labelled, "Running", None), pod("pod2", &fully_labelled, "Running", None)],
-            vec![], status(2, 2, 2, 2, Some(0))),
-        ("2 not fully labelled pods", false, &not_fully_labelled,
-            vec![pod("pod1", &not_fully_labelled, "Running", None), pod("pod2", &not_fully_labelled, "Running", None)],
-            vec![], status(2, 0, 2, 2, None)),
-        ("1 fully labelled pod, 1 not fully labelled pod", false, &not_fully_labelled,
-            vec![pod("pod1", &not_fully_labelled, "Running", None), pod("pod2", &fully_labelled, "Running", None)],
-            vec![], status(2, 1, 2, 2, None)),
-        ("1 non-ready pod", false, &fully_labelled,
-            vec![pod("pod1", &fully_labelled, "Pending", None)], vec![], status(1, 1, 0, 0, None)),
-        ("1 ready but non-available pod", false, &long_min_ready,
-            vec![pod("pod1", &long_min_ready, "Running", Some(now))], vec![], status(1, 1, 1, 0, None)),
-        ("1 available pod with minReadySeconds", false, &long_min_ready,
-            vec![pod("pod1", &long_min_ready, "Running", Some(ago(i64::from(long))))], vec![],
-            status(1, 1, 1, 1, None)),
-        ("1 available pod for a long time with minReadySeconds", false, &long_min_ready,
-            vec![pod("pod1", &long_min_ready, "Running", Some(ago(2 * i64::from(long))))], vec![],
-            status(1, 1, 1, 1, None)),
-        ("1 fully labelled pod and 1 terminating without DeploymentReplicaSetTerminatingReplicas", false,
-            &fully_labelled, vec![pod("pod1", &fully_labelled, "Running", None)],
-            vec![terminating(new_pod("pod2", &fully_labelled, "Running", None, true))],
-            status(1, 1, 1, 1, None)),
-        ("1 fully labelled pods and 2 terminating with DeploymentReplicaSetTerminatingReplicas", true,
-            &fully_labelled, vec![pod("pod1", &fully_labelled, "Running", None)],
+        (
+            "1 fully labelled pod",
+            false,
+            &fully_labelled,
+            vec![pod("pod1", &fully_labelled, "Running", None)],
+            vec![],
+            status(1, 1, 1, 1, None),
+        ),
+        (
+            "1 not fully labelled pod",
+            false,
+            &not_fully_labelled,
+            vec![pod("pod1", &not_fully_labelled, "Running", None)],
+            vec![],
+            status(1, 0, 1, 1, None),
+        ),
+        (
+            "2 fully labelled pods",
+            false,
+            &fully_labelled,
+            vec![
+                pod("pod1", &fully_labelled, "Running", None),
+                pod("pod2", &fully_labelled, "Running", None),
+            ],
+            vec![],
+            status(2, 2, 2, 2, None),
+        ),
+        (
+            "2 fully labelled pods with DeploymentReplicaSetTerminatingReplicas",
+            true,
+            &fully_labelled,
+            vec![
+                pod("pod1", &fully_labelled, "Running", None),
+                pod("pod2", &fully_labelled, "Running", None),
+            ],
+            vec![],
+            status(2, 2, 2, 2, Some(0)),
+        ),
+        (
+            "2 not fully labelled pods",
+            false,
+            &not_fully_labelled,
+            vec![
+                pod("pod1", &not_fully_labelled, "Running", None),
+                pod("pod2", &not_fully_labelled, "Running", None),
+            ],
+            vec![],
+            status(2, 0, 2, 2, None),
+        ),
+        (
+            "1 fully labelled pod, 1 not fully labelled pod",
+            false,
+            &not_fully_labelled,
+            vec![
+                pod("pod1", &not_fully_labelled, "Running", None),
+                pod("pod2", &fully_labelled, "Running", None),
+            ],
+            vec![],
+            status(2, 1, 2, 2, None),
+        ),
+        (
+            "1 non-ready pod",
+            false,
+            &fully_labelled,
+            vec![pod("pod1", &fully_labelled, "Pending", None)],
+            vec![],
+            status(1, 1, 0, 0, None),
+        ),
+        (
+            "1 ready but non-available pod",
+            false,
+            &long_min_ready,
+            vec![pod("pod1", &long_min_ready, "Running", Some(now))],
+            vec![],
+            status(1, 1, 1, 0, None),
+        ),
+        (
+            "1 available pod with minReadySeconds",
+            false,
+            &long_min_ready,
+            vec![pod(
+                "pod1",
+                &long_min_ready,
+                "Running",
+                Some(ago(i64::from(long))),
+            )],
+            vec![],
+            status(1, 1, 1, 1, None),
+        ),
+        (
+            "1 available pod for a long time with minReadySeconds",
+            false,
+            &long_min_ready,
+            vec![pod(
+                "pod1",
+                &long_min_ready,
+                "Running",
+                Some(ago(2 * i64::from(long))),
+            )],
+            vec![],
+            status(1, 1, 1, 1, None),
+        ),
+        (
+            "1 fully labelled pod and 1 terminating without DeploymentReplicaSetTerminatingReplicas",
+            false,
+            &fully_labelled,
+            vec![pod("pod1", &fully_labelled, "Running", None)],
+            vec![terminating(new_pod(
+                "pod2",
+                &fully_labelled,
+                "Running",
+                None,
+                true,
+            ))],
+            status(1, 1, 1, 1, None),
+        ),
+        (
+            "1 fully labelled pods and 2 terminating with DeploymentReplicaSetTerminatingReplicas",
+            true,
+            &fully_labelled,
+            vec![pod("pod1", &fully_labelled, "Running", None)],
             vec![
                 terminating(new_pod("pod2", &fully_labelled, "Running", None, true)),
                 terminating(new_pod("pod3", &fully_labelled, "Running", None, true)),
             ],
-            status(1, 1, 1, 1, Some(2))),
+            status(1, 1, 1, 1, Some(2)),
+        ),
         // Upstream's ReplicationController case (the gate on, the controller's feature off) is
         // the case above with terminating Pods not counted: this crate has no
         // ReplicationController mode.
-        ("1 fully labelled pods and 2 terminating with DeploymentReplicaSetTerminatingReplicas (ReplicationController)",
-            false, &fully_labelled, vec![pod("pod1", &fully_labelled, "Running", None)],
+        (
+            "1 fully labelled pods and 2 terminating with DeploymentReplicaSetTerminatingReplicas (ReplicationController)",
+            false,
+            &fully_labelled,
+            vec![pod("pod1", &fully_labelled, "Running", None)],
             vec![
                 terminating(new_pod("pod2", &fully_labelled, "Running", None, true)),
                 terminating(new_pod("pod3", &fully_labelled, "Running", None, true)),
             ],
-            status(1, 1, 1, 1, None)),
+            status(1, 1, 1, 1, None),
+        ),
     ];
     for (name, counted, rs, active, term, expected) in cases {
         let got = calculate_status(rs, &active, counted.then_some(&term[..]), None, now);
@@ -1391,15 +1644,41 @@ fn test_calculate_status_conditions() {
     };
     let err = Some("fake manageReplicasErr");
     let cases = [
-        ("manageReplicasErr != nil && failureCond == nil, diff < 0", &rs, pods(&rs, 1), err,
-            Some(vec![failure(Some("FailedCreate"), err)])),
-        ("manageReplicasErr != nil && failureCond == nil, diff > 0", &rs, pods(&rs, 3), err,
-            Some(vec![failure(Some("FailedDelete"), err)])),
-        ("manageReplicasErr == nil && failureCond != nil", &replica_failure_rs,
-            pods(&replica_failure_rs, 1), None, None),
-        ("manageReplicasErr != nil && failureCond != nil", &replica_failure_rs,
-            pods(&replica_failure_rs, 1), err, Some(vec![failure(None, None)])),
-        ("manageReplicasErr == nil && failureCond == nil", &rs, pods(&rs, 1), None, None),
+        (
+            "manageReplicasErr != nil && failureCond == nil, diff < 0",
+            &rs,
+            pods(&rs, 1),
+            err,
+            Some(vec![failure(Some("FailedCreate"), err)]),
+        ),
+        (
+            "manageReplicasErr != nil && failureCond == nil, diff > 0",
+            &rs,
+            pods(&rs, 3),
+            err,
+            Some(vec![failure(Some("FailedDelete"), err)]),
+        ),
+        (
+            "manageReplicasErr == nil && failureCond != nil",
+            &replica_failure_rs,
+            pods(&replica_failure_rs, 1),
+            None,
+            None,
+        ),
+        (
+            "manageReplicasErr != nil && failureCond != nil",
+            &replica_failure_rs,
+            pods(&replica_failure_rs, 1),
+            err,
+            Some(vec![failure(None, None)]),
+        ),
+        (
+            "manageReplicasErr == nil && failureCond == nil",
+            &rs,
+            pods(&rs, 1),
+            None,
+            None,
+        ),
     ];
     for (name, rs, active, err, expected) in cases {
         let got = calculate_status(rs, &active, None, err, Timestamp::now());

@@ -76,6 +76,7 @@ impl Expectations {
     }
 
     /// The Pod keys `key` still expects to see deleted (`GetUIDs`).
+    #[cfg(test)]
     pub(crate) fn deletion_keys(&self, key: &str) -> Option<HashSet<String>> {
         self.lock().deletions.get(key).cloned()
     }

@@ -94,17 +94,6 @@ pub(crate) struct RankedPods {
 }
 
 impl RankedPods {
-    /// Whether `pods[i]` goes before `pods[j]` (upstream's `Less`).
-    pub(crate) fn less(&self, i: usize, j: usize) -> bool {
-        less(
-            &self.pods[i],
-            self.rank[i],
-            &self.pods[j],
-            self.rank[j],
-            self.now.as_ref(),
-        )
-    }
-
     /// Sorts the Pods (and their ranks) so those to delete first come first. A merge sort
     /// that trusts the comparison without checking it: the bucketed rules are not always a
     /// strict order (a tie broken by UID in one rule, by a later rule in another), where a
