@@ -780,7 +780,7 @@ where
     /// feature gate ignores the selector and returns every object, and no shardInfo.
     ///
     /// The shardInfo is read whatever Kubernetes release the k8s-openapi types were selected
-    /// for (their `ListMeta` has the field from 1.37 on; with older types a JSON answer is
+    /// for (their `ListMeta` has the field from 1.36 on; with older types a JSON answer is
     /// read a second time for it, when a selector was sent).
     ///
     /// ```no_run
@@ -843,7 +843,7 @@ where
             self.decode(&body, Level::List).map_err(decode_error)?
         };
         let mut sharded = ShardedList::from_list(list);
-        if cfg!(not(k8s_api_ge = "1.37"))
+        if cfg!(not(k8s_api_ge = "1.36"))
             && want_shard_info
             && sharded.shard_info.is_none()
             && params.shard_selector.is_some()

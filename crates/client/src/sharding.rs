@@ -453,18 +453,18 @@ pub struct ShardInfo {
     pub selector: String,
 }
 
-/// The shardInfo of a list's metadata. k8s-openapi's `ListMeta` carries it from its 1.37
+/// The shardInfo of a list's metadata. k8s-openapi's `ListMeta` carries it from its 1.36
 /// types on; with the types of an older release selected it cannot, and this is always
 /// `None` (use [`Api::list_sharded`](crate::Api::list_sharded), which reads it whatever the
 /// release).
 pub fn shard_info_of(meta: &ListMeta) -> Option<ShardInfo> {
-    #[cfg(k8s_api_ge = "1.37")]
+    #[cfg(k8s_api_ge = "1.36")]
     {
         meta.shard_info.as_ref().map(|info| ShardInfo {
             selector: info.selector.clone(),
         })
     }
-    #[cfg(not(k8s_api_ge = "1.37"))]
+    #[cfg(not(k8s_api_ge = "1.36"))]
     {
         let _ = meta;
         None
@@ -498,7 +498,7 @@ impl<K: ListableResource> ShardedList<K> {
 
 /// A JSON list's `metadata.shardInfo`, read past everything else (for k8s-openapi releases
 /// whose `ListMeta` lacks the field).
-#[cfg_attr(k8s_api_ge = "1.37", allow(dead_code))]
+#[cfg_attr(k8s_api_ge = "1.36", allow(dead_code))]
 pub(crate) fn shard_info_from_json(body: &[u8]) -> serde_json::Result<Option<ShardInfo>> {
     #[derive(serde::Deserialize)]
     struct Head {

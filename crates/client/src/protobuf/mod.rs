@@ -340,9 +340,9 @@ impl From<ListMetaMessage> for ListMeta {
             remaining_item_count: m.remaining_item_count,
             resource_version: non_empty(m.resource_version),
             self_link: non_empty(m.self_link),
-            // k8s-openapi's ListMeta has the field from its 1.37 types on; for older ones
+            // k8s-openapi's ListMeta has the field from its 1.36 types on; for older ones
             // the shardInfo is read by `decode_sharded_list` alone.
-            #[cfg(k8s_api_ge = "1.37")]
+            #[cfg(k8s_api_ge = "1.36")]
             shard_info: m.shard_info.map(|info| {
                 k8s_openapi::apimachinery::pkg::apis::meta::v1::ShardInfo {
                     selector: info.selector.unwrap_or_default(),
