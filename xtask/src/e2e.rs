@@ -158,6 +158,7 @@ pub(crate) fn run(args: E2eArgs) -> Result<()> {
                 name: args.name.clone(),
                 nodes: 3,
                 apiserver_args: LOCAL_APISERVER_ARGS.iter().map(|s| s.to_string()).collect(),
+                feature_gates: Vec::new(),
                 controller_manager_args: Vec::new(),
                 deployment_controller: false,
                 release: args.kube.release,

@@ -95,6 +95,7 @@ pub(super) fn start(
         cache_dir: cache.root.clone(),
         nodes: opts.nodes,
         apiserver_args: opts.apiserver_args.clone(),
+        feature_gates: opts.feature_gates.clone(),
         controller_manager_args: opts.controller_manager_args.clone(),
         deployment_controller: opts.deployment_controller,
         ports,
@@ -111,7 +112,10 @@ pub(super) fn start(
     let launch = |c: Component, started: &mut Vec<Started>| -> Result<()> {
         let mut args = args(c, layout, &pki, &ports, cache, name);
         if c == Component::Apiserver {
-            args.extend(opts.apiserver_args.iter().cloned());
+            args.extend(apiserver_extra_args(
+                &opts.feature_gates,
+                &opts.apiserver_args,
+            )?);
         }
         if c == Component::ControllerManager {
             if opts.deployment_controller {
