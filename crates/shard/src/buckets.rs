@@ -11,6 +11,8 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
 
+use kctrl_client::sharding::{HashRange, ShardField, ShardSelector};
+
 /// The bucket count of a [`ShardConfig`](crate::ShardConfig) unless told otherwise.
 pub const DEFAULT_BUCKET_COUNT: u32 = 64;
 
@@ -136,6 +138,27 @@ impl BucketSet {
             }
         }
         out
+    }
+
+    /// The shard selector of these buckets of `count` on `field`: the objects whose field
+    /// hashes into them. `None` for the empty set (a selector cannot match nothing).
+    ///
+    /// ```
+    /// use kctrl_client::sharding::ShardField;
+    /// use kctrl_shard::BucketSet;
+    /// let set: BucketSet = "0-31".parse().unwrap();
+    /// let selector = set.selector(ShardField::Uid, 64).unwrap();
+    /// assert_eq!(
+    ///     selector.to_string(),
+    ///     "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')"
+    /// );
+    /// ```
+    pub fn selector(&self, field: ShardField, count: u32) -> Option<ShardSelector> {
+        let ranges = self
+            .ranges(count)
+            .into_iter()
+            .filter_map(|(start, end)| HashRange::new(start, end).ok());
+        ShardSelector::new(field, ranges).ok()
     }
 
     /// Whether any bucket of this set (buckets of `count`) covers a hash in `[start, end)`.

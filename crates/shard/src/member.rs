@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use kctrl_client::Client;
+use kctrl_client::sharding::{ShardField, ShardSelector};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -426,6 +427,16 @@ impl ShardMember {
     pub fn cache_scope(&self) -> (BucketSet, u64) {
         let state = self.shared.state();
         (state.scope.clone(), state.scope_generation)
+    }
+
+    /// [`cache_scope`](Self::cache_scope) as a shard selector on `field`, for the informers'
+    /// list and watch; `None` while the scope is empty (nothing to cache).
+    pub fn cache_selector(&self, field: ShardField) -> (Option<ShardSelector>, u64) {
+        let (scope, generation) = self.cache_scope();
+        (
+            scope.selector(field, self.shared.config.bucket_count),
+            generation,
+        )
     }
 
     /// The caches now cover the scope of `generation` (see

@@ -228,7 +228,7 @@ fn start(fake: &FakeApi, config: ShardConfig, ledger: &Arc<Ledger>, workers: usi
 /// ends early (aborted) when the member stops, as a controller aborts its reconciles.
 async fn reconciler(member: ShardMember, ledger: Arc<Ledger>, seed: u64) {
     let mut rng =
-        fastrand::Rng::with_seed(seed ^ crate::split::fnv1a(member.lease_name().as_bytes()));
+        fastrand::Rng::with_seed(seed ^ kctrl_client::sharding::hash_field(member.lease_name()));
     let identity = member.config().identity.clone();
     let stopped = member.stopped();
     loop {

@@ -10,17 +10,9 @@
 //! in expectation: with `n` members each holds `count / n` buckets on average, spread
 //! binomially (more buckets, tighter spread).
 
-use crate::buckets::BucketSet;
+use kctrl_client::sharding::hash_field;
 
-/// 64-bit FNV-1a of `bytes` (the hash the API server shards by, here for weights).
-pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
+use crate::buckets::BucketSet;
 
 /// SplitMix64's finaliser: spreads the bits of `z` over the whole word.
 fn mix(mut z: u64) -> u64 {
@@ -30,7 +22,7 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// The weight of `member` (its identity's FNV-1a hash) for `bucket`.
+/// The weight of `member` (its name's FNV-1a 64 hash) for `bucket`.
 fn weight(member: u64, bucket: u32) -> u64 {
     mix(member ^ mix(u64::from(bucket)))
 }
@@ -52,10 +44,7 @@ pub fn assign<S: AsRef<str>>(members: &[S], count: u32) -> Vec<usize> {
     if members.is_empty() {
         return Vec::new();
     }
-    let hashes: Vec<u64> = members
-        .iter()
-        .map(|m| fnv1a(m.as_ref().as_bytes()))
-        .collect();
+    let hashes: Vec<u64> = members.iter().map(|m| hash_field(m.as_ref())).collect();
     (0..count)
         .map(|bucket| {
             let mut best = 0;
@@ -110,10 +99,10 @@ mod tests {
     }
 
     #[test]
-    fn fnv1a_matches_the_reference_vectors() {
-        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
-        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
-        assert_eq!(fnv1a(b"foobar"), 0x8594_4171_f739_67e8);
+    fn member_weights_use_fnv1a_64() {
+        assert_eq!(hash_field(""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(hash_field("a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(hash_field("foobar"), 0x8594_4171_f739_67e8);
     }
 
     #[test]
