@@ -674,3 +674,63 @@ async fn dropping_the_selector_caches_everything() {
     assert_eq!(server.watches().last().unwrap().shard_selector, None);
     inf.stop().await;
 }
+
+fn quarters(which: &[u64]) -> ShardSelector {
+    ShardSelector::new(
+        ShardField::Uid,
+        which
+            .iter()
+            .map(|&q| HashRange::new(q << 62, u128::from(q + 1) << 62).unwrap()),
+    )
+    .unwrap()
+}
+
+/// A name not among [`names`] whose object hashes into `selector`.
+fn new_name_in(selector: &ShardSelector) -> String {
+    (0..)
+        .map(|i| format!("fresh-{i}"))
+        .find(|n| in_range(selector, n))
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_second_change_before_the_watch_caught_up_keeps_the_first_lists_events_dropped() {
+    let server = Server::new(true);
+    let scope = ShardScope::new(Some(quarters(&[0])));
+    let inf = start(&server, &scope, false).await;
+    let first = names_in(&quarters(&[1]));
+    let second = names_in(&quarters(&[2]));
+    assert!(!first.is_empty() && !second.is_empty());
+    let changed = first[0].clone();
+    let fleeting = new_name_in(&quarters(&[1]));
+    {
+        // While the first change lists the ranges it gained: one of their objects changes
+        // twice, another is created and deleted, and the scope changes again (before the
+        // restarted watch can deliver any of that).
+        let (changed, fleeting, scope) = (changed.clone(), fleeting.clone(), scope.clone());
+        server.lock().before_list.push(Box::new(move |st, server| {
+            server.write(st, &changed, false);
+            server.write(st, &changed, false);
+            server.write(st, &fleeting, false);
+            server.write(st, &fleeting, true);
+            scope.set(Some(quarters(&[0, 1, 2])));
+        }));
+    }
+    scope.set(Some(quarters(&[0, 1])));
+    scope.applied(3).await;
+    settle().await;
+
+    // Each object gained reaches handlers once, as an add of its state at the list; the
+    // events the lists already hold are not delivered again (no update going back to an
+    // older state, no add and delete of an object that was gone before it was listed).
+    let mut want = events_of("add", &first);
+    want.extend(events_of("add", &second));
+    assert_eq!(sorted(inf.take_events()), sorted(want));
+    let st = server.lock();
+    for cm in inf.informer.store().list() {
+        let name = cm.metadata.name.as_deref().unwrap();
+        assert_eq!(cm.data, st.objects[name].data, "{name}");
+    }
+    drop(st);
+    inf.stop().await;
+}

@@ -249,10 +249,13 @@ struct RvState {
     /// The shard scope's state the store reflects (`None` before the first list, or
     /// without a scope): watches are opened with its selector.
     shard_applied: Option<ScopeState>,
-    /// After a change of the shard selector that listed the ranges gained at
-    /// resourceVersion R: (those ranges, R). Watch events of their objects at or below R are
-    /// already in the store and are dropped; cleared once the watch passes R.
-    gained: Option<(ShardSelector, u64)>,
+    /// After changes of the shard selector that listed the ranges they gained, each at its
+    /// resourceVersion R: (those ranges, R), one per change the watch has not yet passed.
+    /// Watch events of their objects at or below R are already in the store and are
+    /// dropped; an entry is cleared once the watch passes its R. A second change made before
+    /// the watch passed the first one's R keeps the first entry: the watch restarts from
+    /// before it, and would otherwise deliver again what the first list holds.
+    gained: Vec<(ShardSelector, u64)>,
     /// How the shard selector is applied.
     filtering: Option<ShardFiltering>,
 }
@@ -657,7 +660,7 @@ where
         };
         {
             let mut st = self.state();
-            st.gained = None;
+            st.gained.clear();
             st.shard_applied = Some(target.clone());
         }
         // A change that keeps everything and adds nothing: it only carries the token
@@ -787,7 +790,7 @@ where
         }
         let mut st = self.state();
         st.shard_applied = Some(target);
-        st.gained = Some((gained, r));
+        st.gained.push((gained, r));
         Ok(true)
     }
 
@@ -837,7 +840,7 @@ where
             let mut initial = BTreeMap::new();
             let mut skipped = BTreeSet::new();
             let mut resource_version = String::new();
-            let mut shard = WatchShard::new(selector.clone(), None);
+            let mut shard = WatchShard::new(selector.clone(), Vec::new());
             let end = self
                 .handle_watch(
                     &mut stream,
@@ -1005,7 +1008,7 @@ where
                 )
                 .await;
             drop(events);
-            self.state().gained = shard.gained.take();
+            self.state().gained = std::mem::take(&mut shard.gained);
             internal_errors.after(matches!(&end, WatchEnd::Failed(e) if is_internal_error(e)));
             match end {
                 WatchEnd::Stopped => return Ok(()),
@@ -1054,9 +1057,11 @@ where
             }
             return false;
         }
-        if let Some((gained, listed_at)) = &shard.gained
-            && gained.matches(obj.metadata())
-            && numeric_resource_version(rv).is_some_and(|n| n <= *listed_at)
+        if let Some(n) = numeric_resource_version(rv)
+            && shard
+                .gained
+                .iter()
+                .any(|(gained, listed_at)| n <= *listed_at && gained.matches(obj.metadata()))
         {
             return false;
         }
@@ -1204,7 +1209,7 @@ struct WatchShard {
     selector: Option<ShardSelector>,
     /// Ranges gained by a shard change and the resourceVersion they were listed at (see
     /// `RvState::gained`).
-    gained: Option<(ShardSelector, u64)>,
+    gained: Vec<(ShardSelector, u64)>,
     /// An event of an object outside `selector` arrived.
     foreign: bool,
     /// Completes when the shard scope changes (only while watching into the store).
@@ -1212,7 +1217,7 @@ struct WatchShard {
 }
 
 impl WatchShard {
-    fn new(selector: Option<ShardSelector>, gained: Option<(ShardSelector, u64)>) -> Self {
+    fn new(selector: Option<ShardSelector>, gained: Vec<(ShardSelector, u64)>) -> Self {
         Self {
             selector,
             gained,
@@ -1221,12 +1226,12 @@ impl WatchShard {
         }
     }
 
-    /// The watch reached `rv`: once past the gained ranges' list, nothing more is dropped.
+    /// The watch reached `rv`: once past a gained ranges' list, nothing more of it is
+    /// dropped (a resourceVersion that is not a number cannot be ordered: all are cleared).
     fn passed(&mut self, rv: &str) {
-        if let Some((_, listed_at)) = &self.gained
-            && numeric_resource_version(rv).is_none_or(|n| n > *listed_at)
-        {
-            self.gained = None;
+        match numeric_resource_version(rv) {
+            Some(n) => self.gained.retain(|(_, listed_at)| n <= *listed_at),
+            None => self.gained.clear(),
         }
     }
 }
