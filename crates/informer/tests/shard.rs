@@ -734,3 +734,37 @@ async fn a_second_change_before_the_watch_caught_up_keeps_the_first_lists_events
     drop(st);
     inf.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_change_undone_before_the_watch_caught_up_keeps_the_lists_events_dropped() {
+    let server = Server::new(true);
+    let scope = ShardScope::new(Some(quarters(&[0])));
+    let inf = start(&server, &scope, false).await;
+    let gained = names_in(&quarters(&[1]));
+    let changed = gained[0].clone();
+    let fleeting = new_name_in(&quarters(&[1]));
+    {
+        // While the change lists the ranges it gained, their objects change, and the scope
+        // is set back and forth, ending where the change took it.
+        let (changed, fleeting, scope) = (changed.clone(), fleeting.clone(), scope.clone());
+        server.lock().before_list.push(Box::new(move |st, server| {
+            server.write(st, &changed, false);
+            server.write(st, &changed, false);
+            server.write(st, &fleeting, false);
+            server.write(st, &fleeting, true);
+            scope.set(Some(quarters(&[0])));
+            scope.set(Some(quarters(&[0, 1])));
+        }));
+    }
+    scope.set(Some(quarters(&[0, 1])));
+    scope.applied(4).await;
+    settle().await;
+    assert_eq!(sorted(inf.take_events()), events_of("add", &gained));
+    let st = server.lock();
+    for cm in inf.informer.store().list() {
+        let name = cm.metadata.name.as_deref().unwrap();
+        assert_eq!(cm.data, st.objects[name].data, "{name}");
+    }
+    drop(st);
+    inf.stop().await;
+}

@@ -655,14 +655,18 @@ where
     /// After a full (streaming) list with `target`'s selector: the store reflects it. The
     /// scope's generation counts as applied once the store has taken the list in.
     fn acknowledge_full_list(&self, target: Option<ScopeState>) {
+        self.state().gained.clear();
+        self.acknowledge(target);
+    }
+
+    /// The store reflects `target`'s selector (already, or once it has taken in what was
+    /// handed to it): its generation counts as applied once the store has taken in a marker
+    /// queued behind that.
+    fn acknowledge(&self, target: Option<ScopeState>) {
         let (Some(member), Some(target)) = (&self.shard, target) else {
             return;
         };
-        {
-            let mut st = self.state();
-            st.gained.clear();
-            st.shard_applied = Some(target.clone());
-        }
+        self.state().shard_applied = Some(target.clone());
         // A change that keeps everything and adds nothing: it only carries the token
         // through the queue, behind the list.
         let marker = Reshard {
@@ -703,7 +707,10 @@ where
             return Ok(true);
         };
         if applied.selector == target.selector {
-            self.acknowledge_full_list(Some(target));
+            // Set back to what the store holds: nothing to change, but the watch restarts
+            // from where it stopped, so the ranges an earlier change listed still drop the
+            // events that list holds.
+            self.acknowledge(Some(target));
             return Ok(true);
         }
         let gained = match (&applied.selector, &target.selector) {
