@@ -685,6 +685,15 @@ fn quarters(which: &[u64]) -> ShardSelector {
     .unwrap()
 }
 
+/// Every cached object is at the server's state.
+fn assert_cache_current(inf: &Running, server: &Server) {
+    let st = server.lock();
+    for cm in inf.informer.store().list() {
+        let name = cm.metadata.name.as_deref().unwrap();
+        assert_eq!(cm.data, st.objects[name].data, "{name}");
+    }
+}
+
 /// A name not among [`names`] whose object hashes into `selector`.
 fn new_name_in(selector: &ShardSelector) -> String {
     (0..)
@@ -726,12 +735,7 @@ async fn a_second_change_before_the_watch_caught_up_keeps_the_first_lists_events
     let mut want = events_of("add", &first);
     want.extend(events_of("add", &second));
     assert_eq!(sorted(inf.take_events()), sorted(want));
-    let st = server.lock();
-    for cm in inf.informer.store().list() {
-        let name = cm.metadata.name.as_deref().unwrap();
-        assert_eq!(cm.data, st.objects[name].data, "{name}");
-    }
-    drop(st);
+    assert_cache_current(&inf, &server);
     inf.stop().await;
 }
 
@@ -760,11 +764,6 @@ async fn a_change_undone_before_the_watch_caught_up_keeps_the_lists_events_dropp
     scope.applied(4).await;
     settle().await;
     assert_eq!(sorted(inf.take_events()), events_of("add", &gained));
-    let st = server.lock();
-    for cm in inf.informer.store().list() {
-        let name = cm.metadata.name.as_deref().unwrap();
-        assert_eq!(cm.data, st.objects[name].data, "{name}");
-    }
-    drop(st);
+    assert_cache_current(&inf, &server);
     inf.stop().await;
 }
