@@ -14,7 +14,9 @@
 //! [`process::CONTROLLER_BINARY_ENV`]'s when set, else built first
 //! (`cargo build -p kctrl-deployment-controller`, seconds when up to date, so never stale).
 //! Every other binary's plane runs no Deployment controller, as in `cargo xtask e2e`'s first
-//! phase (`controller_ref` uses Deployments as mere owners). What testenv cannot give:
+//! phase (`controller_ref` uses Deployments as mere owners). The `replicaset` target runs
+//! kctrl-replicaset's controller in its own process, so its plane's kube-controller-manager
+//! runs no ReplicaSet controller either ([`cluster_without_replicaset_controller`]). What testenv cannot give:
 //! compaction ([`Cluster::compact_command`] is `None`; those tests skip).
 //!
 //! The suite never falls back to `$KUBECONFIG`, so a plain `cargo test`
@@ -42,6 +44,22 @@ pub const DEPLOYMENT_CONTROLLER_LOG_ENV: &str = "KCTRL_E2E_DEPLOYMENT_CONTROLLER
 /// Set (to anything) without [`KUBECONFIG_ENV`]: the test binary runs on a `kctrl-testenv`
 /// control plane of its own.
 pub const TESTENV_ENV: &str = "KCTRL_E2E_TESTENV";
+/// Set (to anything) with [`KUBECONFIG_ENV`] when the cluster's kube-controller-manager runs
+/// no ReplicaSet controller: the tests of [`cluster_without_replicaset_controller`] then run
+/// against it (they skip otherwise).
+pub const NO_REPLICASET_CONTROLLER_ENV: &str = "KCTRL_E2E_NO_REPLICASET_CONTROLLER";
+
+/// What a test binary's `kctrl-testenv` plane runs besides etcd, kube-apiserver, the
+/// scheduler and three KWOK nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Plane {
+    /// kube-controller-manager without its Deployment controller.
+    Bare,
+    /// The same, and our deployment-controller.
+    WithDeploymentController,
+    /// kube-controller-manager without its Deployment and ReplicaSet controllers.
+    WithoutReplicaSetController,
+}
 
 /// The cluster the suite runs against.
 #[derive(Clone, Debug)]
@@ -64,7 +82,7 @@ static SKIP_NOTICE: Once = Once::new();
 /// The cluster from the environment, or `None` (after printing one notice per test binary).
 /// Under [`TESTENV_ENV`], this test binary's plane, without a Deployment controller.
 pub fn cluster() -> Option<Cluster> {
-    cluster_for(false)
+    cluster_for(Plane::Bare)
 }
 
 /// [`cluster`] for tests that need our deployment-controller: under [`TESTENV_ENV`], this test
@@ -73,12 +91,36 @@ pub fn cluster() -> Option<Cluster> {
 /// [`Cluster::deployment_controller_log`] is `None`). All tests of one binary must ask for the
 /// same kind of plane.
 pub fn cluster_with_deployment_controller() -> Option<Cluster> {
-    cluster_for(true)
+    cluster_for(Plane::WithDeploymentController)
 }
 
-fn cluster_for(deployment_controller: bool) -> Option<Cluster> {
+/// [`cluster`] for tests that run a ReplicaSet controller of their own: under
+/// [`TESTENV_ENV`], this test binary's plane runs kube-controller-manager without its
+/// ReplicaSet controller (nor its Deployment controller); [`KUBECONFIG_ENV`]'s cluster is
+/// used only when [`NO_REPLICASET_CONTROLLER_ENV`] says it runs none (two ReplicaSet
+/// controllers would fight over every ReplicaSet), else the tests skip.
+pub fn cluster_without_replicaset_controller() -> Option<Cluster> {
+    if std::env::var_os(KUBECONFIG_ENV).is_some()
+        && std::env::var_os(NO_REPLICASET_CONTROLLER_ENV).is_none()
+    {
+        SKIP_NOTICE.call_once(|| {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "e2e: the cluster of {KUBECONFIG_ENV} may run kube-controller-manager's \
+                 ReplicaSet controller ({NO_REPLICASET_CONTROLLER_ENV} is not set); skipping \
+                 tests that run their own (run them with {TESTENV_ENV}=1 and no \
+                 {KUBECONFIG_ENV})"
+            );
+        });
+        return None;
+    }
+    cluster_for(Plane::WithoutReplicaSetController)
+}
+
+fn cluster_for(plane: Plane) -> Option<Cluster> {
     if std::env::var_os(KUBECONFIG_ENV).is_none() && std::env::var_os(TESTENV_ENV).is_some() {
-        return Some(testenv_cluster(deployment_controller));
+        return Some(testenv_cluster(plane));
     }
     let Some(kubeconfig) = std::env::var_os(KUBECONFIG_ENV) else {
         SKIP_NOTICE.call_once(|| {
@@ -105,10 +147,10 @@ fn cluster_for(deployment_controller: bool) -> Option<Cluster> {
 /// The shared `kctrl-testenv` control plane of this test binary, started on first use, with our
 /// deployment-controller if asked. Panics with the environment's own message (e.g. the command
 /// that builds the binaries) when it cannot start: the variable asked for it.
-fn testenv_cluster(deployment_controller: bool) -> Cluster {
-    type Started = (bool, Result<Cluster, String>);
+fn testenv_cluster(plane: Plane) -> Cluster {
+    type Started = (Plane, Result<Cluster, String>);
     static STARTED: std::sync::OnceLock<Started> = std::sync::OnceLock::new();
-    let (with_controller, started) = STARTED.get_or_init(|| {
+    let (started_as, started) = STARTED.get_or_init(|| {
         // Tests call this from their own runtimes (usually current-thread ones): start the
         // environment on a thread and runtime of its own and keep only what the tests need;
         // the environment itself lives on in kctrl-testenv's static until the process exits.
@@ -119,8 +161,11 @@ fn testenv_cluster(deployment_controller: bool) -> Cluster {
                 .map_err(|e| format!("a runtime to start the test environment: {e}"))?;
             let mut builder = kctrl_testenv::TestEnv::builder()
                 .controller_manager(true)
+                .controller_manager_replicaset_controller(
+                    plane != Plane::WithoutReplicaSetController,
+                )
                 .kwok_nodes(3);
-            if deployment_controller {
+            if plane == Plane::WithDeploymentController {
                 let binary = process::controller_binary_or_build()?;
                 builder = builder
                     .deployment_controller(true)
@@ -141,14 +186,13 @@ fn testenv_cluster(deployment_controller: bool) -> Cluster {
         })
         .join()
         .unwrap_or_else(|_| Err("the thread starting the test environment panicked".to_owned()));
-        (deployment_controller, started)
+        (plane, started)
     });
     assert_eq!(
-        *with_controller,
-        deployment_controller,
-        "this test binary's plane was started {} our deployment-controller; its tests must all \
-         use `cluster()` or all `cluster_with_deployment_controller()`",
-        if *with_controller { "with" } else { "without" }
+        *started_as, plane,
+        "this test binary's plane was started as {started_as:?}; its tests must all use \
+         the same one of `cluster()`, `cluster_with_deployment_controller()` and \
+         `cluster_without_replicaset_controller()`"
     );
     match started {
         Ok(cluster) => cluster.clone(),

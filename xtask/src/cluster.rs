@@ -92,6 +92,7 @@ pub(crate) fn run(args: ClusterArgs) -> Result<()> {
                 apiserver_args,
                 controller_manager_args: Vec::new(),
                 deployment_controller: false,
+                replicaset_controller: true,
                 release: kube.release,
             })?;
             eprintln!(

@@ -66,6 +66,7 @@ pub(crate) fn run(args: DemoArgs) -> Result<()> {
         apiserver_args: Vec::new(),
         controller_manager_args: Vec::new(),
         deployment_controller: false,
+        replicaset_controller: true,
         release: args.kube.release,
     })?;
     // From here on the cluster is ours to stop (unless --keep), whatever happens.

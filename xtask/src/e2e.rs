@@ -160,6 +160,7 @@ pub(crate) fn run(args: E2eArgs) -> Result<()> {
                 apiserver_args: LOCAL_APISERVER_ARGS.iter().map(|s| s.to_string()).collect(),
                 controller_manager_args: Vec::new(),
                 deployment_controller: false,
+                replicaset_controller: true,
                 release: args.kube.release,
             })?;
             let _ = KUBECTL.set(info.kubectl.clone());

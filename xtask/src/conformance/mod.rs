@@ -303,6 +303,7 @@ pub(crate) fn run(args: ConformanceArgs) -> Result<()> {
             apiserver_args: Vec::new(),
             controller_manager_args: Vec::new(),
             deployment_controller: args.controller == Contender::Upstream,
+            replicaset_controller: true,
             release,
         },
         Fresh {

@@ -19,6 +19,7 @@ impl Clusters {
                     apiserver_args: Vec::new(),
                     controller_manager_args: Vec::new(),
                     deployment_controller: false,
+                    replicaset_controller: true,
                     release,
                 },
                 Fresh {

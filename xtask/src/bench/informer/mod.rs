@@ -285,6 +285,7 @@ pub(crate) fn run(args: InformerArgs) -> Result<()> {
         apiserver_args: Vec::new(),
         controller_manager_args: Vec::new(),
         deployment_controller: false,
+        replicaset_controller: true,
         release: args.kube.release,
     })?;
     let machine = report::Machine::detect(&root, go_version, &info.kubernetes_version)?;
