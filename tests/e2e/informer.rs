@@ -705,7 +705,7 @@ async fn pod_views_from_protobuf_equal_pod_views_from_json() {
     }
     assert_eq!(terminating, 2, "p-10 and p-15 are held by their finalizer");
     let p00 = from_pb.store().get(&format!("{}/p-00", ns.name)).unwrap();
-    assert_eq!(p00.phase(), Some("Pending"));
+    assert_eq!(p00.phase(), "Pending");
     assert_eq!(
         p00.metadata.owner_references.as_ref().unwrap()[0].name,
         "owner"

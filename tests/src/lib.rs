@@ -17,7 +17,9 @@
 //! phase (`controller_ref` uses Deployments as mere owners). A binary whose tests ask for
 //! [`cluster_with_feature_gates`] (the `sharding_gate` target) runs only there, on a plane whose
 //! kube-apiserver has those gates; `cargo xtask e2e` runs it so once its own cluster is torn
-//! down. What testenv cannot give:
+//! down. The `replicaset` target runs kctrl-replicaset's controller in its own process, so its
+//! plane's kube-controller-manager runs no ReplicaSet controller either
+//! ([`cluster_without_replicaset_controller`]). What testenv cannot give:
 //! compaction ([`Cluster::compact_command`] is `None`; those tests skip).
 //!
 //! The suite never falls back to `$KUBECONFIG`, so a plain `cargo test`
@@ -45,6 +47,31 @@ pub const DEPLOYMENT_CONTROLLER_LOG_ENV: &str = "KCTRL_E2E_DEPLOYMENT_CONTROLLER
 /// Set (to anything) without [`KUBECONFIG_ENV`]: the test binary runs on a `kctrl-testenv`
 /// control plane of its own.
 pub const TESTENV_ENV: &str = "KCTRL_E2E_TESTENV";
+/// Set (to anything) with [`KUBECONFIG_ENV`] when the cluster's kube-controller-manager runs
+/// no ReplicaSet controller: the tests of [`cluster_without_replicaset_controller`] then run
+/// against it (they skip otherwise).
+pub const NO_REPLICASET_CONTROLLER_ENV: &str = "KCTRL_E2E_NO_REPLICASET_CONTROLLER";
+
+/// What a test binary's `kctrl-testenv` plane runs besides etcd, kube-apiserver, the
+/// scheduler and three KWOK nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Plane {
+    /// Our deployment-controller (kube-controller-manager never runs its own).
+    deployment_controller: bool,
+    /// kube-controller-manager's ReplicaSet controller.
+    replicaset_controller: bool,
+    /// kube-apiserver feature gates (`--feature-gates` syntax), empty for the defaults.
+    feature_gates: &'static str,
+}
+
+impl Plane {
+    /// kube-controller-manager without its Deployment controller, default gates.
+    const BARE: Plane = Plane {
+        deployment_controller: false,
+        replicaset_controller: true,
+        feature_gates: "",
+    };
+}
 
 /// The cluster the suite runs against.
 #[derive(Clone, Debug)]
@@ -67,7 +94,7 @@ static SKIP_NOTICE: Once = Once::new();
 /// The cluster from the environment, or `None` (after printing one notice per test binary).
 /// Under [`TESTENV_ENV`], this test binary's plane, without a Deployment controller.
 pub fn cluster() -> Option<Cluster> {
-    cluster_for(false)
+    cluster_for(Plane::BARE)
 }
 
 /// [`cluster`] for tests that need our deployment-controller: under [`TESTENV_ENV`], this test
@@ -76,7 +103,10 @@ pub fn cluster() -> Option<Cluster> {
 /// [`Cluster::deployment_controller_log`] is `None`). All tests of one binary must ask for the
 /// same kind of plane.
 pub fn cluster_with_deployment_controller() -> Option<Cluster> {
-    cluster_for(true)
+    cluster_for(Plane {
+        deployment_controller: true,
+        ..Plane::BARE
+    })
 }
 
 /// [`cluster`] for tests that need kube-apiserver feature gates off by default, e.g.
@@ -88,8 +118,8 @@ pub fn cluster_with_deployment_controller() -> Option<Cluster> {
 pub fn cluster_with_feature_gates(gates: &'static str) -> Option<Cluster> {
     if std::env::var_os(TESTENV_ENV).is_some() {
         return Some(testenv_cluster(Plane {
-            deployment_controller: false,
             feature_gates: gates,
+            ..Plane::BARE
         }));
     }
     SKIP_NOTICE.call_once(|| {
@@ -103,12 +133,36 @@ pub fn cluster_with_feature_gates(gates: &'static str) -> Option<Cluster> {
     None
 }
 
-fn cluster_for(deployment_controller: bool) -> Option<Cluster> {
+/// [`cluster`] for tests that run a ReplicaSet controller of their own: under
+/// [`TESTENV_ENV`], this test binary's plane runs kube-controller-manager without its
+/// ReplicaSet controller (nor its Deployment controller); [`KUBECONFIG_ENV`]'s cluster is
+/// used only when [`NO_REPLICASET_CONTROLLER_ENV`] says it runs none (two ReplicaSet
+/// controllers would fight over every ReplicaSet), else the tests skip.
+pub fn cluster_without_replicaset_controller() -> Option<Cluster> {
+    if std::env::var_os(KUBECONFIG_ENV).is_some()
+        && std::env::var_os(NO_REPLICASET_CONTROLLER_ENV).is_none()
+    {
+        SKIP_NOTICE.call_once(|| {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "e2e: the cluster of {KUBECONFIG_ENV} may run kube-controller-manager's \
+                 ReplicaSet controller ({NO_REPLICASET_CONTROLLER_ENV} is not set); skipping \
+                 tests that run their own (run them with {TESTENV_ENV}=1 and no \
+                 {KUBECONFIG_ENV})"
+            );
+        });
+        return None;
+    }
+    cluster_for(Plane {
+        replicaset_controller: false,
+        ..Plane::BARE
+    })
+}
+
+fn cluster_for(plane: Plane) -> Option<Cluster> {
     if std::env::var_os(KUBECONFIG_ENV).is_none() && std::env::var_os(TESTENV_ENV).is_some() {
-        return Some(testenv_cluster(Plane {
-            deployment_controller,
-            feature_gates: "",
-        }));
+        return Some(testenv_cluster(plane));
     }
     let Some(kubeconfig) = std::env::var_os(KUBECONFIG_ENV) else {
         SKIP_NOTICE.call_once(|| {
@@ -132,16 +186,6 @@ fn cluster_for(deployment_controller: bool) -> Option<Cluster> {
     })
 }
 
-/// What a test binary's `kctrl-testenv` plane runs besides etcd, kube-apiserver,
-/// kube-controller-manager and the KWOK nodes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Plane {
-    /// Our deployment-controller.
-    deployment_controller: bool,
-    /// kube-apiserver feature gates (`--feature-gates` syntax), empty for the defaults.
-    feature_gates: &'static str,
-}
-
 /// The shared `kctrl-testenv` control plane of this test binary, started on first use, as
 /// `plane` asks. Panics with the environment's own message (e.g. the command that builds the
 /// binaries) when it cannot start: the variable asked for it.
@@ -159,6 +203,7 @@ fn testenv_cluster(plane: Plane) -> Cluster {
                 .map_err(|e| format!("a runtime to start the test environment: {e}"))?;
             let mut builder = kctrl_testenv::TestEnv::builder()
                 .controller_manager(true)
+                .controller_manager_replicaset_controller(plane.replicaset_controller)
                 .kwok_nodes(3);
             if !plane.feature_gates.is_empty() {
                 builder = builder.feature_gates(plane.feature_gates);
@@ -189,8 +234,9 @@ fn testenv_cluster(plane: Plane) -> Cluster {
     assert_eq!(
         *started_as, plane,
         "this test binary's plane was started as {started_as:?}; its tests must all use \
-         `cluster()`, all `cluster_with_deployment_controller()` or all \
-         `cluster_with_feature_gates()` with the same gates"
+         the same one of `cluster()`, `cluster_with_deployment_controller()`, \
+         `cluster_without_replicaset_controller()` and `cluster_with_feature_gates()` (with the \
+         same gates)"
     );
     match started {
         Ok(cluster) => cluster.clone(),

@@ -98,6 +98,7 @@ pub(crate) fn run(args: ClusterArgs) -> Result<()> {
                 feature_gates,
                 controller_manager_args: Vec::new(),
                 deployment_controller: false,
+                replicaset_controller: true,
                 release: kube.release,
             })?;
             eprintln!(

@@ -67,6 +67,7 @@ pub(crate) fn run(args: DemoArgs) -> Result<()> {
         feature_gates: Vec::new(),
         controller_manager_args: Vec::new(),
         deployment_controller: false,
+        replicaset_controller: true,
         release: args.kube.release,
     })?;
     // From here on the cluster is ours to stop (unless --keep), whatever happens.

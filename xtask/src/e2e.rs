@@ -165,6 +165,7 @@ pub(crate) fn run(args: E2eArgs) -> Result<()> {
                 feature_gates: Vec::new(),
                 controller_manager_args: Vec::new(),
                 deployment_controller: false,
+                replicaset_controller: true,
                 release: args.kube.release,
             })?;
             let _ = KUBECTL.set(info.kubectl.clone());

@@ -105,7 +105,7 @@ fn every_manifest_is_one_object_in_kube_system_or_cluster_scoped() {
 }
 
 #[test]
-fn cluster_role_has_exactly_upstreams_deployment_controller_rules() {
+fn cluster_role_has_exactly_upstreams_deployment_and_replicaset_controller_rules() {
     // Kubernetes 1.36 and 1.37 (the same rules), system:controller:deployment-controller
     // (bootstrap controller policy), in upstream's order; the last rule is upstream's shared
     // events rule.
@@ -137,6 +137,27 @@ fn cluster_role_has_exactly_upstreams_deployment_controller_rules() {
             &["", "events.k8s.io"],
             &["events"],
             &["create", "update", "patch"],
+        ),
+        // system:controller:replicaset-controller, but its events rule (the same as above).
+        rule(
+            &["apps", "extensions"],
+            &["replicasets"],
+            &["get", "list", "watch", "update"],
+        ),
+        rule(
+            &["apps", "extensions"],
+            &["replicasets/status"],
+            &["update"],
+        ),
+        rule(
+            &["apps", "extensions"],
+            &["replicasets/finalizers"],
+            &["update"],
+        ),
+        rule(
+            &[""],
+            &["pods"],
+            &["list", "watch", "patch", "create", "delete"],
         ),
     ];
     let role: ClusterRole = object("deploy/01-clusterrole.yaml");

@@ -19,6 +19,11 @@
 //! sync, [`CanAdopt`] rereads the owner from the API server (not the cache) once, and refuses
 //! every adoption if the owner is gone, was recreated or is being deleted.
 //!
+//! Workload controllers that claim Pods read them through one shared view, [`pod_view::PodView`]
+//! (the Pod fields the Deployment and ReplicaSet controllers read, with upstream's Pod helpers
+//! such as `IsPodActive` as methods), so one process running several of them caches each Pod
+//! once.
+//!
 //! The files follow the data: [`Owner`] (who claims) → [`CanAdopt`] (may it adopt?) →
 //! [`ControllerRefManager`] (the rules) → the patch bodies → [`ReplicaSetControl`] /
 //! [`PodControl`] (the writes).
@@ -119,6 +124,7 @@ mod error;
 mod manager;
 mod owner;
 mod patch;
+pub mod pod_view;
 
 pub use can_adopt::{CanAdopt, CanAdoptError, RecheckError};
 pub use control::{PodControl, RealPodControl, RealReplicaSetControl, ReplicaSetControl};
@@ -126,3 +132,4 @@ pub use error::{ClaimError, OwnershipError};
 pub use manager::ControllerRefManager;
 pub use owner::{Owner, get_controller_of, is_controlled_by};
 pub use patch::{adopt_patch, adopt_patch_bytes, release_patch, release_patch_bytes};
+pub use pod_view::PodView;

@@ -30,6 +30,21 @@ pub(crate) struct Flags {
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) concurrent_deployment_syncs: u32,
 
+    /// The number of ReplicaSets allowed to sync concurrently (with the ReplicaSet controller
+    /// enabled, see --controllers).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) concurrent_replicaset_syncs: u32,
+
+    /// A list of controllers to enable, as kube-controller-manager's flag: '*' enables the
+    /// on-by-default controllers, 'foo' enables the controller named foo, '-foo' disables it;
+    /// the first entry naming a controller decides. All controllers: deployment-controller
+    /// (alias deployment), replicaset-controller (alias replicaset). Disabled by default:
+    /// replicaset-controller (kube-controller-manager usually runs its own; run ours only
+    /// where it runs none, e.g. with its --controllers=*,-deployment-controller,-replicaset-controller).
+    #[arg(long, value_delimiter = ',', default_value = "*", value_name = "NAMES",
+          value_parser = parse_controller_entry, allow_hyphen_values = true)]
+    pub(crate) controllers: Vec<String>,
+
     /// Threads of the async runtime that runs the informers, the syncs and the API client.
     /// One is the cheapest in CPU: the controller's pace is set by the API client's QPS, and
     /// a second thread mostly adds wake-ups between threads (about a quarter of the
@@ -179,7 +194,87 @@ pub(crate) struct Flags {
     pub(crate) verbosity: u8,
 }
 
+/// The controllers this binary runs, by kube-controller-manager's name, with their aliases and
+/// whether `*` enables them.
+pub(crate) const CONTROLLERS: &[(&str, &str, bool)] = &[
+    ("deployment-controller", "deployment", true),
+    ("replicaset-controller", "replicaset", false),
+];
+
+/// One entry of `--controllers`: `*`, or a known controller name or alias, optionally with a
+/// leading `-`; returned with the alias replaced by the controller's name.
+fn parse_controller_entry(entry: &str) -> Result<String, String> {
+    let entry = entry.trim();
+    if entry == "*" {
+        return Ok(entry.to_owned());
+    }
+    let (minus, name) = match entry.strip_prefix('-') {
+        Some(name) => ("-", name),
+        None => ("", entry),
+    };
+    match CONTROLLERS
+        .iter()
+        .find(|(canonical, alias, _)| name == *canonical || name == *alias)
+    {
+        Some((canonical, _, _)) => Ok(format!("{minus}{canonical}")),
+        None => Err(format!(
+            "{name:?} is not in the list of known controllers: {}",
+            CONTROLLERS
+                .iter()
+                .map(|(c, a, _)| format!("{c} (alias {a})"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
+/// Which controllers run, from `--controllers`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Enabled {
+    /// The Deployment controller.
+    pub(crate) deployment: bool,
+    /// The ReplicaSet controller.
+    pub(crate) replicaset: bool,
+}
+
 impl Flags {
+    /// The controllers `--controllers` enables, decided as kube-controller-manager decides
+    /// (`IsControllerEnabled`): the first entry naming a controller, else `*` for the
+    /// on-by-default ones. A list that enables none is an error.
+    pub(crate) fn enabled_controllers(&self) -> Result<Enabled, String> {
+        let enabled = |name: &str, by_default: bool| {
+            let mut star = false;
+            for entry in &self.controllers {
+                if entry == name {
+                    return true;
+                }
+                if entry.strip_prefix('-') == Some(name) {
+                    return false;
+                }
+                star |= entry == "*";
+            }
+            star && by_default
+        };
+        let is = |name: &str| {
+            CONTROLLERS
+                .iter()
+                .find(|(c, _, _)| *c == name)
+                .is_some_and(|(c, _, by_default)| enabled(c, *by_default))
+        };
+        let e = Enabled {
+            deployment: is("deployment-controller"),
+            replicaset: is("replicaset-controller"),
+        };
+        if !e.deployment && !e.replicaset {
+            return Err(format!(
+                "--controllers={} enables no controller; name one of deployment-controller, \
+                 replicaset-controller (or '*' for the deployment-controller)",
+                self.controllers.join(",")
+            ));
+        }
+        Ok(e)
+    }
+
     /// `--authorization-always-allow-paths` without empty entries (an empty value is an empty
     /// list, as pflag's string slices read it).
     pub(crate) fn always_allow_paths(&self) -> Vec<String> {
@@ -212,6 +307,8 @@ mod tests {
     fn defaults_match_kube_controller_manager() {
         let flags = Flags::try_parse_from(["deployment-controller"]).unwrap();
         assert_eq!(flags.concurrent_deployment_syncs, 5);
+        assert_eq!(flags.concurrent_replicaset_syncs, 5);
+        assert_eq!(flags.controllers, ["*"]);
         assert_eq!(flags.kube_api_qps, 20.0);
         assert_eq!(flags.kube_api_burst, 30);
         assert_eq!(
@@ -329,6 +426,8 @@ mod tests {
             vec!["--leader-elect-lease-duration", "1500ms"],
             vec!["--leader-elect-lease-duration", "0"],
             vec!["--concurrent-deployment-syncs", "0"],
+            vec!["--concurrent-replicaset-syncs", "0"],
+            vec!["--controllers", "*,statefulset"],
             vec!["--runtime-threads", "0"],
             vec!["--runtime-threads", "many"],
             vec!["--tls-cert-file", "/x.pem"],
@@ -344,5 +443,69 @@ mod tests {
                 "{flag}: {err}"
             );
         }
+    }
+
+    fn enabled(list: &str) -> Result<Enabled, String> {
+        let separate = Flags::try_parse_from(["deployment-controller", "--controllers", list])
+            .map_err(|e| e.to_string())?
+            .enabled_controllers();
+        let joined =
+            Flags::try_parse_from(["deployment-controller", &format!("--controllers={list}")])
+                .map_err(|e| e.to_string())?
+                .enabled_controllers();
+        assert_eq!(separate, joined, "{list}");
+        joined
+    }
+
+    #[test]
+    fn controllers_are_chosen_as_kube_controller_manager_chooses() {
+        let both = Enabled {
+            deployment: true,
+            replicaset: true,
+        };
+        let deployment = Enabled {
+            deployment: true,
+            replicaset: false,
+        };
+        let replicaset = Enabled {
+            deployment: false,
+            replicaset: true,
+        };
+        let default = Flags::try_parse_from(["deployment-controller"]).unwrap();
+        assert_eq!(default.enabled_controllers(), Ok(deployment));
+        for (list, want) in [
+            ("*", deployment),
+            ("*,replicaset-controller", both),
+            ("deployment-controller,replicaset-controller", both),
+            ("deployment,replicaset", both),
+            ("replicaset-controller", replicaset),
+            ("*,-deployment-controller,replicaset", replicaset),
+            ("*,-replicaset-controller", deployment),
+            // The first entry naming a controller decides.
+            ("replicaset,-replicaset,*", both),
+            ("-replicaset,replicaset,*", deployment),
+        ] {
+            assert_eq!(enabled(list), Ok(want), "{list}");
+        }
+    }
+
+    #[test]
+    fn unknown_or_no_controllers_are_refused() {
+        let err = enabled("*,statefulset").unwrap_err();
+        assert!(
+            err.contains("\"statefulset\" is not in the list of known controllers"),
+            "{err}"
+        );
+        assert!(
+            err.contains("deployment-controller (alias deployment)"),
+            "{err}"
+        );
+        assert!(
+            err.contains("replicaset-controller (alias replicaset)"),
+            "{err}"
+        );
+        let err = enabled("-deployment-controller").unwrap_err();
+        assert!(err.contains("enables no controller"), "{err}");
+        assert!(enabled("*,-deployment").is_err());
     }
 }

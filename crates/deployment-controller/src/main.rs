@@ -1,9 +1,15 @@
 //! `deployment-controller`: kube-controller-manager's Deployment controller as a standalone
 //! process, built on the kctrl crates.
 //!
-//! It watches Deployments, ReplicaSets and Pods, and reconciles each Deployment with
-//! `--concurrent-deployment-syncs` workers, as kube-controller-manager does. Run it against a
-//! cluster whose kube-controller-manager has `--controllers=*,-deployment-controller`.
+//! It runs the controllers `--controllers` enables, with kube-controller-manager's syntax and
+//! names: the Deployment controller (`deployment-controller`, on by default), which watches
+//! Deployments, ReplicaSets and Pods and reconciles each Deployment with
+//! `--concurrent-deployment-syncs` workers, and the ReplicaSet controller
+//! (`replicaset-controller`, off unless named), which reconciles each ReplicaSet with
+//! `--concurrent-replicaset-syncs` workers. Both share one informer factory (one watch and
+//! cache per resource; Pods as one shared view), one leader election and one set of endpoints
+//! and metrics. Run it against a cluster whose kube-controller-manager runs none of the
+//! controllers it runs, e.g. `--controllers=*,-deployment-controller` for the default.
 //!
 //! Modules: [`flags`] (the command line), [`metrics`] (the Prometheus registry), [`serve`]
 //! (/healthz, /livez, /readyz, /metrics over HTTPS), [`auth`] (their delegated
@@ -29,6 +35,7 @@ use kctrl_leader_election::{
     DEFAULT_HEALTHZ_TIMEOUT, HEALTHZ_NAME, HealthzAdaptor, LeaderCallbacks, LeaderElectionConfig,
     LeaderElector, LeaderEvent, LeaseLock, PrometheusLeaderMetrics, lock_client_config,
 };
+use kctrl_replicaset::{ReplicaSetController, ReplicaSetMetrics};
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
@@ -378,6 +385,7 @@ fn informer_factory(
 }
 
 async fn run(flags: Flags) -> anyhow::Result<()> {
+    let enabled = flags.enabled_controllers().map_err(anyhow::Error::msg)?;
     let config = client_config(&flags)?;
     let server = kctrl_config::redacted_url(&config.server);
     let namespace = config.default_namespace.clone();
@@ -429,14 +437,43 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         sync_observer: Some(metrics.sync_observer.clone()),
         single_lane: !flags.priority_lanes,
     };
-    let runner = Arc::new(
-        DeploymentControllerRunner::with_options(
-            client.clone(),
+    let runner = match enabled.deployment {
+        true => Some(Arc::new(
+            DeploymentControllerRunner::with_options(
+                client.clone(),
+                &factory,
+                recorder.clone(),
+                options,
+            )
+            .context("registering the informer handlers")?,
+        )),
+        false => None,
+    };
+    // The ReplicaSet controller on the same factory: its ReplicaSet and Pod informers are the
+    // Deployment controller's (the same types), so each is watched and cached once.
+    let replica_sets = enabled.replicaset.then(|| {
+        let recorder = Arc::new(
+            broadcaster.new_recorder(EventSource::new(kctrl_replicaset::EVENT_SOURCE_COMPONENT)),
+        );
+        ReplicaSetController::new(
             &factory,
-            recorder.clone(),
-            options,
+            client.clone(),
+            recorder,
+            kctrl_replicaset::Options {
+                concurrent_syncs: usize::try_from(flags.concurrent_replicaset_syncs).unwrap_or(1),
+                queue_metrics: Some(Arc::new(metrics.workqueue.clone())),
+                controller_metrics: Some(kctrl_runtime::metrics::ControllerMetrics::new(
+                    &mut registry,
+                )),
+                metrics: Some(ReplicaSetMetrics::new(&mut registry)),
+                ..kctrl_replicaset::Options::default()
+            },
         )
-        .context("registering the informer handlers")?,
+    });
+    info!(
+        deployment = enabled.deployment,
+        replicaset = enabled.replicaset,
+        "controllers enabled"
     );
 
     // The election (built now so that the endpoints can report on it; run below).
@@ -477,17 +514,35 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
     let serving = CancellationToken::new();
     let leading = Arc::new(AtomicBool::new(false));
     if flags.secure_port != 0 {
-        let synced = runner.caches_synced_flag();
+        let deployment_synced = runner.as_ref().map(|r| r.caches_synced_flag());
+        let replicaset_informers = replica_sets.as_ref().map(|_| {
+            (
+                factory.informer::<ReplicaSet>(),
+                factory.informer::<PodView>(),
+            )
+        });
+        let synced = move || {
+            deployment_synced
+                .as_ref()
+                .is_none_or(|s| s.load(Ordering::Acquire))
+                && replicaset_informers
+                    .as_ref()
+                    .is_none_or(|(rs, pods)| rs.has_synced() && pods.has_synced())
+        };
         let leads = leading.clone();
         let election = flags.leader_elect;
         let ready: serve::Check = Arc::new(move || {
-            if synced.load(Ordering::Acquire) {
+            if synced() {
                 Ok(())
             } else if election && !leads.load(Ordering::Acquire) {
                 // A standby has nothing to sync: it is ready to take over.
                 Ok(())
             } else {
-                Err("the Deployment, ReplicaSet and Pod caches have not synced yet".to_owned())
+                Err(
+                    "the caches of the enabled controllers (Deployments, ReplicaSets, Pods) have \
+                     not synced yet"
+                        .to_owned(),
+                )
             }
         });
         let mut healthz = Vec::new();
@@ -530,8 +585,9 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
             "API server serves apps/v1 deployments and lets us list them"
         );
         let workers = usize::try_from(flags.concurrent_deployment_syncs).unwrap_or(1);
+        let work = controllers(runner.map(|r| (r, workers)), replica_sets);
         match elector {
-            None => run_controller(&runner, workers, &cancel).await,
+            None => work(cancel.clone()).await,
             Some((lock, leader_metrics)) => {
                 let mut election =
                     LeaderElectionConfig::new(LeaderCallbacks::new(|_| async {}, || {}));
@@ -545,7 +601,7 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
                 run_with_leader_election(
                     lock,
                     election,
-                    deployment_controller(runner.clone(), workers),
+                    work,
                     leading,
                     &cancel,
                     exit_on_lost_lease(),
@@ -597,10 +653,59 @@ type LeaderWork =
     Arc<dyn Fn(CancellationToken) -> BoxFuture<'static, anyhow::Result<()>> + Send + Sync>;
 
 /// The Deployment controller with `workers` workers, as the work of a leader.
+#[cfg(test)]
 fn deployment_controller(runner: Arc<DeploymentControllerRunner>, workers: usize) -> LeaderWork {
+    controllers(Some((runner, workers)), None)
+}
+
+/// The enabled controllers (the Deployment controller's runner with its number of workers,
+/// the ReplicaSet controller), run side by side as the work of a leader: either ending by
+/// itself (an error) stops the other, so that a leader never runs half of its controllers;
+/// the first error is returned once both have finished. The ReplicaSet controller runs once
+/// per process (a second start is an error; the binary exits when it stops leading).
+fn controllers(
+    deployment: Option<(Arc<DeploymentControllerRunner>, usize)>,
+    replica_sets: Option<ReplicaSetController>,
+) -> LeaderWork {
+    let with_replica_sets = replica_sets.is_some();
+    let replica_sets = Arc::new(std::sync::Mutex::new(replica_sets));
     Arc::new(move |stop: CancellationToken| {
-        let runner = runner.clone();
-        async move { run_controller(&runner, workers, &stop).await }.boxed()
+        let deployment = deployment.clone();
+        let replica_sets = replica_sets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        async move {
+            if with_replica_sets && replica_sets.is_none() {
+                bail!("the ReplicaSet controller was started twice");
+            }
+            let all = stop.child_token();
+            let deployments = async {
+                let Some((runner, workers)) = &deployment else {
+                    return Ok(());
+                };
+                let result = run_controller(runner, *workers, &all).await;
+                all.cancel();
+                result
+            };
+            let replica_sets = async {
+                let Some(controller) = replica_sets else {
+                    return Ok(());
+                };
+                let result = match controller.run(all.clone()).await {
+                    Ok(()) => Ok(()),
+                    Err(kctrl_runtime::RunError::CachesNotSynced { .. }) if all.is_cancelled() => {
+                        Ok(())
+                    }
+                    Err(e) => Err(anyhow::Error::new(e)),
+                };
+                all.cancel();
+                result
+            };
+            let (deployments, replica_sets) = tokio::join!(deployments, replica_sets);
+            deployments.and(replica_sets)
+        }
+        .boxed()
     })
 }
 

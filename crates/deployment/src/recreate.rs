@@ -41,7 +41,7 @@ pub fn old_pods_running<R: Borrow<ReplicaSet>, P: Borrow<PodView>>(
         .iter()
         .filter(|(uid, _)| Some(uid.as_str()) != new_uid)
         .flat_map(|(_, pods)| pods)
-        .any(|pod| !matches!(pod.borrow().phase(), Some("Failed" | "Succeeded")))
+        .any(|pod| !pod.borrow().is_terminal())
 }
 
 /// One Recreate pass (`rolloutRecreate` steps 2–5). Every variant ends with a rollout-status
@@ -99,6 +99,7 @@ mod tests {
         PodView {
             status: Some(PodViewStatus {
                 phase: phase.map(str::to_owned),
+                ..Default::default()
             }),
             ..Default::default()
         }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::{
     ReplicaSet, ReplicaSetCondition, ReplicaSetSpec, ReplicaSetStatus,
 };
-use k8s_openapi::api::core::v1::{Container, PodCondition, PodSpec, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, ObjectMeta, OwnerReference, Time,
 };
@@ -21,7 +21,7 @@ use kctrl_informer::Store;
 use kctrl_runtime::OwnWrites;
 
 use super::*;
-use crate::pod_view::{PodViewSpec, PodViewStatus};
+use crate::pod_view::{PodConditionView, PodViewSpec, PodViewStatus};
 use crate::ranking::pods_to_delete;
 use crate::status::{
     REPLICA_FAILURE, calculate_status, get_condition, remove_condition, set_condition,
@@ -95,12 +95,11 @@ fn new_replica_set(replicas: i32, selector: BTreeMap<String, String>) -> Replica
     }
 }
 
-fn ready(status: &str, since: Option<Timestamp>) -> PodCondition {
-    PodCondition {
+fn ready(status: &str, since: Option<Timestamp>) -> PodConditionView {
+    PodConditionView {
         type_: "Ready".into(),
         status: status.into(),
         last_transition_time: since.map(Time),
-        ..Default::default()
     }
 }
 

@@ -39,6 +39,8 @@ pub struct TestEnvBuilder {
     release: Option<&'static Release>,
     kwok_nodes: usize,
     controller_manager: bool,
+    /// kube-controller-manager runs without its ReplicaSet controller.
+    without_replicaset_controller: bool,
     apiserver_args: Vec<String>,
     feature_gates: Vec<String>,
     crds: Vec<CustomResourceDefinition>,
@@ -83,6 +85,14 @@ impl TestEnvBuilder {
     /// Deployment controller.
     pub fn controller_manager(mut self, on: bool) -> Self {
         self.controller_manager = on;
+        self
+    }
+
+    /// Whether kube-controller-manager (with [`controller_manager`](Self::controller_manager))
+    /// runs its ReplicaSet controller: on by default; off for a plane on which a ReplicaSet
+    /// controller of one's own (such as `kctrl-replicaset`'s) is the only one.
+    pub fn controller_manager_replicaset_controller(mut self, on: bool) -> Self {
+        self.without_replicaset_controller = !on;
         self
     }
 
@@ -223,7 +233,11 @@ impl TestEnvBuilder {
              deployment-controller {}, apiserver flags {:?}, feature gates {:?}, CRDs {:?}",
             self.release()?.kubernetes,
             self.kwok_nodes,
-            if self.controller_manager { "on" } else { "off" },
+            match (self.controller_manager, self.without_replicaset_controller) {
+                (false, _) => "off",
+                (true, false) => "on",
+                (true, true) => "on without its ReplicaSet controller",
+            },
             match (
                 self.deployment_controller,
                 &self.deployment_controller_binary
@@ -332,6 +346,7 @@ impl TestEnv {
             // kube-controller-manager's own Deployment controller: never (ours, if any, is
             // started below as the plane's only one).
             deployment_controller: false,
+            replicaset_controller: !b.without_replicaset_controller,
             release,
         };
         // What was started is stopped; the logs are kept for the report.

@@ -370,6 +370,7 @@ pub(crate) fn run(args: ChaosArgs) -> Result<()> {
                 .map(|s| s.to_string())
                 .collect(),
             deployment_controller: false,
+            replicaset_controller: true,
             release: args.kube.release,
         },
         Fresh {

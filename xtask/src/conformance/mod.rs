@@ -304,6 +304,7 @@ pub(crate) fn run(args: ConformanceArgs) -> Result<()> {
             feature_gates: Vec::new(),
             controller_manager_args: Vec::new(),
             deployment_controller: args.controller == Contender::Upstream,
+            replicaset_controller: true,
             release,
         },
         Fresh {

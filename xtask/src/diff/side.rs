@@ -20,6 +20,7 @@ impl Clusters {
                     feature_gates: Vec::new(),
                     controller_manager_args: Vec::new(),
                     deployment_controller: false,
+                    replicaset_controller: true,
                     release,
                 },
                 Fresh {

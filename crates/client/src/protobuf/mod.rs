@@ -245,6 +245,27 @@ impl<'a> MessageReader<'a> {
         objects::merge_meta_v1_object_meta(self.0.message(wire.0)?, meta)
     }
 
+    /// The current field as an `int32`.
+    pub fn int32(&mut self, wire: WireType) -> Result<i32, ProtobufError> {
+        self.0.int32(wire.0)
+    }
+
+    /// The current field as an `int64`.
+    pub fn int64(&mut self, wire: WireType) -> Result<i64, ProtobufError> {
+        self.0.int64(wire.0)
+    }
+
+    /// The current field as a `bool`.
+    pub fn bool(&mut self, wire: WireType) -> Result<bool, ProtobufError> {
+        self.0.bool(wire.0)
+    }
+
+    /// The current field as a `metav1.Time`, as the same object's JSON would hold it: to the
+    /// second, and `None` for the zero time (an empty message).
+    pub fn time(&mut self, wire: WireType) -> Result<Option<Time>, ProtobufError> {
+        wire::time(self.0.message(wire.0)?)
+    }
+
     /// Steps over the current field.
     pub fn skip(&mut self, wire: WireType) -> Result<(), ProtobufError> {
         self.0.skip(wire.0)
@@ -963,5 +984,38 @@ mod tests {
         assert_eq!(status.details.unwrap().name.as_deref(), Some("web"));
         assert!(decode_status(&envelope("Pod", pod("a", "b"))).is_none());
         assert!(decode_status(b"{\"kind\":\"Status\"}").is_none());
+    }
+
+    #[test]
+    fn the_message_reader_reads_numbers_booleans_and_times() {
+        // int32 -1 (sign-extended), int64 300, bool true, a Time, the zero Time, a string.
+        let mut message = vec![0x08];
+        message.extend_from_slice(&[0xff; 9]);
+        message.push(0x01);
+        message.extend_from_slice(b"\x10\xac\x02\x18\x01");
+        message.extend_from_slice(&[0x22, 0x07, 0x08, 0x80, 0xc2, 0xd7, 0x2a, 0x10]);
+        message.push(0x05);
+        message.extend_from_slice(b"\x2a\x00\x32\x01x");
+        let mut r = MessageReader::new(&message, "Example");
+        let (field, wire) = r.next_field().unwrap().unwrap();
+        assert_eq!(field, 1);
+        assert_eq!(r.int32(wire).unwrap(), -1);
+        let (_, wire) = r.next_field().unwrap().unwrap();
+        assert_eq!(r.int64(wire).unwrap(), 300);
+        let (_, wire) = r.next_field().unwrap().unwrap();
+        assert!(r.bool(wire).unwrap());
+        let (_, wire) = r.next_field().unwrap().unwrap();
+        // Nanoseconds are dropped, as apimachinery's Time has none in JSON.
+        assert_eq!(
+            r.time(wire).unwrap(),
+            Some(Time(
+                k8s_openapi::jiff::Timestamp::from_second(89_514_240).unwrap()
+            ))
+        );
+        let (_, wire) = r.next_field().unwrap().unwrap();
+        assert_eq!(r.time(wire).unwrap(), None);
+        // A string is not a number.
+        let (_, wire) = r.next_field().unwrap().unwrap();
+        assert!(r.int32(wire).is_err());
     }
 }

@@ -191,8 +191,17 @@ struct State {
     /// kube-controller-manager runs its Deployment controller (see [`UpOptions`]).
     #[serde(default)]
     deployment_controller: bool,
+    /// kube-controller-manager runs its ReplicaSet controller (see [`UpOptions`]); states
+    /// written before the option existed are of planes that run it.
+    #[serde(default = "yes")]
+    replicaset_controller: bool,
     ports: Ports,
     started_at: String,
+}
+
+/// `true`, the serde default of options that used to be always on.
+fn yes() -> bool {
+    true
 }
 
 /// File name prefix of [`Layout::attached_pid_file`]s.
@@ -494,6 +503,10 @@ pub struct UpOptions {
     /// Whether kube-controller-manager runs its own Deployment controller (upstream's, as a
     /// baseline). Off by default: ours replaces it, and the two must never run together.
     pub deployment_controller: bool,
+    /// Whether kube-controller-manager runs its own ReplicaSet controller. On in every plane
+    /// but those where ours runs instead (`cargo xtask cluster up --own-replicaset-controller`,
+    /// the ReplicaSet controller's end-to-end tests); the two must never run together.
+    pub replicaset_controller: bool,
     /// The Kubernetes release to run (`--kube-version`).
     pub release: &'static Release,
 }
@@ -668,15 +681,28 @@ pub fn ensure_up(opts: &UpOptions) -> Result<ClusterInfo> {
                 opts.name
             );
         }
-        let runs_it = state.is_some_and(|s| s.deployment_controller);
-        if runs_it != opts.deployment_controller {
-            bail!(
-                "cluster '{}' is running, but its kube-controller-manager {} the Deployment \
-                 controller; stop it first (`cargo xtask cluster down --name {}`)",
-                opts.name,
-                if runs_it { "runs" } else { "does not run" },
-                opts.name
-            );
+        let runs = |which: fn(&State) -> bool| state.as_ref().is_some_and(which);
+        for (kind, runs_it, asked) in [
+            (
+                "Deployment",
+                runs(|s| s.deployment_controller),
+                opts.deployment_controller,
+            ),
+            (
+                "ReplicaSet",
+                runs(|s| s.replicaset_controller),
+                opts.replicaset_controller,
+            ),
+        ] {
+            if runs_it != asked {
+                bail!(
+                    "cluster '{}' is running, but its kube-controller-manager {} the {kind} \
+                     controller; stop it first (`cargo xtask cluster down --name {}`)",
+                    opts.name,
+                    if runs_it { "runs" } else { "does not run" },
+                    opts.name
+                );
+            }
         }
         eprintln!(
             "cluster '{}' is already running ({}, Kubernetes {}); nothing to do",
@@ -722,7 +748,7 @@ mod start;
 #[cfg(test)]
 mod tests;
 
-use start::{Started, args, ready_nodes, start, wait_for, with_deployment_controller};
+use start::{Started, args, ready_nodes, start, wait_for, with_controllers};
 
 pub use ops::{
     ComponentStatus, StatusReport, apiserver_port, compact, kill_and_restart, not_running,

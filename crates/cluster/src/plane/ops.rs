@@ -206,9 +206,11 @@ pub fn kill_and_restart(name: &str, c: Component) -> Result<Duration> {
             &state.apiserver_args,
         )?),
         Component::ControllerManager => {
-            if state.deployment_controller {
-                argv = with_deployment_controller(argv);
-            }
+            argv = with_controllers(
+                argv,
+                state.deployment_controller,
+                state.replicaset_controller,
+            );
             argv.extend(state.controller_manager_args.iter().cloned());
         }
         _ => {}

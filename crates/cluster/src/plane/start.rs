@@ -98,6 +98,7 @@ pub(super) fn start(
         feature_gates: opts.feature_gates.clone(),
         controller_manager_args: opts.controller_manager_args.clone(),
         deployment_controller: opts.deployment_controller,
+        replicaset_controller: opts.replicaset_controller,
         ports,
         started_at: crate::toolchain::utc_now_rfc3339(),
     };
@@ -118,9 +119,7 @@ pub(super) fn start(
             )?);
         }
         if c == Component::ControllerManager {
-            if opts.deployment_controller {
-                args = with_deployment_controller(args);
-            }
+            args = with_controllers(args, opts.deployment_controller, opts.replicaset_controller);
             args.extend(opts.controller_manager_args.iter().cloned());
         }
         let log = layout.log(c);
@@ -322,8 +321,9 @@ pub(super) fn args(
             format!("--tls-private-key-file={}", p(&serving.key)),
             "--leader-elect=false".into(),
             // Everything that is on by default except the Deployment controller (ours replaces
-            // it); the ReplicaSet controller and the garbage collector stay on.
-            "--controllers=*,-deployment-controller".into(),
+            // it); the ReplicaSet controller and the garbage collector stay on (the options
+            // of `start` change this, see `with_controllers`).
+            controllers_flag(false, true),
             // Each controller acts as its own ServiceAccount, as in kubeadm clusters.
             "--use-service-account-credentials=true".into(),
             format!("--service-account-private-key-file={}", p(&pki.sa_key())),
@@ -370,16 +370,31 @@ pub(super) fn args(
     }
 }
 
-/// The `--controllers` flag of kube-controller-manager with everything on by default,
-/// including its own Deployment controller.
-const CONTROLLERS_WITH_DEPLOYMENT: &str = "--controllers=*";
+/// kube-controller-manager's `--controllers` flag: everything on by default, but its
+/// Deployment controller unless `deployment` and its ReplicaSet controller unless
+/// `replicaset`.
+pub(super) fn controllers_flag(deployment: bool, replicaset: bool) -> String {
+    let mut flag = "--controllers=*".to_owned();
+    if !deployment {
+        flag.push_str(",-deployment-controller");
+    }
+    if !replicaset {
+        flag.push_str(",-replicaset-controller");
+    }
+    flag
+}
 
-/// kube-controller-manager's flags `args` with its Deployment controller switched back on.
-pub(super) fn with_deployment_controller(args: Vec<String>) -> Vec<String> {
+/// kube-controller-manager's flags `args` with its `--controllers` flag set by
+/// [`controllers_flag`].
+pub(super) fn with_controllers(
+    args: Vec<String>,
+    deployment: bool,
+    replicaset: bool,
+) -> Vec<String> {
     args.into_iter()
         .map(|a| {
             if a.starts_with("--controllers=") {
-                CONTROLLERS_WITH_DEPLOYMENT.to_owned()
+                controllers_flag(deployment, replicaset)
             } else {
                 a
             }

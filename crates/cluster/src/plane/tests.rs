@@ -69,7 +69,7 @@ fn controller_manager_runs_without_the_deployment_controller() {
             .collect::<Vec<_>>()
     ));
     // The upstream baseline: the same flags, with the Deployment controller on.
-    let upstream = with_deployment_controller(kcm.clone());
+    let upstream = with_controllers(kcm.clone(), true, true);
     assert_eq!(upstream.len(), kcm.len());
     assert!(upstream.contains(&"--controllers=*".to_owned()));
     assert!(crate::process::runs_deployment_controller(
@@ -77,6 +77,17 @@ fn controller_manager_runs_without_the_deployment_controller() {
             .chain(upstream)
             .collect::<Vec<_>>()
     ));
+    // Ours for both: kube-controller-manager without either.
+    let neither = with_controllers(kcm.clone(), false, false);
+    assert!(
+        neither
+            .contains(&"--controllers=*,-deployment-controller,-replicaset-controller".to_owned())
+    );
+    assert_eq!(
+        with_controllers(neither, false, true),
+        kcm,
+        "the flag is replaced, not added"
+    );
     let api = args(Component::Apiserver, &layout, &pki, &ports, &cache, "t");
     assert!(api.contains(&"--authorization-mode=Node,RBAC".to_owned()));
     assert!(api.contains(&"--bind-address=127.0.0.1".to_owned()));
@@ -159,7 +170,18 @@ fn state(version: &str) -> State {
         feature_gates: Vec::new(),
         controller_manager_args: Vec::new(),
         deployment_controller: false,
+        replicaset_controller: true,
     }
+}
+
+#[test]
+fn a_state_from_before_the_replicaset_option_is_of_a_plane_that_runs_it() {
+    let mut json = serde_json::to_value(state("v1.37.2")).unwrap();
+    json.as_object_mut()
+        .unwrap()
+        .remove("replicaset_controller");
+    let old: State = serde_json::from_value(json).unwrap();
+    assert!(old.replicaset_controller && !old.deployment_controller);
 }
 
 #[test]
@@ -219,6 +241,7 @@ fn start_in_refuses_an_unbuilt_cache_before_touching_the_directory() {
         feature_gates: Vec::new(),
         controller_manager_args: Vec::new(),
         deployment_controller: false,
+        replicaset_controller: true,
         release: crate::versions::DEFAULT_RELEASE,
     };
     let err = start_in(
@@ -336,6 +359,7 @@ fn start_in_refuses_malformed_feature_gates() {
         feature_gates: vec!["ShardedListAndWatch=on".into()],
         controller_manager_args: Vec::new(),
         deployment_controller: false,
+        replicaset_controller: true,
         release: crate::versions::DEFAULT_RELEASE,
     };
     let err = start_in(

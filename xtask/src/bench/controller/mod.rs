@@ -416,6 +416,7 @@ fn prepare(
                 format!("--kube-api-burst={}", CLUSTER_KCM_QPS.1),
             ],
             deployment_controller: false,
+            replicaset_controller: true,
             release,
         },
         Fresh {

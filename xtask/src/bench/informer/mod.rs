@@ -49,8 +49,9 @@ pub(crate) enum Variant {
     Transform,
     /// Objects are cached as received.
     None,
-    /// kctrl only: the Deployment controller's `PodView` (metadata without managedFields,
-    /// owner references, phase); the decoder skips the rest. client-go and kube-rs have no
+    /// kctrl only: the Deployment and ReplicaSet controllers' `PodView` (metadata without
+    /// managedFields, node name, phase, Ready conditions, restart counts); the decoder skips
+    /// the rest. client-go and kube-rs have no
     /// typed views.
     View,
     /// kctrl only: the same view decoded from protobuf (`Api::protobuf`), as the
@@ -285,6 +286,7 @@ pub(crate) fn run(args: InformerArgs) -> Result<()> {
         apiserver_args: Vec::new(),
         controller_manager_args: Vec::new(),
         deployment_controller: false,
+        replicaset_controller: true,
         release: args.kube.release,
     })?;
     let machine = report::Machine::detect(&root, go_version, &info.kubernetes_version)?;

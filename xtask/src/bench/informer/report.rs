@@ -121,8 +121,8 @@ fn variant_label(variant: Variant) -> &'static str {
     match variant {
         Variant::None => "no transform",
         Variant::Transform => "transform: drop managedFields",
-        Variant::View => "typed view: the Deployment controller's PodView, from JSON",
-        Variant::ViewProtobuf => "typed view: the Deployment controller's PodView, from protobuf",
+        Variant::View => "typed view: the workload controllers' PodView, from JSON",
+        Variant::ViewProtobuf => "typed view: the workload controllers' PodView, from protobuf",
         Variant::Metadata => "metadata only (PartialObjectMetadata)",
         Variant::MetadataTransform => {
             "metadata only, managedFields dropped (as kube-controller-manager runs it)"
@@ -560,10 +560,11 @@ const METADATA_ONLY: &str = r#"
 const WIRE_FORMAT: &str = r#"
 ## Wire format: protobuf or JSON
 
-A view of a Pod (`PodView`: metadata without managedFields, phase) can be decoded from
+A view of a Pod (`PodView`: metadata without managedFields, the few spec and status fields
+the workload controllers read) can be decoded from
 either encoding (`Api::protobuf`, `kctrl_client::protobuf`); both give equal values, checked on
 a real apiserver's answers (`pod_views_from_protobuf_equal_pod_views_from_json` in
-tests/e2e/informer.rs, and a captured terminating Pod in crates/deployment/testdata).
+tests/e2e/informer.rs, and a captured terminating Pod in crates/controller-ref/testdata).
 
 * **Size.** One real Pod (running on a KWOK node, with labels, annotations, a finalizer, an
   owner reference and managedFields) is 9965 B of JSON and 3706 B of protobuf from the same
@@ -706,9 +707,11 @@ pub(super) fn markdown(table: &Table, machine: &Machine, settings: &Settings) ->
     disable client-side rate limiting (client-go `QPS = -1`, kctrl `qps = -1`; kube-rs has none).
 * **Variants.** Every program runs once with a transform that drops `metadata.managedFields`
   before caching and once without, in every repetition. Two more variants: *view*, kctrl only
-  (client-go and kube-rs have no typed views): an informer over the Deployment controller's
-  `PodView` (`kctrl_deployment::pod_view`: metadata without managedFields, which keeps owner
-  references and labels, plus `status.phase`), whose decoder skips every other field while
+  (client-go and kube-rs have no typed views): an informer over the Deployment and ReplicaSet
+  controllers' `PodView` (`kctrl_controller_ref::pod_view`: metadata without managedFields,
+  which keeps owner references and labels, plus `spec.nodeName`, the init containers' names
+  and restart policies, `status.phase`, the Ready conditions and the containers' restart
+  counts), whose decoder skips every other field while
   parsing; and *metadata only*: the API server sends `PartialObjectMetadata` (kctrl's
   `metadata_informer`, client-go's `metadatainformer.NewFilteredSharedInformerFactory` on
   `metadata.NewForConfig` — which always asks for protobuf, hence no *client-go (JSON)* run —

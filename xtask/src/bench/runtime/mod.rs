@@ -205,6 +205,7 @@ pub(crate) fn run(args: RuntimeArgs) -> Result<()> {
         ],
         controller_manager_args: Vec::new(),
         deployment_controller: false,
+        replicaset_controller: true,
         release: args.kube.release,
     });
     let info = match up {
