@@ -61,6 +61,12 @@
 //!
 //! One `Sharding` runs one controller, and its factory serves only controllers sharded with
 //! it: every informer of the factory follows its scope.
+//!
+//! Readiness: [`Sharding::is_ready`] (or [`Sharding::ready_check`]) holds while the replica
+//! holds at least one active bucket, for `/readyz`. Metrics: set
+//! [`ShardConfig::metrics`] to a [`PrometheusShardMetrics`](kctrl_shard::PrometheusShardMetrics)
+//! for the ranges held, handovers, keys dropped and the time from a member change to the new
+//! split being in force. `crates/runtime/examples/sharded.rs` serves both.
 
 use std::fmt;
 use std::sync::Arc;
