@@ -453,6 +453,28 @@ impl SharedInformerFactory {
         &self.inner.client
     }
 
+    /// The shard scope every informer of the factory follows
+    /// ([`SharedInformerFactoryBuilder::shard_scope`], or the
+    /// [`shard_scope`](ReflectorOptions::shard_scope) of its reflector options), if any.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use kctrl_informer::{ShardScope, SharedInformerFactory};
+    ///
+    /// let fake = kctrl_fake::FakeApi::new();
+    /// let scope = ShardScope::new(None);
+    /// let factory = SharedInformerFactory::builder(fake.client(), Duration::ZERO)
+    ///     .shard_scope(scope.clone())
+    ///     .build();
+    /// assert!(factory.shard_scope().is_some_and(|s| s.same_scope(&scope)));
+    /// // Another scope, even one selecting the same, is not the factory's.
+    /// assert!(!factory.shard_scope().unwrap().same_scope(&ShardScope::new(None)));
+    /// assert!(SharedInformerFactory::new(fake.client(), Duration::ZERO).shard_scope().is_none());
+    /// ```
+    pub fn shard_scope(&self) -> Option<&ShardScope> {
+        self.inner.reflector.shard_scope.as_ref()
+    }
+
     /// The protobuf decoder the builder was given for `K`
     /// ([`SharedInformerFactoryBuilder::protobuf`]), if any: for writes of the same type to
     /// ask for and decode protobuf answers as its informer does

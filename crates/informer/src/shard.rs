@@ -129,6 +129,12 @@ impl ShardScope {
         generation
     }
 
+    /// Whether `other` is this scope (a clone of it), not merely one holding the same
+    /// selector.
+    pub fn same_scope(&self, other: &ShardScope) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// The current selector; `None` selects everything.
     pub fn get(&self) -> Option<ShardSelector> {
         self.inner.state.borrow().selector.clone()

@@ -62,6 +62,11 @@
 //! - **Leader election that never overlaps.** [`Controller::run_leader_elected`] releases
 //!   the Lease only after the workers have stopped; a lost Lease stops the controller at
 //!   once (its reconciles in flight abandoned); a controller that stops stops leading.
+//! - **Sharded controllers.** [`Controller::sharded`]: replicas find each other through
+//!   Leases (`kctrl-shard`), split the objects by the hash of their namespace or UID, and
+//!   each caches and reconciles only its range; a range changes hands only once its
+//!   reconciles in flight have ended, and a replica that cannot renew stops before its Lease
+//!   can expire ([`shard`]).
 //! - **Metadata-only informers** for owned and watched resources
 //!   ([`Controller::owns_metadata`], [`Controller::watches_metadata`]).
 //! - **A bounded shutdown.** On cancel no new key is taken and the reconciles in flight
@@ -90,6 +95,7 @@
 //! | `GracefulShutdownTimeout` in the manager's options (30 s) | — | [`Controller::shutdown_timeout`] (30 s) |
 //! | `controller_runtime_reconcile_*` | — | [`metrics::ControllerMetrics`] |
 //! | `LeaderElection: true` in the manager's options | — | [`Controller::run_leader_elected`] |
+//! | — (sharding by hand: label selectors per replica) | — | [`Controller::sharded`] |
 //! | `controllerutil.AddFinalizer` / `RemoveFinalizer` around cleanup | `finalizer::finalizer` | [`finalizer::finalizer`] |
 //!
 //! A guide from an empty crate to a tested controller of a custom resource:
@@ -105,11 +111,13 @@ mod leader;
 pub mod metrics;
 pub mod own_writes;
 pub mod predicate;
+pub mod shard;
 
 pub use action::Action;
 pub use controller::{Controller, Object, RunError};
 pub use own_writes::OwnWrites;
 pub use predicate::Predicate;
+pub use shard::Sharding;
 
 use tokio_util::sync::CancellationToken;
 
