@@ -180,9 +180,10 @@ pub enum RunError {
         /// The deadline.
         renew_deadline: Duration,
     },
-    /// The member's Lease was deleted or written by someone else: another member judged it
-    /// expired, or a person or another process with the same identity touched it. It
-    /// stopped reconciling at once.
+    /// The member's Lease was written by someone else, or went away without this member
+    /// letting it go: another member judged it expired, or a person or another process
+    /// with the same identity touched it (removed its finalizer, say). It stopped
+    /// reconciling at once.
     #[error("shard group {group}: lease {lease} lost: {why}; stopped reconciling")]
     LeaseLost {
         /// The group.
@@ -191,6 +192,20 @@ pub enum RunError {
         lease: String,
         /// What happened.
         why: &'static str,
+    },
+    /// Someone deleted the member's Lease (by hand, or with its namespace). Its finalizer
+    /// kept it, and its claims, in place while the member drained every bucket (the
+    /// reconciles in flight ended, no new ones began) and released them; the member then
+    /// let the Lease go and stopped. Start the process again to rejoin.
+    #[error(
+        "shard group {group}: lease {lease} was deleted; released every bucket once its \
+         reconciles ended, let the lease go and stopped reconciling (restart to rejoin)"
+    )]
+    LeaseDeleted {
+        /// The group.
+        group: String,
+        /// The member's Lease.
+        lease: String,
     },
     /// [`run`](crate::ShardMember::run) was called while another call runs, or after one
     /// ended: a member runs once.
