@@ -38,10 +38,14 @@ pub enum ConfigError {
     /// The Leases' namespace is empty.
     #[error("the shard group's namespace is empty; name the namespace its Leases live in")]
     EmptyNamespace,
-    /// The bucket count is not a power of two within range.
+    /// The bucket count is not a power of two within range: the largest,
+    /// [`MAX_BUCKET_COUNT`](crate::MAX_BUCKET_COUNT), is the largest whose cache selectors
+    /// the apiserver always accepts.
     #[error(
-        "bucket count {count} is not valid: it must be a power of two from 1 to {max} \
-         (every member of a group must use the same)"
+        "bucket count {count} is not valid: it must be a power of two from 1 to {max}, the \
+         largest whose shard selectors stay under the apiserver's {limit}-character limit \
+         (every member of a group must use the same)",
+        limit = kctrl_client::sharding::MAX_SELECTOR_LEN
     )]
     InvalidBucketCount {
         /// The configured count.
