@@ -3,8 +3,10 @@
 //! simulated reconciles. The API server's consistent lists and resourceVersion
 //! preconditions, not a fake, decide every claim. Checked: the split covers every bucket
 //! exactly once when stable; a member stopped abruptly keeps its buckets until its Lease
-//! expired; a joining member gets buckets only after their holders drained them; and at no
-//! instant do two members reconcile, or hold active, one bucket.
+//! expired; a joining member gets buckets only after their holders drained them; a member
+//! whose Lease is deleted by hand drains, releases and lets the Lease go (its finalizer
+//! kept the claims listed for a member joining meanwhile); and at no instant do two members
+//! reconcile, or hold active, one bucket.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -13,7 +15,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::coordination::v1::Lease;
-use kctrl_client::{Api, Client, ListParams};
+use kctrl_client::{Api, Client, DeleteParams, ListParams};
 use kctrl_e2e::{TestNamespace, require_cluster, wait_until};
 use kctrl_shard::{
     BucketSet, BucketState, KubeLeaseStore, LeaseStore, LeaseWrite, MemberLease, RunError,
@@ -331,12 +333,40 @@ async fn shard_members_split_hand_over_and_never_overlap() {
         );
     }
 
+    // d's Lease is deleted by hand and e starts right after, never having seen it: d's
+    // finalizer keeps the Lease, claims and all, until d has drained and released its
+    // buckets; then d lets it go (it disappears) and its run ends with LeaseDeleted.
+    let leases = Api::<Lease>::namespaced(client.clone(), &ns.name);
+    let d_lease = format!("{GROUP}-d");
+    leases
+        .delete(&d_lease, &DeleteParams::default())
+        .await
+        .unwrap();
+    let marked = MemberLease::from_lease(&leases.get(&d_lease).await.unwrap()).unwrap();
+    assert!(marked.being_deleted && marked.has_finalizer, "{marked:?}");
+    let e = start(&client, &ns.name, "e", &log);
+    let err = tokio::time::timeout(Duration::from_secs(30), d.task)
+        .await
+        .expect("d stops")
+        .unwrap()
+        .unwrap_err();
+    assert!(matches!(err, RunError::LeaseDeleted { .. }), "{err}");
+    assert!(d.member.active_buckets().is_empty());
+    let gone = leases.get(&d_lease).await.unwrap_err();
+    assert!(gone.is_not_found(), "{gone}");
+    wait_until(
+        "the split of a, b and e in force",
+        Duration::from_secs(30),
+        || in_force(&[&a, &b, &e]),
+    )
+    .await;
+
     // Everyone leaves gracefully: the Leases are gone (c's, cleared when it expired, is
     // deleted by the others when it expires again).
-    for m in [&a, &b, &d] {
+    for m in [&a, &b, &e] {
         m.cancel.cancel();
     }
-    for m in [a, b, d] {
+    for m in [a, b, e] {
         m.task.await.unwrap().expect("a graceful stop");
     }
     log.assert_active_intervals_disjoint();

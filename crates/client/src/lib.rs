@@ -164,7 +164,8 @@ pub use request::{
 };
 pub use resource::{ResourceRef, Scope};
 pub use sharding::{
-    HashRange, ShardField, ShardInfo, ShardSelector, ShardSelectorError, ShardedList, hash_field,
+    HashRange, MAX_SELECTOR_LEN, ShardField, ShardInfo, ShardSelector, ShardSelectorError,
+    ShardedList, hash_field,
 };
 pub use watch::{Bookmark, INITIAL_EVENTS_END_ANNOTATION, WatchEvent};
 

@@ -21,6 +21,10 @@
 //! parameter and returns everything, so a client that needs the subset must filter the
 //! answer itself with [`ShardSelector::matches`].
 //!
+//! The apiserver's CEL parser refuses an expression longer than [`MAX_SELECTOR_LEN`]
+//! (100,000) characters, about 1,200 ranges; [`ShardSelector::new`] refuses what would
+//! exceed it.
+//!
 //! ```
 //! use kctrl_client::sharding::{HashRange, ShardField, ShardSelector};
 //!
@@ -48,6 +52,13 @@ use crate::object_meta::ObjectMetaAccess;
 
 /// The exclusive end of the hash space, 2^64.
 const SPACE_END: u128 = 1 << 64;
+
+/// The longest shard selector expression the apiserver accepts, in characters: the limit
+/// its CEL parser puts on an expression (code points; longer ones are refused before they
+/// are read). A range takes 75 characters on `object.metadata.uid`, 81 on
+/// `object.metadata.namespace` (one more when it ends the space), plus 4 for the ` || `
+/// joining it to the next.
+pub const MAX_SELECTOR_LEN: usize = 100_000;
 
 /// The 64-bit FNV-1a offset basis.
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
@@ -171,6 +182,20 @@ pub enum ShardSelectorError {
         /// A later range's field.
         other: String,
     },
+    /// The expression would be longer than the apiserver accepts.
+    #[error(
+        "a shard selector of {ranges} ranges would be {len} characters long, over the \
+         apiserver's limit of {max} (its CEL parser refuses longer expressions); select \
+         fewer, wider ranges"
+    )]
+    TooLong {
+        /// The number of ranges, after merging adjacent and overlapping ones.
+        ranges: usize,
+        /// The length of the expression, in characters.
+        len: usize,
+        /// The limit, [`MAX_SELECTOR_LEN`].
+        max: usize,
+    },
     /// The expression cannot be read.
     #[error("shard selector {expression:?}, at byte {offset}: {problem}")]
     Syntax {
@@ -282,16 +307,45 @@ pub struct ShardSelector {
 impl ShardSelector {
     /// A selector of the objects whose `field` hashes into any of `ranges`; fails when
     /// `ranges` is empty (such a selector would match nothing, and the apiserver has no way
-    /// to say so).
+    /// to say so), or when its expression would be longer than the apiserver accepts
+    /// ([`MAX_SELECTOR_LEN`]; [`ShardSelectorError::TooLong`]).
     pub fn new(
         field: ShardField,
         ranges: impl IntoIterator<Item = HashRange>,
     ) -> Result<Self, ShardSelectorError> {
-        let ranges = normalise(ranges.into_iter().collect());
-        if ranges.is_empty() {
+        let selector = Self::unchecked(field, ranges);
+        if selector.ranges.is_empty() {
             return Err(ShardSelectorError::NoRanges);
         }
-        Ok(Self { field, ranges })
+        let len = selector.expression_len();
+        if len > MAX_SELECTOR_LEN {
+            return Err(ShardSelectorError::TooLong {
+                ranges: selector.ranges.len(),
+                len,
+                max: MAX_SELECTOR_LEN,
+            });
+        }
+        Ok(selector)
+    }
+
+    /// The selector of `ranges`, normalised, without [`new`](Self::new)'s checks.
+    fn unchecked(field: ShardField, ranges: impl IntoIterator<Item = HashRange>) -> Self {
+        Self {
+            field,
+            ranges: normalise(ranges.into_iter().collect()),
+        }
+    }
+
+    /// The length of the expression `Display` writes, in characters (all ASCII).
+    pub fn expression_len(&self) -> usize {
+        let fixed = "shardRange(, '', '')".len() + self.field.path().len();
+        let bounds: usize = self
+            .ranges
+            .iter()
+            .map(|r| format_bound(u128::from(r.start)).len() + format_bound(r.end).len())
+            .sum();
+        let joins = " || ".len() * self.ranges.len().saturating_sub(1);
+        fixed * self.ranges.len() + bounds + joins
     }
 
     /// The whole hash space of `field`: matches every object (the server still filters, and
@@ -338,7 +392,10 @@ impl ShardSelector {
 
     /// The hashes `self` selects and `other` does not, over `self`'s field; `None` when
     /// there are none. With `other` on a different field nothing can be said per hash, and
-    /// the whole of `self` is returned.
+    /// the whole of `self` is returned. The result can have more ranges than `self` (up to
+    /// those of both): when both are long, check its
+    /// [`expression_len`](Self::expression_len) against [`MAX_SELECTOR_LEN`] before sending
+    /// it.
     pub fn difference(&self, other: &ShardSelector) -> Option<ShardSelector> {
         if other.field != self.field {
             return Some(self.clone());
@@ -363,15 +420,20 @@ impl ShardSelector {
                 out.push(HashRange::raw(cursor, r.end));
             }
         }
-        Self::new(self.field, out).ok()
+        let out = Self::unchecked(self.field, out);
+        (!out.ranges.is_empty()).then_some(out)
     }
 
-    /// The hashes either selector selects; `None` when the fields differ.
+    /// The hashes either selector selects; `None` when the fields differ. Like
+    /// [`difference`](Self::difference)'s, the result can have more ranges than either.
     pub fn union(&self, other: &ShardSelector) -> Option<ShardSelector> {
         if other.field != self.field {
             return None;
         }
-        Self::new(self.field, self.ranges.iter().chain(&other.ranges).copied()).ok()
+        Some(Self::unchecked(
+            self.field,
+            self.ranges.iter().chain(&other.ranges).copied(),
+        ))
     }
 
     /// Whether every hash `other` selects, `self` selects too (same field).
@@ -1181,6 +1243,69 @@ mod tests {
         // A cluster-scoped object hashes the empty namespace.
         let cluster = ObjectMeta::default();
         assert!(at(ShardField::Namespace, hash_field("")).matches(&cluster));
+    }
+
+    /// `n` disjoint, non-adjacent ranges, the last ending the space.
+    fn spaced(n: u64) -> Vec<HashRange> {
+        let step = u64::MAX / n;
+        (0..n)
+            .map(|i| {
+                let start = i * step;
+                let end = if i + 1 == n {
+                    SPACE_END
+                } else {
+                    u128::from(start + step / 2)
+                };
+                range(start, end)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn selectors_longer_than_the_apiserver_accepts_are_refused() {
+        // 85 characters a range on the namespace (81 + " || "), one more for the last.
+        for (field, fits) in [(ShardField::Namespace, 1176), (ShardField::Uid, 1265)] {
+            let sel = ShardSelector::new(field, spaced(fits)).unwrap();
+            let text = sel.to_string();
+            assert_eq!(sel.expression_len(), text.len(), "{field}");
+            assert!(text.len() <= MAX_SELECTOR_LEN, "{field}: {}", text.len());
+            assert_eq!(text.parse::<ShardSelector>().unwrap(), sel);
+
+            let err = ShardSelector::new(field, spaced(fits + 1)).unwrap_err();
+            let ShardSelectorError::TooLong { ranges, len, max } = err.clone() else {
+                panic!("{field}: {err}");
+            };
+            assert_eq!(
+                (ranges, max),
+                (fits as usize + 1, MAX_SELECTOR_LEN),
+                "{field}"
+            );
+            assert!(len > MAX_SELECTOR_LEN, "{field}: {len}");
+            let message = err.to_string();
+            assert!(
+                message.contains(&format!("{} ranges", fits + 1)) && message.contains("100000"),
+                "{message}"
+            );
+            // Read from text, the same.
+            let long = spaced(fits + 1)
+                .iter()
+                .map(|r| {
+                    format!(
+                        "shardRange({}, '{}', '{}')",
+                        field.path(),
+                        format_bound(u128::from(r.start())),
+                        format_bound(r.end())
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(" || ");
+            assert_eq!(long.len(), len);
+            assert_eq!(long.parse::<ShardSelector>(), Err(err));
+        }
+        // Ranges that merge count once.
+        let adjacent = (0..10_000u64).map(|i| range(i, u128::from(i) + 1));
+        let merged = ShardSelector::new(ShardField::Uid, adjacent).unwrap();
+        assert_eq!(merged.ranges(), &[range(0, 10_000)]);
     }
 
     #[test]

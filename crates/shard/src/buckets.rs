@@ -16,8 +16,13 @@ use kctrl_client::sharding::{HashRange, ShardField, ShardSelector};
 /// The bucket count of a [`ShardConfig`](crate::ShardConfig) unless told otherwise.
 pub const DEFAULT_BUCKET_COUNT: u32 = 64;
 
-/// The largest bucket count accepted (a Lease's annotations must stay small).
-pub const MAX_BUCKET_COUNT: u32 = 4096;
+/// The largest bucket count accepted: the largest power of two whose worst-case cache
+/// selector the apiserver still accepts. Every other bucket of 2048 is 1024 separate
+/// ranges; on `object.metadata.namespace` a range takes 81 characters and ` || ` 4, so that
+/// selector is 87,037 characters, under the apiserver's
+/// [`MAX_SELECTOR_LEN`](kctrl_client::sharding::MAX_SELECTOR_LEN) of 100,000; with 4096
+/// buckets it would be 174,077. (It also keeps the Leases' annotations small.)
+pub const MAX_BUCKET_COUNT: u32 = 2048;
 
 /// One past the largest hash: the end of the whole space, 2^64.
 pub const HASH_SPACE_END: u128 = 1 << 64;
@@ -141,7 +146,9 @@ impl BucketSet {
     }
 
     /// The shard selector of these buckets of `count` on `field`: the objects whose field
-    /// hashes into them. `None` for the empty set (a selector cannot match nothing).
+    /// hashes into them. `None` for the empty set (a selector cannot match nothing). With
+    /// `count` at most [`MAX_BUCKET_COUNT`] the selector always fits the apiserver's limit;
+    /// beyond, a set of too many separate runs has none either.
     ///
     /// ```
     /// use kctrl_client::sharding::ShardField;
@@ -285,6 +292,36 @@ mod tests {
         for bad in ["x", "3-1", "1,,2", "-1", "5000"] {
             assert!(bad.parse::<BucketSet>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_worst_case_selector_of_the_largest_bucket_count_fits_the_apiserver_limit() {
+        use kctrl_client::sharding::{MAX_SELECTOR_LEN, ShardSelectorError};
+        // The odd buckets: the last one ends the space, its bound one character longer.
+        let alternating = |count: u32| -> BucketSet { (1..count).step_by(2).collect() };
+        for field in [ShardField::Uid, ShardField::Namespace] {
+            let set = alternating(MAX_BUCKET_COUNT);
+            assert_eq!(set.ranges(MAX_BUCKET_COUNT).len(), 1024);
+            let selector = set.selector(field, MAX_BUCKET_COUNT).expect("it fits");
+            assert!(selector.to_string().len() <= MAX_SELECTOR_LEN, "{field}");
+            // Twice the count would not: the cap is the largest power of two that fits.
+            let twice = MAX_BUCKET_COUNT * 2;
+            let ranges = alternating(twice)
+                .ranges(twice)
+                .into_iter()
+                .map(|(s, e)| HashRange::new(s, e).unwrap());
+            assert!(
+                matches!(
+                    ShardSelector::new(field, ranges),
+                    Err(ShardSelectorError::TooLong { ranges: 2048, .. })
+                ),
+                "{field}"
+            );
+        }
+        let namespace = alternating(MAX_BUCKET_COUNT)
+            .selector(ShardField::Namespace, MAX_BUCKET_COUNT)
+            .unwrap();
+        assert_eq!(namespace.to_string().len(), 87_037);
     }
 
     #[test]

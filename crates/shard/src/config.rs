@@ -287,17 +287,22 @@ mod tests {
 
     #[test]
     fn bucket_counts_must_be_powers_of_two_in_range() {
-        for count in [0, 3, 48, 8192] {
+        for count in [0, 3, 48, 4096, 8192] {
             let mut c = config();
             c.bucket_count = count;
             let err = c.validate().unwrap_err();
             assert_eq!(
                 err,
-                ConfigError::InvalidBucketCount { count, max: 4096 },
+                ConfigError::InvalidBucketCount { count, max: 2048 },
                 "{count}"
             );
+            let message = err.to_string();
+            assert!(
+                message.contains("from 1 to 2048") && message.contains("100000-character"),
+                "{message}"
+            );
         }
-        for count in [1, 2, 64, 4096] {
+        for count in [1, 2, 64, 2048] {
             let mut c = config();
             c.bucket_count = count;
             assert_eq!(c.validate(), Ok(()));

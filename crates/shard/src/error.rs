@@ -38,10 +38,14 @@ pub enum ConfigError {
     /// The Leases' namespace is empty.
     #[error("the shard group's namespace is empty; name the namespace its Leases live in")]
     EmptyNamespace,
-    /// The bucket count is not a power of two within range.
+    /// The bucket count is not a power of two within range: the largest,
+    /// [`MAX_BUCKET_COUNT`](crate::MAX_BUCKET_COUNT), is the largest whose cache selectors
+    /// the apiserver always accepts.
     #[error(
-        "bucket count {count} is not valid: it must be a power of two from 1 to {max} \
-         (every member of a group must use the same)"
+        "bucket count {count} is not valid: it must be a power of two from 1 to {max}, the \
+         largest whose shard selectors stay under the apiserver's {limit}-character limit \
+         (every member of a group must use the same)",
+        limit = kctrl_client::sharding::MAX_SELECTOR_LEN
     )]
     InvalidBucketCount {
         /// The configured count.
@@ -180,9 +184,10 @@ pub enum RunError {
         /// The deadline.
         renew_deadline: Duration,
     },
-    /// The member's Lease was deleted or written by someone else: another member judged it
-    /// expired, or a person or another process with the same identity touched it. It
-    /// stopped reconciling at once.
+    /// The member's Lease was written by someone else, or went away without this member
+    /// letting it go: another member judged it expired, or a person or another process
+    /// with the same identity touched it (removed its finalizer, say). It stopped
+    /// reconciling at once.
     #[error("shard group {group}: lease {lease} lost: {why}; stopped reconciling")]
     LeaseLost {
         /// The group.
@@ -191,6 +196,20 @@ pub enum RunError {
         lease: String,
         /// What happened.
         why: &'static str,
+    },
+    /// Someone deleted the member's Lease (by hand, or with its namespace). Its finalizer
+    /// kept it, and its claims, in place while the member drained every bucket (the
+    /// reconciles in flight ended, no new ones began) and released them; the member then
+    /// let the Lease go and stopped. Start the process again to rejoin.
+    #[error(
+        "shard group {group}: lease {lease} was deleted; released every bucket once its \
+         reconciles ended, let the lease go and stopped reconciling (restart to rejoin)"
+    )]
+    LeaseDeleted {
+        /// The group.
+        group: String,
+        /// The member's Lease.
+        lease: String,
     },
     /// [`run`](crate::ShardMember::run) was called while another call runs, or after one
     /// ended: a member runs once.

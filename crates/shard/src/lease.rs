@@ -9,6 +9,11 @@
 //! ([`BUCKETS_ANNOTATION`]), its bucket count ([`BUCKET_COUNT_ANNOTATION`]) and a token
 //! drawn at random by each process ([`TOKEN_ANNOTATION`]), so that a member tells its own
 //! writes from anyone else's, a restarted process with the same identity included.
+//!
+//! Its finalizer, [`MEMBER_FINALIZER`], keeps a deleted Lease, and so its claims, visible to
+//! every member until the claims are empty: a delete only sets `deletionTimestamp`, the
+//! holder drains and releases its buckets and then writes the Lease without the finalizer
+//! (or another member does, once the Lease has expired), and only then does it go away.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -34,6 +39,10 @@ pub const TOKEN_ANNOTATION: &str = "shard.kctrl.io/token";
 /// The annotation another member sets when it found the Lease expired and cleared its
 /// claims: its identity.
 pub const EXPIRED_BY_ANNOTATION: &str = "shard.kctrl.io/expired-by";
+/// The finalizer every member Lease is created with: a Lease deleted while its member
+/// holds buckets stays, with its claims, until they are released (or cleared when the
+/// Lease expires).
+pub const MEMBER_FINALIZER: &str = "shard.kctrl.io/member";
 
 /// A member's Lease as read from the store.
 #[derive(Clone, Debug, PartialEq)]
@@ -58,6 +67,10 @@ pub struct MemberLease {
     pub renew_time: Option<Timestamp>,
     /// Who cleared the claims of this Lease when it expired, if anyone.
     pub expired_by: Option<String>,
+    /// `metadata.deletionTimestamp` is set: the Lease was deleted and a finalizer holds it.
+    pub being_deleted: bool,
+    /// It carries [`MEMBER_FINALIZER`] (a Lease written by an older version may not).
+    pub has_finalizer: bool,
 }
 
 impl MemberLease {
@@ -111,7 +124,25 @@ impl MemberLease {
                 .map(Duration::from_secs),
             renew_time: spec.and_then(|s| s.renew_time.as_ref()).map(|t| t.0),
             expired_by: annotation(EXPIRED_BY_ANNOTATION).map(str::to_owned),
+            being_deleted: lease.metadata.deletion_timestamp.is_some(),
+            has_finalizer: lease
+                .metadata
+                .finalizers
+                .as_ref()
+                .is_some_and(|f| f.iter().any(|f| f == MEMBER_FINALIZER)),
         })
+    }
+
+    /// Whether `self` is `before` as it was, only deleted since: the same content (the
+    /// resourceVersion aside), with `deletionTimestamp` set where `before` had none.
+    pub fn is_deletion_of(&self, before: &MemberLease) -> bool {
+        self.being_deleted
+            && !before.being_deleted
+            && MemberLease {
+                resource_version: before.resource_version.clone(),
+                being_deleted: false,
+                ..self.clone()
+            } == *before
     }
 }
 
@@ -138,6 +169,9 @@ pub struct LeaseWrite {
     pub renew_time: Timestamp,
     /// Set when a member clears the claims of another's expired Lease: its identity.
     pub expired_by: Option<String>,
+    /// Whether the Lease carries [`MEMBER_FINALIZER`]. The write replaces the Lease's
+    /// finalizers: without it, a Lease being deleted goes away.
+    pub finalizer: bool,
 }
 
 impl LeaseWrite {
@@ -164,6 +198,7 @@ impl LeaseWrite {
                     self.group.clone(),
                 )])),
                 annotations: Some(annotations),
+                finalizers: self.finalizer.then(|| vec![MEMBER_FINALIZER.to_owned()]),
                 ..Default::default()
             },
             spec: Some(LeaseSpec {
@@ -185,6 +220,7 @@ impl LeaseWrite {
             && lease.token == self.token
             && lease.bucket_count == Some(self.bucket_count)
             && lease.claims.as_ref() == Some(&self.claims)
+            && lease.has_finalizer == self.finalizer
             && lease.renew_time.map(|t| t.as_microsecond())
                 == Some(self.renew_time.as_microsecond())
     }
@@ -197,7 +233,11 @@ impl LeaseWrite {
 /// [`list`](Self::list) and [`get`](Self::get) are consistent reads (they reflect every
 /// write that completed before they were sent), and [`update`](Self::update) and
 /// [`delete`](Self::delete) apply only if the Lease is still at the given
-/// resourceVersion, failing with [`StoreError::Conflict`] otherwise.
+/// resourceVersion, failing with [`StoreError::Conflict`] otherwise. Finalizers behave as on
+/// the API server: [`delete`](Self::delete) of a Lease that carries any only sets its
+/// `deletionTimestamp` (a new resourceVersion), and an [`update`](Self::update) that leaves
+/// such a Lease without finalizers deletes it; an update cannot add a finalizer to a Lease
+/// being deleted.
 pub trait LeaseStore: Send + Sync + 'static {
     /// Every Lease of the group, read consistently.
     fn list(&self) -> BoxFuture<'_, Result<Vec<MemberLease>, StoreError>>;
@@ -211,14 +251,16 @@ pub trait LeaseStore: Send + Sync + 'static {
         lease: &'a LeaseWrite,
     ) -> BoxFuture<'a, Result<MemberLease, StoreError>>;
 
-    /// Replaces a Lease at `resource_version`.
+    /// Replaces a Lease at `resource_version` (its labels, annotations, finalizers and
+    /// spec). Returns the Lease as written, also when the write removed the last finalizer
+    /// of a Lease being deleted and so deleted it.
     fn update<'a>(
         &'a self,
         lease: &'a LeaseWrite,
         resource_version: &'a str,
     ) -> BoxFuture<'a, Result<MemberLease, StoreError>>;
 
-    /// Deletes a Lease at `resource_version`.
+    /// Deletes a Lease at `resource_version`; one with finalizers is only marked deleted.
     fn delete<'a>(
         &'a self,
         name: &'a str,
@@ -369,6 +411,7 @@ mod tests {
             acquire_time: now,
             renew_time: now,
             expired_by: None,
+            finalizer: true,
         }
     }
 
@@ -416,10 +459,53 @@ mod tests {
             .delete("g-a", &updated.resource_version)
             .await
             .unwrap();
+        // Its finalizer holds it (see the next test).
+        assert!(store.get("g-a").await.unwrap().being_deleted);
+    }
+
+    #[tokio::test]
+    async fn a_lease_with_the_finalizer_is_only_marked_deleted_until_a_write_drops_it() {
+        let fake = FakeApi::new();
+        let store = KubeLeaseStore::new(fake.client(), "ns", "g");
+        let created = store.create(&write("0-2")).await.unwrap();
+        assert!(created.has_finalizer && !created.being_deleted);
+
+        store
+            .delete("g-a", &created.resource_version)
+            .await
+            .unwrap();
+        let marked = store.get("g-a").await.unwrap();
+        assert!(marked.being_deleted, "{marked:?}");
+        assert_ne!(marked.resource_version, created.resource_version);
+        assert!(marked.is_deletion_of(&created));
+        assert!(!created.is_deletion_of(&created));
+        assert!(!marked.is_deletion_of(&marked));
+        assert_eq!(store.list().await.unwrap(), vec![marked.clone()]);
+
+        // Renewals keep it, with its finalizer; a write without the finalizer lets it go.
+        let renewed = store
+            .update(&write("1"), &marked.resource_version)
+            .await
+            .unwrap();
+        assert!(renewed.being_deleted && renewed.has_finalizer);
+        assert!(!renewed.is_deletion_of(&created), "the claims changed");
+        let mut last = write("");
+        last.finalizer = false;
+        let gone = store
+            .update(&last, &renewed.resource_version)
+            .await
+            .unwrap();
+        assert!(!gone.has_finalizer);
         assert!(matches!(
             store.get("g-a").await,
             Err(StoreError::NotFound { .. })
         ));
+
+        // A Lease written without the finalizer (an older version) is deleted at once.
+        let old = store.create(&last).await.unwrap();
+        assert!(!old.has_finalizer);
+        store.delete("g-a", &old.resource_version).await.unwrap();
+        assert!(store.list().await.unwrap().is_empty());
     }
 
     #[test]

@@ -47,7 +47,8 @@
 //!
 //! Every member keeps one Lease, `<group>-<identity>`, labelled with the group, and renews
 //! it every retry period (2 s) as leader election does. Its annotations list the buckets it
-//! **claims** and its bucket count, and carry a random token drawn by the process. Each
+//! **claims** and its bucket count, and carry a random token drawn by the process; it is
+//! created with the finalizer [`MEMBER_FINALIZER`] (`shard.kctrl.io/member`). Each
 //! round a member reads all the group's Leases with a consistent (quorum) list, and moves
 //! each bucket a step through `Idle → Claiming → Syncing → Active → Draining → Releasing →
 //! Idle` ([`BucketState`]):
@@ -66,8 +67,17 @@
 //!
 //! A member that sees another's Lease unchanged (same resourceVersion) for that Lease's
 //! duration, measured on its own monotonic clock from when it first saw that version,
-//! clears that Lease's claims with a write conditioned on that version. A graceful stop
-//! drains and releases every bucket, then deletes the Lease.
+//! clears that Lease's claims with a write conditioned on that version, which also drops
+//! its finalizer (so a Lease being deleted goes away then). A graceful stop drains and
+//! releases every bucket, then writes the Lease without its finalizer and deletes it.
+//!
+//! A Lease deleted by someone else (`kubectl delete`, its namespace being deleted) is only
+//! marked deleted (`deletionTimestamp`) while its finalizer is on: it stays listed, claims
+//! and all, and the others respect its claims and judge its expiry as any other's (they
+//! leave it out of the split, so that they take its buckets as soon as they are released).
+//! Its member, seeing the mark, drains and releases every bucket as in a graceful stop,
+//! renewing the Lease meanwhile, then writes it without its finalizer — it goes away — and
+//! its run ends with [`RunError::LeaseDeleted`].
 //!
 //! # Why two members never reconcile one object at once
 //!
@@ -92,18 +102,36 @@
 //! differences and for aborting the reconciles in flight. A member never trusts another's
 //! clock: timestamps in Leases are for humans.
 //!
+//! A Lease cannot leave the store while it claims buckets: its finalizer is removed only by
+//! a write that also empties its claims — its member's after draining, or another's after
+//! it expired — so a member joining at any time, even after a Lease was deleted, lists
+//! every claim that stands. (A member that never saw a Lease cannot know its claims any
+//! other way; this is why a deletion must not make them vanish.)
+//!
 //! Writes whose answer is lost (a timeout) are treated as maybe applied: no claim is
 //! confirmed, and no release counted, until a later write or read settles it; a Lease that
-//! changed under a member in any other way (deleted, or written by someone else) stops it
-//! at once with [`RunError::LeaseLost`]. A Lease deleted while it claimed buckets keeps
-//! its claims, for the others, for a lease duration. A restarted process with the same
-//! identity draws a new token, so it treats its predecessor's Lease as another's: if that
-//! claims buckets, it waits for it to expire.
+//! changed under a member in any other way (written by someone else, or gone without the
+//! member letting it go) stops it at once with [`RunError::LeaseLost`]. A restarted process
+//! with the same identity draws a new token, so it treats its predecessor's Lease as
+//! another's: if that claims buckets, it waits for it to expire.
+//!
+//! Leases written by an older version carry no finalizer; they are read and respected the
+//! same. Deleted by hand, such a Lease disappears at once: the members that saw it keep
+//! its last claims as a tombstone for a lease duration (its holder stops by then), but a
+//! member that starts after the deletion never saw them — the gap the finalizer closes.
+//! Removing the finalizer by hand from a Lease that claims buckets opens the same gap.
 //!
 //! The protocol relies on the store's consistent reads and conditional writes (the API
-//! server's quorum lists and resourceVersion preconditions), on reconciles stopping when
-//! their guard is invalid, and on writes made by a reconcile being done before its guard
-//! is dropped.
+//! server's quorum lists and resourceVersion preconditions) and its finalizers, on
+//! reconciles stopping when their guard is invalid, and on writes made by a reconcile being
+//! done before its guard is dropped.
+//!
+//! # Permissions
+//!
+//! A member needs, on `coordination.k8s.io` `leases` in the group's namespace: `list` (with
+//! a label selector), `get`, `create`, `update` and `delete`. Adding and removing the
+//! finalizer are parts of the `create` and `update` writes of the whole Lease, so `update`
+//! on `leases` covers them: no other verb (no `patch`) is needed for it.
 //!
 //! # Bad input
 //!
@@ -145,7 +173,7 @@ pub use config::{
 pub use error::{ConfigError, RunError, StoreError};
 pub use lease::{
     BUCKET_COUNT_ANNOTATION, BUCKETS_ANNOTATION, EXPIRED_BY_ANNOTATION, GROUP_LABEL,
-    KubeLeaseStore, LeaseStore, LeaseWrite, MemberLease, TOKEN_ANNOTATION,
+    KubeLeaseStore, LeaseStore, LeaseWrite, MEMBER_FINALIZER, MemberLease, TOKEN_ANNOTATION,
 };
 pub use member::{Activations, BucketState, Lost, ReconcileGuard, ShardMember, ShardStatus};
 pub use metrics::{Handover, NoopShardMetrics, PrometheusShardMetrics, ShardMetrics};

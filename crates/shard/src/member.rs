@@ -468,7 +468,9 @@ impl ShardMember {
     }
 
     /// Runs the membership until `cancel` fires (then drains and releases every bucket,
-    /// deletes the Lease and returns `Ok`) or the member loses its Lease (then stops
+    /// lets the Lease go — drops its finalizer and deletes it — and returns `Ok`), until
+    /// someone deletes the Lease (then does the same and returns
+    /// [`RunError::LeaseDeleted`]), or until the member loses its Lease (then stops
     /// reconciling at once and returns the error). See the [crate documentation](crate).
     /// A member runs once; dropping this future stops its reconciling at once (its Lease
     /// is left to expire).

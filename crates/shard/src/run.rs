@@ -62,7 +62,14 @@ pub(crate) struct Runner {
     /// Writes to our Lease whose outcome is unknown, all conditioned on `mine`'s version.
     uncertain: Vec<LeaseWrite>,
     acquire_time: Timestamp,
+    /// Draining every bucket: the run was cancelled, or our Lease is being deleted.
     leaving: bool,
+    /// The run was cancelled: a graceful leave.
+    cancelled: bool,
+    /// Our Lease is being deleted (someone deleted it; its finalizer holds it).
+    evicted: bool,
+    /// Everything released, the write of our Lease without its finalizer was sent.
+    unfinalizing: bool,
     /// The delete of our Lease was sent while leaving.
     deleting: bool,
     /// The members of the last split (Lease names).
@@ -89,6 +96,9 @@ impl Runner {
             uncertain: Vec::new(),
             acquire_time,
             leaving: false,
+            cancelled: false,
+            evicted: false,
+            unfinalizing: false,
             deleting: false,
             members: Vec::new(),
             rebalance_since: None,
@@ -119,6 +129,10 @@ impl Runner {
                 info!(group = %self.group(), identity = %self.identity(), "left the shard group");
                 exit.graceful = true;
             }
+            Err(err @ RunError::LeaseDeleted { .. }) => {
+                warn!(group = %self.group(), identity = %self.identity(), error = %err,
+                    "left the shard group because its lease was deleted");
+            }
             Err(err) => {
                 warn!(group = %self.group(), identity = %self.identity(), error = %err,
                     "stopped reconciling every bucket at once");
@@ -136,9 +150,12 @@ impl Runner {
         }
         let retry = self.shared.config.retry_period;
         loop {
-            if cancel.is_cancelled() && !self.leaving {
-                info!(group = %self.group(), identity = %self.identity(),
-                    "leaving the shard group: draining every bucket");
+            if cancel.is_cancelled() && !self.cancelled {
+                if !self.leaving {
+                    info!(group = %self.group(), identity = %self.identity(),
+                        "leaving the shard group: draining every bucket");
+                }
+                self.cancelled = true;
                 self.leaving = true;
             }
             self.check_deadline()?;
@@ -174,6 +191,30 @@ impl Runner {
             lease: self.lease_name().to_owned(),
             why,
         }
+    }
+
+    /// Everything released and the Lease let go: a graceful leave, or the end of a run
+    /// whose Lease was deleted.
+    fn left(&self) -> Result<Flow, RunError> {
+        if self.cancelled {
+            Ok(Flow::Left)
+        } else {
+            Err(RunError::LeaseDeleted {
+                group: self.group().to_owned(),
+                lease: self.lease_name().to_owned(),
+            })
+        }
+    }
+
+    /// Whether our writes keep [`MEMBER_FINALIZER`](crate::MEMBER_FINALIZER) on our Lease:
+    /// until everything is released, except on a Lease being deleted without it (a
+    /// finalizer cannot be added then).
+    fn keeps_finalizer(&self) -> bool {
+        !self.unfinalizing
+            && self
+                .mine
+                .as_ref()
+                .is_none_or(|m| !m.being_deleted || m.has_finalizer)
     }
 
     fn check_deadline(&self) -> Result<(), RunError> {
@@ -213,6 +254,7 @@ impl Runner {
             acquire_time: self.acquire_time,
             renew_time: config.clock.now(),
             expired_by: None,
+            finalizer: self.keeps_finalizer(),
         }
     }
 
@@ -259,10 +301,15 @@ impl Runner {
             let Some(o) = self.observed.remove(&name) else {
                 continue;
             };
-            if name != self.lease_name() && o.lease.claims_any() {
-                // Deleted while it claimed buckets (not by a member that found it expired:
-                // those clear the claims first). Its holder stops at the latest a renew
-                // deadline after its last renewal, which came before this deletion.
+            let finalized = o.lease.being_deleted && o.lease.has_finalizer;
+            if name != self.lease_name() && o.lease.claims_any() && !finalized {
+                // Deleted while it claimed buckets, as far as this member saw (not by a
+                // member that found it expired: those clear the claims first). Its holder
+                // stops at the latest a renew deadline after its last renewal, which came
+                // before this deletion. A Lease last seen being deleted, held by our
+                // finalizer, went away only once a write emptied its claims and dropped
+                // the finalizer: nothing to respect. One without the finalizer (an older
+                // version's) or last seen before its deletion leaves a tombstone.
                 warn!(group = %self.group(), lease = %name, claims = ?o.lease.claimed_ranges(),
                     "a member's lease was deleted while it claimed buckets; they stay taken until it would have expired");
                 let until = now + self.duration_of(&o.lease);
@@ -276,7 +323,9 @@ impl Runner {
     }
 
     /// Clears the claims of every other Lease found expired (a conditional write: it fails
-    /// if the holder renewed meanwhile), and deletes expired Leases that claim nothing.
+    /// if the holder renewed meanwhile), dropping its finalizer too (a Lease being deleted
+    /// then goes away), and deletes expired Leases that claim nothing and carry no
+    /// finalizer of ours.
     async fn expire_others(&mut self, now: Instant) -> Result<(), RunError> {
         let expired: Vec<(String, MemberLease)> = self
             .observed
@@ -288,50 +337,10 @@ impl Runner {
             .map(|(name, o)| (name.clone(), o.lease.clone()))
             .collect();
         for (name, lease) in expired {
-            if lease.claims_any() {
-                let wall = self.shared.config.clock.now();
-                let write = LeaseWrite {
-                    name: name.clone(),
-                    group: self.group().to_owned(),
-                    holder: lease.holder.clone(),
-                    token: String::new(),
-                    bucket_count: lease
-                        .bucket_count
-                        .unwrap_or(self.shared.config.bucket_count),
-                    claims: BucketSet::new(),
-                    lease_duration: self.duration_of(&lease),
-                    acquire_time: lease.renew_time.unwrap_or(wall),
-                    renew_time: wall,
-                    expired_by: Some(self.identity().to_owned()),
-                };
-                let result = self
-                    .call(
-                        "update",
-                        self.shared.store.update(&write, &lease.resource_version),
-                    )
-                    .await?;
-                match result {
-                    Ok(cleared) => {
-                        info!(group = %self.group(), lease = %name, holder = %lease.holder,
-                            claims = ?lease.claimed_ranges(),
-                            "member expired: cleared its claims");
-                        self.observed.insert(
-                            name,
-                            Observed {
-                                lease: cleared,
-                                first_seen: Instant::now(),
-                            },
-                        );
-                    }
-                    Err(e) if e.is_definite() => {
-                        debug!(group = %self.group(), lease = %name, error = %e,
-                            "the expired lease changed; looking again next round");
-                    }
-                    Err(e) => {
-                        warn!(group = %self.group(), lease = %name, error = %e,
-                            "clearing an expired member's claims failed");
-                    }
-                }
+            if lease.claims_any() || lease.has_finalizer {
+                self.clear(&name, &lease).await?;
+            } else if lease.being_deleted {
+                // Held by someone else's finalizer: theirs to remove.
             } else {
                 let result = self
                     .call(
@@ -349,6 +358,57 @@ impl Runner {
                             "deleting an expired lease failed");
                     }
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes another process's Lease `lease` with no claims, no token and without our
+    /// finalizer (so that, being deleted, it goes away), conditioned on its version: for an
+    /// expired Lease, or a previous run's Lease that claims nothing.
+    async fn clear(&mut self, name: &str, lease: &MemberLease) -> Result<(), RunError> {
+        let wall = self.shared.config.clock.now();
+        let write = LeaseWrite {
+            name: name.to_owned(),
+            group: self.group().to_owned(),
+            holder: lease.holder.clone(),
+            token: String::new(),
+            bucket_count: lease
+                .bucket_count
+                .unwrap_or(self.shared.config.bucket_count),
+            claims: BucketSet::new(),
+            lease_duration: self.duration_of(lease),
+            acquire_time: lease.renew_time.unwrap_or(wall),
+            renew_time: wall,
+            expired_by: Some(self.identity().to_owned()),
+            finalizer: false,
+        };
+        let result = self
+            .call(
+                "update",
+                self.shared.store.update(&write, &lease.resource_version),
+            )
+            .await?;
+        match result {
+            Ok(cleared) => {
+                info!(group = %self.group(), lease = %name, holder = %lease.holder,
+                    claims = ?lease.claimed_ranges(), deleted = lease.being_deleted,
+                    "member expired: cleared its claims");
+                self.observed.insert(
+                    name.to_owned(),
+                    Observed {
+                        lease: cleared,
+                        first_seen: Instant::now(),
+                    },
+                );
+            }
+            Err(e) if e.is_definite() => {
+                debug!(group = %self.group(), lease = %name, error = %e,
+                    "the expired lease changed; looking again next round");
+            }
+            Err(e) => {
+                warn!(group = %self.group(), lease = %name, error = %e,
+                    "clearing an expired member's claims failed");
             }
         }
         Ok(())
@@ -372,7 +432,9 @@ impl Runner {
                     let now = Instant::now();
                     self.observe(leases, now);
                     for (name, o) in &self.observed {
-                        let live = !self.expired(o, now) && !o.lease.token.is_empty();
+                        let live = !self.expired(o, now)
+                            && !o.lease.token.is_empty()
+                            && !o.lease.being_deleted;
                         if let Some(theirs) = o.lease.bucket_count
                             && live
                             && *name != mine
@@ -420,6 +482,22 @@ impl Runner {
                             info!(group = %self.group(), identity = %self.identity(),
                                 lease = %mine, "joined the shard group");
                             return Ok(true);
+                        }
+                        Some(lease) if !lease.claims_any() && lease.has_finalizer => {
+                            // Ours by name, written by another process (a previous run), and
+                            // claiming nothing: nothing can overlap. Drop its finalizer (if it
+                            // is being deleted, it goes away), then delete it.
+                            self.clear(&mine, &lease).await?;
+                            if self
+                                .observed
+                                .get(&mine)
+                                .is_some_and(|o| !o.lease.has_finalizer)
+                            {
+                                continue;
+                            }
+                        }
+                        Some(lease) if !lease.claims_any() && lease.being_deleted => {
+                            // Held by someone else's finalizer: wait for them.
                         }
                         Some(lease) if !lease.claims_any() => {
                             // Ours by name, written by another process (a previous run), and
@@ -491,7 +569,7 @@ impl Runner {
             .get(self.lease_name())
             .map(|o| o.lease.clone())
         else {
-            return Err(self.lost("it was deleted"));
+            return Err(self.lost("it is gone: deleted, and its finalizer removed by someone else"));
         };
         if listed.token != self.shared.token {
             return Err(self.lost(
@@ -506,7 +584,29 @@ impl Runner {
             self.adopt(listed);
             return Ok(false);
         }
+        if self.mine.as_ref().is_some_and(|m| listed.is_deletion_of(m)) {
+            self.deleted(listed);
+            return Ok(false);
+        }
         Err(self.lost("someone else wrote it"))
+    }
+
+    /// Our Lease, as we last wrote it, was deleted since: the writes conditioned on its
+    /// previous version can no longer apply.
+    fn deleted(&mut self, lease: MemberLease) {
+        self.mine = Some(lease);
+        self.uncertain.clear();
+    }
+
+    /// Notices that our Lease is being deleted: from now on, drain and release every
+    /// bucket, then let the Lease go.
+    fn notice_deletion(&mut self) {
+        if !self.evicted && self.mine.as_ref().is_some_and(|m| m.being_deleted) {
+            self.evicted = true;
+            self.leaving = true;
+            warn!(group = %self.group(), identity = %self.identity(), lease = %self.lease_name(),
+                "this member's lease is being deleted: draining and releasing every bucket, then letting the lease go and stopping");
+        }
     }
 
     /// One of our uncertain writes is what the store holds.
@@ -532,7 +632,8 @@ impl Runner {
             let live = !self.expired(o, now)
                 && !o.lease.token.is_empty()
                 && o.lease.expired_by.is_none()
-                && !o.lease.holder.is_empty();
+                && !o.lease.holder.is_empty()
+                && !o.lease.being_deleted;
             if !live {
                 continue;
             }
@@ -681,10 +782,13 @@ impl Runner {
         };
         let mut verified = false;
         if fresh {
-            if self.deleting && !self.observed.contains_key(self.lease_name()) {
-                return Ok(Flow::Left);
+            let gone = !self.observed.contains_key(self.lease_name());
+            if gone && (self.deleting || self.unfinalizing) {
+                // Everything was released before the Lease was let go.
+                return self.left();
             }
             verified = self.check_mine()?;
+            self.notice_deletion();
             self.expire_others(now).await?;
         }
         let count = self.shared.config.bucket_count;
@@ -720,7 +824,11 @@ impl Runner {
         {
             Ok(lease) => self.confirmed(lease, &write, send),
             Err(StoreError::Conflict { .. }) => self.resolve_conflict().await?,
-            Err(StoreError::NotFound { .. }) => return Err(self.lost("it was deleted")),
+            Err(StoreError::NotFound { .. }) => {
+                return Err(
+                    self.lost("it is gone: deleted, and its finalizer removed by someone else")
+                );
+            }
             Err(e) => {
                 warn!(group = %self.group(), identity = %self.identity(), error = %e,
                     "renewing the lease failed");
@@ -745,23 +853,63 @@ impl Runner {
                 .as_ref()
                 .is_some_and(|m| m.claims.as_ref().is_some_and(BucketSet::is_empty));
             if stored_empty {
-                let mine = self.lease_name().to_owned();
-                let Some(version) = self.mine.as_ref().map(|m| m.resource_version.clone()) else {
-                    return Ok(Flow::Left);
-                };
-                self.deleting = true;
-                match self
-                    .call("delete", self.shared.store.delete(&mine, &version))
-                    .await?
-                {
-                    Ok(()) | Err(StoreError::NotFound { .. }) => return Ok(Flow::Left),
-                    Err(e) => {
-                        warn!(group = %self.group(), error = %e, "deleting the lease failed");
-                    }
-                }
+                return self.let_go().await;
             }
         }
         Ok(Flow::Continue { soon: claims_added })
+    }
+
+    /// Everything is released and the Lease says so: writes it without its finalizer
+    /// (a Lease being deleted then goes away), then deletes it unless it is gone.
+    async fn let_go(&mut self) -> Result<Flow, RunError> {
+        let again = Ok(Flow::Continue { soon: false });
+        let Some(mine) = self.mine.clone() else {
+            return self.left();
+        };
+        if mine.has_finalizer {
+            self.unfinalizing = true;
+            let write = self.write(BucketSet::new());
+            let send = Instant::now();
+            match self
+                .call(
+                    "update",
+                    self.shared.store.update(&write, &mine.resource_version),
+                )
+                .await?
+            {
+                Ok(lease) => self.confirmed(lease, &write, send),
+                Err(StoreError::Conflict { .. }) => {
+                    self.resolve_conflict().await?;
+                    return again;
+                }
+                Err(StoreError::NotFound { .. }) => return self.left(),
+                Err(e) => {
+                    warn!(group = %self.group(), error = %e,
+                        "writing the lease without its finalizer failed");
+                    self.uncertain.push(write);
+                    return again;
+                }
+            }
+        }
+        if self.mine.as_ref().is_some_and(|m| m.being_deleted) {
+            // Gone, or held only by someone else's finalizer.
+            return self.left();
+        }
+        let Some(version) = self.mine.as_ref().map(|m| m.resource_version.clone()) else {
+            return self.left();
+        };
+        let name = self.lease_name().to_owned();
+        self.deleting = true;
+        match self
+            .call("delete", self.shared.store.delete(&name, &version))
+            .await?
+        {
+            Ok(()) | Err(StoreError::NotFound { .. }) => self.left(),
+            Err(e) => {
+                warn!(group = %self.group(), error = %e, "deleting the lease failed");
+                again
+            }
+        }
     }
 
     /// A conditional write of our Lease met a newer version: it is ours only if it is one
@@ -774,10 +922,18 @@ impl Runner {
                     && self.uncertain.iter().any(|w| w.matches(&lease)) =>
             {
                 self.adopt(lease);
+                self.notice_deletion();
+                Ok(())
+            }
+            Ok(lease) if self.mine.as_ref().is_some_and(|m| lease.is_deletion_of(m)) => {
+                self.deleted(lease);
+                self.notice_deletion();
                 Ok(())
             }
             Ok(_) => Err(self.lost("someone else wrote it")),
-            Err(StoreError::NotFound { .. }) => Err(self.lost("it was deleted")),
+            Err(StoreError::NotFound { .. }) => {
+                Err(self.lost("it is gone: deleted, and its finalizer removed by someone else"))
+            }
             Err(e) => {
                 warn!(group = %self.group(), error = %e, "reading the lease after a conflict failed");
                 Ok(())
