@@ -26,7 +26,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 const GROUP: &str = "e2e-shard";
-const LEASE: Duration = Duration::from_secs(3);
+// Timings with room for a loaded 2-core machine: a member whose renewals stall for the renew
+// deadline stops, and a test would then see `RenewFailed` rather than the protocol at work.
+const LEASE: Duration = Duration::from_secs(8);
 
 /// The store as the API server has it, remembering when the last write was acknowledged.
 struct Recording {
@@ -168,8 +170,8 @@ struct Member {
 fn start(client: &Client, ns: &str, identity: &str, log: &Arc<Log>) -> Member {
     let mut config = ShardConfig::new(GROUP, ns, identity);
     config.lease_duration = LEASE;
-    config.renew_deadline = Duration::from_secs(2);
-    config.retry_period = Duration::from_millis(500);
+    config.renew_deadline = Duration::from_secs(6);
+    config.retry_period = Duration::from_secs(1);
     let hook_log = log.clone();
     config.on_transition = Some(Arc::new(move |m: &str, b, s| {
         hook_log
@@ -269,7 +271,7 @@ async fn shard_members_split_hand_over_and_never_overlap() {
     let c = start(&client, &ns.name, "c", &log);
     wait_until(
         "the split of a, b and c in force",
-        Duration::from_secs(30),
+        Duration::from_secs(60),
         || in_force(&[&a, &b, &c]),
     )
     .await;
@@ -293,7 +295,7 @@ async fn shard_members_split_hand_over_and_never_overlap() {
     let aborted = Instant::now();
     let c_last_renewal = c.last_ack.lock().unwrap().expect("c renewed");
     assert!(c.member.active_buckets().is_empty());
-    wait_until("a and b take c's buckets", Duration::from_secs(30), || {
+    wait_until("a and b take c's buckets", Duration::from_secs(60), || {
         in_force(&[&a, &b])
     })
     .await;
@@ -312,7 +314,7 @@ async fn shard_members_split_hand_over_and_never_overlap() {
     let d = start(&client, &ns.name, "d", &log);
     wait_until(
         "the split of a, b and d in force",
-        Duration::from_secs(30),
+        Duration::from_secs(60),
         || in_force(&[&a, &b, &d]),
     )
     .await;
@@ -345,7 +347,7 @@ async fn shard_members_split_hand_over_and_never_overlap() {
     let marked = MemberLease::from_lease(&leases.get(&d_lease).await.unwrap()).unwrap();
     assert!(marked.being_deleted && marked.has_finalizer, "{marked:?}");
     let e = start(&client, &ns.name, "e", &log);
-    let err = tokio::time::timeout(Duration::from_secs(30), d.task)
+    let err = tokio::time::timeout(Duration::from_secs(60), d.task)
         .await
         .expect("d stops")
         .unwrap()
@@ -356,7 +358,7 @@ async fn shard_members_split_hand_over_and_never_overlap() {
     assert!(gone.is_not_found(), "{gone}");
     wait_until(
         "the split of a, b and e in force",
-        Duration::from_secs(30),
+        Duration::from_secs(60),
         || in_force(&[&a, &b, &e]),
     )
     .await;
