@@ -487,7 +487,8 @@ impl ReplicaSetSync {
             self.expectations.delete(key);
             return Ok(SyncOutcome::default());
         };
-        let needs_sync = self.expectations.satisfied(key);
+        let rs_uid = rs.metadata.uid.as_deref().unwrap_or("");
+        let needs_sync = self.expectations.satisfied(key, rs_uid);
         let selector = match selector_of(&rs) {
             Ok(selector) => selector,
             Err(err) => {
@@ -501,7 +502,6 @@ impl ReplicaSetSync {
         let active = self.claim_pods(&rs, key, &selector, &all_active).await?;
         // terminatingReplicas (DeploymentReplicaSetTerminatingReplicas, on by default in 1.37):
         // the Pods being deleted that the ReplicaSet controls and selects.
-        let rs_uid = rs.metadata.uid.as_deref().unwrap_or("");
         let terminating: Vec<Arc<PodView>> = all_pods
             .iter()
             .filter(|p| p.is_terminating())
@@ -513,6 +513,20 @@ impl ReplicaSetSync {
         let mut manage_error = None;
         if needs_sync && rs.metadata.deletion_timestamp.is_none() {
             manage_error = self.manage_replicas(&active, &rs, key).await.err();
+            // Deleted (or replaced) while this sync ran: its delete handler may have cleared
+            // the expectations before manage_replicas set them, and the runtime does not sync
+            // a gone key again. Nothing will observe them: drop them.
+            let cached_uid = self
+                .replica_sets
+                .get(key)
+                .and_then(|c| c.metadata.uid.clone());
+            if cached_uid.as_deref() != Some(rs_uid) {
+                debug!(
+                    key,
+                    "ReplicaSet deleted while syncing; dropping its expectations"
+                );
+                self.expectations.delete_of(key, rs_uid);
+            }
         }
         let now = self.now();
         let status = calculate_status(
@@ -591,11 +605,12 @@ impl ReplicaSetSync {
         let wanted = i64::from(spec_replicas(rs));
         let diff = active.len() as i64 - wanted;
         let (namespace, name) = (ns_of(&rs.metadata), name_of(&rs.metadata));
+        let uid = rs.metadata.uid.as_deref().unwrap_or("");
         if diff < 0 {
             let count = usize::try_from(-diff)
                 .unwrap_or(usize::MAX)
                 .min(self.burst_replicas);
-            self.expectations.expect_creations(key, count);
+            self.expectations.expect_creations(key, uid, count);
             info!(
                 namespace,
                 name,
@@ -617,7 +632,7 @@ impl ReplicaSetSync {
                     "slow-start failure. Skipping creation of pods, decrementing expectations"
                 );
                 for _ in 0..skipped {
-                    self.expectations.creation_observed(key);
+                    self.expectations.creation_observed(key, uid);
                 }
             }
             return err.map_or(Ok(()), Err);
@@ -643,7 +658,7 @@ impl ReplicaSetSync {
             // Expected before the deletes are sent, so each counts once, whether seen as an
             // update setting the deletionTimestamp or as the deletion.
             self.expectations
-                .expect_deletions(key, doomed.iter().map(|p| p.key()));
+                .expect_deletions(key, uid, doomed.iter().map(|p| p.key()));
             let results = join_all(doomed.iter().map(|pod| self.delete_pod(rs, key, pod))).await;
             return results
                 .into_iter()
@@ -722,7 +737,8 @@ impl ReplicaSetSync {
                 Ok(())
             }
             Err(err) => {
-                self.expectations.deletion_observed(key, &pod.key());
+                let uid = rs.metadata.uid.as_deref().unwrap_or("");
+                self.expectations.deletion_observed(key, uid, &pod.key());
                 if err.is_not_found() {
                     debug!(namespace, pod = pod.name(), "pod has already been deleted");
                     return Ok(());
@@ -791,7 +807,7 @@ impl ReplicaSetSync {
             };
             let key = key_of(rs.as_ref());
             debug!(namespace = pod.namespace(), pod = pod.name(), "pod created");
-            self.expectations.creation_observed(&key);
+            self.expectations.creation_observed(&key, &controller.uid);
             return vec![Enqueue::now(key)];
         }
         let found = self.pod_replica_sets(pod);
@@ -877,7 +893,8 @@ impl ReplicaSetSync {
         let key = key_of(rs.as_ref());
         debug!(namespace = pod.namespace(), pod = pod.name(),
             deletion_timestamp = ?pod.metadata.deletion_timestamp, "pod deleted");
-        self.expectations.deletion_observed(&key, &pod.key());
+        self.expectations
+            .deletion_observed(&key, &controller.uid, &pod.key());
         vec![Enqueue::now(key)]
     }
 }

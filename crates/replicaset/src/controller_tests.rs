@@ -399,7 +399,9 @@ async fn test_sync_replica_set_dormancy() {
 
     // Lowering the expectations leads to a sync that creates a replica, but the create
     // fails, which leaves the expectations at 0, 0.
-    h.sync.expectations.creation_observed(&key(&rs));
+    h.sync
+        .expectations
+        .creation_observed(&key(&rs), rs.metadata.uid.as_deref().unwrap());
     rs.status = Some(ReplicaSetStatus {
         replicas: 1,
         ready_replicas: Some(1),
@@ -848,7 +850,9 @@ async fn test_rs_sync_expectations() {
     let pods = new_pod_list(None, 2, "Pending", &foo_bar(), &rs, "pod");
     h.add_pod(&pods[0]);
     // Expectations satisfied by the very Pod the sync then finds.
-    h.sync.expectations.expect_creations(&key(&rs), 1);
+    h.sync
+        .expectations
+        .expect_creations(&key(&rs), rs.metadata.uid.as_deref().unwrap(), 1);
     h.add_pod(&pods[1]);
     h.sync.on_pod_add(&pods[1]);
     let _ = h.sync.sync_replica_set(&key(&rs)).await;
@@ -879,7 +883,9 @@ async fn test_delete_controller_and_expectations() {
         "expectations of a deleted ReplicaSet"
     );
     // A concurrent add lowering them now has no effect, since the ReplicaSet is gone.
-    h.sync.expectations.creation_observed(&rs_key);
+    h.sync
+        .expectations
+        .creation_observed(&rs_key, rs.metadata.uid.as_deref().unwrap());
     h.pods.replace(Vec::new(), "0".into());
     let _ = h.sync.sync_replica_set(&rs_key).await;
     assert_eq!(h.pod_writes(), (0, 0, 0));
@@ -915,7 +921,9 @@ async fn test_expectations_on_recreate() {
     new.metadata.uid = Some(uid());
     assert_ne!(new.metadata.uid, old.metadata.uid);
     // Seen as an update with another UID (the informer missed the deletion).
-    h.sync.expectations.expect_creations(&rs_key, 1);
+    h.sync
+        .expectations
+        .expect_creations(&rs_key, old.metadata.uid.as_deref().unwrap(), 1);
     h.sync.on_replica_set_update(&old, &new);
     assert!(
         h.sync.expectations.get(&rs_key).is_none(),
@@ -930,6 +938,52 @@ async fn test_expectations_on_recreate() {
         .expect("expectations of the new ReplicaSet");
     assert!(!exp.fulfilled());
     assert_eq!(h.pod_writes(), (1, 0, 0));
+}
+
+/// A ReplicaSet deleted while its sync is in flight (after the sync read it from the cache,
+/// before it set its expectations), then created again under the same name: the old sync
+/// raises its expectations after the delete handler cleared them, and the runtime never
+/// syncs the gone key again to drop them. They must not hold the new ReplicaSet back: its
+/// first sync creates its Pods at once.
+#[tokio::test]
+async fn test_expectations_of_a_replica_set_deleted_mid_sync() {
+    let old = new_replica_set(2, foo_bar());
+    let h = setup_manager_with_gc_enabled(&old);
+    let old = h.rss.get(&key(&old)).unwrap();
+    let rs_key = key(&old);
+    // An orphan to adopt: the ReplicaSet is deleted while the adoption patch is in flight.
+    let mut orphan = new_pod("orphan", &old, "Running", None, false);
+    orphan.metadata.owner_references = None;
+    h.add_pod(&orphan);
+    let (rss, expectations, deleted) = (h.rss.clone(), h.sync.expectations.clone(), old.clone());
+    h.fake.prepend_reactor("patch", "pods", move |_| {
+        // What the informer does with the deletion: the cache drops the ReplicaSet, then the
+        // delete handler runs (`on_replica_set_delete`: the expectations of the key go).
+        rss.remove(&key(&deleted));
+        expectations.delete(&key(&deleted));
+        // The orphan is not in the fake API: the adoption finds it gone and skips it.
+        Reaction::Continue
+    });
+    let _ = h.sync.sync_replica_set(&rs_key).await;
+    assert_eq!(h.pod_writes(), (2, 0, 1), "the old sync's creates");
+    assert!(h.rss.get(&rs_key).is_none());
+    assert!(
+        h.sync.expectations.get(&rs_key).is_none(),
+        "the gone ReplicaSet's expectations are kept"
+    );
+    h.clear();
+
+    // Created again under the same name (another UID), first seen as an add.
+    let mut new = (*old).clone();
+    new.metadata.uid = Some(uid());
+    h.add_rs(&new);
+    h.pods.replace(Vec::new(), "0".into());
+    let _ = h.sync.sync_replica_set(&rs_key).await;
+    assert_eq!(
+        h.pod_writes(),
+        (2, 0, 0),
+        "the new ReplicaSet was held back by the old one's expectations"
+    );
 }
 
 #[tokio::test]
@@ -968,7 +1022,9 @@ async fn test_deletion_timestamp() {
     let mut pod = new_pod_list(None, 1, "Pending", &foo_bar(), &rs, "pod").remove(0);
     pod.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
     pod.metadata.resource_version = Some("1".into());
-    h.sync.expectations.expect_deletions(&rs_key, [pod.key()]);
+    h.sync
+        .expectations
+        .expect_deletions(&rs_key, rs.metadata.uid.as_deref().unwrap(), [pod.key()]);
 
     // A Pod added with a deletion timestamp counts as deleted.
     assert_eq!(h.sync.on_pod_add(&pod), vec![Enqueue::now(rs_key.clone())]);
@@ -977,7 +1033,9 @@ async fn test_deletion_timestamp() {
     // An update setting the deletion timestamp counts as a deletion.
     let mut old_pod = new_pod_list(None, 1, "Pending", &foo_bar(), &rs, "pod").remove(0);
     old_pod.metadata.resource_version = Some("2".into());
-    h.sync.expectations.expect_deletions(&rs_key, [pod.key()]);
+    h.sync
+        .expectations
+        .expect_deletions(&rs_key, rs.metadata.uid.as_deref().unwrap(), [pod.key()]);
     assert_eq!(
         h.sync.on_pod_update(&old_pod, &pod),
         vec![Enqueue::now(rs_key.clone())]
@@ -1000,9 +1058,11 @@ async fn test_deletion_timestamp() {
         },
         ..Default::default()
     };
-    h.sync
-        .expectations
-        .expect_deletions(&rs_key, [second.key()]);
+    h.sync.expectations.expect_deletions(
+        &rs_key,
+        rs.metadata.uid.as_deref().unwrap(),
+        [second.key()],
+    );
     old_pod.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
     old_pod.metadata.resource_version = Some("2".into());
     let _ = h.sync.on_pod_update(&old_pod, &pod);
