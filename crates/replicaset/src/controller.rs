@@ -670,6 +670,13 @@ impl ReplicaSetSync {
 
     /// One create (`RealPodControl.CreatePods`); a refusal because the namespace is being
     /// terminated counts as done (every create would fail).
+    ///
+    /// Only a create that succeeded is recorded as an own write (as upstream records them). A
+    /// failed one, even of unknown outcome (a 500 from a failing admission webhook, a
+    /// timeout), has only a generateName: no name to find in the cache or to read live, so
+    /// its record would hold the key, status updates included, for the whole bound. The
+    /// expectations count it as not created (lowered at once); should it have been created
+    /// after all, its add event enqueues the ReplicaSet, whose next sync counts it.
     async fn create_pod(&self, rs: &ReplicaSet, key: &str, pod: &Pod) -> Result<(), ManageError> {
         if pod.metadata.labels.as_ref().is_none_or(BTreeMap::is_empty) {
             return Err(ManageError::NoLabels);
@@ -679,7 +686,9 @@ impl ReplicaSetSync {
         let mut sent = pod.clone();
         sent.metadata.namespace = Some(namespace.to_owned());
         let result = api.create(&PostParams::default(), &sent).await;
-        self.own_writes.record_for_key(key, &sent, &result);
+        if result.is_ok() {
+            self.own_writes.record_for_key(key, &sent, &result);
+        }
         match result {
             Ok(created) => {
                 let pod_name = name_of(&created.metadata);

@@ -180,6 +180,9 @@ struct Harness {
     pods: Store<PodView>,
     recorder: Arc<RecordingEventRecorder>,
     sync: ReplicaSetSync,
+    /// The record of the sync's own writes (tracking nothing unless built with
+    /// [`Harness::tracking_own_writes`]).
+    own_writes: OwnWrites,
     /// Creates refused by [`Harness::create_limit`] (upstream's FakePodControl does not count
     /// them as creates).
     over_limit: Arc<AtomicUsize>,
@@ -189,16 +192,37 @@ impl Harness {
     /// `testNewReplicaSetControllerFromClient` with the given burst. Status writes are
     /// accepted as sent (as upstream's fake server does), unless a test says otherwise.
     fn new(burst: usize) -> Self {
+        Self::build(burst, false)
+    }
+
+    /// The same, its own writes compared with the Pod and ReplicaSet caches as the running
+    /// controller's are, so that what a sync records can be checked.
+    fn tracking_own_writes(burst: usize) -> Self {
+        Self::build(burst, true)
+    }
+
+    fn build(burst: usize, track: bool) -> Self {
         let fake = FakeApi::new();
         let rss = Store::new();
         let pods = Store::new();
         let recorder = Arc::new(RecordingEventRecorder::new());
+        let own_writes = OwnWrites::new();
+        if track {
+            let client = fake.client();
+            own_writes.track(pods.clone(), move |ns| {
+                Api::<PodView>::namespaced(client.clone(), ns)
+            });
+            let client = fake.client();
+            own_writes.track(rss.clone(), move |ns| {
+                Api::<ReplicaSet>::namespaced(client.clone(), ns)
+            });
+        }
         let sync = ReplicaSetSync::new(
             fake.client(),
             rss.clone(),
             pods.clone(),
             recorder.clone(),
-            OwnWrites::new(),
+            own_writes.clone(),
             burst,
         );
         Self {
@@ -207,6 +231,7 @@ impl Harness {
             pods,
             recorder,
             sync,
+            own_writes,
             over_limit: Arc::new(AtomicUsize::new(0)),
         }
     }
@@ -1083,7 +1108,10 @@ async fn test_deletion_timestamp() {
 /// `setupManagerWithGCEnabled`: the ReplicaSet in the fake API (for the owner recheck of
 /// adoptions) and in the cache.
 fn setup_manager_with_gc_enabled(rs: &ReplicaSet) -> Harness {
-    let h = Harness::new(BURST_REPLICAS);
+    setup_manager_with_gc_enabled_in(Harness::new(BURST_REPLICAS), rs)
+}
+
+fn setup_manager_with_gc_enabled_in(h: Harness, rs: &ReplicaSet) -> Harness {
     h.accept_status_writes();
     let stored = h.fake.add(rs).unwrap();
     // The cache holds the object as the API does (same UID).
@@ -1119,6 +1147,56 @@ async fn test_patch_pod_fails() {
     let err = h.sync.sync_replica_set(&key(&rs)).await.unwrap_err();
     assert!(err.to_string().contains("fake Error"), "{err}");
     assert_eq!(h.pod_writes(), (0, 0, 2));
+}
+
+/// A Pod create that fails, even with an unknown outcome (a 500 from a failing admission
+/// webhook, a timeout), is not recorded as an own write: sent with only a generateName, it
+/// has no name to find in the cache, and its record would hold the key (status updates
+/// included) for the 30 s bound. The expectations already account for it; upstream records
+/// successful creates only.
+#[tokio::test]
+async fn test_failed_creates_are_not_own_writes() {
+    let failures = [
+        errors::internal_error("admission webhook \"pods.example.com\" failed"),
+        kctrl_client::Error::Timeout {
+            verb: "POST".into(),
+            url: "https://127.0.0.1/api/v1/namespaces/default/pods".into(),
+            after: Duration::from_secs(30),
+        },
+    ];
+    for failure in failures {
+        let h = Harness::tracking_own_writes(BURST_REPLICAS);
+        h.accept_status_writes();
+        let failure = std::sync::Mutex::new(Some(failure));
+        h.fake.prepend_reactor("create", "pods", move |_| {
+            match failure.lock().unwrap().take() {
+                Some(err) => Reaction::Error(err),
+                None => Reaction::Continue,
+            }
+        });
+        let rs = new_replica_set(2, foo_bar());
+        h.add_rs(&rs);
+        let rs_key = key(&rs);
+        h.sync.sync_replica_set(&rs_key).await.unwrap_err();
+        assert_eq!(h.pod_writes(), (1, 0, 0), "slow start stops at the failure");
+        assert!(
+            h.own_writes.is_empty(),
+            "a failed create was recorded: {:?}",
+            h.own_writes.check(&rs_key)
+        );
+        assert_eq!(
+            h.own_writes.check(&rs_key),
+            kctrl_runtime::own_writes::Check::Current
+        );
+
+        // A create that succeeds is recorded until the cache shows its Pod.
+        h.sync.sync_replica_set(&rs_key).await.unwrap();
+        assert_eq!(h.count("create", "pods", None), 3);
+        assert!(matches!(
+            h.own_writes.check(&rs_key),
+            kctrl_runtime::own_writes::Check::Behind { .. }
+        ));
+    }
 }
 
 #[tokio::test]
