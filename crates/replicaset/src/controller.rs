@@ -261,7 +261,14 @@ where
     (successes, None)
 }
 
-/// Adoption and release patches, recorded as this ReplicaSet's own writes.
+/// Adoption and release patches, recorded as this ReplicaSet's own writes when applied.
+///
+/// A failed patch is not recorded, whatever its outcome (upstream records the Pod writes that
+/// succeeded only): one of unknown outcome would take a live read of the Pod to settle, and
+/// `get` on Pods is not among the verbs of kube-controller-manager's replicaset-controller
+/// role (list, watch, patch, create, delete), so the key would wait for the record to expire.
+/// A patch that failed but was applied after all shows up as a Pod update, which enqueues the
+/// ReplicaSet.
 struct RecordedPodPatches {
     client: Client,
     own_writes: OwnWrites,
@@ -280,15 +287,17 @@ impl PodControl for RecordedPodPatches {
             let result = api
                 .patch(name, &PatchParams::default(), &Patch::Strategic(patch))
                 .await;
-            let sent = Pod {
-                metadata: ObjectMeta {
-                    namespace: Some(namespace.to_owned()),
-                    name: Some(name.to_owned()),
+            if result.is_ok() {
+                let sent = Pod {
+                    metadata: ObjectMeta {
+                        namespace: Some(namespace.to_owned()),
+                        name: Some(name.to_owned()),
+                        ..Default::default()
+                    },
                     ..Default::default()
-                },
-                ..Default::default()
-            };
-            self.own_writes.record_for_key(&self.key, &sent, &result);
+                };
+                self.own_writes.record_for_key(&self.key, &sent, &result);
+            }
             result.map(drop)
         }
         .boxed()

@@ -1199,6 +1199,33 @@ async fn test_failed_creates_are_not_own_writes() {
     }
 }
 
+/// A failed adoption (or release) patch is not recorded as an own write: it would take a
+/// live GET of the Pod to settle, which upstream's replicaset-controller role does not
+/// grant (pods: list, watch, patch, create, delete), so the key would wait for the records
+/// to expire. Upstream records successful Pod writes only.
+#[tokio::test]
+async fn test_failed_patches_are_not_own_writes() {
+    let rs = new_replica_set(2, foo_bar());
+    let h = setup_manager_with_gc_enabled_in(Harness::tracking_own_writes(BURST_REPLICAS), &rs);
+    let rs = h.rss.get(&key(&rs)).unwrap();
+    let mut orphan = new_pod("pod1", &rs, "Running", None, false);
+    orphan.metadata.resource_version = Some("7".into());
+    h.add_pod(&orphan);
+    h.fail_pod_writes();
+    h.sync.sync_replica_set(&key(&rs)).await.unwrap_err();
+    assert_eq!(h.pod_writes(), (0, 0, 1));
+    assert!(
+        h.own_writes.is_empty(),
+        "a failed patch was recorded: {:?}",
+        h.own_writes.check(&key(&rs))
+    );
+    // Nothing to read live before the next sync: no `get pods` needed.
+    assert_eq!(
+        h.own_writes.check(&key(&rs)),
+        kctrl_runtime::own_writes::Check::Current
+    );
+}
+
 #[tokio::test]
 async fn test_do_not_adopt_or_create_if_being_deleted() {
     let mut rs = new_replica_set(2, foo_bar());
