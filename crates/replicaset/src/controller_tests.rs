@@ -1011,6 +1011,51 @@ async fn test_expectations_of_a_replica_set_deleted_mid_sync() {
     );
 }
 
+/// An API server with the DeploymentReplicaSetTerminatingReplicas gate off drops
+/// `status.terminatingReplicas`: the cached status never has it. A sync whose status differs
+/// only by that field writes nothing (else every sync would PUT the same status again).
+#[tokio::test]
+async fn test_no_status_write_for_a_dropped_terminating_replicas() {
+    let h = Harness::new(BURST_REPLICAS);
+    h.accept_status_writes();
+    let mut rs = new_replica_set(2, foo_bar());
+    rs.metadata.generation = Some(3);
+    rs.status = Some(ReplicaSetStatus {
+        replicas: 2,
+        ready_replicas: Some(2),
+        available_replicas: Some(2),
+        observed_generation: Some(3),
+        terminating_replicas: None,
+        ..Default::default()
+    });
+    h.add_rs(&rs);
+    new_pod_list(Some(&h.pods), 2, "Running", &foo_bar(), &rs, "pod");
+    h.sync.sync_replica_set(&key(&rs)).await.unwrap();
+    assert_eq!(h.pod_writes(), (0, 0, 0));
+    assert_eq!(h.count("update", "replicasets", Some("status")), 0);
+
+    // A real change is written, terminatingReplicas with it.
+    let mut terminating = new_pod_list(None, 1, "Running", &foo_bar(), &rs, "gone").remove(0);
+    terminating.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+    h.add_pod(&terminating);
+    rs.spec.replicas = Some(3);
+    rs.metadata.generation = Some(4);
+    h.add_rs(&rs);
+    h.sync.sync_replica_set(&key(&rs)).await.unwrap();
+    let written: Vec<ReplicaSet> = h
+        .fake
+        .actions()
+        .iter()
+        .filter(|a| a.matches("update", "replicasets"))
+        .filter_map(|a| a.object_as())
+        .collect();
+    assert_eq!(written.len(), 1);
+    assert_eq!(
+        written[0].status.as_ref().unwrap().terminating_replicas,
+        Some(1)
+    );
+}
+
 #[tokio::test]
 async fn test_overlapping_rss() {
     let h = Harness::new(10);
