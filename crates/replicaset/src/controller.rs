@@ -70,18 +70,30 @@ pub(crate) mod reasons {
 }
 
 /// Why creating or deleting Pods failed; its text is the `ReplicaFailure` condition's message.
+/// A client error reads as its last attempt's, without the client's account of its retries.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ManageError {
     /// A create was refused (e.g. by a quota); the text is the API server's.
-    #[error("{0}")]
+    #[error("{}", last_attempt(.0))]
     Create(kctrl_client::Error),
     /// The template has no labels: the Pods could never be selected.
     #[error("unable to create pods, no labels")]
     NoLabels,
     /// A delete failed.
-    #[error("unable to delete pods: {0}")]
+    #[error("unable to delete pods: {}", last_attempt(.0))]
     Delete(kctrl_client::Error),
+}
+
+/// The error of the last attempt of a request kctrl-client retried, without the client's
+/// account of the retries ("(after N attempts)", the previous attempt's error): Events and
+/// conditions carry what the API server said, as client-go, which returns the last
+/// attempt's error as is, reports it.
+pub(crate) fn last_attempt(err: &kctrl_client::Error) -> &kctrl_client::Error {
+    match err {
+        kctrl_client::Error::Retried { last, .. } => last_attempt(last),
+        other => other,
+    }
 }
 
 /// Why a sync failed; the key is retried rate-limited.
@@ -721,7 +733,7 @@ impl ReplicaSetSync {
                     rs,
                     EventType::Warning,
                     reasons::FAILED_CREATE,
-                    &format!("Error creating: {err}"),
+                    &format!("Error creating: {}", last_attempt(&err)),
                 );
                 Err(ManageError::Create(err))
             }
@@ -771,7 +783,7 @@ impl ReplicaSetSync {
                     rs,
                     EventType::Warning,
                     reasons::FAILED_DELETE,
-                    &format!("Error deleting: {err}"),
+                    &format!("Error deleting: {}", last_attempt(&err)),
                 );
                 Err(ManageError::Delete(err))
             }

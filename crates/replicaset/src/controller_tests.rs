@@ -1056,6 +1056,72 @@ async fn test_no_status_write_for_a_dropped_terminating_replicas() {
     );
 }
 
+/// The client's error after it retried (`Retried`: "MSG (after N attempts) - error from a
+/// previous attempt: ..."). client-go hands back the last attempt's error as is.
+fn retried(last: kctrl_client::Error) -> kctrl_client::Error {
+    kctrl_client::Error::Retried {
+        attempts: 3,
+        last: Box::new(last),
+        previous: Some(Box::new(errors::too_many_requests(1))),
+    }
+}
+
+/// FailedCreate and FailedDelete events and the ReplicaFailure condition carry the API
+/// server's message as client-go reports it, without the client's retry account.
+#[tokio::test]
+async fn test_failure_messages_are_the_api_errors_own() {
+    let denied = "admission webhook \"pods.example.com\" denied the request";
+    let failure_message = |h: &Harness| {
+        let updates: Vec<ReplicaSet> = h
+            .fake
+            .actions()
+            .iter()
+            .filter(|a| a.matches("update", "replicasets"))
+            .filter_map(|a| a.object_as())
+            .collect();
+        let status = updates.last().expect("a status update").status.clone();
+        get_condition(&status.unwrap(), REPLICA_FAILURE)
+            .and_then(|c| c.message.clone())
+            .unwrap_or_default()
+    };
+
+    let h = Harness::new(BURST_REPLICAS);
+    h.accept_status_writes();
+    h.fake.prepend_reactor("create", "pods", move |_| {
+        Reaction::Error(retried(errors::internal_error(denied)))
+    });
+    let rs = new_replica_set(1, foo_bar());
+    h.add_rs(&rs);
+    let err = h.sync.sync_replica_set(&key(&rs)).await.unwrap_err();
+    let message = format!("Internal error occurred: {denied}");
+    assert_eq!(err.to_string(), message);
+    assert_eq!(
+        h.recorder.strings(),
+        vec![format!("Warning FailedCreate Error creating: {message}")]
+    );
+    assert_eq!(failure_message(&h), message);
+
+    let h = Harness::new(BURST_REPLICAS);
+    h.accept_status_writes();
+    h.fake.prepend_reactor("delete", "pods", move |_| {
+        Reaction::Error(retried(errors::internal_error("etcd is sad")))
+    });
+    let rs = new_replica_set(0, foo_bar());
+    h.add_rs(&rs);
+    new_pod_list(Some(&h.pods), 1, "Running", &foo_bar(), &rs, "pod");
+    let err = h.sync.sync_replica_set(&key(&rs)).await.unwrap_err();
+    let message = "Internal error occurred: etcd is sad";
+    assert_eq!(err.to_string(), format!("unable to delete pods: {message}"));
+    assert_eq!(
+        h.recorder.strings(),
+        vec![format!("Warning FailedDelete Error deleting: {message}")]
+    );
+    assert_eq!(
+        failure_message(&h),
+        format!("unable to delete pods: {message}")
+    );
+}
+
 #[tokio::test]
 async fn test_overlapping_rss() {
     let h = Harness::new(10);
