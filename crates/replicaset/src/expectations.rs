@@ -80,6 +80,7 @@ impl Expectations {
     }
 
     /// The expectations of `key`, if set, whichever ReplicaSet set them (`GetExpectations`).
+    #[cfg(test)]
     pub(crate) fn get(&self, key: &str) -> Option<Controllee> {
         self.lock().get(key).map(|e| e.counts)
     }
