@@ -14,9 +14,12 @@
 //! [`process::CONTROLLER_BINARY_ENV`]'s when set, else built first
 //! (`cargo build -p kctrl-deployment-controller`, seconds when up to date, so never stale).
 //! Every other binary's plane runs no Deployment controller, as in `cargo xtask e2e`'s first
-//! phase (`controller_ref` uses Deployments as mere owners). The `replicaset` target runs
-//! kctrl-replicaset's controller in its own process, so its plane's kube-controller-manager
-//! runs no ReplicaSet controller either ([`cluster_without_replicaset_controller`]). What testenv cannot give:
+//! phase (`controller_ref` uses Deployments as mere owners). A binary whose tests ask for
+//! [`cluster_with_feature_gates`] (the `sharding_gate` target) runs only there, on a plane whose
+//! kube-apiserver has those gates; `cargo xtask e2e` runs it so once its own cluster is torn
+//! down. The `replicaset` target runs kctrl-replicaset's controller in its own process, so its
+//! plane's kube-controller-manager runs no ReplicaSet controller either
+//! ([`cluster_without_replicaset_controller`]). What testenv cannot give:
 //! compaction ([`Cluster::compact_command`] is `None`; those tests skip).
 //!
 //! The suite never falls back to `$KUBECONFIG`, so a plain `cargo test`
@@ -52,13 +55,22 @@ pub const NO_REPLICASET_CONTROLLER_ENV: &str = "KCTRL_E2E_NO_REPLICASET_CONTROLL
 /// What a test binary's `kctrl-testenv` plane runs besides etcd, kube-apiserver, the
 /// scheduler and three KWOK nodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Plane {
-    /// kube-controller-manager without its Deployment controller.
-    Bare,
-    /// The same, and our deployment-controller.
-    WithDeploymentController,
-    /// kube-controller-manager without its Deployment and ReplicaSet controllers.
-    WithoutReplicaSetController,
+struct Plane {
+    /// Our deployment-controller (kube-controller-manager never runs its own).
+    deployment_controller: bool,
+    /// kube-controller-manager's ReplicaSet controller.
+    replicaset_controller: bool,
+    /// kube-apiserver feature gates (`--feature-gates` syntax), empty for the defaults.
+    feature_gates: &'static str,
+}
+
+impl Plane {
+    /// kube-controller-manager without its Deployment controller, default gates.
+    const BARE: Plane = Plane {
+        deployment_controller: false,
+        replicaset_controller: true,
+        feature_gates: "",
+    };
 }
 
 /// The cluster the suite runs against.
@@ -82,7 +94,7 @@ static SKIP_NOTICE: Once = Once::new();
 /// The cluster from the environment, or `None` (after printing one notice per test binary).
 /// Under [`TESTENV_ENV`], this test binary's plane, without a Deployment controller.
 pub fn cluster() -> Option<Cluster> {
-    cluster_for(Plane::Bare)
+    cluster_for(Plane::BARE)
 }
 
 /// [`cluster`] for tests that need our deployment-controller: under [`TESTENV_ENV`], this test
@@ -91,7 +103,34 @@ pub fn cluster() -> Option<Cluster> {
 /// [`Cluster::deployment_controller_log`] is `None`). All tests of one binary must ask for the
 /// same kind of plane.
 pub fn cluster_with_deployment_controller() -> Option<Cluster> {
-    cluster_for(Plane::WithDeploymentController)
+    cluster_for(Plane {
+        deployment_controller: true,
+        ..Plane::BARE
+    })
+}
+
+/// [`cluster`] for tests that need kube-apiserver feature gates off by default, e.g.
+/// `"ShardedListAndWatch=true"` (the syntax of `--feature-gates`): under [`TESTENV_ENV`], this
+/// test binary's plane is started with them (also when [`KUBECONFIG_ENV`] is set, since that
+/// cluster cannot be assumed to have them); without it, `None` after one notice naming the
+/// gates, also when [`KUBECONFIG_ENV`] is set. `cargo xtask e2e` runs such binaries on planes of
+/// their own once its cluster is gone. All tests of one binary must ask for the same gates.
+pub fn cluster_with_feature_gates(gates: &'static str) -> Option<Cluster> {
+    if std::env::var_os(TESTENV_ENV).is_some() {
+        return Some(testenv_cluster(Plane {
+            feature_gates: gates,
+            ..Plane::BARE
+        }));
+    }
+    SKIP_NOTICE.call_once(|| {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "e2e: these tests need kube-apiserver feature gates {gates} and run only on a plane \
+             of their own: set {TESTENV_ENV}=1 (`cargo xtask e2e` does); skipping them"
+        );
+    });
+    None
 }
 
 /// [`cluster`] for tests that run a ReplicaSet controller of their own: under
@@ -115,7 +154,10 @@ pub fn cluster_without_replicaset_controller() -> Option<Cluster> {
         });
         return None;
     }
-    cluster_for(Plane::WithoutReplicaSetController)
+    cluster_for(Plane {
+        replicaset_controller: false,
+        ..Plane::BARE
+    })
 }
 
 fn cluster_for(plane: Plane) -> Option<Cluster> {
@@ -144,9 +186,9 @@ fn cluster_for(plane: Plane) -> Option<Cluster> {
     })
 }
 
-/// The shared `kctrl-testenv` control plane of this test binary, started on first use, with our
-/// deployment-controller if asked. Panics with the environment's own message (e.g. the command
-/// that builds the binaries) when it cannot start: the variable asked for it.
+/// The shared `kctrl-testenv` control plane of this test binary, started on first use, as
+/// `plane` asks. Panics with the environment's own message (e.g. the command that builds the
+/// binaries) when it cannot start: the variable asked for it.
 fn testenv_cluster(plane: Plane) -> Cluster {
     type Started = (Plane, Result<Cluster, String>);
     static STARTED: std::sync::OnceLock<Started> = std::sync::OnceLock::new();
@@ -161,11 +203,12 @@ fn testenv_cluster(plane: Plane) -> Cluster {
                 .map_err(|e| format!("a runtime to start the test environment: {e}"))?;
             let mut builder = kctrl_testenv::TestEnv::builder()
                 .controller_manager(true)
-                .controller_manager_replicaset_controller(
-                    plane != Plane::WithoutReplicaSetController,
-                )
+                .controller_manager_replicaset_controller(plane.replicaset_controller)
                 .kwok_nodes(3);
-            if plane == Plane::WithDeploymentController {
+            if !plane.feature_gates.is_empty() {
+                builder = builder.feature_gates(plane.feature_gates);
+            }
+            if plane.deployment_controller {
                 let binary = process::controller_binary_or_build()?;
                 builder = builder
                     .deployment_controller(true)
@@ -191,8 +234,9 @@ fn testenv_cluster(plane: Plane) -> Cluster {
     assert_eq!(
         *started_as, plane,
         "this test binary's plane was started as {started_as:?}; its tests must all use \
-         the same one of `cluster()`, `cluster_with_deployment_controller()` and \
-         `cluster_without_replicaset_controller()`"
+         the same one of `cluster()`, `cluster_with_deployment_controller()`, \
+         `cluster_without_replicaset_controller()` and `cluster_with_feature_gates()` (with the \
+         same gates)"
     );
     match started {
         Ok(cluster) => cluster.clone(),
@@ -282,10 +326,15 @@ pub struct TestNamespace {
 impl TestNamespace {
     /// Creates a namespace named `<prefix>-<random suffix>`.
     pub async fn create(client: &Client, prefix: &str) -> Self {
-        let name = format!("{prefix}-{:08x}", rand_suffix());
+        Self::create_named(client, &format!("{prefix}-{:08x}", rand_suffix())).await
+    }
+
+    /// Creates the namespace `name` exactly (the caller makes it unique), e.g. to choose
+    /// where its hash falls.
+    pub async fn create_named(client: &Client, name: &str) -> Self {
         let ns = Namespace {
             metadata: ObjectMeta {
-                name: Some(name.clone()),
+                name: Some(name.to_owned()),
                 ..Default::default()
             },
             ..Default::default()
@@ -295,7 +344,7 @@ impl TestNamespace {
             .await
             .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
         Self {
-            name,
+            name: name.to_owned(),
             client: client.clone(),
         }
     }
@@ -308,7 +357,8 @@ impl TestNamespace {
     }
 }
 
-fn rand_suffix() -> u32 {
+/// A random number for names unique to one run (of a test, across runs and processes).
+pub fn rand_suffix() -> u32 {
     use std::hash::{BuildHasher, RandomState};
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -41,6 +41,10 @@ enum ClusterCommand {
             allow_hyphen_values = true
         )]
         apiserver_args: Vec<String>,
+        /// kube-apiserver feature gates, e.g. `--feature-gates ShardedListAndWatch=true`
+        /// (`Name=true|false`, comma-separated or repeated).
+        #[arg(long = "feature-gates", value_name = "GATES")]
+        feature_gates: Vec<String>,
         /// The release to run.
         #[command(flatten)]
         kube: KubeVersionArg,
@@ -83,6 +87,7 @@ pub(crate) fn run(args: ClusterArgs) -> Result<()> {
         ClusterCommand::Up {
             nodes,
             apiserver_args,
+            feature_gates,
             kube,
             deployment_controller,
         } => {
@@ -90,6 +95,7 @@ pub(crate) fn run(args: ClusterArgs) -> Result<()> {
                 name: name.clone(),
                 nodes,
                 apiserver_args,
+                feature_gates,
                 controller_manager_args: Vec::new(),
                 deployment_controller: false,
                 replicaset_controller: true,
@@ -298,6 +304,19 @@ mod tests {
         assert!(matches!(
             cli.cluster.command,
             ClusterCommand::Up { ref apiserver_args, .. } if apiserver_args == &["--watch-cache=false"]
+        ));
+        let cli = Cli::try_parse_from([
+            "x",
+            "up",
+            "--feature-gates",
+            "ShardedListAndWatch=true",
+            "--feature-gates=A=false,B=true",
+        ])
+        .unwrap();
+        assert!(matches!(
+            cli.cluster.command,
+            ClusterCommand::Up { ref feature_gates, .. }
+                if feature_gates == &["ShardedListAndWatch=true", "A=false,B=true"]
         ));
         let cli = Cli::try_parse_from(["x", "--name", "a", "env"]).unwrap();
         assert_eq!(cli.cluster.name, "a");

@@ -64,6 +64,7 @@ pub(crate) fn run(args: DemoArgs) -> Result<()> {
         name: args.name.clone(),
         nodes: 3,
         apiserver_args: Vec::new(),
+        feature_gates: Vec::new(),
         controller_manager_args: Vec::new(),
         deployment_controller: false,
         replicaset_controller: true,

@@ -25,6 +25,7 @@ use crate::request::{
 };
 use crate::resource::{ResourceRef, Scope};
 use crate::resource_version;
+use crate::sharding::ShardedList;
 use crate::watch::WatchEvent;
 
 /// A handle to one API server (or fake). Cheap to clone; clones share the backend, its
@@ -770,20 +771,87 @@ where
 {
     /// Lists objects (one page when `params.limit` is set; see `metadata.continue`).
     pub async fn list(&self, params: &ListParams) -> Result<List<K>, Error> {
+        Ok(self.list_inner(params, false).await?.list)
+    }
+
+    /// Lists objects as [`list`](Self::list) does, and returns beside the list its
+    /// `metadata.shardInfo`, which says whether the server filtered it by
+    /// [`ListParams::shard_selector`]: a kube-apiserver without the `ShardedListAndWatch`
+    /// feature gate ignores the selector and returns every object, and no shardInfo.
+    ///
+    /// The shardInfo is read whatever Kubernetes release the k8s-openapi types were selected
+    /// for (their `ListMeta` has the field from 1.36 on; with older types a JSON answer is
+    /// read a second time for it, when a selector was sent).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: kctrl_client::Client) -> Result<(), Box<dyn std::error::Error>> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use kctrl_client::{Api, ListParams, ShardSelector};
+    ///
+    /// let low: ShardSelector =
+    ///     "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')".parse()?;
+    /// let params = ListParams { shard_selector: Some(low.clone()), ..Default::default() };
+    /// let answer = Api::<ConfigMap>::all(client).list_sharded(&params).await?;
+    /// let mine: Vec<ConfigMap> = if answer.server_filtered() {
+    ///     answer.list.items
+    /// } else {
+    ///     // The server ignored the selector: keep our part ourselves.
+    ///     answer.list.items.into_iter().filter(|cm| low.matches(&cm.metadata)).collect()
+    /// };
+    /// # let _ = mine; Ok(()) }
+    /// ```
+    pub async fn list_sharded(&self, params: &ListParams) -> Result<ShardedList<K>, Error> {
+        self.list_inner(params, true).await
+    }
+
+    /// A list call; the shardInfo is looked for beyond the decoded `ListMeta` only when
+    /// `want_shard_info` is set.
+    async fn list_inner(
+        &self,
+        params: &ListParams,
+        want_shard_info: bool,
+    ) -> Result<ShardedList<K>, Error> {
         let req = self.request(
             self.namespace.clone(),
             None,
             Operation::List(params.clone()),
         );
-        if !self.dynamic {
-            return self.read(req, Level::List, protobuf::decode_list).await;
+        self.check_addressable()?;
+        let what = Described::of(&req);
+        let body = self.client.backend.call(req).await?;
+        if let Some(decoder) = self.protobuf.filter(|_| protobuf::is_protobuf(&body)) {
+            return protobuf::decode_sharded_list(&body, decoder).map_err(|source| {
+                Error::DecodeProtobuf {
+                    what: what.text(),
+                    source,
+                }
+            });
         }
-        let mut list: UncheckedList<K> = self.send(req, Level::List).await?;
-        fill_list_types(&mut list.items, &self.resource);
-        Ok(List {
-            items: list.items,
-            metadata: list.metadata,
-        })
+        let decode_error = |source| Error::Decode {
+            what: what.text(),
+            source,
+        };
+        let list = if self.dynamic {
+            let mut list: UncheckedList<K> =
+                self.decode(&body, Level::List).map_err(decode_error)?;
+            fill_list_types(&mut list.items, &self.resource);
+            List {
+                items: list.items,
+                metadata: list.metadata,
+            }
+        } else {
+            self.decode(&body, Level::List).map_err(decode_error)?
+        };
+        let mut sharded = ShardedList::from_list(list);
+        if cfg!(not(k8s_api_ge = "1.36"))
+            && want_shard_info
+            && sharded.shard_info.is_none()
+            && params.shard_selector.is_some()
+        {
+            sharded.shard_info =
+                crate::sharding::shard_info_from_json(&body).map_err(decode_error)?;
+        }
+        Ok(sharded)
     }
 
     /// Watches objects. The stream yields typed events until the server ends the watch;

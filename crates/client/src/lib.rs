@@ -135,6 +135,7 @@ pub mod protobuf;
 mod request;
 mod resource;
 mod resource_version;
+pub mod sharding;
 pub mod uuid;
 pub mod versioned;
 mod watch;
@@ -162,6 +163,9 @@ pub use request::{
     PropagationPolicy, Representation, ResourceVersionMatch, WatchParams, WireFormat,
 };
 pub use resource::{ResourceRef, Scope};
+pub use sharding::{
+    HashRange, ShardField, ShardInfo, ShardSelector, ShardSelectorError, ShardedList, hash_field,
+};
 pub use watch::{Bookmark, INITIAL_EVENTS_END_ANNOTATION, WatchEvent};
 
 /// `#[derive(CustomResource)]`: a custom resource type and its CustomResourceDefinition from

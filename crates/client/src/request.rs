@@ -10,6 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::resource::ResourceRef;
+use crate::sharding::ShardSelector;
 
 /// One call against the Kubernetes API.
 #[derive(Clone, Debug, PartialEq)]
@@ -196,6 +197,11 @@ pub struct ListParams {
     pub resource_version_match: Option<ResourceVersionMatch>,
     /// Server-side timeout of the call.
     pub timeout_seconds: Option<u32>,
+    /// `shardSelector`: only objects whose UID or namespace hashes into the selector's ranges
+    /// (server-side sharded list, KEP-5866). Needs the `ShardedListAndWatch` feature gate on
+    /// kube-apiserver; a server without it ignores the parameter and lists everything, which
+    /// [`Api::list_sharded`](crate::Api::list_sharded) tells apart.
+    pub shard_selector: Option<ShardSelector>,
 }
 
 impl ListParams {
@@ -214,6 +220,9 @@ impl ListParams {
         }
         if let Some(t) = self.timeout_seconds {
             q.push(("timeoutSeconds", t.to_string()));
+        }
+        if let Some(s) = &self.shard_selector {
+            q.push(("shardSelector", s.to_string()));
         }
         q
     }
@@ -239,6 +248,10 @@ pub struct WatchParams {
     /// Streaming list: send the current state as ADDED events, then a bookmark marking the
     /// end of the initial events.
     pub send_initial_events: bool,
+    /// `shardSelector`: only events of objects whose UID or namespace hashes into the
+    /// selector's ranges (see [`ListParams::shard_selector`]). A server without the
+    /// `ShardedListAndWatch` feature gate ignores it and sends every event.
+    pub shard_selector: Option<ShardSelector>,
 }
 
 impl Default for WatchParams {
@@ -251,6 +264,7 @@ impl Default for WatchParams {
             allow_watch_bookmarks: true,
             timeout_seconds: None,
             send_initial_events: false,
+            shard_selector: None,
         }
     }
 }
@@ -273,6 +287,9 @@ impl WatchParams {
         }
         if self.send_initial_events {
             q.push(("sendInitialEvents", "true".to_owned()));
+        }
+        if let Some(s) = &self.shard_selector {
+            q.push(("shardSelector", s.to_string()));
         }
         q
     }
@@ -603,6 +620,42 @@ mod tests {
             ]
         );
         assert!(ListParams::default().query_pairs().is_empty());
+    }
+
+    #[test]
+    fn shard_selectors_are_sent_as_the_shard_selector_parameter() {
+        let selector: ShardSelector =
+            "shardRange(object.metadata.namespace, '0x8000000000000000', '0x10000000000000000')"
+                .parse()
+                .unwrap();
+        let list = ListParams {
+            shard_selector: Some(selector.clone()),
+            ..Default::default()
+        };
+        assert_eq!(
+            list.query_pairs(),
+            [(
+                "shardSelector",
+                "shardRange(object.metadata.namespace, '0x8000000000000000', \
+                 '0x10000000000000000')"
+                    .to_owned()
+            )]
+        );
+        let watch = WatchParams {
+            shard_selector: Some(selector),
+            ..Default::default()
+        };
+        assert!(watch.query_pairs().contains(&(
+            "shardSelector",
+            "shardRange(object.metadata.namespace, '0x8000000000000000', '0x10000000000000000')"
+                .to_owned()
+        )));
+        assert!(
+            !WatchParams::default()
+                .query_pairs()
+                .iter()
+                .any(|(k, _)| *k == "shardSelector")
+        );
     }
 
     #[test]

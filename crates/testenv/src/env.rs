@@ -42,6 +42,7 @@ pub struct TestEnvBuilder {
     /// kube-controller-manager runs without its ReplicaSet controller.
     without_replicaset_controller: bool,
     apiserver_args: Vec<String>,
+    feature_gates: Vec<String>,
     crds: Vec<CustomResourceDefinition>,
     build_if_missing: bool,
     deployment_controller: bool,
@@ -140,6 +141,24 @@ impl TestEnvBuilder {
         self
     }
 
+    /// kube-apiserver feature gates, `Name=true` or `Name=false` (several may be joined with
+    /// commas), e.g. `ShardedListAndWatch=true` for server-side sharded list and watch;
+    /// repeatable. A malformed entry fails the start with [`Error::Start`] naming it, before
+    /// anything runs.
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), kctrl_testenv::Error> {
+    /// let env = kctrl_testenv::TestEnv::builder()
+    ///     .feature_gates("ShardedListAndWatch=true")
+    ///     .start()
+    ///     .await?;
+    /// # let _ = env; Ok(()) }
+    /// ```
+    pub fn feature_gates(mut self, gates: impl Into<String>) -> Self {
+        self.feature_gates.push(gates.into());
+        self
+    }
+
     /// CustomResourceDefinitions to install once the plane is up; `start` returns when each is
     /// Established and served (see [`TestEnv::install_crd`]).
     pub fn crds(mut self, crds: impl IntoIterator<Item = CustomResourceDefinition>) -> Self {
@@ -211,7 +230,7 @@ impl TestEnvBuilder {
             .collect();
         Ok(format!(
             "Kubernetes {}, {} KWOK node(s), kube-controller-manager {}, our \
-             deployment-controller {}, apiserver flags {:?}, CRDs {:?}",
+             deployment-controller {}, apiserver flags {:?}, feature gates {:?}, CRDs {:?}",
             self.release()?.kubernetes,
             self.kwok_nodes,
             match (self.controller_manager, self.without_replicaset_controller) {
@@ -228,6 +247,7 @@ impl TestEnvBuilder {
                 (true, Some(p)) => format!("on ({})", p.display()),
             },
             self.apiserver_args,
+            self.feature_gates,
             crds
         ))
     }
@@ -321,6 +341,7 @@ impl TestEnv {
             name: NAME.to_owned(),
             nodes: b.kwok_nodes,
             apiserver_args: b.apiserver_args.clone(),
+            feature_gates: b.feature_gates.clone(),
             controller_manager_args: Vec::new(),
             // kube-controller-manager's own Deployment controller: never (ours, if any, is
             // started below as the plane's only one).

@@ -301,6 +301,7 @@ pub(crate) fn run(args: ConformanceArgs) -> Result<()> {
             name: args.name.clone(),
             nodes: 3,
             apiserver_args: Vec::new(),
+            feature_gates: Vec::new(),
             controller_manager_args: Vec::new(),
             deployment_controller: args.controller == Contender::Upstream,
             replicaset_controller: true,

@@ -17,6 +17,7 @@ impl Clusters {
                     name: (*name).to_owned(),
                     nodes: 3,
                     apiserver_args: Vec::new(),
+                    feature_gates: Vec::new(),
                     controller_manager_args: Vec::new(),
                     deployment_controller: false,
                     replicaset_controller: true,

@@ -106,6 +106,7 @@ use k8s_openapi::{List, ListableResource};
 use prost::{DecodeError, Message};
 
 use crate::error::ApiError;
+use crate::sharding::{ShardInfo, ShardedList};
 use crate::watch::{Bookmark, WatchEvent};
 
 pub mod objects;
@@ -334,6 +335,23 @@ struct ListMetaMessage {
     r#continue: Option<String>,
     #[prost(int64, optional, tag = "4")]
     remaining_item_count: Option<i64>,
+    #[prost(message, optional, tag = "5")]
+    shard_info: Option<ShardInfoMessage>,
+}
+
+/// `metav1.ShardInfo`.
+#[derive(Clone, PartialEq, Message)]
+struct ShardInfoMessage {
+    #[prost(string, optional, tag = "1")]
+    selector: Option<String>,
+}
+
+impl From<ShardInfoMessage> for ShardInfo {
+    fn from(m: ShardInfoMessage) -> Self {
+        ShardInfo {
+            selector: m.selector.unwrap_or_default(),
+        }
+    }
 }
 
 impl From<ListMetaMessage> for ListMeta {
@@ -343,8 +361,14 @@ impl From<ListMetaMessage> for ListMeta {
             remaining_item_count: m.remaining_item_count,
             resource_version: non_empty(m.resource_version),
             self_link: non_empty(m.self_link),
-            // shardInfo (1.37 and later) is not read: nothing asks for sharded lists.
-            ..Default::default()
+            // k8s-openapi's ListMeta has the field from its 1.36 types on; for older ones
+            // the shardInfo is read by `decode_sharded_list` alone.
+            #[cfg(k8s_api_ge = "1.36")]
+            shard_info: m.shard_info.map(|info| {
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::ShardInfo {
+                    selector: info.selector.unwrap_or_default(),
+                }
+            }),
         }
     }
 }
@@ -611,24 +635,44 @@ pub(crate) fn decode_object<K>(body: &Bytes, decode: Decoder<K>) -> Result<K, Pr
     decode(&unwrap(body)?)
 }
 
-/// Decodes an enveloped list, each item with `decode`.
-pub(crate) fn decode_list<K: ListableResource>(
+/// Decodes an enveloped list, each item with `decode`, with its `metadata.shardInfo`.
+pub(crate) fn decode_sharded_list<K: ListableResource>(
     body: &Bytes,
     decode: Decoder<K>,
-) -> Result<List<K>, ProtobufError> {
-    let (items, metadata) = decode_items(body, decode)?;
-    Ok(List { items, metadata })
+) -> Result<ShardedList<K>, ProtobufError> {
+    let (items, metadata) = decode_message_items(body, decode)?;
+    let shard_info = metadata
+        .as_ref()
+        .and_then(|m| m.shard_info.clone())
+        .map(Into::into);
+    Ok(ShardedList {
+        list: List {
+            items,
+            metadata: metadata.map(Into::into).unwrap_or_default(),
+        },
+        shard_info,
+    })
 }
 
 /// The items and metadata of an enveloped list.
+#[cfg(test)]
 fn decode_items<K>(body: &Bytes, decode: Decoder<K>) -> Result<(Vec<K>, ListMeta), ProtobufError> {
+    let (items, metadata) = decode_message_items(body, decode)?;
+    Ok((items, metadata.map(Into::into).unwrap_or_default()))
+}
+
+/// The items and metadata message of an enveloped list.
+fn decode_message_items<K>(
+    body: &Bytes,
+    decode: Decoder<K>,
+) -> Result<(Vec<K>, Option<ListMetaMessage>), ProtobufError> {
     let list = ListMessage::decode(unwrap(body)?)?;
     let items = list
         .items
         .iter()
         .map(|item| decode(item))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok((items, list.metadata.map(Into::into).unwrap_or_default()))
+    Ok((items, list.metadata))
 }
 
 /// The failure `Status` of a protobuf error response, if the body is one.
@@ -800,6 +844,47 @@ mod tests {
         assert_eq!(meta.continue_, None);
         let names: Vec<_> = items.iter().map(|p| p.meta.name.clone().unwrap()).collect();
         assert_eq!(names, ["a", "b"]);
+    }
+
+    #[test]
+    fn sharded_lists_carry_their_shard_info() {
+        let selector =
+            "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')";
+        let list = |shard_info| {
+            ListMessage {
+                metadata: Some(ListMetaMessage {
+                    resource_version: Some("42".into()),
+                    shard_info,
+                    ..Default::default()
+                }),
+                items: vec![Bytes::new()],
+            }
+            .encode_to_vec()
+        };
+        let filtered = list(Some(ShardInfoMessage {
+            selector: Some(selector.into()),
+        }));
+        type Deployment = k8s_openapi::api::apps::v1::Deployment;
+        let decode = <Deployment as FromProtobuf>::from_protobuf;
+        let sharded =
+            decode_sharded_list::<Deployment>(&envelope("DeploymentList", filtered), decode)
+                .unwrap();
+        assert_eq!(sharded.shard_info.unwrap().selector, selector);
+        assert_eq!(sharded.list.items.len(), 1);
+        assert_eq!(
+            sharded
+                .list
+                .metadata
+                .shard_info
+                .map(|i| i.selector)
+                .as_deref(),
+            Some(selector)
+        );
+        let plain =
+            decode_sharded_list::<Deployment>(&envelope("DeploymentList", list(None)), decode)
+                .unwrap();
+        assert!(!plain.server_filtered());
+        assert_eq!(plain.list.metadata.resource_version.as_deref(), Some("42"));
     }
 
     fn frame(kind: &str, object: Bytes) -> Bytes {

@@ -183,6 +183,9 @@ struct State {
     nodes: usize,
     #[serde(default)]
     apiserver_args: Vec<String>,
+    /// kube-apiserver's feature gates (`Name=true`), as [`UpOptions::feature_gates`].
+    #[serde(default)]
+    feature_gates: Vec<String>,
     #[serde(default)]
     controller_manager_args: Vec<String>,
     /// kube-controller-manager runs its Deployment controller (see [`UpOptions`]).
@@ -488,6 +491,13 @@ pub struct UpOptions {
     pub nodes: usize,
     /// Extra kube-apiserver flags (`--flag=value`), appended after ours (later flags win).
     pub apiserver_args: Vec<String>,
+    /// kube-apiserver feature gates, each `Name=true` or `Name=false` (several may be joined
+    /// with commas, as on the command line), e.g. `ShardedListAndWatch=true` for server-side
+    /// sharded list and watch. Sent as one `--feature-gates` flag before
+    /// [`apiserver_args`](Self::apiserver_args); checked by [`feature_gates_flag`] before
+    /// anything starts. Only kube-apiserver gets them: a gate another component does not
+    /// know would stop it.
+    pub feature_gates: Vec<String>,
     /// Extra kube-controller-manager flags, appended after ours (later flags win).
     pub controller_manager_args: Vec<String>,
     /// Whether kube-controller-manager runs its own Deployment controller (upstream's, as a
@@ -514,6 +524,7 @@ pub fn start_in(
     components: &[Component],
 ) -> Result<ClusterInfo> {
     validate_name(&opts.name)?;
+    feature_gates_flag(&opts.feature_gates)?;
     if components.contains(&Component::Kwok) && opts.nodes == 0 {
         bail!("KWOK needs at least one node");
     }
@@ -554,6 +565,53 @@ pub fn validate_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// The `--feature-gates` flag for `gates` (each `Name=true|false`, or several joined with
+/// commas), `None` for none; an entry that is not `Name=true|false` is an error naming it.
+/// A gate named twice keeps its last value, as kube-apiserver reads them.
+pub fn feature_gates_flag(gates: &[String]) -> Result<Option<String>> {
+    let mut out: Vec<(String, bool)> = Vec::new();
+    for entry in gates.iter().flat_map(|g| g.split(',')).map(str::trim) {
+        if entry.is_empty() {
+            continue;
+        }
+        let Some((name, value)) = entry.split_once('=') else {
+            bail!(
+                "feature gate {entry:?} has no value: write it as Name=true or Name=false                  (e.g. ShardedListAndWatch=true)"
+            );
+        };
+        let name = name.trim();
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            bail!(
+                "feature gate {entry:?}: {name:?} is not a gate name (gates are names such as                  ShardedListAndWatch, letters and digits only)"
+            );
+        }
+        let value = match value.trim() {
+            "true" => true,
+            "false" => false,
+            other => {
+                bail!("feature gate {entry:?}: the value must be true or false, not {other:?}")
+            }
+        };
+        out.retain(|(n, _)| n != name);
+        out.push((name.to_owned(), value));
+    }
+    if out.is_empty() {
+        return Ok(None);
+    }
+    let list: Vec<String> = out.iter().map(|(n, v)| format!("{n}={v}")).collect();
+    Ok(Some(format!("--feature-gates={}", list.join(","))))
+}
+
+/// kube-apiserver's flags beyond ours: the feature gates, then the extra flags.
+fn apiserver_extra_args(
+    feature_gates: &[String],
+    apiserver_args: &[String],
+) -> Result<Vec<String>> {
+    let mut args: Vec<String> = feature_gates_flag(feature_gates)?.into_iter().collect();
+    args.extend(apiserver_args.iter().cloned());
+    Ok(args)
+}
+
 /// Returns the running cluster, if every component is up and the apiserver is ready, whatever
 /// release it runs ([`ClusterInfo::kubernetes_version`]). A cluster of a release this xtask
 /// does not support is an error.
@@ -579,6 +637,7 @@ pub fn running_info(name: &str) -> Result<Option<ClusterInfo>> {
 /// already running. A partly running cluster (e.g. after a crash) is stopped and started afresh.
 pub fn ensure_up(opts: &UpOptions) -> Result<ClusterInfo> {
     validate_name(&opts.name)?;
+    feature_gates_flag(&opts.feature_gates)?;
     if opts.nodes == 0 {
         bail!("--nodes must be at least 1");
     }
@@ -601,6 +660,27 @@ pub fn ensure_up(opts: &UpOptions) -> Result<ClusterInfo> {
     crate::toolchain::ensure_built(&cache)?;
     if let Some(info) = running_info(&opts.name)? {
         let state = read_state(&Layout::new(&opts.name));
+        let running_gates = state
+            .as_ref()
+            .map(|s| feature_gates_flag(&s.feature_gates))
+            .transpose()?
+            .flatten();
+        let asked_gates = feature_gates_flag(&opts.feature_gates)?;
+        if running_gates != asked_gates {
+            let show = |g: &Option<String>| {
+                g.as_deref().map_or("none".to_owned(), |f| {
+                    f.trim_start_matches("--feature-gates=").to_owned()
+                })
+            };
+            bail!(
+                "cluster '{}' is running with kube-apiserver feature gates {}, not {} as asked; \
+                 stop it first (`cargo xtask cluster down --name {}`)",
+                opts.name,
+                show(&running_gates),
+                show(&asked_gates),
+                opts.name
+            );
+        }
         let runs = |which: fn(&State) -> bool| state.as_ref().is_some_and(which);
         for (kind, runs_it, asked) in [
             (

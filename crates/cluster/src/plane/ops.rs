@@ -201,7 +201,10 @@ pub fn kill_and_restart(name: &str, c: Component) -> Result<Duration> {
     let pki = Pki { dir: layout.pki() };
     let mut argv = args(c, &layout, &pki, &state.ports, &cache, name);
     match c {
-        Component::Apiserver => argv.extend(state.apiserver_args.iter().cloned()),
+        Component::Apiserver => argv.extend(apiserver_extra_args(
+            &state.feature_gates,
+            &state.apiserver_args,
+        )?),
         Component::ControllerManager => {
             argv = with_controllers(
                 argv,

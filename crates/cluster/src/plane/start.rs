@@ -95,6 +95,7 @@ pub(super) fn start(
         cache_dir: cache.root.clone(),
         nodes: opts.nodes,
         apiserver_args: opts.apiserver_args.clone(),
+        feature_gates: opts.feature_gates.clone(),
         controller_manager_args: opts.controller_manager_args.clone(),
         deployment_controller: opts.deployment_controller,
         replicaset_controller: opts.replicaset_controller,
@@ -112,7 +113,10 @@ pub(super) fn start(
     let launch = |c: Component, started: &mut Vec<Started>| -> Result<()> {
         let mut args = args(c, layout, &pki, &ports, cache, name);
         if c == Component::Apiserver {
-            args.extend(opts.apiserver_args.iter().cloned());
+            args.extend(apiserver_extra_args(
+                &opts.feature_gates,
+                &opts.apiserver_args,
+            )?);
         }
         if c == Component::ControllerManager {
             args = with_controllers(args, opts.deployment_controller, opts.replicaset_controller);

@@ -167,6 +167,7 @@ fn state(version: &str) -> State {
         },
         started_at: String::new(),
         apiserver_args: Vec::new(),
+        feature_gates: Vec::new(),
         controller_manager_args: Vec::new(),
         deployment_controller: false,
         replicaset_controller: true,
@@ -237,6 +238,7 @@ fn start_in_refuses_an_unbuilt_cache_before_touching_the_directory() {
         name: "t".into(),
         nodes: 1,
         apiserver_args: Vec::new(),
+        feature_gates: Vec::new(),
         controller_manager_args: Vec::new(),
         deployment_controller: false,
         replicaset_controller: true,
@@ -311,4 +313,63 @@ fn stop_stops_attached_processes_and_ignores_stale_records() {
     assert!(!rec.is_running());
     assert!(!dir.join("run").exists(), "runtime state removed");
     let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn feature_gates_become_one_apiserver_flag() {
+    let gates =
+        |g: &[&str]| feature_gates_flag(&g.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    assert_eq!(gates(&[]).unwrap(), None);
+    assert_eq!(
+        gates(&["ShardedListAndWatch=true"]).unwrap().as_deref(),
+        Some("--feature-gates=ShardedListAndWatch=true")
+    );
+    // Comma-joined and repeated entries merge; the last value of a gate wins.
+    assert_eq!(
+        gates(&["A=true, B=false", "A=false", ""])
+            .unwrap()
+            .as_deref(),
+        Some("--feature-gates=B=false,A=false")
+    );
+    for (bad, names) in [
+        ("ShardedListAndWatch", "has no value"),
+        ("ShardedListAndWatch=yes", "must be true or false"),
+        ("=true", "is not a gate name"),
+        ("--feature-gates=A=true", "is not a gate name"),
+    ] {
+        let err = gates(&[bad]).unwrap_err().to_string();
+        assert!(err.contains(names) && err.contains(bad), "{bad}: {err}");
+    }
+    // Before the extra flags, so an explicit flag of the user still comes last.
+    assert_eq!(
+        apiserver_extra_args(&["X=true".into()], &["--v=4".into()]).unwrap(),
+        ["--feature-gates=X=true", "--v=4"]
+    );
+}
+
+#[test]
+fn start_in_refuses_malformed_feature_gates() {
+    let base = std::env::temp_dir().join(format!("kctrl-gates-{}", std::process::id()));
+    let cache = Cache::under(&base.join("cache"), crate::versions::DEFAULT_RELEASE);
+    let layout = Layout::at(base.join("plane"));
+    let opts = UpOptions {
+        name: "t".into(),
+        nodes: 1,
+        apiserver_args: Vec::new(),
+        feature_gates: vec!["ShardedListAndWatch=on".into()],
+        controller_manager_args: Vec::new(),
+        deployment_controller: false,
+        replicaset_controller: true,
+        release: crate::versions::DEFAULT_RELEASE,
+    };
+    let err = start_in(
+        &layout,
+        &cache,
+        &opts,
+        &[Component::Etcd, Component::Apiserver],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("ShardedListAndWatch=on"), "{err}");
+    assert!(!layout.dir.exists());
 }

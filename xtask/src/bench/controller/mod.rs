@@ -402,6 +402,7 @@ fn prepare(
     // too (its logs are kept), unless --keep.
     let cluster = fresh::start(
         &UpOptions {
+            feature_gates: Vec::new(),
             name: name.to_owned(),
             nodes,
             apiserver_args: vec![

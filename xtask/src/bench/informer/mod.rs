@@ -280,6 +280,7 @@ pub(crate) fn run(args: InformerArgs) -> Result<()> {
 
     eprintln!("starting cluster '{}'…", args.name);
     let info = plane::ensure_up(&UpOptions {
+        feature_gates: Vec::new(),
         name: args.name.clone(),
         nodes: 1,
         apiserver_args: Vec::new(),

@@ -194,6 +194,7 @@ pub(crate) fn run(args: RuntimeArgs) -> Result<()> {
     eprintln!("starting cluster '{}' afresh (audit log on)…", args.name);
     xtask_contender::fresh::down(&args.name)?;
     let up = plane::ensure_up(&UpOptions {
+        feature_gates: Vec::new(),
         name: args.name.clone(),
         nodes: 1,
         apiserver_args: vec![
