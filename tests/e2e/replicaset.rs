@@ -5,7 +5,9 @@
 //! plane's KWOK nodes make Pods Running and Ready at once); an orphan Pod its selector matches
 //! is adopted, and a Pod relabelled out of its selector is released and replaced.
 //!
-//! Run it with `KCTRL_E2E_TESTENV=1 cargo test -p kctrl-e2e --test replicaset`.
+//! `cargo xtask e2e` runs it on a plane of its own once its cluster is torn down; by hand:
+//! `KCTRL_E2E_TESTENV=1 cargo test -p kctrl-e2e --test replicaset`. The same with our
+//! deployment-controller binary running both its controllers: `both_controllers.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;

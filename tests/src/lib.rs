@@ -17,9 +17,11 @@
 //! phase (`controller_ref` uses Deployments as mere owners). A binary whose tests ask for
 //! [`cluster_with_feature_gates`] (the `sharding_gate` target) runs only there, on a plane whose
 //! kube-apiserver has those gates; `cargo xtask e2e` runs it so once its own cluster is torn
-//! down. The `replicaset` target runs kctrl-replicaset's controller in its own process, so its
-//! plane's kube-controller-manager runs no ReplicaSet controller either
-//! ([`cluster_without_replicaset_controller`]). What testenv cannot give:
+//! down. The `replicaset` target runs kctrl-replicaset's controller in its own process, and the
+//! `both_controllers` target our deployment-controller with its ReplicaSet controller, so their
+//! planes' kube-controller-manager runs no ReplicaSet controller either
+//! ([`cluster_without_replicaset_controller`]); they too run only there. What testenv cannot
+//! give:
 //! compaction ([`Cluster::compact_command`] is `None`; those tests skip).
 //!
 //! The suite never falls back to `$KUBECONFIG`, so a plain `cargo test`
@@ -47,10 +49,6 @@ pub const DEPLOYMENT_CONTROLLER_LOG_ENV: &str = "KCTRL_E2E_DEPLOYMENT_CONTROLLER
 /// Set (to anything) without [`KUBECONFIG_ENV`]: the test binary runs on a `kctrl-testenv`
 /// control plane of its own.
 pub const TESTENV_ENV: &str = "KCTRL_E2E_TESTENV";
-/// Set (to anything) with [`KUBECONFIG_ENV`] when the cluster's kube-controller-manager runs
-/// no ReplicaSet controller: the tests of [`cluster_without_replicaset_controller`] then run
-/// against it (they skip otherwise).
-pub const NO_REPLICASET_CONTROLLER_ENV: &str = "KCTRL_E2E_NO_REPLICASET_CONTROLLER";
 
 /// What a test binary's `kctrl-testenv` plane runs besides etcd, kube-apiserver, the
 /// scheduler and three KWOK nodes.
@@ -133,31 +131,30 @@ pub fn cluster_with_feature_gates(gates: &'static str) -> Option<Cluster> {
     None
 }
 
-/// [`cluster`] for tests that run a ReplicaSet controller of their own: under
-/// [`TESTENV_ENV`], this test binary's plane runs kube-controller-manager without its
-/// ReplicaSet controller (nor its Deployment controller); [`KUBECONFIG_ENV`]'s cluster is
-/// used only when [`NO_REPLICASET_CONTROLLER_ENV`] says it runs none (two ReplicaSet
-/// controllers would fight over every ReplicaSet), else the tests skip.
+/// [`cluster`] for tests that run a ReplicaSet controller of their own (kctrl-replicaset's
+/// in the test process, or our deployment-controller with its ReplicaSet controller): under
+/// [`TESTENV_ENV`], this test binary's plane, whose kube-controller-manager runs no ReplicaSet
+/// controller (nor a Deployment controller), also when [`KUBECONFIG_ENV`] is set (that
+/// cluster's kube-controller-manager would fight over every ReplicaSet); without it, `None`
+/// after one notice. `cargo xtask e2e` runs such binaries on planes of their own once its
+/// cluster is gone.
 pub fn cluster_without_replicaset_controller() -> Option<Cluster> {
-    if std::env::var_os(KUBECONFIG_ENV).is_some()
-        && std::env::var_os(NO_REPLICASET_CONTROLLER_ENV).is_none()
-    {
-        SKIP_NOTICE.call_once(|| {
-            use std::io::Write;
-            let _ = writeln!(
-                std::io::stderr(),
-                "e2e: the cluster of {KUBECONFIG_ENV} may run kube-controller-manager's \
-                 ReplicaSet controller ({NO_REPLICASET_CONTROLLER_ENV} is not set); skipping \
-                 tests that run their own (run them with {TESTENV_ENV}=1 and no \
-                 {KUBECONFIG_ENV})"
-            );
-        });
-        return None;
+    if std::env::var_os(TESTENV_ENV).is_some() {
+        return Some(testenv_cluster(Plane {
+            replicaset_controller: false,
+            ..Plane::BARE
+        }));
     }
-    cluster_for(Plane {
-        replicaset_controller: false,
-        ..Plane::BARE
-    })
+    SKIP_NOTICE.call_once(|| {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "e2e: these tests run a ReplicaSet controller of their own and need a plane whose \
+             kube-controller-manager runs none: set {TESTENV_ENV}=1 (`cargo xtask e2e` does); \
+             skipping them"
+        );
+    });
+    None
 }
 
 fn cluster_for(plane: Plane) -> Option<Cluster> {

@@ -53,6 +53,13 @@ enum ClusterCommand {
         /// available; `down` stops it. Refused if a Deployment controller already runs.
         #[arg(long)]
         deployment_controller: bool,
+        /// Run our controllers for both Deployments and ReplicaSets: kube-controller-manager
+        /// without its ReplicaSet controller (nor its Deployment controller), and our
+        /// deployment-controller (implies `--deployment-controller`) started with
+        /// `--controllers=*,replicaset-controller`. A running cluster started without this
+        /// option is refused (stop it first).
+        #[arg(long)]
+        own_replicaset_controller: bool,
     },
     /// Stop every process of the cluster (also after a crash) and remove its runtime state;
     /// logs are kept.
@@ -90,6 +97,7 @@ pub(crate) fn run(args: ClusterArgs) -> Result<()> {
             feature_gates,
             kube,
             deployment_controller,
+            own_replicaset_controller,
         } => {
             let info = plane::ensure_up(&UpOptions {
                 name: name.clone(),
@@ -98,7 +106,7 @@ pub(crate) fn run(args: ClusterArgs) -> Result<()> {
                 feature_gates,
                 controller_manager_args: Vec::new(),
                 deployment_controller: false,
-                replicaset_controller: true,
+                replicaset_controller: !own_replicaset_controller,
                 release: kube.release,
             })?;
             eprintln!(
@@ -113,9 +121,14 @@ pub(crate) fn run(args: ClusterArgs) -> Result<()> {
             );
             eprintln!("  etcd:       {}", info.etcd_endpoint);
             eprintln!("  logs:       {}", info.dir.join("logs").display());
-            if deployment_controller {
-                let pid = attach_deployment_controller(&name, &info)?;
-                eprintln!("  deployment-controller: pid {pid} (ours; `cluster down` stops it)");
+            if deployment_controller || own_replicaset_controller {
+                let pid = attach_deployment_controller(&name, &info, own_replicaset_controller)?;
+                let which = if own_replicaset_controller {
+                    "ours, Deployments and ReplicaSets"
+                } else {
+                    "ours"
+                };
+                eprintln!("  deployment-controller: pid {pid} ({which}; `cluster down` stops it)");
             }
             eprintln!("use it with: eval \"$(cargo xtask cluster env --name {name})\"");
             Ok(())
@@ -170,10 +183,20 @@ pub(crate) fn run(args: ClusterArgs) -> Result<()> {
 /// Name of the attached controller's pid file (see [`Layout::attached_pid_file`]).
 const ATTACHED_CONTROLLER: &str = "deployment-controller";
 
+/// The deployment-controller's arguments to run its ReplicaSet controller too (off by
+/// default).
+pub(crate) const WITH_REPLICASET_CONTROLLER: &str = "--controllers=*,replicaset-controller";
+
 /// Starts our deployment-controller against the running cluster `name`, detached, recorded as
-/// attached to the cluster; returns its pid. A no-op if it already runs; refused if another
-/// Deployment controller does (two would fight over the same Deployments).
-fn attach_deployment_controller(name: &str, info: &plane::ClusterInfo) -> Result<u32> {
+/// attached to the cluster; returns its pid. With `replicaset`, it runs its ReplicaSet
+/// controller too ([`WITH_REPLICASET_CONTROLLER`]; the cluster's kube-controller-manager must
+/// run none). A no-op if it already runs; refused if another Deployment controller does (two
+/// would fight over the same Deployments).
+fn attach_deployment_controller(
+    name: &str,
+    info: &plane::ClusterInfo,
+    replicaset: bool,
+) -> Result<u32> {
     let pid_file = Layout::new(name).attached_pid_file(ATTACHED_CONTROLLER);
     if let Some(rec) = kctrl_cluster::process::read_pid_file(&pid_file).filter(|r| r.is_running()) {
         eprintln!("  our deployment-controller already runs (pid {})", rec.pid);
@@ -189,12 +212,12 @@ fn attach_deployment_controller(name: &str, info: &plane::ClusterInfo) -> Result
     let binary = xtask_contender::supervisor::build()?;
     xtask_contender::rbac::grant_deploy_rbac(&info.kubectl, &info.admin_kubeconfig)?;
     let log = info.dir.join("logs").join("deployment-controller.log");
-    let process = xtask_contender::supervisor::start(
-        &binary,
-        &info.controller_kubeconfig,
-        &log,
-        &["--secure-port", "0"],
-    )?;
+    let mut args = vec!["--secure-port", "0"];
+    if replicaset {
+        args.push(WITH_REPLICASET_CONTROLLER);
+    }
+    let process =
+        xtask_contender::supervisor::start(&binary, &info.controller_kubeconfig, &log, &args)?;
     Ok(process.detach(&pid_file)?.pid)
 }
 
@@ -317,6 +340,15 @@ mod tests {
             cli.cluster.command,
             ClusterCommand::Up { ref feature_gates, .. }
                 if feature_gates == &["ShardedListAndWatch=true", "A=false,B=true"]
+        ));
+        let cli = Cli::try_parse_from(["x", "up", "--own-replicaset-controller"]).unwrap();
+        assert!(matches!(
+            cli.cluster.command,
+            ClusterCommand::Up {
+                own_replicaset_controller: true,
+                deployment_controller: false,
+                ..
+            }
         ));
         let cli = Cli::try_parse_from(["x", "--name", "a", "env"]).unwrap();
         assert_eq!(cli.cluster.name, "a");

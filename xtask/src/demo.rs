@@ -1,8 +1,11 @@
 //! `cargo xtask demo [--keep] [--name N]`: the local control plane, our deployment-controller and
 //! a live rolling update.
 //!
-//! Steps: `cluster up` (builds the control plane on a cold cache), build and start the
-//! deployment-controller, create Deployment `demo/web` (6 × pause:3.10, RollingUpdate maxSurge 2
+//! Steps: `cluster up` (builds the control plane on a cold cache; its kube-controller-manager
+//! runs neither its Deployment nor its ReplicaSet controller), build and start the
+//! deployment-controller with its ReplicaSet controller too
+//! (`--controllers=*,replicaset-controller`: ours scale the ReplicaSets and create and delete
+//! their Pods), create Deployment `demo/web` (6 × pause:3.10, RollingUpdate maxSurge 2
 //! / maxUnavailable 1, minReadySeconds 2), wait until it is rolled out, switch the image to
 //! pause:3.9 and print the ReplicaSets' spec/ready/available as they change until the rollout
 //! completes, as `kubectl rollout status` words it. ReplicaSets and the Deployment are watched
@@ -67,7 +70,8 @@ pub(crate) fn run(args: DemoArgs) -> Result<()> {
         feature_gates: Vec::new(),
         controller_manager_args: Vec::new(),
         deployment_controller: false,
-        replicaset_controller: true,
+        // Ours runs the ReplicaSets too.
+        replicaset_controller: false,
         release: args.kube.release,
     })?;
     // From here on the cluster is ours to stop (unless --keep), whatever happens.
@@ -120,7 +124,13 @@ fn demo(info: &ClusterInfo, started: Instant) -> Result<Option<ControllerProcess
         &binary,
         &info.controller_kubeconfig,
         &log,
-        &["--v", "2", "--secure-port", "0"],
+        &[
+            "--v",
+            "2",
+            "--secure-port",
+            "0",
+            crate::cluster::WITH_REPLICASET_CONTROLLER,
+        ],
     )?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -154,7 +164,10 @@ fn controller_log(info: &ClusterInfo) -> PathBuf {
 fn print_keep_help(info: &ClusterInfo, name: &str, controller: &ControllerProcess) {
     let pid_file = controller.log_path().with_extension("pid");
     println!();
-    println!("--keep: cluster '{name}' and the deployment-controller keep running.");
+    println!(
+        "--keep: cluster '{name}' and the deployment-controller (Deployments and ReplicaSets) \
+         keep running."
+    );
     println!("  export KUBECONFIG={}", info.admin_kubeconfig.display());
     println!(
         "  {} -n {NAMESPACE} get deployments,replicasets,pods",

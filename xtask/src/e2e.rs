@@ -183,7 +183,8 @@ pub(crate) fn run(args: E2eArgs) -> Result<()> {
             // After the teardown, so that no more than one plane of the suite runs at a time.
             let testenv = testenv::run(args.kube.release, &args.test_args);
             let own = own_plane_targets(&test_targets_of_manifest()?);
-            let own = testenv::run_own_planes(args.kube.release, &own, &args.test_args);
+            let own =
+                testenv::run_own_planes(args.kube.release, &own, &controller, &args.test_args);
             [
                 ("kctrl-testenv's tests", testenv),
                 ("the e2e targets on planes of their own", own),
@@ -624,13 +625,18 @@ workspace = true
         let targets = [
             "client".to_owned(),
             "sharding_gate".to_owned(),
+            "replicaset".to_owned(),
             "deployment".to_owned(),
+            "both_controllers".to_owned(),
         ];
         assert_eq!(
             split_targets(&targets),
             (vec!["client".to_owned()], vec!["deployment".to_owned()])
         );
-        assert_eq!(own_plane_targets(&targets), ["sharding_gate"]);
+        assert_eq!(
+            own_plane_targets(&targets),
+            ["sharding_gate", "replicaset", "both_controllers"]
+        );
         // The real manifest: every controller target exists.
         let real = std::fs::read_to_string(
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/Cargo.toml"),

@@ -70,18 +70,30 @@ pub(crate) mod reasons {
 }
 
 /// Why creating or deleting Pods failed; its text is the `ReplicaFailure` condition's message.
+/// A client error reads as its last attempt's, without the client's account of its retries.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ManageError {
     /// A create was refused (e.g. by a quota); the text is the API server's.
-    #[error("{0}")]
+    #[error("{}", last_attempt(.0))]
     Create(kctrl_client::Error),
     /// The template has no labels: the Pods could never be selected.
     #[error("unable to create pods, no labels")]
     NoLabels,
     /// A delete failed.
-    #[error("unable to delete pods: {0}")]
+    #[error("unable to delete pods: {}", last_attempt(.0))]
     Delete(kctrl_client::Error),
+}
+
+/// The error of the last attempt of a request kctrl-client retried, without the client's
+/// account of the retries ("(after N attempts)", the previous attempt's error): Events and
+/// conditions carry what the API server said, as client-go, which returns the last
+/// attempt's error as is, reports it.
+pub(crate) fn last_attempt(err: &kctrl_client::Error) -> &kctrl_client::Error {
+    match err {
+        kctrl_client::Error::Retried { last, .. } => last_attempt(last),
+        other => other,
+    }
 }
 
 /// Why a sync failed; the key is retried rate-limited.
@@ -261,7 +273,14 @@ where
     (successes, None)
 }
 
-/// Adoption and release patches, recorded as this ReplicaSet's own writes.
+/// Adoption and release patches, recorded as this ReplicaSet's own writes when applied.
+///
+/// A failed patch is not recorded, whatever its outcome (upstream records the Pod writes that
+/// succeeded only): one of unknown outcome would take a live read of the Pod to settle, and
+/// `get` on Pods is not among the verbs of kube-controller-manager's replicaset-controller
+/// role (list, watch, patch, create, delete), so the key would wait for the record to expire.
+/// A patch that failed but was applied after all shows up as a Pod update, which enqueues the
+/// ReplicaSet.
 struct RecordedPodPatches {
     client: Client,
     own_writes: OwnWrites,
@@ -280,15 +299,17 @@ impl PodControl for RecordedPodPatches {
             let result = api
                 .patch(name, &PatchParams::default(), &Patch::Strategic(patch))
                 .await;
-            let sent = Pod {
-                metadata: ObjectMeta {
-                    namespace: Some(namespace.to_owned()),
-                    name: Some(name.to_owned()),
+            if result.is_ok() {
+                let sent = Pod {
+                    metadata: ObjectMeta {
+                        namespace: Some(namespace.to_owned()),
+                        name: Some(name.to_owned()),
+                        ..Default::default()
+                    },
                     ..Default::default()
-                },
-                ..Default::default()
-            };
-            self.own_writes.record_for_key(&self.key, &sent, &result);
+                };
+                self.own_writes.record_for_key(&self.key, &sent, &result);
+            }
             result.map(drop)
         }
         .boxed()
@@ -487,7 +508,8 @@ impl ReplicaSetSync {
             self.expectations.delete(key);
             return Ok(SyncOutcome::default());
         };
-        let needs_sync = self.expectations.satisfied(key);
+        let rs_uid = rs.metadata.uid.as_deref().unwrap_or("");
+        let needs_sync = self.expectations.satisfied(key, rs_uid);
         let selector = match selector_of(&rs) {
             Ok(selector) => selector,
             Err(err) => {
@@ -501,7 +523,6 @@ impl ReplicaSetSync {
         let active = self.claim_pods(&rs, key, &selector, &all_active).await?;
         // terminatingReplicas (DeploymentReplicaSetTerminatingReplicas, on by default in 1.37):
         // the Pods being deleted that the ReplicaSet controls and selects.
-        let rs_uid = rs.metadata.uid.as_deref().unwrap_or("");
         let terminating: Vec<Arc<PodView>> = all_pods
             .iter()
             .filter(|p| p.is_terminating())
@@ -513,6 +534,20 @@ impl ReplicaSetSync {
         let mut manage_error = None;
         if needs_sync && rs.metadata.deletion_timestamp.is_none() {
             manage_error = self.manage_replicas(&active, &rs, key).await.err();
+            // Deleted (or replaced) while this sync ran: its delete handler may have cleared
+            // the expectations before manage_replicas set them, and the runtime does not sync
+            // a gone key again. Nothing will observe them: drop them.
+            let cached_uid = self
+                .replica_sets
+                .get(key)
+                .and_then(|c| c.metadata.uid.clone());
+            if cached_uid.as_deref() != Some(rs_uid) {
+                debug!(
+                    key,
+                    "ReplicaSet deleted while syncing; dropping its expectations"
+                );
+                self.expectations.delete_of(key, rs_uid);
+            }
         }
         let now = self.now();
         let status = calculate_status(
@@ -591,11 +626,12 @@ impl ReplicaSetSync {
         let wanted = i64::from(spec_replicas(rs));
         let diff = active.len() as i64 - wanted;
         let (namespace, name) = (ns_of(&rs.metadata), name_of(&rs.metadata));
+        let uid = rs.metadata.uid.as_deref().unwrap_or("");
         if diff < 0 {
             let count = usize::try_from(-diff)
                 .unwrap_or(usize::MAX)
                 .min(self.burst_replicas);
-            self.expectations.expect_creations(key, count);
+            self.expectations.expect_creations(key, uid, count);
             info!(
                 namespace,
                 name,
@@ -617,7 +653,7 @@ impl ReplicaSetSync {
                     "slow-start failure. Skipping creation of pods, decrementing expectations"
                 );
                 for _ in 0..skipped {
-                    self.expectations.creation_observed(key);
+                    self.expectations.creation_observed(key, uid);
                 }
             }
             return err.map_or(Ok(()), Err);
@@ -643,7 +679,7 @@ impl ReplicaSetSync {
             // Expected before the deletes are sent, so each counts once, whether seen as an
             // update setting the deletionTimestamp or as the deletion.
             self.expectations
-                .expect_deletions(key, doomed.iter().map(|p| p.key()));
+                .expect_deletions(key, uid, doomed.iter().map(|p| p.key()));
             let results = join_all(doomed.iter().map(|pod| self.delete_pod(rs, key, pod))).await;
             return results
                 .into_iter()
@@ -655,6 +691,13 @@ impl ReplicaSetSync {
 
     /// One create (`RealPodControl.CreatePods`); a refusal because the namespace is being
     /// terminated counts as done (every create would fail).
+    ///
+    /// Only a create that succeeded is recorded as an own write (as upstream records them). A
+    /// failed one, even of unknown outcome (a 500 from a failing admission webhook, a
+    /// timeout), has only a generateName: no name to find in the cache or to read live, so
+    /// its record would hold the key, status updates included, for the whole bound. The
+    /// expectations count it as not created (lowered at once); should it have been created
+    /// after all, its add event enqueues the ReplicaSet, whose next sync counts it.
     async fn create_pod(&self, rs: &ReplicaSet, key: &str, pod: &Pod) -> Result<(), ManageError> {
         if pod.metadata.labels.as_ref().is_none_or(BTreeMap::is_empty) {
             return Err(ManageError::NoLabels);
@@ -664,7 +707,9 @@ impl ReplicaSetSync {
         let mut sent = pod.clone();
         sent.metadata.namespace = Some(namespace.to_owned());
         let result = api.create(&PostParams::default(), &sent).await;
-        self.own_writes.record_for_key(key, &sent, &result);
+        if result.is_ok() {
+            self.own_writes.record_for_key(key, &sent, &result);
+        }
         match result {
             Ok(created) => {
                 let pod_name = name_of(&created.metadata);
@@ -688,7 +733,7 @@ impl ReplicaSetSync {
                     rs,
                     EventType::Warning,
                     reasons::FAILED_CREATE,
-                    &format!("Error creating: {err}"),
+                    &format!("Error creating: {}", last_attempt(&err)),
                 );
                 Err(ManageError::Create(err))
             }
@@ -722,7 +767,8 @@ impl ReplicaSetSync {
                 Ok(())
             }
             Err(err) => {
-                self.expectations.deletion_observed(key, &pod.key());
+                let uid = rs.metadata.uid.as_deref().unwrap_or("");
+                self.expectations.deletion_observed(key, uid, &pod.key());
                 if err.is_not_found() {
                     debug!(namespace, pod = pod.name(), "pod has already been deleted");
                     return Ok(());
@@ -737,7 +783,7 @@ impl ReplicaSetSync {
                     rs,
                     EventType::Warning,
                     reasons::FAILED_DELETE,
-                    &format!("Error deleting: {err}"),
+                    &format!("Error deleting: {}", last_attempt(&err)),
                 );
                 Err(ManageError::Delete(err))
             }
@@ -791,7 +837,7 @@ impl ReplicaSetSync {
             };
             let key = key_of(rs.as_ref());
             debug!(namespace = pod.namespace(), pod = pod.name(), "pod created");
-            self.expectations.creation_observed(&key);
+            self.expectations.creation_observed(&key, &controller.uid);
             return vec![Enqueue::now(key)];
         }
         let found = self.pod_replica_sets(pod);
@@ -877,7 +923,8 @@ impl ReplicaSetSync {
         let key = key_of(rs.as_ref());
         debug!(namespace = pod.namespace(), pod = pod.name(),
             deletion_timestamp = ?pod.metadata.deletion_timestamp, "pod deleted");
-        self.expectations.deletion_observed(&key, &pod.key());
+        self.expectations
+            .deletion_observed(&key, &controller.uid, &pod.key());
         vec![Enqueue::now(key)]
     }
 }

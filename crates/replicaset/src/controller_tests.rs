@@ -180,6 +180,9 @@ struct Harness {
     pods: Store<PodView>,
     recorder: Arc<RecordingEventRecorder>,
     sync: ReplicaSetSync,
+    /// The record of the sync's own writes (tracking nothing unless built with
+    /// [`Harness::tracking_own_writes`]).
+    own_writes: OwnWrites,
     /// Creates refused by [`Harness::create_limit`] (upstream's FakePodControl does not count
     /// them as creates).
     over_limit: Arc<AtomicUsize>,
@@ -189,16 +192,37 @@ impl Harness {
     /// `testNewReplicaSetControllerFromClient` with the given burst. Status writes are
     /// accepted as sent (as upstream's fake server does), unless a test says otherwise.
     fn new(burst: usize) -> Self {
+        Self::build(burst, false)
+    }
+
+    /// The same, its own writes compared with the Pod and ReplicaSet caches as the running
+    /// controller's are, so that what a sync records can be checked.
+    fn tracking_own_writes(burst: usize) -> Self {
+        Self::build(burst, true)
+    }
+
+    fn build(burst: usize, track: bool) -> Self {
         let fake = FakeApi::new();
         let rss = Store::new();
         let pods = Store::new();
         let recorder = Arc::new(RecordingEventRecorder::new());
+        let own_writes = OwnWrites::new();
+        if track {
+            let client = fake.client();
+            own_writes.track(pods.clone(), move |ns| {
+                Api::<PodView>::namespaced(client.clone(), ns)
+            });
+            let client = fake.client();
+            own_writes.track(rss.clone(), move |ns| {
+                Api::<ReplicaSet>::namespaced(client.clone(), ns)
+            });
+        }
         let sync = ReplicaSetSync::new(
             fake.client(),
             rss.clone(),
             pods.clone(),
             recorder.clone(),
-            OwnWrites::new(),
+            own_writes.clone(),
             burst,
         );
         Self {
@@ -207,6 +231,7 @@ impl Harness {
             pods,
             recorder,
             sync,
+            own_writes,
             over_limit: Arc::new(AtomicUsize::new(0)),
         }
     }
@@ -399,7 +424,9 @@ async fn test_sync_replica_set_dormancy() {
 
     // Lowering the expectations leads to a sync that creates a replica, but the create
     // fails, which leaves the expectations at 0, 0.
-    h.sync.expectations.creation_observed(&key(&rs));
+    h.sync
+        .expectations
+        .creation_observed(&key(&rs), rs.metadata.uid.as_deref().unwrap());
     rs.status = Some(ReplicaSetStatus {
         replicas: 1,
         ready_replicas: Some(1),
@@ -848,7 +875,9 @@ async fn test_rs_sync_expectations() {
     let pods = new_pod_list(None, 2, "Pending", &foo_bar(), &rs, "pod");
     h.add_pod(&pods[0]);
     // Expectations satisfied by the very Pod the sync then finds.
-    h.sync.expectations.expect_creations(&key(&rs), 1);
+    h.sync
+        .expectations
+        .expect_creations(&key(&rs), rs.metadata.uid.as_deref().unwrap(), 1);
     h.add_pod(&pods[1]);
     h.sync.on_pod_add(&pods[1]);
     let _ = h.sync.sync_replica_set(&key(&rs)).await;
@@ -879,7 +908,9 @@ async fn test_delete_controller_and_expectations() {
         "expectations of a deleted ReplicaSet"
     );
     // A concurrent add lowering them now has no effect, since the ReplicaSet is gone.
-    h.sync.expectations.creation_observed(&rs_key);
+    h.sync
+        .expectations
+        .creation_observed(&rs_key, rs.metadata.uid.as_deref().unwrap());
     h.pods.replace(Vec::new(), "0".into());
     let _ = h.sync.sync_replica_set(&rs_key).await;
     assert_eq!(h.pod_writes(), (0, 0, 0));
@@ -915,7 +946,9 @@ async fn test_expectations_on_recreate() {
     new.metadata.uid = Some(uid());
     assert_ne!(new.metadata.uid, old.metadata.uid);
     // Seen as an update with another UID (the informer missed the deletion).
-    h.sync.expectations.expect_creations(&rs_key, 1);
+    h.sync
+        .expectations
+        .expect_creations(&rs_key, old.metadata.uid.as_deref().unwrap(), 1);
     h.sync.on_replica_set_update(&old, &new);
     assert!(
         h.sync.expectations.get(&rs_key).is_none(),
@@ -930,6 +963,163 @@ async fn test_expectations_on_recreate() {
         .expect("expectations of the new ReplicaSet");
     assert!(!exp.fulfilled());
     assert_eq!(h.pod_writes(), (1, 0, 0));
+}
+
+/// A ReplicaSet deleted while its sync is in flight (after the sync read it from the cache,
+/// before it set its expectations), then created again under the same name: the old sync
+/// raises its expectations after the delete handler cleared them, and the runtime never
+/// syncs the gone key again to drop them. They must not hold the new ReplicaSet back: its
+/// first sync creates its Pods at once.
+#[tokio::test]
+async fn test_expectations_of_a_replica_set_deleted_mid_sync() {
+    let old = new_replica_set(2, foo_bar());
+    let h = setup_manager_with_gc_enabled(&old);
+    let old = h.rss.get(&key(&old)).unwrap();
+    let rs_key = key(&old);
+    // An orphan to adopt: the ReplicaSet is deleted while the adoption patch is in flight.
+    let mut orphan = new_pod("orphan", &old, "Running", None, false);
+    orphan.metadata.owner_references = None;
+    h.add_pod(&orphan);
+    let (rss, expectations, deleted) = (h.rss.clone(), h.sync.expectations.clone(), old.clone());
+    h.fake.prepend_reactor("patch", "pods", move |_| {
+        // What the informer does with the deletion: the cache drops the ReplicaSet, then the
+        // delete handler runs (`on_replica_set_delete`: the expectations of the key go).
+        rss.remove(&key(&deleted));
+        expectations.delete(&key(&deleted));
+        // The orphan is not in the fake API: the adoption finds it gone and skips it.
+        Reaction::Continue
+    });
+    let _ = h.sync.sync_replica_set(&rs_key).await;
+    assert_eq!(h.pod_writes(), (2, 0, 1), "the old sync's creates");
+    assert!(h.rss.get(&rs_key).is_none());
+    assert!(
+        h.sync.expectations.get(&rs_key).is_none(),
+        "the gone ReplicaSet's expectations are kept"
+    );
+    h.clear();
+
+    // Created again under the same name (another UID), first seen as an add.
+    let mut new = (*old).clone();
+    new.metadata.uid = Some(uid());
+    h.add_rs(&new);
+    h.pods.replace(Vec::new(), "0".into());
+    let _ = h.sync.sync_replica_set(&rs_key).await;
+    assert_eq!(
+        h.pod_writes(),
+        (2, 0, 0),
+        "the new ReplicaSet was held back by the old one's expectations"
+    );
+}
+
+/// An API server with the DeploymentReplicaSetTerminatingReplicas gate off drops
+/// `status.terminatingReplicas`: the cached status never has it. A sync whose status differs
+/// only by that field writes nothing (else every sync would PUT the same status again).
+#[tokio::test]
+async fn test_no_status_write_for_a_dropped_terminating_replicas() {
+    let h = Harness::new(BURST_REPLICAS);
+    h.accept_status_writes();
+    let mut rs = new_replica_set(2, foo_bar());
+    rs.metadata.generation = Some(3);
+    rs.status = Some(ReplicaSetStatus {
+        replicas: 2,
+        ready_replicas: Some(2),
+        available_replicas: Some(2),
+        observed_generation: Some(3),
+        terminating_replicas: None,
+        ..Default::default()
+    });
+    h.add_rs(&rs);
+    new_pod_list(Some(&h.pods), 2, "Running", &foo_bar(), &rs, "pod");
+    h.sync.sync_replica_set(&key(&rs)).await.unwrap();
+    assert_eq!(h.pod_writes(), (0, 0, 0));
+    assert_eq!(h.count("update", "replicasets", Some("status")), 0);
+
+    // A real change is written, terminatingReplicas with it.
+    let mut terminating = new_pod_list(None, 1, "Running", &foo_bar(), &rs, "gone").remove(0);
+    terminating.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+    h.add_pod(&terminating);
+    rs.spec.replicas = Some(3);
+    rs.metadata.generation = Some(4);
+    h.add_rs(&rs);
+    h.sync.sync_replica_set(&key(&rs)).await.unwrap();
+    let written: Vec<ReplicaSet> = h
+        .fake
+        .actions()
+        .iter()
+        .filter(|a| a.matches("update", "replicasets"))
+        .filter_map(|a| a.object_as())
+        .collect();
+    assert_eq!(written.len(), 1);
+    assert_eq!(
+        written[0].status.as_ref().unwrap().terminating_replicas,
+        Some(1)
+    );
+}
+
+/// The client's error after it retried (`Retried`: "MSG (after N attempts) - error from a
+/// previous attempt: ..."). client-go hands back the last attempt's error as is.
+fn retried(last: kctrl_client::Error) -> kctrl_client::Error {
+    kctrl_client::Error::Retried {
+        attempts: 3,
+        last: Box::new(last),
+        previous: Some(Box::new(errors::too_many_requests(1))),
+    }
+}
+
+/// FailedCreate and FailedDelete events and the ReplicaFailure condition carry the API
+/// server's message as client-go reports it, without the client's retry account.
+#[tokio::test]
+async fn test_failure_messages_are_the_api_errors_own() {
+    let denied = "admission webhook \"pods.example.com\" denied the request";
+    let failure_message = |h: &Harness| {
+        let updates: Vec<ReplicaSet> = h
+            .fake
+            .actions()
+            .iter()
+            .filter(|a| a.matches("update", "replicasets"))
+            .filter_map(|a| a.object_as())
+            .collect();
+        let status = updates.last().expect("a status update").status.clone();
+        get_condition(&status.unwrap(), REPLICA_FAILURE)
+            .and_then(|c| c.message.clone())
+            .unwrap_or_default()
+    };
+
+    let h = Harness::new(BURST_REPLICAS);
+    h.accept_status_writes();
+    h.fake.prepend_reactor("create", "pods", move |_| {
+        Reaction::Error(retried(errors::internal_error(denied)))
+    });
+    let rs = new_replica_set(1, foo_bar());
+    h.add_rs(&rs);
+    let err = h.sync.sync_replica_set(&key(&rs)).await.unwrap_err();
+    let message = format!("Internal error occurred: {denied}");
+    assert_eq!(err.to_string(), message);
+    assert_eq!(
+        h.recorder.strings(),
+        vec![format!("Warning FailedCreate Error creating: {message}")]
+    );
+    assert_eq!(failure_message(&h), message);
+
+    let h = Harness::new(BURST_REPLICAS);
+    h.accept_status_writes();
+    h.fake.prepend_reactor("delete", "pods", move |_| {
+        Reaction::Error(retried(errors::internal_error("etcd is sad")))
+    });
+    let rs = new_replica_set(0, foo_bar());
+    h.add_rs(&rs);
+    new_pod_list(Some(&h.pods), 1, "Running", &foo_bar(), &rs, "pod");
+    let err = h.sync.sync_replica_set(&key(&rs)).await.unwrap_err();
+    let message = "Internal error occurred: etcd is sad";
+    assert_eq!(err.to_string(), format!("unable to delete pods: {message}"));
+    assert_eq!(
+        h.recorder.strings(),
+        vec![format!("Warning FailedDelete Error deleting: {message}")]
+    );
+    assert_eq!(
+        failure_message(&h),
+        format!("unable to delete pods: {message}")
+    );
 }
 
 #[tokio::test]
@@ -968,7 +1158,9 @@ async fn test_deletion_timestamp() {
     let mut pod = new_pod_list(None, 1, "Pending", &foo_bar(), &rs, "pod").remove(0);
     pod.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
     pod.metadata.resource_version = Some("1".into());
-    h.sync.expectations.expect_deletions(&rs_key, [pod.key()]);
+    h.sync
+        .expectations
+        .expect_deletions(&rs_key, rs.metadata.uid.as_deref().unwrap(), [pod.key()]);
 
     // A Pod added with a deletion timestamp counts as deleted.
     assert_eq!(h.sync.on_pod_add(&pod), vec![Enqueue::now(rs_key.clone())]);
@@ -977,7 +1169,9 @@ async fn test_deletion_timestamp() {
     // An update setting the deletion timestamp counts as a deletion.
     let mut old_pod = new_pod_list(None, 1, "Pending", &foo_bar(), &rs, "pod").remove(0);
     old_pod.metadata.resource_version = Some("2".into());
-    h.sync.expectations.expect_deletions(&rs_key, [pod.key()]);
+    h.sync
+        .expectations
+        .expect_deletions(&rs_key, rs.metadata.uid.as_deref().unwrap(), [pod.key()]);
     assert_eq!(
         h.sync.on_pod_update(&old_pod, &pod),
         vec![Enqueue::now(rs_key.clone())]
@@ -1000,9 +1194,11 @@ async fn test_deletion_timestamp() {
         },
         ..Default::default()
     };
-    h.sync
-        .expectations
-        .expect_deletions(&rs_key, [second.key()]);
+    h.sync.expectations.expect_deletions(
+        &rs_key,
+        rs.metadata.uid.as_deref().unwrap(),
+        [second.key()],
+    );
     old_pod.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
     old_pod.metadata.resource_version = Some("2".into());
     let _ = h.sync.on_pod_update(&old_pod, &pod);
@@ -1023,7 +1219,10 @@ async fn test_deletion_timestamp() {
 /// `setupManagerWithGCEnabled`: the ReplicaSet in the fake API (for the owner recheck of
 /// adoptions) and in the cache.
 fn setup_manager_with_gc_enabled(rs: &ReplicaSet) -> Harness {
-    let h = Harness::new(BURST_REPLICAS);
+    setup_manager_with_gc_enabled_in(Harness::new(BURST_REPLICAS), rs)
+}
+
+fn setup_manager_with_gc_enabled_in(h: Harness, rs: &ReplicaSet) -> Harness {
     h.accept_status_writes();
     let stored = h.fake.add(rs).unwrap();
     // The cache holds the object as the API does (same UID).
@@ -1059,6 +1258,83 @@ async fn test_patch_pod_fails() {
     let err = h.sync.sync_replica_set(&key(&rs)).await.unwrap_err();
     assert!(err.to_string().contains("fake Error"), "{err}");
     assert_eq!(h.pod_writes(), (0, 0, 2));
+}
+
+/// A Pod create that fails, even with an unknown outcome (a 500 from a failing admission
+/// webhook, a timeout), is not recorded as an own write: sent with only a generateName, it
+/// has no name to find in the cache, and its record would hold the key (status updates
+/// included) for the 30 s bound. The expectations already account for it; upstream records
+/// successful creates only.
+#[tokio::test]
+async fn test_failed_creates_are_not_own_writes() {
+    let failures = [
+        errors::internal_error("admission webhook \"pods.example.com\" failed"),
+        kctrl_client::Error::Timeout {
+            verb: "POST".into(),
+            url: "https://127.0.0.1/api/v1/namespaces/default/pods".into(),
+            after: Duration::from_secs(30),
+        },
+    ];
+    for failure in failures {
+        let h = Harness::tracking_own_writes(BURST_REPLICAS);
+        h.accept_status_writes();
+        let failure = std::sync::Mutex::new(Some(failure));
+        h.fake.prepend_reactor("create", "pods", move |_| {
+            match failure.lock().unwrap().take() {
+                Some(err) => Reaction::Error(err),
+                None => Reaction::Continue,
+            }
+        });
+        let rs = new_replica_set(2, foo_bar());
+        h.add_rs(&rs);
+        let rs_key = key(&rs);
+        h.sync.sync_replica_set(&rs_key).await.unwrap_err();
+        assert_eq!(h.pod_writes(), (1, 0, 0), "slow start stops at the failure");
+        assert!(
+            h.own_writes.is_empty(),
+            "a failed create was recorded: {:?}",
+            h.own_writes.check(&rs_key)
+        );
+        assert_eq!(
+            h.own_writes.check(&rs_key),
+            kctrl_runtime::own_writes::Check::Current
+        );
+
+        // A create that succeeds is recorded until the cache shows its Pod.
+        h.sync.sync_replica_set(&rs_key).await.unwrap();
+        assert_eq!(h.count("create", "pods", None), 3);
+        assert!(matches!(
+            h.own_writes.check(&rs_key),
+            kctrl_runtime::own_writes::Check::Behind { .. }
+        ));
+    }
+}
+
+/// A failed adoption (or release) patch is not recorded as an own write: it would take a
+/// live GET of the Pod to settle, which upstream's replicaset-controller role does not
+/// grant (pods: list, watch, patch, create, delete), so the key would wait for the records
+/// to expire. Upstream records successful Pod writes only.
+#[tokio::test]
+async fn test_failed_patches_are_not_own_writes() {
+    let rs = new_replica_set(2, foo_bar());
+    let h = setup_manager_with_gc_enabled_in(Harness::tracking_own_writes(BURST_REPLICAS), &rs);
+    let rs = h.rss.get(&key(&rs)).unwrap();
+    let mut orphan = new_pod("pod1", &rs, "Running", None, false);
+    orphan.metadata.resource_version = Some("7".into());
+    h.add_pod(&orphan);
+    h.fail_pod_writes();
+    h.sync.sync_replica_set(&key(&rs)).await.unwrap_err();
+    assert_eq!(h.pod_writes(), (0, 0, 1));
+    assert!(
+        h.own_writes.is_empty(),
+        "a failed patch was recorded: {:?}",
+        h.own_writes.check(&key(&rs))
+    );
+    // Nothing to read live before the next sync: no `get pods` needed.
+    assert_eq!(
+        h.own_writes.check(&key(&rs)),
+        kctrl_runtime::own_writes::Check::Current
+    );
 }
 
 #[tokio::test]

@@ -46,15 +46,24 @@
 //!   creates and deletes nothing. They are kept because they are the only guard *between*
 //!   the creates of one sync and the add events of those Pods that knows how many are in
 //!   flight, and because upstream's unit tests pin their behaviour down case by case.
+//!   Each entry carries the UID of the ReplicaSet that set it: kctrl-runtime does not sync a
+//!   key whose object is gone (upstream's sync of such a key deletes its expectations), so a
+//!   ReplicaSet deleted while its sync was in flight could otherwise leave expectations that
+//!   hold one created again under the same name for 5 minutes. An entry of another UID counts
+//!   as none, and a sync that finds its ReplicaSet gone from the cache after creating or
+//!   deleting drops what it set.
 //! - **Own writes** (upstream's `StaleControllerConsistencyReplicaSet` consistency store,
-//!   beta and on by default since 1.36): the Pod creates, the adoption and release patches and
-//!   the status writes are recorded in kctrl-runtime's [`OwnWrites`](kctrl_runtime::OwnWrites)
-//!   and the runtime does not sync the ReplicaSet again until its caches show them (each
-//!   object, or the cache's resourceVersion past the write's; checked live after 30 s,
-//!   dropped after 5 minutes). Upstream compares only each cache's last resourceVersion with
-//!   the newest write; the per-object check is stricter and never earlier. Upstream counts
-//!   these skips in `replicaset_controller_stale_sync_skips_total`; the runtime does not tell
-//!   which cache was behind, so that series is not exported.
+//!   beta and on by default since 1.36): the Pod creates, the adoption and release patches
+//!   and the status writes that succeeded are recorded in kctrl-runtime's
+//!   [`OwnWrites`](kctrl_runtime::OwnWrites), and the runtime does not sync the ReplicaSet
+//!   again until its caches show them (each object, or the cache's resourceVersion past the
+//!   write's; checked live after 30 s, dropped after 5 minutes). A failed Pod write is never
+//!   recorded, as upstream: a create has no name to look for yet, and settling a patch of
+//!   unknown outcome would take a `get` on Pods, which upstream's replicaset-controller role
+//!   does not grant. Upstream compares only each cache's last resourceVersion with the newest
+//!   write; the per-object check is stricter and never earlier. Upstream counts these skips
+//!   in `replicaset_controller_stale_sync_skips_total`; the runtime does not tell which cache
+//!   was behind, so that series is not exported.
 //!
 //! # ReplicationControllers: not handled
 //!

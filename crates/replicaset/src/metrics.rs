@@ -22,7 +22,7 @@ impl ReplicaSetMetrics {
         };
         registry.register(
             "replicaset_controller_sorting_deletion_age_ratio",
-            "The ratio of chosen deleted pod's ages to the current youngest pod's age (at the time). Should be <2. Only Ready pods are considered.",
+            "For each ready Pod a scale-down deletes, its age divided by the age of the youngest ready Pod at that moment; values under 2 mean the ranking prefers young Pods as intended.",
             m.sorting_deletion_age_ratio.clone(),
         );
         m

@@ -158,6 +158,11 @@ pub(crate) fn calculate_status(
 }
 
 /// Whether `rs`'s status already is `new` and its generation observed: no write needed.
+///
+/// A cached status without `terminatingReplicas` agrees with any count: an API server whose
+/// DeploymentReplicaSetTerminatingReplicas gate is off drops the field, so a write for it
+/// alone would be sent again on every sync. The count goes out with the next write of
+/// anything else.
 pub(crate) fn status_up_to_date(rs: &ReplicaSet, new: &ReplicaSetStatus) -> bool {
     let cur = rs.status.clone().unwrap_or_default();
     let n = |v: Option<i32>| v.unwrap_or(0);
@@ -165,7 +170,8 @@ pub(crate) fn status_up_to_date(rs: &ReplicaSet, new: &ReplicaSetStatus) -> bool
         && n(cur.fully_labeled_replicas) == n(new.fully_labeled_replicas)
         && n(cur.ready_replicas) == n(new.ready_replicas)
         && n(cur.available_replicas) == n(new.available_replicas)
-        && cur.terminating_replicas == new.terminating_replicas
+        && (cur.terminating_replicas.is_none()
+            || cur.terminating_replicas == new.terminating_replicas)
         && rs.metadata.generation.unwrap_or(0) == cur.observed_generation.unwrap_or(0)
         && cur.conditions.as_deref().unwrap_or_default()
             == new.conditions.as_deref().unwrap_or_default()

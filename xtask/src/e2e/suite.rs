@@ -88,12 +88,19 @@ pub(super) fn test_targets(manifest: &str) -> Vec<String> {
     names
 }
 
-/// Test targets of `kctrl-e2e` that need a kube-apiserver set up otherwise than the suite's
-/// cluster (feature gates off by default: `sharding_gate` and `sharded_runtime` need
-/// `ShardedListAndWatch`). Each
-/// starts a `kctrl-testenv` plane of its own (`KCTRL_E2E_TESTENV=1`); on the local cluster
-/// they run once it is torn down ([`super::testenv::run_own_planes`]), elsewhere not at all.
-pub(super) const OWN_PLANE_TEST_TARGETS: &[&str] = &["sharding_gate", "sharded_runtime"];
+/// Test targets of `kctrl-e2e` that need a control plane set up otherwise than the suite's
+/// cluster: `sharding_gate` and `sharded_runtime` a kube-apiserver with `ShardedListAndWatch`
+/// (off by default); `replicaset` (kctrl-replicaset's controller in the test process) and
+/// `both_controllers` (our deployment-controller with `--controllers=*,replicaset-controller`)
+/// a kube-controller-manager without its ReplicaSet controller. Each starts a `kctrl-testenv`
+/// plane of its own (`KCTRL_E2E_TESTENV=1`); on the local cluster they run once it is torn
+/// down ([`super::testenv::run_own_planes`]), elsewhere not at all.
+pub(super) const OWN_PLANE_TEST_TARGETS: &[&str] = &[
+    "sharding_gate",
+    "sharded_runtime",
+    "replicaset",
+    "both_controllers",
+];
 
 /// Splits the test targets that run against the suite's cluster into (without the
 /// controller, with it); [`OWN_PLANE_TEST_TARGETS`] are in neither.

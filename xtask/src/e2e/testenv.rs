@@ -3,6 +3,7 @@
 //! of `kctrl-e2e` that need a kube-apiserver set up otherwise than the suite's cluster
 //! ([`super::suite::OWN_PLANE_TEST_TARGETS`]).
 
+use std::path::Path;
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
@@ -39,10 +40,12 @@ pub(super) fn run(release: &Release, test_args: &[String]) -> Result<()> {
 
 /// `cargo test -p kctrl-e2e --test <t>… -- <test_args…>` for `targets`, each binary on a
 /// `kctrl-testenv` plane of its own from the cache of `release` (`KCTRL_E2E_TESTENV=1`, and
-/// no `KCTRL_E2E_KUBECONFIG`: the suite's cluster is gone). Nothing to run is a success.
+/// no `KCTRL_E2E_KUBECONFIG`: the suite's cluster is gone); tests that start our
+/// deployment-controller run `controller`, the suite's build. Nothing to run is a success.
 pub(super) fn run_own_planes(
     release: &Release,
     targets: &[String],
+    controller: &Path,
     test_args: &[String],
 ) -> Result<()> {
     if targets.is_empty() {
@@ -63,6 +66,7 @@ pub(super) fn run_own_planes(
         .args(test_args)
         .env(E2E_TESTENV_ENV, "1")
         .env(KUBE_VERSION_ENV, release.kubernetes)
+        .env(super::CONTROLLER_BINARY_ENV, controller)
         .env_remove("KCTRL_E2E_KUBECONFIG")
         .status()
         .with_context(|| format!("running {cargo}"))?;
