@@ -183,9 +183,7 @@ pub(crate) fn run(args: ClusterArgs) -> Result<()> {
 /// Name of the attached controller's pid file (see [`Layout::attached_pid_file`]).
 const ATTACHED_CONTROLLER: &str = "deployment-controller";
 
-/// The deployment-controller's arguments to run its ReplicaSet controller too (off by
-/// default).
-pub(crate) const WITH_REPLICASET_CONTROLLER: &str = "--controllers=*,replicaset-controller";
+use xtask_contender::WITH_REPLICASET_CONTROLLER;
 
 /// Starts our deployment-controller against the running cluster `name`, detached, recorded as
 /// attached to the cluster; returns its pid. With `replicaset`, it runs its ReplicaSet

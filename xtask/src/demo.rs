@@ -129,7 +129,7 @@ fn demo(info: &ClusterInfo, started: Instant) -> Result<Option<ControllerProcess
             "2",
             "--secure-port",
             "0",
-            crate::cluster::WITH_REPLICASET_CONTROLLER,
+            xtask_contender::WITH_REPLICASET_CONTROLLER,
         ],
     )?;
     let runtime = tokio::runtime::Builder::new_current_thread()

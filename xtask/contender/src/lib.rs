@@ -28,6 +28,10 @@ pub const OURS_USER: &str = "system:serviceaccount:kube-system:kctrl-deployment-
 /// `--use-service-account-credentials` (the cluster's own kube-controller-manager never runs it).
 pub const UPSTREAM_USER: &str = "system:serviceaccount:kube-system:deployment-controller";
 
+/// The deployment-controller's argument that runs its ReplicaSet controller too (off by
+/// default); the cluster's kube-controller-manager must then run none.
+pub const WITH_REPLICASET_CONTROLLER: &str = "--controllers=*,replicaset-controller";
+
 /// The Deployment controller under test or measured: ours or upstream's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, clap::ValueEnum)]
 pub enum Contender {
