@@ -1,0 +1,402 @@
+//! The sharded runner on the fake API: replicas split the Deployments by namespace, a bucket
+//! that becomes active has its cached Deployments synced, and a replica whose Lease could not
+//! be renewed writes nothing more.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{APIResourceList, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::version::Info;
+use kctrl_client::sharding::hash_field;
+use kctrl_client::{Api, ApiRequest, Backend, Client, Error, PostParams, WatchFrames};
+use kctrl_controller_ref::get_controller_of;
+use kctrl_fake::FakeApi;
+use kctrl_informer::SharedInformerFactory;
+use kctrl_shard::{PrometheusShardMetrics, ShardConfig, ShardMember};
+use prometheus_client::registry::Registry;
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::events::RecordingEventRecorder;
+use crate::fixtures::{map, new_deployment};
+
+/// A write seen by [`Recording`]: who sent it, the verb, the resource and the namespace.
+type Write = (String, &'static str, String, String);
+
+/// A backend over the fake that notes every write it passes on, under a replica's name.
+#[derive(Clone)]
+struct Recording {
+    replica: String,
+    fake: FakeApi,
+    writes: Arc<Mutex<Vec<Write>>>,
+}
+
+impl Backend for Recording {
+    fn call(&self, request: ApiRequest) -> BoxFuture<'_, Result<Bytes, Error>> {
+        if matches!(request.verb(), "create" | "update" | "patch" | "delete") {
+            self.writes.lock().unwrap().push((
+                self.replica.clone(),
+                request.verb(),
+                request.resource.plural.to_string(),
+                request.namespace.clone().unwrap_or_default(),
+            ));
+        }
+        self.fake.call(request)
+    }
+
+    fn watch(&self, request: ApiRequest) -> BoxFuture<'_, Result<WatchFrames, Error>> {
+        self.fake.watch(request)
+    }
+
+    fn server_version(&self) -> BoxFuture<'_, Result<Info, Error>> {
+        self.fake.server_version()
+    }
+
+    fn api_resources<'a>(
+        &'a self,
+        group_version: &'a str,
+    ) -> BoxFuture<'a, Result<APIResourceList, Error>> {
+        self.fake.api_resources(group_version)
+    }
+}
+
+/// One sharded replica: its member (not yet run), its runner, its factory.
+struct Replica {
+    member: ShardMember,
+    runner: Arc<DeploymentControllerRunner>,
+    factory: SharedInformerFactory,
+}
+
+fn replica(
+    fake: &FakeApi,
+    name: &str,
+    writes: &Arc<Mutex<Vec<Write>>>,
+    metrics: Option<PrometheusShardMetrics>,
+) -> Replica {
+    let mut config = ShardConfig::new("deployment-controller", "kube-system", name);
+    if let Some(metrics) = metrics {
+        config.metrics = Arc::new(metrics);
+    }
+    let member = ShardMember::new(fake.client(), config).unwrap();
+    let client = Client::new(
+        Recording {
+            replica: name.to_owned(),
+            fake: fake.clone(),
+            writes: writes.clone(),
+        },
+        "default",
+    );
+    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
+    let options = RunnerOptions {
+        shard: Some(member.clone()),
+        ..RunnerOptions::default()
+    };
+    let runner = Arc::new(
+        DeploymentControllerRunner::with_options(
+            client,
+            &factory,
+            Arc::new(RecordingEventRecorder::new()),
+            options,
+        )
+        .unwrap(),
+    );
+    Replica {
+        member,
+        runner,
+        factory,
+    }
+}
+
+fn spawn_member(member: &ShardMember, cancel: &CancellationToken) {
+    let (member, cancel) = (member.clone(), cancel.clone());
+    tokio::spawn(async move { member.run(cancel).await });
+}
+
+fn spawn_runner(runner: &Arc<DeploymentControllerRunner>, cancel: &CancellationToken) {
+    let (runner, cancel) = (runner.clone(), cancel.clone());
+    tokio::spawn(async move { runner.run(2, &cancel).await });
+}
+
+/// Creates Deployment `name` in `namespace`.
+async fn create_deployment(fake: &FakeApi, namespace: &str, name: &str) {
+    let mut d = new_deployment(name, 2, None, None, None, Some(map(&[("app", name)])));
+    d.metadata.uid = None;
+    d.metadata.namespace = Some(namespace.to_owned());
+    Api::<Deployment>::namespaced(fake.client(), namespace)
+        .create(&PostParams::default(), &d)
+        .await
+        .unwrap();
+}
+
+/// The ReplicaSets of the fake by the name of the Deployment controlling them.
+fn replica_sets_by_owner(fake: &FakeApi) -> BTreeMap<String, usize> {
+    let mut owners = BTreeMap::new();
+    for rs in fake.objects::<ReplicaSet>() {
+        if let Some(owner) = get_controller_of(&rs.metadata) {
+            *owners.entry(owner.name.clone()).or_default() += 1;
+        }
+    }
+    owners
+}
+
+/// Waits (paused clock) until `cond` holds, at most `limit`.
+async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !cond() {
+        if tokio::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    true
+}
+
+fn metrics_text(registry: &Registry) -> String {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+    text
+}
+
+// Two replicas, eight namespaces: every Deployment gets its ReplicaSet, exactly one, and each
+// write comes from the replica holding the namespace's bucket; each replica dropped the keys
+// of the other's namespaces (its caches hold everything).
+#[tokio::test(start_paused = true)]
+async fn two_replicas_split_the_deployments_by_namespace() {
+    let fake = FakeApi::new();
+    let writes = Arc::new(Mutex::new(Vec::new()));
+    let mut registry = Registry::default();
+    let metrics = PrometheusShardMetrics::new(&mut registry);
+    let a = replica(&fake, "a", &writes, Some(metrics.clone()));
+    let b = replica(&fake, "b", &writes, Some(metrics));
+    let cancel = CancellationToken::new();
+    for r in [&a, &b] {
+        spawn_member(&r.member, &cancel);
+    }
+    assert!(
+        eventually(Duration::from_secs(120), || {
+            a.member.active_buckets().len() + b.member.active_buckets().len() == 64
+                && !a.member.active_buckets().is_empty()
+                && !b.member.active_buckets().is_empty()
+        })
+        .await,
+        "the split never came into force"
+    );
+    for r in [&a, &b] {
+        spawn_runner(&r.runner, &cancel);
+    }
+    // The varying part is not at the end of the name: FNV-1a barely moves the top bits of
+    // the hash (the bucket) for a change in the last characters, so `ns-0` … `ns-7` would all
+    // fall into one bucket (see docs/operations.md).
+    let namespaces: Vec<String> = (0..8).map(|i| format!("ns-{i}-web")).collect();
+    for ns in &namespaces {
+        create_deployment(&fake, ns, &format!("web-{ns}")).await;
+    }
+    assert!(
+        eventually(Duration::from_secs(60), || replica_sets_by_owner(&fake).len()
+            == namespaces.len())
+        .await,
+        "not every Deployment got a ReplicaSet: {:?}",
+        replica_sets_by_owner(&fake)
+    );
+    // Quiet for a while: nothing else is created.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(
+        replica_sets_by_owner(&fake).values().all(|n| *n == 1),
+        "{:?}",
+        replica_sets_by_owner(&fake)
+    );
+    let owner_of = |ns: &str| {
+        if a.member.owns(hash_field(ns)) {
+            "a"
+        } else {
+            "b"
+        }
+    };
+    let writes = writes.lock().unwrap().clone();
+    let mut writers: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    for (replica, verb, resource, ns) in &writes {
+        assert_eq!(
+            replica,
+            owner_of(ns),
+            "{replica} wrote ({verb} {resource}) in {ns}, held by the other"
+        );
+        writers.entry(replica.as_str()).or_default().insert(ns.clone());
+    }
+    let both: usize = writers.values().map(BTreeSet::len).sum();
+    assert_eq!(both, namespaces.len(), "{writers:?}");
+    // Both did some of the work (the 8 namespaces fall into 8 buckets; the chance that one
+    // replica holds all 8 is below 1%, and the hashes are fixed, so this does not flake).
+    assert_eq!(writers.len(), 2, "{writers:?}");
+    let text = metrics_text(&registry);
+    let dropped: f64 = text
+        .lines()
+        .find(|l| l.starts_with("shard_keys_dropped_total{"))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0);
+    assert!(dropped >= namespaces.len() as f64, "{text}");
+    cancel.cancel();
+    for r in [&a, &b] {
+        r.factory.shutdown().await;
+    }
+}
+
+// A replica whose member holds nothing drops every key; once its member runs and its buckets
+// become active, the Deployments already cached in them are synced without any new event.
+#[tokio::test(start_paused = true)]
+async fn buckets_becoming_active_enqueue_their_cached_deployments() {
+    let fake = FakeApi::new();
+    let writes = Arc::new(Mutex::new(Vec::new()));
+    let a = replica(&fake, "a", &writes, None);
+    let cancel = CancellationToken::new();
+    spawn_runner(&a.runner, &cancel);
+    for i in 0..4 {
+        create_deployment(&fake, &format!("ns-{i}"), &format!("web-{i}")).await;
+    }
+    assert!(
+        eventually(Duration::from_secs(30), || a.runner.caches_synced()
+            && a.runner.queue().len() == 0)
+        .await
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        replica_sets_by_owner(&fake).is_empty(),
+        "synced without a bucket"
+    );
+    assert!(writes.lock().unwrap().is_empty());
+    spawn_member(&a.member, &cancel);
+    assert!(
+        eventually(Duration::from_secs(60), || replica_sets_by_owner(&fake).len() == 4).await,
+        "the cached Deployments were not synced when their buckets became active: {:?}",
+        replica_sets_by_owner(&fake)
+    );
+    cancel.cancel();
+    a.factory.shutdown().await;
+}
+
+// The write fence: outside a sync nothing is written; inside one whose member can no longer
+// renew its Lease, the write is refused once the renew deadline has passed.
+#[tokio::test(start_paused = true)]
+async fn writes_need_a_valid_guard() {
+    let fake = FakeApi::new();
+    let renewals_fail = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    fake.prepend_reactor("update", "leases", {
+        let fail = renewals_fail.clone();
+        move |_| {
+            if fail.load(std::sync::atomic::Ordering::SeqCst) {
+                kctrl_fake::Reaction::Error(Error::InvalidRequest("injected failure".to_owned()))
+            } else {
+                kctrl_fake::Reaction::Continue
+            }
+        }
+    });
+    let member = ShardMember::new(
+        fake.client(),
+        ShardConfig::new("deployment-controller", "kube-system", "a"),
+    )
+    .unwrap();
+    let cancel = CancellationToken::new();
+    let run = tokio::spawn({
+        let (member, cancel) = (member.clone(), cancel.clone());
+        async move { member.run(cancel).await }
+    });
+    assert!(eventually(Duration::from_secs(60), || member.active_buckets().len() == 64).await);
+    let fenced = crate::sharding::FencedWrites::client(&fake.client());
+    let configmaps = Api::<ConfigMap>::namespaced(fenced, "ns-0");
+    let cm = |name: &str| ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let outside = configmaps
+        .create(&PostParams::default(), &cm("outside"))
+        .await
+        .unwrap_err();
+    assert!(
+        outside.to_string().contains("only from a sync holding"),
+        "{outside}"
+    );
+    // Reads pass.
+    configmaps.list(&Default::default()).await.unwrap();
+    let guard = Arc::new(member.try_begin(hash_field("ns-0")).unwrap());
+    crate::sharding::with_guard(guard.clone(), async {
+        configmaps
+            .create(&PostParams::default(), &cm("inside"))
+            .await
+            .unwrap();
+    })
+    .await;
+    renewals_fail.store(true, std::sync::atomic::Ordering::SeqCst);
+    let stopped = member.stopped();
+    tokio::time::timeout(Duration::from_secs(30), stopped.cancelled())
+        .await
+        .expect("the member stops within the renew deadline");
+    let refused = crate::sharding::with_guard(guard.clone(), async {
+        configmaps
+            .create(&PostParams::default(), &cm("late"))
+            .await
+            .unwrap_err()
+    })
+    .await;
+    assert!(
+        refused.to_string().contains("no longer held by this replica"),
+        "{refused}"
+    );
+    assert!(fake.object::<ConfigMap>(Some("ns-0"), "late").is_none());
+    assert!(fake.object::<ConfigMap>(Some("ns-0"), "inside").is_some());
+    drop(guard);
+    let ended = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(ended.is_err(), "{ended:?}");
+}
+
+// A sync in flight when its member stops is abandoned and its key dropped, not retried.
+#[tokio::test(start_paused = true)]
+async fn a_sync_is_abandoned_when_its_member_stops() {
+    let fake = FakeApi::new();
+    let member = ShardMember::new(
+        fake.client(),
+        ShardConfig::new("deployment-controller", "kube-system", "a"),
+    )
+    .unwrap();
+    let cancel = CancellationToken::new();
+    let run = tokio::spawn({
+        let (member, cancel) = (member.clone(), cancel.clone());
+        async move { member.run(cancel).await }
+    });
+    assert!(eventually(Duration::from_secs(60), || member.active_buckets().len() == 64).await);
+    let queue = RateLimitingQueue::with_config(
+        default_controller_rate_limiter(),
+        QueueConfig::new().name("test"),
+    );
+    let key = "ns-0/web".to_owned();
+    let fence = shard_guard(&member, &key).expect("held");
+    // The run dropped: the member stops reconciling at once.
+    run.abort();
+    let _ = run.await;
+    let never = |_: String, _: String| async {
+        std::future::pending::<()>().await;
+        Ok(crate::progress::Requeue::Never)
+    };
+    let ok = tokio::time::timeout(
+        Duration::from_secs(5),
+        process_key_with(&queue, &key, Some(fence), never),
+    )
+    .await
+    .expect("the sync is abandoned");
+    assert!(!ok);
+    assert_eq!(queue.num_requeues(&key), 0, "dropped, not retried");
+    assert_eq!(queue.len(), 0);
+    assert!(
+        shard_guard(&member, &key).is_none(),
+        "a stopped member hands out guards"
+    );
+}
