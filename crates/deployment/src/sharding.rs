@@ -142,23 +142,14 @@ impl Backend for FencedWrites {
 }
 
 /// Enqueues the cached Deployments of each set of buckets that becomes active on `member`,
-/// until the member stops or `stop` fires. The first set is every bucket active since the
-/// member was built.
+/// until the member stops. The first set is every bucket active since the member was built.
 pub(crate) async fn enqueue_activated(
     member: ShardMember,
     deployments: Store<Deployment>,
     queue: RateLimitingQueue<String>,
-    stop: tokio_util::sync::CancellationToken,
 ) {
     let mut activations = member.activations();
-    loop {
-        let buckets = tokio::select! {
-            () = stop.cancelled() => return,
-            next = activations.next() => match next {
-                Some(b) => b,
-                None => return,
-            },
-        };
+    while let Some(buckets) = activations.next().await {
         let keys = keys_in_buckets(&member, &deployments, &buckets);
         tracing::info!(
             group = %member.config().group,

@@ -31,6 +31,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use futures::FutureExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kctrl_client::Client;
@@ -39,7 +40,6 @@ use kctrl_informer::{
     DeletedObject, Delivery, HandlerOptions, HandlerRegistration, InformerError,
     ResourceEventHandler, SharedInformerFactory, Store, key_of, wait_for_cache_sync,
 };
-use futures::FutureExt;
 use kctrl_shard::{ReconcileGuard, ShardMember};
 use kctrl_workqueue::{
     MetricsProvider, Priority, QueueConfig, RateLimitingQueue, default_controller_rate_limiter,
@@ -347,6 +347,12 @@ pub enum RunError {
     /// The caches did not sync (cancelled first, or an informer stopped).
     #[error("caches for {QUEUE_NAME} did not sync")]
     CachesNotSynced,
+    /// Sharded: the shard member stopped on its own (its Lease could not be renewed within
+    /// the renew deadline, or was changed by someone else), or failed while leaving. Other
+    /// replicas take its buckets over once its Lease has expired; the process should exit
+    /// and start again, as after a lost leader election.
+    #[error("shard membership lost: {0}")]
+    ShardLost(#[source] kctrl_shard::RunError),
 }
 
 /// Called after each sync with how long it took and whether it succeeded.
@@ -364,7 +370,7 @@ pub struct RunnerOptions {
     pub single_lane: bool,
     /// Sync only the Deployments whose namespace hashes into a bucket this member holds
     /// active, and write only while holding it (see [`crate::sharding`]). The member is run
-    /// by the caller.
+    /// by [`DeploymentControllerRunner::run`]; do not run it yourself.
     pub shard: Option<ShardMember>,
 }
 
@@ -514,9 +520,14 @@ impl DeploymentControllerRunner {
     /// factory started earlier by someone else keep their own lifetime. Call the factory's
     /// [`shutdown`](SharedInformerFactory::shutdown) afterwards to wait for them.
     ///
-    /// Sharded ([`RunnerOptions::shard`]), the workers sync only the keys whose bucket is
-    /// active on the member (the others are dropped and counted), and once the caches have
-    /// synced the Deployments of every bucket that becomes active are enqueued.
+    /// Sharded ([`RunnerOptions::shard`]), the member joins its group once the caches have
+    /// synced and runs until this returns: the workers sync only the keys whose bucket is
+    /// active on it (the others are dropped and counted), and the cached Deployments of
+    /// every bucket that becomes active are enqueued. On `cancel`, once the syncs in flight
+    /// have finished, the member releases its buckets and deletes its Lease before this
+    /// returns. If the member stops on its own (its Lease not renewed within the renew
+    /// deadline, or lost), the syncs in flight are abandoned at once and this returns
+    /// [`RunError::ShardLost`]: the process should exit, as after a lost leader election.
     pub async fn run(&self, workers: usize, cancel: &CancellationToken) -> Result<(), RunError> {
         info!(controller = QUEUE_NAME, "starting controller");
         let informers = CancellationToken::new();
@@ -532,14 +543,25 @@ impl DeploymentControllerRunner {
             return Err(RunError::CachesNotSynced);
         }
         self.caches_synced.store(true, Ordering::Release);
-        let enqueuer = self.shard.clone().map(|member| {
-            tokio::spawn(enqueue_activated(
-                member,
-                self.deployments.clone(),
-                self.queue.clone(),
-                cancel.clone(),
-            ))
-        });
+        // Told to leave once the syncs in flight have finished.
+        let leave = CancellationToken::new();
+        let mut membership = match &self.shard {
+            Some(member) => {
+                let member = member.clone();
+                let (leave, deployments, queue) =
+                    (leave.clone(), self.deployments.clone(), self.queue.clone());
+                async move {
+                    let enqueue = enqueue_activated(member.clone(), deployments, queue);
+                    tokio::select! {
+                        ended = member.run(leave) => Some(ended),
+                        () = enqueue => std::future::pending().await,
+                    }
+                }
+                .boxed()
+            }
+            None => std::future::pending().boxed(),
+        };
+        let stop = cancel.child_token();
         let tasks: Vec<_> = (0..workers.max(1))
             .map(|_| {
                 tokio::spawn(worker(
@@ -547,26 +569,60 @@ impl DeploymentControllerRunner {
                     self.queue.clone(),
                     self.sync_observer.clone(),
                     self.shard.clone(),
-                    cancel.clone(),
+                    stop.clone(),
                 ))
             })
             .collect();
-        cancel.cancelled().await;
-        if let Some(enqueuer) = enqueuer {
-            enqueuer.abort();
+        let mut member_ended = tokio::select! {
+            () = cancel.cancelled() => None,
+            ended = &mut membership => ended,
+        };
+        if member_ended.is_some() {
+            // The syncs in flight were abandoned when the member stopped (see `worker`).
+            error!(
+                controller = QUEUE_NAME,
+                "the shard member stopped: another replica may take its buckets over; stopping"
+            );
         }
+        stop.cancel();
         info!(
             controller = QUEUE_NAME,
             "shutting down controller: no new syncs; waiting for those in flight"
         );
-        // Not a drain: the keys still queued are left for the next leader.
+        // Not a drain: the keys still queued are left for the next leader (or the replica
+        // that takes the bucket over).
         self.queue.shut_down();
-        for task in tasks {
-            if let Err(err) = task.await {
-                error!(%err, "deployment worker ended abnormally");
+        let workers_done = async {
+            for task in tasks {
+                if let Err(err) = task.await {
+                    error!(%err, "deployment worker ended abnormally");
+                }
             }
+        };
+        if member_ended.is_none() {
+            // The member keeps renewing while the syncs in flight finish; if it stops
+            // meanwhile, the syncs are abandoned (their guards report lost).
+            tokio::pin!(workers_done);
+            tokio::select! {
+                () = &mut workers_done => {}
+                ended = &mut membership => {
+                    member_ended = ended;
+                    workers_done.await;
+                }
+            }
+            if member_ended.is_none() && self.shard.is_some() {
+                // The syncs have ended: the member releases its buckets and leaves.
+                leave.cancel();
+                member_ended = membership.await;
+            }
+        } else {
+            workers_done.await;
         }
-        Ok(())
+        // The member ends well only once told to leave, after `cancel`.
+        match member_ended {
+            Some(Err(source)) => Err(RunError::ShardLost(source)),
+            _ => Ok(()),
+        }
     }
 }
 

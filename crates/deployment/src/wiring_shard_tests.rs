@@ -65,7 +65,7 @@ impl Backend for Recording {
     }
 }
 
-/// One sharded replica: its member (not yet run), its runner, its factory.
+/// One sharded replica: its member (run by its runner), its runner, its factory.
 struct Replica {
     member: ShardMember,
     runner: Arc<DeploymentControllerRunner>,
@@ -112,14 +112,41 @@ fn replica(
     }
 }
 
-fn spawn_member(member: &ShardMember, cancel: &CancellationToken) {
-    let (member, cancel) = (member.clone(), cancel.clone());
-    tokio::spawn(async move { member.run(cancel).await });
+fn spawn_runner(
+    runner: &Arc<DeploymentControllerRunner>,
+    cancel: &CancellationToken,
+) -> tokio::task::JoinHandle<Result<(), RunError>> {
+    let (runner, cancel) = (runner.clone(), cancel.clone());
+    tokio::spawn(async move { runner.run(2, &cancel).await })
 }
 
-fn spawn_runner(runner: &Arc<DeploymentControllerRunner>, cancel: &CancellationToken) {
-    let (runner, cancel) = (runner.clone(), cancel.clone());
-    tokio::spawn(async move { runner.run(2, &cancel).await });
+/// Fails every create and update of a Lease while the returned flag is set.
+fn fail_lease_writes(fake: &FakeApi) -> Arc<std::sync::atomic::AtomicBool> {
+    let fail = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for verb in ["create", "update"] {
+        fake.prepend_reactor(verb, "leases", {
+            let fail = fail.clone();
+            move |_| {
+                if fail.load(std::sync::atomic::Ordering::SeqCst) {
+                    kctrl_fake::Reaction::Error(Error::InvalidRequest(
+                        "injected failure".to_owned(),
+                    ))
+                } else {
+                    kctrl_fake::Reaction::Continue
+                }
+            }
+        });
+    }
+    fail
+}
+
+/// The value of the first sample of `name` in the registry's text.
+fn sample(registry: &Registry, name: &str) -> f64 {
+    metrics_text(registry)
+        .lines()
+        .find(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
 }
 
 /// Creates Deployment `name` in `namespace`.
@@ -174,9 +201,10 @@ async fn two_replicas_split_the_deployments_by_namespace() {
     let a = replica(&fake, "a", &writes, Some(metrics.clone()));
     let b = replica(&fake, "b", &writes, Some(metrics));
     let cancel = CancellationToken::new();
-    for r in [&a, &b] {
-        spawn_member(&r.member, &cancel);
-    }
+    let runs: Vec<_> = [&a, &b]
+        .iter()
+        .map(|r| spawn_runner(&r.runner, &cancel))
+        .collect();
     assert!(
         eventually(Duration::from_secs(120), || {
             a.member.active_buckets().len() + b.member.active_buckets().len() == 64
@@ -186,9 +214,6 @@ async fn two_replicas_split_the_deployments_by_namespace() {
         .await,
         "the split never came into force"
     );
-    for r in [&a, &b] {
-        spawn_runner(&r.runner, &cancel);
-    }
     // The varying part is not at the end of the name: FNV-1a barely moves the top bits of
     // the hash (the bucket) for a change in the last characters, so `ns-0` … `ns-7` would all
     // fall into one bucket (see docs/operations.md).
@@ -197,7 +222,8 @@ async fn two_replicas_split_the_deployments_by_namespace() {
         create_deployment(&fake, ns, &format!("web-{ns}")).await;
     }
     assert!(
-        eventually(Duration::from_secs(60), || replica_sets_by_owner(&fake).len()
+        eventually(Duration::from_secs(60), || replica_sets_by_owner(&fake)
+            .len()
             == namespaces.len())
         .await,
         "not every Deployment got a ReplicaSet: {:?}",
@@ -225,42 +251,69 @@ async fn two_replicas_split_the_deployments_by_namespace() {
             owner_of(ns),
             "{replica} wrote ({verb} {resource}) in {ns}, held by the other"
         );
-        writers.entry(replica.as_str()).or_default().insert(ns.clone());
+        writers
+            .entry(replica.as_str())
+            .or_default()
+            .insert(ns.clone());
     }
     let both: usize = writers.values().map(BTreeSet::len).sum();
     assert_eq!(both, namespaces.len(), "{writers:?}");
     // Both did some of the work (the 8 namespaces fall into 8 buckets; the chance that one
     // replica holds all 8 is below 1%, and the hashes are fixed, so this does not flake).
     assert_eq!(writers.len(), 2, "{writers:?}");
-    let text = metrics_text(&registry);
-    let dropped: f64 = text
-        .lines()
-        .find(|l| l.starts_with("shard_keys_dropped_total{"))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or(0.0);
-    assert!(dropped >= namespaces.len() as f64, "{text}");
+    let dropped = sample(&registry, "shard_keys_dropped_total");
+    assert!(
+        dropped >= namespaces.len() as f64,
+        "{}",
+        metrics_text(&registry)
+    );
+    // A graceful stop: both release their buckets and delete their Leases.
     cancel.cancel();
+    for run in runs {
+        let ended = tokio::time::timeout(Duration::from_secs(60), run)
+            .await
+            .expect("the runners stop")
+            .unwrap();
+        assert!(ended.is_ok(), "{ended:?}");
+    }
+    assert!(
+        fake.objects::<k8s_openapi::api::coordination::v1::Lease>()
+            .is_empty(),
+        "the members left their Leases behind"
+    );
     for r in [&a, &b] {
         r.factory.shutdown().await;
     }
 }
 
-// A replica whose member holds nothing drops every key; once its member runs and its buckets
-// become active, the Deployments already cached in them are synced without any new event.
+// Deployments cached while the member holds nothing are dropped by the workers; once its
+// buckets become active they are synced without any new event.
 #[tokio::test(start_paused = true)]
 async fn buckets_becoming_active_enqueue_their_cached_deployments() {
     let fake = FakeApi::new();
+    // The member cannot write its Lease, so it holds nothing, until the flag is cleared.
+    let leases_fail = fail_lease_writes(&fake);
+    leases_fail.store(true, std::sync::atomic::Ordering::SeqCst);
     let writes = Arc::new(Mutex::new(Vec::new()));
-    let a = replica(&fake, "a", &writes, None);
-    let cancel = CancellationToken::new();
-    spawn_runner(&a.runner, &cancel);
+    let mut registry = Registry::default();
+    let a = replica(
+        &fake,
+        "a",
+        &writes,
+        Some(PrometheusShardMetrics::new(&mut registry)),
+    );
     for i in 0..4 {
         create_deployment(&fake, &format!("ns-{i}"), &format!("web-{i}")).await;
     }
+    let cancel = CancellationToken::new();
+    let run = spawn_runner(&a.runner, &cancel);
     assert!(
         eventually(Duration::from_secs(30), || a.runner.caches_synced()
-            && a.runner.queue().len() == 0)
-        .await
+            && a.runner.queue().is_empty()
+            && sample(&registry, "shard_keys_dropped_total") >= 4.0)
+        .await,
+        "{}",
+        metrics_text(&registry)
     );
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert!(
@@ -268,13 +321,58 @@ async fn buckets_becoming_active_enqueue_their_cached_deployments() {
         "synced without a bucket"
     );
     assert!(writes.lock().unwrap().is_empty());
-    spawn_member(&a.member, &cancel);
+    assert!(a.member.active_buckets().is_empty());
+    leases_fail.store(false, std::sync::atomic::Ordering::SeqCst);
     assert!(
-        eventually(Duration::from_secs(60), || replica_sets_by_owner(&fake).len() == 4).await,
+        eventually(Duration::from_secs(60), || replica_sets_by_owner(&fake)
+            .len()
+            == 4)
+        .await,
         "the cached Deployments were not synced when their buckets became active: {:?}",
         replica_sets_by_owner(&fake)
     );
     cancel.cancel();
+    run.await.unwrap().unwrap();
+    a.factory.shutdown().await;
+}
+
+// A member whose renewals fail past the renew deadline stops the runner with ShardLost (the
+// binary exits non-zero), without waiting for a cancel and without deleting its Lease.
+#[tokio::test(start_paused = true)]
+async fn a_member_that_cannot_renew_ends_the_run_with_shard_lost() {
+    let fake = FakeApi::new();
+    let leases_fail = fail_lease_writes(&fake);
+    let writes = Arc::new(Mutex::new(Vec::new()));
+    let a = replica(&fake, "a", &writes, None);
+    let cancel = CancellationToken::new();
+    let run = spawn_runner(&a.runner, &cancel);
+    assert!(
+        eventually(Duration::from_secs(60), || a.member.active_buckets().len()
+            == 64)
+        .await,
+        "the member never held the buckets"
+    );
+    leases_fail.store(true, std::sync::atomic::Ordering::SeqCst);
+    let ended = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("the run ends within the renew deadline")
+        .unwrap();
+    assert!(
+        matches!(
+            ended,
+            Err(RunError::ShardLost(
+                kctrl_shard::RunError::RenewFailed { .. }
+            ))
+        ),
+        "{ended:?}"
+    );
+    assert!(!cancel.is_cancelled());
+    assert_eq!(
+        fake.objects::<k8s_openapi::api::coordination::v1::Lease>()
+            .len(),
+        1,
+        "the Lease is left to expire"
+    );
     a.factory.shutdown().await;
 }
 
@@ -283,17 +381,7 @@ async fn buckets_becoming_active_enqueue_their_cached_deployments() {
 #[tokio::test(start_paused = true)]
 async fn writes_need_a_valid_guard() {
     let fake = FakeApi::new();
-    let renewals_fail = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    fake.prepend_reactor("update", "leases", {
-        let fail = renewals_fail.clone();
-        move |_| {
-            if fail.load(std::sync::atomic::Ordering::SeqCst) {
-                kctrl_fake::Reaction::Error(Error::InvalidRequest("injected failure".to_owned()))
-            } else {
-                kctrl_fake::Reaction::Continue
-            }
-        }
-    });
+    let renewals_fail = fail_lease_writes(&fake);
     let member = ShardMember::new(
         fake.client(),
         ShardConfig::new("deployment-controller", "kube-system", "a"),
@@ -304,7 +392,11 @@ async fn writes_need_a_valid_guard() {
         let (member, cancel) = (member.clone(), cancel.clone());
         async move { member.run(cancel).await }
     });
-    assert!(eventually(Duration::from_secs(60), || member.active_buckets().len() == 64).await);
+    assert!(
+        eventually(Duration::from_secs(60), || member.active_buckets().len()
+            == 64)
+        .await
+    );
     let fenced = crate::sharding::FencedWrites::client(&fake.client());
     let configmaps = Api::<ConfigMap>::namespaced(fenced, "ns-0");
     let cm = |name: &str| ConfigMap {
@@ -345,7 +437,9 @@ async fn writes_need_a_valid_guard() {
     })
     .await;
     assert!(
-        refused.to_string().contains("no longer held by this replica"),
+        refused
+            .to_string()
+            .contains("no longer held by this replica"),
         "{refused}"
     );
     assert!(fake.object::<ConfigMap>(Some("ns-0"), "late").is_none());
@@ -372,7 +466,11 @@ async fn a_sync_is_abandoned_when_its_member_stops() {
         let (member, cancel) = (member.clone(), cancel.clone());
         async move { member.run(cancel).await }
     });
-    assert!(eventually(Duration::from_secs(60), || member.active_buckets().len() == 64).await);
+    assert!(
+        eventually(Duration::from_secs(60), || member.active_buckets().len()
+            == 64)
+        .await
+    );
     let queue = RateLimitingQueue::with_config(
         default_controller_rate_limiter(),
         QueueConfig::new().name("test"),
