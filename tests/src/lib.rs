@@ -14,7 +14,10 @@
 //! [`process::CONTROLLER_BINARY_ENV`]'s when set, else built first
 //! (`cargo build -p kctrl-deployment-controller`, seconds when up to date, so never stale).
 //! Every other binary's plane runs no Deployment controller, as in `cargo xtask e2e`'s first
-//! phase (`controller_ref` uses Deployments as mere owners). What testenv cannot give:
+//! phase (`controller_ref` uses Deployments as mere owners). A binary whose tests ask for
+//! [`cluster_with_feature_gates`] (the `sharding_gate` target) runs only there, on a plane whose
+//! kube-apiserver has those gates; `cargo xtask e2e` runs it so once its own cluster is torn
+//! down. What testenv cannot give:
 //! compaction ([`Cluster::compact_command`] is `None`; those tests skip).
 //!
 //! The suite never falls back to `$KUBECONFIG`, so a plain `cargo test`
@@ -76,9 +79,36 @@ pub fn cluster_with_deployment_controller() -> Option<Cluster> {
     cluster_for(true)
 }
 
+/// [`cluster`] for tests that need kube-apiserver feature gates off by default, e.g.
+/// `"ShardedListAndWatch=true"` (the syntax of `--feature-gates`): under [`TESTENV_ENV`], this
+/// test binary's plane is started with them (also when [`KUBECONFIG_ENV`] is set, since that
+/// cluster cannot be assumed to have them); without it, `None` after one notice naming the
+/// gates, also when [`KUBECONFIG_ENV`] is set. `cargo xtask e2e` runs such binaries on planes of
+/// their own once its cluster is gone. All tests of one binary must ask for the same gates.
+pub fn cluster_with_feature_gates(gates: &'static str) -> Option<Cluster> {
+    if std::env::var_os(TESTENV_ENV).is_some() {
+        return Some(testenv_cluster(Plane {
+            deployment_controller: false,
+            feature_gates: gates,
+        }));
+    }
+    SKIP_NOTICE.call_once(|| {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "e2e: these tests need kube-apiserver feature gates {gates} and run only on a plane \
+             of their own: set {TESTENV_ENV}=1 (`cargo xtask e2e` does); skipping them"
+        );
+    });
+    None
+}
+
 fn cluster_for(deployment_controller: bool) -> Option<Cluster> {
     if std::env::var_os(KUBECONFIG_ENV).is_none() && std::env::var_os(TESTENV_ENV).is_some() {
-        return Some(testenv_cluster(deployment_controller));
+        return Some(testenv_cluster(Plane {
+            deployment_controller,
+            feature_gates: "",
+        }));
     }
     let Some(kubeconfig) = std::env::var_os(KUBECONFIG_ENV) else {
         SKIP_NOTICE.call_once(|| {
@@ -102,13 +132,23 @@ fn cluster_for(deployment_controller: bool) -> Option<Cluster> {
     })
 }
 
-/// The shared `kctrl-testenv` control plane of this test binary, started on first use, with our
-/// deployment-controller if asked. Panics with the environment's own message (e.g. the command
-/// that builds the binaries) when it cannot start: the variable asked for it.
-fn testenv_cluster(deployment_controller: bool) -> Cluster {
-    type Started = (bool, Result<Cluster, String>);
+/// What a test binary's `kctrl-testenv` plane runs besides etcd, kube-apiserver,
+/// kube-controller-manager and the KWOK nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Plane {
+    /// Our deployment-controller.
+    deployment_controller: bool,
+    /// kube-apiserver feature gates (`--feature-gates` syntax), empty for the defaults.
+    feature_gates: &'static str,
+}
+
+/// The shared `kctrl-testenv` control plane of this test binary, started on first use, as
+/// `plane` asks. Panics with the environment's own message (e.g. the command that builds the
+/// binaries) when it cannot start: the variable asked for it.
+fn testenv_cluster(plane: Plane) -> Cluster {
+    type Started = (Plane, Result<Cluster, String>);
     static STARTED: std::sync::OnceLock<Started> = std::sync::OnceLock::new();
-    let (with_controller, started) = STARTED.get_or_init(|| {
+    let (started_as, started) = STARTED.get_or_init(|| {
         // Tests call this from their own runtimes (usually current-thread ones): start the
         // environment on a thread and runtime of its own and keep only what the tests need;
         // the environment itself lives on in kctrl-testenv's static until the process exits.
@@ -120,7 +160,10 @@ fn testenv_cluster(deployment_controller: bool) -> Cluster {
             let mut builder = kctrl_testenv::TestEnv::builder()
                 .controller_manager(true)
                 .kwok_nodes(3);
-            if deployment_controller {
+            if !plane.feature_gates.is_empty() {
+                builder = builder.feature_gates(plane.feature_gates);
+            }
+            if plane.deployment_controller {
                 let binary = process::controller_binary_or_build()?;
                 builder = builder
                     .deployment_controller(true)
@@ -141,14 +184,13 @@ fn testenv_cluster(deployment_controller: bool) -> Cluster {
         })
         .join()
         .unwrap_or_else(|_| Err("the thread starting the test environment panicked".to_owned()));
-        (deployment_controller, started)
+        (plane, started)
     });
     assert_eq!(
-        *with_controller,
-        deployment_controller,
-        "this test binary's plane was started {} our deployment-controller; its tests must all \
-         use `cluster()` or all `cluster_with_deployment_controller()`",
-        if *with_controller { "with" } else { "without" }
+        *started_as, plane,
+        "this test binary's plane was started as {started_as:?}; its tests must all use \
+         `cluster()`, all `cluster_with_deployment_controller()` or all \
+         `cluster_with_feature_gates()` with the same gates"
     );
     match started {
         Ok(cluster) => cluster.clone(),
@@ -238,10 +280,15 @@ pub struct TestNamespace {
 impl TestNamespace {
     /// Creates a namespace named `<prefix>-<random suffix>`.
     pub async fn create(client: &Client, prefix: &str) -> Self {
-        let name = format!("{prefix}-{:08x}", rand_suffix());
+        Self::create_named(client, &format!("{prefix}-{:08x}", rand_suffix())).await
+    }
+
+    /// Creates the namespace `name` exactly (the caller makes it unique), e.g. to choose
+    /// where its hash falls.
+    pub async fn create_named(client: &Client, name: &str) -> Self {
         let ns = Namespace {
             metadata: ObjectMeta {
-                name: Some(name.clone()),
+                name: Some(name.to_owned()),
                 ..Default::default()
             },
             ..Default::default()
@@ -251,7 +298,7 @@ impl TestNamespace {
             .await
             .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
         Self {
-            name,
+            name: name.to_owned(),
             client: client.clone(),
         }
     }
@@ -264,7 +311,8 @@ impl TestNamespace {
     }
 }
 
-fn rand_suffix() -> u32 {
+/// A random number for names unique to one run (of a test, across runs and processes).
+pub fn rand_suffix() -> u32 {
     use std::hash::{BuildHasher, RandomState};
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -9,7 +9,11 @@
 //! (also when they fail).
 //!
 //! On the local cluster, once it is torn down, the tests of `kctrl-testenv` run too (with
-//! `KCTRL_TESTENV_E2E=1`): they start control planes of their own from the same cached build.
+//! `KCTRL_TESTENV_E2E=1`), then the targets of `kctrl-e2e` that need a kube-apiserver set up
+//! otherwise than the suite's cluster ([`suite::OWN_PLANE_TEST_TARGETS`], e.g. `sharding_gate`
+//! with the `ShardedListAndWatch` feature gate; `KCTRL_E2E_TESTENV=1`): they start control
+//! planes of their own from the same cached build. Against kind or an existing cluster those
+//! targets do not run (a line says so).
 //!
 //! * `local` (default): the control plane of `cargo xtask cluster`, built from upstream's Go
 //!   modules, with the apiserver's watch cache disabled for ConfigMaps only so compaction tests
@@ -177,15 +181,23 @@ pub(crate) fn run(args: E2eArgs) -> Result<()> {
             });
             // After the teardown, so that no more than one plane of the suite runs at a time.
             let testenv = testenv::run(args.kube.release, &args.test_args);
-            match (suite, testenv) {
+            let own = own_plane_targets(&test_targets_of_manifest()?);
+            let own = testenv::run_own_planes(args.kube.release, &own, &args.test_args);
+            [
+                ("kctrl-testenv's tests", testenv),
+                ("the e2e targets on planes of their own", own),
+            ]
+            .into_iter()
+            .fold(suite, |result, (what, r)| match (result, r) {
                 (Err(e), Err(e2)) => {
-                    eprintln!("==> kctrl-testenv's tests failed too: {e2:#}");
+                    eprintln!("==> {what} failed too: {e2:#}");
                     Err(e)
                 }
                 (r1, r2) => r1.and(r2),
-            }
+            })
         }
         ClusterKind::Existing => {
+            note_own_plane_targets_skipped();
             let Some(kubeconfig) = std::env::var_os("KUBECONFIG") else {
                 bail!("--cluster existing uses $KUBECONFIG, which is not set");
             };
@@ -211,6 +223,7 @@ pub(crate) fn run(args: E2eArgs) -> Result<()> {
             )
         }
         ClusterKind::Kind => {
+            note_own_plane_targets_skipped();
             let release = args.kube.release;
             // kind, the node image and (offline) the controller image are built here; see
             // xtask/src/kind/.
@@ -316,12 +329,32 @@ fn container_engine() -> Result<Engine> {
         )
 }
 
-/// The test targets of `kctrl-e2e`, split into (without the controller, with it).
-fn suite_targets() -> Result<(Vec<String>, Vec<String>)> {
+/// The test targets of `kctrl-e2e`.
+fn test_targets_of_manifest() -> Result<Vec<String>> {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/Cargo.toml");
     let text = std::fs::read_to_string(&manifest)
         .with_context(|| format!("reading {}", manifest.display()))?;
-    Ok(split_targets(&test_targets(&text)))
+    Ok(test_targets(&text))
+}
+
+/// The test targets of `kctrl-e2e` that run against the suite's cluster, split into
+/// (without the controller, with it).
+fn suite_targets() -> Result<(Vec<String>, Vec<String>)> {
+    Ok(split_targets(&test_targets_of_manifest()?))
+}
+
+/// Says which targets a run against a cluster other than the local one leaves out.
+fn note_own_plane_targets_skipped() {
+    if let Ok(targets) = test_targets_of_manifest() {
+        let own = own_plane_targets(&targets);
+        if !own.is_empty() {
+            eprintln!(
+                "==> not run here: {} (each needs a kube-apiserver of its own with other \
+                 settings; `cargo xtask e2e --cluster local` runs them)",
+                own.join(", ")
+            );
+        }
+    }
 }
 
 /// `--test <t>` for each target, after `first`.
@@ -586,13 +619,24 @@ workspace = true
             split_targets(&targets),
             (vec!["client".to_owned()], vec!["deployment".to_owned()])
         );
+        // Targets on planes of their own run in neither phase.
+        let targets = [
+            "client".to_owned(),
+            "sharding_gate".to_owned(),
+            "deployment".to_owned(),
+        ];
+        assert_eq!(
+            split_targets(&targets),
+            (vec!["client".to_owned()], vec!["deployment".to_owned()])
+        );
+        assert_eq!(own_plane_targets(&targets), ["sharding_gate"]);
         // The real manifest: every controller target exists.
         let real = std::fs::read_to_string(
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/Cargo.toml"),
         )
         .unwrap();
         let real = test_targets(&real);
-        for t in CONTROLLER_TEST_TARGETS {
+        for t in CONTROLLER_TEST_TARGETS.iter().chain(OWN_PLANE_TEST_TARGETS) {
             assert!(real.iter().any(|r| r == t), "{t} in {real:?}");
         }
     }

@@ -908,6 +908,26 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_last_bytes_of_a_value_hardly_reach_the_top_bits() {
+        // FNV-1a has no finalisation step: the last bytes are multiplied by the prime only a
+        // few times, which carries them into the low bits only. Names differing only in their
+        // last characters so land together, even with 256 equal shards (docs/sharding.md).
+        let top_bytes: std::collections::BTreeSet<u64> = (0..30)
+            .map(|i| hash_field(&format!("ns-{i:02}")) >> 56)
+            .collect();
+        assert_eq!(top_bytes, [0x7e].into());
+        let quarter = |value: &str| hash_field(value) >> 62;
+        assert!(
+            (0..30).all(|i| quarter(&format!("ns-{i:02}")) == 1),
+            "ns-00..ns-29 all fall into the second quarter"
+        );
+        // Names differing at their start spread, as UUIDs do (random from their first digit).
+        let firsts: std::collections::BTreeSet<u64> =
+            ('a'..='p').map(|c| quarter(&format!("{c}-ns"))).collect();
+        assert_eq!(firsts.len(), 4, "every quarter holds some of a-ns..p-ns");
+    }
+
     fn range(start: u64, end: u128) -> HashRange {
         HashRange::new(start, end).unwrap()
     }

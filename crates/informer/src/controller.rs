@@ -38,6 +38,10 @@ where
 /// * `ReplacedAll`: replace the whole store; `Delete(FinalStateUnknown)` for every cached key
 ///   missing from the list (sorted by key), then `Update` or `Add` for each listed object in
 ///   list order.
+/// * `Resharded`: remove every cached object the new selector does not select,
+///   `Delete(FinalStateUnknown)` for each (sorted by key), then `Update` or `Add` for each
+///   object listed in the ranges gained; its `applied` token is completed once the store
+///   holds the change.
 /// * `SyncAll`: `Update(obj, obj)` for every cached object (a resync).
 /// * `Bookmark`: only records the resourceVersion.
 pub(crate) fn apply<K>(
@@ -59,6 +63,7 @@ where
     // Dropped after the transaction, outside the store's lock: the last references to
     // replaced objects may be freed here.
     let mut garbage = Vec::new();
+    let mut applied = Vec::new();
     store.transaction(|txn| {
         for delta in deltas {
             match delta {
@@ -91,6 +96,23 @@ where
                             .map(|(old, new)| add_or_update(old, new)),
                     );
                 }
+                Delta::Resharded(change) => {
+                    if let Some(keep) = &change.keep {
+                        out.extend(txn.retain_selected(keep).into_iter().map(
+                            |(key, last_known)| {
+                                Notification::Delete(DeletedObject::FinalStateUnknown {
+                                    key,
+                                    last_known,
+                                })
+                            },
+                        ));
+                    }
+                    for obj in change.objects {
+                        let old = txn.insert(obj.clone());
+                        out.push(add_or_update(old, obj));
+                    }
+                    applied.push(change.applied);
+                }
                 Delta::SyncAll => {
                     out.extend(txn.list().into_iter().map(|obj| Notification::Update {
                         old: obj.clone(),
@@ -102,6 +124,10 @@ where
         }
     });
     drop(garbage);
+    // The store now reflects the change (its handlers are told next, in order).
+    for token in applied {
+        token.done();
+    }
     out
 }
 

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use crate::keys::ObjectKey;
+use crate::shard::Reshard;
 
 /// Where a reflector writes what it lists and watches. Implemented by the in-order queue
 /// (`fifo`) that feeds shared informers, and by [`Store`](crate::Store) for a reflector that
@@ -34,6 +35,14 @@ pub trait ReflectorStore<K>: Send + Sync + 'static {
     ) {
         let _ = kept;
         self.replace(objects, resource_version);
+    }
+    /// The informer's shard selector changed ([`ShardScope`](crate::ShardScope)): drop the
+    /// cached objects `change.keep` does not select, add `change.objects`, then call
+    /// `change.applied.done()` once the cache reflects it. `Err(change)` when the store
+    /// cannot (the default): the reflector then lists the whole new selection and
+    /// [`replace`](Self::replace)s instead.
+    fn reshard(&self, change: Reshard<K>) -> Result<(), Reshard<K>> {
+        Err(change)
     }
     /// A periodic resync: re-deliver the cached state to handlers that asked for it.
     fn resync(&self);
@@ -106,6 +115,10 @@ pub enum Delta<K> {
         /// what it holds for them rather than treating them as deleted.
         kept: Vec<ObjectKey>,
     },
+    /// The shard selector changed: the consumer removes the cached objects `keep` does not
+    /// select (`Delete(FinalStateUnknown)`), adds `objects` (listed in the ranges gained),
+    /// then calls `applied.done()`.
+    Resharded(Reshard<K>),
     /// A resync: re-deliver every cached object as an update to resyncing handlers.
     SyncAll,
     /// A bookmark's resourceVersion.

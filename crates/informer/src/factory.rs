@@ -17,6 +17,8 @@ use k8s_openapi::{ListableResource, Metadata, Resource};
 use kctrl_client::protobuf::{Decoder, FromProtobuf};
 use kctrl_client::{Api, Client, DynamicObject, ListParams, PartialObjectMetadata, ResourceRef};
 use serde::de::DeserializeOwned;
+
+use crate::shard::ShardScope;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -250,6 +252,7 @@ pub struct SharedInformerFactoryBuilder {
     reflector: ReflectorOptions,
     trim_managed_fields: bool,
     metrics: Option<NamedMetrics>,
+    shard_scope: Option<ShardScope>,
 }
 
 impl std::fmt::Debug for SharedInformerFactoryBuilder {
@@ -364,6 +367,17 @@ impl SharedInformerFactoryBuilder {
         self
     }
 
+    /// Every informer of the factory (typed, metadata-only and dynamic) caches only the
+    /// objects `scope` selects, and follows it when it changes (see [`ShardScope`]). Needs
+    /// the `ShardedListAndWatch` feature gate on kube-apiserver for the server to filter;
+    /// without it the informers filter on the client. Takes precedence over the
+    /// [`shard_scope`](ReflectorOptions::shard_scope) of
+    /// [`reflector_options`](Self::reflector_options).
+    pub fn shard_scope(mut self, scope: ShardScope) -> Self {
+        self.shard_scope = Some(scope);
+        self
+    }
+
     /// Reflector knobs for every informer (e.g. turning streaming lists off).
     pub fn reflector_options(mut self, options: ReflectorOptions) -> Self {
         self.reflector = options;
@@ -381,7 +395,10 @@ impl SharedInformerFactoryBuilder {
     }
 
     /// The factory.
-    pub fn build(self) -> SharedInformerFactory {
+    pub fn build(mut self) -> SharedInformerFactory {
+        if let Some(scope) = self.shard_scope.take() {
+            self.reflector.shard_scope = Some(scope);
+        }
         SharedInformerFactory {
             inner: Arc::new(Inner {
                 client: self.client,
@@ -425,6 +442,7 @@ impl SharedInformerFactory {
             transforms: HashMap::new(),
             protobuf: HashMap::new(),
             reflector: ReflectorOptions::default(),
+            shard_scope: None,
             trim_managed_fields: false,
             metrics: None,
         }
@@ -433,6 +451,28 @@ impl SharedInformerFactory {
     /// The client the informers list and watch through.
     pub fn client(&self) -> &Client {
         &self.inner.client
+    }
+
+    /// The shard scope every informer of the factory follows
+    /// ([`SharedInformerFactoryBuilder::shard_scope`], or the
+    /// [`shard_scope`](ReflectorOptions::shard_scope) of its reflector options), if any.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use kctrl_informer::{ShardScope, SharedInformerFactory};
+    ///
+    /// let fake = kctrl_fake::FakeApi::new();
+    /// let scope = ShardScope::new(None);
+    /// let factory = SharedInformerFactory::builder(fake.client(), Duration::ZERO)
+    ///     .shard_scope(scope.clone())
+    ///     .build();
+    /// assert!(factory.shard_scope().is_some_and(|s| s.same_scope(&scope)));
+    /// // Another scope, even one selecting the same, is not the factory's.
+    /// assert!(!factory.shard_scope().unwrap().same_scope(&ShardScope::new(None)));
+    /// assert!(SharedInformerFactory::new(fake.client(), Duration::ZERO).shard_scope().is_none());
+    /// ```
+    pub fn shard_scope(&self) -> Option<&ShardScope> {
+        self.inner.reflector.shard_scope.as_ref()
     }
 
     /// The protobuf decoder the builder was given for `K`

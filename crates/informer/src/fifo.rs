@@ -20,6 +20,7 @@ use tokio::sync::{Notify, watch};
 use crate::delta::{Delta, ReflectorStore};
 use crate::keys::ObjectKey;
 use crate::metrics::GaugeMetric;
+use crate::shard::Reshard;
 
 /// A function applied to every incoming object before it is queued (client-go's
 /// `TransformFunc`), e.g. to drop `managedFields` and save memory.
@@ -335,7 +336,10 @@ fn batch_len<K: Metadata<Ty: ObjectMetaAccess>>(st: &State<K>, max: usize) -> us
         let obj = match delta {
             Delta::Added(o) | Delta::Updated(o) | Delta::Deleted(o) => o,
             // Processed alone; ends a batch.
-            Delta::ReplacedAll { .. } | Delta::SyncAll | Delta::Bookmark(_) => {
+            Delta::ReplacedAll { .. }
+            | Delta::Resharded(_)
+            | Delta::SyncAll
+            | Delta::Bookmark(_) => {
                 return i.max(1);
             }
         };
@@ -396,6 +400,17 @@ where
             },
             PushKind::Replace,
         );
+    }
+
+    fn reshard(&self, mut change: Reshard<K>) -> Result<(), Reshard<K>> {
+        if self.shared.transform.is_some() {
+            change.objects = std::mem::take(&mut change.objects)
+                .into_iter()
+                .map(|o| self.transform_shared(o))
+                .collect();
+        }
+        self.shared.push(Delta::Resharded(change), PushKind::Other);
+        Ok(())
     }
 
     fn resync(&self) {

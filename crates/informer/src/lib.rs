@@ -204,8 +204,10 @@ pub use keys::{KeyError, key_for, split_key};
 pub use lister::{Lister, NamespacedLister};
 pub use store::{IndexFn, ReplaceDiff, StoreError, StoreTxn};
 pub mod reflector;
+pub mod shard;
 pub use list_watch::{EventStream, ListWatch};
 pub use reflector::{BackoffOptions, Reflector, ReflectorOptions};
+pub use shard::{Reshard, ShardApplied, ShardFiltering, ShardScope};
 
 mod contain;
 mod controller;

@@ -9,8 +9,10 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::{ListableResource, Metadata};
-use kctrl_client::{Api, Error, ListParams, WatchEvent, WatchParams};
+use kctrl_client::{Api, Error, ListParams, ShardedList, WatchEvent, WatchParams};
 use serde::de::DeserializeOwned;
+
+use crate::shard::ShardScope;
 
 /// A stream of typed watch events.
 pub type EventStream<K> = BoxStream<'static, Result<WatchEvent<K>, Error>>;
@@ -23,6 +25,23 @@ pub trait ListerWatcher<K: k8s_openapi::ListableResource>: Send + Sync + 'static
 
     /// Opens a watch.
     fn watch(&self, params: &WatchParams) -> BoxFuture<'_, Result<EventStream<K>, Error>>;
+
+    /// One list call, with the answer's `metadata.shardInfo`, which says whether the server
+    /// applied `params.shard_selector`. The default calls [`list`](Self::list) and reads it
+    /// from the list's metadata (k8s-openapi's types have it from Kubernetes 1.36 on).
+    fn list_sharded(&self, params: &ListParams) -> BoxFuture<'_, Result<ShardedList<K>, Error>>
+    where
+        K: 'static,
+    {
+        let list = self.list(params);
+        async move { Ok(ShardedList::from_list(list.await?)) }.boxed()
+    }
+
+    /// The shard scope the reflector over this lister-watcher follows, if any (see
+    /// [`ShardScope`]); the reflector then sets the shard selector of every call itself.
+    fn shard_scope(&self) -> Option<ShardScope> {
+        None
+    }
 }
 
 /// A function that adjusts the parameters of every list and watch call
@@ -54,6 +73,7 @@ pub struct ListWatch<K> {
     label_selector: Option<String>,
     field_selector: Option<String>,
     tweak: Option<TweakParams>,
+    shard: Option<ShardScope>,
 }
 
 impl<K> Clone for ListWatch<K> {
@@ -63,6 +83,7 @@ impl<K> Clone for ListWatch<K> {
             label_selector: self.label_selector.clone(),
             field_selector: self.field_selector.clone(),
             tweak: self.tweak.clone(),
+            shard: self.shard.clone(),
         }
     }
 }
@@ -74,6 +95,7 @@ impl<K> fmt::Debug for ListWatch<K> {
             .field("label_selector", &self.label_selector)
             .field("field_selector", &self.field_selector)
             .field("tweak", &self.tweak.as_ref().map(|_| "<fn>"))
+            .field("shard", &self.shard)
             .finish()
     }
 }
@@ -86,7 +108,17 @@ impl<K> ListWatch<K> {
             label_selector: None,
             field_selector: None,
             tweak: None,
+            shard: None,
         }
+    }
+
+    /// Only the objects `scope` selects, following it when it changes: a reflector (or
+    /// informer) over this lister-watcher lists and watches with the scope's shard selector
+    /// (see [`ShardScope`] for what happens on a change, and without the
+    /// `ShardedListAndWatch` feature gate on the server).
+    pub fn shard(mut self, scope: ShardScope) -> Self {
+        self.shard = Some(scope);
+        self
     }
 
     /// Only objects matching this label selector, e.g. `app=web,tier!=db`.
@@ -135,6 +167,7 @@ impl<K> ListWatch<K> {
             resource_version: params.resource_version.clone(),
             resource_version_match: params.resource_version_match,
             timeout_seconds: params.timeout_seconds,
+            shard_selector: params.shard_selector.clone(),
             ..ListParams::default()
         });
         WatchParams {
@@ -143,6 +176,7 @@ impl<K> ListWatch<K> {
             resource_version: view.resource_version,
             resource_version_match: view.resource_version_match,
             timeout_seconds: view.timeout_seconds,
+            shard_selector: view.shard_selector,
             ..params.clone()
         }
     }
@@ -161,6 +195,15 @@ where
     fn watch(&self, params: &WatchParams) -> BoxFuture<'_, Result<EventStream<K>, Error>> {
         let params = self.watch_params(params);
         async move { Ok(self.api.watch(&params).await?.boxed()) }.boxed()
+    }
+
+    fn list_sharded(&self, params: &ListParams) -> BoxFuture<'_, Result<ShardedList<K>, Error>> {
+        let params = self.list_params(params);
+        async move { self.api.list_sharded(&params).await }.boxed()
+    }
+
+    fn shard_scope(&self) -> Option<ShardScope> {
+        self.shard.clone()
     }
 }
 

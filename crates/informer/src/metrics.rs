@@ -9,6 +9,10 @@
 //! | `informer_processing_latency_seconds` | histogram | time to apply one popped batch to the cache and hand its notifications to the handlers' buffers (buckets 1 ms … 10 s) |
 //! | `informer_store_resource_version` | gauge | the cache's resourceVersion, its 15 least significant digits as a number (a non-numeric one leaves the gauge as it was) |
 //!
+//! An informer following a [`ShardScope`](crate::ShardScope) has one more, kctrl's own:
+//! `kctrl_informer_shard_client_filtering` (gauge, same labels), 1 while it filters on the
+//! client because kube-apiserver ignores its shard selector, 0 while the server filters.
+//!
 //! As in client-go they are **opt-in**: only an informer built with an [`InformerMetrics`]
 //! (its [`InformerId`] — a name plus the resource — and an [`InformerMetricsProvider`])
 //! records anything. An informer without one keeps no clock readings and sets no gauges; its
@@ -85,6 +89,22 @@ pub trait InformerMetricsProvider: Send + Sync {
     fn new_processing_latency_metric(&self, id: &InformerId) -> Arc<dyn HistogramMetric>;
     /// `informer_store_resource_version`.
     fn new_store_resource_version_metric(&self, id: &InformerId) -> Arc<dyn GaugeMetric>;
+    /// `kctrl_informer_shard_client_filtering` (kctrl's own; client-go has no sharded
+    /// informers): 1 while an informer following a shard scope filters on the client
+    /// because kube-apiserver ignores its selector (no `ShardedListAndWatch` feature gate),
+    /// 0 while the server filters. Only informers with a shard scope get it. The default
+    /// records nothing.
+    fn new_shard_client_filtering_metric(&self, id: &InformerId) -> Arc<dyn GaugeMetric> {
+        let _ = id;
+        Arc::new(NoGauge)
+    }
+}
+
+/// A gauge that records nothing.
+struct NoGauge;
+
+impl GaugeMetric for NoGauge {
+    fn set(&self, _: f64) {}
 }
 
 impl<P: InformerMetricsProvider + ?Sized> InformerMetricsProvider for Arc<P> {
@@ -96,6 +116,9 @@ impl<P: InformerMetricsProvider + ?Sized> InformerMetricsProvider for Arc<P> {
     }
     fn new_store_resource_version_metric(&self, id: &InformerId) -> Arc<dyn GaugeMetric> {
         (**self).new_store_resource_version_metric(id)
+    }
+    fn new_shard_client_filtering_metric(&self, id: &InformerId) -> Arc<dyn GaugeMetric> {
+        (**self).new_shard_client_filtering_metric(id)
     }
 }
 

@@ -8,6 +8,7 @@
 //! | `informer_queued_items` | gauge | `name`, `group`, `version`, `resource` |
 //! | `informer_processing_latency_seconds` | histogram ([`PROCESSING_LATENCY_BUCKETS`]) | `name`, `group`, `version`, `resource` |
 //! | `informer_store_resource_version` | gauge | `name`, `group`, `version`, `resource` |
+//! | `kctrl_informer_shard_client_filtering` (kctrl's own, informers with a shard scope only) | gauge | `name`, `group`, `version`, `resource` |
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -79,15 +80,18 @@ pub struct PrometheusInformerMetrics {
     queued_items: Family<Labels, FloatGauge>,
     processing_latency: Family<Labels, Histogram, fn() -> Histogram>,
     store_resource_version: Family<Labels, FloatGauge>,
+    shard_client_filtering: Family<Labels, FloatGauge>,
 }
 
 impl PrometheusInformerMetrics {
-    /// Registers the three `informer_*` families in `registry`.
+    /// Registers the three `informer_*` families and `kctrl_informer_shard_client_filtering`
+    /// in `registry`.
     pub fn new(registry: &mut Registry) -> Self {
         let this = Self {
             queued_items: Family::default(),
             processing_latency: Family::new_with_constructor(latency_histogram),
             store_resource_version: Family::default(),
+            shard_client_filtering: Family::default(),
         };
         registry.register(
             "informer_queued_items",
@@ -103,6 +107,13 @@ impl PrometheusInformerMetrics {
             "informer_store_resource_version",
             "The 15 least significant digits of the resource version of the store.",
             this.store_resource_version.clone(),
+        );
+        registry.register(
+            "kctrl_informer_shard_client_filtering",
+            "1 while the informer filters by its shard selector on the client because \
+             kube-apiserver ignores it (enable the ShardedListAndWatch feature gate), 0 while \
+             the server filters.",
+            this.shard_client_filtering.clone(),
         );
         this
     }
@@ -140,6 +151,14 @@ impl InformerMetricsProvider for PrometheusInformerMetrics {
     fn new_store_resource_version_metric(&self, id: &InformerId) -> Arc<dyn GaugeMetric> {
         Arc::new(GaugeHandle(
             self.store_resource_version
+                .get_or_create(&id.into())
+                .clone(),
+        ))
+    }
+
+    fn new_shard_client_filtering_metric(&self, id: &InformerId) -> Arc<dyn GaugeMetric> {
+        Arc::new(GaugeHandle(
+            self.shard_client_filtering
                 .get_or_create(&id.into())
                 .clone(),
         ))

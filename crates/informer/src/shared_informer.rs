@@ -37,6 +37,7 @@ use crate::processor::{
     determine_resync_period,
 };
 use crate::reflector::{Reflector, ReflectorOptions, WatchErrorHandler};
+use crate::shard::ShardFiltering;
 use crate::store::{IndexFn, Store, StoreError};
 use crate::sync::HasSynced;
 
@@ -220,6 +221,8 @@ struct Inner<K> {
     queued_items: Option<Arc<dyn GaugeMetric>>,
     /// `informer_processing_latency_seconds`.
     processing_latency: Option<Arc<dyn HistogramMetric>>,
+    /// `kctrl_informer_shard_client_filtering`, for an informer following a shard scope.
+    shard_client_filtering: Option<Arc<dyn GaugeMetric>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -274,6 +277,9 @@ where
         };
         let mut store = Store::with_indexers(options.indexers);
         let (mut queued_items, mut processing_latency) = (None, None);
+        let mut shard_client_filtering = None;
+        let sharded =
+            options.reflector.shard_scope.is_some() || lister_watcher.shard_scope().is_some();
         let handler_panics = PanicCounter::default();
         if let Some(InformerMetrics { id, provider }) = &options.metrics {
             // Sinks are called on the informer's task: a panic in one is contained per call.
@@ -288,6 +294,10 @@ where
                 provider.new_store_resource_version_metric(id),
             ));
             queued_items = Some(guard(provider.new_queued_items_metric(id)));
+            if sharded {
+                shard_client_filtering =
+                    Some(guard(provider.new_shard_client_filtering_metric(id)));
+            }
             processing_latency = Some(Arc::new(Contained {
                 metric: provider.new_processing_latency_metric(id),
                 informer: name.clone(),
@@ -316,6 +326,7 @@ where
                 handler_panics,
                 queued_items,
                 processing_latency,
+                shard_client_filtering,
             }),
         }
     }
@@ -611,6 +622,15 @@ where
             .unwrap_or_default()
     }
 
+    /// How the informer applies its shard selector (see [`ShardScope`](crate::ShardScope));
+    /// [`Unsharded`](ShardFiltering::Unsharded) before it has listed.
+    pub fn shard_filtering(&self) -> ShardFiltering {
+        lock(&self.inner.state)
+            .reflector
+            .as_ref()
+            .map_or(ShardFiltering::Unsharded, Reflector::shard_filtering)
+    }
+
     /// Whether [`run`](Self::run) has been called.
     pub fn has_started(&self) -> bool {
         lock(&self.inner.state).started
@@ -700,6 +720,11 @@ where
             options.name = inner.name.clone();
         }
         options.resync_period = st.resync_check_period;
+        if inner.shard_client_filtering.is_some() {
+            options
+                .shard_client_filtering_metric
+                .clone_from(&inner.shard_client_filtering);
+        }
         let processor = inner.processor.clone();
         options.should_resync = Some(Arc::new(move || processor.should_resync(Instant::now())));
         if let Some(h) = st.watch_error_handler.clone() {

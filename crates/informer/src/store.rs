@@ -22,7 +22,7 @@
 //! index and removed. Panics are counted once per index and write (an update that panics on
 //! both the old and the new state counts once).
 
-use kctrl_client::ObjectMetaAccess;
+use kctrl_client::{ObjectMetaAccess, ShardSelector};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -34,6 +34,7 @@ use crate::delta::ReflectorStore;
 use crate::fifo::Transform;
 use crate::keys::{ObjectKey, key_of};
 use crate::metrics::{GaugeMetric, resource_version_metric_value};
+use crate::shard::Reshard;
 
 /// Name of the built-in index of objects by namespace.
 pub const NAMESPACE_INDEX: &str = "namespace";
@@ -644,6 +645,23 @@ where
         self.inner.replace_with_diff(objects, resource_version)
     }
 
+    /// Removes every object `selector` does not select (by the hash of its UID or
+    /// namespace); returns them with their keys, sorted by key.
+    pub fn retain_selected(&mut self, selector: &ShardSelector) -> Vec<(ObjectKey, Arc<K>)> {
+        let mut gone: Vec<(ObjectKey, Arc<K>)> = self
+            .inner
+            .items
+            .iter()
+            .filter(|(_, obj)| !selector.matches(obj.metadata()))
+            .map(|(key, obj)| (key.to_string(), obj.clone()))
+            .collect();
+        gone.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        for (key, _) in &gone {
+            self.inner.remove(key);
+        }
+        gone
+    }
+
     /// Records the resourceVersion the cache is current to.
     pub fn set_resource_version(&mut self, resource_version: String) {
         self.inner.resource_version = resource_version;
@@ -705,6 +723,32 @@ where
             objects.extend(kept.iter().filter_map(|k| txn.get(k).cloned()));
             txn.replace(objects, resource_version);
         });
+    }
+
+    fn reshard(&self, change: Reshard<K>) -> Result<(), Reshard<K>> {
+        let Reshard {
+            keep,
+            objects,
+            applied,
+        } = change;
+        let transform = self.read().transform.clone();
+        let gone = self.transaction(|txn| {
+            let gone = match &keep {
+                Some(keep) => txn.retain_selected(keep),
+                None => Vec::new(),
+            };
+            for obj in objects {
+                let obj = match &transform {
+                    Some(t) => Arc::new(t(Arc::unwrap_or_clone(obj))),
+                    None => obj,
+                };
+                txn.insert(obj);
+            }
+            gone
+        });
+        drop(gone); // outside the lock
+        applied.done();
+        Ok(())
     }
 
     fn resync(&self) {}

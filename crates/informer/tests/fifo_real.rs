@@ -46,6 +46,10 @@ fn describe(d: &Delta<ConfigMap>) -> String {
             let objs: Vec<_> = objects.iter().map(|o| one(o)).collect();
             format!("RA@{resource_version}[{}]", objs.join(","))
         }
+        Delta::Resharded(r) => {
+            let objs: Vec<_> = r.objects.iter().map(|o| one(o)).collect();
+            format!("RS[{}]", objs.join(","))
+        }
         Delta::SyncAll => "SyncAll".into(),
         Delta::Bookmark(rv) => format!("BM@{rv}"),
     }
@@ -146,6 +150,7 @@ async fn test_real_fifo_transformer() {
             let objs: Vec<Arc<ConfigMap>> = match &d {
                 Delta::Added(o) | Delta::Updated(o) | Delta::Deleted(o) => vec![o.clone()],
                 Delta::ReplacedAll { objects, .. } => objects.clone(),
+                Delta::Resharded(r) => r.objects.clone(),
                 Delta::SyncAll | Delta::Bookmark(_) => vec![],
             };
             for o in objs {
@@ -593,7 +598,8 @@ async fn fifo_feeds_store_through_transactions() {
                                 });
                             }
                         }
-                        Delta::SyncAll => {}
+                        // Only a reflector with a shard scope queues these.
+                        Delta::Resharded(_) | Delta::SyncAll => {}
                         Delta::Bookmark(rv) => txn.set_resource_version(rv),
                     }
                 }

@@ -33,6 +33,7 @@ use crate::handlers::{MappedHandler, OwnedHandler, PrimaryHandler, PrimaryKind};
 use crate::metrics::{ControllerMetrics, ReconcileResult};
 use crate::own_writes::{OwnWrites, Readiness};
 use crate::predicate::Predicate;
+use crate::shard::{Begin, GateCell, ShardGate, Sharding, ShardingError};
 
 /// Why [`Controller::run`] could not run.
 #[derive(Debug, thiserror::Error)]
@@ -104,6 +105,28 @@ pub enum RunError {
     ElectionEnded {
         /// The controller's name.
         controller: String,
+    },
+    /// A sharded controller is set up wrongly ([`Controller::sharded`]): nothing ran.
+    #[error("controller {controller}: {source}")]
+    Sharding {
+        /// The controller's name.
+        controller: String,
+        /// The mistake.
+        #[source]
+        source: ShardingError,
+    },
+    /// The shard member stopped on its own (its Lease could not be renewed within the renew
+    /// deadline, or was lost): other replicas may take its buckets over once its Lease
+    /// expires, so the controller stopped at once, its reconciles in flight abandoned. Also
+    /// returned, after a clean stop of the workers, when the member failed while leaving.
+    /// The process should exit and start again, as after a lost leader election.
+    #[error("controller {controller}: shard membership lost: {source}")]
+    ShardLost {
+        /// The controller's name.
+        controller: String,
+        /// Why the member stopped.
+        #[source]
+        source: kctrl_shard::RunError,
     },
 }
 
@@ -205,6 +228,13 @@ pub struct Controller<K: Object> {
     shutdown_timeout: Duration,
     metrics: Option<ControllerMetrics>,
     own_writes: OwnWrites,
+    /// Set by [`sharded`](Self::sharded); `Err` once it was called twice.
+    sharding: Option<Result<Sharding, ShardingError>>,
+    /// The sharded controller's gate, shared with the handlers (registered before or after
+    /// [`sharded`](Self::sharded)).
+    gate: GateCell,
+    /// The kinds owned or watched besides `K`.
+    related: Vec<&'static str>,
     _k: PhantomData<fn() -> K>,
 }
 
@@ -278,6 +308,9 @@ impl<K: Object> Controller<K> {
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             metrics: None,
             own_writes: OwnWrites::new(),
+            sharding: None,
+            gate: GateCell::default(),
+            related: Vec::new(),
             _k: PhantomData,
         };
         controller.track::<K>();
@@ -320,7 +353,9 @@ impl<K: Object> Controller<K> {
         let handler = OwnedHandler {
             queue: self.queue.clone(),
             primary: PrimaryKind::of::<K>(),
+            shard: self.gate.clone(),
         };
+        self.related.push(C::KIND);
         self.register::<C>(handler);
         self.track::<C>();
         self
@@ -336,7 +371,9 @@ impl<K: Object> Controller<K> {
         let handler = OwnedHandler {
             queue: self.queue.clone(),
             primary: PrimaryKind::of::<K>(),
+            shard: self.gate.clone(),
         };
+        self.related.push(C::KIND);
         self.register::<PartialObjectMetadata<C>>(handler);
         self.track::<PartialObjectMetadata<C>>();
         self
@@ -351,7 +388,9 @@ impl<K: Object> Controller<K> {
         let handler = MappedHandler {
             queue: self.queue.clone(),
             map: Arc::new(map),
+            shard: self.gate.clone(),
         };
+        self.related.push(W::KIND);
         self.register::<PartialObjectMetadata<W>>(handler);
         self.track::<PartialObjectMetadata<W>>();
         self
@@ -367,7 +406,9 @@ impl<K: Object> Controller<K> {
         let handler = MappedHandler {
             queue: self.queue.clone(),
             map: Arc::new(map),
+            shard: self.gate.clone(),
         };
+        self.related.push(W::KIND);
         self.register::<W>(handler);
         self.track::<W>();
         self
@@ -417,6 +458,42 @@ impl<K: Object> Controller<K> {
     /// Record the reconcile metrics ([`crate::metrics`]).
     pub fn metrics(mut self, metrics: ControllerMetrics) -> Self {
         self.metrics = Some(metrics);
+        self
+    }
+
+    /// Reconcile only the objects of the shard `sharding`'s member holds: the controller's
+    /// replicas, each with a member of one group, split the objects between them (see
+    /// [`crate::shard`]). The factory given to [`new`](Self::new) must have been built with
+    /// [`sharding.scope()`](Sharding::scope) as its shard scope; [`run`](Self::run) checks
+    /// it, and that a controller sharded by UID neither owns nor watches other resources
+    /// ([`RunError::Sharding`] names the mistake).
+    ///
+    /// Then [`run`](Self::run) also runs the member, once the caches synced:
+    ///
+    /// - An object is enqueued, and reconciled, only while its bucket is active here; the
+    ///   reconcile holds the bucket's [`ReconcileGuard`](kctrl_shard::ReconcileGuard), so a
+    ///   bucket handed to another replica is released only once its reconciles here have
+    ///   ended. A key whose bucket is no longer active when a worker takes it is dropped
+    ///   (forgotten, and counted with [`ShardMember::keys_dropped`](kctrl_shard::ShardMember::keys_dropped)).
+    /// - When a bucket becomes active (its objects cached first), its cached objects are
+    ///   enqueued, in the queue's low lane.
+    /// - On `cancel`, the workers stop as usual, and the member drains and releases its
+    ///   buckets (once the reconciles in flight have ended) and deletes its Lease before
+    ///   `run` returns.
+    /// - If the member stops on its own (its Lease not renewed within the renew deadline, or
+    ///   lost), the controller stops at once, its reconciles in flight abandoned as after a
+    ///   lost leader election, and `run` returns [`RunError::ShardLost`]: the process should
+    ///   exit and start again.
+    /// - On [`RunError::ReconcilesStuck`], the member stops renewing without releasing: its
+    ///   buckets move once its Lease has expired.
+    pub fn sharded(mut self, sharding: Sharding) -> Self {
+        if self.sharding.is_some() {
+            self.sharding = Some(Err(ShardingError::ShardedTwice));
+            return self;
+        }
+        // The handlers registered so far hold the cell: they filter from now on.
+        let _ = self.gate.set(sharding.gate());
+        self.sharding = Some(Ok(sharding));
         self
     }
 
@@ -529,10 +606,28 @@ impl<K: Object> Controller<K> {
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
         P: Fn(Arc<K>, &E, Arc<Ctx>) -> Action + Send + Sync + 'static,
     {
+        let sharding = match self.sharding.take().transpose() {
+            Ok(sharding) => sharding,
+            Err(source) => {
+                return Err(RunError::Sharding {
+                    controller: self.name.clone(),
+                    source,
+                });
+            }
+        };
+        if let Some(sharding) = &sharding {
+            sharding
+                .prepare(&self.factory, &self.related)
+                .map_err(|source| RunError::Sharding {
+                    controller: self.name.clone(),
+                    source,
+                })?;
+        }
         let primary = PrimaryHandler {
             queue: self.queue.clone(),
             predicates: std::mem::take(&mut self.predicates),
             own_writes: self.own_writes.clone(),
+            shard: self.gate.clone(),
         };
         self.register::<K>(primary);
         let registrations =
@@ -577,7 +672,20 @@ impl<K: Object> Controller<K> {
             metrics: self.metrics.clone(),
             own_writes: self.own_writes.clone(),
             in_flight: AtomicUsize::new(0),
+            shard: sharding.as_ref().map(Sharding::gate),
         });
+        // The member joins its group once the caches can follow its scope; its run (with the
+        // scope bridge and the activations) is polled by this future until it ends.
+        let leave = CancellationToken::new();
+        let mut membership: Pin<Box<dyn Future<Output = ShardOutcome> + Send>> = match &sharding {
+            Some(sharding) => {
+                let sharding = sharding.clone();
+                let (leave, queue, store) = (leave.clone(), self.queue.clone(), self.store.clone());
+                Box::pin(async move { Some(sharding.drive(leave, queue, store).await) })
+            }
+            None => Box::pin(std::future::pending()),
+        };
+        let mut member_ended: ShardOutcome = None;
         let stop = cancel.child_token();
         let mut workers = JoinSet::new();
         for _ in 0..self.workers {
@@ -586,23 +694,50 @@ impl<K: Object> Controller<K> {
         let failure = tokio::select! {
             () = cancel.cancelled() => None,
             failure = self.factory.failed() => Some(failure),
+            ended = &mut membership => {
+                member_ended = ended;
+                None
+            }
         };
         if let Some(failure) = &failure {
             error!(controller = %self.name, %failure, "an informer failed: its cache is frozen; stopping");
         }
+        // The member stopped on its own (it cannot have left: `leave` has not fired).
+        let mut shard_lost = member_ended.is_some();
+        if shard_lost {
+            error!(controller = %self.name,
+                "the shard member stopped: another replica may take its buckets; stopping at once");
+        }
         stop.cancel();
+        leave.cancel();
         info!(controller = %self.name, timeout = ?self.shutdown_timeout,
             "shutting down controller: no new reconciles; waiting for those in flight");
         self.queue.shut_down();
-        let finished = tokio::select! {
-            finished = tokio::time::timeout(self.shutdown_timeout, drain(&mut workers, &self.name)) => finished.is_ok(),
-            () = abandon.cancelled() => false,
+        // The member keeps renewing while the reconciles in flight finish; it stopping
+        // (failing) abandons them at once.
+        let finished = {
+            let drained =
+                tokio::time::timeout(self.shutdown_timeout, drain(&mut workers, &self.name));
+            tokio::pin!(drained);
+            loop {
+                tokio::select! {
+                    finished = &mut drained => break finished.is_ok(),
+                    () = abandon.cancelled() => break false,
+                    () = std::future::ready(()), if shard_lost => break false,
+                    ended = &mut membership, if member_ended.is_none() => {
+                        shard_lost = matches!(ended, Some(Err(_)));
+                        member_ended = ended;
+                    }
+                }
+            }
         };
         if !finished {
             let in_flight = shared.in_flight.load(Ordering::Acquire);
             if in_flight > 0 {
                 let reason = if abandon.is_cancelled() {
                     "leadership lost"
+                } else if shard_lost {
+                    "shard membership lost"
                 } else {
                     "shutdown timeout elapsed"
                 };
@@ -620,13 +755,26 @@ impl<K: Object> Controller<K> {
                 error!(controller = %self.name, stuck, grace = ?SHUTDOWN_ABORT_GRACE,
                     "reconciles did not stop when aborted: they block their thread; leaving them running");
                 workers.detach_all();
+                // Dropping the membership stops the member's renewals without releasing
+                // its buckets: they move once its Lease has expired.
+                drop(membership);
                 return Err(RunError::ReconcilesStuck {
                     controller: self.name.clone(),
                     stuck,
                 });
             }
         }
+        // The reconciles have ended: the member releases its buckets and leaves.
+        if member_ended.is_none() && sharding.is_some() {
+            member_ended = membership.await;
+        }
         drop(registrations);
+        if let Some(Err(source)) = member_ended {
+            return Err(RunError::ShardLost {
+                controller: self.name.clone(),
+                source,
+            });
+        }
         match failure {
             Some(source) => Err(RunError::InformerFailed {
                 controller: self.name.clone(),
@@ -636,6 +784,9 @@ impl<K: Object> Controller<K> {
         }
     }
 }
+
+/// How a sharded controller's member ended: `None` while it runs (or without sharding).
+type ShardOutcome = Option<Result<(), kctrl_shard::RunError>>;
 
 /// Waits for every worker of `workers` to end; logs those that panicked.
 async fn drain(workers: &mut JoinSet<()>, name: &str) {
@@ -732,6 +883,8 @@ struct Shared<K, Ctx, R, P> {
     own_writes: OwnWrites,
     /// How many workers are processing a key.
     in_flight: AtomicUsize,
+    /// Sharded: which keys this replica may reconcile now.
+    shard: Option<ShardGate>,
 }
 
 async fn worker<K, Ctx, E, R, Fut, P>(shared: Arc<Shared<K, Ctx, R, P>>, stop: CancellationToken)
@@ -775,6 +928,24 @@ where
             return;
         }
     };
+    // Sharded: the key's bucket must be active here, and stays so (at least draining) while
+    // the guard lives: its release waits for this reconcile.
+    let mut guard = match &shared.shard {
+        None => None,
+        Some(gate) => match gate.begin(key, namespace, &shared.store) {
+            Begin::Go(guard) => Some(guard),
+            Begin::NotCached => {
+                debug!(controller = %shared.name, namespace, name, "gone from the cache; nothing to reconcile");
+                shared.own_writes.forget(key);
+                shared.queue.forget(key);
+                return;
+            }
+            Begin::Dropped => {
+                drop_key(shared, gate, key, namespace, name);
+                return;
+            }
+        },
+    };
     // The own-writes check comes first: the cache may move while it waits (a live read),
     // and the reconcile gets the object as cached after it.
     if shared.store.get(key).is_some() {
@@ -805,6 +976,17 @@ where
         shared.queue.forget(key);
         return;
     };
+    // Sharded by UID, the object may have been replaced (another UID) while the own-writes
+    // check waited: its bucket decides.
+    if let (Some(gate), Some(held)) = (&shared.shard, &guard)
+        && !gate.covers(held, obj.metadata())
+    {
+        guard = gate.member.try_begin(gate.hash_of(obj.metadata()));
+        if guard.is_none() {
+            drop_key(shared, gate, key, namespace, name);
+            return;
+        }
+    }
     let started = Instant::now();
     // A panic fails this key instead of the worker.
     let reconciled = std::panic::catch_unwind(AssertUnwindSafe(|| {
@@ -868,6 +1050,21 @@ where
             }
         }
     }
+}
+
+/// Forgets a key whose bucket is not active here, and counts it.
+fn drop_key<K, Ctx, R, P>(
+    shared: &Shared<K, Ctx, R, P>,
+    gate: &ShardGate,
+    key: &ObjectKey,
+    namespace: &str,
+    name: &str,
+) {
+    debug!(controller = %shared.name, namespace, name,
+        "its shard bucket is not active on this replica: dropped");
+    shared.own_writes.forget(key);
+    shared.queue.forget(key);
+    gate.member.keys_dropped(1);
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ use kctrl_workqueue::{Priority, RateLimitingQueue};
 
 use crate::own_writes::OwnWrites;
 use crate::predicate::Predicate;
+use crate::shard::{GateCell, admits_key, admits_object};
 
 /// The lane of an add.
 fn add_lane(is_in_initial_list: bool) -> Priority {
@@ -40,6 +41,9 @@ pub(crate) struct PrimaryHandler<K> {
     pub(crate) predicates: Vec<Predicate<K>>,
     /// A key waiting for its own writes passes the predicates: the update may be that write.
     pub(crate) own_writes: OwnWrites,
+    /// Sharded: only objects whose bucket is active here are enqueued (those of a bucket
+    /// that becomes active are enqueued then).
+    pub(crate) shard: GateCell,
 }
 
 impl<K> ResourceEventHandler<K> for PrimaryHandler<K>
@@ -47,11 +51,17 @@ where
     K: Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
 {
     fn on_add(&self, obj: &Arc<K>, is_in_initial_list: bool) {
+        if !admits_object(&self.shard, obj.metadata()) {
+            return;
+        }
         self.queue
             .add_with_priority(key_of(obj.as_ref()), add_lane(is_in_initial_list));
     }
 
     fn on_update(&self, old: &Arc<K>, new: &Arc<K>) {
+        if !admits_object(&self.shard, new.metadata()) {
+            return;
+        }
         // The key is computed (and the waiting set looked at) only for an update the
         // predicates filter out while some key waits: the common paths stay as they were.
         let pass = self.predicates.iter().all(|p| p.matches(old, new));
@@ -157,6 +167,16 @@ impl PrimaryKind {
 pub(crate) struct OwnedHandler {
     pub(crate) queue: RateLimitingQueue<ObjectKey>,
     pub(crate) primary: PrimaryKind,
+    /// Sharded: only keys whose bucket is active here are enqueued.
+    pub(crate) shard: GateCell,
+}
+
+impl OwnedHandler {
+    fn add(&self, key: ObjectKey, lane: Priority) {
+        if admits_key(&self.shard, &key) {
+            self.queue.add_with_priority(key, lane);
+        }
+    }
 }
 
 impl<C> ResourceEventHandler<C> for OwnedHandler
@@ -165,8 +185,7 @@ where
 {
     fn on_add(&self, obj: &Arc<C>, is_in_initial_list: bool) {
         if let Some(key) = self.primary.key_of_owner(obj.metadata()) {
-            self.queue
-                .add_with_priority(key, add_lane(is_in_initial_list));
+            self.add(key, add_lane(is_in_initial_list));
         }
     }
 
@@ -176,18 +195,17 @@ where
         let old_owner = self.primary.key_of_owner(old.metadata());
         // An owner that let go of the object hears of it too.
         if old_owner.is_some() && old_owner != new_owner {
-            self.queue
-                .add_with_priority(old_owner.unwrap_or_default(), lane);
+            self.add(old_owner.unwrap_or_default(), lane);
         }
         if let Some(key) = new_owner {
-            self.queue.add_with_priority(key, lane);
+            self.add(key, lane);
         }
     }
 
     fn on_delete(&self, obj: &DeletedObject<C>) {
         // Tombstones included: the last known state names the owner.
         if let Some(key) = self.primary.key_of_owner(obj.object().metadata()) {
-            self.queue.add_with_priority(key, Priority::High);
+            self.add(key, Priority::High);
         }
     }
 }
@@ -199,6 +217,16 @@ pub(crate) type MapFn<W> = dyn Fn(&W) -> Vec<ObjectKey> + Send + Sync;
 pub(crate) struct MappedHandler<W> {
     pub(crate) queue: RateLimitingQueue<ObjectKey>,
     pub(crate) map: Arc<MapFn<W>>,
+    /// Sharded: only keys whose bucket is active here are enqueued.
+    pub(crate) shard: GateCell,
+}
+
+impl<W> MappedHandler<W> {
+    fn add(&self, key: ObjectKey, lane: Priority) {
+        if admits_key(&self.shard, &key) {
+            self.queue.add_with_priority(key, lane);
+        }
+    }
 }
 
 impl<W> ResourceEventHandler<W> for MappedHandler<W>
@@ -207,8 +235,7 @@ where
 {
     fn on_add(&self, obj: &Arc<W>, is_in_initial_list: bool) {
         for key in (self.map)(obj) {
-            self.queue
-                .add_with_priority(key, add_lane(is_in_initial_list));
+            self.add(key, add_lane(is_in_initial_list));
         }
     }
 
@@ -219,13 +246,13 @@ where
         keys.sort();
         keys.dedup();
         for key in keys {
-            self.queue.add_with_priority(key, lane);
+            self.add(key, lane);
         }
     }
 
     fn on_delete(&self, obj: &DeletedObject<W>) {
         for key in (self.map)(obj.object()) {
-            self.queue.add_with_priority(key, Priority::High);
+            self.add(key, Priority::High);
         }
     }
 }
@@ -311,6 +338,7 @@ mod tests {
         let h = OwnedHandler {
             queue: queue.clone(),
             primary: PrimaryKind::of::<Deployment>(),
+            shard: GateCell::default(),
         };
         let web = || vec![owner("apps/v1", "Deployment", "web", true)];
         let api = || vec![owner("apps/v1", "Deployment", "api", true)];
@@ -344,6 +372,7 @@ mod tests {
             queue: queue.clone(),
             predicates: vec![Predicate::resource_version_changed()],
             own_writes: OwnWrites::new(),
+            shard: GateCell::default(),
         };
         h.on_update(&configmap("1", vec![]), &configmap("1", vec![]));
         assert!(queue.is_empty(), "a resync is filtered out");
@@ -353,6 +382,7 @@ mod tests {
             queue: queue.clone(),
             predicates: vec![],
             own_writes: OwnWrites::new(),
+            shard: GateCell::default(),
         };
         let k = queue.get().await.unwrap();
         queue.done(&k);
@@ -375,6 +405,7 @@ mod tests {
             queue: queue.clone(),
             predicates: vec![Predicate::generation_changed()],
             own_writes: own_writes.clone(),
+            shard: GateCell::default(),
         };
         h.on_update(&configmap("1", vec![]), &configmap("2", vec![]));
         assert!(queue.is_empty(), "filtered: the generation did not change");
@@ -416,6 +447,7 @@ mod tests {
             queue: queue.clone(),
             predicates: vec![Predicate::generation_changed()],
             own_writes: own_writes.clone(),
+            shard: GateCell::default(),
         };
         cache.insert(configmap("2", vec![]));
         let sent = (*configmap("2", vec![])).clone();
@@ -443,6 +475,7 @@ mod tests {
                     cm.metadata.resource_version.as_deref().unwrap()
                 )]
             }),
+            shard: GateCell::default(),
         };
         h.on_update(&configmap("a", vec![]), &configmap("a", vec![]));
         assert_eq!(queue.len(), 1);

@@ -105,11 +105,13 @@ mod leader;
 pub mod metrics;
 pub mod own_writes;
 pub mod predicate;
+pub mod shard;
 
 pub use action::Action;
 pub use controller::{Controller, Object, RunError};
 pub use own_writes::OwnWrites;
 pub use predicate::Predicate;
+pub use shard::Sharding;
 
 use tokio_util::sync::CancellationToken;
 

@@ -448,6 +448,7 @@ async fn an_update_landing_right_after_a_behind_verdict_enqueues_the_key() {
         queue: queue.clone(),
         predicates: vec![crate::Predicate::generation_changed()],
         own_writes: writes.clone(),
+        shard: crate::shard::GateCell::default(),
     });
     let sent = (*config_map_at("app", "2")).clone();
     let answer = (*config_map_at("app", "3")).clone();

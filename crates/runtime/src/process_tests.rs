@@ -58,6 +58,7 @@ fn shared(
         metrics: None,
         own_writes,
         in_flight: std::sync::atomic::AtomicUsize::new(0),
+        shard: None,
     }
 }
 

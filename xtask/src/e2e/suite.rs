@@ -88,12 +88,30 @@ pub(super) fn test_targets(manifest: &str) -> Vec<String> {
     names
 }
 
-/// Splits test targets into (without the controller, with it).
+/// Test targets of `kctrl-e2e` that need a kube-apiserver set up otherwise than the suite's
+/// cluster (feature gates off by default: `sharding_gate` needs `ShardedListAndWatch`). Each
+/// starts a `kctrl-testenv` plane of its own (`KCTRL_E2E_TESTENV=1`); on the local cluster
+/// they run once it is torn down ([`super::testenv::run_own_planes`]), elsewhere not at all.
+pub(super) const OWN_PLANE_TEST_TARGETS: &[&str] = &["sharding_gate"];
+
+/// Splits the test targets that run against the suite's cluster into (without the
+/// controller, with it); [`OWN_PLANE_TEST_TARGETS`] are in neither.
 pub(super) fn split_targets(targets: &[String]) -> (Vec<String>, Vec<String>) {
     targets
         .iter()
+        .filter(|t| !OWN_PLANE_TEST_TARGETS.contains(&t.as_str()))
         .cloned()
         .partition(|t| !CONTROLLER_TEST_TARGETS.contains(&t.as_str()))
+}
+
+/// The test targets among `targets` that run on planes of their own
+/// ([`OWN_PLANE_TEST_TARGETS`]).
+pub(super) fn own_plane_targets(targets: &[String]) -> Vec<String> {
+    targets
+        .iter()
+        .filter(|t| OWN_PLANE_TEST_TARGETS.contains(&t.as_str()))
+        .cloned()
+        .collect()
 }
 
 /// The suite's result, unless it passed and stopping the controller failed (a failed stop

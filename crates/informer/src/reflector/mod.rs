@@ -42,12 +42,13 @@ use kctrl_client::ObjectMetaAccess;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
 use std::pin::{Pin, pin};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::{ListableResource, Metadata};
-use kctrl_client::{Error, ResourceVersionMatch, WatchEvent, WatchParams};
+use kctrl_client::{Error, ResourceVersionMatch, ShardSelector, WatchEvent, WatchParams};
 use tokio::time::{Instant, Sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
 
@@ -58,7 +59,9 @@ use crate::delta::ReflectorStore;
 use crate::fifo::Transform;
 use crate::keys::{ObjectKey, key_of};
 use crate::list_watch::{EventStream, ListerWatcher};
+use crate::metrics::GaugeMetric;
 use crate::processor::FAR_FUTURE_SECS;
+use crate::shard::{Reshard, ScopeMember, ScopeState, ShardFiltering, ShardScope};
 use backoff::{Backoff, RetryWithDeadline};
 use errors::{
     is_expired, is_internal_error, is_too_large_resource_version, is_watch_error_retriable,
@@ -118,6 +121,12 @@ pub struct ReflectorOptions {
     /// ReplicaSets and Deployments it saved about 300 of 7,500 bytes an object (4%) for 2.8%
     /// of the controller's instructions (docs/benchmarks/controller.md).
     pub compact_objects: bool,
+    /// The shard scope to follow (see [`ShardScope`]); `None` takes the lister-watcher's
+    /// ([`ListerWatcher::shard_scope`]), if any.
+    pub shard_scope: Option<ShardScope>,
+    /// Set to 1 while the reflector filters on the client because the server ignored its
+    /// shard selector, else 0 (`kctrl_informer_shard_client_filtering`).
+    pub shard_client_filtering_metric: Option<Arc<dyn GaugeMetric>>,
 }
 
 impl Default for ReflectorOptions {
@@ -133,6 +142,8 @@ impl Default for ReflectorOptions {
             backoff: BackoffOptions::default(),
             max_internal_error_retry_duration: Duration::ZERO,
             compact_objects: true,
+            shard_scope: None,
+            shard_client_filtering_metric: None,
         }
     }
 }
@@ -159,7 +170,8 @@ impl fmt::Debug for ReflectorOptions {
                 &self.max_internal_error_retry_duration,
             )
             .field("compact_objects", &self.compact_objects)
-            .finish()
+            .field("shard_scope", &self.shard_scope)
+            .finish_non_exhaustive()
     }
 }
 
@@ -214,6 +226,12 @@ struct Inner<K> {
     /// Panics of the transform and the watch error handler, caught.
     panics: PanicCounter,
     rv: Mutex<RvState>,
+    /// Membership of the shard scope followed, if any.
+    shard: Option<ScopeMember>,
+    /// `kctrl_informer_shard_client_filtering`.
+    shard_metric: Option<Arc<dyn GaugeMetric>>,
+    /// The warning about a server ignoring the shard selector was logged.
+    shard_warned: AtomicBool,
 }
 
 #[derive(Default)]
@@ -228,6 +246,15 @@ struct RvState {
     skipped_adds: HashSet<ObjectKey>,
     /// The first list (at "0") came back in pages: the watch cache is off, keep paging.
     paginated_result: bool,
+    /// The shard scope's state the store reflects (`None` before the first list, or
+    /// without a scope): watches are opened with its selector.
+    shard_applied: Option<ScopeState>,
+    /// After a change of the shard selector that listed the ranges gained at
+    /// resourceVersion R: (those ranges, R). Watch events of their objects at or below R are
+    /// already in the store and are dropped; cleared once the watch passes R.
+    gained: Option<(ShardSelector, u64)>,
+    /// How the shard selector is applied.
+    filtering: Option<ShardFiltering>,
 }
 
 /// Logs with the reflector's name and resource as fields.
@@ -269,6 +296,7 @@ where
         options: ReflectorOptions,
         transform: Option<Transform<K>>,
     ) -> Self {
+        let lister_watcher_scope = lister_watcher.shard_scope();
         let name = if options.name.is_empty() {
             let at = std::panic::Location::caller();
             format!("{}:{}", at.file(), at.line())
@@ -287,7 +315,7 @@ where
             inner: Arc::new(Inner {
                 name,
                 type_description,
-                lw: lister_watcher,
+                lw: lister_watcher.clone(),
                 store,
                 resync_period: options.resync_period,
                 should_resync: options.should_resync,
@@ -301,6 +329,12 @@ where
                 transform,
                 panics: PanicCounter::default(),
                 rv: Mutex::new(RvState::default()),
+                shard: options
+                    .shard_scope
+                    .or_else(|| lister_watcher_scope.clone())
+                    .map(|scope| scope.register()),
+                shard_metric: options.shard_client_filtering_metric,
+                shard_warned: AtomicBool::new(false),
             }),
         }
     }
@@ -325,6 +359,15 @@ where
     /// a round whose streaming list fails lists instead, and the next one streams again).
     pub fn uses_watch_list(&self) -> bool {
         self.inner.use_watch_list
+    }
+
+    /// How the reflector applies its shard selector: [`ShardFiltering::Unsharded`] without
+    /// a shard scope (or one selecting everything) and before the first list.
+    pub fn shard_filtering(&self) -> ShardFiltering {
+        self.inner
+            .state()
+            .filtering
+            .unwrap_or(ShardFiltering::Unsharded)
     }
 
     /// How many panics of the transform or the watch error handler were caught: each
@@ -508,6 +551,8 @@ where
 
     /// Lists (in pages) and replaces the store's content. `Ok(false)` if cancelled.
     async fn list(&self, cancel: &CancellationToken) -> Result<bool, Error> {
+        let target = self.shard_target();
+        let shard = target.as_ref().and_then(|t| t.selector.as_ref());
         let rv = self.relist_resource_version();
         let page_size = match self.page_size {
             Some(n) => n,
@@ -518,7 +563,7 @@ where
         };
         let listing = async {
             let admit = |o| self.admit(o);
-            match pager::list_all(&*self.lw, &rv, page_size, &admit).await {
+            match pager::list_all(&*self.lw, &rv, page_size, shard, &admit).await {
                 Err(e) if is_expired(&e) || is_too_large_resource_version(&e) => {
                     log!(debug, self, err = %e, resource_version = %rv, "list resourceVersion unavailable; listing consistently");
                     self.set_unavailable(true);
@@ -526,6 +571,7 @@ where
                         &*self.lw,
                         &self.relist_resource_version(),
                         page_size,
+                        shard,
                         &admit,
                     )
                     .await
@@ -546,6 +592,7 @@ where
             st.unavailable = false;
         }
         log!(debug, self, items = listed.items.len(), resource_version = %listed.resource_version, "listed");
+        self.note_list_filtering(target.as_ref(), listed.server_filtered);
         self.state().skipped_adds.clear();
         self.store.replace_keeping(
             listed.items,
@@ -553,7 +600,202 @@ where
             listed.resource_version.clone(),
         );
         self.set_last_sync(listed.resource_version);
+        self.acknowledge_full_list(target);
         Ok(true)
+    }
+
+    /// The shard scope's state now, if the reflector follows one.
+    fn shard_target(&self) -> Option<ScopeState> {
+        self.shard.as_ref().map(ScopeMember::current)
+    }
+
+    /// Records how a list's shard selector was applied (`server_filtered` as the pager
+    /// reports it).
+    fn note_list_filtering(&self, target: Option<&ScopeState>, server_filtered: Option<bool>) {
+        match (target, server_filtered) {
+            (None, _) => {}
+            (Some(_), None) => self.note_filtering(ShardFiltering::Unsharded, None),
+            (Some(t), Some(true)) => {
+                self.note_filtering(ShardFiltering::Server, t.selector.as_ref())
+            }
+            (Some(t), Some(false)) => {
+                self.note_filtering(ShardFiltering::Client, t.selector.as_ref())
+            }
+        }
+    }
+
+    /// Records how the shard selector is applied, in the metric and, the first time the
+    /// server is found ignoring it, in a warning.
+    fn note_filtering(&self, filtering: ShardFiltering, selector: Option<&ShardSelector>) {
+        let previous = self.state().filtering.replace(filtering);
+        if let Some(metric) = &self.shard_metric {
+            metric.set(if filtering == ShardFiltering::Client {
+                1.0
+            } else {
+                0.0
+            });
+        }
+        if filtering == ShardFiltering::Client && previous != Some(ShardFiltering::Client) {
+            let selector = selector.map(ToString::to_string).unwrap_or_default();
+            if !self
+                .shard_warned
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                log!(warn, self, %selector,
+                    "kube-apiserver ignored the shard selector and sends every object; the informer keeps only its shard's (filtering on the client). Enable the ShardedListAndWatch feature gate on kube-apiserver (--feature-gates=ShardedListAndWatch=true, alpha in 1.36 and 1.37) so that only this shard's objects are sent");
+            } else {
+                log!(debug, self, %selector, "the server ignores the shard selector again; filtering on the client");
+            }
+        }
+    }
+
+    /// After a full (streaming) list with `target`'s selector: the store reflects it. The
+    /// scope's generation counts as applied once the store has taken the list in.
+    fn acknowledge_full_list(&self, target: Option<ScopeState>) {
+        let (Some(member), Some(target)) = (&self.shard, target) else {
+            return;
+        };
+        {
+            let mut st = self.state();
+            st.gained = None;
+            st.shard_applied = Some(target.clone());
+        }
+        // A change that keeps everything and adds nothing: it only carries the token
+        // through the queue, behind the list.
+        let marker = Reshard {
+            keep: None,
+            objects: Vec::new(),
+            applied: member.token(target.generation),
+        };
+        if let Err(marker) = self.store.reshard(marker) {
+            marker.applied.done();
+        }
+    }
+
+    /// Whether the shard scope changed since the store last took it in.
+    fn shard_pending(&self) -> bool {
+        let Some(member) = &self.shard else {
+            return false;
+        };
+        let applied = self.state().shard_applied.as_ref().map(|a| a.generation);
+        applied.is_some_and(|g| g != member.current().generation)
+    }
+
+    /// Follows a change of the shard scope while watching (the watch is stopped, at the last
+    /// synced resourceVersion Y): objects outside the new selector leave the store (handlers
+    /// see them deleted), the ranges gained are listed with a consistent read (at R) and
+    /// their objects added, and the next watch, from Y with the whole new selector, drops
+    /// the events of the gained ranges' objects at or below R, which the list already holds.
+    /// Objects that stay are not listed again. When that cannot be done exactly (a
+    /// resourceVersion that is not a number, a store that cannot apply such a change), the
+    /// whole new selection is listed and replaces the store's content instead. `Ok(false)`
+    /// if cancelled.
+    async fn reshard(&self, cancel: &CancellationToken) -> Result<bool, Error> {
+        let Some(member) = &self.shard else {
+            return Ok(true);
+        };
+        let target = member.current();
+        let Some(applied) = self.state().shard_applied.clone() else {
+            // Nothing listed yet: the next list takes the scope as it is.
+            return Ok(true);
+        };
+        if applied.selector == target.selector {
+            self.acknowledge_full_list(Some(target));
+            return Ok(true);
+        }
+        let gained = match (&applied.selector, &target.selector) {
+            // Everything was cached: nothing to gain.
+            (None, _) => None,
+            (Some(old), None) => ShardSelector::full(old.field()).difference(old),
+            (Some(old), Some(new)) => new.difference(old),
+        };
+        let describe = |s: &Option<ShardSelector>| {
+            s.as_ref()
+                .map_or_else(|| "everything".to_owned(), ToString::to_string)
+        };
+        log!(info, self,
+            from = %describe(&applied.selector),
+            to = %describe(&target.selector),
+            gained = %describe(&gained),
+            "shard selector changed");
+        let keep = target.selector.clone();
+        let last_sync = self.last_sync_resource_version_string();
+        let Some(gained) = gained else {
+            let change = Reshard {
+                keep,
+                objects: Vec::new(),
+                applied: member.token(target.generation),
+            };
+            if self.store.reshard(change).is_err() {
+                return self
+                    .relist_for_shard(cancel, "the store cannot drop objects in place")
+                    .await;
+            }
+            let mut st = self.state();
+            st.shard_applied = Some(target);
+            return Ok(true);
+        };
+        let Some(y) = numeric_resource_version(&last_sync) else {
+            return self
+                .relist_for_shard(cancel, "the last resourceVersion is not a number")
+                .await;
+        };
+        let listing = async {
+            let admit = |o| self.admit(o);
+            pager::list_all(
+                &*self.lw,
+                "",
+                self.page_size.unwrap_or(pager::DEFAULT_PAGE_SIZE),
+                Some(&gained),
+                &admit,
+            )
+            .await
+        };
+        let listed = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return Ok(false),
+            listed = listing => listed?,
+        };
+        self.note_list_filtering(
+            Some(&ScopeState {
+                generation: target.generation,
+                selector: Some(gained.clone()),
+            }),
+            listed.server_filtered,
+        );
+        let r = match numeric_resource_version(&listed.resource_version) {
+            Some(r) if r >= y => r,
+            _ => {
+                return self
+                    .relist_for_shard(
+                        cancel,
+                        "the list of the ranges gained is not at a numeric resourceVersion at or after the watch's",
+                    )
+                    .await;
+            }
+        };
+        log!(debug, self, items = listed.items.len(), resource_version = %listed.resource_version, "listed the ranges gained");
+        let change = Reshard {
+            keep,
+            objects: listed.items,
+            applied: member.token(target.generation),
+        };
+        if self.store.reshard(change).is_err() {
+            return self
+                .relist_for_shard(cancel, "the store cannot apply a shard change in place")
+                .await;
+        }
+        let mut st = self.state();
+        st.shard_applied = Some(target);
+        st.gained = Some((gained, r));
+        Ok(true)
+    }
+
+    /// Follows a shard change by listing the whole new selection (see
+    /// [`reshard`](Self::reshard)).
+    async fn relist_for_shard(&self, cancel: &CancellationToken, why: &str) -> Result<bool, Error> {
+        log!(debug, self, why, "relisting to follow the shard selector");
+        self.list(cancel).await
     }
 
     /// A streaming list: collect the initial events until the end bookmark, replace the
@@ -566,12 +808,15 @@ where
             if cancel.is_cancelled() {
                 return Ok(None);
             }
+            let target = self.shard_target();
+            let selector = target.as_ref().and_then(|t| t.selector.clone());
             let params = WatchParams {
                 resource_version: Some(self.rewatch_resource_version()).filter(|rv| !rv.is_empty()),
                 resource_version_match: Some(ResourceVersionMatch::NotOlderThan),
                 allow_watch_bookmarks: true,
                 send_initial_events: true,
                 timeout_seconds: Some(self.watch_timeout_seconds()),
+                shard_selector: selector.clone(),
                 ..WatchParams::default()
             };
             let start = Instant::now();
@@ -592,12 +837,14 @@ where
             let mut initial = BTreeMap::new();
             let mut skipped = BTreeSet::new();
             let mut resource_version = String::new();
+            let mut shard = WatchShard::new(selector.clone(), None);
             let end = self
                 .handle_watch(
                     &mut stream,
                     &mut Sink::Initial(&mut initial, &mut skipped),
                     start,
                     true,
+                    &mut shard,
                     |rv, past_added| {
                         if past_added {
                             resource_version = rv;
@@ -612,6 +859,21 @@ where
                 WatchEnd::InitialEventsEnd => {
                     log!(debug, self, items = initial.len(), %resource_version, "streamed the initial events");
                     self.set_unavailable(false);
+                    // A streaming list cannot say whether the server filtered: only an
+                    // object outside the selector shows it did not.
+                    if let Some(t) = &target {
+                        let filtering = match (&t.selector, shard.foreign) {
+                            (None, _) => Some(ShardFiltering::Unsharded),
+                            (Some(_), true) => Some(ShardFiltering::Client),
+                            (Some(_), false) if self.state().filtering.is_none() => {
+                                Some(ShardFiltering::Server)
+                            }
+                            (Some(_), false) => None,
+                        };
+                        if let Some(f) = filtering {
+                            self.note_filtering(f, t.selector.as_ref());
+                        }
+                    }
                     self.state().skipped_adds.clear();
                     self.store.replace_keeping(
                         initial.into_values().collect(),
@@ -619,6 +881,7 @@ where
                         resource_version.clone(),
                     );
                     self.set_last_sync(resource_version);
+                    self.acknowledge_full_list(target);
                     return Ok(Some(stream));
                 }
                 // Ended before the end bookmark: start over with a new streaming list.
@@ -631,6 +894,9 @@ where
                     return Err(WatchEnd::Failed(e));
                 }
                 WatchEnd::VeryShort => return Err(WatchEnd::VeryShort),
+                // Not returned while collecting the initial events (no scope change is
+                // awaited then); starting over would be right anyway.
+                WatchEnd::ShardChanged => continue,
             }
         }
     }
@@ -675,6 +941,22 @@ where
             // A stream handed over is past its initial events; a watch started at ""/"0"
             // begins with synthetic ADDED events in no particular order.
             let mut propagate_rv_from_start = true;
+            if stream.is_none() && self.shard_pending() && !self.reshard(cancel).await? {
+                return Ok(());
+            }
+            let (selector, gained) = {
+                let st = self.state();
+                (
+                    st.shard_applied.as_ref().and_then(|a| a.selector.clone()),
+                    st.gained.clone(),
+                )
+            };
+            let mut shard = WatchShard::new(selector.clone(), gained);
+            if let (Some(member), Some(applied)) =
+                (&self.shard, self.state().shard_applied.as_ref())
+            {
+                shard.change = Some(Box::pin(member.changed_from(applied.generation)));
+            }
             let mut events = match stream.take() {
                 Some(s) => s,
                 None => {
@@ -684,6 +966,7 @@ where
                         resource_version: Some(rv).filter(|rv| !rv.is_empty()),
                         allow_watch_bookmarks: true,
                         timeout_seconds: Some(self.watch_timeout_seconds()),
+                        shard_selector: selector,
                         ..WatchParams::default()
                     };
                     let opened = tokio::select! {
@@ -711,6 +994,7 @@ where
                     &mut Sink::Store(&*self.store),
                     start,
                     false,
+                    &mut shard,
                     |rv, past_added| {
                         if propagate_rv_from_start || past_added {
                             self.set_last_sync(rv);
@@ -721,9 +1005,13 @@ where
                 )
                 .await;
             drop(events);
+            self.state().gained = shard.gained.take();
             internal_errors.after(matches!(&end, WatchEnd::Failed(e) if is_internal_error(e)));
             match end {
                 WatchEnd::Stopped => return Ok(()),
+                // Stopped at the last synced resourceVersion; the next pass follows the
+                // change and watches again from there.
+                WatchEnd::ShardChanged => continue,
                 WatchEnd::Closed | WatchEnd::InitialEventsEnd => continue,
                 WatchEnd::Failed(e) if is_expired(&e) => {
                     // Relist at the last resourceVersion: a list at it returns data at least
@@ -749,6 +1037,32 @@ where
         }
     }
 
+    /// Whether a watch event of `obj` at `rv` reaches the store: not when the object is
+    /// outside the watch's shard selector (the server ignored it), nor when it belongs to
+    /// the ranges a shard change listed at a resourceVersion at or after `rv`.
+    fn shard_admits(&self, shard: &mut WatchShard, obj: &K, rv: &str) -> bool {
+        if let Some(selector) = &shard.selector
+            && !selector.matches(obj.metadata())
+        {
+            if !shard.foreign {
+                shard.foreign = true;
+                // While watching into the store the server is known to ignore the selector
+                // now; a streaming list reports it when its initial events end.
+                if shard.change.is_some() {
+                    self.note_filtering(ShardFiltering::Client, Some(selector));
+                }
+            }
+            return false;
+        }
+        if let Some((gained, listed_at)) = &shard.gained
+            && gained.matches(obj.metadata())
+            && numeric_resource_version(rv).is_some_and(|n| n <= *listed_at)
+        {
+            return false;
+        }
+        true
+    }
+
     fn last_sync_resource_version_string(&self) -> String {
         self.state().last_sync.clone()
     }
@@ -770,6 +1084,7 @@ where
         sink: &mut Sink<'_, K>,
         start: Instant,
         exit_on_initial_events_end: bool,
+        shard: &mut WatchShard,
         mut set_resource_version: impl FnMut(String, bool),
         cancel: &CancellationToken,
         resync: &mut Resync,
@@ -790,6 +1105,7 @@ where
                 biased;
                 _ = &mut cancelled => return WatchEnd::Stopped,
                 _ = resync.tick() => { self.resync(); continue; }
+                _ = wait_change(&mut shard.change) => return WatchEnd::ShardChanged,
                 _ = wait_on(&mut warn_timer) => {
                     let now = Instant::now();
                     if let Some(at) = last_event
@@ -822,9 +1138,11 @@ where
             let rv = match event {
                 WatchEvent::Added(obj) => {
                     let rv = resource_version_of(&obj);
-                    match self.admit(obj) {
-                        Ok(obj) => sink.add(self, obj),
-                        Err(key) => sink.skipped_add(self, key),
+                    if self.shard_admits(shard, &obj, &rv) {
+                        match self.admit(obj) {
+                            Ok(obj) => sink.add(self, obj),
+                            Err(key) => sink.skipped_add(self, key),
+                        }
                     }
                     rv
                 }
@@ -832,7 +1150,9 @@ where
                     past_added = true;
                     let rv = resource_version_of(&obj);
                     // Skipped, the cache keeps the previous state.
-                    if let Ok(obj) = self.admit(obj) {
+                    if self.shard_admits(shard, &obj, &rv)
+                        && let Ok(obj) = self.admit(obj)
+                    {
                         sink.update(self, obj);
                     }
                     rv
@@ -840,7 +1160,9 @@ where
                 WatchEvent::Deleted(obj) => {
                     past_added = true;
                     let rv = resource_version_of(&obj);
-                    sink.delete(self, self.admit_deleted(obj));
+                    if self.shard_admits(shard, &obj, &rv) {
+                        sink.delete(self, self.admit_deleted(obj));
+                    }
                     rv
                 }
                 WatchEvent::Bookmark(bookmark) if bookmark.resource_version.is_empty() => {
@@ -857,6 +1179,7 @@ where
                 }
                 WatchEvent::Error(e) => return WatchEnd::Failed(Error::from(e)),
             };
+            shard.passed(&rv);
             set_resource_version(rv, past_added);
             events += 1;
             if exit_on_initial_events_end && initial_events_end {
@@ -874,6 +1197,54 @@ where
     }
 }
 
+/// The shard side of consuming one watch stream.
+struct WatchShard {
+    /// The selector the watch was opened with: events of other objects are dropped (a
+    /// server without the feature gate sends them).
+    selector: Option<ShardSelector>,
+    /// Ranges gained by a shard change and the resourceVersion they were listed at (see
+    /// `RvState::gained`).
+    gained: Option<(ShardSelector, u64)>,
+    /// An event of an object outside `selector` arrived.
+    foreign: bool,
+    /// Completes when the shard scope changes (only while watching into the store).
+    change: Option<Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
+}
+
+impl WatchShard {
+    fn new(selector: Option<ShardSelector>, gained: Option<(ShardSelector, u64)>) -> Self {
+        Self {
+            selector,
+            gained,
+            foreign: false,
+            change: None,
+        }
+    }
+
+    /// The watch reached `rv`: once past the gained ranges' list, nothing more is dropped.
+    fn passed(&mut self, rv: &str) {
+        if let Some((_, listed_at)) = &self.gained
+            && numeric_resource_version(rv).is_none_or(|n| n > *listed_at)
+        {
+            self.gained = None;
+        }
+    }
+}
+
+/// Waits for `change` to complete, or forever when there is none.
+async fn wait_change(change: &mut Option<Pin<Box<dyn std::future::Future<Output = ()> + Send>>>) {
+    match change {
+        Some(c) => c.as_mut().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A resourceVersion as a number, if it is one (etcd's revisions are; the API only promises
+/// an opaque string).
+fn numeric_resource_version(rv: &str) -> Option<u64> {
+    rv.parse().ok()
+}
+
 /// How consuming one watch stream ended.
 #[derive(Debug)]
 enum WatchEnd {
@@ -887,6 +1258,8 @@ enum WatchEnd {
     Failed(Error),
     /// Closed within a second without any event: something is wrong with the server.
     VeryShort,
+    /// The shard scope changed; the watch was stopped to follow it.
+    ShardChanged,
 }
 
 impl fmt::Display for WatchEnd {
@@ -899,6 +1272,7 @@ impl fmt::Display for WatchEnd {
             WatchEnd::VeryShort => f.write_str(
                 "very short watch: the watch closed within a second without receiving any event",
             ),
+            WatchEnd::ShardChanged => f.write_str("the shard selector changed"),
         }
     }
 }
