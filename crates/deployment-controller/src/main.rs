@@ -34,7 +34,8 @@ use kctrl_leader_election::{
     DEFAULT_HEALTHZ_TIMEOUT, HEALTHZ_NAME, HealthzAdaptor, LeaderCallbacks, LeaderElectionConfig,
     LeaderElector, LeaderEvent, LeaseLock, PrometheusLeaderMetrics, lock_client_config,
 };
-use kctrl_shard::{PrometheusShardMetrics, ShardConfig, ShardMember};
+use kctrl_runtime::shard::Sharding;
+use kctrl_shard::{PrometheusShardMetrics, ShardConfig};
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
@@ -397,6 +398,7 @@ fn informer_factory(
     client: Client,
     metrics: &metrics::Metrics,
     content_type: &str,
+    shard: Option<&Sharding>,
 ) -> SharedInformerFactory {
     // As kube-controller-manager's informers, ours cache objects without managedFields; here
     // they are skipped while decoding rather than dropped after. They are named as
@@ -414,6 +416,11 @@ fn informer_factory(
             ..ReflectorOptions::default()
         })
         .metrics(metrics::INFORMER_NAME, metrics.informers.clone());
+    // Sharded, every informer caches the namespaces of the buckets the member holds.
+    let factory = match shard {
+        Some(sharding) => factory.shard_scope(sharding.scope()),
+        None => factory,
+    };
     if content_type == kctrl_client::protobuf::PROTOBUF {
         factory
             .protobuf::<PodView>()
@@ -485,7 +492,12 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         .context("starting the event sink")?;
     let recorder = Arc::new(broadcaster.new_recorder(EventSource::new("deployment-controller")));
 
-    let factory = informer_factory(client.clone(), &metrics, &flags.kube_api_content_type);
+    let factory = informer_factory(
+        client.clone(),
+        &metrics,
+        &flags.kube_api_content_type,
+        shard.as_ref(),
+    );
     metrics::register_handler_panics(&mut registry, {
         let factory = factory.clone();
         move || factory.handler_panics()
@@ -558,17 +570,10 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
             }
         });
         let mut readyz = vec![("caches-synced", ready)];
-        if let Some(member) = &shard {
-            let member = member.clone();
-            let holds: serve::Check = Arc::new(move || {
-                if member.is_ready() {
-                    Ok(())
-                } else if member.stopped().is_cancelled() {
-                    Err("the shard membership has stopped".to_owned())
-                } else {
-                    Err("this replica holds no active shard range yet".to_owned())
-                }
-            });
+        if let Some(sharding) = &shard {
+            let sharding = sharding.clone();
+            let holds: serve::Check =
+                Arc::new(move || sharding.ready_check().map_err(|e| e.to_string()));
             readyz.push(("shard-range", holds));
         }
         let mut healthz = Vec::new();
@@ -611,7 +616,7 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
             "API server serves apps/v1 deployments and lets us list them"
         );
         let workers = usize::try_from(flags.concurrent_deployment_syncs).unwrap_or(1);
-        if let Some(member) = &shard {
+        if let Some(member) = shard.as_ref().map(Sharding::member) {
             info!(
                 group = %member.config().group,
                 namespace = %member.config().namespace,
@@ -666,9 +671,10 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
     result
 }
 
-/// The shard member of a replica started with `--shard-by`: its Lease, in the group's
+/// The shard membership of a replica started with `--shard-by`: its Lease, in the group's
 /// namespace, written through a client of its own (bounded by the renew deadline, as leader
-/// election's), timed by the `--leader-elect-*` durations, its metrics on `registry`.
+/// election's), timed by the `--leader-elect-*` durations, its metrics on `registry`, and
+/// the scope its informers follow.
 fn shard_member(
     flags: &Flags,
     field: ShardField,
@@ -676,7 +682,7 @@ fn shard_member(
     config: &Config,
     rest_metrics: &Arc<dyn kctrl_client::RestClientMetrics>,
     registry: &mut Registry,
-) -> anyhow::Result<ShardMember> {
+) -> anyhow::Result<Sharding> {
     // The only field flags.rs lets through.
     if field != ShardField::Namespace {
         bail!("--shard-by: the Deployment controller shards by namespace only");
@@ -698,7 +704,7 @@ fn shard_member(
     shard.renew_deadline = flags.leader_elect_renew_deadline;
     shard.retry_period = flags.leader_elect_retry_period;
     shard.metrics = Arc::new(PrometheusShardMetrics::new(registry));
-    ShardMember::new(lease_client, shard).context(
+    Sharding::new(lease_client, shard, field).context(
         "configuring the shard member (--shard-group, --shard-lease-namespace, \
          --leader-elect-lease-duration, --leader-elect-renew-deadline, \
          --leader-elect-retry-period)",
@@ -1661,7 +1667,12 @@ mod tests {
         fake.add(&web_deployment()).unwrap();
         let mut registry = Registry::default();
         let metrics = metrics::register(&mut registry);
-        let factory = informer_factory(fake.client(), &metrics, kctrl_client::protobuf::PROTOBUF);
+        let factory = informer_factory(
+            fake.client(),
+            &metrics,
+            kctrl_client::protobuf::PROTOBUF,
+            None,
+        );
         let recorder = Arc::new(kctrl_deployment::events::RecordingEventRecorder::new());
         let _runner = DeploymentControllerRunner::new(fake.client(), &factory, recorder).unwrap();
         let cancel = CancellationToken::new();

@@ -1,5 +1,5 @@
 //! The sharded Deployment controller: several active replicas, each syncing the Deployments
-//! of the namespaces whose hash falls in the buckets its [`ShardMember`] holds.
+//! of the namespaces whose hash falls in the buckets its [`ShardMember`](kctrl_shard::ShardMember) holds.
 //!
 //! A Deployment, its ReplicaSets and its Pods always share a namespace, so sharding by
 //! namespace ([`shard_hash_of_key`]) keeps everything one sync reads and writes in one
@@ -11,28 +11,28 @@
 //!
 //! * before each sync a worker asks the member for a [`ReconcileGuard`] for the key's
 //!   namespace hash; a key whose bucket is not active here is dropped (forgotten by the
-//!   queue, counted with [`ShardMember::keys_dropped`]) — the replica that holds the bucket
+//!   queue, counted with [`ShardMember::keys_dropped`](kctrl_shard::ShardMember::keys_dropped)) — the replica that holds the bucket
 //!   syncs it;
 //! * the sync runs with its guard in scope, and every write the controller sends goes
 //!   through [`FencedWrites`], which refuses it unless the guard is still valid; the sync is
 //!   also abandoned at once when the member stops (its Lease not renewed within the renew
 //!   deadline);
-//! * when buckets become active ([`ShardMember::activations`]), the cached Deployments in them
-//!   are enqueued, so that nothing dropped while the bucket was another's is lost.
+//! * the member is driven by kctrl-runtime's [`Sharding`](kctrl_runtime::shard::Sharding): the
+//!   informers cache the buckets the member holds or is about to hold (filtered by the API
+//!   server when it has the `ShardedListAndWatch` feature gate, on the client otherwise), a
+//!   bucket becomes active once the caches cover it, and then its cached Deployments are
+//!   enqueued, so that nothing dropped while the bucket was another's is lost.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList;
 use k8s_openapi::apimachinery::pkg::version::Info;
 use kctrl_client::sharding::hash_field;
 use kctrl_client::{ApiRequest, Backend, Client, Error, WatchFrames};
-use kctrl_informer::{Store, key_of};
-use kctrl_shard::{BucketSet, ReconcileGuard, ShardMember};
-use kctrl_workqueue::RateLimitingQueue;
+use kctrl_shard::ReconcileGuard;
 
 tokio::task_local! {
     /// The guard of the sync running on this task.
@@ -139,42 +139,6 @@ impl Backend for FencedWrites {
     ) -> BoxFuture<'a, Result<APIResourceList, Error>> {
         self.inner.api_resources(group_version)
     }
-}
-
-/// Enqueues the cached Deployments of each set of buckets that becomes active on `member`,
-/// until the member stops. The first set is every bucket active since the member was built.
-pub(crate) async fn enqueue_activated(
-    member: ShardMember,
-    deployments: Store<Deployment>,
-    queue: RateLimitingQueue<String>,
-) {
-    let mut activations = member.activations();
-    while let Some(buckets) = activations.next().await {
-        let keys = keys_in_buckets(&member, &deployments, &buckets);
-        tracing::info!(
-            group = %member.config().group,
-            buckets = buckets.len(),
-            deployments = keys.len(),
-            "shard buckets became active; enqueueing their cached deployments"
-        );
-        for key in keys {
-            queue.add(key);
-        }
-    }
-}
-
-/// The keys of the cached Deployments whose namespace hashes into `buckets`.
-pub(crate) fn keys_in_buckets(
-    member: &ShardMember,
-    deployments: &Store<Deployment>,
-    buckets: &BucketSet,
-) -> Vec<String> {
-    deployments
-        .list()
-        .iter()
-        .map(|d| key_of(d.as_ref()))
-        .filter(|key| buckets.contains(member.bucket_of(shard_hash_of_key(key))))
-        .collect()
 }
 
 #[cfg(test)]

@@ -35,11 +35,13 @@ use futures::FutureExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kctrl_client::Client;
+use kctrl_client::sharding::ShardField;
 use kctrl_controller_ref::get_controller_of;
 use kctrl_informer::{
     DeletedObject, Delivery, HandlerOptions, HandlerRegistration, InformerError,
     ResourceEventHandler, SharedInformerFactory, Store, key_of, wait_for_cache_sync,
 };
+use kctrl_runtime::shard::{Sharding, ShardingError};
 use kctrl_shard::{ReconcileGuard, ShardMember};
 use kctrl_workqueue::{
     MetricsProvider, Priority, QueueConfig, RateLimitingQueue, default_controller_rate_limiter,
@@ -51,7 +53,7 @@ use crate::controller::{DeploymentController, SyncError};
 use crate::events::EventRecorder;
 use crate::pod_view::PodView;
 use crate::progress::Requeue;
-use crate::sharding::{FencedWrites, enqueue_activated, shard_hash_of_key, with_guard};
+use crate::sharding::{FencedWrites, shard_hash_of_key, with_guard};
 use crate::util::constants::RECREATE_DEPLOYMENT_STRATEGY_TYPE;
 use crate::util::fields::strategy_type;
 use crate::util::get_deployments_for_replica_set;
@@ -347,12 +349,24 @@ pub enum RunError {
     /// The caches did not sync (cancelled first, or an informer stopped).
     #[error("caches for {QUEUE_NAME} did not sync")]
     CachesNotSynced,
+    /// Sharded: the runner's set-up is wrong (its factory does not follow the `Sharding`'s
+    /// scope, or the `Sharding` already ran); nothing ran.
+    #[error(transparent)]
+    Sharding(#[from] ShardingError),
     /// Sharded: the shard member stopped on its own (its Lease could not be renewed within
     /// the renew deadline, or was changed by someone else), or failed while leaving. Other
     /// replicas take its buckets over once its Lease has expired; the process should exit
     /// and start again, as after a lost leader election.
     #[error("shard membership lost: {0}")]
     ShardLost(#[source] kctrl_shard::RunError),
+    /// Sharded by another field than the namespace: a Deployment's ReplicaSets and Pods
+    /// would be cached by other replicas than the one syncing it.
+    #[error(
+        "the Deployment controller shards by namespace only: a Deployment's ReplicaSets and Pods \
+         have UIDs of their own, which hash into other shards; build the Sharding with \
+         ShardField::Namespace"
+    )]
+    NotByNamespace,
 }
 
 /// Called after each sync with how long it took and whether it succeeded.
@@ -368,10 +382,12 @@ pub struct RunnerOptions {
     /// Queue every key in the high lane, first come first served, as kube-controller-manager
     /// does (see [`lane_for_add`] for what the lanes are for).
     pub single_lane: bool,
-    /// Sync only the Deployments whose namespace hashes into a bucket this member holds
-    /// active, and write only while holding it (see [`crate::sharding`]). The member is run
-    /// by [`DeploymentControllerRunner::run`]; do not run it yourself.
-    pub shard: Option<ShardMember>,
+    /// Sync only the Deployments whose namespace hashes into a bucket the member of this
+    /// [`Sharding`] (by namespace) holds active, cache only those buckets, and write only
+    /// while holding them (see [`crate::sharding`]). The factory must have been built with
+    /// [`Sharding::scope`] as its shard scope. The member is run by
+    /// [`DeploymentControllerRunner::run`]; do not run it yourself.
+    pub shard: Option<Sharding>,
 }
 
 impl std::fmt::Debug for RunnerOptions {
@@ -395,7 +411,7 @@ pub struct DeploymentControllerRunner {
     registrations: Vec<HandlerRegistration>,
     sync_observer: Option<SyncObserver>,
     caches_synced: Arc<AtomicBool>,
-    shard: Option<ShardMember>,
+    shard: Option<Sharding>,
     deployments: Store<Deployment>,
 }
 
@@ -508,7 +524,7 @@ impl DeploymentControllerRunner {
 
     /// The shard member the workers ask before each sync, when sharded.
     pub fn shard(&self) -> Option<&ShardMember> {
-        self.shard.as_ref()
+        self.shard.as_ref().map(Sharding::member)
     }
 
     /// `Run(workers)`: starts the factory's informers, waits for the caches, runs `workers`
@@ -521,14 +537,21 @@ impl DeploymentControllerRunner {
     /// [`shutdown`](SharedInformerFactory::shutdown) afterwards to wait for them.
     ///
     /// Sharded ([`RunnerOptions::shard`]), the member joins its group once the caches have
-    /// synced and runs until this returns: the workers sync only the keys whose bucket is
-    /// active on it (the others are dropped and counted), and the cached Deployments of
-    /// every bucket that becomes active are enqueued. On `cancel`, once the syncs in flight
+    /// synced and runs until this returns ([`Sharding::drive`]): the caches follow the
+    /// buckets it holds, the workers sync only the keys whose bucket is active on it (the
+    /// others are dropped and counted), and the cached Deployments of every bucket that
+    /// becomes active are enqueued. On `cancel`, once the syncs in flight
     /// have finished, the member releases its buckets and deletes its Lease before this
     /// returns. If the member stops on its own (its Lease not renewed within the renew
     /// deadline, or lost), the syncs in flight are abandoned at once and this returns
     /// [`RunError::ShardLost`]: the process should exit, as after a lost leader election.
     pub async fn run(&self, workers: usize, cancel: &CancellationToken) -> Result<(), RunError> {
+        if let Some(sharding) = &self.shard {
+            if sharding.field() != ShardField::Namespace {
+                return Err(RunError::NotByNamespace);
+            }
+            sharding.prepare(&self.factory, &["ReplicaSet", "Pod"])?;
+        }
         info!(controller = QUEUE_NAME, "starting controller");
         let informers = CancellationToken::new();
         let _stop_informers = informers.clone().drop_guard();
@@ -546,18 +569,11 @@ impl DeploymentControllerRunner {
         // Told to leave once the syncs in flight have finished.
         let leave = CancellationToken::new();
         let mut membership = match &self.shard {
-            Some(member) => {
-                let member = member.clone();
+            Some(sharding) => {
+                let sharding = sharding.clone();
                 let (leave, deployments, queue) =
                     (leave.clone(), self.deployments.clone(), self.queue.clone());
-                async move {
-                    let enqueue = enqueue_activated(member.clone(), deployments, queue);
-                    tokio::select! {
-                        ended = member.run(leave) => Some(ended),
-                        () = enqueue => std::future::pending().await,
-                    }
-                }
-                .boxed()
+                async move { Some(sharding.drive(leave, queue, deployments).await) }.boxed()
             }
             None => std::future::pending().boxed(),
         };
@@ -568,7 +584,7 @@ impl DeploymentControllerRunner {
                     self.controller.clone(),
                     self.queue.clone(),
                     self.sync_observer.clone(),
-                    self.shard.clone(),
+                    self.shard.as_ref().map(|s| s.member().clone()),
                     stop.clone(),
                 ))
             })
