@@ -56,9 +56,18 @@ fn is_write(verb: &str) -> bool {
     matches!(verb, "create" | "update" | "patch" | "delete")
 }
 
+/// How often a write waiting to be sent (for a rate-limiter token, or a retry) checks that
+/// its guard is still valid.
+const RECHECK: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// A backend that lets a write through only from a sync whose [`ReconcileGuard`] is still
 /// valid (see [`ReconcileGuard::is_valid`]): a replica whose Lease was not renewed in time,
 /// or a write outside any sync, is refused before anything is sent. Reads and watches pass.
+///
+/// A write that waits inside the client (for a token of its rate limiter, or before a
+/// retry) checks its guard again every 100 ms, and first thing when the process resumes
+/// after being stopped (a SIGSTOP, a paused VM): its own timer fires in the same turn as
+/// the wait's, and is polled first. A write already on the wire cannot be recalled.
 pub struct FencedWrites {
     inner: Arc<dyn Backend>,
 }
@@ -67,6 +76,28 @@ impl std::fmt::Debug for FencedWrites {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FencedWrites").finish_non_exhaustive()
     }
+}
+
+/// What a refused write says: the verb, the resource and the namespace.
+fn describe(request: &ApiRequest) -> String {
+    format!(
+        "{} {}{}",
+        request.verb(),
+        request.resource.plural,
+        request
+            .namespace
+            .as_deref()
+            .map(|ns| format!(" in namespace {ns}"))
+            .unwrap_or_default()
+    )
+}
+
+fn lost_error(what: &str, lost: kctrl_shard::Lost) -> Error {
+    Error::InvalidRequest(format!(
+        "{what} refused: shard bucket {} is no longer held by this replica (its Lease was not \
+         renewed in time); another replica may own the object now",
+        lost.bucket
+    ))
 }
 
 impl FencedWrites {
@@ -82,47 +113,43 @@ impl FencedWrites {
             client.default_namespace(),
         )
     }
-
-    /// Why `request` may not be sent now, if it may not.
-    fn refusal(request: &ApiRequest) -> Option<Error> {
-        if !is_write(request.verb()) {
-            return None;
-        }
-        let what = || {
-            format!(
-                "{} {}{}",
-                request.verb(),
-                request.resource.plural,
-                request
-                    .namespace
-                    .as_deref()
-                    .map(|ns| format!(" in namespace {ns}"))
-                    .unwrap_or_default()
-            )
-        };
-        match GUARD.try_with(|g| g.check()) {
-            Ok(Ok(())) => None,
-            Ok(Err(lost)) => Some(Error::InvalidRequest(format!(
-                "{} refused: shard bucket {} is no longer held by this replica (its Lease was \
-                 not renewed in time); another replica may own the object now",
-                what(),
-                lost.bucket
-            ))),
-            Err(_) => Some(Error::InvalidRequest(format!(
-                "{} refused: a sharded controller writes only from a sync holding its shard's \
-                 guard",
-                what()
-            ))),
-        }
-    }
 }
 
 impl Backend for FencedWrites {
     fn call(&self, request: ApiRequest) -> BoxFuture<'_, Result<Bytes, Error>> {
-        if let Some(refused) = Self::refusal(&request) {
-            return futures::future::ready(Err(refused)).boxed();
+        if !is_write(request.verb()) {
+            return self.inner.call(request);
         }
-        self.inner.call(request)
+        let what = describe(&request);
+        let guard = match GUARD.try_with(Arc::clone) {
+            Ok(guard) => guard,
+            Err(_) => {
+                return futures::future::ready(Err(Error::InvalidRequest(format!(
+                    "{what} refused: a sharded controller writes only from a sync holding its \
+                     shard's guard"
+                ))))
+                .boxed();
+            }
+        };
+        if let Err(lost) = guard.check() {
+            return futures::future::ready(Err(lost_error(&what, lost))).boxed();
+        }
+        let call = self.inner.call(request);
+        async move {
+            tokio::pin!(call);
+            loop {
+                tokio::select! {
+                    biased;
+                    () = tokio::time::sleep(RECHECK) => {
+                        if let Err(lost) = guard.check() {
+                            return Err(lost_error(&what, lost));
+                        }
+                    }
+                    result = &mut call => return result,
+                }
+            }
+        }
+        .boxed()
     }
 
     fn watch(&self, request: ApiRequest) -> BoxFuture<'_, Result<WatchFrames, Error>> {

@@ -577,3 +577,101 @@ async fn a_sync_is_abandoned_when_its_member_stops() {
         "a stopped member hands out guards"
     );
 }
+
+/// A backend over the fake that holds every write for `delay` before passing it on, as a
+/// client's rate limiter holds a request while the process is stopped.
+#[derive(Clone)]
+struct Slow {
+    fake: FakeApi,
+    delay: Duration,
+}
+
+impl Backend for Slow {
+    fn call(&self, request: ApiRequest) -> BoxFuture<'_, Result<Bytes, Error>> {
+        Box::pin(async move {
+            if matches!(request.verb(), "create" | "update" | "patch" | "delete") {
+                tokio::time::sleep(self.delay).await;
+            }
+            self.fake.call(request).await
+        })
+    }
+
+    fn watch(&self, request: ApiRequest) -> BoxFuture<'_, Result<WatchFrames, Error>> {
+        self.fake.watch(request)
+    }
+
+    fn server_version(&self) -> BoxFuture<'_, Result<Info, Error>> {
+        self.fake.server_version()
+    }
+
+    fn api_resources<'a>(
+        &'a self,
+        group_version: &'a str,
+    ) -> BoxFuture<'a, Result<APIResourceList, Error>> {
+        self.fake.api_resources(group_version)
+    }
+}
+
+// A write that passed the fence while the guard was valid, and then waited inside the client
+// past the member's renew deadline, is refused before it is sent, not sent late.
+#[tokio::test(start_paused = true)]
+async fn a_write_still_waiting_when_the_guard_lapses_is_not_sent() {
+    let fake = FakeApi::new();
+    let renewals_fail = fail_lease_writes(&fake);
+    let member = ShardMember::new(
+        fake.client(),
+        ShardConfig::new("deployment-controller", "kube-system", "a"),
+    )
+    .unwrap();
+    let cancel = CancellationToken::new();
+    tokio::spawn({
+        let (member, cancel) = (member.clone(), cancel.clone());
+        async move { member.run(cancel).await }
+    });
+    assert!(
+        eventually(Duration::from_secs(60), || member.active_buckets().len()
+            == 64)
+        .await
+    );
+    let slow = Client::new(
+        Slow {
+            fake: fake.clone(),
+            delay: Duration::from_secs(60),
+        },
+        "default",
+    );
+    let configmaps =
+        Api::<ConfigMap>::namespaced(crate::sharding::FencedWrites::client(&slow), "ns-0");
+    let cm = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("late".to_owned()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let guard = Arc::new(member.try_begin(hash_field("ns-0")).unwrap());
+    let write = tokio::spawn(crate::sharding::with_guard(guard, async move {
+        configmaps.create(&PostParams::default(), &cm).await
+    }));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    renewals_fail.store(true, std::sync::atomic::Ordering::SeqCst);
+    let started = tokio::time::Instant::now();
+    let refused = tokio::time::timeout(Duration::from_secs(30), write)
+        .await
+        .expect("refused before the write's own delay ends")
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        refused
+            .to_string()
+            .contains("no longer held by this replica"),
+        "{refused}"
+    );
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    assert!(fake.object::<ConfigMap>(Some("ns-0"), "late").is_none());
+}
