@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 mod api_versions;
+mod audit;
 mod bench;
 mod chaos;
 mod cluster;

@@ -39,6 +39,7 @@ mod faults;
 pub(crate) mod invariants;
 mod proxy;
 mod run;
+mod shard_audit;
 mod watch;
 
 use std::collections::BTreeSet;
