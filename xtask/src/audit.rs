@@ -155,7 +155,10 @@ mod tests {
         assert_eq!(e.verb, "update");
         assert_eq!(e.object(), "deployments/status ab3kx-shard/d001");
         assert_eq!(e.group, "apps");
-        assert_eq!(e.user_agent, "deployment-controller/0.1.0 (shard host-1234)");
+        assert_eq!(
+            e.user_agent,
+            "deployment-controller/0.1.0 (shard host-1234)"
+        );
         assert!(e.username.ends_with("kctrl-deployment-controller"));
         assert!(e.succeeded() && e.is_write());
         assert_eq!(
@@ -164,7 +167,10 @@ mod tests {
         );
         assert!(e.response.is_none());
         let l = &events[1];
-        assert_eq!(l.response.as_ref().unwrap()["metadata"]["resourceVersion"], "7");
+        assert_eq!(
+            l.response.as_ref().unwrap()["metadata"]["resourceVersion"],
+            "7"
+        );
         assert!(l.received < l.completed);
     }
 }

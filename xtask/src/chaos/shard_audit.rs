@@ -27,6 +27,9 @@ use kctrl_shard::{BucketSet, MemberLease, bucket_of};
 
 use crate::audit::AuditEvent;
 
+/// The user our controller runs as on the local plane (`deploy/`'s ServiceAccount).
+const CONTROLLER_USER: &str = "system:serviceaccount:kube-system:kctrl-deployment-controller";
+
 /// The identity a sharded replica puts in its User-Agent: `… (shard <identity>)…`.
 pub(crate) fn identity_of(user_agent: &str) -> Option<&str> {
     let rest = &user_agent[user_agent.find("(shard ")? + "(shard ".len()..];
@@ -84,7 +87,10 @@ impl ShardAudit {
             .values_mut()
             .map(|holds| {
                 holds.sort_by_key(|h| h.start);
-                holds.windows(2).filter(|w| w[0].holder != w[1].holder).count()
+                holds
+                    .windows(2)
+                    .filter(|w| w[0].holder != w[1].holder)
+                    .count()
             })
             .sum()
     }
@@ -232,7 +238,7 @@ pub(crate) fn check(
             continue;
         }
         let Some(id) = identity_of(&e.user_agent) else {
-            if e.user_agent.starts_with("deployment-controller/") {
+            if e.user_agent.starts_with("deployment-controller/") || e.username == CONTROLLER_USER {
                 audit.violations.push(format!(
                     "{} {} at {} by a deployment-controller without a shard identity ({})",
                     e.verb,
@@ -296,7 +302,12 @@ pub(crate) fn check(
                     .and_then(|w| w.iter().map(|e| e.completed).max());
                 let first_late = writes_of
                     .get(&(*bucket, late.holder.clone()))
-                    .and_then(|w| w.iter().map(|e| e.received).filter(|t| *t >= late.start).min());
+                    .and_then(|w| {
+                        w.iter()
+                            .map(|e| e.received)
+                            .filter(|t| *t >= late.start)
+                            .min()
+                    });
                 if let (Some(last), Some(first)) = (last_early, first_late)
                     && last >= first
                 {
@@ -311,7 +322,7 @@ pub(crate) fn check(
             }
         }
     }
-    audit.holds.sort_by(|a, b| (a.bucket, a.start).cmp(&(b.bucket, b.start)));
+    audit.holds.sort_by_key(|h| (h.bucket, h.start));
     audit
 }
 
@@ -441,8 +452,16 @@ mod tests {
         ];
         let audit = check(&events, GROUP, NS, 64);
         assert_eq!(audit.violations.len(), 2, "{:?}", audit.violations);
-        assert!(audit.violations[0].contains("a wrote"), "{:?}", audit.violations);
-        assert!(audit.violations[1].contains("never held"), "{:?}", audit.violations);
+        assert!(
+            audit.violations[0].contains("a wrote"),
+            "{:?}",
+            audit.violations
+        );
+        assert!(
+            audit.violations[1].contains("never held"),
+            "{:?}",
+            audit.violations
+        );
     }
 
     #[test]
@@ -474,7 +493,9 @@ mod tests {
         assert_eq!(ok.expiries(), 1);
         let late = check(&expired(20.5), GROUP, NS, 64);
         assert!(
-            late.violations.iter().any(|v| v.contains("(expired) wrote until")),
+            late.violations
+                .iter()
+                .any(|v| v.contains("(expired) wrote until")),
             "{:?}",
             late.violations
         );
@@ -486,6 +507,10 @@ mod tests {
         e.user_agent = "deployment-controller/0.1.0".into();
         let audit = check(&[e], GROUP, NS, 64);
         assert_eq!(audit.violations.len(), 1);
+        let mut e = write("a", "x", 1.0);
+        e.user_agent = "curl/8".into();
+        e.username = CONTROLLER_USER.into();
+        assert_eq!(check(&[e], GROUP, NS, 64).violations.len(), 1);
         // Others' writes (kube-controller-manager creating Pods) are not ours to check.
         let mut kcm = write("a", "x", 1.0);
         kcm.user_agent = "kube-controller-manager/v1.37.2".into();
