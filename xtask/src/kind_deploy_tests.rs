@@ -456,7 +456,10 @@ fn the_sharded_deployment_runs_three_members_with_the_same_container_otherwise()
             .cloned()
             .collect()
     };
-    assert_eq!(rest(&args), rest(plain_c.args.as_deref().unwrap_or_default()));
+    assert_eq!(
+        rest(&args),
+        rest(plain_c.args.as_deref().unwrap_or_default())
+    );
     let mut same = c.clone();
     same.args = plain_c.args.clone();
     assert_eq!(&same, plain_c);
@@ -473,7 +476,10 @@ fn the_sharded_deployment_runs_three_members_with_the_same_container_otherwise()
 #[test]
 fn the_members_may_manage_the_groups_leases() {
     let role: Role = object("deploy/sharded/role-shard-members.yaml");
-    assert_eq!(role.metadata.namespace.as_deref(), Some(CONTROLLER_NAMESPACE));
+    assert_eq!(
+        role.metadata.namespace.as_deref(),
+        Some(CONTROLLER_NAMESPACE)
+    );
     assert_eq!(
         role.rules.unwrap_or_default(),
         vec![rule(

@@ -3,7 +3,6 @@
 use clap::{Parser, Subcommand};
 
 mod api_versions;
-mod audit;
 mod bench;
 mod chaos;
 mod cluster;

@@ -125,6 +125,15 @@ impl ChaosArgs {
     pub(crate) fn ci(release: &'static Release) -> ChaosArgs {
         ChaosArgs::short(release)
     }
+
+    /// The sharded profile as `cargo xtask test` runs it: the gate on, then off.
+    pub(crate) fn sharded(release: &'static Release) -> ChaosArgs {
+        ChaosArgs {
+            profile: Profile::Sharded,
+            gate: sharded::Gate::Both,
+            ..ChaosArgs::short(release)
+        }
+    }
 }
 
 /// How much of everything.

@@ -21,11 +21,10 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::jiff::Timestamp;
 use kctrl_client::sharding::hash_field;
 use kctrl_shard::{BucketSet, MemberLease, bucket_of};
 
-use crate::audit::AuditEvent;
+use xtask_contender::audit::{AuditEvent, Timestamp};
 
 /// The user our controller runs as on the local plane (`deploy/`'s ServiceAccount).
 const CONTROLLER_USER: &str = "system:serviceaccount:kube-system:kctrl-deployment-controller";

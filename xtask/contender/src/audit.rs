@@ -1,46 +1,47 @@
 //! kube-apiserver audit events (the JSON lines of `--audit-log-format=json`, as written with
-//! `kctrl_cluster::audit`), read into [`AuditEvent`]s.
+//! `kctrl_cluster::audit`), read into [`AuditEvent`]s with their objects, user agents and
+//! timestamps (for checks of who wrote what when; [`crate::parse::tally_audit`] counts).
 
-use k8s_openapi::jiff::Timestamp;
-use serde::Deserialize;
+pub use jiff::Timestamp;
+use serde_json::Value;
 
 /// One audit event at its `ResponseComplete` stage (other stages are skipped).
 #[derive(Clone, Debug)]
-pub(crate) struct AuditEvent {
+pub struct AuditEvent {
     /// `verb`: `create`, `update`, `patch`, `delete`, `get`, `list`…
-    pub(crate) verb: String,
+    pub verb: String,
     /// `userAgent`, empty when absent.
-    pub(crate) user_agent: String,
+    pub user_agent: String,
     /// `user.username`, empty when absent.
-    pub(crate) username: String,
+    pub username: String,
     /// `objectRef.apiGroup` (empty for the core group).
-    pub(crate) group: String,
+    pub group: String,
     /// `objectRef.resource`.
-    pub(crate) resource: String,
+    pub resource: String,
     /// `objectRef.subresource`, empty when absent.
-    pub(crate) subresource: String,
+    pub subresource: String,
     /// `objectRef.namespace`, empty when absent.
-    pub(crate) namespace: String,
+    pub namespace: String,
     /// `objectRef.name`, empty when absent (a create by `generateName`).
-    pub(crate) name: String,
+    pub name: String,
     /// `responseStatus.code`, 0 when absent.
-    pub(crate) code: u16,
+    pub code: u16,
     /// `requestReceivedTimestamp`: the request reached the apiserver.
-    pub(crate) received: Timestamp,
+    pub received: Timestamp,
     /// `stageTimestamp`: the answer was complete.
-    pub(crate) completed: Timestamp,
+    pub completed: Timestamp,
     /// `responseObject`, when the policy logged it (level `RequestResponse`).
-    pub(crate) response: Option<serde_json::Value>,
+    pub response: Option<serde_json::Value>,
 }
 
 impl AuditEvent {
     /// Whether the request succeeded (2xx).
-    pub(crate) fn succeeded(&self) -> bool {
+    pub fn succeeded(&self) -> bool {
         (200..300).contains(&self.code)
     }
 
     /// Whether it changed (or tried to change) something.
-    pub(crate) fn is_write(&self) -> bool {
+    pub fn is_write(&self) -> bool {
         matches!(
             self.verb.as_str(),
             "create" | "update" | "patch" | "delete" | "deletecollection"
@@ -48,7 +49,7 @@ impl AuditEvent {
     }
 
     /// `resource[/subresource] namespace/name`, for messages.
-    pub(crate) fn object(&self) -> String {
+    pub fn object(&self) -> String {
         let mut r = self.resource.clone();
         if !self.subresource.is_empty() {
             r.push('/');
@@ -58,46 +59,9 @@ impl AuditEvent {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Raw {
-    stage: Option<String>,
-    verb: Option<String>,
-    user_agent: Option<String>,
-    #[serde(default)]
-    user: RawUser,
-    #[serde(default)]
-    object_ref: RawRef,
-    #[serde(default)]
-    response_status: RawStatus,
-    request_received_timestamp: Option<String>,
-    stage_timestamp: Option<String>,
-    response_object: Option<serde_json::Value>,
-}
-
-#[derive(Default, Deserialize)]
-struct RawUser {
-    username: Option<String>,
-}
-
-#[derive(Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RawRef {
-    api_group: Option<String>,
-    resource: Option<String>,
-    subresource: Option<String>,
-    namespace: Option<String>,
-    name: Option<String>,
-}
-
-#[derive(Default, Deserialize)]
-struct RawStatus {
-    code: Option<u16>,
-}
-
 /// The `ResponseComplete` events of `log`, in the order written, and how many non-empty
 /// lines could not be read as one.
-pub(crate) fn parse(log: &str) -> (Vec<AuditEvent>, usize) {
+pub fn parse(log: &str) -> (Vec<AuditEvent>, usize) {
     let mut events = Vec::new();
     let mut unreadable = 0;
     for line in log.lines().filter(|l| !l.trim().is_empty()) {
@@ -112,27 +76,38 @@ pub(crate) fn parse(log: &str) -> (Vec<AuditEvent>, usize) {
 
 /// One line: `None` if unreadable, `Some(None)` for another stage.
 fn event(line: &str) -> Option<Option<AuditEvent>> {
-    let raw: Raw = serde_json::from_str(line).ok()?;
-    if raw.stage.as_deref() != Some("ResponseComplete") {
+    let mut raw: Value = serde_json::from_str(line).ok()?;
+    if !raw.is_object() {
+        return None;
+    }
+    if raw["stage"].as_str() != Some("ResponseComplete") {
         return Some(None);
     }
-    let time = |t: Option<String>| t?.parse::<Timestamp>().ok();
-    let received = time(raw.request_received_timestamp)?;
-    let completed = time(raw.stage_timestamp)?;
-    let r = raw.object_ref;
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    let time = |v: &Value| v.as_str()?.parse::<Timestamp>().ok();
+    let received = time(&raw["requestReceivedTimestamp"])?;
+    let completed = time(&raw["stageTimestamp"])?;
+    let response = match raw["responseObject"].take() {
+        Value::Null => None,
+        body => Some(body),
+    };
+    let r = &raw["objectRef"];
     Some(Some(AuditEvent {
-        verb: raw.verb.unwrap_or_default(),
-        user_agent: raw.user_agent.unwrap_or_default(),
-        username: raw.user.username.unwrap_or_default(),
-        group: r.api_group.unwrap_or_default(),
-        resource: r.resource.unwrap_or_default(),
-        subresource: r.subresource.unwrap_or_default(),
-        namespace: r.namespace.unwrap_or_default(),
-        name: r.name.unwrap_or_default(),
-        code: raw.response_status.code.unwrap_or(0),
+        verb: text(&raw["verb"]),
+        user_agent: text(&raw["userAgent"]),
+        username: text(&raw["user"]["username"]),
+        group: text(&r["apiGroup"]),
+        resource: text(&r["resource"]),
+        subresource: text(&r["subresource"]),
+        namespace: text(&r["namespace"]),
+        name: text(&r["name"]),
+        code: raw["responseStatus"]["code"]
+            .as_u64()
+            .and_then(|c| u16::try_from(c).ok())
+            .unwrap_or(0),
         received,
         completed,
-        response: raw.response_object,
+        response,
     }))
 }
 
