@@ -46,6 +46,9 @@ const BINARY_FLAGS: &[&str] = &[
     "authorization-always-allow-paths",
     "client-ca-file",
     "authentication-skip-lookup",
+    "shard-by",
+    "shard-group",
+    "shard-lease-namespace",
 ];
 
 /// Flags whose value is a boolean: `--flag` alone is complete, a value needs `=`.
@@ -76,14 +79,15 @@ fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
 
 #[test]
 fn every_manifest_is_one_object_in_kube_system_or_cluster_scoped() {
-    let mut files: Vec<PathBuf> = [MANIFEST_DIR, BOOTSTRAP_DIR]
+    let sharded = format!("{MANIFEST_DIR}/sharded");
+    let mut files: Vec<PathBuf> = [MANIFEST_DIR, BOOTSTRAP_DIR, sharded.as_str()]
         .iter()
         .flat_map(|dir| std::fs::read_dir(crate::workspace_root().join(dir)).unwrap())
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
         .collect();
     files.sort();
-    assert_eq!(files.len(), 9, "{files:?}");
+    assert_eq!(files.len(), 13, "{files:?}");
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
         // `kubectl apply -f` accepts several documents per file; we keep one per file.
@@ -431,6 +435,88 @@ fn bootstrap_pod_runs_the_same_container_outside_the_deployment() {
     );
     let (key, value) = CONTROLLER_POD_SELECTOR.split_once('=').unwrap();
     assert_eq!(labels.get(key).map(String::as_str), Some(value));
+}
+
+fn sharded_deployment() -> Deployment {
+    object("deploy/sharded/deployment.yaml")
+}
+
+#[test]
+fn the_sharded_deployment_runs_three_members_with_the_same_container_otherwise() {
+    let sharded = sharded_deployment();
+    assert_eq!(sharded.metadata.name.as_deref(), Some(CONTROLLER_NAME));
+    let spec = sharded.spec.into_value().unwrap();
+    assert_eq!(spec.replicas, Some(3));
+    let plain = deployment().spec.into_value().unwrap();
+    assert_eq!(spec.selector, plain.selector);
+    assert_eq!(spec.strategy, plain.strategy);
+    let (pod, plain_pod) = (spec.template.spec.unwrap(), plain.template.spec.unwrap());
+    assert_eq!(pod.service_account_name, plain_pod.service_account_name);
+    assert_eq!(pod.security_context, plain_pod.security_context);
+    let (c, plain_c) = (
+        the_container(&pod.containers),
+        the_container(&plain_pod.containers),
+    );
+    let args = c.args.clone().unwrap_or_default();
+    let names = flag_names(&args).unwrap_or_else(|e| panic!("{e} in {args:?}"));
+    assert!(
+        !names.iter().any(|n| n.starts_with("leader-elect")),
+        "{names:?}"
+    );
+    for expected in [
+        "--shard-by=namespace",
+        "--shard-group=deployment-controller",
+        "--shard-lease-namespace=kube-system",
+    ] {
+        assert!(args.iter().any(|a| a == expected), "{expected} in {args:?}");
+    }
+    // Everything but the flags of leader election and sharding is the same.
+    let rest = |args: &[String]| -> Vec<String> {
+        args.iter()
+            .filter(|a| !a.starts_with("--leader-elect") && !a.starts_with("--shard-"))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(
+        rest(&args),
+        rest(plain_c.args.as_deref().unwrap_or_default())
+    );
+    let mut same = c.clone();
+    same.args = plain_c.args.clone();
+    assert_eq!(&same, plain_c);
+    // Its bootstrap Pod runs that container, outside the Deployment's selector.
+    let bootstrap: Pod = object("deploy/sharded/bootstrap-pod.yaml");
+    assert_eq!(bootstrap.metadata.owner_references, None);
+    let bootstrap_spec = bootstrap.spec.unwrap();
+    assert_eq!(the_container(&bootstrap_spec.containers), c);
+    let labels = bootstrap.metadata.labels.unwrap();
+    let selector = spec.selector.match_labels.unwrap();
+    assert!(selector.iter().any(|(k, v)| labels.get(k) != Some(v)));
+}
+
+#[test]
+fn the_members_may_manage_the_groups_leases() {
+    let role: Role = object("deploy/sharded/role-shard-members.yaml");
+    assert_eq!(
+        role.metadata.namespace.as_deref(),
+        Some(CONTROLLER_NAMESPACE)
+    );
+    assert_eq!(
+        role.rules.unwrap_or_default(),
+        vec![rule(
+            &["coordination.k8s.io"],
+            &["leases"],
+            &["get", "list", "watch", "create", "update", "delete"]
+        )]
+    );
+    let rb: RoleBinding = object("deploy/sharded/rolebinding-shard-members.yaml");
+    assert_eq!(rb.role_ref.kind, "Role");
+    assert_eq!(rb.role_ref.name, role.metadata.name.unwrap());
+    let subjects = rb.subjects.unwrap_or_default();
+    assert_eq!(subjects.len(), 1);
+    assert_eq!(subjects[0].kind, "ServiceAccount");
+    assert_eq!(subjects[0].name, CONTROLLER_NAME);
+    assert_eq!(subjects[0].namespace.as_deref(), Some(CONTROLLER_NAMESPACE));
 }
 
 /// `[package] name` and the `[[bin]] name`s of a Cargo manifest.

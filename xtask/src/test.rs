@@ -15,7 +15,10 @@
 //!
 //! After the end-to-end suite, the short chaos profile (`cargo xtask chaos --profile short`:
 //! faults on the local control plane during rollouts, invariants checked throughout; see
-//! docs/reliability.md); `--no-chaos` skips it.
+//! docs/reliability.md), then the sharded one (`cargo xtask chaos --profile sharded`: three
+//! replicas sharded by namespace, a replica killed, one added, one stopped past its Lease,
+//! the audit log checked; once with kube-apiserver's ShardedListAndWatch gate on, once off,
+//! about 4 minutes each); `--no-chaos` skips both.
 //!
 //! The fuzz run is off by default: its instrumented release build costs about 15 CPU-minutes
 //! from a cold cache (about 8 minutes on 2 idle cores), which CI, starting from a fresh clone,
@@ -39,7 +42,7 @@ pub(crate) struct TestArgs {
     /// (`cargo xtask diff --quick`).
     #[arg(long)]
     no_diff: bool,
-    /// Skip the short chaos run (`cargo xtask chaos --profile short`).
+    /// Skip the chaos runs (`cargo xtask chaos --profile short` and `--profile sharded`).
     #[arg(long)]
     no_chaos: bool,
     /// Skip the library crates' build against the oldest Kubernetes release and the
@@ -87,9 +90,10 @@ pub(crate) fn run(args: TestArgs) -> anyhow::Result<()> {
     let release = args.e2e.kube.release;
     crate::e2e::run(args.e2e)?;
     if args.no_chaos {
-        eprintln!("==> --no-chaos: skipping the short chaos run");
+        eprintln!("==> --no-chaos: skipping the chaos runs");
     } else {
         crate::chaos::run(crate::chaos::ChaosArgs::ci(release))?;
+        crate::chaos::run(crate::chaos::ChaosArgs::sharded(release))?;
     }
     if args.no_conformance {
         eprintln!("==> --no-conformance: skipping upstream's Deployment specs");

@@ -15,8 +15,10 @@
 //! * [`stages`]: our KWOK stages for pods;
 //! * [`plane`]: starting, inspecting and stopping one plane ([`plane::ensure_up`],
 //!   [`plane::start_in`], [`plane::stop`], [`plane::status`]);
-//! * [`kind`]: the kind cluster of `cargo xtask e2e --cluster kind`.
+//! * [`kind`]: the kind cluster of `cargo xtask e2e --cluster kind`;
+//! * [`audit`]: kube-apiserver's audit policy and log on a plane.
 
+pub mod audit;
 pub mod etcd;
 pub mod kind;
 pub mod pki;

@@ -5,15 +5,17 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
+use kctrl_client::sharding::ShardField;
 use kctrl_deployment_controller::duration::parse_go_duration;
 
 /// The Kubernetes Deployment controller, standalone (kube-controller-manager's
 /// deployment-controller).
 ///
 /// Flags follow kube-controller-manager where they apply. With --leader-elect (the default)
-/// only the instance holding the Lease reconciles; the others wait. Stops on SIGTERM or
-/// SIGINT after the syncs in flight finish (within 20s at most); exits non-zero if it loses
-/// the lease.
+/// only the instance holding the Lease reconciles; the others wait. With --shard-by every
+/// instance reconciles its own share of the namespaces instead. Stops on SIGTERM or SIGINT
+/// after the syncs in flight finish (within 20s at most); exits non-zero if it loses the
+/// lease (or, sharded, cannot renew its member Lease in time).
 #[derive(Debug, Parser)]
 #[command(name = "deployment-controller", version)]
 pub(crate) struct Flags {
@@ -108,6 +110,27 @@ pub(crate) struct Flags {
     /// The namespace of the Lease used for leader election.
     #[arg(long, default_value = "kube-system")]
     pub(crate) leader_elect_resource_namespace: String,
+
+    /// Run as one of several active replicas, each reconciling the Deployments of the
+    /// namespaces whose hash falls in its share: `namespace` is the only value (a Deployment,
+    /// its ReplicaSets and its Pods must be in one shard, and only their namespace is common
+    /// to them). Replaces leader election: --leader-elect is ignored. The replicas find each
+    /// other through Leases (--shard-group, --shard-lease-namespace) timed by the
+    /// --leader-elect-lease-duration, --leader-elect-renew-deadline and
+    /// --leader-elect-retry-period flags. Each caches only its share when the API server has
+    /// the ShardedListAndWatch feature gate on, everything otherwise.
+    #[arg(long, value_parser = parse_shard_by, value_name = "FIELD")]
+    pub(crate) shard_by: Option<ShardField>,
+
+    /// The shard group: the replicas that split the Deployments between them. Names their
+    /// Leases (`<group>-<identity>`) and labels them. A DNS-1123 label.
+    #[arg(long, default_value = "deployment-controller", value_name = "NAME")]
+    pub(crate) shard_group: String,
+
+    /// The namespace of the shard group's Leases. Defaults to
+    /// --leader-elect-resource-namespace.
+    #[arg(long, value_name = "NAMESPACE")]
+    pub(crate) shard_lease_namespace: Option<String>,
 
     /// The address /healthz, /livez, /readyz and /metrics are served on. Loopback by default;
     /// the in-cluster manifest sets 0.0.0.0 so the kubelet's probes reach it.
@@ -275,6 +298,29 @@ impl Flags {
         Ok(e)
     }
 
+    /// `--shard-by` with the controllers `enabled`: only the deployment-controller can be
+    /// sharded; a ReplicaSet controller in every replica would fight over every ReplicaSet.
+    pub(crate) fn check_sharding(&self, enabled: Enabled) -> Result<(), String> {
+        if self.shard_by.is_some() && enabled.replicaset {
+            return Err(
+                "--shard-by shards the deployment-controller only; the replicaset-controller \
+                 has no sharding yet, and one in each replica would fight over every \
+                 ReplicaSet: run it unsharded in a process of its own \
+                 (--controllers=replicaset-controller), or drop it from --controllers here"
+                    .to_owned(),
+            );
+        }
+        Ok(())
+    }
+
+    /// The namespace of the shard group's Leases: `--shard-lease-namespace`, else
+    /// `--leader-elect-resource-namespace`.
+    pub(crate) fn shard_lease_namespace(&self) -> &str {
+        self.shard_lease_namespace
+            .as_deref()
+            .unwrap_or(&self.leader_elect_resource_namespace)
+    }
+
     /// `--authorization-always-allow-paths` without empty entries (an empty value is an empty
     /// list, as pflag's string slices read it).
     pub(crate) fn always_allow_paths(&self) -> Vec<String> {
@@ -297,6 +343,24 @@ pub(crate) fn parse_lease_duration(text: &str) -> Result<Duration, String> {
         ));
     }
     Ok(d)
+}
+
+/// `--shard-by`: only `namespace` keeps a Deployment with its ReplicaSets and Pods.
+pub(crate) fn parse_shard_by(text: &str) -> Result<ShardField, String> {
+    match text {
+        "namespace" => Ok(ShardField::Namespace),
+        "uid" => Err(
+            "\"uid\" cannot shard the Deployment controller: a Deployment's ReplicaSets and Pods \
+             have UIDs of their own that hash into other shards, so a replica would not cache \
+             the objects its Deployments own; use --shard-by=namespace (a Deployment, its \
+             ReplicaSets and its Pods share their namespace)"
+                .to_owned(),
+        ),
+        other => Err(format!(
+            "{other:?} is not a shard field of the Deployment controller; the only one is \
+             \"namespace\""
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -356,6 +420,9 @@ mod tests {
             flags.authorization_always_allow_paths,
             ["/healthz", "/readyz", "/livez"]
         );
+        assert_eq!(flags.shard_by, None);
+        assert_eq!(flags.shard_group, "deployment-controller");
+        assert_eq!(flags.shard_lease_namespace(), "kube-system");
         let threads = Flags::try_parse_from(["d", "--runtime-threads=4"]).unwrap();
         assert_eq!(threads.runtime_threads, 4);
     }
@@ -507,5 +574,61 @@ mod tests {
         let err = enabled("-deployment-controller").unwrap_err();
         assert!(err.contains("enables no controller"), "{err}");
         assert!(enabled("*,-deployment").is_err());
+    }
+
+    #[test]
+    fn sharding_refuses_the_replicaset_controller_by_name() {
+        let parse = |args: &[&str]| {
+            let flags = Flags::try_parse_from(args).unwrap();
+            let enabled = flags.enabled_controllers().unwrap();
+            flags.check_sharding(enabled)
+        };
+        assert_eq!(parse(&["d", "--shard-by=namespace"]), Ok(()));
+        assert_eq!(
+            parse(&["d", "--controllers=*,replicaset-controller"]),
+            Ok(())
+        );
+        let err = parse(&[
+            "d",
+            "--shard-by=namespace",
+            "--controllers=*,replicaset-controller",
+        ])
+        .unwrap_err();
+        assert!(
+            err.contains("replicaset-controller has no sharding"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn shard_by_takes_namespace_only_and_says_why_not_uid() {
+        let sharded = Flags::try_parse_from(["d", "--shard-by=namespace"]).unwrap();
+        assert_eq!(sharded.shard_by, Some(ShardField::Namespace));
+        let uid = Flags::try_parse_from(["d", "--shard-by=uid"])
+            .unwrap_err()
+            .to_string();
+        assert!(uid.contains("shard-by"), "{uid}");
+        assert!(uid.contains("ReplicaSets and Pods"), "{uid}");
+        assert!(uid.contains("use --shard-by=namespace"), "{uid}");
+        let other = Flags::try_parse_from(["d", "--shard-by=name"])
+            .unwrap_err()
+            .to_string();
+        assert!(other.contains("the only one is \"namespace\""), "{other}");
+    }
+
+    #[test]
+    fn the_shard_lease_namespace_follows_the_leader_election_one() {
+        let moved =
+            Flags::try_parse_from(["d", "--leader-elect-resource-namespace=controllers"]).unwrap();
+        assert_eq!(moved.shard_lease_namespace(), "controllers");
+        let own = Flags::try_parse_from([
+            "d",
+            "--leader-elect-resource-namespace=controllers",
+            "--shard-lease-namespace=shards",
+            "--shard-group=web-deployments",
+        ])
+        .unwrap();
+        assert_eq!(own.shard_lease_namespace(), "shards");
+        assert_eq!(own.shard_group, "web-deployments");
     }
 }

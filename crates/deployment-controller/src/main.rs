@@ -11,6 +11,10 @@
 //! and metrics. Run it against a cluster whose kube-controller-manager runs none of the
 //! controllers it runs, e.g. `--controllers=*,-deployment-controller` for the default.
 //!
+//! One instance reconciles at a time (leader election), or, with `--shard-by=namespace`,
+//! every instance reconciles the namespaces of its own share of the hash space
+//! (kctrl-shard's membership, in place of leader election).
+//!
 //! Modules: [`flags`] (the command line), [`metrics`] (the Prometheus registry), [`serve`]
 //! (/healthz, /livez, /readyz, /metrics over HTTPS), [`auth`] (their delegated
 //! authentication and authorization).
@@ -25,6 +29,7 @@ use clap::Parser;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use kctrl_client::sharding::ShardField;
 use kctrl_client::{Api, Client, HttpBackend, ListParams, ResourceRef};
 use kctrl_config::{Config, ConfigOverrides, InClusterConfig};
 use kctrl_deployment::pod_view::PodView;
@@ -36,6 +41,8 @@ use kctrl_leader_election::{
     LeaderElector, LeaderEvent, LeaseLock, PrometheusLeaderMetrics, lock_client_config,
 };
 use kctrl_replicaset::{ReplicaSetController, ReplicaSetMetrics};
+use kctrl_runtime::shard::Sharding;
+use kctrl_shard::{PrometheusShardMetrics, ShardConfig};
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
@@ -172,6 +179,48 @@ fn leader_identity() -> String {
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "unknown-host".to_owned());
     format!("{host}_{}", kctrl_client::uuid::new_v4())
+}
+
+/// A shard member's identity: `<host name>-<random UUID>`, leader election's identity made
+/// fit for a Lease name (`<group>-<identity>`): lowercase letters, digits and '-'.
+fn shard_identity() -> String {
+    shard_identity_of(&leader_identity())
+}
+
+/// [`shard_identity`] from a leader identity (`<host>_<uuid>`).
+fn shard_identity_of(leader: &str) -> String {
+    let (host, uuid) = leader.rsplit_once('_').unwrap_or(("", leader));
+    let mut host: String = host
+        .chars()
+        .map(|c| {
+            let c = c.to_ascii_lowercase();
+            if c.is_ascii_lowercase() || c.is_ascii_digit() {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    // No leading, trailing or doubled '-', at most 63 characters.
+    while host.contains("--") {
+        host = host.replace("--", "-");
+    }
+    let host: String = host.trim_matches('-').chars().take(63).collect();
+    let host = host.trim_end_matches('-');
+    if host.is_empty() {
+        format!("replica-{uuid}")
+    } else {
+        format!("{host}-{uuid}")
+    }
+}
+
+/// The User-Agent of a sharded replica: the controller's, with the member's identity, so
+/// that the API server's audit log tells the replicas' requests apart.
+fn sharded_user_agent(identity: &str) -> String {
+    format!(
+        "deployment-controller/{} (shard {identity})",
+        env!("CARGO_PKG_VERSION")
+    )
 }
 
 /// The bound on each non-watch API request (retries included), unless the loaded
@@ -356,6 +405,7 @@ fn informer_factory(
     client: Client,
     metrics: &metrics::Metrics,
     content_type: &str,
+    shard: Option<&Sharding>,
 ) -> SharedInformerFactory {
     // As kube-controller-manager's informers, ours cache objects without managedFields; here
     // they are skipped while decoding rather than dropped after. They are named as
@@ -373,6 +423,11 @@ fn informer_factory(
             ..ReflectorOptions::default()
         })
         .metrics(metrics::INFORMER_NAME, metrics.informers.clone());
+    // Sharded, every informer caches the namespaces of the buckets the member holds.
+    let factory = match shard {
+        Some(sharding) => factory.shard_scope(sharding.scope()),
+        None => factory,
+    };
     if content_type == kctrl_client::protobuf::PROTOBUF {
         factory
             .protobuf::<PodView>()
@@ -386,7 +441,13 @@ fn informer_factory(
 
 async fn run(flags: Flags) -> anyhow::Result<()> {
     let enabled = flags.enabled_controllers().map_err(anyhow::Error::msg)?;
-    let config = client_config(&flags)?;
+    flags.check_sharding(enabled).map_err(anyhow::Error::msg)?;
+    let mut config = client_config(&flags)?;
+    // Sharded: this replica's member identity, also in the User-Agent of its requests.
+    let shard_identity = flags.shard_by.map(|_| shard_identity());
+    if let Some(identity) = &shard_identity {
+        config.user_agent = Some(sharded_user_agent(identity));
+    }
     let server = kctrl_config::redacted_url(&config.server);
     let namespace = config.default_namespace.clone();
 
@@ -398,9 +459,22 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         .context("building the API client")?
         .with_metrics(rest_metrics.clone());
     let client = Client::new(backend, namespace.clone());
-    let leader_metrics = flags
-        .leader_elect
+    if flags.shard_by.is_some() && flags.leader_elect {
+        info!("--shard-by is set: shard membership replaces leader election");
+    }
+    let leader_metrics = (flags.leader_elect && flags.shard_by.is_none())
         .then(|| PrometheusLeaderMetrics::new(&mut registry));
+    let shard = match (flags.shard_by, &shard_identity) {
+        (Some(field), Some(identity)) => Some(shard_member(
+            &flags,
+            field,
+            identity,
+            &config,
+            &rest_metrics,
+            &mut registry,
+        )?),
+        _ => None,
+    };
 
     let cancel = CancellationToken::new();
     let signals = tokio::spawn(cancel_on_signal(cancel.clone()));
@@ -427,7 +501,12 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         .context("starting the event sink")?;
     let recorder = Arc::new(broadcaster.new_recorder(EventSource::new("deployment-controller")));
 
-    let factory = informer_factory(client.clone(), &metrics, &flags.kube_api_content_type);
+    let factory = informer_factory(
+        client.clone(),
+        &metrics,
+        &flags.kube_api_content_type,
+        shard.as_ref(),
+    );
     metrics::register_handler_panics(&mut registry, {
         let factory = factory.clone();
         move || factory.handler_panics()
@@ -436,6 +515,7 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         queue_metrics: Some(Arc::new(metrics.workqueue.clone())),
         sync_observer: Some(metrics.sync_observer.clone()),
         single_lane: !flags.priority_lanes,
+        shard: shard.clone(),
     };
     let runner = match enabled.deployment {
         true => Some(Arc::new(
@@ -530,7 +610,7 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
                     .is_none_or(|(rs, pods)| rs.has_synced() && pods.has_synced())
         };
         let leads = leading.clone();
-        let election = flags.leader_elect;
+        let election = elector.is_some();
         let ready: serve::Check = Arc::new(move || {
             if synced() {
                 Ok(())
@@ -545,8 +625,15 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
                 )
             }
         });
+        let mut readyz = vec![("caches-synced", ready)];
+        if let Some(sharding) = &shard {
+            let sharding = sharding.clone();
+            let holds: serve::Check =
+                Arc::new(move || sharding.ready_check().map_err(|e| e.to_string()));
+            readyz.push(("shard-range", holds));
+        }
         let mut healthz = Vec::new();
-        if flags.leader_elect {
+        if elector.is_some() {
             let watchdog = watchdog.clone();
             let check: serve::Check = Arc::new(move || watchdog.check().map_err(|e| e.to_string()));
             healthz.push((HEALTHZ_NAME, check));
@@ -554,7 +641,7 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         let gate = endpoint_gate(&flags, &mut registry, &rest_metrics).await?;
         let endpoints = serve::Endpoints {
             healthz,
-            readyz: vec![("caches-synced", ready)],
+            readyz,
             gate: Arc::new(gate),
             registry: Arc::new(registry),
             cache_dump: flags
@@ -585,6 +672,14 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
             "API server serves apps/v1 deployments and lets us list them"
         );
         let workers = usize::try_from(flags.concurrent_deployment_syncs).unwrap_or(1);
+        if let Some(member) = shard.as_ref().map(Sharding::member) {
+            info!(
+                group = %member.config().group,
+                namespace = %member.config().namespace,
+                lease = member.lease_name(),
+                "sharded by namespace: joining the shard group"
+            );
+        }
         let work = controllers(runner.map(|r| (r, workers)), replica_sets);
         match elector {
             None => work(cancel.clone()).await,
@@ -631,6 +726,46 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         error!(%e, "signal handling failed");
     }
     result
+}
+
+/// The shard membership of a replica started with `--shard-by`: its Lease, in the group's
+/// namespace, written through a client of its own (bounded by the renew deadline, as leader
+/// election's), timed by the `--leader-elect-*` durations, its metrics on `registry`, and
+/// the scope its informers follow.
+fn shard_member(
+    flags: &Flags,
+    field: ShardField,
+    identity: &str,
+    config: &Config,
+    rest_metrics: &Arc<dyn kctrl_client::RestClientMetrics>,
+    registry: &mut Registry,
+) -> anyhow::Result<Sharding> {
+    // The only field flags.rs lets through.
+    if field != ShardField::Namespace {
+        bail!("--shard-by: the Deployment controller shards by namespace only");
+    }
+    let mut lease_config = lock_client_config(config, flags.leader_elect_renew_deadline);
+    lease_config.user_agent = Some(format!("{} shard-member", sharded_user_agent(identity)));
+    let lease_client = Client::new(
+        HttpBackend::new(lease_config)
+            .context("building the shard member's client")?
+            .with_metrics(rest_metrics.clone()),
+        flags.shard_lease_namespace().to_owned(),
+    );
+    let mut shard = ShardConfig::new(
+        flags.shard_group.clone(),
+        flags.shard_lease_namespace(),
+        identity,
+    );
+    shard.lease_duration = flags.leader_elect_lease_duration;
+    shard.renew_deadline = flags.leader_elect_renew_deadline;
+    shard.retry_period = flags.leader_elect_retry_period;
+    shard.metrics = Arc::new(PrometheusShardMetrics::new(registry));
+    Sharding::new(lease_client, shard, field).context(
+        "configuring the shard member (--shard-group, --shard-lease-namespace, \
+         --leader-elect-lease-duration, --leader-elect-renew-deadline, \
+         --leader-elect-retry-period)",
+    )
 }
 
 /// Runs the controller until `cancel` fires and its in-flight syncs finish.
@@ -1638,7 +1773,12 @@ mod tests {
         fake.add(&web_deployment()).unwrap();
         let mut registry = Registry::default();
         let metrics = metrics::register(&mut registry);
-        let factory = informer_factory(fake.client(), &metrics, kctrl_client::protobuf::PROTOBUF);
+        let factory = informer_factory(
+            fake.client(),
+            &metrics,
+            kctrl_client::protobuf::PROTOBUF,
+            None,
+        );
         let recorder = Arc::new(kctrl_deployment::events::RecordingEventRecorder::new());
         let _runner = DeploymentControllerRunner::new(fake.client(), &factory, recorder).unwrap();
         let cancel = CancellationToken::new();
@@ -1677,6 +1817,33 @@ mod tests {
         );
         cancel.cancel();
         factory.shutdown().await;
+    }
+
+    #[test]
+    fn shard_identities_make_lease_names() {
+        let uuid = "0f8fad5b-d9cb-469f-a165-70867728950e";
+        assert_eq!(
+            shard_identity_of(&format!("web-7d9f_{uuid}")),
+            format!("web-7d9f-{uuid}")
+        );
+        assert_eq!(
+            shard_identity_of(&format!("Build_Host.example.COM_{uuid}")),
+            format!("build-host-example-com-{uuid}")
+        );
+        assert_eq!(
+            shard_identity_of(&format!("--_{uuid}")),
+            format!("replica-{uuid}")
+        );
+        let long = "h".repeat(100);
+        let id = shard_identity_of(&format!("{long}_{uuid}"));
+        assert_eq!(id, format!("{}-{uuid}", "h".repeat(63)));
+        for identity in [shard_identity(), shard_identity_of(&format!("a.-b_{uuid}"))] {
+            let config = ShardConfig::new("deployment-controller", "kube-system", &identity);
+            assert_eq!(config.validate(), Ok(()), "{identity}");
+        }
+        let ua = sharded_user_agent("web-1");
+        assert!(ua.starts_with("deployment-controller/"), "{ua}");
+        assert!(ua.ends_with(" (shard web-1)"), "{ua}");
     }
 
     #[test]

@@ -98,6 +98,11 @@ pub enum SyncError {
     /// `spec.strategy.type` is neither Recreate nor RollingUpdate.
     #[error("unexpected deployment strategy type: {0}")]
     UnexpectedStrategy(String),
+    /// Sharded: this replica stopped holding the Deployment's shard bucket during the sync
+    /// (its Lease was not renewed in time); the sync was abandoned and the key is another
+    /// replica's.
+    #[error(transparent)]
+    ShardLost(#[from] kctrl_shard::Lost),
 }
 
 impl SyncError {

@@ -5,7 +5,8 @@
 //! `rollback`) reads the caches and applies those decisions through the API, recording
 //! `events`, and does not act on a ReplicaSet cache that does not show its own last
 //! ReplicaSet writes yet (kctrl-runtime's `own_writes`); `wiring` turns informer notifications into
-//! work-queue keys and runs the workers.
+//! work-queue keys and runs the workers; `sharding` lets several replicas split the
+//! Deployments between them by namespace.
 
 pub mod controller;
 pub mod events;
@@ -14,6 +15,7 @@ pub mod progress;
 pub mod recreate;
 pub mod rollback;
 pub mod rolling;
+pub mod sharding;
 pub mod sync;
 pub mod util;
 pub mod wiring;

@@ -31,14 +31,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use futures::FutureExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kctrl_client::Client;
+use kctrl_client::sharding::ShardField;
 use kctrl_controller_ref::get_controller_of;
 use kctrl_informer::{
     DeletedObject, Delivery, HandlerOptions, HandlerRegistration, InformerError,
     ResourceEventHandler, SharedInformerFactory, Store, key_of, wait_for_cache_sync,
 };
+use kctrl_runtime::shard::{Sharding, ShardingError};
+use kctrl_shard::{ReconcileGuard, ShardMember};
 use kctrl_workqueue::{
     MetricsProvider, Priority, QueueConfig, RateLimitingQueue, default_controller_rate_limiter,
 };
@@ -49,6 +53,7 @@ use crate::controller::{DeploymentController, SyncError};
 use crate::events::EventRecorder;
 use crate::pod_view::PodView;
 use crate::progress::Requeue;
+use crate::sharding::{FencedWrites, shard_hash_of_key, with_guard};
 use crate::util::constants::RECREATE_DEPLOYMENT_STRATEGY_TYPE;
 use crate::util::fields::strategy_type;
 use crate::util::get_deployments_for_replica_set;
@@ -344,6 +349,24 @@ pub enum RunError {
     /// The caches did not sync (cancelled first, or an informer stopped).
     #[error("caches for {QUEUE_NAME} did not sync")]
     CachesNotSynced,
+    /// Sharded: the runner's set-up is wrong (its factory does not follow the `Sharding`'s
+    /// scope, or the `Sharding` already ran); nothing ran.
+    #[error(transparent)]
+    Sharding(#[from] ShardingError),
+    /// Sharded: the shard member stopped on its own (its Lease could not be renewed within
+    /// the renew deadline, or was changed by someone else), or failed while leaving. Other
+    /// replicas take its buckets over once its Lease has expired; the process should exit
+    /// and start again, as after a lost leader election.
+    #[error("shard membership lost: {0}")]
+    ShardLost(#[source] kctrl_shard::RunError),
+    /// Sharded by another field than the namespace: a Deployment's ReplicaSets and Pods
+    /// would be cached by other replicas than the one syncing it.
+    #[error(
+        "the Deployment controller shards by namespace only: a Deployment's ReplicaSets and Pods \
+         have UIDs of their own, which hash into other shards; build the Sharding with \
+         ShardField::Namespace"
+    )]
+    NotByNamespace,
 }
 
 /// Called after each sync with how long it took and whether it succeeded.
@@ -359,6 +382,12 @@ pub struct RunnerOptions {
     /// Queue every key in the high lane, first come first served, as kube-controller-manager
     /// does (see [`lane_for_add`] for what the lanes are for).
     pub single_lane: bool,
+    /// Sync only the Deployments whose namespace hashes into a bucket the member of this
+    /// [`Sharding`] (by namespace) holds active, cache only those buckets, and write only
+    /// while holding them (see [`crate::sharding`]). The factory must have been built with
+    /// [`Sharding::scope`] as its shard scope. The member is run by
+    /// [`DeploymentControllerRunner::run`]; do not run it yourself.
+    pub shard: Option<Sharding>,
 }
 
 impl std::fmt::Debug for RunnerOptions {
@@ -367,6 +396,7 @@ impl std::fmt::Debug for RunnerOptions {
             .field("queue_metrics", &self.queue_metrics.is_some())
             .field("sync_observer", &self.sync_observer.is_some())
             .field("single_lane", &self.single_lane)
+            .field("shard", &self.shard)
             .finish()
     }
 }
@@ -381,6 +411,8 @@ pub struct DeploymentControllerRunner {
     registrations: Vec<HandlerRegistration>,
     sync_observer: Option<SyncObserver>,
     caches_synced: Arc<AtomicBool>,
+    shard: Option<Sharding>,
+    deployments: Store<Deployment>,
 }
 
 impl std::fmt::Debug for DeploymentControllerRunner {
@@ -437,6 +469,11 @@ impl DeploymentControllerRunner {
             rs_informer.add_event_handler_with_options(handlers.clone(), on_runtime)?,
             pod_informer.add_event_handler_with_options(handlers, on_runtime)?,
         ];
+        // A sharded replica writes only from a sync holding its bucket.
+        let client = match &options.shard {
+            Some(_) => FencedWrites::client(&client),
+            None => client,
+        };
         // Writes talk the encoding the informers read.
         let controller = Arc::new(
             DeploymentController::new(
@@ -458,6 +495,8 @@ impl DeploymentControllerRunner {
             registrations,
             sync_observer: options.sync_observer,
             caches_synced: Arc::new(AtomicBool::new(false)),
+            shard: options.shard,
+            deployments: d_informer.store().clone(),
         })
     }
 
@@ -483,6 +522,11 @@ impl DeploymentControllerRunner {
         &self.controller
     }
 
+    /// The shard member the workers ask before each sync, when sharded.
+    pub fn shard(&self) -> Option<&ShardMember> {
+        self.shard.as_ref().map(Sharding::member)
+    }
+
     /// `Run(workers)`: starts the factory's informers, waits for the caches, runs `workers`
     /// workers until `cancel` fires, then stops taking keys (keys still queued are not
     /// synced), lets the syncs in flight finish and returns.
@@ -491,7 +535,23 @@ impl DeploymentControllerRunner {
     /// current under the syncs still in flight and stop when this returns. Informers of the
     /// factory started earlier by someone else keep their own lifetime. Call the factory's
     /// [`shutdown`](SharedInformerFactory::shutdown) afterwards to wait for them.
+    ///
+    /// Sharded ([`RunnerOptions::shard`]), the member joins its group once the caches have
+    /// synced and runs until this returns ([`Sharding::drive`]): the caches follow the
+    /// buckets it holds, the workers sync only the keys whose bucket is active on it (the
+    /// others are dropped and counted), and the cached Deployments of every bucket that
+    /// becomes active are enqueued. On `cancel`, once the syncs in flight
+    /// have finished, the member releases its buckets and deletes its Lease before this
+    /// returns. If the member stops on its own (its Lease not renewed within the renew
+    /// deadline, or lost), the syncs in flight are abandoned at once and this returns
+    /// [`RunError::ShardLost`]: the process should exit, as after a lost leader election.
     pub async fn run(&self, workers: usize, cancel: &CancellationToken) -> Result<(), RunError> {
+        if let Some(sharding) = &self.shard {
+            if sharding.field() != ShardField::Namespace {
+                return Err(RunError::NotByNamespace);
+            }
+            sharding.prepare(&self.factory, &["ReplicaSet", "Pod"])?;
+        }
         info!(controller = QUEUE_NAME, "starting controller");
         let informers = CancellationToken::new();
         let _stop_informers = informers.clone().drop_guard();
@@ -506,38 +566,89 @@ impl DeploymentControllerRunner {
             return Err(RunError::CachesNotSynced);
         }
         self.caches_synced.store(true, Ordering::Release);
+        // Told to leave once the syncs in flight have finished.
+        let leave = CancellationToken::new();
+        let mut membership = match &self.shard {
+            Some(sharding) => {
+                let sharding = sharding.clone();
+                let (leave, deployments, queue) =
+                    (leave.clone(), self.deployments.clone(), self.queue.clone());
+                async move { Some(sharding.drive(leave, queue, deployments).await) }.boxed()
+            }
+            None => std::future::pending().boxed(),
+        };
+        let stop = cancel.child_token();
         let tasks: Vec<_> = (0..workers.max(1))
             .map(|_| {
                 tokio::spawn(worker(
                     self.controller.clone(),
                     self.queue.clone(),
                     self.sync_observer.clone(),
-                    cancel.clone(),
+                    self.shard.as_ref().map(|s| s.member().clone()),
+                    stop.clone(),
                 ))
             })
             .collect();
-        cancel.cancelled().await;
+        let mut member_ended = tokio::select! {
+            () = cancel.cancelled() => None,
+            ended = &mut membership => ended,
+        };
+        if member_ended.is_some() {
+            // The syncs in flight were abandoned when the member stopped (see `worker`).
+            error!(
+                controller = QUEUE_NAME,
+                "the shard member stopped: another replica may take its buckets over; stopping"
+            );
+        }
+        stop.cancel();
         info!(
             controller = QUEUE_NAME,
             "shutting down controller: no new syncs; waiting for those in flight"
         );
-        // Not a drain: the keys still queued are left for the next leader.
+        // Not a drain: the keys still queued are left for the next leader (or the replica
+        // that takes the bucket over).
         self.queue.shut_down();
-        for task in tasks {
-            if let Err(err) = task.await {
-                error!(%err, "deployment worker ended abnormally");
+        let workers_done = async {
+            for task in tasks {
+                if let Err(err) = task.await {
+                    error!(%err, "deployment worker ended abnormally");
+                }
             }
+        };
+        if member_ended.is_none() {
+            // The member keeps renewing while the syncs in flight finish; if it stops
+            // meanwhile, the syncs are abandoned (their guards report lost).
+            tokio::pin!(workers_done);
+            tokio::select! {
+                () = &mut workers_done => {}
+                ended = &mut membership => {
+                    member_ended = ended;
+                    workers_done.await;
+                }
+            }
+            if member_ended.is_none() && self.shard.is_some() {
+                // The syncs have ended: the member releases its buckets and leaves.
+                leave.cancel();
+                member_ended = membership.await;
+            }
+        } else {
+            workers_done.await;
         }
-        Ok(())
+        // The member ends well only once told to leave, after `cancel`.
+        match member_ended {
+            Some(Err(source)) => Err(RunError::ShardLost(source)),
+            _ => Ok(()),
+        }
     }
 }
 
 /// One worker: takes keys until `stop` fires or the queue shuts down; a sync it started
-/// runs to its end.
+/// runs to its end. Sharded, a key whose bucket is not active on `shard` is dropped.
 async fn worker(
     controller: Arc<DeploymentController>,
     queue: RateLimitingQueue<String>,
     observer: Option<SyncObserver>,
+    shard: Option<ShardMember>,
     stop: CancellationToken,
 ) {
     loop {
@@ -549,12 +660,45 @@ async fn worker(
         let Some(key) = next else {
             break;
         };
+        let fence = match &shard {
+            None => None,
+            Some(member) => match shard_guard(member, &key) {
+                Some(fence) => Some(fence),
+                None => {
+                    queue.forget(&key);
+                    queue.done(&key);
+                    continue;
+                }
+            },
+        };
         let started = tokio::time::Instant::now();
-        let ok = process_key(&controller, &queue, &key).await;
+        let ok = process_key(&controller, &queue, &key, fence).await;
         if let Some(observe) = &observer {
             observe(started.elapsed(), ok);
         }
         queue.done(&key);
+    }
+}
+
+/// A sync's hold on its shard bucket: the guard, and the member's token that fires when it
+/// stops reconciling.
+type Fence = (Arc<ReconcileGuard>, CancellationToken);
+
+/// The guard for syncing `key` on `member`, or `None` (counted as a dropped key) when the
+/// key's bucket is not active there.
+fn shard_guard(member: &ShardMember, key: &str) -> Option<Fence> {
+    let hash = shard_hash_of_key(key);
+    match member.try_begin(hash) {
+        Some(guard) => Some((Arc::new(guard), member.stopped())),
+        None => {
+            debug!(
+                key,
+                bucket = member.bucket_of(hash),
+                "not in a shard bucket active on this replica; dropped"
+            );
+            member.keys_dropped(1);
+            None
+        }
     }
 }
 
@@ -583,6 +727,8 @@ pub fn disposition(result: &Result<Requeue, SyncError>, num_requeues: usize) -> 
                 .or(Some(Duration::ZERO)),
         ),
         Err(err) if err.is_namespace_terminating() => KeyDisposition::Drop,
+        // The bucket is another replica's now (or will be): it syncs the key.
+        Err(SyncError::ShardLost(_)) => KeyDisposition::Drop,
         Err(_) if num_requeues < MAX_RETRIES => KeyDisposition::Retry,
         Err(_) => KeyDisposition::Drop,
     }
@@ -593,9 +739,10 @@ async fn process_key(
     controller: &Arc<DeploymentController>,
     queue: &RateLimitingQueue<String>,
     key: &String,
+    fence: Option<Fence>,
 ) -> bool {
     let controller = controller.clone();
-    process_key_with(queue, key, move |namespace, name| async move {
+    process_key_with(queue, key, fence, move |namespace, name| async move {
         controller
             .sync_deployment(&namespace, &name)
             .await
@@ -607,14 +754,37 @@ async fn process_key(
 /// [`process_key`] with the sync given: runs `sync(namespace, name)` in a task of its own
 /// and files the key according to the result. A panic counts as a failed sync: retried
 /// rate-limited, and dropped after [`MAX_RETRIES`] like any error.
-async fn process_key_with<F, Fut>(queue: &RateLimitingQueue<String>, key: &String, sync: F) -> bool
+///
+/// With a `fence` (sharded), the sync runs with the guard in scope (its writes are refused
+/// once the guard is invalid) and is abandoned as soon as the member stops; a sync that ends
+/// with its guard invalid is dropped, whatever its result: its bucket is another replica's.
+async fn process_key_with<F, Fut>(
+    queue: &RateLimitingQueue<String>,
+    key: &String,
+    fence: Option<Fence>,
+    sync: F,
+) -> bool
 where
     F: FnOnce(String, String) -> Fut,
     Fut: std::future::Future<Output = Result<Requeue, SyncError>> + Send + 'static,
 {
     let (namespace, name) = key.split_once('/').unwrap_or(("", key.as_str()));
+    let sync = sync(namespace.to_owned(), name.to_owned());
+    let guard = fence.as_ref().map(|(guard, _)| guard.clone());
     // A task of its own, so a panicking sync fails this key instead of the worker.
-    let task = tokio::spawn(sync(namespace.to_owned(), name.to_owned()));
+    let task = match fence {
+        None => tokio::spawn(sync.boxed()),
+        Some((guard, stopped)) => {
+            let bucket = guard.bucket();
+            tokio::spawn(with_guard(guard, async move {
+                tokio::select! {
+                    biased;
+                    () = stopped.cancelled() => Err(SyncError::ShardLost(kctrl_shard::Lost { bucket })),
+                    result = sync => result,
+                }
+            }).boxed())
+        }
+    };
     let result = match task.await {
         Ok(result) => result,
         Err(join_err) => {
@@ -629,6 +799,20 @@ where
             }
             return false;
         }
+    };
+    // Held until the sync's task has ended: the bucket is released only after its writes.
+    let result = match guard {
+        Some(guard) if !guard.is_valid() => {
+            if let Err(err) = &result
+                && !matches!(err, SyncError::ShardLost(_))
+            {
+                debug!(namespace, name, %err, "sync failed after losing its shard bucket");
+            }
+            Err(SyncError::ShardLost(kctrl_shard::Lost {
+                bucket: guard.bucket(),
+            }))
+        }
+        _ => result,
     };
     let ok = result.is_ok();
     let retries = queue.num_requeues(key);
@@ -654,6 +838,8 @@ where
             if let Err(err) = &result {
                 if err.is_namespace_terminating() {
                     debug!(namespace, name, %err, "namespace is terminating; not retrying");
+                } else if matches!(err, SyncError::ShardLost(_)) {
+                    warn!(namespace, name, %err, "shard bucket lost during the sync; dropping the key");
                 } else {
                     warn!(namespace, name, %err, "dropping deployment out of the queue");
                 }
@@ -671,3 +857,7 @@ mod tests;
 #[cfg(test)]
 #[path = "wiring_lanes_tests.rs"]
 mod lanes_tests;
+
+#[cfg(test)]
+#[path = "wiring_shard_tests.rs"]
+mod shard_tests;

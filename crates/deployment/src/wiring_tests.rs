@@ -458,13 +458,13 @@ async fn a_panicking_sync_counts_toward_the_retry_limit_like_an_error() {
     let panics = test_queue();
     let errors = test_queue();
     for attempt in 1..=MAX_RETRIES {
-        assert!(!process_key_with(&panics, &key, panicking_sync).await);
-        assert!(!process_key_with(&errors, &key, failing_sync).await);
+        assert!(!process_key_with(&panics, &key, None, panicking_sync).await);
+        assert!(!process_key_with(&errors, &key, None, failing_sync).await);
         assert_eq!(panics.num_requeues(&key), attempt);
         assert_eq!(errors.num_requeues(&key), attempt);
     }
-    assert!(!process_key_with(&panics, &key, panicking_sync).await);
-    assert!(!process_key_with(&errors, &key, failing_sync).await);
+    assert!(!process_key_with(&panics, &key, None, panicking_sync).await);
+    assert!(!process_key_with(&errors, &key, None, failing_sync).await);
     assert_eq!(errors.num_requeues(&key), 0, "an error is dropped");
     assert_eq!(panics.num_requeues(&key), 0, "a panic is dropped alike");
 }

@@ -238,8 +238,12 @@ impl Sharding {
         })
     }
 
-    /// Checks the setup of a controller about to run, and marks this `Sharding` used.
-    pub(crate) fn prepare(
+    /// Checks the setup of a controller about to run, and marks this `Sharding` used:
+    /// `factory` must follow [`scope`](Self::scope), and a `Sharding` by UID must have no
+    /// `related` kinds (resources other than the primary the controller caches). A
+    /// [`Controller`](crate::Controller) calls it itself; a controller wired by hand calls
+    /// it before [`drive`](Self::drive).
+    pub fn prepare(
         &self,
         factory: &SharedInformerFactory,
         related: &[&'static str],
@@ -272,8 +276,14 @@ impl Sharding {
 
     /// Runs the member until `cancel` (then it drains, releases and leaves), keeps the
     /// informers' scope on the member's cache scope, and enqueues the cached primaries of
-    /// each bucket that becomes active. Ends when the member's run ends.
-    pub(crate) async fn drive<K: Object>(
+    /// each bucket that becomes active (from `store`, into `queue`'s low lane). Ends when
+    /// the member's run ends.
+    ///
+    /// A [`Controller`](crate::Controller) calls it itself. A controller wired by hand calls
+    /// it once its caches have synced, after [`prepare`](Self::prepare), and asks the
+    /// [`member`](Self::member) for a guard before each reconcile: on `cancel`, the member
+    /// releases a bucket only once its guards are dropped.
+    pub async fn drive<K: Object>(
         &self,
         cancel: CancellationToken,
         queue: RateLimitingQueue<ObjectKey>,

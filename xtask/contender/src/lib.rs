@@ -10,12 +10,14 @@
 //! - [`rbac`]: deploy/'s RBAC for our controller's identity;
 //! - [`probe`]: free ports, HTTPS GETs of the controllers' endpoints, CPU time of a process;
 //! - [`parse`]: the text formats read from them (`/proc`, Prometheus, the audit log, logs);
+//! - [`audit`]: the apiserver's audit events one by one, with objects and timestamps;
 //! - [`args`]: `--kube-version`, the option of every command that starts a cluster.
 //!
 //! It depends on the local control plane (`kctrl-cluster`) and on no library crate of kctrl:
 //! editing one does not rebuild this layer.
 
 pub mod args;
+pub mod audit;
 pub mod fresh;
 pub mod parse;
 pub mod probe;

@@ -39,6 +39,8 @@ mod faults;
 pub(crate) mod invariants;
 mod proxy;
 mod run;
+mod shard_audit;
+mod sharded;
 mod watch;
 
 use std::collections::BTreeSet;
@@ -74,10 +76,16 @@ use self::watch::{DEPLOYMENT_LABEL, RUN_LABEL, WatchStats};
 /// Arguments of `cargo xtask chaos`.
 #[derive(clap::Args)]
 pub(crate) struct ChaosArgs {
-    /// `short` (CI: a few Deployments, a few faults of each kind) or `long` (100 Deployments,
-    /// 20 apiserver kills, 10 controller kills; by hand).
+    /// `short` (CI: a few Deployments, a few faults of each kind), `long` (100 Deployments,
+    /// 20 apiserver kills, 10 controller kills; by hand) or `sharded` (3 replicas sharded by
+    /// namespace, 300 Deployments; a replica killed, one added, one stopped past its Lease;
+    /// the audit log checked).
     #[arg(long, value_enum, default_value_t = Profile::Short)]
     pub(crate) profile: Profile,
+    /// `sharded` profile: run with kube-apiserver's ShardedListAndWatch gate on, off
+    /// (client-side filtering), or both, one fresh cluster each.
+    #[arg(long, value_enum, default_value_t = sharded::Gate::Both)]
+    pub(crate) gate: sharded::Gate,
     /// Cluster name (default `chaos-<profile>`); the cluster is started afresh.
     #[arg(long)]
     pub(crate) name: Option<String>,
@@ -101,6 +109,7 @@ impl ChaosArgs {
     pub(crate) fn short(release: &'static Release) -> ChaosArgs {
         ChaosArgs {
             profile: Profile::Short,
+            gate: sharded::Gate::Both,
             name: None,
             keep: false,
             seed: None,
@@ -116,6 +125,15 @@ impl ChaosArgs {
     pub(crate) fn ci(release: &'static Release) -> ChaosArgs {
         ChaosArgs::short(release)
     }
+
+    /// The sharded profile as `cargo xtask test` runs it: the gate on, then off.
+    pub(crate) fn sharded(release: &'static Release) -> ChaosArgs {
+        ChaosArgs {
+            profile: Profile::Sharded,
+            gate: sharded::Gate::Both,
+            ..ChaosArgs::short(release)
+        }
+    }
 }
 
 /// How much of everything.
@@ -125,6 +143,8 @@ pub(crate) enum Profile {
     Short,
     /// The full numbers (by hand).
     Long,
+    /// Sharded replicas (see `sharded.rs`); its own scenario.
+    Sharded,
 }
 
 impl Profile {
@@ -132,6 +152,7 @@ impl Profile {
         match self {
             Profile::Short => "short",
             Profile::Long => "long",
+            Profile::Sharded => "sharded",
         }
     }
 }
@@ -168,6 +189,8 @@ struct Plan {
 impl Plan {
     fn of(profile: Profile) -> Plan {
         match profile {
+            // Not used: the sharded profile has its own plan (`sharded.rs`).
+            Profile::Sharded => Plan::of(Profile::Short),
             Profile::Short => Plan {
                 deployments: 6,
                 namespaces: 2,
@@ -331,6 +354,9 @@ impl Report {
 }
 
 pub(crate) fn run(args: ChaosArgs) -> Result<()> {
+    if args.profile == Profile::Sharded {
+        return sharded::run(&args);
+    }
     let mut plan = Plan::of(args.profile);
     if let Some(rate) = args.slow_truncate_per_mille {
         plan.truncate_per_mille = rate.min(1000);
@@ -660,6 +686,10 @@ rest_client_requests_total{code=\"409\",method=\"PATCH\",host=\"h\"} 2
         assert_eq!(cli.chaos.slow_truncate_per_mille, Some(100));
         let cli = Cli::try_parse_from(["x"]).unwrap();
         assert_eq!(cli.chaos.profile, Profile::Short);
+        assert_eq!(cli.chaos.gate, sharded::Gate::Both);
+        let cli = Cli::try_parse_from(["x", "--profile", "sharded", "--gate", "off"]).unwrap();
+        assert_eq!(cli.chaos.profile, Profile::Sharded);
+        assert_eq!(cli.chaos.gate, sharded::Gate::Off);
         assert!(Plan::of(Profile::Long).deployments == 100);
         assert!(Plan::of(Profile::Long).apiserver_kills == 20);
         assert!(Plan::of(Profile::Long).controller_kills == 10);
