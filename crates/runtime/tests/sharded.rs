@@ -12,7 +12,7 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kctrl_client::{Api, DeleteParams, PostParams, ShardField, hash_field};
+use kctrl_client::{Api, PostParams, ShardField, hash_field};
 use kctrl_fake::FakeApi;
 use kctrl_informer::{ObjectKey, ShardScope, SharedInformerFactory};
 use kctrl_runtime::shard::{Sharding, ShardingError};
@@ -450,11 +450,16 @@ async fn a_member_that_stops_abandons_the_reconciles_in_flight() {
         !log.of("a").is_empty()
     })
     .await;
-    // Someone deletes the member's Lease: it stops at once.
-    Api::<Lease>::namespaced(fake.client(), LEASES)
-        .delete(a.sharding.member().lease_name(), &DeleteParams::default())
-        .await
-        .unwrap();
+    // Someone else writes the member's Lease (another process with its identity, say): the
+    // member cannot tell what it still holds and stops at once. (A delete would not do: the
+    // Lease's finalizer keeps it while the member drains, and this reconcile never ends.)
+    let leases = Api::<Lease>::namespaced(fake.client(), LEASES);
+    let mut lease = leases.get(a.sharding.member().lease_name()).await.unwrap();
+    lease
+        .spec
+        .get_or_insert_with(Default::default)
+        .holder_identity = Some("intruder".into());
+    leases.update(&PostParams::default(), &lease).await.unwrap();
     let err = tokio::time::timeout(Duration::from_secs(30), a.task)
         .await
         .expect("stops well before the hour-long shutdown timeout")
