@@ -23,6 +23,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use k8s_openapi::jiff::Timestamp;
 use kctrl_client::clock::{Clock, SystemClock};
 use kctrl_client::labels::Selector;
+use kctrl_client::versioned::Versioned;
 use kctrl_client::{Api, Client, DeleteParams, Patch, PatchParams, PostParams};
 use kctrl_controller_ref::{CanAdopt, ClaimError, ControllerRefManager, Owner, PodControl};
 use kctrl_events::{EventRecorder, EventType, object_reference};
@@ -188,7 +189,12 @@ fn name_of(meta: &ObjectMeta) -> &str {
 
 /// The selector of `rs`, or why it has none.
 fn selector_of(rs: &ReplicaSet) -> Result<Selector, kctrl_client::labels::SelectorError> {
-    Selector::from_label_selector(&rs.spec.selector)
+    Selector::from_label_selector(
+        &rs.spec
+            .get()
+            .map(|s| s.selector.clone())
+            .unwrap_or_default(),
+    )
 }
 
 /// `getPodsPrefix`: `name-`, or the bare name when that is not a valid generateName.
@@ -210,7 +216,11 @@ fn pods_prefix(name: &str) -> String {
 /// finalizers and spec, `generateName` from the ReplicaSet's name, and the controller
 /// reference.
 pub(crate) fn pod_from_template(rs: &ReplicaSet, controller_ref: OwnerReference) -> Pod {
-    let template = rs.spec.template.clone().unwrap_or_default();
+    let template = rs
+        .spec
+        .get()
+        .and_then(|s| s.template.clone())
+        .unwrap_or_default();
     let meta = template.metadata.unwrap_or_default();
     Pod {
         metadata: ObjectMeta {
@@ -576,7 +586,11 @@ impl ReplicaSetSync {
         if let Some(err) = manage_error {
             return Err(err.into());
         }
-        let min_ready = updated.spec.min_ready_seconds.unwrap_or(0);
+        let min_ready = updated
+            .spec
+            .get()
+            .and_then(|s| s.min_ready_seconds)
+            .unwrap_or(0);
         let st = updated.status.clone().unwrap_or_default();
         let mut requeue_after = None;
         if min_ready > 0 && st.ready_replicas.unwrap_or(0) != st.available_replicas.unwrap_or(0) {
@@ -886,7 +900,7 @@ impl ReplicaSetSync {
             };
             let key = key_of(rs.as_ref());
             keys.push(Enqueue::now(key.clone()));
-            let min_ready = rs.spec.min_ready_seconds.unwrap_or(0);
+            let min_ready = rs.spec.get().and_then(|s| s.min_ready_seconds).unwrap_or(0);
             if !old.is_ready() && cur.is_ready() && min_ready > 0 {
                 debug!(
                     namespace = cur.namespace(),

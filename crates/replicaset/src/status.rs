@@ -8,6 +8,7 @@ use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition, ReplicaSetStat
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kctrl_client::labels::Selector;
+use kctrl_client::versioned::{Text, Versioned};
 use tracing::debug;
 
 use crate::pod_view::PodView;
@@ -29,13 +30,13 @@ pub(crate) fn get_condition<'a>(
         .conditions
         .iter()
         .flatten()
-        .find(|c| c.type_.as_deref() == Some(type_))
+        .find(|c| c.type_.text() == type_)
 }
 
 /// Adds `condition`, replacing one of its type, unless one of its type with the same status
 /// and reason is there already (`SetCondition`).
 pub(crate) fn set_condition(status: &mut ReplicaSetStatus, condition: ReplicaSetCondition) {
-    let type_ = condition.type_.clone().unwrap_or_default();
+    let type_ = condition.type_.text().to_owned();
     if let Some(current) = get_condition(status, &type_)
         && current.status == condition.status
         && current.reason == condition.reason
@@ -56,7 +57,7 @@ pub(crate) fn remove_condition(status: &mut ReplicaSetStatus, type_: &str) {
         .take()
         .into_iter()
         .flatten()
-        .filter(|c| c.type_.as_deref() != Some(type_))
+        .filter(|c| c.type_.text() != type_)
         .collect();
     status.conditions = (!kept.is_empty()).then_some(kept);
 }
@@ -70,8 +71,8 @@ pub(crate) fn new_condition(
     now: Timestamp,
 ) -> ReplicaSetCondition {
     ReplicaSetCondition {
-        type_: Some(type_.to_owned()),
-        status: Some(status.to_owned()),
+        type_: type_.to_owned().into(),
+        status: status.to_owned().into(),
         last_transition_time: Some(Time(now)),
         reason: non_empty(reason),
         message: non_empty(message),
@@ -90,11 +91,11 @@ fn count(n: usize) -> Option<i32> {
 
 /// The spec's replicas (1 when unset, the API server's default).
 pub(crate) fn spec_replicas(rs: &ReplicaSet) -> i32 {
-    rs.spec.replicas.unwrap_or(1)
+    rs.spec.get().and_then(|s| s.replicas).unwrap_or(1)
 }
 
 fn min_ready_seconds(rs: &ReplicaSet) -> i32 {
-    rs.spec.min_ready_seconds.unwrap_or(0)
+    rs.spec.get().and_then(|s| s.min_ready_seconds).unwrap_or(0)
 }
 
 /// The status `rs` should have given its active Pods and its terminating ones (`None`: not
@@ -112,8 +113,8 @@ pub(crate) fn calculate_status(
     let mut status = rs.status.clone().unwrap_or_default();
     let template_labels = rs
         .spec
-        .template
-        .as_ref()
+        .get()
+        .and_then(|s| s.template.as_ref())
         .and_then(|t| t.metadata.as_ref())
         .and_then(|m| m.labels.clone())
         .unwrap_or_default();
