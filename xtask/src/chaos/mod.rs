@@ -457,6 +457,27 @@ fn client(kubeconfig: &Path) -> Result<Client> {
     Client::try_from_config(config).context("building the API client")
 }
 
+/// The Deployments of `all` that have not converged ([`complete`]), each described with its
+/// generations and replica counts, for the error naming what did not converge.
+fn pending(all: &[Deployment]) -> Vec<String> {
+    all.iter()
+        .filter(|d| !complete(d))
+        .map(|d| {
+            let st = d.status.clone().unwrap_or_default();
+            format!(
+                "{}/{} (generation {} observed {}, updated {} ready {} available {})",
+                d.metadata.namespace.as_deref().unwrap_or(""),
+                d.metadata.name.as_deref().unwrap_or(""),
+                d.metadata.generation.unwrap_or(0),
+                st.observed_generation.unwrap_or(0),
+                st.updated_replicas.unwrap_or(0),
+                st.ready_replicas.unwrap_or(0),
+                st.available_replicas.unwrap_or(0)
+            )
+        })
+        .collect()
+}
+
 /// Whether a Deployment has rolled out completely (upstream's `DeploymentComplete`, plus no
 /// surplus pods): its controller saw the latest spec, and every replica is updated and
 /// available.

@@ -264,23 +264,7 @@ impl<'a> Run<'a> {
         loop {
             self.check_controller()?;
             let all = self.list_deployments().await?;
-            let pending: Vec<String> = all
-                .iter()
-                .filter(|d| !complete(d))
-                .map(|d| {
-                    let st = d.status.clone().unwrap_or_default();
-                    format!(
-                        "{}/{} (generation {} observed {}, updated {} ready {} available {})",
-                        d.metadata.namespace.as_deref().unwrap_or(""),
-                        d.metadata.name.as_deref().unwrap_or(""),
-                        d.metadata.generation.unwrap_or(0),
-                        st.observed_generation.unwrap_or(0),
-                        st.updated_replicas.unwrap_or(0),
-                        st.ready_replicas.unwrap_or(0),
-                        st.available_replicas.unwrap_or(0)
-                    )
-                })
-                .collect();
+            let pending = super::pending(&all);
             if pending.is_empty() && all.len() == self.deployments.len() {
                 return Ok(t0.elapsed());
             }

@@ -502,22 +502,7 @@ impl<'a> ShardedRun<'a> {
         loop {
             self.check_exits()?;
             let all = self.list_deployments().await?;
-            let pending: Vec<String> = all
-                .iter()
-                .filter(|d| !complete(d))
-                .map(|d| {
-                    let st = d.status.clone().unwrap_or_default();
-                    format!(
-                        "{}/{} (generation {} observed {}, updated {} available {})",
-                        d.metadata.namespace.as_deref().unwrap_or(""),
-                        d.metadata.name.as_deref().unwrap_or(""),
-                        d.metadata.generation.unwrap_or(0),
-                        st.observed_generation.unwrap_or(0),
-                        st.updated_replicas.unwrap_or(0),
-                        st.available_replicas.unwrap_or(0)
-                    )
-                })
-                .collect();
+            let pending = crate::chaos::pending(&all);
             if pending.is_empty() && all.len() == self.deployments.len() {
                 return Ok(t0.elapsed());
             }
