@@ -79,6 +79,8 @@ fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
 
 #[test]
 fn every_manifest_is_one_object_in_kube_system_or_cluster_scoped() {
+    // Except the sharded variant's member Leases' Role and binding, in their own namespace.
+    let lease_namespace = "kctrl-shards";
     let sharded = format!("{MANIFEST_DIR}/sharded");
     let mut files: Vec<PathBuf> = [MANIFEST_DIR, BOOTSTRAP_DIR, sharded.as_str()]
         .iter()
@@ -87,7 +89,7 @@ fn every_manifest_is_one_object_in_kube_system_or_cluster_scoped() {
         .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
         .collect();
     files.sort();
-    assert_eq!(files.len(), 13, "{files:?}");
+    assert_eq!(files.len(), 14, "{files:?}");
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
         // `kubectl apply -f` accepts several documents per file; we keep one per file.
@@ -96,7 +98,15 @@ fn every_manifest_is_one_object_in_kube_system_or_cluster_scoped() {
         let kind = value["kind"].as_str().unwrap();
         let namespace = value["metadata"]["namespace"].as_str();
         match kind {
-            "ClusterRole" | "ClusterRoleBinding" => assert_eq!(namespace, None, "{kind}"),
+            "ClusterRole" | "ClusterRoleBinding" | "Namespace" => {
+                assert_eq!(namespace, None, "{kind}");
+            }
+            "Role" | "RoleBinding"
+                if file.ends_with("sharded/role-shard-members.yaml")
+                    || file.ends_with("sharded/rolebinding-shard-members.yaml") =>
+            {
+                assert_eq!(namespace, Some(lease_namespace), "{kind}");
+            }
             _ => assert_eq!(namespace, Some(CONTROLLER_NAMESPACE), "{kind}"),
         }
         assert_eq!(
@@ -466,7 +476,7 @@ fn the_sharded_deployment_runs_three_members_with_the_same_container_otherwise()
     for expected in [
         "--shard-by=namespace",
         "--shard-group=deployment-controller",
-        "--shard-lease-namespace=kube-system",
+        "--shard-lease-namespace=kctrl-shards",
     ] {
         assert!(args.iter().any(|a| a == expected), "{expected} in {args:?}");
     }
@@ -494,22 +504,42 @@ fn the_sharded_deployment_runs_three_members_with_the_same_container_otherwise()
     assert!(selector.iter().any(|(k, v)| labels.get(k) != Some(v)));
 }
 
+// The members' Role grants its verbs on every Lease of its namespace (their names are random):
+// a namespace of their own, not kube-system, where it would reach kube-controller-manager's
+// and kube-scheduler's leader-election Leases. The members list, never watch.
 #[test]
-fn the_members_may_manage_the_groups_leases() {
+fn the_members_may_manage_the_groups_leases_in_their_own_namespace() {
+    let namespace: k8s_openapi::api::core::v1::Namespace = object("deploy/sharded/namespace.yaml");
+    let lease_namespace = namespace.metadata.name.unwrap();
+    assert_ne!(lease_namespace, CONTROLLER_NAMESPACE);
+    for file in [
+        "deploy/sharded/deployment.yaml",
+        "deploy/sharded/bootstrap-pod.yaml",
+    ] {
+        let text = read(file);
+        assert!(
+            text.contains(&format!("--shard-lease-namespace={lease_namespace}")),
+            "{file} does not put the Leases in {lease_namespace}"
+        );
+    }
     let role: Role = object("deploy/sharded/role-shard-members.yaml");
     assert_eq!(
         role.metadata.namespace.as_deref(),
-        Some(CONTROLLER_NAMESPACE)
+        Some(lease_namespace.as_str())
     );
     assert_eq!(
         role.rules.unwrap_or_default(),
         vec![rule(
             &["coordination.k8s.io"],
             &["leases"],
-            &["get", "list", "watch", "create", "update", "delete"]
+            &["get", "list", "create", "update", "delete"]
         )]
     );
     let rb: RoleBinding = object("deploy/sharded/rolebinding-shard-members.yaml");
+    assert_eq!(
+        rb.metadata.namespace.as_deref(),
+        Some(lease_namespace.as_str())
+    );
     assert_eq!(rb.role_ref.kind, "Role");
     assert_eq!(rb.role_ref.name, role.metadata.name.unwrap());
     let subjects = rb.subjects.unwrap_or_default();

@@ -680,9 +680,10 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
                 "sharded by namespace: joining the shard group"
             );
         }
-        let work = controllers(runner.map(|r| (r, workers)), replica_sets);
+        let both = (runner.is_some() && replica_sets.is_some()).then(|| factory.clone());
+        let work = controllers(runner.map(|r| (r, workers)), replica_sets, both);
         match elector {
-            None => work(cancel.clone()).await,
+            None => finish_within(work(cancel.clone()), &cancel, shard.is_some()).await,
             Some((lock, leader_metrics)) => {
                 let mut election =
                     LeaderElectionConfig::new(LeaderCallbacks::new(|_| async {}, || {}));
@@ -790,7 +791,7 @@ type LeaderWork =
 /// The Deployment controller with `workers` workers, as the work of a leader.
 #[cfg(test)]
 fn deployment_controller(runner: Arc<DeploymentControllerRunner>, workers: usize) -> LeaderWork {
-    controllers(Some((runner, workers)), None)
+    controllers(Some((runner, workers)), None, None)
 }
 
 /// The enabled controllers (the Deployment controller's runner with its number of workers,
@@ -798,14 +799,21 @@ fn deployment_controller(runner: Arc<DeploymentControllerRunner>, workers: usize
 /// itself (an error) stops the other, so that a leader never runs half of its controllers;
 /// the first error is returned once both have finished. The ReplicaSet controller runs once
 /// per process (a second start is an error; the binary exits when it stops leading).
+///
+/// `shared` is the informer factory of both, when both run: its informers (the ReplicaSet
+/// and Pod ones serve both controllers) are started to run until its shutdown, so that the
+/// first controller to finish does not stop the caches under the other's syncs still in
+/// flight (the Deployment runner would stop the informers it started when it returns).
 fn controllers(
     deployment: Option<(Arc<DeploymentControllerRunner>, usize)>,
     replica_sets: Option<ReplicaSetController>,
+    shared: Option<SharedInformerFactory>,
 ) -> LeaderWork {
     let with_replica_sets = replica_sets.is_some();
     let replica_sets = Arc::new(std::sync::Mutex::new(replica_sets));
     Arc::new(move |stop: CancellationToken| {
         let deployment = deployment.clone();
+        let shared = shared.clone();
         let replica_sets = replica_sets
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -813,6 +821,9 @@ fn controllers(
         async move {
             if with_replica_sets && replica_sets.is_none() {
                 bail!("the ReplicaSet controller was started twice");
+            }
+            if let Some(factory) = &shared {
+                factory.start_until_shutdown();
             }
             let all = stop.child_token();
             let deployments = async {
@@ -852,11 +863,41 @@ const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Of [`SHUTDOWN_TIMEOUT`], how long the syncs in flight may take. If they take longer the
 /// lease is not released (a sync may still write as leader): it expires after
-/// `--leader-elect-lease-duration` and the process exits with status 1.
+/// `--leader-elect-lease-duration` and the process exits with status 1. Sharded, the same
+/// holds for the shard buckets of the syncs still in flight.
 const IN_FLIGHT_SYNC_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long the informers get to stop, and the queued events to be written, at the end.
 const FINAL_STEP_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// Runs `work` (the controllers, without leader election) to its end; once `shutdown` has
+/// fired it gets [`IN_FLIGHT_SYNC_TIMEOUT`] to finish, as a leader does. Past that the work is
+/// dropped and an error returned (the process exits with status 1). Sharded, dropping the work
+/// stops the member's renewals without releasing the buckets still held (those with a sync
+/// in flight; the others were released as the shutdown began): other replicas take them
+/// over once this replica's Lease has expired, as after a crash.
+async fn finish_within(
+    work: impl Future<Output = anyhow::Result<()>>,
+    shutdown: &CancellationToken,
+    sharded: bool,
+) -> anyhow::Result<()> {
+    tokio::pin!(work);
+    tokio::select! {
+        result = &mut work => return result,
+        () = shutdown.cancelled() => {}
+    }
+    match tokio::time::timeout(IN_FLIGHT_SYNC_TIMEOUT, work).await {
+        Ok(result) => result,
+        Err(_) if sharded => bail!(
+            "the syncs in flight did not finish within {IN_FLIGHT_SYNC_TIMEOUT:?} of the \
+             shutdown; exiting without releasing the shard buckets they hold: other replicas \
+             take them over once this replica's Lease expires"
+        ),
+        Err(_) => bail!(
+            "the syncs in flight did not finish within {IN_FLIGHT_SYNC_TIMEOUT:?} of the shutdown"
+        ),
+    }
+}
 
 /// What to do when the lease is lost while the controller may still write: in the binary,
 /// exit with status 1 at once, as kube-controller-manager does.
@@ -1763,6 +1804,113 @@ mod tests {
             "a normal shutdown was reported as a lost lease: {:?}",
             lost.lock().unwrap()
         );
+    }
+
+    // Both controllers share the ReplicaSet and Pod informers. The Deployment controller,
+    // with nothing in flight, ends first on a stop; the ReplicaSet controller still waits for
+    // a Pod create: its caches must stay current meanwhile (they stopped with the Deployment
+    // runner when it had started them).
+    #[tokio::test(start_paused = true)]
+    async fn the_informers_both_controllers_share_outlive_the_first_to_stop() {
+        use k8s_openapi::api::apps::v1::ReplicaSet;
+        let fake = kctrl_fake::FakeApi::new();
+        let (client, entered, proceed) = hold_first(&fake, "create", "pods");
+        let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
+        let recorder = Arc::new(kctrl_deployment::events::RecordingEventRecorder::new());
+        let runner = Arc::new(
+            DeploymentControllerRunner::new(client.clone(), &factory, recorder.clone()).unwrap(),
+        );
+        let replica_sets = ReplicaSetController::new(
+            &factory,
+            client,
+            recorder,
+            kctrl_replicaset::Options::default(),
+        );
+        let work = controllers(
+            Some((runner.clone(), 1)),
+            Some(replica_sets),
+            Some(factory.clone()),
+        );
+        let stop = CancellationToken::new();
+        let run = tokio::spawn(work(stop.clone()));
+        let rs = |name: &str| -> ReplicaSet {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": {"app": name}},
+                    "template": {
+                        "metadata": {"labels": {"app": name}},
+                        "spec": {"containers": [{"name": "c", "image": "nginx"}]}
+                    }
+                }
+            }))
+            .unwrap()
+        };
+        let api = Api::<ReplicaSet>::namespaced(fake.client(), "default");
+        api.create(&Default::default(), &rs("web")).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(60), entered)
+            .await
+            .expect("the ReplicaSet controller creates a Pod")
+            .unwrap();
+        stop.cancel();
+        // The Deployment controller has returned by now; the ReplicaSet one still waits.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!run.is_finished());
+        api.create(&Default::default(), &rs("late")).await.unwrap();
+        let store = factory.informer::<ReplicaSet>().store().clone();
+        let mut cached = false;
+        for _ in 0..50 {
+            if store.get("default/late").is_some() {
+                cached = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            cached,
+            "the ReplicaSet cache stopped with the Deployment controller"
+        );
+        proceed.send(()).unwrap();
+        let result = tokio::time::timeout(Duration::from_secs(60), run)
+            .await
+            .expect("both controllers end")
+            .unwrap();
+        assert!(result.is_ok(), "{result:?}");
+        factory.shutdown().await;
+    }
+
+    // Without leader election the controllers get IN_FLIGHT_SYNC_TIMEOUT after the signal,
+    // as a leader does, and the process then exits 1 (sharded: naming the buckets left to
+    // expire); work that ends in time is not cut short.
+    #[tokio::test(start_paused = true)]
+    async fn without_an_election_the_syncs_in_flight_get_a_bounded_time() {
+        let shutdown = CancellationToken::new();
+        let started = tokio::time::Instant::now();
+        let stuck = tokio::spawn({
+            let shutdown = shutdown.clone();
+            async move { finish_within(std::future::pending(), &shutdown, true).await }
+        });
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert!(!stuck.is_finished(), "timed out before any shutdown");
+        shutdown.cancel();
+        let err = stuck.await.unwrap().unwrap_err().to_string();
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(30) + IN_FLIGHT_SYNC_TIMEOUT
+        );
+        assert!(err.contains("shard buckets"), "{err}");
+
+        let shutdown = CancellationToken::new();
+        shutdown.cancel();
+        let slow_but_in_time = async {
+            tokio::time::sleep(IN_FLIGHT_SYNC_TIMEOUT / 2).await;
+            Ok(())
+        };
+        finish_within(slow_but_in_time, &shutdown, true)
+            .await
+            .unwrap();
     }
 
     /// The binary's informers publish client-go's `informer_*` series under

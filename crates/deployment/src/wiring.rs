@@ -237,6 +237,8 @@ pub struct EnqueueHandlers {
     replica_sets: Store<ReplicaSet>,
     /// Keys go to the lane their event calls for; false: all to the high lane.
     lanes: bool,
+    /// Sharded: only keys whose namespace's bucket is active on this member are queued.
+    shard: Option<ShardMember>,
 }
 
 impl std::fmt::Debug for EnqueueHandlers {
@@ -257,7 +259,17 @@ impl EnqueueHandlers {
             deployments,
             replica_sets,
             lanes: true,
+            shard: None,
         }
+    }
+
+    /// Queue only the keys whose namespace hashes into a bucket active on `member`: the
+    /// others are another replica's (with the API server's sharded watch off, every replica
+    /// hears every event). A bucket that becomes active has its cached Deployments queued
+    /// then, so nothing dropped here is missed.
+    pub fn with_shard(mut self, member: ShardMember) -> Self {
+        self.shard = Some(member);
+        self
     }
 
     /// Whether keys go to the lane their event calls for (the default) or all to the high
@@ -272,9 +284,20 @@ impl EnqueueHandlers {
         if self.lanes { wanted } else { Priority::High }
     }
 
+    /// Queues `key` in `lane` (the high lane when lanes are off), unless it belongs to
+    /// another shard.
+    fn add(&self, key: String, lane: Priority) {
+        if let Some(member) = &self.shard
+            && !member.owns(shard_hash_of_key(&key))
+        {
+            return;
+        }
+        self.queue.add_with_priority(key, self.lane(lane));
+    }
+
     fn enqueue_all(&self, keys: Vec<String>) {
         for key in keys {
-            self.queue.add(key);
+            self.add(key, Priority::High);
         }
     }
 }
@@ -286,10 +309,7 @@ impl ResourceEventHandler<Deployment> for EnqueueHandlers {
             name = d.metadata.name.as_deref().unwrap_or(""),
             "adding deployment"
         );
-        self.queue.add_with_priority(
-            key_of(d.as_ref()),
-            self.lane(lane_for_add(is_in_initial_list)),
-        );
+        self.add(key_of(d.as_ref()), lane_for_add(is_in_initial_list));
     }
 
     fn on_update(&self, old: &Arc<Deployment>, cur: &Arc<Deployment>) {
@@ -298,8 +318,7 @@ impl ResourceEventHandler<Deployment> for EnqueueHandlers {
             name = cur.metadata.name.as_deref().unwrap_or(""),
             "updating deployment"
         );
-        self.queue
-            .add_with_priority(key_of(cur.as_ref()), self.lane(lane_for_update(old, cur)));
+        self.add(key_of(cur.as_ref()), lane_for_update(old, cur));
     }
 
     fn on_delete(&self, deleted: &DeletedObject<Deployment>) {
@@ -309,15 +328,15 @@ impl ResourceEventHandler<Deployment> for EnqueueHandlers {
             name = d.metadata.name.as_deref().unwrap_or(""),
             "deleting deployment"
         );
-        self.queue.add(key_of(d.as_ref()));
+        self.add(key_of(d.as_ref()), Priority::High);
     }
 }
 
 impl ResourceEventHandler<ReplicaSet> for EnqueueHandlers {
     fn on_add(&self, rs: &Arc<ReplicaSet>, is_in_initial_list: bool) {
-        let lane = self.lane(lane_for_add(is_in_initial_list));
+        let lane = lane_for_add(is_in_initial_list);
         for key in keys_for_replica_set_add(&self.deployments, rs) {
-            self.queue.add_with_priority(key, lane);
+            self.add(key, lane);
         }
     }
 
@@ -337,7 +356,7 @@ impl ResourceEventHandler<PodView> for EnqueueHandlers {
 
     fn on_delete(&self, deleted: &DeletedObject<PodView>) {
         if let Some(key) = key_for_pod_delete(&self.deployments, &self.replica_sets, deleted) {
-            self.queue.add(key);
+            self.add(key, Priority::High);
         }
     }
 }
@@ -449,14 +468,22 @@ impl DeploymentControllerRunner {
             queue_config = queue_config.shared_metrics_provider(metrics);
         }
         let queue = RateLimitingQueue::with_config(default_controller_rate_limiter(), queue_config);
-        let handlers = Arc::new(
-            EnqueueHandlers::new(
-                queue.clone(),
-                d_informer.store().clone(),
-                rs_informer.store().clone(),
-            )
-            .with_priority_lanes(!options.single_lane),
-        );
+        let mut handlers = EnqueueHandlers::new(
+            queue.clone(),
+            d_informer.store().clone(),
+            rs_informer.store().clone(),
+        )
+        .with_priority_lanes(!options.single_lane);
+        if let Some(sharding) = &options.shard {
+            handlers = handlers.with_shard(sharding.member().clone());
+        }
+        let handlers = Arc::new(handlers);
+        // Single lane: the Deployments of a bucket that becomes active queue in the high lane
+        // too.
+        let shard = match (options.shard, options.single_lane) {
+            (Some(sharding), true) => Some(sharding.with_activation_priority(Priority::High)),
+            (shard, _) => shard,
+        };
         // The handlers only look at the caches and add keys to the queue: they never block,
         // so they run on the runtime rather than waking a blocking-pool thread for every
         // burst of events.
@@ -470,7 +497,7 @@ impl DeploymentControllerRunner {
             pod_informer.add_event_handler_with_options(handlers, on_runtime)?,
         ];
         // A sharded replica writes only from a sync holding its bucket.
-        let client = match &options.shard {
+        let client = match &shard {
             Some(_) => FencedWrites::client(&client),
             None => client,
         };
@@ -495,7 +522,7 @@ impl DeploymentControllerRunner {
             registrations,
             sync_observer: options.sync_observer,
             caches_synced: Arc::new(AtomicBool::new(false)),
-            shard: options.shard,
+            shard,
             deployments: d_informer.store().clone(),
         })
     }
@@ -540,9 +567,10 @@ impl DeploymentControllerRunner {
     /// synced and runs until this returns ([`Sharding::drive`]): the caches follow the
     /// buckets it holds, the workers sync only the keys whose bucket is active on it (the
     /// others are dropped and counted), and the cached Deployments of every bucket that
-    /// becomes active are enqueued. On `cancel`, once the syncs in flight
-    /// have finished, the member releases its buckets and deletes its Lease before this
-    /// returns. If the member stops on its own (its Lease not renewed within the renew
+    /// becomes active are enqueued. On `cancel` the member starts leaving at once: a bucket
+    /// with no sync in flight is released (another replica can take it over) right away, one
+    /// with a sync in flight once that sync has finished; the member deletes its Lease
+    /// before this returns. If the member stops on its own (its Lease not renewed within the renew
     /// deadline, or lost), the syncs in flight are abandoned at once and this returns
     /// [`RunError::ShardLost`]: the process should exit, as after a lost leader election.
     pub async fn run(&self, workers: usize, cancel: &CancellationToken) -> Result<(), RunError> {
@@ -566,7 +594,7 @@ impl DeploymentControllerRunner {
             return Err(RunError::CachesNotSynced);
         }
         self.caches_synced.store(true, Ordering::Release);
-        // Told to leave once the syncs in flight have finished.
+        // Told to leave on `cancel`.
         let leave = CancellationToken::new();
         let mut membership = match &self.shard {
             Some(sharding) => {
@@ -600,7 +628,10 @@ impl DeploymentControllerRunner {
                 "the shard member stopped: another replica may take its buckets over; stopping"
             );
         }
+        // No new syncs; sharded, the member drains and releases its buckets, each as soon
+        // as its last sync in flight has ended (it waits for their guards).
         stop.cancel();
+        leave.cancel();
         info!(
             controller = QUEUE_NAME,
             "shutting down controller: no new syncs; waiting for those in flight"
@@ -627,8 +658,7 @@ impl DeploymentControllerRunner {
                 }
             }
             if member_ended.is_none() && self.shard.is_some() {
-                // The syncs have ended: the member releases its buckets and leaves.
-                leave.cancel();
+                // The syncs have ended: the member releases what it still holds and leaves.
                 member_ended = membership.await;
             }
         } else {

@@ -79,12 +79,6 @@ fn replica(
     writes: &Arc<Mutex<Vec<Write>>>,
     metrics: Option<PrometheusShardMetrics>,
 ) -> Replica {
-    let mut config = ShardConfig::new("deployment-controller", "kube-system", name);
-    if let Some(metrics) = metrics {
-        config.metrics = Arc::new(metrics);
-    }
-    let sharding = Sharding::new(fake.client(), config, ShardField::Namespace).unwrap();
-    let member = sharding.member().clone();
     let client = Client::new(
         Recording {
             replica: name.to_owned(),
@@ -93,6 +87,22 @@ fn replica(
         },
         "default",
     );
+    replica_with(fake, name, client, metrics)
+}
+
+/// A replica whose controller goes through `client` (its member through the fake).
+fn replica_with(
+    fake: &FakeApi,
+    name: &str,
+    client: Client,
+    metrics: Option<PrometheusShardMetrics>,
+) -> Replica {
+    let mut config = ShardConfig::new("deployment-controller", "kube-system", name);
+    if let Some(metrics) = metrics {
+        config.metrics = Arc::new(metrics);
+    }
+    let sharding = Sharding::new(fake.client(), config, ShardField::Namespace).unwrap();
+    let member = sharding.member().clone();
     let factory = SharedInformerFactory::builder(client.clone(), Duration::ZERO)
         .shard_scope(sharding.scope())
         .build();
@@ -674,4 +684,137 @@ async fn a_write_still_waiting_when_the_guard_lapses_is_not_sent() {
     );
     tokio::time::sleep(Duration::from_secs(120)).await;
     assert!(fake.object::<ConfigMap>(Some("ns-0"), "late").is_none());
+}
+
+// On a stop the member starts leaving at once: the buckets without a sync in flight are
+// handed over right away, not after the slowest sync has ended (a slow write held every
+// bucket of the replica until it finished, past the grace period); the bucket of the sync
+// in flight is released once it ends.
+#[tokio::test(start_paused = true)]
+async fn on_a_stop_idle_buckets_are_released_before_the_syncs_in_flight_end() {
+    let fake = FakeApi::new();
+    let slow = Client::new(
+        Slow {
+            fake: fake.clone(),
+            delay: Duration::from_secs(30),
+        },
+        "default",
+    );
+    let a = replica_with(&fake, "a", slow, None);
+    // Each write of the sync is held for 30 s.
+    let cancel = CancellationToken::new();
+    let run = spawn_runner(&a.runner, &cancel);
+    assert!(
+        eventually(Duration::from_secs(60), || a.member.active_buckets().len()
+            == 64)
+        .await
+    );
+    create_deployment(&fake, "ns-0", "web").await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(fake.objects::<ReplicaSet>().is_empty());
+    let busy = a.member.bucket_of(hash_field("ns-0"));
+    cancel.cancel();
+    let held = || {
+        (0..64)
+            .filter(|&b| a.member.bucket_state(b) != kctrl_shard::BucketState::Idle)
+            .collect::<Vec<u32>>()
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || held() == [busy]).await,
+        "still held 10 s after the stop: {:?}",
+        held()
+    );
+    assert!(!run.is_finished());
+    let ended = tokio::time::timeout(Duration::from_secs(600), run)
+        .await
+        .expect("ends once the held write is through")
+        .unwrap();
+    assert!(ended.is_ok(), "{ended:?}");
+    assert_eq!(fake.objects::<ReplicaSet>().len(), 1);
+    assert!(
+        fake.objects::<k8s_openapi::api::coordination::v1::Lease>()
+            .is_empty(),
+        "the member left its Lease behind"
+    );
+    a.factory.shutdown().await;
+}
+
+// The handlers queue only the keys of buckets active on the member: an event of a namespace
+// whose bucket this replica does not hold (one draining or still syncing here, or any with
+// the API server's sharded watch off) is not queued, to be dropped by a worker later.
+#[tokio::test(start_paused = true)]
+async fn handlers_queue_only_the_keys_of_held_buckets() {
+    use kctrl_informer::{ResourceEventHandler, Store};
+    let fake = FakeApi::new();
+    let holder = ShardMember::new(
+        fake.client(),
+        ShardConfig::new("deployment-controller", "kube-system", "a"),
+    )
+    .unwrap();
+    tokio::spawn({
+        let holder = holder.clone();
+        async move { holder.run(CancellationToken::new()).await }
+    });
+    assert!(
+        eventually(Duration::from_secs(60), || holder.active_buckets().len()
+            == 64)
+        .await
+    );
+    // Never run: holds nothing.
+    let idle = ShardMember::new(
+        fake.client(),
+        ShardConfig::new("deployment-controller", "kube-system", "b"),
+    )
+    .unwrap();
+    let d = Arc::new({
+        let mut d = new_deployment("web", 1, None, None, None, Some(map(&[("app", "web")])));
+        d.metadata.namespace = Some("ns-0".to_owned());
+        d
+    });
+    for (member, queued) in [(holder, 1), (idle, 0)] {
+        let queue = RateLimitingQueue::new(default_controller_rate_limiter());
+        let handlers = EnqueueHandlers::new(
+            queue.clone(),
+            Store::<Deployment>::new(),
+            Store::<ReplicaSet>::new(),
+        )
+        .with_shard(member);
+        ResourceEventHandler::<Deployment>::on_add(&handlers, &d, false);
+        ResourceEventHandler::<Deployment>::on_update(&handlers, &d, &d);
+        assert_eq!(queue.len(), queued);
+    }
+}
+
+// With a single lane (kube-controller-manager's order), the Deployments of a bucket that
+// becomes active are queued in the high lane like every other key, not in the low one.
+#[tokio::test]
+async fn a_single_lane_runner_queues_activations_in_the_high_lane() {
+    for (single_lane, lane) in [(true, Priority::High), (false, Priority::Low)] {
+        let fake = FakeApi::new();
+        let sharding = Sharding::new(
+            fake.client(),
+            ShardConfig::new("deployment-controller", "kube-system", "a"),
+            ShardField::Namespace,
+        )
+        .unwrap();
+        let factory = SharedInformerFactory::builder(fake.client(), Duration::ZERO)
+            .shard_scope(sharding.scope())
+            .build();
+        let runner = DeploymentControllerRunner::with_options(
+            fake.client(),
+            &factory,
+            Arc::new(RecordingEventRecorder::new()),
+            RunnerOptions {
+                shard: Some(sharding),
+                single_lane,
+                ..RunnerOptions::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            runner.shard.as_ref().map(Sharding::activation_priority),
+            Some(lane),
+            "single_lane={single_lane}"
+        );
+    }
 }

@@ -62,8 +62,8 @@
 //! One `Sharding` runs one controller, and its factory serves only controllers sharded with
 //! it: every informer of the factory follows its scope.
 //!
-//! Readiness: [`Sharding::is_ready`] (or [`Sharding::ready_check`]) holds while the replica
-//! holds at least one active bucket, for `/readyz`. Metrics: set
+//! Readiness: [`Sharding::is_ready`] (or [`Sharding::ready_check`]) holds once the replica
+//! has joined its group and holds what the split gives it, for `/readyz`. Metrics: set
 //! [`ShardConfig::metrics`] to a [`PrometheusShardMetrics`](kctrl_shard::PrometheusShardMetrics)
 //! for the ranges held, handovers, keys dropped and the time from a member change to the new
 //! split being in force. `crates/runtime/examples/sharded.rs` serves both.
@@ -147,6 +147,7 @@ pub struct Sharding {
     field: ShardField,
     scope: ShardScope,
     used: Arc<AtomicBool>,
+    activation_priority: Priority,
 }
 
 impl fmt::Debug for Sharding {
@@ -183,6 +184,20 @@ impl Sharding {
         Self::with_member(ShardMember::new(client, config)?, field)
     }
 
+    /// The lane [`drive`](Self::drive) enqueues the cached primaries of a bucket that
+    /// became active in: [`Priority::Low`] by default, behind the events of the buckets
+    /// already held (as the adds of an initial list); [`Priority::High`] for a controller
+    /// that serves a single lane, first come first served.
+    pub fn with_activation_priority(mut self, priority: Priority) -> Self {
+        self.activation_priority = priority;
+        self
+    }
+
+    /// The lane [`drive`](Self::drive) enqueues activations in.
+    pub fn activation_priority(&self) -> Priority {
+        self.activation_priority
+    }
+
     /// A `Sharding` over a member built by hand (e.g. with its own
     /// [`LeaseStore`](kctrl_shard::LeaseStore)); it must have been configured with
     /// [`confirm_cache_scope`](ShardConfig::confirm_cache_scope) on, and must not run on
@@ -199,6 +214,7 @@ impl Sharding {
             field,
             scope,
             used: Arc::new(AtomicBool::new(false)),
+            activation_priority: Priority::Low,
         })
     }
 
@@ -219,8 +235,9 @@ impl Sharding {
         self.field
     }
 
-    /// Ready (for `/readyz`): the replica holds at least one active bucket, so it reconciles
-    /// a part of the objects.
+    /// Ready (for `/readyz`): the replica has joined its group and reconciles at least one
+    /// bucket or holds every bucket the split gives it (possibly none: see
+    /// [`ShardMember::is_ready`]).
     pub fn is_ready(&self) -> bool {
         self.member.is_ready()
     }
@@ -276,7 +293,8 @@ impl Sharding {
 
     /// Runs the member until `cancel` (then it drains, releases and leaves), keeps the
     /// informers' scope on the member's cache scope, and enqueues the cached primaries of
-    /// each bucket that becomes active (from `store`, into `queue`'s low lane). Ends when
+    /// each bucket that becomes active (from `store`, into `queue`'s low lane, or the one
+    /// [`with_activation_priority`](Self::with_activation_priority) set). Ends when
     /// the member's run ends.
     ///
     /// A [`Controller`](crate::Controller) calls it itself. A controller wired by hand calls
@@ -293,7 +311,7 @@ impl Sharding {
         tokio::select! {
             result = self.member.run(cancel) => result,
             never = follow_scope(&self.member, self.field, &self.scope) => match never {},
-            never = enqueue_activations(&gate, &queue, &store) => match never {},
+            never = enqueue_activations(&gate, &queue, &store, self.activation_priority) => match never {},
         }
     }
 }
@@ -301,7 +319,8 @@ impl Sharding {
 /// Why a sharded replica is not ready.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "shard group {group}: this replica holds no active range ({members} live member(s) seen{})",
+    "shard group {group}: this replica has not joined, or holds no active range while the \
+     split is not in force yet ({members} live member(s) seen{})",
     if *stopped { "; its membership has stopped" } else { "" }
 )]
 pub struct NotReady {
@@ -355,13 +374,14 @@ async fn enqueue_activations<K: Object>(
     gate: &ShardGate,
     queue: &RateLimitingQueue<ObjectKey>,
     store: &Store<K>,
+    priority: Priority,
 ) -> std::convert::Infallible {
     let mut activations = gate.member.activations();
     while let Some(buckets) = activations.next().await {
         let mut enqueued = 0usize;
         for obj in store.list() {
             if buckets.contains(gate.member.bucket_of(gate.hash_of(obj.metadata()))) {
-                queue.add_with_priority(key_of(obj.as_ref()), Priority::Low);
+                queue.add_with_priority(key_of(obj.as_ref()), priority);
                 enqueued += 1;
             }
         }

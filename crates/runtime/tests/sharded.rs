@@ -580,3 +580,44 @@ async fn set_up_mistakes_are_refused_by_name() {
     .unwrap_err();
     assert!(matches!(err, ShardingError::Config(_)), "{err}");
 }
+
+// A controller wired by hand runs the member with `Sharding::drive`: a bucket that becomes
+// active has its cached objects queued in the low lane, or in the lane
+// `with_activation_priority` names (a controller serving one lane, first come first served).
+#[tokio::test(start_paused = true)]
+async fn drive_queues_activations_in_the_lane_asked_for() {
+    use kctrl_workqueue::{Priority, default_controller_rate_limiter};
+    for (asked, lane) in [
+        (None, Priority::Low),
+        (Some(Priority::High), Priority::High),
+    ] {
+        let fake = FakeApi::new();
+        create(&fake, "team-a", "settings").await;
+        let mut sharding = sharding(&fake, "a", Arc::new(Dropped::default()));
+        if let Some(priority) = asked {
+            sharding = sharding.with_activation_priority(priority);
+        }
+        let factory = SharedInformerFactory::builder(fake.client(), Duration::from_secs(3600))
+            .shard_scope(sharding.scope())
+            .build();
+        let informer = factory.informer::<ConfigMap>();
+        let cancel = CancellationToken::new();
+        factory.start(&cancel);
+        // Nobody takes from this queue: it keeps what the activation queued.
+        let queue: RateLimitingQueue<ObjectKey> =
+            RateLimitingQueue::new(default_controller_rate_limiter());
+        let drive = tokio::spawn({
+            let (sharding, cancel, queue) = (sharding.clone(), cancel.clone(), queue.clone());
+            let store = informer.store().clone();
+            async move { sharding.drive(cancel, queue, store).await }
+        });
+        until("the key queued", Duration::from_secs(60), || {
+            queue.len() == 1
+        })
+        .await;
+        assert_eq!(queue.lane_len(lane), 1, "asked {asked:?}");
+        cancel.cancel();
+        drive.await.unwrap().unwrap();
+        factory.shutdown().await;
+    }
+}

@@ -145,8 +145,9 @@
 //! # Metrics
 //!
 //! [`PrometheusShardMetrics`]: the hash ranges held, handovers, keys dropped, the time from
-//! a member change to the new split being in force; see [`metrics`]. Ready means holding
-//! at least one bucket ([`ShardMember::is_ready`]).
+//! a member change to the new split being in force; see [`metrics`]. Ready means joined
+//! and holding what the split gives it, which may be nothing when the group has more
+//! members than its buckets go round ([`ShardMember::is_ready`]).
 
 #![forbid(unsafe_code)]
 

@@ -99,6 +99,9 @@ pub(crate) struct State {
     pub(crate) scope_generation: u64,
     pub(crate) scope_confirmed: u64,
     pub(crate) members: Vec<String>,
+    /// The last round found every bucket where the split wants it (and the member is not
+    /// leaving).
+    pub(crate) in_force: bool,
 }
 
 impl State {
@@ -113,6 +116,13 @@ impl State {
 
     fn may_reconcile(&self, now: Instant) -> bool {
         !self.stopped && self.valid_until.is_some_and(|t| now < t)
+    }
+
+    /// See [`ShardMember::is_ready`]; without the renew deadline (for the metric).
+    fn ready(&self) -> bool {
+        !self.stopped
+            && self.valid_until.is_some()
+            && (self.in_force || self.slots.iter().any(|s| s.state == BucketState::Active))
     }
 }
 
@@ -187,6 +197,7 @@ impl Shared {
             active.fraction(count),
             &ranges,
         );
+        self.config.metrics.ready(&self.config.group, state.ready());
         let status = ShardStatus {
             active,
             scope: state.scope.clone(),
@@ -320,6 +331,7 @@ impl ShardMember {
                     scope_generation: 0,
                     scope_confirmed: 0,
                     members: Vec::new(),
+                    in_force: false,
                 }),
                 wake: Notify::new(),
                 stopped: CancellationToken::new(),
@@ -403,9 +415,14 @@ impl ShardMember {
             .map_or(BucketState::Idle, |s| s.state)
     }
 
-    /// Ready: holds at least one active bucket.
+    /// Ready: the member has joined (its Lease renewed within the renew deadline) and
+    /// either reconciles at least one bucket or holds every bucket the split gives it.
+    /// The latter may be none at all: with more members than the bucket count allows for,
+    /// rendezvous hashing leaves some members without a bucket, and they are ready as
+    /// standbys (one takes buckets over the moment a member leaves).
     pub fn is_ready(&self) -> bool {
-        !self.active_buckets().is_empty()
+        let state = self.shared.state();
+        state.may_reconcile(Instant::now()) && state.ready()
     }
 
     /// The member's status, updated at every change.

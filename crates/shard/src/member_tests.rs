@@ -378,6 +378,44 @@ async fn three_members_split_the_buckets_as_rendezvous_hashing_says() {
     ledger.assert_clean();
 }
 
+// With more members than buckets some members hold none: once the split is in force they are
+// ready all the same (standbys), or a rolling update of the group would never finish.
+#[tokio::test(start_paused = true)]
+async fn members_the_split_gives_no_bucket_are_ready_once_it_is_in_force() {
+    let fake = FakeApi::new();
+    let ledger = Arc::new(Ledger::default());
+    let members: Vec<Member> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|name| {
+            let mut c = config(name, &ledger);
+            c.bucket_count = 2;
+            start(&fake, c, &ledger, 1)
+        })
+        .collect();
+    until("every member ready", Duration::from_secs(60), || {
+        members.iter().all(|m| m.member.is_ready())
+    })
+    .await;
+    let holding: Vec<usize> = members
+        .iter()
+        .map(|m| m.member.active_buckets().len())
+        .collect();
+    assert_eq!(holding.iter().sum::<usize>(), 2, "{holding:?}");
+    assert!(
+        holding.iter().filter(|&&n| n == 0).count() >= 2,
+        "{holding:?}"
+    );
+    // A member that never joined is not ready.
+    let late = ShardMember::new(fake.client(), {
+        let mut c = ShardConfig::new(GROUP, NS, "e");
+        c.bucket_count = 2;
+        c
+    })
+    .unwrap();
+    assert!(!late.is_ready());
+    ledger.assert_clean();
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_joining_member_gets_a_bucket_only_after_its_holder_drained_it() {
     let fake = FakeApi::new();

@@ -7,7 +7,7 @@
 //! | `shard_member_hash_fraction{group}` | gauge | the share of the hash space they cover, 0 to 1 |
 //! | `shard_member_ranges{group, ranges}` | gauge | 1, its `ranges` label the held hash ranges (`0x…-0x…`, comma-separated); the previous series is removed at each change |
 //! | `shard_members{group}` | gauge | live members this member sees, itself included |
-//! | `shard_member_ready{group}` | gauge | 1 while it holds at least one bucket |
+//! | `shard_member_ready{group}` | gauge | 1 while it is ready: joined, and reconciling at least one bucket or holding every bucket the split gives it (none, when there are more members than the bucket count allows for) |
 //! | `shard_handovers_total{group, direction}` | counter | buckets `acquired` (became active), `released` (drained and handed back) and `lost` (dropped at once when the Lease could not be renewed) |
 //! | `shard_keys_dropped_total{group}` | counter | keys a controller dropped because their bucket was not active here (another member reconciles them) |
 //! | `shard_rebalance_duration_seconds{group}` | histogram | from a change of the members this member sees to its part of the new split being in force |
@@ -49,6 +49,11 @@ pub trait ShardMetrics: Send + Sync + 'static {
     fn held(&self, group: &str, buckets: usize, fraction: f64, ranges: &str);
     /// The member sees `members` live members, itself included.
     fn members(&self, group: &str, members: usize);
+    /// The member is ready ([`ShardMember::is_ready`](crate::ShardMember::is_ready)) or
+    /// not. Called at every change of its state; the default does nothing.
+    fn ready(&self, group: &str, ready: bool) {
+        let _ = (group, ready);
+    }
     /// One bucket changed hands.
     fn handover(&self, group: &str, direction: Handover);
     /// `keys` keys were dropped because their bucket was not active.
@@ -102,6 +107,7 @@ fn group(group: &str) -> GroupLabel {
 /// let mut registry = Registry::default();
 /// let metrics = PrometheusShardMetrics::new(&mut registry);
 /// metrics.held("widgets", 32, 0.5, "0x0000000000000000-0x8000000000000000");
+/// metrics.ready("widgets", true);
 ///
 /// let mut text = String::new();
 /// prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
@@ -161,7 +167,7 @@ impl PrometheusShardMetrics {
         );
         r.register(
             "member_ready",
-            "1 while this member holds at least one bucket active",
+            "1 while this member is ready: joined, holding what the split gives it",
             metrics.ready.clone(),
         );
         r.register(
@@ -189,9 +195,6 @@ impl ShardMetrics for PrometheusShardMetrics {
             .get_or_create(&group(g))
             .set(i64::try_from(buckets).unwrap_or(i64::MAX));
         self.fraction.get_or_create(&group(g)).set(fraction);
-        self.ready
-            .get_or_create(&group(g))
-            .set(i64::from(buckets > 0));
         let label = RangesLabel {
             group: g.to_owned(),
             ranges: ranges.to_owned(),
@@ -212,6 +215,10 @@ impl ShardMetrics for PrometheusShardMetrics {
             current.push(label.clone());
         }
         self.ranges.get_or_create(&label).set(1);
+    }
+
+    fn ready(&self, g: &str, ready: bool) {
+        self.ready.get_or_create(&group(g)).set(i64::from(ready));
     }
 
     fn members(&self, g: &str, members: usize) {
@@ -255,6 +262,7 @@ mod tests {
         m.held("g", 2, 0.25, "0x0-0x1");
         m.held("g", 1, 0.125, "0x0-0x2");
         m.members("g", 3);
+        m.ready("g", true);
         m.handover("g", Handover::Acquired);
         m.handover("g", Handover::Lost);
         m.keys_dropped("g", 5);
@@ -277,7 +285,7 @@ mod tests {
             !text.contains("0x0-0x1"),
             "the old ranges series stayed:\n{text}"
         );
-        m.held("g", 0, 0.0, "");
+        m.ready("g", false);
         assert!(encode(&registry).contains(r#"shard_member_ready{group="g"} 0"#));
     }
 }

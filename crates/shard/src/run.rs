@@ -752,7 +752,7 @@ impl Runner {
     /// Whether every bucket is where `desired` wants it, and whether all are idle.
     fn in_force(&self, desired: &BucketSet) -> (bool, bool) {
         let count = self.shared.config.bucket_count;
-        let state = self.shared.state();
+        let mut state = self.shared.state();
         let in_force = (0..count).all(|b| {
             let s = state.slots[b as usize].state;
             if desired.contains(b) {
@@ -762,6 +762,7 @@ impl Runner {
             }
         });
         let all_idle = state.slots.iter().all(|s| s.state == BucketState::Idle);
+        state.in_force = in_force && !self.leaving;
         self.shared.publish(&state);
         (in_force, all_idle)
     }

@@ -38,8 +38,8 @@ mod scenario;
 
 /// The shard group of the replicas (the binary's default `--shard-group`).
 const GROUP: &str = "deployment-controller";
-/// Where their Leases live (the default `--shard-lease-namespace`).
-const LEASE_NAMESPACE: &str = "kube-system";
+/// Where their Leases live: deploy/sharded/'s namespace (`--shard-lease-namespace`).
+const LEASE_NAMESPACE: &str = "kctrl-shards";
 /// The member's bucket count.
 const BUCKETS: u32 = kctrl_shard::DEFAULT_BUCKET_COUNT;
 /// The member Leases' duration (the binary's default `--leader-elect-lease-duration`).

@@ -196,7 +196,11 @@ impl<'a> ShardedRun<'a> {
             self.info.admin_kubeconfig.display().to_string(),
             "apply".to_owned(),
         ];
-        for file in ["role-shard-members.yaml", "rolebinding-shard-members.yaml"] {
+        for file in [
+            "namespace.yaml",
+            "role-shard-members.yaml",
+            "rolebinding-shard-members.yaml",
+        ] {
             argv.push("-f".to_owned());
             argv.push(sharded.join(file).display().to_string());
         }
@@ -220,6 +224,7 @@ impl<'a> ShardedRun<'a> {
                 &log,
                 &[
                     "--shard-by=namespace",
+                    &format!("--shard-lease-namespace={LEASE_NAMESPACE}"),
                     "--secure-port",
                     &port_arg,
                     "--debug-cache-endpoint",
