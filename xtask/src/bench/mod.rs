@@ -4,6 +4,7 @@
 pub(crate) mod controller;
 mod informer;
 mod runtime;
+mod shard;
 mod workqueue;
 
 /// Arguments of `cargo xtask bench`.
@@ -42,6 +43,12 @@ enum Target {
     /// its status; wall time, throughput, CPU, RSS and API requests. Writes
     /// docs/benchmarks/runtime.md.
     Runtime(runtime::RuntimeArgs),
+    /// Our deployment-controller as one replica beside three shards of it
+    /// (`--shard-by=namespace`) at the same per-replica client limits, on a local control
+    /// plane with the ShardedListAndWatch gate on (or off): time to ready, list bytes, a
+    /// rollout of every Deployment, per-replica RSS and CPU, the handover after a kill.
+    /// Writes docs/benchmarks/shard.md.
+    Shard(shard::ShardArgs),
 }
 
 pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -53,5 +60,6 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
         Target::Controller(args) => controller::run(args),
         Target::Lanes(args) => controller::lanes::run(args),
         Target::Runtime(args) => runtime::run(args),
+        Target::Shard(args) => shard::run(args),
     }
 }

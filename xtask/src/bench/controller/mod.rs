@@ -20,9 +20,9 @@
 
 pub(crate) mod lanes;
 mod measure;
-mod report;
+pub(super) mod report;
 mod running;
-mod workload;
+pub(super) mod workload;
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -12,7 +12,7 @@ pub(super) use xtask_report::stats::Spread;
 #[cfg(test)]
 impl Machine {
     /// A machine of fixed facts, for golden tests.
-    pub(super) fn sample() -> Machine {
+    pub(in crate::bench) fn sample() -> Machine {
         Machine {
             cpus: 2,
             cpu_model: "Test CPU".into(),
@@ -50,7 +50,7 @@ pub(super) struct Settings {
 }
 
 /// The machine and its load.
-pub(super) struct Machine {
+pub(in crate::bench) struct Machine {
     cpus: usize,
     cpu_model: String,
     memory: String,
@@ -70,7 +70,7 @@ fn now() -> String {
 
 impl Machine {
     /// Reads the machine at the start of the run.
-    pub(super) fn detect(kubernetes: &str) -> Machine {
+    pub(in crate::bench) fn detect(kubernetes: &str) -> Machine {
         let cpu_model = machine::cpu_model();
         let memory = machine::memory();
         Machine {
@@ -89,7 +89,7 @@ impl Machine {
     }
 
     /// The machine as a markdown table.
-    pub(super) fn table(&self) -> String {
+    pub(in crate::bench) fn table(&self) -> String {
         let mut t = Table::new().left("").left("");
         t.row([
             "CPU".to_owned(),
@@ -111,12 +111,12 @@ impl Machine {
     }
 
     /// When the run started.
-    pub(super) fn started(&self) -> &str {
+    pub(in crate::bench) fn started(&self) -> &str {
         &self.started
     }
 
     /// Records the end of the run.
-    pub(super) fn finish(mut self) -> Machine {
+    pub(in crate::bench) fn finish(mut self) -> Machine {
         self.finished = now();
         self.load_end = load_average();
         self

@@ -15,7 +15,7 @@ use super::{CONCURRENCY, REPLICAS};
 
 /// A Deployment's numbers that decide whether its rollout is complete.
 #[derive(Clone, Copy, Debug, Default)]
-pub(super) struct RolloutState {
+pub(in crate::bench) struct RolloutState {
     pub(super) generation: i64,
     pub(super) observed_generation: i64,
     pub(super) spec_replicas: i32,
@@ -27,7 +27,7 @@ pub(super) struct RolloutState {
 impl RolloutState {
     /// Complete at `want` replicas: the controller saw the latest spec, and every replica is
     /// of the current template and available, with no old replica left.
-    pub(super) fn complete(&self, want: i32) -> bool {
+    pub(in crate::bench) fn complete(&self, want: i32) -> bool {
         self.observed_generation >= self.generation
             && self.spec_replicas == want
             && self.updated == want
@@ -45,7 +45,7 @@ pub(super) fn deployment(i: usize) -> Result<Deployment> {
 }
 
 /// Deployment `i` with `replicas` replicas.
-pub(super) fn deployment_with(i: usize, replicas: i32) -> Result<Deployment> {
+pub(in crate::bench) fn deployment_with(i: usize, replicas: i32) -> Result<Deployment> {
     let name = name(i);
     Ok(serde_json::from_value(serde_json::json!({
         "apiVersion": "apps/v1",
@@ -96,7 +96,7 @@ pub(super) fn poll_interval(n: usize) -> Duration {
     }
 }
 
-pub(super) fn rollout_state(d: &Deployment) -> RolloutState {
+pub(in crate::bench) fn rollout_state(d: &Deployment) -> RolloutState {
     let status = d.status.clone().unwrap_or_default();
     RolloutState {
         generation: d.metadata.generation.unwrap_or(0),
@@ -179,7 +179,7 @@ pub(super) async fn wait_observed(
 }
 
 /// Runs `f(0..count)` with [`CONCURRENCY`] requests in flight.
-pub(super) async fn concurrently<F, Fut>(count: usize, f: F) -> Result<()>
+pub(in crate::bench) async fn concurrently<F, Fut>(count: usize, f: F) -> Result<()>
 where
     F: Fn(usize) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = Result<()>> + Send + 'static,

@@ -1,0 +1,867 @@
+//! `cargo xtask bench shard`: our Deployment controller as one replica beside three shards
+//! of it (`--shard-by=namespace`), on one local control plane with kube-apiserver's
+//! `ShardedListAndWatch` gate on (and, with `--gate off|both`, off: client-side filtering).
+//!
+//! Every replica, single or shard, has the same client limits (QPS 20, burst 30, 5 concurrent
+//! syncs): the question is what three replicas at the per-replica budget of one buy. The
+//! cluster's kube-controller-manager (ReplicaSet controller, garbage collector) and the KWOK
+//! nodes run with raised limits so that they are not what a rollout waits for.
+//!
+//! Set-up, unmeasured: D Deployments x R replicas in N namespaces whose names vary at their
+//! start (FNV-1a moves only the low bits of the hash for a change at the end of a name, so
+//! `ns-01`, `ns-02`... would all land in one bucket), rolled out by one replica with raised
+//! limits. Then per round, the two sides take turns (the order alternates), each alone:
+//! 1. start (one process, or three at once) until ready: caches synced, and for the shards
+//!    every one of the 64 buckets active on one of them;
+//! 2. a rollout of every Deployment (a template change) until all are complete;
+//! 3. per-replica peak RSS (VmHWM since start) and CPU-seconds since start;
+//! 4. shards only: `kill -9` of one shard, then the time until the two others hold all 64
+//!    buckets (the handover, bounded below by the 15 s lease duration);
+//! 5. every process stopped and checked gone.
+//!
+//! The apiserver's `apiserver_response_sizes_sum` of LIST requests for Deployments,
+//! ReplicaSets and Pods, taken around step 1, gives the list bytes the side's start cost.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Namespace;
+use kctrl_client::{Api, Client, ListParams, Patch, PatchParams, PostParams};
+use kctrl_cluster::plane::{ClusterInfo, UpOptions};
+use xtask_contender::args::KubeVersionArg;
+use xtask_contender::fresh::{self, Fresh};
+use xtask_contender::parse;
+use xtask_contender::probe::{curl, free_port, process_cpu};
+use xtask_contender::supervisor::{self, ControllerProcess, Launch};
+use xtask_contender::{Contender, rbac};
+use xtask_report::markdown::{Table, fixed};
+use xtask_report::stats::{Spread, ratio_of_medians};
+
+use super::controller::report::Machine;
+use super::controller::workload::{concurrently, deployment_with, rollout_state};
+use crate::chaos::sharded::{Gate, namespace_names};
+
+/// Shards of the sharded side.
+const SHARDS: usize = 3;
+/// The member Leases' namespace: deploy/sharded/'s.
+const LEASE_NAMESPACE: &str = "kctrl-shards";
+/// Buckets of the group (the binary's default).
+const BUCKETS: usize = 64;
+/// Client QPS / burst of every replica measured (kube-controller-manager's defaults).
+const QPS: (u32, u32) = (20, 30);
+/// Client QPS / burst of the one replica that rolls the set-up out (not measured).
+const SETUP_QPS: (u32, u32) = (400, 600);
+/// Client QPS / burst of the cluster's kube-controller-manager: out of the way.
+const CLUSTER_KCM_QPS: (u32, u32) = (200, 400);
+
+/// Arguments of `cargo xtask bench shard`.
+#[derive(clap::Args)]
+pub(crate) struct ShardArgs {
+    /// Deployments in the cluster (default 300; 30 with --quick).
+    #[arg(long)]
+    deployments: Option<usize>,
+    /// Pods per Deployment.
+    #[arg(long, default_value_t = 4)]
+    replicas: i32,
+    /// Namespaces the Deployments are spread over (default 30; 6 with --quick).
+    #[arg(long)]
+    namespaces: Option<usize>,
+    /// Rounds; each runs both sides once, alternating which goes first (default 2; 1 with
+    /// --quick).
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// kube-apiserver's ShardedListAndWatch gate: `on`, `off` (the shards filter on their
+    /// side) or `both` (a cluster each).
+    #[arg(long, value_enum, default_value = "on")]
+    gate: Gate,
+    /// Small sizes and one round: a smoke run, not numbers to publish (not written to the
+    /// docs).
+    #[arg(long)]
+    quick: bool,
+    /// Give up when a step takes longer than this many seconds.
+    #[arg(long, default_value_t = 1800)]
+    step_timeout_secs: u64,
+    /// Cluster name (see `cargo xtask cluster`); `-on`/`-off` is appended.
+    #[arg(long, default_value = "bench-shard")]
+    name: String,
+    /// Leave the cluster running at the end.
+    #[arg(long)]
+    keep: bool,
+    /// Do not rewrite docs/benchmarks/shard.md.
+    #[arg(long)]
+    no_doc: bool,
+    /// Kubernetes release of the cluster.
+    #[command(flatten)]
+    kube: KubeVersionArg,
+}
+
+/// One side of the comparison.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Side {
+    /// One replica, no sharding (leader election off).
+    Single,
+    /// [`SHARDS`] replicas with `--shard-by=namespace`.
+    Sharded,
+}
+
+impl Side {
+    fn replicas(self) -> usize {
+        match self {
+            Side::Single => 1,
+            Side::Sharded => SHARDS,
+        }
+    }
+
+    fn title(self) -> String {
+        match self {
+            Side::Single => "1 replica".to_owned(),
+            Side::Sharded => format!("{SHARDS} shards"),
+        }
+    }
+
+    /// The order of round `round`: the single replica first in even rounds.
+    fn order(round: usize) -> [Side; 2] {
+        if round.is_multiple_of(2) {
+            [Side::Single, Side::Sharded]
+        } else {
+            [Side::Sharded, Side::Single]
+        }
+    }
+}
+
+/// What one side measured in one round.
+#[derive(Clone, Debug)]
+struct Run {
+    gate: bool,
+    side: Side,
+    /// Seconds from the spawn to ready (synced; sharded: all buckets active).
+    ready: f64,
+    /// LIST response bytes the apiserver sent (every client) from the spawn to ready.
+    list_bytes: f64,
+    /// Seconds from the first template change to every Deployment complete.
+    rollout: f64,
+    /// Per replica: VmHWM, bytes.
+    peak_rss: Vec<f64>,
+    /// Per replica: CPU-seconds since the spawn (start-up and rollout).
+    cpu: Vec<f64>,
+    /// Sharded: seconds from the kill to the two others holding every bucket.
+    handover: Option<f64>,
+}
+
+impl Run {
+    fn max_peak_rss(&self) -> f64 {
+        self.peak_rss.iter().copied().fold(0.0, f64::max)
+    }
+
+    fn max_cpu(&self) -> f64 {
+        self.cpu.iter().copied().fold(0.0, f64::max)
+    }
+}
+
+/// The cluster and what the measurement needs of it.
+struct Env<'a> {
+    info: ClusterInfo,
+    binary: &'a Path,
+    admin: Client,
+    dir: PathBuf,
+    ticks: u64,
+    timeout: Duration,
+    /// (namespace, name) of every Deployment.
+    deployments: Vec<(String, String)>,
+    replicas: i32,
+}
+
+pub(crate) fn run(args: ShardArgs) -> Result<()> {
+    let deployments = args
+        .deployments
+        .unwrap_or(if args.quick { 30 } else { 300 });
+    let namespaces = args.namespaces.unwrap_or(if args.quick { 6 } else { 30 });
+    let rounds = args.rounds.unwrap_or(if args.quick { 1 } else { 2 }).max(1);
+    if deployments == 0 || namespaces == 0 || args.replicas <= 0 {
+        bail!("--deployments, --namespaces and --replicas must be positive");
+    }
+    if namespaces > deployments {
+        bail!("--namespaces {namespaces}: more than the {deployments} Deployments");
+    }
+    let binary = supervisor::build_dist()?;
+    let machine = Machine::detect(args.kube.release.kubernetes);
+    let dir = crate::workspace_root().join("target/kctrl-bench-shard");
+    fs::create_dir_all(&dir)?;
+    let mut runs = Vec::new();
+    let mut result = Ok(());
+    for gate in args.gate.settings() {
+        let name = format!("{}-{}", args.name, if gate { "on" } else { "off" });
+        let outcome = one_cluster(
+            &args,
+            &name,
+            gate,
+            &binary,
+            &dir,
+            (deployments, namespaces, rounds),
+            &mut runs,
+        );
+        fresh::down_unless_kept(&name, args.keep);
+        if let Err(e) = outcome {
+            result = Err(e);
+            break;
+        }
+    }
+    let machine = machine.finish();
+    if runs.is_empty() {
+        return result;
+    }
+    let settings = format!(
+        "{deployments} Deployments x {} Pods in {namespaces} namespaces, {rounds} round(s); \
+         every replica QPS {}/burst {}, 5 concurrent syncs",
+        args.replicas, QPS.0, QPS.1
+    );
+    let tables = report(&runs);
+    println!("{settings}\n\n{tables}");
+    if let Err(e) = &result {
+        eprintln!("(incomplete: {e:#}; not written to the docs)");
+    } else if args.quick {
+        eprintln!("(a --quick run: not written to the docs)");
+    } else if !args.no_doc {
+        let doc = crate::workspace_root().join("docs/benchmarks/shard.md");
+        let existing = fs::read_to_string(&doc).unwrap_or_default();
+        fs::write(&doc, markdown(&settings, &tables, &machine, &existing))
+            .with_context(|| format!("writing {}", doc.display()))?;
+        eprintln!("wrote {}", doc.display());
+    }
+    result
+}
+
+/// One cluster with the gate `gate`: the set-up, then `rounds` rounds of both sides.
+fn one_cluster(
+    args: &ShardArgs,
+    name: &str,
+    gate: bool,
+    binary: &Path,
+    dir: &Path,
+    (deployments, namespaces, rounds): (usize, usize, usize),
+    runs: &mut Vec<Run>,
+) -> Result<()> {
+    let pods = deployments * args.replicas as usize * 2 + 100;
+    let nodes = pods.div_ceil(110).max(3);
+    eprintln!("==> cluster '{name}': ShardedListAndWatch={gate}, {nodes} KWOK nodes");
+    let cluster = fresh::start(
+        &UpOptions {
+            name: name.to_owned(),
+            nodes,
+            apiserver_args: Vec::new(),
+            feature_gates: vec![format!("ShardedListAndWatch={gate}")],
+            controller_manager_args: vec![
+                format!("--kube-api-qps={}", CLUSTER_KCM_QPS.0),
+                format!("--kube-api-burst={}", CLUSTER_KCM_QPS.1),
+            ],
+            deployment_controller: false,
+            replicaset_controller: true,
+            release: args.kube.release,
+        },
+        Fresh {
+            reaper_pid_file: None,
+            keep_on_failure: args.keep,
+        },
+    )?;
+    let info = cluster.info.clone();
+    cluster.dismiss();
+    grant_rbac(&info)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let mut env = Env {
+            admin: admin_client(&info)?,
+            info,
+            binary,
+            dir: dir.join(if gate { "gate-on" } else { "gate-off" }),
+            ticks: xtask_contender::probe::clock_ticks(),
+            timeout: Duration::from_secs(args.step_timeout_secs),
+            deployments: Vec::new(),
+            replicas: args.replicas,
+        };
+        fs::create_dir_all(&env.dir)?;
+        set_up(&mut env, deployments, namespaces).await?;
+        for round in 0..rounds {
+            for side in Side::order(round) {
+                eprintln!("==> round {}, {}", round + 1, side.title());
+                let run = measure(&env, gate, side, &format!("r{round}")).await?;
+                eprintln!(
+                    "    ready {:.1} s, rollout {:.1} s, peak RSS {:.0} MiB, CPU {:.1} s{}",
+                    run.ready,
+                    run.rollout,
+                    run.max_peak_rss() / 1048576.0,
+                    run.max_cpu(),
+                    run.handover
+                        .map(|h| format!(", handover {h:.1} s"))
+                        .unwrap_or_default()
+                );
+                runs.push(run);
+            }
+        }
+        Ok(())
+    })
+}
+
+/// deploy/'s RBAC and deploy/sharded/'s (the Leases' namespace, its Role and binding).
+fn grant_rbac(info: &ClusterInfo) -> Result<()> {
+    rbac::grant_deploy_rbac(&info.kubectl, &info.admin_kubeconfig)?;
+    let sharded = rbac::deploy_dir().join("sharded");
+    let mut argv = vec![
+        info.kubectl.display().to_string(),
+        "--kubeconfig".to_owned(),
+        info.admin_kubeconfig.display().to_string(),
+        "apply".to_owned(),
+    ];
+    for file in [
+        "namespace.yaml",
+        "role-shard-members.yaml",
+        "rolebinding-shard-members.yaml",
+    ] {
+        argv.push("-f".to_owned());
+        argv.push(sharded.join(file).display().to_string());
+    }
+    rbac::run_command(&argv)
+}
+
+/// The driver's client: the cluster's admin, not rate limited.
+fn admin_client(info: &ClusterInfo) -> Result<Client> {
+    let mut config =
+        kctrl_config::Config::from_flags(Some(&info.admin_kubeconfig), None, &Default::default())
+            .context("loading the admin kubeconfig")?;
+    config.qps = -1.0;
+    Ok(Client::try_from_config(config)?)
+}
+
+/// Creates the namespaces and Deployments and rolls them out with one replica of raised
+/// limits; records them in `env`.
+async fn set_up(env: &mut Env<'_>, deployments: usize, namespaces: usize) -> Result<()> {
+    let started = Instant::now();
+    let mut rng = fastrand::Rng::with_seed(5866);
+    let names = namespace_names(&mut rng, namespaces);
+    let ns_api = Api::<Namespace>::all(env.admin.clone());
+    for ns in &names {
+        let object: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": ns}}))?;
+        ns_api.create(&PostParams::default(), &object).await?;
+    }
+    env.deployments = (0..deployments)
+        .map(|i| (names[i % names.len()].clone(), format!("d-{i:04}")))
+        .collect();
+    let (admin, all, replicas) = (env.admin.clone(), env.deployments.clone(), env.replicas);
+    concurrently(deployments, move |i| {
+        let (admin, (ns, _)) = (admin.clone(), all[i].clone());
+        async move {
+            let mut d = deployment_with(i, replicas)?;
+            d.metadata.namespace = Some(ns.clone());
+            Api::<Deployment>::namespaced(admin, &ns)
+                .create(&PostParams::default(), &d)
+                .await
+                .with_context(|| format!("creating Deployment {ns}/d-{i:04}"))?;
+            Ok(())
+        }
+    })
+    .await?;
+    let mut setup = spawn(env, "setup", None, SETUP_QPS)?;
+    let rolled = wait_complete(env, Instant::now(), &mut [&mut setup]).await;
+    stop_all(vec![setup])?;
+    rolled?;
+    eprintln!(
+        "==> set-up: {deployments} Deployments x {} Pods in {namespaces} namespaces complete in {:.0} s",
+        env.replicas,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// A replica of ours: its process and the port of its /metrics.
+struct Replica {
+    process: ControllerProcess,
+    port: u16,
+}
+
+/// Starts one replica (`shard`: its index among the shards), logging to `<tag>.log`.
+fn spawn(env: &Env<'_>, tag: &str, shard: Option<usize>, qps: (u32, u32)) -> Result<Replica> {
+    let port = free_port()?;
+    let mut args = vec![
+        format!("--kubeconfig={}", env.info.controller_kubeconfig.display()),
+        format!(
+            "--authorization-always-allow-paths={}",
+            supervisor::ALWAYS_ALLOW_PATHS
+        ),
+        "--concurrent-deployment-syncs=5".to_owned(),
+        format!("--kube-api-qps={}", qps.0),
+        format!("--kube-api-burst={}", qps.1),
+        "--bind-address=127.0.0.1".to_owned(),
+        format!("--secure-port={port}"),
+    ];
+    let tag = match shard {
+        Some(i) => {
+            args.push("--shard-by=namespace".to_owned());
+            args.push(format!("--shard-lease-namespace={LEASE_NAMESPACE}"));
+            format!("{tag}-shard-{i}")
+        }
+        None => {
+            args.push("--leader-elect=false".to_owned());
+            tag.to_owned()
+        }
+    };
+    let log = env.dir.join(format!("{tag}.log"));
+    let _ = fs::remove_file(&log);
+    let process = ControllerProcess::spawn(&Launch {
+        binary: env.binary,
+        args: &args,
+        env: &[],
+        log: &log,
+        contender: Contender::Ours,
+        label: &format!("deployment-controller {tag}"),
+    })?;
+    Ok(Replica { process, port })
+}
+
+/// SIGTERM to each (SIGKILL after the grace period); checks that each is gone.
+fn stop_all(replicas: Vec<Replica>) -> Result<()> {
+    let mut first = Ok(());
+    for r in replicas {
+        let pid = r.process.pid();
+        let stopped = r.process.stop_within(supervisor::STOP_GRACE).map(|_| ());
+        if Path::new(&format!("/proc/{pid}")).exists() && !zombie(pid) {
+            stopped.and(Err(anyhow::anyhow!("pid {pid} is still there")))?;
+        } else if first.is_ok() {
+            first = stopped;
+        }
+    }
+    first
+}
+
+fn zombie(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
+}
+
+/// The value of `shard_member_buckets` a replica reports, `None` if unreadable.
+fn held_buckets(r: &Replica) -> Option<usize> {
+    let text = curl(&format!("https://127.0.0.1:{}/metrics", r.port)).ok()?;
+    parse::parse_samples(&text, "shard_member_buckets")
+        .ok()?
+        .first()
+        .map(|s| s.value as usize)
+}
+
+/// Bytes of LIST responses for Deployments, ReplicaSets and Pods the apiserver has sent.
+fn list_bytes(info: &ClusterInfo) -> Result<f64> {
+    let out = Command::new(&info.kubectl)
+        .arg("--kubeconfig")
+        .arg(&info.admin_kubeconfig)
+        .args(["get", "--raw", "/metrics"])
+        .output()
+        .context("running kubectl get --raw /metrics")?;
+    if !out.status.success() {
+        bail!(
+            "kubectl get --raw /metrics failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let samples = parse::parse_samples(&text, "apiserver_response_sizes_sum")?;
+    Ok(samples
+        .iter()
+        .filter(|s| s.labels.get("verb").is_some_and(|v| v == "LIST"))
+        .filter(|s| {
+            s.labels
+                .get("resource")
+                .is_some_and(|r| ["deployments", "replicasets", "pods"].contains(&r.as_str()))
+        })
+        .map(|s| s.value)
+        .sum())
+}
+
+/// Fails with the exit message of the first replica that exited.
+fn check_alive(replicas: &mut [&mut Replica]) -> Result<()> {
+    for r in replicas.iter_mut() {
+        if let Some(why) = r.process.exit_message() {
+            bail!(why);
+        }
+    }
+    Ok(())
+}
+
+/// Waits until every Deployment is complete; fails if a replica exits.
+async fn wait_complete(
+    env: &Env<'_>,
+    started: Instant,
+    replicas: &mut [&mut Replica],
+) -> Result<f64> {
+    let all = Api::<Deployment>::all(env.admin.clone());
+    let n = env.deployments.len();
+    let mut last_report = Instant::now();
+    loop {
+        let list = all.list(&ListParams::default()).await?;
+        let done = list
+            .items
+            .iter()
+            .filter(|d| rollout_state(d).complete(env.replicas))
+            .count();
+        if done >= n {
+            return Ok(started.elapsed().as_secs_f64());
+        }
+        check_alive(replicas)?;
+        if started.elapsed() > env.timeout {
+            bail!(
+                "only {done}/{n} Deployments complete after {:?}",
+                env.timeout
+            );
+        }
+        if last_report.elapsed() > Duration::from_secs(30) {
+            eprintln!(
+                "    {done}/{n} complete after {:.0} s",
+                started.elapsed().as_secs_f64()
+            );
+            last_report = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Waits until `replicas` are ready: synced, and sharded, holding every bucket between them.
+async fn wait_ready(env: &Env<'_>, side: Side, replicas: &mut [Replica]) -> Result<f64> {
+    let spawned = replicas
+        .iter()
+        .map(|r| r.process.spawned_at())
+        .min()
+        .unwrap_or_else(Instant::now);
+    loop {
+        let synced = replicas.iter().all(|r| r.process.synced());
+        let ready = synced
+            && match side {
+                Side::Single => true,
+                Side::Sharded => replicas.iter().filter_map(held_buckets).sum::<usize>() == BUCKETS,
+            };
+        if ready {
+            return Ok(spawned.elapsed().as_secs_f64());
+        }
+        let mut refs: Vec<&mut Replica> = replicas.iter_mut().collect();
+        check_alive(&mut refs)?;
+        if spawned.elapsed() > env.timeout {
+            bail!("{} not ready after {:?}", side.title(), env.timeout);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Changes every Deployment's template (unthrottled).
+async fn roll_all(env: &Env<'_>, tag: &str) -> Result<()> {
+    let patch = serde_json::json!({"spec": {"template": {"metadata": {"annotations": {
+        "bench.kctrl.io/round": tag
+    }}}}});
+    let (admin, all) = (env.admin.clone(), env.deployments.clone());
+    let patch = std::sync::Arc::new(Patch::Merge(patch));
+    concurrently(all.len(), move |i| {
+        let (admin, (ns, name), patch) = (admin.clone(), all[i].clone(), patch.clone());
+        async move {
+            Api::<Deployment>::namespaced(admin, &ns)
+                .patch(&name, &PatchParams::default(), &patch)
+                .await
+                .with_context(|| format!("patching Deployment {ns}/{name}"))?;
+            Ok(())
+        }
+    })
+    .await
+}
+
+/// One side, once: start, ready, rollout, readings, (sharded) a kill and its handover, stop.
+async fn measure(env: &Env<'_>, gate: bool, side: Side, round: &str) -> Result<Run> {
+    xtask_contender::fresh::ensure_none(&env.info)?;
+    let bytes_before = list_bytes(&env.info)?;
+    let tag = format!(
+        "{round}-{}",
+        if side == Side::Single {
+            "single"
+        } else {
+            "sharded"
+        }
+    );
+    let mut replicas = Vec::new();
+    for i in 0..side.replicas() {
+        let shard = (side == Side::Sharded).then_some(i);
+        match spawn(env, &tag, shard, QPS) {
+            Ok(r) => replicas.push(r),
+            Err(e) => {
+                stop_all(replicas)?;
+                return Err(e);
+            }
+        }
+    }
+    let result = measure_running(env, gate, side, &tag, &mut replicas, bytes_before).await;
+    let stopped = stop_all(replicas);
+    let run = result?;
+    stopped?;
+    Ok(run)
+}
+
+async fn measure_running(
+    env: &Env<'_>,
+    gate: bool,
+    side: Side,
+    tag: &str,
+    replicas: &mut Vec<Replica>,
+    bytes_before: f64,
+) -> Result<Run> {
+    let ready = wait_ready(env, side, replicas).await?;
+    let list_bytes = list_bytes(&env.info)? - bytes_before;
+    let started = Instant::now();
+    roll_all(env, tag).await?;
+    let mut refs: Vec<&mut Replica> = replicas.iter_mut().collect();
+    let rollout = wait_complete(env, started, &mut refs).await?;
+    let mut peak_rss = Vec::new();
+    let mut cpu = Vec::new();
+    for r in replicas.iter() {
+        let pid = r.process.pid();
+        let status = fs::read_to_string(format!("/proc/{pid}/status"))
+            .with_context(|| format!("reading /proc/{pid}/status"))?;
+        peak_rss.push(parse::parse_status(&status)?.peak as f64);
+        cpu.push(process_cpu(pid)?.seconds(env.ticks));
+    }
+    let handover = match side {
+        Side::Single => None,
+        Side::Sharded => Some(kill_one(replicas).await?),
+    };
+    Ok(Run {
+        gate,
+        side,
+        ready,
+        list_bytes,
+        rollout,
+        peak_rss,
+        cpu,
+        handover,
+    })
+}
+
+/// `kill -9` of the first shard; seconds until the others hold every bucket.
+async fn kill_one(replicas: &mut Vec<Replica>) -> Result<f64> {
+    let victim = replicas.remove(0);
+    let pid = victim.process.pid();
+    let killed = Instant::now();
+    victim.process.kill()?;
+    eprintln!("    killed shard pid {pid} (SIGKILL)");
+    loop {
+        let held: Vec<Option<usize>> = replicas.iter().map(held_buckets).collect();
+        if held.iter().flatten().sum::<usize>() == BUCKETS {
+            return Ok(killed.elapsed().as_secs_f64());
+        }
+        let mut refs: Vec<&mut Replica> = replicas.iter_mut().collect();
+        check_alive(&mut refs)?;
+        if killed.elapsed() > Duration::from_secs(120) {
+            bail!("after a kill, the other shards hold {held:?} of {BUCKETS} buckets after 120 s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A quantity's spread over the rounds of one gate and side.
+fn spread(
+    runs: &[Run],
+    gate: bool,
+    side: Side,
+    get: impl Fn(&Run) -> Option<f64>,
+) -> Option<Spread> {
+    let values: Vec<f64> = runs
+        .iter()
+        .filter(|r| r.gate == gate && r.side == side)
+        .filter_map(get)
+        .collect();
+    Spread::of(&values)
+}
+
+/// One table per gate setting: each quantity's median (range) per side, the ratio and the
+/// target.
+fn report(runs: &[Run]) -> String {
+    let gates: BTreeSet<bool> = runs.iter().map(|r| r.gate).collect();
+    let mut out = String::new();
+    type Get = fn(&Run) -> Option<f64>;
+    let rows: [(&str, Get, usize, Option<f64>); 6] = [
+        ("ready (s)", |r| Some(r.ready), 1, None),
+        (
+            "LIST bytes to ready (MiB)",
+            |r| Some(r.list_bytes / 1048576.0),
+            1,
+            None,
+        ),
+        (
+            "rollout of every Deployment (s)",
+            |r| Some(r.rollout),
+            1,
+            Some(0.4),
+        ),
+        (
+            "peak RSS per replica, largest (MiB)",
+            |r| Some(r.max_peak_rss() / 1048576.0),
+            1,
+            Some(0.4),
+        ),
+        (
+            "CPU-seconds per replica, largest",
+            |r| Some(r.max_cpu()),
+            2,
+            None,
+        ),
+        (
+            "CPU-seconds, all replicas",
+            |r| Some(r.cpu.iter().sum()),
+            2,
+            None,
+        ),
+    ];
+    for gate in gates.iter().rev() {
+        let _ = writeln!(
+            out,
+            "### ShardedListAndWatch {}\n",
+            if *gate {
+                "on"
+            } else {
+                "off (client-side filtering)"
+            }
+        );
+        let mut t = Table::new()
+            .left("")
+            .right(Side::Single.title())
+            .right(Side::Sharded.title())
+            .right("ratio")
+            .left("target");
+        for (name, get, decimals, target) in rows {
+            let single = spread(runs, *gate, Side::Single, get);
+            let sharded = spread(runs, *gate, Side::Sharded, get);
+            let ratio = ratio_of_medians(sharded, single);
+            let verdict = match (target, ratio) {
+                (Some(t), Some(r)) => format!(
+                    "<= {} {}",
+                    fixed(t, 1),
+                    if r <= t { "met" } else { "**not met**" }
+                ),
+                _ => String::new(),
+            };
+            t.row([
+                name.to_owned(),
+                Spread::display(single, decimals),
+                Spread::display(sharded, decimals),
+                ratio.map(|r| fixed(r, 2)).unwrap_or_else(|| "-".into()),
+                verdict,
+            ]);
+        }
+        let handover = spread(runs, *gate, Side::Sharded, |r| r.handover);
+        let met = handover.is_some_and(|h| h.max <= 20.0);
+        t.row([
+            "handover after kill -9 (s)".to_owned(),
+            "-".to_owned(),
+            Spread::display(handover, 1),
+            "-".to_owned(),
+            format!(
+                "<= 20 (lease 15 s + 5 s) {}",
+                if met { "met" } else { "**not met**" }
+            ),
+        ]);
+        out.push_str(&t.markdown());
+        out.push('\n');
+    }
+    out
+}
+
+/// The line after which docs/benchmarks/shard.md is written by hand; a new run keeps it.
+const KEEP_MARKER: &str =
+    "<!-- Written by hand from here on; `cargo xtask bench shard` keeps this part. -->";
+
+fn markdown(settings: &str, tables: &str, machine: &Machine, existing: &str) -> String {
+    let kept = existing.find(KEEP_MARKER).map_or_else(
+        || format!("{KEEP_MARKER}\n"),
+        |at| existing[at..].to_owned(),
+    );
+    format!(
+        "# Benchmark: one replica beside three shards\n\n\
+         Written by `cargo xtask bench shard` ({started}); see `xtask/src/bench/shard.rs` for \
+         what each step does. {settings}. Each cell: the median over the rounds, the range in \
+         parentheses; ratio = shards / single replica.\n\n{tables}\n## Machine\n\n{machine}\n{kept}",
+        started = machine.started(),
+        machine = machine.table(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(gate: bool, side: Side, ready: f64, rollout: f64, rss_mib: f64) -> Run {
+        Run {
+            gate,
+            side,
+            ready,
+            list_bytes: 2.0 * 1048576.0,
+            rollout,
+            peak_rss: vec![rss_mib * 1048576.0; side.replicas()],
+            cpu: vec![1.5; side.replicas()],
+            handover: (side == Side::Sharded).then_some(18.5),
+        }
+    }
+
+    #[test]
+    fn sides_alternate_by_round() {
+        assert_eq!(Side::order(0), [Side::Single, Side::Sharded]);
+        assert_eq!(Side::order(1), [Side::Sharded, Side::Single]);
+    }
+
+    #[test]
+    fn the_report_gives_ratios_and_verdicts_per_gate() {
+        let runs = vec![
+            run(true, Side::Single, 4.0, 100.0, 100.0),
+            run(true, Side::Sharded, 6.0, 35.0, 30.0),
+            run(true, Side::Single, 4.0, 110.0, 100.0),
+            run(true, Side::Sharded, 6.0, 45.0, 50.0),
+        ];
+        let text = report(&runs);
+        assert!(text.contains("### ShardedListAndWatch on"), "{text}");
+        assert!(!text.contains("off"), "{text}");
+        // Rollout: 40 / 105.
+        assert!(
+            text.contains("| rollout of every Deployment (s) | 105.0 (100.0–110.0) | 40.0 (35.0–45.0) | 0.38 | <= 0.4 met |"),
+            "{text}"
+        );
+        // RSS: 40 / 100 = 0.40, met at the bound.
+        assert!(text.contains("| 0.40 | <= 0.4 met |"), "{text}");
+        assert!(
+            text.contains("18.5 | - | <= 20 (lease 15 s + 5 s) met |"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_rerun_keeps_the_hand_written_part() {
+        let machine = Machine::sample();
+        let first = markdown("s", "t", &machine, "");
+        assert!(first.ends_with(&format!("{KEEP_MARKER}\n")), "{first}");
+        let edited = format!("{first}Analysis by hand.\n");
+        let second = markdown("s2", "t2", &machine, &edited);
+        assert!(second.contains("Analysis by hand."), "{second}");
+        assert!(second.contains("s2"), "{second}");
+    }
+
+    #[test]
+    fn arguments_parse() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: ShardArgs,
+        }
+        let cli = Cli::try_parse_from(["x", "--deployments", "90", "--gate", "both"]).unwrap();
+        assert_eq!(cli.args.deployments, Some(90));
+        assert_eq!(cli.args.gate, Gate::Both);
+        assert_eq!(cli.args.name, "bench-shard");
+        assert!(Cli::try_parse_from(["x", "--gate", "maybe"]).is_err());
+    }
+}
