@@ -98,7 +98,12 @@ pub(crate) fn run(args: TestArgs) -> anyhow::Result<()> {
     if args.no_conformance {
         eprintln!("==> --no-conformance: skipping upstream's Deployment specs");
     } else {
-        crate::conformance::run(crate::conformance::ConformanceArgs::ours(release))?;
+        for suite in [
+            crate::conformance::Suite::Deployment,
+            crate::conformance::Suite::Replicaset,
+        ] {
+            crate::conformance::run(crate::conformance::ConformanceArgs::ours(suite, release))?;
+        }
     }
     if args.no_diff {
         eprintln!("==> --no-diff: skipping the differential run");

@@ -4,8 +4,8 @@
 //!
 //! Every replica, single or shard, has the same client limits (QPS 20, burst 30, 5 concurrent
 //! syncs): the question is what three replicas at the per-replica budget of one buy. The
-//! cluster's kube-controller-manager (ReplicaSet controller, garbage collector) and the KWOK
-//! nodes run with raised limits so that they are not what a rollout waits for.
+//! cluster's kube-controller-manager (ReplicaSet controller, garbage collector) runs with
+//! raised limits (QPS 200, burst 400) so that it is not what a rollout waits for.
 //!
 //! Set-up, unmeasured: D Deployments x R replicas in N namespaces whose names vary at their
 //! start (FNV-1a moves only the low bits of the hash for a change at the end of a name, so

@@ -1,6 +1,6 @@
-//! `cargo xtask conformance [--controller ours|upstream]`: upstream's `[sig-apps] Deployment`
-//! e2e specs against the local control plane, with our Deployment controller or, as a baseline,
-//! kube-controller-manager's own.
+//! `cargo xtask conformance [--controller ours|upstream] [--suite deployment|replicaset]`:
+//! upstream's `[sig-apps] Deployment` (or `[sig-apps] ReplicaSet`) e2e specs against the local
+//! control plane, with our controller or, as a baseline, kube-controller-manager's own.
 //!
 //! 1. Builds (once per release, cached beside the control plane in
 //!    `~/.cache/kctrl/k8s-<version>/bin`) upstream's e2e test binary `e2e.test` of the selected
@@ -13,7 +13,10 @@
 //!    kube-controller-manager runs without its Deployment controller (`ours`: our release
 //!    `deployment-controller` then runs as its own identity with `deploy/`'s RBAC) or with it
 //!    (`upstream`: ours does not run). Before and after the specs it checks by process id that
-//!    exactly the chosen Deployment controller runs against the cluster.
+//!    exactly the chosen Deployment controller runs against the cluster. With `--suite
+//!    replicaset` the ReplicaSet controller is the one under test: ours runs both
+//!    (`--controllers=*,replicaset-controller`) and kube-controller-manager neither, or
+//!    kube-controller-manager both.
 //! 3. Runs `e2e.test` focused on `[sig-apps] Deployment`, minus [`SKIPS`] (each with its reason),
 //!    writes Ginkgo's JUnit report to `target/conformance/<version>/<controller>/junit.xml`, prints
 //!    passed / failed / skipped per spec, and tears everything down — also on failure and, through
@@ -47,6 +50,9 @@ pub(crate) struct ConformanceArgs {
     /// baseline).
     #[arg(long, value_enum, default_value_t = Contender::Ours)]
     controller: Contender,
+    /// Which specs: upstream's `[sig-apps] Deployment` or `[sig-apps] ReplicaSet` ones.
+    #[arg(long, value_enum, default_value_t = Suite::Deployment)]
+    suite: Suite,
     /// Name of the local cluster (started afresh, stopped at the end).
     #[arg(long, default_value = "conformance")]
     name: String,
@@ -59,10 +65,12 @@ pub(crate) struct ConformanceArgs {
 }
 
 impl ConformanceArgs {
-    /// Our controller on the default cluster name and `release` (what `cargo xtask test` runs).
-    pub(crate) fn ours(release: &'static Release) -> ConformanceArgs {
+    /// Our controller on `suite`, the default cluster name and `release` (what `cargo xtask
+    /// test` runs).
+    pub(crate) fn ours(suite: Suite, release: &'static Release) -> ConformanceArgs {
         ConformanceArgs {
             controller: Contender::Ours,
+            suite,
             name: "conformance".to_owned(),
             build_only: false,
             kube: KubeVersionArg { release },
@@ -70,8 +78,38 @@ impl ConformanceArgs {
     }
 }
 
-/// The specs: every spec of upstream's `Deployment` describe block in `test/e2e/apps`.
-pub(crate) const FOCUS: &str = r"\[sig-apps\] Deployment ";
+/// The specs run: the describe block of upstream's `test/e2e/apps` they come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Suite {
+    /// `[sig-apps] Deployment`: our Deployment controller under test.
+    Deployment,
+    /// `[sig-apps] ReplicaSet`: our ReplicaSet controller under test (with our Deployment
+    /// controller beside it, as `--controllers=*,replicaset-controller` runs them).
+    Replicaset,
+}
+
+impl Suite {
+    /// The text every spec of the suite starts with.
+    pub(crate) fn prefix(self) -> &'static str {
+        match self {
+            Suite::Deployment => "[sig-apps] Deployment ",
+            Suite::Replicaset => "[sig-apps] ReplicaSet ",
+        }
+    }
+
+    /// `--ginkgo.focus`: the prefix, escaped.
+    pub(crate) fn focus(self) -> String {
+        regex_escape(self.prefix())
+    }
+
+    /// Extra arguments of our binary.
+    fn our_args(self) -> &'static [&'static str] {
+        match self {
+            Suite::Deployment => &[],
+            Suite::Replicaset => &["--controllers=*,replicaset-controller"],
+        }
+    }
+}
 
 /// A class of specs left out, as a literal piece of spec text, with the reason.
 #[derive(Clone, Copy, Debug)]
@@ -83,7 +121,7 @@ pub(crate) struct Skip {
 }
 
 /// What is not run, and why: only specs that need a cloud provider or a feature gate that is off
-/// by default. Everything else in [`FOCUS`] must pass.
+/// by default. Everything else in a [`Suite`] must pass.
 pub(crate) const SKIPS: &[Skip] = &[
     Skip {
         // 1.37 appends ` [Provider:aws,azure,gce]` to this text; the literal still matches.
@@ -131,19 +169,24 @@ pub(crate) fn skip_for(name: &str) -> Option<&'static Skip> {
     SKIPS.iter().find(|s| name.contains(s.text))
 }
 
-/// Whether a JUnit test case is one of the focused specs.
-fn is_focused(case: &TestCase) -> bool {
-    case.node_type() == "It" && case.text().starts_with("[sig-apps] Deployment ")
+/// Whether a JUnit test case is one of the focused specs of `suite`.
+fn is_focused(case: &TestCase, suite: Suite) -> bool {
+    case.node_type() == "It" && case.text().starts_with(suite.prefix())
 }
 
 /// Command-line arguments of `e2e.test`.
-pub(crate) fn e2e_args(kubeconfig: &Path, kubectl: &Path, junit: &Path) -> Vec<String> {
+pub(crate) fn e2e_args(
+    suite: Suite,
+    kubeconfig: &Path,
+    kubectl: &Path,
+    junit: &Path,
+) -> Vec<String> {
     vec![
         format!("--kubeconfig={}", kubeconfig.display()),
         // No cloud: specs that need one skip themselves or are in SKIPS.
         "--provider=skeleton".to_owned(),
         format!("--kubectl-path={}", kubectl.display()),
-        format!("--ginkgo.focus={FOCUS}"),
+        format!("--ginkgo.focus={}", suite.focus()),
         format!("--ginkgo.skip={}", skip_regex()),
         format!("--ginkgo.junit-report={}", junit.display()),
         "--ginkgo.no-color".to_owned(),
@@ -155,6 +198,8 @@ pub(crate) fn e2e_args(kubeconfig: &Path, kubectl: &Path, junit: &Path) -> Vec<S
 /// The per-spec result of a run.
 #[derive(Debug, PartialEq)]
 pub(crate) struct Summary {
+    /// The suite run.
+    pub(crate) suite: Suite,
     /// The focused specs, sorted by their text.
     pub(crate) specs: Vec<TestCase>,
     /// Suite-level nodes (BeforeSuite, AfterSuite, reporting) that did not pass.
@@ -163,11 +208,11 @@ pub(crate) struct Summary {
 
 impl Summary {
     /// Picks the focused specs and the failed suite nodes out of a report's test cases.
-    pub(crate) fn from_cases(cases: Vec<TestCase>) -> Summary {
+    pub(crate) fn from_cases(suite: Suite, cases: Vec<TestCase>) -> Summary {
         let mut specs = Vec::new();
         let mut suite_failures = Vec::new();
         for case in cases {
-            if is_focused(&case) {
+            if is_focused(&case, suite) {
                 specs.push(case);
             } else if case.node_type() != "It" && case.outcome() == Outcome::Failed {
                 suite_failures.push(case);
@@ -176,6 +221,7 @@ impl Summary {
         // Ginkgo randomises the order; sort by text so runs compare line by line.
         specs.sort_by(|a, b| a.text().cmp(b.text()));
         Summary {
+            suite,
             specs,
             suite_failures,
         }
@@ -195,7 +241,10 @@ impl Summary {
             .iter()
             .any(|s| matches!(s.status.as_str(), "interrupted" | "aborted"));
         if self.specs.is_empty() {
-            out.push("the report holds no `[sig-apps] Deployment` spec".to_owned());
+            out.push(format!(
+                "the report holds no `{}` spec",
+                self.suite.prefix().trim_end()
+            ));
         }
         for s in &self.specs {
             match s.outcome() {
@@ -225,7 +274,8 @@ impl Summary {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "[sig-apps] Deployment specs of Kubernetes {kubernetes} with {}:",
+            "{}specs of Kubernetes {kubernetes} with {}:",
+            self.suite.prefix(),
             controller.describe()
         );
         for s in &self.specs {
@@ -234,7 +284,7 @@ impl Summary {
                 Outcome::Failed => "FAIL",
                 Outcome::Skipped => "SKIP",
             };
-            let text = s.text().trim_start_matches("[sig-apps] Deployment ");
+            let text = s.text().trim_start_matches(self.suite.prefix());
             let _ = writeln!(out, "  {verdict}  {:>6.1}s  {text}", s.time);
             match s.outcome() {
                 Outcome::Failed => {
@@ -287,7 +337,7 @@ pub(crate) fn run(args: ConformanceArgs) -> Result<()> {
         return Ok(());
     }
 
-    let out_dir = out_dir(release, args.controller);
+    let out_dir = out_dir(release, args.suite, args.controller);
     fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let junit_path = out_dir.join("junit.xml");
     let _ = fs::remove_file(&junit_path);
@@ -304,7 +354,8 @@ pub(crate) fn run(args: ConformanceArgs) -> Result<()> {
             feature_gates: Vec::new(),
             controller_manager_args: Vec::new(),
             deployment_controller: args.controller == Contender::Upstream,
-            replicaset_controller: true,
+            replicaset_controller: args.suite == Suite::Deployment
+                || args.controller == Contender::Upstream,
             release,
         },
         Fresh {
@@ -344,13 +395,22 @@ pub(crate) fn run(args: ConformanceArgs) -> Result<()> {
 }
 
 /// Where a run keeps its JUnit report, `e2e.test`'s output and our controller's log:
-/// `target/conformance/<version>/<ours|upstream>/`, so runs of different releases do not
-/// overwrite each other.
-pub(crate) fn out_dir(release: &Release, controller: Contender) -> std::path::PathBuf {
+/// `target/conformance/<version>/<ours|upstream>/` for the Deployment specs,
+/// `…/replicaset-<ours|upstream>/` for the ReplicaSet ones, so runs of different releases and
+/// suites do not overwrite each other.
+pub(crate) fn out_dir(
+    release: &Release,
+    suite: Suite,
+    controller: Contender,
+) -> std::path::PathBuf {
+    let leaf = match suite {
+        Suite::Deployment => controller.slug().to_owned(),
+        Suite::Replicaset => format!("replicaset-{}", controller.slug()),
+    };
     plane::target_dir()
         .join("conformance")
         .join(release.kubernetes)
-        .join(controller.slug())
+        .join(leaf)
 }
 
 /// Starts our controller if it is the one under test, runs the specs, stops it; checks the
@@ -372,12 +432,9 @@ fn with_cluster(
     let controller: Option<ControllerProcess> = match ours {
         Some(binary) => {
             xtask_contender::rbac::grant_deploy_rbac(&info.kubectl, &info.admin_kubeconfig)?;
-            let c = supervisor::start(
-                binary,
-                &info.controller_kubeconfig,
-                controller_log,
-                &["--secure-port", "0"],
-            )?;
+            let mut extra = vec!["--secure-port", "0"];
+            extra.extend(args.suite.our_args());
+            let c = supervisor::start(binary, &info.controller_kubeconfig, controller_log, &extra)?;
             Some(c)
         }
         None => None,
@@ -395,7 +452,12 @@ fn with_cluster(
     );
 
     let e2e_log = junit_path.with_file_name("e2e.log");
-    let argv = e2e_args(&info.admin_kubeconfig, &info.kubectl, junit_path);
+    let argv = e2e_args(
+        args.suite,
+        &info.admin_kubeconfig,
+        &info.kubectl,
+        junit_path,
+    );
     let ran = run_e2e(e2e_test, &argv, &e2e_log);
     // Still exactly one controller at the end (nothing else started meanwhile).
     let still_alone = check_controllers(args.controller, &running(), kcm_pid, ours_pid);
@@ -425,7 +487,7 @@ fn with_cluster(
             e2e_log.display()
         )
     })?;
-    let summary = Summary::from_cases(junit::parse(&xml)?);
+    let summary = Summary::from_cases(args.suite, junit::parse(&xml)?);
     print!(
         "{}",
         summary.render(args.controller, &info.kubernetes_version)
@@ -534,6 +596,7 @@ mod tests {
     #[test]
     fn e2e_command_line() {
         let args = e2e_args(
+            Suite::Deployment,
             Path::new("/c/admin.kubeconfig"),
             Path::new("/cache/bin/kubectl"),
             Path::new("/t/conformance/ours/junit.xml"),
@@ -578,7 +641,7 @@ mod tests {
                 Some("x"),
             ),
         ];
-        let summary = Summary::from_cases(cases.clone());
+        let summary = Summary::from_cases(Suite::Deployment, cases.clone());
         assert_eq!(summary.specs.len(), 2);
         // Sorted by text, whatever order Ginkgo ran them in.
         assert!(summary.specs[0].text().contains("rollover"));
@@ -616,7 +679,7 @@ mod tests {
             Some("skipped"),
         ));
         bad.push(case("[SynchronizedAfterSuite]", "failed", Some("cleanup")));
-        let summary = Summary::from_cases(bad);
+        let summary = Summary::from_cases(Suite::Deployment, bad);
         let problems = summary.problems();
         assert_eq!(problems.len(), 3, "{problems:?}");
         assert!(problems[0].contains("iterative rollouts") && problems[0].contains("timedout"));
@@ -624,6 +687,7 @@ mod tests {
         let mut interrupted = summary.specs.clone();
         interrupted[0].status = "interrupted".to_owned();
         let after_interrupt = Summary {
+            suite: Suite::Deployment,
             specs: interrupted,
             suite_failures: Vec::new(),
         }
@@ -643,11 +707,14 @@ mod tests {
         );
 
         // A spec that skipped itself is fine and shows its own reason.
-        let summary = Summary::from_cases(vec![case(
-            "[It] [sig-apps] Deployment x [sig-apps]",
-            "skipped",
-            Some("skipped - Only supported for providers [aws]"),
-        )]);
+        let summary = Summary::from_cases(
+            Suite::Deployment,
+            vec![case(
+                "[It] [sig-apps] Deployment x [sig-apps]",
+                "skipped",
+                Some("skipped - Only supported for providers [aws]"),
+            )],
+        );
         assert!(summary.problems().is_empty());
         assert!(
             summary
@@ -655,7 +722,12 @@ mod tests {
                 .contains("Only supported for providers")
         );
 
-        assert_eq!(Summary::from_cases(Vec::new()).problems().len(), 1);
+        assert_eq!(
+            Summary::from_cases(Suite::Deployment, Vec::new())
+                .problems()
+                .len(),
+            1
+        );
     }
 
     #[test]
@@ -671,10 +743,11 @@ mod tests {
         assert_eq!(cli.args.name, "conformance");
         assert!(!cli.args.build_only);
         // `cargo xtask test` runs the defaults, on the release it was given.
-        let ours = ConformanceArgs::ours(cli.args.kube.release);
+        assert_eq!(cli.args.suite, Suite::Deployment);
+        let ours = ConformanceArgs::ours(Suite::Deployment, cli.args.kube.release);
         assert_eq!(
-            (ours.controller, ours.name, ours.build_only),
-            (cli.args.controller, cli.args.name, false)
+            (ours.controller, ours.suite, ours.name, ours.build_only),
+            (cli.args.controller, cli.args.suite, cli.args.name, false)
         );
         assert!(std::ptr::eq(ours.kube.release, cli.args.kube.release));
         let cli = Cli::try_parse_from(["x", "--controller", "upstream", "--name", "c2"]).unwrap();
@@ -687,15 +760,59 @@ mod tests {
     }
 
     #[test]
+    fn the_replicaset_suite_selects_its_own_specs() {
+        assert_eq!(Suite::Replicaset.focus(), r"\[sig-apps\] ReplicaSet ");
+        assert_eq!(
+            Suite::Replicaset.our_args(),
+            ["--controllers=*,replicaset-controller"]
+        );
+        let cases = vec![
+            case(
+                "[It] [sig-apps] ReplicaSet should adopt matching pods on creation and release no longer matching pods [Conformance] [sig-apps, Conformance]",
+                "passed",
+                None,
+            ),
+            case("[It] [sig-apps] Deployment x [sig-apps]", "passed", None),
+        ];
+        let summary = Summary::from_cases(Suite::Replicaset, cases);
+        assert_eq!(summary.specs.len(), 1);
+        assert!(summary.problems().is_empty());
+        let text = summary.render(Contender::Ours, "v1.37.2");
+        assert!(
+            text.starts_with("[sig-apps] ReplicaSet specs of Kubernetes v1.37.2 with"),
+            "{text}"
+        );
+        assert!(
+            text.contains("PASS") && text.contains("  should adopt matching pods"),
+            "{text}"
+        );
+        let none = Summary::from_cases(Suite::Replicaset, Vec::new()).problems();
+        assert_eq!(none, ["the report holds no `[sig-apps] ReplicaSet` spec"]);
+    }
+
+    #[test]
     fn reports_of_each_release_and_controller_are_kept_apart() {
         let dirs: Vec<std::path::PathBuf> = kctrl_cluster::versions::RELEASES
             .iter()
-            .flat_map(|r| [out_dir(r, Contender::Ours), out_dir(r, Contender::Upstream)])
+            .flat_map(|r| {
+                [Suite::Deployment, Suite::Replicaset]
+                    .into_iter()
+                    .flat_map(move |s| {
+                        [
+                            out_dir(r, s, Contender::Ours),
+                            out_dir(r, s, Contender::Upstream),
+                        ]
+                    })
+            })
             .collect();
         for (i, d) in dirs.iter().enumerate() {
             assert!(dirs[i + 1..].iter().all(|o| o != d), "{d:?}");
         }
-        let ours = out_dir(kctrl_cluster::versions::DEFAULT_RELEASE, Contender::Ours);
+        let ours = out_dir(
+            kctrl_cluster::versions::DEFAULT_RELEASE,
+            Suite::Deployment,
+            Contender::Ours,
+        );
         assert!(ours.ends_with("conformance/v1.37.2/ours"), "{ours:?}");
     }
 }
