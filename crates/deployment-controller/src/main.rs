@@ -889,9 +889,9 @@ async fn finish_within(
     match tokio::time::timeout(IN_FLIGHT_SYNC_TIMEOUT, work).await {
         Ok(result) => result,
         Err(_) if sharded => bail!(
-            "the syncs in flight did not finish within {IN_FLIGHT_SYNC_TIMEOUT:?} of the \
-             shutdown; exiting without releasing the shard buckets they hold: other replicas \
-             take them over once this replica's Lease expires"
+            "the syncs in flight, or the release of the shard buckets after them, did not \
+             finish within {IN_FLIGHT_SYNC_TIMEOUT:?} of the shutdown; exiting with the buckets \
+             still held: other replicas take them over once this replica's Lease expires"
         ),
         Err(_) => bail!(
             "the syncs in flight did not finish within {IN_FLIGHT_SYNC_TIMEOUT:?} of the shutdown"

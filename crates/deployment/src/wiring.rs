@@ -264,9 +264,9 @@ impl EnqueueHandlers {
     }
 
     /// Queue only the keys whose namespace hashes into a bucket active on `member`: the
-    /// others are another replica's (with the API server's sharded watch off, every replica
-    /// hears every event). A bucket that becomes active has its cached Deployments queued
-    /// then, so nothing dropped here is missed.
+    /// caches also cover the buckets still syncing or draining here, whose keys are not
+    /// this replica's to sync. A bucket that becomes active has its cached Deployments
+    /// queued then, so nothing dropped here is missed.
     pub fn with_shard(mut self, member: ShardMember) -> Self {
         self.shard = Some(member);
         self
@@ -288,7 +288,7 @@ impl EnqueueHandlers {
     /// another shard.
     fn add(&self, key: String, lane: Priority) {
         if let Some(member) = &self.shard
-            && !member.owns(shard_hash_of_key(&key))
+            && !member.holds(shard_hash_of_key(&key))
         {
             return;
         }
@@ -694,7 +694,20 @@ async fn worker(
             None => None,
             Some(member) => match shard_guard(member, &key) {
                 Some(fence) => Some(fence),
+                None if member.holds(shard_hash_of_key(&key)) => {
+                    // Active, but the Lease's renewal is late: the member either stops (and
+                    // the process with it) or carries on, and then the key is still due.
+                    queue.add_rate_limited(key.clone());
+                    queue.done(&key);
+                    continue;
+                }
                 None => {
+                    debug!(
+                        key,
+                        bucket = member.bucket_of(shard_hash_of_key(&key)),
+                        "not in a shard bucket active on this replica; dropped"
+                    );
+                    member.keys_dropped(1);
                     queue.forget(&key);
                     queue.done(&key);
                     continue;
@@ -714,22 +727,12 @@ async fn worker(
 /// stops reconciling.
 type Fence = (Arc<ReconcileGuard>, CancellationToken);
 
-/// The guard for syncing `key` on `member`, or `None` (counted as a dropped key) when the
-/// key's bucket is not active there.
+/// The guard for syncing `key` on `member`, or `None` when the key's bucket is not active
+/// there (or the member's renewal is late).
 fn shard_guard(member: &ShardMember, key: &str) -> Option<Fence> {
-    let hash = shard_hash_of_key(key);
-    match member.try_begin(hash) {
-        Some(guard) => Some((Arc::new(guard), member.stopped())),
-        None => {
-            debug!(
-                key,
-                bucket = member.bucket_of(hash),
-                "not in a shard bucket active on this replica; dropped"
-            );
-            member.keys_dropped(1);
-            None
-        }
-    }
+    member
+        .try_begin(shard_hash_of_key(key))
+        .map(|guard| (Arc::new(guard), member.stopped()))
 }
 
 /// How a finished sync leaves its key (`handleErr` plus the requeue of stuck rollouts).

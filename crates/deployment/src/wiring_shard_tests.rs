@@ -740,8 +740,8 @@ async fn on_a_stop_idle_buckets_are_released_before_the_syncs_in_flight_end() {
 }
 
 // The handlers queue only the keys of buckets active on the member: an event of a namespace
-// whose bucket this replica does not hold (one draining or still syncing here, or any with
-// the API server's sharded watch off) is not queued, to be dropped by a worker later.
+// whose bucket this replica does not hold (one draining or still syncing here) is not queued,
+// to be dropped by a worker later.
 #[tokio::test(start_paused = true)]
 async fn handlers_queue_only_the_keys_of_held_buckets() {
     use kctrl_informer::{ResourceEventHandler, Store};

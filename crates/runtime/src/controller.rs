@@ -960,6 +960,12 @@ where
                 drop_key(shared, gate, key, namespace, name);
                 return;
             }
+            Begin::Later => {
+                debug!(controller = %shared.name, namespace, name,
+                    "the shard member's renewal is late: the key waits");
+                shared.queue.add_rate_limited(key.clone());
+                return;
+            }
         },
     };
     // The own-writes check comes first: the cache may move while it waits (a live read),

@@ -407,6 +407,9 @@ pub(crate) enum Begin {
     NotCached,
     /// Its bucket is not active here.
     Dropped,
+    /// Its bucket is active here but the Lease's renewal is late: come back later (the
+    /// member either stops, and the process with it, or carries on and needs the key).
+    Later,
 }
 
 impl ShardGate {
@@ -417,7 +420,7 @@ impl ShardGate {
 
     /// Whether an event of the primary `meta` should enqueue it: its bucket is active here.
     pub(crate) fn admits_object<M: ObjectMetaAccess + ?Sized>(&self, meta: &M) -> bool {
-        self.member.owns(self.hash_of(meta))
+        self.member.holds(self.hash_of(meta))
     }
 
     /// Whether `key` (of a primary, from an owned or watched object) should be enqueued:
@@ -427,7 +430,7 @@ impl ShardGate {
         match self.field {
             ShardField::Namespace => {
                 let namespace = split_key(key).ok().and_then(|(ns, _)| ns).unwrap_or("");
-                self.member.owns(hash_field(namespace))
+                self.member.holds(hash_field(namespace))
             }
             ShardField::Uid => true,
         }
@@ -445,6 +448,7 @@ impl ShardGate {
         };
         match self.member.try_begin(hash) {
             Some(guard) => Begin::Go(guard),
+            None if self.member.holds(hash) => Begin::Later,
             None => Begin::Dropped,
         }
     }

@@ -387,6 +387,20 @@ impl ShardMember {
         self.is_active(self.bucket_of(hash))
     }
 
+    /// Whether `hash`'s bucket is in the `Active` state here, whether or not the Lease was
+    /// renewed within the renew deadline: what an informer handler asks before queueing a
+    /// key. A renewal late but answered keeps the member going with its buckets active, and
+    /// a key dropped in that gap would never be queued again; a key queued while the member
+    /// is about to stop costs nothing (the worker asks [`try_begin`](Self::try_begin)).
+    pub fn holds(&self, hash: u64) -> bool {
+        let state = self.shared.state();
+        !state.stopped
+            && state
+                .slots
+                .get(self.bucket_of(hash) as usize)
+                .is_some_and(|s| s.state == BucketState::Active)
+    }
+
     /// Whether `bucket` is active here now.
     pub fn is_active(&self, bucket: u32) -> bool {
         let state = self.shared.state();
@@ -419,7 +433,8 @@ impl ShardMember {
     /// either reconciles at least one bucket or holds every bucket the split gives it.
     /// The latter may be none at all: with more members than the bucket count allows for,
     /// rendezvous hashing leaves some members without a bucket, and they are ready as
-    /// standbys (one takes buckets over the moment a member leaves).
+    /// standbys (one takes buckets over once a member leaves: its Lease marked for
+    /// deletion, or expired).
     pub fn is_ready(&self) -> bool {
         let state = self.shared.state();
         state.may_reconcile(Instant::now()) && state.ready()

@@ -799,7 +799,7 @@ async fn a_lease_written_by_someone_else_stops_the_member() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_graceful_stop_waits_for_reconciles_in_flight_and_hands_over() {
+async fn a_graceful_stop_hands_idle_buckets_over_at_once_and_waits_for_reconciles_in_flight() {
     let fake = FakeApi::new();
     let ledger = Arc::new(Ledger::default());
     let a = start(&fake, config("a", &ledger), &ledger, 0);
@@ -811,10 +811,19 @@ async fn a_graceful_stop_waits_for_reconciles_in_flight_and_hands_over() {
     let bucket = a.member.active_buckets().iter().next().unwrap();
     let guard = a.member.try_begin_bucket(bucket).unwrap();
     a.cancel.cancel();
+    // a's other buckets move to b at once, not when a's last reconcile ends: a leaving
+    // member is out of the split for the others as soon as it starts leaving.
+    until(
+        "b holds every bucket but the busy one",
+        Duration::from_secs(10),
+        || b.member.active_buckets().len() == 63,
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(30)).await;
     assert!(!a.task.is_finished(), "a left with a reconcile in flight");
     assert!(guard.is_valid());
     assert!(!b.member.is_active(bucket));
+    assert_eq!(b.member.active_buckets().len(), 63);
     drop(guard);
     until("b holds everything", Duration::from_secs(20), || {
         b.member.active_buckets().len() == 64

@@ -158,6 +158,9 @@ impl Runner {
                 self.cancelled = true;
                 self.leaving = true;
             }
+            if self.cancelled {
+                self.announce_leave().await?;
+            }
             self.check_deadline()?;
             let soon = match self.round().await? {
                 Flow::Left => return Ok(()),
@@ -604,9 +607,49 @@ impl Runner {
         if !self.evicted && self.mine.as_ref().is_some_and(|m| m.being_deleted) {
             self.evicted = true;
             self.leaving = true;
-            warn!(group = %self.group(), identity = %self.identity(), lease = %self.lease_name(),
-                "this member's lease is being deleted: draining and releasing every bucket, then letting the lease go and stopping");
+            if !self.cancelled {
+                warn!(group = %self.group(), identity = %self.identity(), lease = %self.lease_name(),
+                    "this member's lease is being deleted: draining and releasing every bucket, then letting the lease go and stopping");
+            }
         }
+    }
+
+    /// On a graceful leave, deletes our Lease while its finalizer keeps it (with its
+    /// claims): a Lease being deleted is no live member, so the others leave us out of the
+    /// split at once and take each bucket as soon as we release it, rather than once our
+    /// Lease is gone after the slowest reconcile. Without the finalizer the delete would
+    /// take the claims with it, so nothing is sent then (the others wait for our Lease to
+    /// go). A failed delete is tried again next round.
+    async fn announce_leave(&mut self) -> Result<(), RunError> {
+        let Some(mine) = self.mine.clone() else {
+            return Ok(());
+        };
+        if self.deleting
+            || self.unfinalizing
+            || !mine.has_finalizer
+            || mine.being_deleted
+            || !self.uncertain.is_empty()
+        {
+            return Ok(());
+        }
+        let name = self.lease_name().to_owned();
+        self.deleting = true;
+        match self
+            .call(
+                "delete",
+                self.shared.store.delete(&name, &mine.resource_version),
+            )
+            .await?
+        {
+            Ok(()) => info!(group = %self.group(), identity = %self.identity(), lease = %name,
+                "leaving: the lease is being deleted, its finalizer keeps it until every bucket is released"),
+            Err(e) => {
+                debug!(group = %self.group(), error = %e,
+                    "marking the lease for deletion failed; trying again next round");
+                self.deleting = false;
+            }
+        }
+        Ok(())
     }
 
     /// One of our uncertain writes is what the store holds.

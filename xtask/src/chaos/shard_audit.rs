@@ -161,7 +161,21 @@ pub(crate) fn check(
         let mut open: BTreeMap<u32, Hold> = BTreeMap::new();
         for e in writes.iter() {
             audit.lease_writes += 1;
-            let now = if e.verb == "delete" {
+            // A member leaving deletes its Lease first, while the finalizer keeps it: the
+            // answer is the Lease, marked for deletion, its claims still held. A delete that
+            // removed the Lease answers with a Status: nothing is held any more.
+            let kept = e.verb == "delete"
+                && e.response
+                    .as_ref()
+                    .and_then(|body| serde_json::from_value::<Lease>(body.clone()).ok())
+                    .is_some_and(|l| {
+                        l.metadata.deletion_timestamp.is_some()
+                            && l.metadata
+                                .finalizers
+                                .as_ref()
+                                .is_some_and(|f| !f.is_empty())
+                    });
+            let now = if e.verb == "delete" && !kept {
                 BucketSet::new()
             } else {
                 match e
@@ -413,6 +427,34 @@ mod tests {
         );
         assert_eq!(identity_of("deployment-controller/0.1.0"), None);
         assert_eq!(identity_of("x (shard )"), None);
+    }
+
+    // A leaving member marks its Lease for deletion first (its finalizer keeps it) and keeps
+    // reconciling the bucket it still claims; the Lease goes only once that is released.
+    #[test]
+    fn a_delete_kept_by_the_finalizer_keeps_the_claims() {
+        let ns = "ab3kx-shard";
+        let b = bucket(ns);
+        let mut marked = lease("a", "a", &b.to_string(), 2.0, 2);
+        marked.verb = "delete".into();
+        let body = marked.response.as_mut().unwrap();
+        body["metadata"]["deletionTimestamp"] = "2027-01-15T08:00:02Z".into();
+        body["metadata"]["finalizers"] = serde_json::json!(["shard.kctrl.io/member"]);
+        let mut gone = lease("a", "a", "", 6.0, 4);
+        gone.verb = "delete".into();
+        gone.response = Some(serde_json::json!({"kind": "Status", "status": "Success"}));
+        let events = vec![
+            lease("a", "a", &b.to_string(), 0.0, 1),
+            marked,
+            write("a", ns, 3.0),
+            lease("a", "a", "", 5.0, 3),
+            gone,
+            lease("b", "b", &b.to_string(), 7.0, 5),
+            write("b", ns, 8.0),
+        ];
+        let audit = check(&events, GROUP, NS, 64);
+        assert!(audit.violations.is_empty(), "{:?}", audit.violations);
+        assert_eq!(audit.handovers(), 1);
     }
 
     #[test]
