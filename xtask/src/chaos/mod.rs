@@ -40,7 +40,7 @@ pub(crate) mod invariants;
 mod proxy;
 mod run;
 mod shard_audit;
-mod sharded;
+pub(crate) mod sharded;
 mod watch;
 
 use std::collections::BTreeSet;

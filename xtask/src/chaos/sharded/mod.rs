@@ -363,7 +363,7 @@ fn logged_identity(log: &str) -> Option<String> {
 
 /// Namespace names of the run: six random lowercase letters and digits, then `-shard`; the
 /// part that varies comes first, so their hashes spread over the buckets.
-fn namespace_names(rng: &mut fastrand::Rng, n: usize) -> Vec<String> {
+pub(crate) fn namespace_names(rng: &mut fastrand::Rng, n: usize) -> Vec<String> {
     let mut names = BTreeSet::new();
     while names.len() < n {
         let prefix: String = (0..6)
