@@ -24,8 +24,10 @@
 //!   into the nodes, `deploy/` is applied and bootstrapped (see `cluster::kind`), and the
 //!   targets that need the controller run once a pod of its Deployment holds the lease; its
 //!   logs are collected afterwards, and the in-cluster scenarios of [`scenarios`] follow
-//!   (leader kill, SIGTERM, the controller updating itself, RBAC, `/metrics`; `--no-scenarios`
-//!   skips them). `--controller host` runs it out of cluster instead, as for the other kinds.
+//!   (leader kill, SIGTERM, the controller updating itself, token rotation, the sharded
+//!   variant with a replica killed, RBAC, `/metrics`; `--no-scenarios` skips them,
+//!   `--no-suite` runs only them). kube-apiserver runs with the `ShardedListAndWatch` feature
+//!   gate. `--controller host` runs it out of cluster instead, as for the other kinds.
 //! * `existing`: whatever `$KUBECONFIG` points at, used as it is.
 
 use std::path::{Path, PathBuf};
@@ -42,6 +44,7 @@ use xtask_contender::args::KubeVersionArg;
 mod scenarios;
 mod scenarios_auth;
 mod scenarios_leader;
+mod scenarios_sharded;
 mod scenarios_token;
 mod suite;
 mod testenv;
@@ -72,6 +75,10 @@ pub(crate) struct E2eArgs {
     /// `e2e/scenarios.rs`).
     #[arg(long, conflicts_with = "scenario")]
     no_scenarios: bool,
+    /// On kind with the in-cluster controller: skip the suite's test targets, install the
+    /// controller from deploy/ and run only the in-cluster scenarios.
+    #[arg(long, conflicts_with = "no_scenarios")]
+    no_suite: bool,
     /// Run only these in-cluster scenarios (repeatable; default: all). The rbac and probes
     /// checks over the whole run always follow.
     #[arg(long, value_enum)]
@@ -150,6 +157,14 @@ pub(crate) fn run(args: E2eArgs) -> Result<()> {
     {
         bail!(
             "--controller in-cluster needs --cluster kind (it loads the image into kind's nodes)"
+        );
+    }
+    if args.no_suite
+        && (args.cluster != ClusterKind::Kind || args.controller == Some(ControllerPlacement::Host))
+    {
+        bail!(
+            "--no-suite runs only the in-cluster scenarios: it needs --cluster kind with the \
+             controller in the cluster"
         );
     }
     // Build first: a compile error should not cost a cluster start.
@@ -261,16 +276,21 @@ pub(crate) fn run(args: E2eArgs) -> Result<()> {
                         for cmd in ctl.load_image_commands() {
                             run_command(&crate::kind::with_our_kind(cmd, &created.kind))?;
                         }
-                        let suite = run_suite_with_in_cluster_controller(
-                            ctl,
-                            &Target {
-                                kubeconfig: kubeconfig.clone(),
-                                controller_kubeconfig: None,
-                                compact_command: None,
-                                controller_log: Some(ctl.log_path()),
-                            },
-                            &args.test_args,
-                        );
+                        let suite = if args.no_suite {
+                            eprintln!("==> --no-suite: the suite's test targets are skipped");
+                            install_in_cluster_or_diagnose(ctl)
+                        } else {
+                            run_suite_with_in_cluster_controller(
+                                ctl,
+                                &Target {
+                                    kubeconfig: kubeconfig.clone(),
+                                    controller_kubeconfig: None,
+                                    compact_command: None,
+                                    controller_log: Some(ctl.log_path()),
+                                },
+                                &args.test_args,
+                            )
+                        };
                         if args.no_scenarios {
                             return suite;
                         }
@@ -391,17 +411,8 @@ fn run_suite_with_in_cluster_controller(
     if with.is_empty() {
         return first;
     }
-    let second = match install_in_cluster(ctl) {
-        Ok(()) => run_suite(target, &selection(&[], &with), test_args),
-        Err(e) => {
-            for cmd in ctl.diagnostics_commands() {
-                if let Err(d) = run_command(&cmd) {
-                    eprintln!("==> {d:#}");
-                }
-            }
-            Err(e.context("installing the deployment-controller in the cluster"))
-        }
-    };
+    let second = install_in_cluster_or_diagnose(ctl)
+        .and_then(|()| run_suite(target, &selection(&[], &with), test_args));
     match collect_logs(ctl) {
         Ok(()) => eprintln!(
             "==> deployment-controller log: {}",
@@ -416,6 +427,20 @@ fn run_suite_with_in_cluster_controller(
         }
         (r1, r2) => r1.and(r2),
     }
+}
+
+/// [`install_in_cluster`]; when it fails, the Deployment, its pods and their events are
+/// shown.
+fn install_in_cluster_or_diagnose(ctl: &InClusterController) -> Result<()> {
+    install_in_cluster(ctl)
+        .inspect_err(|_| {
+            for cmd in ctl.diagnostics_commands() {
+                if let Err(d) = run_command(&cmd) {
+                    eprintln!("==> {d:#}");
+                }
+            }
+        })
+        .context("installing the deployment-controller in the cluster")
 }
 
 /// Applies `deploy/`, bootstraps the controller, waits for its rollout, removes the bootstrap
@@ -683,6 +708,28 @@ workspace = true
         let a = parse(&["--kube-version", "1.36", "--", "scale"]);
         assert_eq!(a.kube.release.kubernetes, "v1.36.5");
         assert_eq!(a.test_args, ["scale"]);
+    }
+
+    #[test]
+    fn no_suite_is_parsed_and_needs_the_in_cluster_controller() {
+        let a = parse(&["--cluster", "kind", "--no-suite", "--scenario", "sharded"]);
+        assert!(a.no_suite);
+        assert_eq!(a.scenario, [scenarios::Name::Sharded]);
+        use clap::Parser;
+        assert!(
+            Cli::try_parse_from(["e2e", "--no-suite", "--no-scenarios"]).is_err(),
+            "--no-suite with --no-scenarios would run nothing"
+        );
+        for args in [
+            &["--no-suite"][..],
+            &["--cluster", "kind", "--controller", "host", "--no-suite"][..],
+        ] {
+            let err = run(parse(args)).unwrap_err().to_string();
+            assert!(
+                err.contains("--no-suite runs only the in-cluster scenarios"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

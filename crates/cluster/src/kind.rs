@@ -13,6 +13,11 @@
 //!   component's `extraArgs` is a *list* of `{name, value}`. kind (v0.32.0+) converts the
 //!   map-style `extraArgs` of a patch that names no `apiVersion` into that list, so the patch
 //!   below deliberately omits `apiVersion` and stays valid for v1beta3 (map) as well.
+//! * kube-apiserver runs with the `ShardedListAndWatch` feature gate on ([`KIND_FEATURE_GATES`],
+//!   as `cargo xtask cluster up --feature-gates` does on the local plane), so the sharded
+//!   variant of `deploy/sharded/` gets its lists and watches filtered by the server. kubeadm
+//!   passes `extraArgs` through as flags; the gates go to kube-apiserver only, since another
+//!   component refuses a gate it does not know.
 //! * kubeadm starts kube-controller-manager with `--controllers=*,bootstrapsigner,tokencleaner`;
 //!   an `extraArgs` entry replaces that flag as a whole, so both extra controllers are repeated
 //!   and only the Deployment controller (canonical name `deployment-controller`) is removed.
@@ -31,9 +36,35 @@
 
 use std::path::{Path, PathBuf};
 
+use anyhow::Result;
+
+use super::plane::feature_gates_flag;
 use super::versions::Release;
 /// The controller-manager's `--controllers` value: kubeadm's default minus our controller.
 pub const KIND_CONTROLLERS: &str = "*,bootstrapsigner,tokencleaner,-deployment-controller";
+/// kube-apiserver's feature gates in the e2e cluster: server-side sharded lists and watches
+/// (KEP-5866, alpha in 1.36 and 1.37), which the sharded variant of `deploy/sharded/` uses.
+pub const KIND_FEATURE_GATES: &[&str] = &["ShardedListAndWatch=true"];
+/// The namespace of the sharded variant's member Leases (`deploy/sharded/namespace.yaml`).
+pub const SHARD_LEASE_NAMESPACE: &str = "kctrl-shards";
+/// The shard group of `deploy/sharded/` (`--shard-group`), the value of the Leases'
+/// [`SHARD_GROUP_LABEL`].
+pub const SHARD_GROUP: &str = "deployment-controller";
+/// The label naming a member Lease's group.
+pub const SHARD_GROUP_LABEL: &str = "shard.kctrl.io/group";
+/// The annotation of a member Lease listing the buckets it claims.
+pub const SHARD_BUCKETS_ANNOTATION: &str = "shard.kctrl.io/buckets";
+/// The sharded variant's manifests, in the order they are applied (the Namespace before what
+/// lives in it; the Deployment before its bootstrap Pod).
+pub const SHARDED_MANIFESTS: &[&str] = &[
+    "deploy/sharded/namespace.yaml",
+    "deploy/sharded/role-shard-members.yaml",
+    "deploy/sharded/rolebinding-shard-members.yaml",
+    "deploy/sharded/deployment.yaml",
+    "deploy/sharded/bootstrap-pod.yaml",
+];
+/// The sharded variant's bootstrap Pod (deleted once its Deployment has rolled out).
+pub const SHARDED_BOOTSTRAP_MANIFEST: &str = "deploy/sharded/bootstrap-pod.yaml";
 
 /// The image `deploy/` runs (built from [`CONTAINERFILE`]).
 pub const CONTROLLER_IMAGE: &str = "kctrl/deployment-controller:dev";
@@ -65,16 +96,58 @@ pub struct KindCluster {
     pub image: String,
     /// Worker nodes besides the control-plane node.
     pub workers: usize,
+    /// kube-apiserver's `--feature-gates` value (`Name=true,Other=false`), checked and
+    /// normalised by [`KindCluster::with_feature_gates`]; `None` passes no such flag.
+    feature_gates: Option<String>,
+    /// Further kube-apiserver flags (name without dashes, value), after the feature gates.
+    pub apiserver_args: Vec<(String, String)>,
+    /// Host directories of the control-plane node mounted into kube-apiserver's static pod.
+    pub apiserver_volumes: Vec<ApiServerVolume>,
+}
+
+/// A directory of the control-plane node that kube-apiserver's static pod mounts
+/// (kubeadm's `apiServer.extraVolumes`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiServerVolume {
+    /// The volume's name in the pod.
+    pub name: String,
+    /// The path on the node.
+    pub host_path: String,
+    /// The path in kube-apiserver's container.
+    pub mount_path: String,
+    /// Mounted read-only.
+    pub read_only: bool,
+    /// kubelet's `hostPath` type (`Directory`, `DirectoryOrCreate`, …).
+    pub path_type: String,
 }
 
 impl KindCluster {
-    /// The default e2e cluster: one control plane, two workers, nodes of `release`'s minor.
+    /// The default e2e cluster: one control plane, two workers, nodes of `release`'s minor,
+    /// kube-apiserver with [`KIND_FEATURE_GATES`].
     pub fn new(name: &str, release: &Release) -> KindCluster {
+        let gates: Vec<String> = KIND_FEATURE_GATES.iter().map(|g| (*g).to_owned()).collect();
         KindCluster {
             name: name.to_owned(),
             image: release.kind_node_image.to_owned(),
             workers: 2,
+            feature_gates: feature_gates_value(&gates).expect("KIND_FEATURE_GATES are well-formed"),
+            apiserver_args: Vec::new(),
+            apiserver_volumes: Vec::new(),
         }
+    }
+
+    /// The same cluster with kube-apiserver's feature gates `gates` instead (each
+    /// `Name=true|false`, or several joined with commas, as `cargo xtask cluster up
+    /// --feature-gates` takes them; none passes no `--feature-gates`). A malformed entry is an
+    /// error naming it.
+    pub fn with_feature_gates(mut self, gates: &[String]) -> Result<KindCluster> {
+        self.feature_gates = feature_gates_value(gates)?;
+        Ok(self)
+    }
+
+    /// kube-apiserver's `--feature-gates` value, if any.
+    pub fn feature_gates(&self) -> Option<&str> {
+        self.feature_gates.as_deref()
     }
 
     /// The `kind.x-k8s.io/v1alpha4` Cluster configuration.
@@ -90,13 +163,55 @@ name: {name}
 kubeadmConfigPatches:
 - |
   kind: ClusterConfiguration
-  controllerManager:
+{apiserver}  controllerManager:
     extraArgs:
       controllers: \"{KIND_CONTROLLERS}\"
 nodes:
 {nodes}",
-            name = self.name
+            name = self.name,
+            apiserver = self.apiserver_patch(),
         )
+    }
+
+    /// The `apiServer` part of the ClusterConfiguration patch (indented for it), empty when
+    /// kube-apiserver keeps kubeadm's flags and volumes.
+    fn apiserver_patch(&self) -> String {
+        let args: Vec<(&str, &str)> = self
+            .feature_gates
+            .iter()
+            .map(|g| ("feature-gates", g.as_str()))
+            .chain(
+                self.apiserver_args
+                    .iter()
+                    .map(|(n, v)| (n.as_str(), v.as_str())),
+            )
+            .collect();
+        if args.is_empty() && self.apiserver_volumes.is_empty() {
+            return String::new();
+        }
+        let mut out = "  apiServer:\n".to_owned();
+        if !args.is_empty() {
+            out.push_str("    extraArgs:\n");
+            for (name, value) in args {
+                out.push_str(&format!("      {name}: {}\n", yaml_string(value)));
+            }
+        }
+        if !self.apiserver_volumes.is_empty() {
+            out.push_str("    extraVolumes:\n");
+            for v in &self.apiserver_volumes {
+                out.push_str(&format!(
+                    "    - name: {}\n      hostPath: {}\n      mountPath: {}\n",
+                    yaml_string(&v.name),
+                    yaml_string(&v.host_path),
+                    yaml_string(&v.mount_path)
+                ));
+                if v.read_only {
+                    out.push_str("      readOnly: true\n");
+                }
+                out.push_str(&format!("      pathType: {}\n", yaml_string(&v.path_type)));
+            }
+        }
+        out
     }
 
     /// `kind create cluster …` (waits for the control plane to be Ready).
@@ -420,6 +535,20 @@ pub fn held_by_deployment_pod(holder: &str) -> bool {
             .is_some_and(|rest| !rest.is_empty())
 }
 
+/// The value of kube-apiserver's `--feature-gates` for `gates` (see [`feature_gates_flag`]).
+fn feature_gates_value(gates: &[String]) -> Result<Option<String>> {
+    Ok(feature_gates_flag(gates)?.map(|flag| {
+        flag.strip_prefix("--feature-gates=")
+            .unwrap_or(&flag)
+            .to_owned()
+    }))
+}
+
+/// `s` as a double-quoted YAML string.
+fn yaml_string(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
 fn argv(args: &[&str]) -> Vec<String> {
     args.iter().map(|a| (*a).to_owned()).collect()
 }
@@ -438,7 +567,7 @@ mod tests {
         );
         assert!(c.contains("name: kctrl-e2e\n"));
         assert!(c.contains(
-            "kubeadmConfigPatches:\n- |\n  kind: ClusterConfiguration\n  controllerManager:\n    \
+            "  controllerManager:\n    \
              extraArgs:\n      controllers: \"*,bootstrapsigner,tokencleaner,-deployment-controller\"\n"
         ));
         // The patch names no apiVersion, so kind applies it to whichever kubeadm API it uses
@@ -451,6 +580,91 @@ mod tests {
             .next()
             .unwrap();
         assert!(!patch.contains("apiVersion"), "{patch}");
+    }
+
+    /// The ClusterConfiguration patch of `config`, parsed.
+    fn cluster_configuration(config: &str) -> serde_json::Value {
+        let v: serde_json::Value = serde_yaml_ng::from_str(config).unwrap();
+        let patch = v["kubeadmConfigPatches"][0].as_str().unwrap();
+        serde_yaml_ng::from_str(patch).unwrap()
+    }
+
+    #[test]
+    fn config_turns_the_sharded_list_and_watch_gate_on_for_kube_apiserver_only() {
+        let k = KindCluster::new("kctrl-e2e", DEFAULT_RELEASE);
+        assert_eq!(k.feature_gates(), Some("ShardedListAndWatch=true"));
+        let c = k.config();
+        assert!(
+            c.contains(
+                "  kind: ClusterConfiguration\n  apiServer:\n    extraArgs:\n      \
+                 feature-gates: \"ShardedListAndWatch=true\"\n  controllerManager:\n"
+            ),
+            "{c}"
+        );
+        let patch = cluster_configuration(&c);
+        assert_eq!(
+            patch["apiServer"]["extraArgs"]["feature-gates"],
+            "ShardedListAndWatch=true"
+        );
+        assert!(
+            patch["controllerManager"]["extraArgs"]
+                .get("feature-gates")
+                .is_none(),
+            "{c}"
+        );
+        assert_eq!(c.matches("feature-gates").count(), 1, "{c}");
+
+        // Other gates replace it, normalised as for the local plane; none removes the flag.
+        let other = KindCluster::new("e2e", DEFAULT_RELEASE)
+            .with_feature_gates(&["ShardedListAndWatch=false, Other=true".to_owned()])
+            .unwrap()
+            .config();
+        assert_eq!(
+            cluster_configuration(&other)["apiServer"]["extraArgs"]["feature-gates"],
+            "ShardedListAndWatch=false,Other=true"
+        );
+        let none = KindCluster::new("e2e", DEFAULT_RELEASE)
+            .with_feature_gates(&[])
+            .unwrap();
+        assert_eq!(none.feature_gates(), None);
+        assert!(!none.config().contains("apiServer"), "{}", none.config());
+        let err = KindCluster::new("e2e", DEFAULT_RELEASE)
+            .with_feature_gates(&["ShardedListAndWatch=on".to_owned()])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("ShardedListAndWatch=on"), "{err}");
+    }
+
+    #[test]
+    fn apiserver_flags_and_volumes_join_the_gates_in_one_patch() {
+        let mut k = KindCluster::new("e2e", DEFAULT_RELEASE);
+        k.apiserver_args.push((
+            "audit-log-path".to_owned(),
+            "/var/log/a \"b\".log".to_owned(),
+        ));
+        k.apiserver_volumes.push(ApiServerVolume {
+            name: "audit".to_owned(),
+            host_path: "/etc/audit".to_owned(),
+            mount_path: "/etc/audit".to_owned(),
+            read_only: true,
+            path_type: "Directory".to_owned(),
+        });
+        let c = k.config();
+        assert_eq!(c.matches("apiServer:").count(), 1, "{c}");
+        let patch = cluster_configuration(&c);
+        let api = &patch["apiServer"];
+        assert_eq!(
+            api["extraArgs"]["feature-gates"],
+            "ShardedListAndWatch=true"
+        );
+        assert_eq!(api["extraArgs"]["audit-log-path"], "/var/log/a \"b\".log");
+        assert_eq!(api["extraVolumes"][0]["hostPath"], "/etc/audit");
+        assert_eq!(api["extraVolumes"][0]["readOnly"], true);
+        assert_eq!(api["extraVolumes"][0]["pathType"], "Directory");
+        assert_eq!(
+            patch["controllerManager"]["extraArgs"]["controllers"],
+            KIND_CONTROLLERS
+        );
     }
 
     #[test]

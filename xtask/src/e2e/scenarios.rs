@@ -17,6 +17,14 @@
 //! * `token-rotation`: the controller's pods get a 10-minute projected service-account token,
 //!   which their kubelet rotates; the leader keeps the Lease past the old tokens' expiry and a
 //!   Deployment still rolls out afterwards ([`super::scenarios_token`]);
+//! * `sharded` (last: it replaces the installed controller): the controller is switched to
+//!   the sharded variant of `deploy/sharded/` (three replicas, kube-apiserver with the
+//!   `ShardedListAndWatch` gate); their member Leases must split the 64 buckets, 12
+//!   Deployments in 6 namespaces roll out; one replica's pod is force-deleted and every
+//!   Deployment rolled out again at once: the live members must claim all 64 buckets again
+//!   within the lease duration plus 10 s (the handover time is printed), every Deployment must
+//!   converge with one ReplicaSet per template revision, and three live members must split
+//!   the buckets again ([`super::scenarios_sharded`]);
 //! * `rbac`: no request of the controller was forbidden in any controller pod's log (the
 //!   logs of every pod are collected before it goes away);
 //! * `probes`: the pods are probed on `/healthz` (liveness) and `/readyz` (readiness) by their
@@ -32,7 +40,7 @@ use anyhow::{Context, Result, bail, ensure};
 use kctrl_cluster::kind::{CONTROLLER_NAME, CONTROLLER_NAMESPACE};
 use kctrl_cluster::kind::{CONTROLLER_POD_SELECTOR, held_by_deployment_pod};
 
-use super::{scenarios_auth, scenarios_leader, scenarios_token};
+use super::{scenarios_auth, scenarios_leader, scenarios_sharded, scenarios_token};
 
 /// The container of our Deployment's pods.
 pub(super) const CONTAINER: &str = "deployment-controller";
@@ -279,6 +287,9 @@ pub(crate) enum Name {
     SelfUpdate,
     /// A 10-minute token rotated under the controller (about 12 minutes).
     TokenRotation,
+    /// The sharded variant installed, one of its three replicas force-deleted during
+    /// rollouts (last: it replaces the leader-elected controller).
+    Sharded,
 }
 
 /// One scenario: its summary line (timings) or why it failed.
@@ -317,6 +328,7 @@ pub(super) fn run(kube: &Kube, only: &[Name]) -> Result<()> {
             Name::TokenRotation,
             Box::new(|| scenarios_token::token_rotation(kube)),
         ),
+        (Name::Sharded, Box::new(|| scenarios_sharded::sharded(kube))),
     ];
     let mut failed = Vec::new();
     for (name, scenario) in scenarios
@@ -466,6 +478,7 @@ impl Name {
             Name::Sigterm => "sigterm",
             Name::SelfUpdate => "self-update",
             Name::TokenRotation => "token-rotation",
+            Name::Sharded => "sharded",
         }
     }
 }

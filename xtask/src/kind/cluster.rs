@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use kctrl_cluster::kind::KindCluster;
+use kctrl_cluster::kind::{ApiServerVolume, KindCluster};
 use kctrl_cluster::toolchain::{Cache, fmt_duration};
 use kctrl_cluster::versions::{Binary, Release};
 
@@ -69,55 +69,65 @@ rules:
     )
 }
 
-/// The kind configuration: `KindCluster`'s with our node image, no default CNI, a kubelet
-/// that runs on cgroup v1, and kube-apiserver auditing by [`audit_policy`] (the policy file in
+/// The kind configuration: `KindCluster`'s with our node image, kube-apiserver's feature
+/// gates `gates` (see `KindCluster::with_feature_gates`), no default CNI, a kubelet that runs
+/// on cgroup v1, and kube-apiserver auditing by [`audit_policy`] (the policy file in
 /// `audit_dir` on the host, mounted into the control-plane node).
-pub(crate) fn config(name: &str, image: &str, release: &Release, audit_dir: &Path) -> String {
-    let mut cluster = KindCluster::new(name, release);
+pub(crate) fn config(
+    name: &str,
+    image: &str,
+    release: &Release,
+    gates: &[String],
+    audit_dir: &Path,
+) -> Result<String> {
+    let mut cluster = KindCluster::new(name, release).with_feature_gates(gates)?;
     cluster.image = image.to_owned();
+    cluster.apiserver_args.extend([
+        (
+            "audit-policy-file".to_owned(),
+            format!("{AUDIT_POLICY_DIR}/policy.yaml"),
+        ),
+        (
+            "audit-log-path".to_owned(),
+            format!("{AUDIT_LOG_DIR}/audit.log"),
+        ),
+    ]);
+    cluster.apiserver_volumes.extend([
+        ApiServerVolume {
+            name: "kctrl-audit-policy".to_owned(),
+            host_path: AUDIT_POLICY_DIR.to_owned(),
+            mount_path: AUDIT_POLICY_DIR.to_owned(),
+            read_only: true,
+            path_type: "Directory".to_owned(),
+        },
+        ApiServerVolume {
+            name: "kctrl-audit-log".to_owned(),
+            host_path: AUDIT_LOG_DIR.to_owned(),
+            mount_path: AUDIT_LOG_DIR.to_owned(),
+            read_only: false,
+            path_type: "DirectoryOrCreate".to_owned(),
+        },
+    ]);
     let base = cluster.config();
     let with_kubelet = base.replacen(
         "kubeadmConfigPatches:\n",
         "kubeadmConfigPatches:\n- |\n  kind: KubeletConfiguration\n  failCgroupV1: false\n",
         1,
     );
-    let with_audit = with_kubelet
-        .replacen(
-            "  kind: ClusterConfiguration\n",
-            &format!(
-                "  kind: ClusterConfiguration
-  apiServer:
-    extraArgs:
-      audit-policy-file: {AUDIT_POLICY_DIR}/policy.yaml
-      audit-log-path: {AUDIT_LOG_DIR}/audit.log
-    extraVolumes:
-    - name: kctrl-audit-policy
-      hostPath: {AUDIT_POLICY_DIR}
-      mountPath: {AUDIT_POLICY_DIR}
-      readOnly: true
-      pathType: Directory
-    - name: kctrl-audit-log
-      hostPath: {AUDIT_LOG_DIR}
-      mountPath: {AUDIT_LOG_DIR}
-      pathType: DirectoryOrCreate
-"
-            ),
-            1,
-        )
-        .replacen(
-            &format!("- role: control-plane\n  image: {image}\n"),
-            &format!(
-                "- role: control-plane\n  image: {image}\n  extraMounts:\n  - hostPath: {}\n    \
-                 containerPath: {AUDIT_POLICY_DIR}\n    readOnly: true\n",
-                audit_dir.display()
-            ),
-            1,
-        );
-    with_audit.replacen(
+    let with_audit = with_kubelet.replacen(
+        &format!("- role: control-plane\n  image: {image}\n"),
+        &format!(
+            "- role: control-plane\n  image: {image}\n  extraMounts:\n  - hostPath: {}\n    \
+             containerPath: {AUDIT_POLICY_DIR}\n    readOnly: true\n",
+            audit_dir.display()
+        ),
+        1,
+    );
+    Ok(with_audit.replacen(
         "nodes:\n",
         "networking:\n  disableDefaultCNI: true\nnodes:\n",
         1,
-    )
+    ))
 }
 
 impl Cluster {
@@ -166,9 +176,9 @@ impl Cluster {
         steps::output(&argv)
     }
 
-    /// Creates the cluster on `image` and sets up pod networking; on failure deletes whatever
-    /// was created.
-    pub(crate) fn create(&self, image: &str, release: &Release) -> Result<()> {
+    /// Creates the cluster on `image`, kube-apiserver with the feature gates `gates` (see
+    /// [`config`]), and sets up pod networking; on failure deletes whatever was created.
+    pub(crate) fn create(&self, image: &str, release: &Release, gates: &[String]) -> Result<()> {
         if self.exists()? {
             bail!(
                 "a kind cluster named {} already exists: delete it (`cargo xtask kind down --name {}`) \
@@ -183,7 +193,10 @@ impl Cluster {
         fs::create_dir_all(&audit_dir)?;
         fs::write(audit_dir.join("policy.yaml"), audit_policy())?;
         let audit_dir = fs::canonicalize(&audit_dir)?;
-        fs::write(&config_path, config(&self.name, image, release, &audit_dir))?;
+        fs::write(
+            &config_path,
+            config(&self.name, image, release, gates, &audit_dir)?,
+        )?;
         let started = Instant::now();
         eprintln!(
             "creating kind cluster {} (3 nodes, image {image})",
@@ -365,14 +378,60 @@ mod tests {
     use super::*;
     use kctrl_cluster::versions::DEFAULT_RELEASE;
 
-    #[test]
-    fn the_config_runs_our_image_without_kindnetd_on_cgroup_v1() {
-        let c = config(
+    fn gates() -> Vec<String> {
+        kctrl_cluster::kind::KIND_FEATURE_GATES
+            .iter()
+            .map(|g| (*g).to_owned())
+            .collect()
+    }
+
+    fn test_config(gates: &[String]) -> String {
+        config(
             "kctrl-kind-t",
             "kctrl/kind-node:v1.37.2-abc",
             DEFAULT_RELEASE,
+            gates,
             Path::new("/work/kind/audit"),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_apiserver_runs_with_the_feature_gates_beside_its_audit_flags() {
+        let c = test_config(&gates());
+        let v: serde_json::Value = serde_yaml_ng::from_str(&c).unwrap();
+        let patch: serde_json::Value =
+            serde_yaml_ng::from_str(v["kubeadmConfigPatches"][1].as_str().unwrap()).unwrap();
+        assert_eq!(patch["kind"], "ClusterConfiguration", "{c}");
+        let args = &patch["apiServer"]["extraArgs"];
+        assert_eq!(args["feature-gates"], "ShardedListAndWatch=true", "{c}");
+        assert_eq!(
+            args["audit-policy-file"],
+            "/etc/kubernetes/kctrl-audit/policy.yaml"
         );
+        assert_eq!(
+            patch["apiServer"]["extraVolumes"].as_array().unwrap().len(),
+            2
+        );
+        // Without gates the flag is gone and the audit stays; a malformed gate is refused.
+        let bare = test_config(&[]);
+        assert!(!bare.contains("feature-gates"), "{bare}");
+        assert!(bare.contains("audit-log-path"), "{bare}");
+        let err = config(
+            "kctrl-kind-t",
+            "img",
+            DEFAULT_RELEASE,
+            &["ShardedListAndWatch".to_owned()],
+            Path::new("/a"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("has no value"), "{err}");
+    }
+
+    #[test]
+    fn the_config_runs_our_image_without_kindnetd_on_cgroup_v1() {
+        let c = test_config(&gates());
         assert_eq!(
             c.matches("image: kctrl/kind-node:v1.37.2-abc\n").count(),
             3,
@@ -388,12 +447,7 @@ mod tests {
 
     #[test]
     fn the_apiserver_audits_the_controller_with_the_policy_mounted_from_the_host() {
-        let c = config(
-            "kctrl-kind-t",
-            "kctrl/kind-node:v1.37.2-abc",
-            DEFAULT_RELEASE,
-            Path::new("/work/kind/audit"),
-        );
+        let c = test_config(&gates());
         // Only the control-plane node mounts the policy.
         assert_eq!(c.matches("extraMounts:").count(), 1, "{c}");
         assert!(
@@ -407,8 +461,9 @@ mod tests {
         let cluster_configuration = c.split("kind: ClusterConfiguration\n").nth(1).unwrap();
         let cluster_configuration = cluster_configuration.split("\n- |").next().unwrap();
         for needle in [
-            "audit-policy-file: /etc/kubernetes/kctrl-audit/policy.yaml",
-            "audit-log-path: /var/log/kubernetes/kctrl-audit/audit.log",
+            "audit-policy-file: \"/etc/kubernetes/kctrl-audit/policy.yaml\"",
+            "audit-log-path: \"/var/log/kubernetes/kctrl-audit/audit.log\"",
+            "feature-gates: \"ShardedListAndWatch=true\"",
             "controllers: ",
         ] {
             assert!(cluster_configuration.contains(needle), "{needle}: {c}");

@@ -46,6 +46,11 @@ enum KindCommand {
         /// Kubernetes release (default: the newest supported).
         #[arg(long, default_value = "1.37")]
         kube_version: String,
+        /// kube-apiserver feature gates (`Name=true|false`, comma-separated or repeated; as
+        /// `cargo xtask cluster up --feature-gates`). Default: `ShardedListAndWatch=true`, as
+        /// in `cargo xtask e2e --cluster kind`; `--feature-gates=` passes none.
+        #[arg(long = "feature-gates", value_name = "GATES", default_values_t = default_gates())]
+        feature_gates: Vec<String>,
     },
     /// Delete a kind cluster of ours.
     Down {
@@ -53,6 +58,15 @@ enum KindCommand {
         #[arg(long, default_value = "kctrl-kind-dev")]
         name: String,
     },
+}
+
+/// kube-apiserver's feature gates in our kind clusters unless `kind up --feature-gates` says
+/// otherwise.
+fn default_gates() -> Vec<String> {
+    kctrl_cluster::kind::KIND_FEATURE_GATES
+        .iter()
+        .map(|g| (*g).to_owned())
+        .collect()
 }
 
 /// Where the files of cluster `name` go (configuration, kubeconfig, logs).
@@ -81,16 +95,20 @@ pub(crate) fn require_engine() -> Result<()> {
     )
 }
 
-/// Engine, kind, node image and cluster: everything `kind up` and `e2e --cluster kind` need.
+/// Engine, kind, node image and cluster (kube-apiserver with the feature gates `gates`):
+/// everything `kind up` and `e2e --cluster kind` need.
 pub(crate) fn up(
     name: &str,
     release: &'static kctrl_cluster::versions::Release,
+    gates: &[String],
 ) -> Result<cluster::Cluster> {
+    // A malformed gate is refused before anything is built or started.
+    kctrl_cluster::plane::feature_gates_flag(gates)?;
     require_engine()?;
     let kind = binaries::ensure_kind(release)?;
     let image = node_image::ensure(release, false)?;
     let c = cluster::Cluster::new(name, kind, release, &cluster_dir(name))?;
-    c.create(&image.tag, release)?;
+    c.create(&image.tag, release, gates)?;
     Ok(c)
 }
 
@@ -114,9 +132,13 @@ pub(crate) fn run(args: KindArgs) -> Result<()> {
             }
             Ok(())
         }
-        KindCommand::Up { name, kube_version } => {
+        KindCommand::Up {
+            name,
+            kube_version,
+            feature_gates,
+        } => {
             let release = kctrl_cluster::versions::Release::parse(&kube_version)?;
-            let c = up(&name, release)?;
+            let c = up(&name, release, &feature_gates)?;
             println!(
                 "cluster {} is up; KUBECONFIG={}",
                 c.name,
@@ -199,10 +221,12 @@ pub(crate) fn controller_image(containerfile_build: &[String]) -> Result<()> {
 }
 
 /// The cluster of `cargo xtask e2e --cluster kind`: engine check, kind and the node image
-/// built as needed, the cluster created (its kubeconfig at `<dir>/kubeconfig`).
+/// built as needed, the cluster created (its kubeconfig at `<dir>/kubeconfig`), kube-apiserver
+/// with `kctrl_cluster::kind::KIND_FEATURE_GATES` (the sharded scenario relies on the server
+/// filtering each replica's lists and watches).
 pub(crate) fn e2e_cluster(
     name: &str,
     release: &'static kctrl_cluster::versions::Release,
 ) -> Result<cluster::Cluster> {
-    up(name, release)
+    up(name, release, &default_gates())
 }
