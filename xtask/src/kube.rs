@@ -59,3 +59,80 @@ pub(crate) async fn delete_namespace(
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }
 }
+
+/// kube-apiserver's ShardedListAndWatch gate, for the commands that run with it on, off or
+/// both (`chaos --profile sharded`, `bench shard`): which runs to make.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Gate {
+    /// `ShardedListAndWatch=true` only.
+    On,
+    /// `ShardedListAndWatch=false` only (client-side filtering).
+    Off,
+    /// One run with the gate on, then one with it off.
+    Both,
+}
+
+impl Gate {
+    /// The gate's settings to run with, in order.
+    pub(crate) fn settings(self) -> Vec<bool> {
+        match self {
+            Gate::On => vec![true],
+            Gate::Off => vec![false],
+            Gate::Both => vec![true, false],
+        }
+    }
+}
+
+/// `n` namespace names for a sharded run: six random lowercase letters and digits, then
+/// `-shard`; the part that varies comes first, so their hashes spread over the buckets
+/// (FNV-1a barely moves the bucket for a change at the end of a name).
+pub(crate) fn namespace_names(rng: &mut fastrand::Rng, n: usize) -> Vec<String> {
+    let mut names = std::collections::BTreeSet::new();
+    while names.len() < n {
+        let prefix: String = (0..6)
+            .map(|_| {
+                let c = rng.u8(0..36);
+                char::from(if c < 26 { b'a' + c } else { b'0' + c - 26 })
+            })
+            .collect();
+        names.insert(format!("{prefix}-shard"));
+    }
+    names.into_iter().collect()
+}
+
+/// A Deployment's numbers that decide whether its rollout is complete.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct RolloutState {
+    pub(crate) generation: i64,
+    pub(crate) observed_generation: i64,
+    pub(crate) spec_replicas: i32,
+    pub(crate) replicas: i32,
+    pub(crate) updated: i32,
+    pub(crate) available: i32,
+}
+
+impl RolloutState {
+    /// Complete at `want` replicas: the controller saw the latest spec, and every replica is
+    /// of the current template and available, with no old replica left.
+    pub(crate) fn complete(&self, want: i32) -> bool {
+        self.observed_generation >= self.generation
+            && self.spec_replicas == want
+            && self.updated == want
+            && self.replicas == want
+            && self.available == want
+    }
+}
+
+/// The numbers of `d` that decide whether its rollout is complete.
+pub(crate) fn rollout_state(d: &k8s_openapi::api::apps::v1::Deployment) -> RolloutState {
+    use kctrl_client::versioned::Versioned;
+    let status = d.status.clone().unwrap_or_default();
+    RolloutState {
+        generation: d.metadata.generation.unwrap_or(0),
+        observed_generation: status.observed_generation.unwrap_or(0),
+        spec_replicas: d.spec.get().and_then(|s| s.replicas).unwrap_or(1),
+        replicas: status.replicas.unwrap_or(0),
+        updated: status.updated_replicas.unwrap_or(0),
+        available: status.available_replicas.unwrap_or(0),
+    }
+}

@@ -40,7 +40,7 @@ pub(crate) mod invariants;
 mod proxy;
 mod run;
 mod shard_audit;
-pub(crate) mod sharded;
+mod sharded;
 mod watch;
 
 use std::collections::BTreeSet;
@@ -84,8 +84,8 @@ pub(crate) struct ChaosArgs {
     pub(crate) profile: Profile,
     /// `sharded` profile: run with kube-apiserver's ShardedListAndWatch gate on, off
     /// (client-side filtering), or both, one fresh cluster each.
-    #[arg(long, value_enum, default_value_t = sharded::Gate::Both)]
-    pub(crate) gate: sharded::Gate,
+    #[arg(long, value_enum, default_value_t = crate::kube::Gate::Both)]
+    pub(crate) gate: crate::kube::Gate,
     /// Cluster name (default `chaos-<profile>`); the cluster is started afresh.
     #[arg(long)]
     pub(crate) name: Option<String>,
@@ -109,7 +109,7 @@ impl ChaosArgs {
     pub(crate) fn short(release: &'static Release) -> ChaosArgs {
         ChaosArgs {
             profile: Profile::Short,
-            gate: sharded::Gate::Both,
+            gate: crate::kube::Gate::Both,
             name: None,
             keep: false,
             seed: None,
@@ -130,7 +130,7 @@ impl ChaosArgs {
     pub(crate) fn sharded(release: &'static Release) -> ChaosArgs {
         ChaosArgs {
             profile: Profile::Sharded,
-            gate: sharded::Gate::Both,
+            gate: crate::kube::Gate::Both,
             ..ChaosArgs::short(release)
         }
     }
@@ -707,10 +707,10 @@ rest_client_requests_total{code=\"409\",method=\"PATCH\",host=\"h\"} 2
         assert_eq!(cli.chaos.slow_truncate_per_mille, Some(100));
         let cli = Cli::try_parse_from(["x"]).unwrap();
         assert_eq!(cli.chaos.profile, Profile::Short);
-        assert_eq!(cli.chaos.gate, sharded::Gate::Both);
+        assert_eq!(cli.chaos.gate, crate::kube::Gate::Both);
         let cli = Cli::try_parse_from(["x", "--profile", "sharded", "--gate", "off"]).unwrap();
         assert_eq!(cli.chaos.profile, Profile::Sharded);
-        assert_eq!(cli.chaos.gate, sharded::Gate::Off);
+        assert_eq!(cli.chaos.gate, crate::kube::Gate::Off);
         assert!(Plan::of(Profile::Long).deployments == 100);
         assert!(Plan::of(Profile::Long).apiserver_kills == 20);
         assert!(Plan::of(Profile::Long).controller_kills == 10);

@@ -5,29 +5,9 @@ use std::fmt::Write as _;
 
 use super::{Phase, PhaseRun, Side};
 use xtask_contender::parse::{self, Counts};
-use xtask_report::machine::{self, command_output, load_average};
+pub(super) use xtask_report::machine::Machine;
 use xtask_report::markdown::Table;
 pub(super) use xtask_report::stats::Spread;
-
-#[cfg(test)]
-impl Machine {
-    /// A machine of fixed facts, for golden tests.
-    pub(in crate::bench) fn sample() -> Machine {
-        Machine {
-            cpus: 2,
-            cpu_model: "Test CPU".into(),
-            memory: "4 GiB".into(),
-            kernel: "Linux 6.1".into(),
-            rustc: "rustc 1.90.0".into(),
-            kubernetes: "v1.37.2".into(),
-            commit: "abc1234".into(),
-            started: "2026-11-28 12:00 UTC".into(),
-            load_start: "0.50 0.40 0.30".into(),
-            finished: "2026-11-28 12:30 UTC".into(),
-            load_end: "1.00 0.80 0.60".into(),
-        }
-    }
-}
 
 /// The line after which docs/benchmarks/controller.md is written by hand (analysis, profile);
 /// a new run keeps everything from it on.
@@ -47,80 +27,6 @@ pub(super) struct Settings {
     pub(super) cluster_kcm_qps: (u32, u32),
     /// Why the run stopped early, if it did (the report then holds what was measured).
     pub(super) incomplete: Option<String>,
-}
-
-/// The machine and its load.
-pub(in crate::bench) struct Machine {
-    cpus: usize,
-    cpu_model: String,
-    memory: String,
-    kernel: String,
-    rustc: String,
-    kubernetes: String,
-    commit: String,
-    started: String,
-    load_start: String,
-    finished: String,
-    load_end: String,
-}
-
-fn now() -> String {
-    command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"])
-}
-
-impl Machine {
-    /// Reads the machine at the start of the run.
-    pub(in crate::bench) fn detect(kubernetes: &str) -> Machine {
-        let cpu_model = machine::cpu_model();
-        let memory = machine::memory();
-        Machine {
-            cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
-            cpu_model,
-            memory,
-            kernel: command_output("uname", &["-sr"]),
-            rustc: command_output("rustc", &["--version"]),
-            kubernetes: kubernetes.to_owned(),
-            commit: command_output("git", &["rev-parse", "--short", "HEAD"]),
-            started: now(),
-            load_start: load_average(),
-            finished: String::new(),
-            load_end: String::new(),
-        }
-    }
-
-    /// The machine as a markdown table.
-    pub(in crate::bench) fn table(&self) -> String {
-        let mut t = Table::new().left("").left("");
-        t.row([
-            "CPU".to_owned(),
-            format!("{} x {}", self.cpus, self.cpu_model),
-        ])
-        .row(["memory", self.memory.as_str()])
-        .row(["kernel", self.kernel.as_str()])
-        .row(["rustc", self.rustc.as_str()])
-        .row(["Kubernetes", self.kubernetes.as_str()])
-        .row(["commit", self.commit.as_str()])
-        .row([
-            "load average (1, 5, 15 min)".to_owned(),
-            format!(
-                "{} at the start, {} at the end",
-                self.load_start, self.load_end
-            ),
-        ]);
-        t.markdown()
-    }
-
-    /// When the run started.
-    pub(in crate::bench) fn started(&self) -> &str {
-        &self.started
-    }
-
-    /// Records the end of the run.
-    pub(in crate::bench) fn finish(mut self) -> Machine {
-        self.finished = now();
-        self.load_end = load_average();
-        self
-    }
 }
 
 /// One row of a phase's table.
@@ -379,8 +285,8 @@ pub(super) fn markdown(
         "Written by `cargo xtask bench controller{}` on {} (finished {}). Each cell: median \
          over {} round(s) (min–max); ratio = ours / upstream of the medians.{}\n",
         if settings.quick { " --quick" } else { "" },
-        machine.started,
-        machine.finished,
+        machine.started(),
+        machine.finished(),
         settings.rounds,
         if settings.quick {
             " **A --quick smoke run: not numbers to publish.**"
@@ -549,7 +455,7 @@ the apiserver's audit log (Metadata level for the two controller identities only
         nodes = settings.nodes,
         kq = settings.cluster_kcm_qps.0,
         kb = settings.cluster_kcm_qps.1,
-        k8s = machine.kubernetes,
+        k8s = machine.kubernetes(),
         m = settings.at_rest,
         settle = settings.settle_secs,
         reset = if settings.peak_reset {

@@ -7,34 +7,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::apps::v1::Deployment;
-use kctrl_client::versioned::Versioned;
 use kctrl_client::{Api, ListParams, Patch, PatchParams};
 
 use super::running::Controller;
 use super::{CONCURRENCY, REPLICAS};
-
-/// A Deployment's numbers that decide whether its rollout is complete.
-#[derive(Clone, Copy, Debug, Default)]
-pub(in crate::bench) struct RolloutState {
-    pub(super) generation: i64,
-    pub(super) observed_generation: i64,
-    pub(super) spec_replicas: i32,
-    pub(super) replicas: i32,
-    pub(super) updated: i32,
-    pub(super) available: i32,
-}
-
-impl RolloutState {
-    /// Complete at `want` replicas: the controller saw the latest spec, and every replica is
-    /// of the current template and available, with no old replica left.
-    pub(in crate::bench) fn complete(&self, want: i32) -> bool {
-        self.observed_generation >= self.generation
-            && self.spec_replicas == want
-            && self.updated == want
-            && self.replicas == want
-            && self.available == want
-    }
-}
+#[cfg(test)]
+use crate::kube::RolloutState;
+pub(super) use crate::kube::rollout_state;
 
 pub(super) fn name(i: usize) -> String {
     format!("d-{i:04}")
@@ -45,7 +24,7 @@ pub(super) fn deployment(i: usize) -> Result<Deployment> {
 }
 
 /// Deployment `i` with `replicas` replicas.
-pub(in crate::bench) fn deployment_with(i: usize, replicas: i32) -> Result<Deployment> {
+pub(super) fn deployment_with(i: usize, replicas: i32) -> Result<Deployment> {
     let name = name(i);
     Ok(serde_json::from_value(serde_json::json!({
         "apiVersion": "apps/v1",
@@ -93,18 +72,6 @@ pub(super) fn poll_interval(n: usize) -> Duration {
         Duration::from_millis(500)
     } else {
         Duration::from_millis(250)
-    }
-}
-
-pub(in crate::bench) fn rollout_state(d: &Deployment) -> RolloutState {
-    let status = d.status.clone().unwrap_or_default();
-    RolloutState {
-        generation: d.metadata.generation.unwrap_or(0),
-        observed_generation: status.observed_generation.unwrap_or(0),
-        spec_replicas: d.spec.get().and_then(|s| s.replicas).unwrap_or(1),
-        replicas: status.replicas.unwrap_or(0),
-        updated: status.updated_replicas.unwrap_or(0),
-        available: status.available_replicas.unwrap_or(0),
     }
 }
 
@@ -179,7 +146,7 @@ pub(super) async fn wait_observed(
 }
 
 /// Runs `f(0..count)` with [`CONCURRENCY`] requests in flight.
-pub(in crate::bench) async fn concurrently<F, Fut>(count: usize, f: F) -> Result<()>
+pub(super) async fn concurrently<F, Fut>(count: usize, f: F) -> Result<()>
 where
     F: Fn(usize) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = Result<()>> + Send + 'static,

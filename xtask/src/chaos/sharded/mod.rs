@@ -24,6 +24,7 @@
 //! 6. the audit check (`shard_audit.rs`): every write by a replica falls within its hold of
 //!    the object's bucket, and no two replicas hold a bucket at once.
 
+use crate::kube::namespace_names;
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
@@ -48,27 +49,6 @@ const LEASE_DURATION: Duration = Duration::from_secs(15);
 const IGNORED_SELECTOR: &str = "kube-apiserver ignored the shard selector";
 /// The label of the run's objects.
 const SHARD_RUN_LABEL: &str = "chaos.kctrl.dev/sharded-run";
-
-/// Whether the apiserver filters by shard: which runs to make.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum Gate {
-    /// `ShardedListAndWatch=true` only.
-    On,
-    /// `ShardedListAndWatch=false` only (client-side filtering).
-    Off,
-    /// One run with the gate on, then one with it off.
-    Both,
-}
-
-impl Gate {
-    pub(crate) fn settings(self) -> Vec<bool> {
-        match self {
-            Gate::On => vec![true],
-            Gate::Off => vec![false],
-            Gate::Both => vec![true, false],
-        }
-    }
-}
 
 /// The sizes of the sharded profile.
 #[derive(Clone, Debug)]
@@ -359,22 +339,6 @@ fn logged_identity(log: &str) -> Option<String> {
         .take_while(|c| !c.is_whitespace() && *c != '"')
         .collect();
     value.strip_prefix(&format!("{GROUP}-")).map(str::to_owned)
-}
-
-/// Namespace names of the run: six random lowercase letters and digits, then `-shard`; the
-/// part that varies comes first, so their hashes spread over the buckets.
-pub(crate) fn namespace_names(rng: &mut fastrand::Rng, n: usize) -> Vec<String> {
-    let mut names = BTreeSet::new();
-    while names.len() < n {
-        let prefix: String = (0..6)
-            .map(|_| {
-                let c = rng.u8(0..36);
-                char::from(if c < 26 { b'a' + c } else { b'0' + c - 26 })
-            })
-            .collect();
-        names.insert(format!("{prefix}-shard"));
-    }
-    names.into_iter().collect()
 }
 
 /// Whether process `pid` is gone (no such process, or a zombie of another).

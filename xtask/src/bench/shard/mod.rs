@@ -23,8 +23,6 @@
 //! `apiserver_watch_events_sizes_sum` of watch events for Deployments, ReplicaSets and Pods,
 //! taken around step 1 (the cluster at rest), give the bytes the side's start cost.
 
-use std::collections::BTreeSet;
-use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -41,12 +39,14 @@ use xtask_contender::parse;
 use xtask_contender::probe::{curl, free_port, process_cpu};
 use xtask_contender::supervisor::{self, ControllerProcess, Launch};
 use xtask_contender::{Contender, rbac};
-use xtask_report::markdown::{Table, fixed};
-use xtask_report::stats::{Spread, ratio_of_medians};
 
-use super::controller::report::Machine;
-use super::controller::workload::{concurrently, deployment_with, rollout_state};
-use crate::chaos::sharded::{Gate, namespace_names};
+use xtask_report::machine::Machine;
+
+use self::report::{markdown, report};
+use crate::kube::rollout_state;
+
+mod report;
+use crate::kube::{Gate, namespace_names};
 
 /// Shards of the sharded side.
 const SHARDS: usize = 3;
@@ -58,6 +58,8 @@ const BUCKETS: usize = 64;
 const QPS: (u32, u32) = (20, 30);
 /// Client QPS / burst of the one replica that rolls the set-up out (not measured).
 const SETUP_QPS: (u32, u32) = (400, 600);
+/// Requests the driver keeps in flight while it creates or changes the Deployments.
+const DRIVER_CONCURRENCY: usize = 16;
 /// Client QPS / burst of the cluster's kube-controller-manager: out of the way.
 const CLUSTER_KCM_QPS: (u32, u32) = (200, 400);
 
@@ -358,15 +360,24 @@ async fn set_up(env: &mut Env<'_>, deployments: usize, namespaces: usize) -> Res
         .map(|i| (names[i % names.len()].clone(), format!("d-{i:04}")))
         .collect();
     let (admin, all, replicas) = (env.admin.clone(), env.deployments.clone(), env.replicas);
-    concurrently(deployments, move |i| {
-        let (admin, (ns, _)) = (admin.clone(), all[i].clone());
+    for_each(deployments, move |i| {
+        let (admin, (ns, name)) = (admin.clone(), all[i].clone());
         async move {
-            let mut d = deployment_with(i, replicas)?;
-            d.metadata.namespace = Some(ns.clone());
+            let d: Deployment = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": ns, "labels": {"app": name}},
+                "spec": {
+                    "replicas": replicas,
+                    "selector": {"matchLabels": {"app": name}},
+                    "template": {
+                        "metadata": {"labels": {"app": name}},
+                        "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:a"}]},
+                    },
+                },
+            }))?;
             Api::<Deployment>::namespaced(admin, &ns)
                 .create(&PostParams::default(), &d)
                 .await
-                .with_context(|| format!("creating Deployment {ns}/d-{i:04}"))?;
+                .with_context(|| format!("creating Deployment {ns}/{name}"))?;
             Ok(())
         }
     })
@@ -567,6 +578,23 @@ async fn wait_ready(env: &Env<'_>, side: Side, replicas: &mut [Replica]) -> Resu
     }
 }
 
+/// Runs `f(i)` for `i in 0..count`, [`DRIVER_CONCURRENCY`] at a time; the first error ends
+/// it.
+async fn for_each<F, Fut>(count: usize, f: F) -> Result<()>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    use futures::StreamExt;
+    let mut results = futures::stream::iter(0..count)
+        .map(f)
+        .buffer_unordered(DRIVER_CONCURRENCY);
+    while let Some(result) = results.next().await {
+        result?;
+    }
+    Ok(())
+}
+
 /// Changes every Deployment's template (unthrottled).
 async fn roll_all(env: &Env<'_>, tag: &str) -> Result<()> {
     let patch = serde_json::json!({"spec": {"template": {"metadata": {"annotations": {
@@ -574,7 +602,7 @@ async fn roll_all(env: &Env<'_>, tag: &str) -> Result<()> {
     }}}}});
     let (admin, all) = (env.admin.clone(), env.deployments.clone());
     let patch = std::sync::Arc::new(Patch::Merge(patch));
-    concurrently(all.len(), move |i| {
+    for_each(all.len(), move |i| {
         let (admin, (ns, name), patch) = (admin.clone(), all[i].clone(), patch.clone());
         async move {
             Api::<Deployment>::namespaced(admin, &ns)
@@ -677,189 +705,14 @@ async fn kill_one(replicas: &mut Vec<Replica>) -> Result<f64> {
     }
 }
 
-/// A quantity's spread over the rounds of one gate and side.
-fn spread(
-    runs: &[Run],
-    gate: bool,
-    side: Side,
-    get: impl Fn(&Run) -> Option<f64>,
-) -> Option<Spread> {
-    let values: Vec<f64> = runs
-        .iter()
-        .filter(|r| r.gate == gate && r.side == side)
-        .filter_map(get)
-        .collect();
-    Spread::of(&values)
-}
-
-/// One table per gate setting: each quantity's median (range) per side, the ratio and the
-/// target.
-fn report(runs: &[Run]) -> String {
-    let gates: BTreeSet<bool> = runs.iter().map(|r| r.gate).collect();
-    let mut out = String::new();
-    type Get = fn(&Run) -> Option<f64>;
-    let rows: [(&str, Get, usize, Option<f64>); 6] = [
-        ("ready (s)", |r| Some(r.ready), 1, None),
-        (
-            "bytes sent by the apiserver to ready (MiB)",
-            |r| Some(r.list_bytes / 1048576.0),
-            1,
-            None,
-        ),
-        (
-            "rollout of every Deployment (s)",
-            |r| Some(r.rollout),
-            1,
-            Some(0.4),
-        ),
-        (
-            "peak RSS per replica, largest (MiB)",
-            |r| Some(r.max_peak_rss() / 1048576.0),
-            1,
-            Some(0.4),
-        ),
-        (
-            "CPU-seconds per replica, largest",
-            |r| Some(r.max_cpu()),
-            2,
-            None,
-        ),
-        (
-            "CPU-seconds, all replicas",
-            |r| Some(r.cpu.iter().sum()),
-            2,
-            None,
-        ),
-    ];
-    for gate in gates.iter().rev() {
-        let _ = writeln!(
-            out,
-            "### ShardedListAndWatch {}\n",
-            if *gate {
-                "on"
-            } else {
-                "off (client-side filtering)"
-            }
-        );
-        let mut t = Table::new()
-            .left("")
-            .right(Side::Single.title())
-            .right(Side::Sharded.title())
-            .right("ratio")
-            .left("target");
-        for (name, get, decimals, target) in rows {
-            let single = spread(runs, *gate, Side::Single, get);
-            let sharded = spread(runs, *gate, Side::Sharded, get);
-            let ratio = ratio_of_medians(sharded, single);
-            let verdict = match (target, ratio) {
-                (Some(t), Some(r)) => format!(
-                    "<= {} {}",
-                    fixed(t, 1),
-                    if r <= t { "met" } else { "**not met**" }
-                ),
-                _ => String::new(),
-            };
-            t.row([
-                name.to_owned(),
-                Spread::display(single, decimals),
-                Spread::display(sharded, decimals),
-                ratio.map(|r| fixed(r, 2)).unwrap_or_else(|| "-".into()),
-                verdict,
-            ]);
-        }
-        let handover = spread(runs, *gate, Side::Sharded, |r| r.handover);
-        let met = handover.is_some_and(|h| h.max <= 20.0);
-        t.row([
-            "handover after kill -9 (s)".to_owned(),
-            "-".to_owned(),
-            Spread::display(handover, 1),
-            "-".to_owned(),
-            format!(
-                "<= 20 (lease 15 s + 5 s) {}",
-                if met { "met" } else { "**not met**" }
-            ),
-        ]);
-        out.push_str(&t.markdown());
-        out.push('\n');
-    }
-    out
-}
-
-/// The line after which docs/benchmarks/shard.md is written by hand; a new run keeps it.
-const KEEP_MARKER: &str =
-    "<!-- Written by hand from here on; `cargo xtask bench shard` keeps this part. -->";
-
-fn markdown(settings: &str, tables: &str, machine: &Machine, existing: &str) -> String {
-    let kept = existing.find(KEEP_MARKER).map_or_else(
-        || format!("{KEEP_MARKER}\n"),
-        |at| existing[at..].to_owned(),
-    );
-    format!(
-        "# Benchmark: one replica beside three shards\n\n\
-         Written by `cargo xtask bench shard` ({started}); see `xtask/src/bench/shard.rs` for \
-         what each step does. {settings}. Each cell: the median over the rounds, the range in \
-         parentheses; ratio = shards / single replica.\n\n{tables}\n## Machine\n\n{machine}\n{kept}",
-        started = machine.started(),
-        machine = machine.table(),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn run(gate: bool, side: Side, ready: f64, rollout: f64, rss_mib: f64) -> Run {
-        Run {
-            gate,
-            side,
-            ready,
-            list_bytes: 2.0 * 1048576.0,
-            rollout,
-            peak_rss: vec![rss_mib * 1048576.0; side.replicas()],
-            cpu: vec![1.5; side.replicas()],
-            handover: (side == Side::Sharded).then_some(18.5),
-        }
-    }
 
     #[test]
     fn sides_alternate_by_round() {
         assert_eq!(Side::order(0), [Side::Single, Side::Sharded]);
         assert_eq!(Side::order(1), [Side::Sharded, Side::Single]);
-    }
-
-    #[test]
-    fn the_report_gives_ratios_and_verdicts_per_gate() {
-        let runs = vec![
-            run(true, Side::Single, 4.0, 100.0, 100.0),
-            run(true, Side::Sharded, 6.0, 35.0, 30.0),
-            run(true, Side::Single, 4.0, 110.0, 100.0),
-            run(true, Side::Sharded, 6.0, 45.0, 50.0),
-        ];
-        let text = report(&runs);
-        assert!(text.contains("### ShardedListAndWatch on"), "{text}");
-        assert!(!text.contains("off"), "{text}");
-        // Rollout: 40 / 105.
-        assert!(
-            text.contains("| rollout of every Deployment (s) | 105.0 (100.0–110.0) | 40.0 (35.0–45.0) | 0.38 | <= 0.4 met |"),
-            "{text}"
-        );
-        // RSS: 40 / 100 = 0.40, met at the bound.
-        assert!(text.contains("| 0.40 | <= 0.4 met |"), "{text}");
-        assert!(
-            text.contains("18.5 | - | <= 20 (lease 15 s + 5 s) met |"),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn a_rerun_keeps_the_hand_written_part() {
-        let machine = Machine::sample();
-        let first = markdown("s", "t", &machine, "");
-        assert!(first.ends_with(&format!("{KEEP_MARKER}\n")), "{first}");
-        let edited = format!("{first}Analysis by hand.\n");
-        let second = markdown("s2", "t2", &machine, &edited);
-        assert!(second.contains("Analysis by hand."), "{second}");
-        assert!(second.contains("s2"), "{second}");
     }
 
     #[test]
