@@ -19,13 +19,12 @@
 //!    buckets (the handover, bounded below by the 15 s lease duration);
 //! 5. every process stopped and checked gone.
 //!
-//! The apiserver's `apiserver_response_sizes_sum` of LIST requests and
-//! `apiserver_watch_events_sizes_sum` of watch events for Deployments, ReplicaSets and Pods,
-//! taken around step 1 (the cluster at rest), give the bytes the side's start cost.
+//! The bytes the replicas read until ready (`rchar` of /proc/<pid>/io, sockets included) show
+//! what the start cost in transfer: with the gate on the shards together receive about what
+//! one replica does, with it off each receives everything.
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -145,9 +144,9 @@ struct Run {
     side: Side,
     /// Seconds from the spawn to ready (synced; sharded: all buckets active).
     ready: f64,
-    /// Bytes of Deployments, ReplicaSets and Pods the apiserver sent (LIST responses and
-    /// watch events, every client; the cluster is at rest) from the spawn to ready.
-    list_bytes: f64,
+    /// Bytes the replicas read from the spawn to ready, all of them together (mostly the
+    /// API server's lists: with the gate off every shard receives every object).
+    read: f64,
     /// Seconds from the first template change to every Deployment complete.
     rollout: f64,
     /// Per replica: VmHWM, bytes.
@@ -467,42 +466,15 @@ fn held_buckets(r: &Replica) -> Option<usize> {
         .map(|s| s.value as usize)
 }
 
-/// Bytes the apiserver has sent of Deployments, ReplicaSets and Pods: LIST responses and
-/// watch events (our informers list through a watch: an initial list arrives as events).
-fn list_bytes(info: &ClusterInfo) -> Result<f64> {
-    let out = Command::new(&info.kubectl)
-        .arg("--kubeconfig")
-        .arg(&info.admin_kubeconfig)
-        .args(["get", "--raw", "/metrics"])
-        .output()
-        .context("running kubectl get --raw /metrics")?;
-    if !out.status.success() {
-        bail!(
-            "kubectl get --raw /metrics failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let lists: f64 = parse::parse_samples(&text, "apiserver_response_sizes_sum")?
-        .iter()
-        .filter(|s| s.labels.get("verb").is_some_and(|v| v == "LIST"))
-        .filter(|s| {
-            s.labels
-                .get("resource")
-                .is_some_and(|r| ["deployments", "replicasets", "pods"].contains(&r.as_str()))
-        })
-        .map(|s| s.value)
-        .sum();
-    let events: f64 = parse::parse_samples(&text, "apiserver_watch_events_sizes_sum")?
-        .iter()
-        .filter(|s| {
-            s.labels
-                .get("kind")
-                .is_some_and(|k| ["Deployment", "ReplicaSet", "Pod"].contains(&k.as_str()))
-        })
-        .map(|s| s.value)
-        .sum();
-    Ok(lists + events)
+/// Bytes process `pid` has read so far (`rchar` of /proc/<pid>/io: sockets included, so
+/// mostly what the API server sent it, TLS framing and all).
+fn read_bytes(pid: u32) -> Result<f64> {
+    let io = fs::read_to_string(format!("/proc/{pid}/io"))
+        .with_context(|| format!("reading /proc/{pid}/io"))?;
+    io.lines()
+        .find_map(|l| l.strip_prefix("rchar:"))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .with_context(|| format!("/proc/{pid}/io has no rchar line"))
 }
 
 /// Fails with the exit message of the first replica that exited.
@@ -618,7 +590,6 @@ async fn roll_all(env: &Env<'_>, tag: &str) -> Result<()> {
 /// One side, once: start, ready, rollout, readings, (sharded) a kill and its handover, stop.
 async fn measure(env: &Env<'_>, gate: bool, side: Side, round: &str) -> Result<Run> {
     xtask_contender::fresh::ensure_none(&env.info)?;
-    let bytes_before = list_bytes(&env.info)?;
     let tag = format!(
         "{round}-{}",
         if side == Side::Single {
@@ -638,7 +609,7 @@ async fn measure(env: &Env<'_>, gate: bool, side: Side, round: &str) -> Result<R
             }
         }
     }
-    let result = measure_running(env, gate, side, &tag, &mut replicas, bytes_before).await;
+    let result = measure_running(env, gate, side, &tag, &mut replicas).await;
     let stopped = stop_all(replicas);
     let run = result?;
     stopped?;
@@ -651,10 +622,12 @@ async fn measure_running(
     side: Side,
     tag: &str,
     replicas: &mut Vec<Replica>,
-    bytes_before: f64,
 ) -> Result<Run> {
     let ready = wait_ready(env, side, replicas).await?;
-    let list_bytes = list_bytes(&env.info)? - bytes_before;
+    let mut read = 0.0;
+    for r in replicas.iter() {
+        read += read_bytes(r.process.pid())?;
+    }
     let started = Instant::now();
     roll_all(env, tag).await?;
     let mut refs: Vec<&mut Replica> = replicas.iter_mut().collect();
@@ -676,7 +649,7 @@ async fn measure_running(
         gate,
         side,
         ready,
-        list_bytes,
+        read,
         rollout,
         peak_rss,
         cpu,

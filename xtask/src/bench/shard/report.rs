@@ -33,8 +33,8 @@ pub(super) fn report(runs: &[Run]) -> String {
     let rows: [(&str, Get, usize, Option<f64>); 6] = [
         ("ready (s)", |r| Some(r.ready), 1, None),
         (
-            "bytes sent by the apiserver to ready (MiB)",
-            |r| Some(r.list_bytes / 1048576.0),
+            "bytes read until ready, all replicas (MiB)",
+            |r| Some(r.read / 1048576.0),
             1,
             None,
         ),
@@ -145,7 +145,7 @@ mod tests {
             gate,
             side,
             ready,
-            list_bytes: 2.0 * 1048576.0,
+            read: 2.0 * 1048576.0,
             rollout,
             peak_rss: vec![rss_mib * 1048576.0; side.replicas()],
             cpu: vec![1.5; side.replicas()],
