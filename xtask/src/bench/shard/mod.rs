@@ -19,9 +19,9 @@
 //!    buckets (the handover, bounded below by the 15 s lease duration);
 //! 5. every process stopped and checked gone.
 //!
-//! The bytes the replicas read until ready (`rchar` of /proc/<pid>/io, sockets included) show
-//! what the start cost in transfer: with the gate on the shards together receive about what
-//! one replica does, with it off each receives everything.
+//! Bytes transferred are not measured: the API server's size metrics miss lists streamed
+//! through a watch (what our informers do), and /proc/<pid>/io does not count socket reads
+//! made with recv(2).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -144,9 +144,6 @@ struct Run {
     side: Side,
     /// Seconds from the spawn to ready (synced; sharded: all buckets active).
     ready: f64,
-    /// Bytes the replicas read from the spawn to ready, all of them together (mostly the
-    /// API server's lists: with the gate off every shard receives every object).
-    read: f64,
     /// Seconds from the first template change to every Deployment complete.
     rollout: f64,
     /// Per replica: VmHWM, bytes.
@@ -466,17 +463,6 @@ fn held_buckets(r: &Replica) -> Option<usize> {
         .map(|s| s.value as usize)
 }
 
-/// Bytes process `pid` has read so far (`rchar` of /proc/<pid>/io: sockets included, so
-/// mostly what the API server sent it, TLS framing and all).
-fn read_bytes(pid: u32) -> Result<f64> {
-    let io = fs::read_to_string(format!("/proc/{pid}/io"))
-        .with_context(|| format!("reading /proc/{pid}/io"))?;
-    io.lines()
-        .find_map(|l| l.strip_prefix("rchar:"))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .with_context(|| format!("/proc/{pid}/io has no rchar line"))
-}
-
 /// Fails with the exit message of the first replica that exited.
 fn check_alive(replicas: &mut [&mut Replica]) -> Result<()> {
     for r in replicas.iter_mut() {
@@ -624,10 +610,6 @@ async fn measure_running(
     replicas: &mut Vec<Replica>,
 ) -> Result<Run> {
     let ready = wait_ready(env, side, replicas).await?;
-    let mut read = 0.0;
-    for r in replicas.iter() {
-        read += read_bytes(r.process.pid())?;
-    }
     let started = Instant::now();
     roll_all(env, tag).await?;
     let mut refs: Vec<&mut Replica> = replicas.iter_mut().collect();
@@ -649,7 +631,6 @@ async fn measure_running(
         gate,
         side,
         ready,
-        read,
         rollout,
         peak_rss,
         cpu,

@@ -30,14 +30,8 @@ pub(super) fn report(runs: &[Run]) -> String {
     let gates: BTreeSet<bool> = runs.iter().map(|r| r.gate).collect();
     let mut out = String::new();
     type Get = fn(&Run) -> Option<f64>;
-    let rows: [(&str, Get, usize, Option<f64>); 6] = [
+    let rows: [(&str, Get, usize, Option<f64>); 5] = [
         ("ready (s)", |r| Some(r.ready), 1, None),
-        (
-            "bytes read until ready, all replicas (MiB)",
-            |r| Some(r.read / 1048576.0),
-            1,
-            None,
-        ),
         (
             "rollout of every Deployment (s)",
             |r| Some(r.rollout),
@@ -145,7 +139,6 @@ mod tests {
             gate,
             side,
             ready,
-            read: 2.0 * 1048576.0,
             rollout,
             peak_rss: vec![rss_mib * 1048576.0; side.replicas()],
             cpu: vec![1.5; side.replicas()],
