@@ -15,8 +15,14 @@ pub fn free_port() -> Result<u16> {
 
 /// GET over HTTPS with curl, certificate unchecked (the controllers' are self-signed).
 pub fn curl(url: &str) -> Result<String> {
+    curl_within(url, 30)
+}
+
+/// [`curl`] given up after `seconds` (for an endpoint that may not answer, e.g. a stopped
+/// process's).
+pub fn curl_within(url: &str, seconds: u32) -> Result<String> {
     let out = Command::new("curl")
-        .args(["-sSfk", "--max-time", "30", url])
+        .args(["-sSfk", "--max-time", &seconds.to_string(), url])
         .output()
         .context("running curl")?;
     if !out.status.success() {

@@ -43,6 +43,32 @@ pub fn grant_deploy_rbac(kubectl: &Path, admin_kubeconfig: &Path) -> Result<()> 
     run_command(&argv)
 }
 
+/// The sharded variant's files in deploy/sharded/, in the order they must be applied (the
+/// member Leases' namespace before its Role).
+pub const SHARDED_RBAC: &[&str] = &[
+    "namespace.yaml",
+    "role-shard-members.yaml",
+    "rolebinding-shard-members.yaml",
+];
+
+/// [`grant_deploy_rbac`], then `kubectl apply` of [`SHARDED_RBAC`]: what a replica run with
+/// `--shard-by` needs.
+pub fn grant_sharded_rbac(kubectl: &Path, admin_kubeconfig: &Path) -> Result<()> {
+    grant_deploy_rbac(kubectl, admin_kubeconfig)?;
+    let sharded = deploy_dir().join("sharded");
+    let mut argv = vec![
+        kubectl.display().to_string(),
+        "--kubeconfig".to_owned(),
+        admin_kubeconfig.display().to_string(),
+        "apply".to_owned(),
+    ];
+    for file in SHARDED_RBAC {
+        argv.push("-f".to_owned());
+        argv.push(sharded.join(file).display().to_string());
+    }
+    run_command(&argv)
+}
+
 /// Runs `argv` (program first), announced as `==> argv…`, its output passed through; fails
 /// unless it exits 0.
 pub fn run_command(argv: &[String]) -> Result<()> {

@@ -271,7 +271,7 @@ fn one_cluster(
     )?;
     let info = cluster.info.clone();
     cluster.dismiss();
-    grant_rbac(&info)?;
+    rbac::grant_sharded_rbac(&info.kubectl, &info.admin_kubeconfig)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -308,27 +308,6 @@ fn one_cluster(
         }
         Ok(())
     })
-}
-
-/// deploy/'s RBAC and deploy/sharded/'s (the Leases' namespace, its Role and binding).
-fn grant_rbac(info: &ClusterInfo) -> Result<()> {
-    rbac::grant_deploy_rbac(&info.kubectl, &info.admin_kubeconfig)?;
-    let sharded = rbac::deploy_dir().join("sharded");
-    let mut argv = vec![
-        info.kubectl.display().to_string(),
-        "--kubeconfig".to_owned(),
-        info.admin_kubeconfig.display().to_string(),
-        "apply".to_owned(),
-    ];
-    for file in [
-        "namespace.yaml",
-        "role-shard-members.yaml",
-        "rolebinding-shard-members.yaml",
-    ] {
-        argv.push("-f".to_owned());
-        argv.push(sharded.join(file).display().to_string());
-    }
-    rbac::run_command(&argv)
 }
 
 /// The driver's client: the cluster's admin, not rate limited.

@@ -303,21 +303,6 @@ fn one_setting(
     Ok(report)
 }
 
-/// `curl` with a short bound, for endpoints that may not answer (a stopped replica).
-fn curl_quick(url: &str) -> Result<String> {
-    let out = Command::new("curl")
-        .args(["-sSfk", "--max-time", "3", url])
-        .output()
-        .context("running curl")?;
-    if !out.status.success() {
-        bail!(
-            "curl {url} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 /// The value of `shard_member_buckets` in a replica's metrics.
 fn held_buckets(metrics: &str) -> Option<usize> {
     metrics

@@ -188,23 +188,7 @@ impl<'a> ShardedRun<'a> {
     }
 
     pub(super) fn grant_rbac(&self) -> Result<()> {
-        xtask_contender::rbac::grant_deploy_rbac(&self.info.kubectl, &self.info.admin_kubeconfig)?;
-        let sharded = xtask_contender::rbac::deploy_dir().join("sharded");
-        let mut argv = vec![
-            self.info.kubectl.display().to_string(),
-            "--kubeconfig".to_owned(),
-            self.info.admin_kubeconfig.display().to_string(),
-            "apply".to_owned(),
-        ];
-        for file in [
-            "namespace.yaml",
-            "role-shard-members.yaml",
-            "rolebinding-shard-members.yaml",
-        ] {
-            argv.push("-f".to_owned());
-            argv.push(sharded.join(file).display().to_string());
-        }
-        xtask_contender::rbac::run_command(&argv)
+        xtask_contender::rbac::grant_sharded_rbac(&self.info.kubectl, &self.info.admin_kubeconfig)
     }
 
     /// Starts one more replica and waits for its caches and its join; its index.
@@ -316,7 +300,9 @@ impl<'a> ShardedRun<'a> {
             .iter()
             .map(|&i| {
                 let url = format!("https://127.0.0.1:{}/metrics", self.replicas[i].port);
-                curl_quick(&url).ok().and_then(|m| held_buckets(&m))
+                xtask_contender::probe::curl_within(&url, 3)
+                    .ok()
+                    .and_then(|m| held_buckets(&m))
             })
             .collect()
     }
