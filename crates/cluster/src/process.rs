@@ -292,6 +292,13 @@ pub fn tail(path: &Path, n: usize) -> String {
 /// cluster in `cluster_dir` (their command line names a file of that directory, e.g. its
 /// kubeconfig), with their command lines.
 pub fn deployment_controllers(cluster_dir: &Path) -> Vec<(u32, String)> {
+    controllers_of(cluster_dir, Workload::Deployment)
+}
+
+/// Processes that run the controller of `kind` (see [`runs_controller`]) against the cluster in
+/// `cluster_dir` (their command line names a file of that directory), with their command
+/// lines.
+pub fn controllers_of(cluster_dir: &Path, kind: Workload) -> Vec<(u32, String)> {
     let marker = cluster_dir.display().to_string();
     let Ok(entries) = fs::read_dir("/proc") else {
         return Vec::new();
@@ -301,7 +308,7 @@ pub fn deployment_controllers(cluster_dir: &Path) -> Vec<(u32, String)> {
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter_map(|pid| {
             let args = cmdline(pid);
-            (args.iter().any(|a| a.contains(&marker)) && runs_deployment_controller(&args))
+            (args.iter().any(|a| a.contains(&marker)) && runs_controller(&args, kind))
                 .then(|| (pid, args.join(" ")))
         })
         .collect();
@@ -319,12 +326,38 @@ pub fn pid_file(run_dir: &Path, component: &str) -> PathBuf {
     run_dir.join(format!("{component}.pid"))
 }
 
-/// Whether a command line runs a Deployment controller: our `deployment-controller` (also as
-/// the program a wrapper such as valgrind runs), or a kube-controller-manager whose
-/// `--controllers` enables `deployment-controller` (alias `deployment`). As
-/// kube-controller-manager decides: the first entry naming the controller (`name` or `-name`)
-/// wins, else `*` enables it; without the flag the default is `*`.
+/// The controllers of the workload chain that a process may run: kube-controller-manager's
+/// Deployment and ReplicaSet controllers, or ours.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    /// `deployment-controller` (alias `deployment`).
+    Deployment,
+    /// `replicaset-controller` (alias `replicaset`).
+    ReplicaSet,
+}
+
+impl Workload {
+    /// kube-controller-manager's name of the controller and its alias.
+    fn names(self) -> (&'static str, &'static str) {
+        match self {
+            Workload::Deployment => ("deployment-controller", "deployment"),
+            Workload::ReplicaSet => ("replicaset-controller", "replicaset"),
+        }
+    }
+}
+
+/// Whether a command line runs a Deployment controller (see [`runs_controller`]).
 pub fn runs_deployment_controller(args: &[String]) -> bool {
+    runs_controller(args, Workload::Deployment)
+}
+
+/// Whether a command line runs the controller of `kind`: our `deployment-controller` binary
+/// (also as the program a wrapper such as valgrind runs), or a kube-controller-manager, each
+/// as its `--controllers` decides. Both decide alike: the first entry naming the controller
+/// (`name`, its alias, or `-name`) wins, else `*` enables it if it is on by default; without
+/// the flag the list is `*`. What `*` enables differs: every controller of
+/// kube-controller-manager, only the Deployment controller of ours.
+pub fn runs_controller(args: &[String], kind: Workload) -> bool {
     let file_name = |a: &str| {
         std::path::Path::new(a)
             .file_name()
@@ -332,18 +365,17 @@ pub fn runs_deployment_controller(args: &[String]) -> bool {
             .unwrap_or_default()
     };
     let program = args.first().map(|a| file_name(a)).unwrap_or_default();
-    if args
+    // Our binary, possibly behind a wrapper: its own flags follow it.
+    let ours = args
         .iter()
-        .filter(|a| !a.starts_with('-'))
-        .any(|a| file_name(a) == "deployment-controller")
-    {
-        return true;
-    }
-    if program != "kube-controller-manager" {
-        return false;
-    }
+        .position(|a| !a.starts_with('-') && file_name(a) == "deployment-controller");
+    let (flags, star_enables) = match ours {
+        Some(at) => (&args[at + 1..], kind == Workload::Deployment),
+        None if program == "kube-controller-manager" => (&args[1..], true),
+        None => return false,
+    };
     let mut controllers = "*".to_owned();
-    let mut it = args.iter().skip(1);
+    let mut it = flags.iter();
     while let Some(a) = it.next() {
         if let Some(v) = a.strip_prefix("--controllers=") {
             controllers = v.to_owned();
@@ -351,14 +383,17 @@ pub fn runs_deployment_controller(args: &[String]) -> bool {
             controllers = it.next().cloned().unwrap_or_default();
         }
     }
+    let (name, alias) = kind.names();
     for entry in controllers.split(',').map(str::trim) {
-        match entry {
-            "deployment-controller" | "deployment" => return true,
-            "-deployment-controller" | "-deployment" => return false,
-            _ => {}
+        let (enable, named) = match entry.strip_prefix('-') {
+            Some(n) => (false, n),
+            None => (true, entry),
+        };
+        if named == name || named == alias {
+            return enable;
         }
     }
-    controllers.split(',').any(|e| e.trim() == "*")
+    star_enables && controllers.split(',').any(|e| e.trim() == "*")
 }
 
 #[cfg(test)]
@@ -499,5 +534,46 @@ mod tests {
             "/usr/bin/kube-scheduler --kubeconfig=/c"
         )));
         assert!(!runs_deployment_controller(&[]));
+    }
+
+    #[test]
+    fn which_command_lines_run_a_replicaset_controller() {
+        let rs = |s: &str| runs_controller(&argv(s), Workload::ReplicaSet);
+        let deploy = |s: &str| runs_controller(&argv(s), Workload::Deployment);
+        // Ours runs only the Deployment controller unless told otherwise.
+        assert!(!rs("/t/dist/deployment-controller --kubeconfig=/c/k"));
+        assert!(!rs("/t/dist/deployment-controller --controllers=*"));
+        assert!(rs(
+            "/t/dist/deployment-controller --controllers=*,replicaset-controller"
+        ));
+        assert!(deploy(
+            "/t/dist/deployment-controller --controllers=*,replicaset-controller"
+        ));
+        assert!(rs("/t/dist/deployment-controller --controllers replicaset"));
+        assert!(!deploy(
+            "/t/dist/deployment-controller --controllers=replicaset-controller"
+        ));
+        assert!(!deploy(
+            "/t/dist/deployment-controller --controllers=-deployment,replicaset"
+        ));
+        assert!(rs(
+            "valgrind --tool=callgrind /t/deployment-controller --controllers=replicaset"
+        ));
+        // A flag of the wrapper is not one of ours.
+        assert!(deploy(
+            "env --controllers=replicaset /t/deployment-controller"
+        ));
+        // kube-controller-manager: `*` enables it.
+        let kcm =
+            |flags: &str| format!("/cache/bin/kube-controller-manager --kubeconfig=/c {flags}");
+        assert!(rs(&kcm("")));
+        assert!(rs(&kcm("--controllers=*,-deployment-controller")));
+        assert!(!rs(&kcm(
+            "--controllers=*,-deployment-controller,-replicaset-controller"
+        )));
+        assert!(!rs(&kcm("--controllers=-replicaset,*")));
+        assert!(rs(&kcm("--controllers=replicaset-controller")));
+        assert!(!rs(&kcm("--controllers=deployment-controller")));
+        assert!(!rs("/usr/bin/kube-scheduler --kubeconfig=/c"));
     }
 }

@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 
 use anyhow::{Context, Result, bail};
 
-use kctrl_cluster::plane::{self, ClusterInfo, Layout, UpOptions};
+use kctrl_cluster::plane::{self, ClusterInfo, Component, Layout, UpOptions};
 use kctrl_cluster::process;
 
 use crate::Contender;
@@ -44,10 +44,19 @@ pub fn down_unless_kept(name: &str, keep: bool) {
     }
 }
 
-/// Stops the Deployment controllers an earlier run left running against cluster `name` (they
-/// lead their own process groups, so a Ctrl-C of xtask does not reach them).
+/// Stops the Deployment and ReplicaSet controllers an earlier run left running against cluster
+/// `name` (they lead their own process groups, so a Ctrl-C of xtask does not reach them); the
+/// cluster's own kube-controller-manager is left to the cluster.
 pub fn stop_leftovers(name: &str) -> Result<()> {
-    let leftovers = deployment_controllers(&Layout::new(name).dir);
+    let layout = Layout::new(name);
+    let cluster_kcm = process::read_pid_file(&layout.pid_file(Component::ControllerManager))
+        .map(|record| record.pid);
+    let mut leftovers = deployment_controllers(&layout.dir);
+    for found in process::controllers_of(&layout.dir, process::Workload::ReplicaSet) {
+        if Some(found.0) != cluster_kcm && !leftovers.iter().any(|(pid, _)| *pid == found.0) {
+            leftovers.push(found);
+        }
+    }
     if !leftovers.is_empty() {
         eprintln!("==> stopping Deployment controllers left by an earlier run: {leftovers:?}");
         let pids: Vec<u32> = leftovers.iter().map(|(pid, _)| *pid).collect();
@@ -153,6 +162,18 @@ pub fn check_controllers(
             }
         ),
     }
+}
+
+/// Fails if any controller of `kind` runs against cluster `info`.
+pub fn ensure_none_of(info: &ClusterInfo, kind: process::Workload) -> Result<()> {
+    let running = process::controllers_of(&info.dir, kind);
+    if !running.is_empty() {
+        bail!(
+            "a {kind:?} controller already runs against cluster '{}': {running:?}",
+            info.name
+        );
+    }
+    Ok(())
 }
 
 /// Fails if any Deployment controller runs against cluster `info`.

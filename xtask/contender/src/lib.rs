@@ -30,6 +30,11 @@ pub const OURS_USER: &str = "system:serviceaccount:kube-system:kctrl-deployment-
 /// `--use-service-account-credentials` (the cluster's own kube-controller-manager never runs it).
 pub const UPSTREAM_USER: &str = "system:serviceaccount:kube-system:deployment-controller";
 
+/// Identity of kube-controller-manager's ReplicaSet controller with
+/// `--use-service-account-credentials`.
+pub const UPSTREAM_REPLICASET_USER: &str =
+    "system:serviceaccount:kube-system:replicaset-controller";
+
 /// The deployment-controller's argument that runs its ReplicaSet controller too (off by
 /// default); the cluster's kube-controller-manager must then run none.
 pub const WITH_REPLICASET_CONTROLLER: &str = "--controllers=*,replicaset-controller";

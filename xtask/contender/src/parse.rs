@@ -273,19 +273,27 @@ pub fn writes(counts: &Counts) -> f64 {
 /// before the Deployment controller's). Named forms (`logger="deployment-controller"`,
 /// `controller="deployment"`, `Caches are synced for deployment`) count at once.
 pub fn kcm_deployment_synced(log: &str) -> bool {
+    kcm_controller_synced(log, "deployment")
+}
+
+/// [`kcm_deployment_synced`] for the kube-controller-manager controller `name` (`deployment`,
+/// `replicaset`): its `"Starting controller"` line names it with `controller="name"` or
+/// `name="name"` (the ReplicaSet controller's form), its logger is `name-controller`.
+pub fn kcm_controller_synced(log: &str, name: &str) -> bool {
     const SYNCED: &str = "\"Caches are synced\"";
     const WAITING: &str = "\"Waiting for caches to sync\"";
-    const STARTING: &str = "\"Starting controller\" controller=\"deployment\"";
+    const STARTING: &str = "\"Starting controller\"";
     fn after<'l>(l: &'l str, message: &str) -> Option<&'l str> {
         l.find(message).map(|at| l[at + message.len()..].trim())
     }
-    let named = |rest: &str| {
-        rest.contains("logger=\"deployment-controller\"")
-            || rest.contains("controller=\"deployment\"")
-    };
+    let logger = format!("logger=\"{name}-controller\"");
+    let by_controller = format!("controller=\"{name}\"");
+    let by_name = format!("name=\"{name}\"");
+    let named = |rest: &str| rest.contains(&logger) || rest.contains(&by_controller);
+    let synced_for = format!("Caches are synced for {name}");
     let (mut started, mut waits, mut synced) = (false, 0usize, 0usize);
     for l in log.lines() {
-        if l.contains("Caches are synced for deployment") {
+        if l.contains(&synced_for) {
             return true;
         }
         if let Some(rest) = after(l, SYNCED) {
@@ -298,7 +306,9 @@ pub fn kcm_deployment_synced(log: &str) -> bool {
             if rest.is_empty() {
                 waits += 1;
             }
-        } else if l.contains(STARTING) {
+        } else if let Some(rest) = after(l, STARTING)
+            && (rest.contains(&by_controller) || rest.contains(&by_name))
+        {
             started = true;
         }
     }
@@ -484,5 +494,27 @@ apiserver_request_total{code="200",component="apiserver",dry_run="",group="",res
         assert!(!kcm_deployment_synced(&format!(
             "{bare_wait}{bare_wait}{bare}{bare}"
         )));
+    }
+
+    #[test]
+    fn kcm_replicaset_sync_line() {
+        let rs = |log: &str| kcm_controller_synced(log, "replicaset");
+        let bare_wait = "I1 x] \"Waiting for caches to sync\"\n";
+        let bare = "I1 x] \"Caches are synced\"\n";
+        // The ReplicaSet controller names itself with `name=`.
+        let starting = "I1 replica_set.go:285] \"Starting controller\" name=\"replicaset\"\n";
+        let deployment = "I1 x] \"Starting controller\" controller=\"deployment\"\n";
+        assert!(!rs(&format!("{deployment}{bare_wait}{bare}")));
+        assert!(!rs(&format!("{starting}{bare_wait}")));
+        assert!(rs(&format!("{starting}{bare_wait}{bare}")));
+        assert!(rs(
+            "I1 x] \"Caches are synced\" controller=\"replicaset\"\n"
+        ));
+        assert!(!rs(
+            "I1 x] \"Caches are synced\" controller=\"deployment\"\n"
+        ));
+        assert!(rs(
+            "INFO Caches are synced for replicaset controller=\"replicaset\"\n"
+        ));
     }
 }

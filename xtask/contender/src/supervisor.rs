@@ -308,6 +308,11 @@ impl ControllerProcess {
         })
     }
 
+    /// What it logged since the spawn.
+    pub fn log_text(&self) -> String {
+        log_since(&self.log, self.log_offset)
+    }
+
     /// Whether its log (since the spawn) says the Deployment controller's caches are synced.
     pub fn synced(&self) -> bool {
         self.contender

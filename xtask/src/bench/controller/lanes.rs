@@ -154,7 +154,7 @@ pub(crate) fn run(args: LanesArgs) -> Result<()> {
         false,
         Duration::from_secs(3600),
         None,
-        args.kube.release,
+        (args.kube.release, super::Measured::Deployment),
     )?;
     let machine = Machine::detect(&env.info.kubernetes_version);
     let mut runs = Vec::new();

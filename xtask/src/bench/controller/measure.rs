@@ -5,13 +5,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::Pod;
 use kctrl_client::{Api, Client, ListParams, Patch, PatchParams, PostParams};
 use xtask_contender::parse::{self, Counts};
 
 use super::running::{apiserver_requests, audit_len, audit_since, probe, start};
 use super::workload::*;
 use super::{
-    Env, NAMESPACE_PREFIX, Phase, PhaseRun, QPS, REPLICAS, SETUP_QPS, Side, TAIL, admin_client,
+    Env, Measured, NAMESPACE_PREFIX, Phase, PhaseRun, QPS, REPLICAS, SETUP_QPS, Side, TAIL,
+    admin_client,
 };
 use crate::kube::delete_namespace;
 
@@ -169,7 +171,7 @@ async fn run_round(
                 (Some(b), Some(a)) => parse::delta(b, a),
                 _ => Counts::new(),
             },
-            audit: audit_since(env, before.audit_offset, side.user())?,
+            audit: audit_since(env, before.audit_offset, side)?,
             apiserver: parse::delta(&before.apiserver, &after.apiserver),
             synced: None,
             first_write: None,
@@ -252,6 +254,7 @@ async fn measure_at_rest(
     setup.stop(env)?;
 
     let replica_sets = Api::<ReplicaSet>::namespaced(client.clone(), &namespace);
+    let pods = Api::<Pod>::namespaced(client.clone(), &namespace);
     for round in 0..rounds {
         for side in Side::order(round) {
             let index = (round * 2 + side as usize) % m;
@@ -260,7 +263,7 @@ async fn measure_at_rest(
                 label_selector: Some(format!("app={target}")),
                 ..Default::default()
             };
-            let before_sets = replica_sets.list(&selector).await?.items.len();
+            let before = written(env, &replica_sets, &pods, &selector).await?;
             // The template changes while no controller runs: the first write of the new process
             // is the new ReplicaSet.
             api.patch(
@@ -285,7 +288,7 @@ async fn measure_at_rest(
                 }
                 if first_write.is_none() {
                     let now = c.spawned().elapsed().as_secs_f64();
-                    if replica_sets.list(&selector).await?.items.len() > before_sets {
+                    if written(env, &replica_sets, &pods, &selector).await? > before {
                         first_write = Some(now);
                     }
                 }
@@ -321,7 +324,7 @@ async fn measure_at_rest(
                 peak_rss: memory.peak,
                 steady_rss: memory.rss,
                 client: client_requests,
-                audit: audit_since(env, audit_from, side.user())?,
+                audit: audit_since(env, audit_from, side)?,
                 apiserver: parse::delta(&api_before, &api_after),
                 synced,
                 first_write,
@@ -338,4 +341,21 @@ async fn measure_at_rest(
         }
     }
     Ok(())
+}
+
+/// What the first write of a freshly started side makes visible, counted for the Deployment
+/// `selector` selects: its ReplicaSets (the Deployment controller's first write is the new
+/// one), or, when only the ReplicaSet controller is measured (the cluster's Deployment
+/// controller made the new ReplicaSet already), its Pods.
+async fn written(
+    env: &Env,
+    replica_sets: &Api<ReplicaSet>,
+    pods: &Api<Pod>,
+    selector: &ListParams,
+) -> Result<usize> {
+    Ok(if env.measured == Measured::Replicaset {
+        pods.list(selector).await?.items.len()
+    } else {
+        replica_sets.list(selector).await?.items.len()
+    })
 }

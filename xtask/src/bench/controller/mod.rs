@@ -20,6 +20,7 @@
 
 pub(crate) mod lanes;
 mod measure;
+mod measured;
 pub(super) mod report;
 mod running;
 pub(super) mod workload;
@@ -38,9 +39,10 @@ use kctrl_cluster::versions::{Binary, Release};
 use xtask_contender::args::KubeVersionArg;
 use xtask_contender::fresh::{self, Fresh};
 use xtask_contender::parse::Counts;
-use xtask_contender::{OURS_USER, UPSTREAM_USER};
+use xtask_contender::{OURS_USER, UPSTREAM_REPLICASET_USER, UPSTREAM_USER};
 
 use self::measure::{measure, round_phases};
+pub(crate) use self::measured::Measured;
 #[cfg(test)]
 use self::running::{ensure_no_deployment_controller, start};
 #[cfg(test)]
@@ -100,6 +102,12 @@ pub(crate) struct ControllerArgs {
     /// compare the instruction counts of two builds, which machine load does not change).
     #[arg(long)]
     callgrind: bool,
+    /// The controllers measured: `deployment` (the cluster's kube-controller-manager runs the
+    /// ReplicaSet controller), `replicaset` (it runs the Deployment controller) or `pair` (both
+    /// in one process of each side; it runs neither). Writes docs/benchmarks/controller.md,
+    /// replicaset.md or controller-pair.md.
+    #[arg(long = "controllers", value_enum, default_value_t = Measured::Deployment)]
+    measured: Measured,
     /// Cluster name (see `cargo xtask cluster`); a running cluster of that name is restarted.
     #[arg(long, default_value = "bench-controller")]
     name: String,
@@ -205,6 +213,8 @@ pub(super) struct PhaseRun {
 
 /// Everything the measurement needs.
 struct Env {
+    /// The controllers measured.
+    measured: Measured,
     ours: PathBuf,
     /// `KEY=VALUE` pairs for our controller's environment (`--ours-env`).
     ours_env: Vec<String>,
@@ -227,7 +237,7 @@ fn target_dir(root: &Path) -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from)
 }
 
-/// Audit policy: metadata of every request of the two controller identities, nothing else.
+/// Audit policy: metadata of every request of the controller identities, nothing else.
 fn audit_policy() -> String {
     format!(
         "apiVersion: audit.k8s.io/v1
@@ -235,7 +245,7 @@ kind: Policy
 omitStages: [RequestReceived, ResponseStarted]
 rules:
 - level: Metadata
-  users: [\"{OURS_USER}\", \"{UPSTREAM_USER}\"]
+  users: [\"{OURS_USER}\", \"{UPSTREAM_USER}\", \"{UPSTREAM_REPLICASET_USER}\"]
 - level: None
 "
     )
@@ -288,7 +298,7 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
         args.callgrind,
         Duration::from_secs(args.phase_timeout_secs),
         args.ours_binary.as_deref(),
-        args.kube.release,
+        (args.kube.release, args.measured),
     )?;
     env.ours_env = args.ours_env.clone();
     env.phases = phases;
@@ -332,6 +342,7 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
             .peak_reset_works
             .load(std::sync::atomic::Ordering::Relaxed),
         cluster_kcm_qps: CLUSTER_KCM_QPS,
+        measured: args.measured,
         incomplete: result.as_ref().err().map(|e| format!("{e:#}")),
     };
     if runs.is_empty() {
@@ -344,7 +355,7 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
     } else if subset {
         eprintln!("(not written to the docs: a subset of the phases, --phases)");
     } else if !args.no_doc {
-        let doc = root.join("docs/benchmarks/controller.md");
+        let doc = root.join(args.measured.doc());
         fs::create_dir_all(doc.parent().expect("has a parent"))?;
         let existing = fs::read_to_string(&doc).unwrap_or_default();
         fs::write(
@@ -358,8 +369,9 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
 }
 
 /// Builds our binary (`dist` profile) unless `ours_binary` names one, starts cluster `name`
-/// afresh on `release` (audit log of the two controller identities on, KWOK nodes for `pods`
-/// Pods) and returns what the measurements need.
+/// afresh on `release` (audit log of the controller identities on, KWOK nodes for `pods`
+/// Pods, the cluster's kube-controller-manager without the `measured` controllers) and returns
+/// what the measurements need.
 fn prepare(
     name: &str,
     pods: usize,
@@ -367,7 +379,7 @@ fn prepare(
     callgrind: bool,
     phase_timeout: Duration,
     ours_binary: Option<&Path>,
-    release: &'static Release,
+    (release, measured): (&'static Release, Measured),
 ) -> Result<Env> {
     let ours = match ours_binary {
         Some(binary) => fs::canonicalize(binary)
@@ -415,8 +427,8 @@ fn prepare(
                 format!("--kube-api-qps={}", CLUSTER_KCM_QPS.0),
                 format!("--kube-api-burst={}", CLUSTER_KCM_QPS.1),
             ],
-            deployment_controller: false,
-            replicaset_controller: true,
+            deployment_controller: measured.cluster_runs().0,
+            replicaset_controller: measured.cluster_runs().1,
             release,
         },
         Fresh {
@@ -427,6 +439,7 @@ fn prepare(
     let info = cluster.info.clone();
     cluster.dismiss();
     Ok(Env {
+        measured,
         ours,
         ours_env: Vec::new(),
         kcm,
@@ -463,7 +476,7 @@ fn command_works(program: &str, args: &[&str]) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// The cluster's kube-controller-manager must run, without the Deployment controller.
+/// The cluster's kube-controller-manager must run, without the measured controllers.
 fn check_cluster_kcm(env: &Env) -> Result<()> {
     let layout = Layout::new(&env.info.name);
     let record = process::read_pid_file(&layout.pid_file(Component::ControllerManager))
@@ -475,11 +488,13 @@ fn check_cluster_kcm(env: &Env) -> Result<()> {
             record.pid
         );
     }
-    if process::runs_deployment_controller(&args) {
-        bail!(
-            "the cluster's kube-controller-manager runs the Deployment controller: {}",
-            args.join(" ")
-        );
+    for &kind in env.measured.kinds() {
+        if process::runs_controller(&args, kind) {
+            bail!(
+                "the cluster's kube-controller-manager runs the {kind:?} controller measured: {}",
+                args.join(" ")
+            );
+        }
     }
     Ok(())
 }
@@ -503,7 +518,7 @@ mod tests {
             .iter()
             .map(|u| u.as_str().unwrap())
             .collect();
-        assert_eq!(users, [OURS_USER, UPSTREAM_USER]);
+        assert_eq!(users, [OURS_USER, UPSTREAM_USER, UPSTREAM_REPLICASET_USER]);
         assert_eq!(rules[1]["level"], "None");
         let omitted = policy["omitStages"].as_sequence().unwrap();
         assert!(omitted.iter().any(|s| s == "ResponseStarted"));
@@ -588,6 +603,7 @@ mod tests {
         fs::set_permissions(&binary, fs::Permissions::from_mode(0o755)).unwrap();
         let cluster = dir.join("cluster");
         let env = Env {
+            measured: Measured::Deployment,
             ours: binary,
             ours_env: Vec::new(),
             kcm: PathBuf::from("/nonexistent/kube-controller-manager"),

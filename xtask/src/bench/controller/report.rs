@@ -25,6 +25,8 @@ pub(super) struct Settings {
     /// Whether VmHWM could be reset per phase (`/proc/<pid>/clear_refs`).
     pub(super) peak_reset: bool,
     pub(super) cluster_kcm_qps: (u32, u32),
+    /// The controllers measured.
+    pub(super) measured: super::Measured,
     /// Why the run stopped early, if it did (the report then holds what was measured).
     pub(super) incomplete: Option<String>,
 }
@@ -276,14 +278,12 @@ pub(super) fn markdown(
     existing: &str,
 ) -> String {
     let mut out = String::new();
+    let _ = writeln!(out, "# {}\n", settings.measured.title());
     let _ = writeln!(
         out,
-        "# deployment-controller beside kube-controller-manager's Deployment controller\n"
-    );
-    let _ = writeln!(
-        out,
-        "Written by `cargo xtask bench controller{}` on {} (finished {}). Each cell: median \
+        "Written by `{}{}` on {} (finished {}). Each cell: median \
          over {} round(s) (min–max); ratio = ours / upstream of the medians.{}\n",
+        settings.measured.command(),
         if settings.quick { " --quick" } else { "" },
         machine.started(),
         machine.finished(),
@@ -426,17 +426,7 @@ pub(super) fn markdown(
     let _ = writeln!(out, "\n## Method\n");
     let _ = write!(
         out,
-        "- Local control plane (`cargo xtask cluster`, {nodes} KWOK nodes), the cluster's own \
-kube-controller-manager with `--controllers=*,-deployment-controller` and client QPS {kq} / burst \
-{kb} (so that the ReplicaSet controller, garbage collector and namespace controller are not the \
-bottleneck). Before a controller starts, every process with the cluster's files on its command line \
-is checked: none may run a Deployment controller; after it stops, its pid must be gone.\n\
-- upstream: a second kube-controller-manager ({k8s}) with only `--controllers=deployment-controller`, \
-`--leader-elect=false`, `--use-service-account-credentials` (it acts as \
-`kube-system:deployment-controller`); ours: `deployment-controller` as shipped (profile `dist`: release with whole-program \
-optimisation; default features, so mimalloc as the allocator; one runtime thread, its default) as \
-`kube-system:kctrl-deployment-controller` with deploy/'s RBAC, `--leader-elect=false`. Both: \
-`--kube-api-qps=20 --kube-api-burst=30 --concurrent-deployment-syncs=5`.\n\
+        "{sides}\
 - Per round and N, each controller in a fresh process and a fresh namespace (order alternating \
 by round): (a) N Deployments x 4 replicas (RollingUpdate 25%/25%) created, until each is \
 complete (observedGeneration >= generation, replicas = updated = available = spec); (b) every \
@@ -446,16 +436,19 @@ times are seen by the driver listing the Deployments every 250 ms (500 ms above 
 - (e) {m} Deployments x 4 Pods prepared once (by ours at a high QPS, not measured); per round \
 and controller one Deployment's image is changed while no controller runs, then the controller \
 starts: time from spawn to its caches-synced log line (ours: `Caches are synced for`; upstream: \
-`\"Caches are synced\" controller=\"deployment\"`) and to the changed Deployment's new \
-ReplicaSet (its first write), polled every 20 ms; RSS {settle} s after that.\n\
+`\"Caches are synced\" controller=\"deployment\"`, `controller=\"replicaset\"`) and to the \
+{first_write}, polled every 20 ms; RSS {settle} s after that.\n\
 - CPU-seconds: utime + stime of /proc/<pid>/stat over the phase (phase e: since start), \
 including a 3 s tail after the last completion. Peak RSS: VmHWM, {reset}; steady RSS: VmRSS at \
 the end of the phase. Writes: create/update/patch/delete requests of the controller's user in \
-the apiserver's audit log (Metadata level for the two controller identities only).\n",
-        nodes = settings.nodes,
-        kq = settings.cluster_kcm_qps.0,
-        kb = settings.cluster_kcm_qps.1,
-        k8s = machine.kubernetes(),
+the apiserver's audit log (Metadata level for the controller identities only).\n",
+        sides = sides_method(settings, machine),
+        first_write = if settings.measured == super::Measured::Replicaset {
+            "first Pod of the changed Deployment's new ReplicaSet (which the cluster's Deployment \
+             controller made while no ReplicaSet controller ran)"
+        } else {
+            "changed Deployment's new ReplicaSet (its first write)"
+        },
         m = settings.at_rest,
         settle = settings.settle_secs,
         reset = if settings.peak_reset {
@@ -478,6 +471,49 @@ the apiserver's audit log (Metadata level for the two controller identities only
 pub(super) fn kept_part(existing: &str) -> Option<&str> {
     let at = existing.find(KEEP_MARKER)?;
     Some(&existing[at + KEEP_MARKER.len()..]).map(|s| s.strip_prefix('\n').unwrap_or(s))
+}
+
+/// The first bullets of the method: the cluster and what each side runs.
+fn sides_method(settings: &Settings, machine: &Machine) -> String {
+    use super::Measured;
+    let (cluster_runs, upstream, identity, ours) = match settings.measured {
+        Measured::Deployment => (
+            "`--controllers=*,-deployment-controller`",
+            "`--controllers=deployment-controller`",
+            "`kube-system:deployment-controller`",
+            "its defaults (the Deployment controller only)",
+        ),
+        Measured::Replicaset => (
+            "`--controllers=*,-replicaset-controller`",
+            "`--controllers=replicaset-controller`",
+            "`kube-system:replicaset-controller`",
+            "`--controllers=replicaset-controller`",
+        ),
+        Measured::Pair => (
+            "`--controllers=*,-deployment-controller,-replicaset-controller`",
+            "`--controllers=deployment-controller,replicaset-controller`",
+            "`kube-system:deployment-controller` and `kube-system:replicaset-controller`",
+            "`--controllers=*,replicaset-controller` (one process, one shared informer factory)",
+        ),
+    };
+    let syncs = settings.measured.concurrency_flags().join(" ");
+    format!(
+        "- Local control plane (`cargo xtask cluster`, {nodes} KWOK nodes), the cluster's own \
+kube-controller-manager with {cluster_runs} and client QPS {kq} / burst {kb} (so that the \
+controllers not measured, garbage collector and namespace controller are not the bottleneck). \
+Before a measured controller starts, every process with the cluster's files on its command line \
+is checked: none may run it; after it stops, its pid must be gone.\n\
+- upstream: a second kube-controller-manager ({k8s}) with only {upstream}, `--leader-elect=false`, \
+`--use-service-account-credentials` (it acts as {identity}); ours: `deployment-controller` as \
+shipped (profile `dist`: release with whole-program optimisation; default features, so mimalloc \
+as the allocator; one runtime thread, its default) with {ours}, as \
+`kube-system:kctrl-deployment-controller` with deploy/'s RBAC, `--leader-elect=false`. Both: \
+`--kube-api-qps=20 --kube-api-burst=30 {syncs}`.\n",
+        nodes = settings.nodes,
+        kq = settings.cluster_kcm_qps.0,
+        kb = settings.cluster_kcm_qps.1,
+        k8s = machine.kubernetes(),
+    )
 }
 
 #[cfg(test)]
@@ -519,6 +555,7 @@ mod tests {
             nodes: 3,
             peak_reset: true,
             cluster_kcm_qps: (200, 400),
+            measured: super::super::Measured::Deployment,
             incomplete: None,
         }
     }

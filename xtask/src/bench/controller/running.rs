@@ -14,14 +14,19 @@ use xtask_contender::supervisor::{self, ControllerProcess, Launch};
 
 use super::{Env, Side};
 
-/// No Deployment controller may run against the cluster.
+/// No controller of the kinds measured may run against the cluster (outside the cluster's own
+/// kube-controller-manager, which runs the others).
 pub(super) fn ensure_no_deployment_controller(env: &Env) -> Result<()> {
-    xtask_contender::fresh::ensure_none(&env.info)
+    for &kind in env.measured.kinds() {
+        xtask_contender::fresh::ensure_none_of(&env.info, kind)?;
+    }
+    Ok(())
 }
 
 /// A running controller process, one side of the comparison.
 pub(super) struct Controller {
     pub(super) side: Side,
+    measured: super::Measured,
     process: ControllerProcess,
     pub(super) log: PathBuf,
     port: u16,
@@ -48,14 +53,20 @@ pub(super) fn start_with(
         .join("logs")
         .join(format!("{}-{tag}.log", side.slug()));
     let _ = fs::remove_file(&log);
-    let common = [
+    let mut common = vec![
+        env.measured.controllers_flag(side).to_owned(),
         "--leader-elect=false".to_owned(),
-        "--concurrent-deployment-syncs=5".to_owned(),
         format!("--kube-api-qps={}", qps.0),
         format!("--kube-api-burst={}", qps.1),
         "--bind-address=127.0.0.1".to_owned(),
         format!("--secure-port={port}"),
     ];
+    common.extend(
+        env.measured
+            .concurrency_flags()
+            .iter()
+            .map(|f| (*f).to_owned()),
+    );
     let (binary, mut args) = match side {
         Side::Ours => (
             env.ours.clone(),
@@ -68,10 +79,12 @@ pub(super) fn start_with(
                 ),
             ],
         ),
-        Side::Upstream => (
-            env.kcm.clone(),
-            supervisor::upstream_args(&env.info.controller_manager_kubeconfig()),
-        ),
+        Side::Upstream => {
+            // The measured controllers' flag replaces the Deployment controller's.
+            let mut args = supervisor::upstream_args(&env.info.controller_manager_kubeconfig());
+            args.retain(|a| !a.starts_with("--controllers"));
+            (env.kcm.clone(), args)
+        }
     };
     args.extend(common);
     args.extend(extra.iter().map(|a| (*a).to_owned()));
@@ -114,6 +127,7 @@ pub(super) fn start_with(
     })?;
     Ok(Controller {
         side,
+        measured: env.measured,
         process,
         log,
         port,
@@ -130,9 +144,9 @@ impl Controller {
         self.process.spawned_at()
     }
 
-    /// Whether the log says the Deployment controller's caches are synced.
+    /// Whether the log says the caches of every measured controller are synced.
     pub(super) fn synced(&self) -> bool {
-        self.process.synced()
+        self.measured.synced(self.side, &self.process.log_text())
     }
 
     /// `Some(why)` once the process has exited.
@@ -143,7 +157,7 @@ impl Controller {
     /// Waits for caches synced; returns seconds since the spawn.
     pub(super) async fn wait_synced(&mut self, timeout: Duration) -> Result<f64> {
         loop {
-            if self.process.synced() {
+            if self.synced() {
                 return Ok(self.process.since_spawn().as_secs_f64());
             }
             if let Some(why) = self.exited() {
@@ -248,15 +262,21 @@ pub(super) fn audit_len(env: &Env) -> u64 {
     fs::metadata(&env.audit_log).map(|m| m.len()).unwrap_or(0)
 }
 
-/// The audit counts of `user` from byte `from` on.
-pub(super) fn audit_since(env: &Env, from: u64, user: &str) -> Result<Counts> {
+/// The audit counts of `side`'s measured controllers from byte `from` on.
+pub(super) fn audit_since(env: &Env, from: u64, side: Side) -> Result<Counts> {
     use std::io::{Read, Seek, SeekFrom};
     let mut file = fs::File::open(&env.audit_log)
         .with_context(|| format!("opening {}", env.audit_log.display()))?;
     file.seek(SeekFrom::Start(from))?;
     let mut text = String::new();
     file.read_to_string(&mut text)?;
-    Ok(parse::tally_audit(&text, user)?.0)
+    let mut counts = Counts::new();
+    for user in env.measured.users(side) {
+        for (key, n) in parse::tally_audit(&text, user)?.0 {
+            *counts.entry(key).or_default() += n;
+        }
+    }
+    Ok(counts)
 }
 
 /// Readings at a phase boundary.
