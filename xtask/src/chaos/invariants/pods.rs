@@ -37,6 +37,8 @@ pub(super) struct PodChecks {
     above_surge: BTreeSet<String>,
     above_surge_episodes: u64,
     above_surge_most: i32,
+    /// The first such episode: `namespace/name` of the Deployment and the event.
+    above_surge_first: Option<(String, u64)>,
 }
 
 /// Whether a Pod counts as active for a ReplicaSet: running or about to (phase neither
@@ -165,11 +167,14 @@ impl Checker {
             .count();
         let over = i32::try_from(count).unwrap_or(i32::MAX) - d.replicas - max_surge;
         let uid = d.uid.clone();
+        let name = format!("{}/{}", d.namespace, d.name);
+        let event = self.events;
         let c = &mut self.pod_checks;
         if over > 0 {
             c.above_surge_most = c.above_surge_most.max(over);
             if c.above_surge.insert(uid) {
                 c.above_surge_episodes += 1;
+                c.above_surge_first.get_or_insert((name, event));
             }
         } else {
             c.above_surge.remove(&uid);
@@ -217,11 +222,15 @@ impl Checker {
             "replicaset-pods: {judged} ReplicaSets judged, at most {most_pods} active Pods of one \
              at once (highest spec.replicas {most_spec}); pod-owner: {} Pods followed, {} \
              adoptions or releases; a Deployment's active Pods above replicas + maxSurge (not an \
-             invariant, see the checker's docs): {} episodes, at most +{}",
+             invariant, see the checker's docs): {} episodes, at most +{}{}",
             c.pods_seen.len(),
             c.owner_changes,
             c.above_surge_episodes,
-            c.above_surge_most
+            c.above_surge_most,
+            c.above_surge_first
+                .as_ref()
+                .map(|(d, e)| format!(" (the first of {d} after event {e})"))
+                .unwrap_or_default()
         )
     }
 }

@@ -311,7 +311,10 @@ fn pods_above_the_deployments_surge_are_not_a_violation_if_each_replica_set_is_w
     c.settle(std::time::Instant::now());
     assert_eq!(c.violations(), []);
     let summary = c.pod_summary();
-    assert!(summary.contains("1 episodes, at most +1"), "{summary}");
+    assert!(
+        summary.contains("1 episodes, at most +1 (the first of chaos-0/web after event 11)"),
+        "{summary}"
+    );
     assert!(summary.contains("at most 3 active Pods"), "{summary}");
 }
 
