@@ -50,7 +50,10 @@ fn active(p: &PodView) -> bool {
 impl Checker {
     /// Notes a ReplicaSet's `spec.replicas` for its peak.
     pub(super) fn observe_replica_set(&mut self, rs: &ReplicaSetView) {
-        let peak = self.peak(&rs.uid, &format!("{}/{}", rs.namespace, rs.name));
+        let name = format!("{}/{}", rs.namespace, rs.name);
+        let peak = self.peak(&rs.uid, &name);
+        // Its Pods may have come first, named by UID only.
+        peak.name = name;
         peak.spec = Some(peak.spec.map_or(rs.replicas, |s| s.max(rs.replicas)));
     }
 

@@ -361,6 +361,17 @@ fn a_scale_up_seen_after_its_pods_is_not_a_violation() {
     assert_eq!(c.violations(), []);
     c.settle(std::time::Instant::now());
     assert_eq!(kinds(c.violations()), [Invariant::ReplicaSetPods]);
+    // Named by the ReplicaSet stream, though its Pods came first.
+    let mut c = Checker::default();
+    for ch in [
+        pod("web", "a", 0, true),
+        pod("web", "a", 1, true),
+        Change::ReplicaSet(rs("web", "a", 1, 0)),
+    ] {
+        c.apply(ch);
+    }
+    c.settle(std::time::Instant::now());
+    assert_eq!(c.violations()[0].deployment, "chaos-0/web-a");
 }
 
 #[test]
