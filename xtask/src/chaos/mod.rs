@@ -10,8 +10,12 @@
 //! its own identity with `deploy/`'s RBAC, without leader election (a single instance; losing
 //! a lease during an outage would end it by design, which is not what is tested here), with
 //! `--debug-cache-endpoint`, and talks to the apiserver through a loopback fault proxy
-//! (`proxy.rs`). The independent watch (`watch.rs`) talks to the apiserver directly and feeds
-//! the checker (`invariants.rs`).
+//! (`proxy.rs`). It runs our ReplicaSet controller too (`--controllers=*,replicaset-controller`;
+//! the cluster's kube-controller-manager then runs none), so the faults hit both; with
+//! `--replicaset-controller upstream` kube-controller-manager's manages the Pods instead,
+//! reached by the apiserver faults only, to compare the two under the same schedule. The
+//! independent watch (`watch.rs`) talks to the apiserver directly and feeds the checker
+//! (`invariants.rs`).
 //!
 //! Phases, each during rollouts (a rollout is started whenever none is in progress, by
 //! changing an annotation of every pod template), each followed by a wait until every
@@ -99,9 +103,36 @@ pub(crate) struct ChaosArgs {
     /// profile's, 20 short, 30 long).
     #[arg(long, value_name = "PER_MILLE")]
     pub(crate) slow_truncate_per_mille: Option<u32>,
+    /// Which ReplicaSet controller manages the Pods (`short` and `long`): ours, in the
+    /// controller's process behind the fault proxy, or kube-controller-manager's (reached by
+    /// the apiserver faults only), to compare the same faults against upstream's.
+    #[arg(long, value_enum, default_value_t = ReplicaSetController::Ours)]
+    pub(crate) replicaset_controller: ReplicaSetController,
     /// Kubernetes release of the local control plane.
     #[command(flatten)]
     pub(crate) kube: KubeVersionArg,
+}
+
+/// Whose ReplicaSet controller a chaos run uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ReplicaSetController {
+    /// Ours (`--controllers=*,replicaset-controller`), in the process under test.
+    Ours,
+    /// kube-controller-manager's.
+    Upstream,
+}
+
+impl ReplicaSetController {
+    fn describe(self) -> &'static str {
+        match self {
+            ReplicaSetController::Ours => {
+                "ours (in the controller's process, behind the fault proxy)"
+            }
+            ReplicaSetController::Upstream => {
+                "kube-controller-manager's (apiserver faults only: not behind the proxy, not killed)"
+            }
+        }
+    }
 }
 
 impl ChaosArgs {
@@ -114,6 +145,7 @@ impl ChaosArgs {
             keep: false,
             seed: None,
             slow_truncate_per_mille: None,
+            replicaset_controller: ReplicaSetController::Ours,
             kube: KubeVersionArg { release },
         }
     }
@@ -254,6 +286,8 @@ struct PhaseOutcome {
 #[derive(Debug)]
 struct Report {
     profile: Profile,
+    /// Whose ReplicaSet controller ran.
+    replicaset_controller: ReplicaSetController,
     /// The release the cluster ran.
     kubernetes: String,
     seed: u64,
@@ -267,6 +301,8 @@ struct Report {
     violations: Vec<String>,
     events: u64,
     watch: String,
+    /// The Pod-side checks' figures ([`Checker::pod_summary`]).
+    pod_checks: String,
     problems: Vec<String>,
     cache: String,
     took: Duration,
@@ -286,6 +322,11 @@ impl Report {
             self.replicas,
             self.rollouts,
             fmt_duration(self.took)
+        );
+        let _ = writeln!(
+            out,
+            "ReplicaSet controller: {}",
+            self.replicaset_controller.describe()
         );
         let _ = writeln!(
             out,
@@ -319,6 +360,7 @@ impl Report {
             "independent watch: {} events checked; {}",
             self.events, self.watch
         );
+        let _ = writeln!(out, "Pod checks: {}", self.pod_checks);
         let _ = writeln!(out, "caches: {}", self.cache);
         let _ = writeln!(out, "invariant violations: {}", self.violations.len());
         for v in &self.violations {
@@ -396,7 +438,7 @@ pub(crate) fn run(args: ChaosArgs) -> Result<()> {
                 .map(|s| s.to_string())
                 .collect(),
             deployment_controller: false,
-            replicaset_controller: true,
+            replicaset_controller: args.replicaset_controller == ReplicaSetController::Upstream,
             release: args.kube.release,
         },
         Fresh {
@@ -411,7 +453,8 @@ pub(crate) fn run(args: ChaosArgs) -> Result<()> {
         .build()
         .context("building the tokio runtime")?;
     let result = runtime.block_on(async {
-        let mut run = Run::start(&plan, &name, &info, &binary, &log, seed).await?;
+        let ours = args.replicaset_controller == ReplicaSetController::Ours;
+        let mut run = Run::start(&plan, &name, &info, &binary, &log, seed, ours).await?;
         let outcome = run.all_phases().await;
         run.finish(outcome).await
     });
@@ -426,6 +469,7 @@ pub(crate) fn run(args: ChaosArgs) -> Result<()> {
     let mut report = result?;
     down?;
     report.profile = args.profile;
+    report.replicaset_controller = args.replicaset_controller;
     report.kubernetes = info.kubernetes_version.clone();
     report.took = started.elapsed();
     let text = report.render();
@@ -560,6 +604,8 @@ struct Run<'a> {
     kubeconfig: PathBuf,
     metrics_port: u16,
     controller: Option<ControllerProcess>,
+    /// Whether our controller runs our ReplicaSet controller too.
+    ours_replicaset: bool,
     controller_kills: usize,
     checker: Arc<Mutex<Checker>>,
     watch_stats: Arc<WatchStats>,
@@ -592,6 +638,7 @@ mod tests {
         };
         let report = Report {
             profile: Profile::Short,
+            replicaset_controller: ReplicaSetController::Ours,
             kubernetes: "v1.37.2".into(),
             seed: 42,
             deployments: 6,
@@ -606,6 +653,7 @@ mod tests {
             violations: vec!["web-1: 4 ready, more than 3 + 1 surge".into()],
             events: 1234,
             watch: "no gaps".into(),
+            pod_checks: "replicaset-pods: 12 ReplicaSets judged".into(),
             problems: Vec::new(),
             cache: "consistent".into(),
             took: Duration::from_secs(95),
@@ -708,6 +756,12 @@ rest_client_requests_total{code=\"409\",method=\"PATCH\",host=\"h\"} 2
         let cli = Cli::try_parse_from(["x"]).unwrap();
         assert_eq!(cli.chaos.profile, Profile::Short);
         assert_eq!(cli.chaos.gate, crate::kube::Gate::Both);
+        assert_eq!(cli.chaos.replicaset_controller, ReplicaSetController::Ours);
+        let cli = Cli::try_parse_from(["x", "--replicaset-controller", "upstream"]).unwrap();
+        assert_eq!(
+            cli.chaos.replicaset_controller,
+            ReplicaSetController::Upstream
+        );
         let cli = Cli::try_parse_from(["x", "--profile", "sharded", "--gate", "off"]).unwrap();
         assert_eq!(cli.chaos.profile, Profile::Sharded);
         assert_eq!(cli.chaos.gate, crate::kube::Gate::Off);

@@ -4,6 +4,11 @@
 
 use super::*;
 
+/// How old a `replicaset-pods` peak must be before a phase's count judges it: time for the
+/// independent watch's ReplicaSet stream to show a scale-up its Pod stream has already shown
+/// the Pods of (each stream is ordered, the two are not ordered with each other).
+const SETTLE_AFTER: Duration = Duration::from_secs(5);
+
 impl<'a> Run<'a> {
     pub(super) async fn start(
         plan: &'a Plan,
@@ -12,6 +17,7 @@ impl<'a> Run<'a> {
         binary: &'a Path,
         log: &'a Path,
         seed: u64,
+        ours_replicaset: bool,
     ) -> Result<Run<'a>> {
         tokio::task::block_in_place(|| {
             xtask_contender::rbac::grant_deploy_rbac(&info.kubectl, &info.admin_kubeconfig)
@@ -64,6 +70,7 @@ impl<'a> Run<'a> {
             kubeconfig,
             metrics_port: free_port()?,
             controller: None,
+            ours_replicaset,
             controller_kills: 0,
             checker,
             watch_stats,
@@ -88,18 +95,22 @@ impl<'a> Run<'a> {
             "--authorization-always-allow-paths={},/debug/cache",
             supervisor::ALWAYS_ALLOW_PATHS
         );
+        let mut args = vec![
+            "--leader-elect=false",
+            "--secure-port",
+            &port,
+            "--debug-cache-endpoint",
+            &open_paths,
+        ];
+        if self.ours_replicaset {
+            args.push(xtask_contender::WITH_REPLICASET_CONTROLLER);
+        }
         let c = tokio::task::block_in_place(|| {
             supervisor::start_with_env(
                 self.binary,
                 &self.kubeconfig,
                 self.log,
-                &[
-                    "--leader-elect=false",
-                    "--secure-port",
-                    &port,
-                    "--debug-cache-endpoint",
-                    &open_paths,
-                ],
+                &args,
                 &[("RUST_LOG", CONTROLLER_RUST_LOG)],
             )
         })?;
@@ -129,12 +140,14 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
+    /// The violations so far, the `replicaset-pods` peaks reached at least [`SETTLE_AFTER`]
+    /// ago judged first.
     pub(super) fn violations(&self) -> usize {
-        self.checker
-            .lock()
-            .expect("checker lock")
-            .violations()
-            .len()
+        let mut checker = self.checker.lock().expect("checker lock");
+        if let Some(cutoff) = Instant::now().checked_sub(SETTLE_AFTER) {
+            checker.settle(cutoff);
+        }
+        checker.violations().len()
     }
 
     /// Waits a random gap before a fault, then notes whether a rollout is in progress.
@@ -391,10 +404,13 @@ impl<'a> Run<'a> {
         for t in self.watch_tasks.drain(..) {
             let _ = t.await;
         }
-        let checker = self.checker.lock().expect("checker lock");
+        let mut checker = self.checker.lock().expect("checker lock");
+        // The cluster has been quiet since the cache comparison: every peak can be judged.
+        checker.settle(Instant::now());
         let s = &self.watch_stats;
         Ok(Report {
             profile: Profile::Short,
+            replicaset_controller: ReplicaSetController::Ours,
             kubernetes: String::new(),
             seed: self.seed,
             deployments: self.deployments.len(),
@@ -405,6 +421,7 @@ impl<'a> Run<'a> {
             faults: self.faults,
             violations: checker.violations().iter().map(|v| v.to_string()).collect(),
             events: checker.events(),
+            pod_checks: checker.pod_summary(),
             watch: format!(
                 "{} lists, {} watches broken, {} of them by 410 Gone; controller killed {} times by the run, never exited otherwise",
                 s.lists.load(Ordering::Relaxed),

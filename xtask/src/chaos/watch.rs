@@ -107,6 +107,7 @@ pub(crate) fn replica_set_view(rs: &ReplicaSet) -> ReplicaSetView {
     ReplicaSetView {
         namespace,
         name,
+        uid: rs.metadata.uid.clone().unwrap_or_default(),
         controller_uid: rs
             .metadata
             .owner_references
@@ -136,6 +137,16 @@ pub(crate) fn pod_view(p: &Pod) -> PodView {
         deployment: label(DEPLOYMENT_LABEL),
         hash: label(POD_TEMPLATE_HASH),
         live: !matches!(phase, Some("Succeeded" | "Failed")),
+        uid: p.metadata.uid.clone().unwrap_or_default(),
+        controllers: p
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .filter(|o| o.controller == Some(true))
+            .map(|o| o.uid.clone())
+            .collect(),
+        terminating: p.metadata.deletion_timestamp.is_some(),
     }
 }
 

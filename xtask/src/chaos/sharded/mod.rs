@@ -23,6 +23,11 @@
 //!    SIGTERM with status 0 and gone, no panic in any log;
 //! 6. the audit check (`shard_audit.rs`): every write by a replica falls within its hold of
 //!    the object's bucket, and no two replicas hold a bucket at once.
+//!
+//! The Pods are kube-controller-manager's ReplicaSet controller's here, whatever
+//! `--replicaset-controller` says: our binary refuses `--shard-by` together with its
+//! ReplicaSet controller, and this scenario is about the sharded Deployment controller (the
+//! `short` and `long` profiles run ours).
 
 use crate::kube::namespace_names;
 use std::collections::{BTreeMap, BTreeSet};
