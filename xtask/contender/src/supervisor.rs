@@ -55,7 +55,13 @@ fn build_profile(profile: Option<&str>) -> Result<PathBuf> {
         "==> cargo build {}-p {PACKAGE} --bin {BINARY}",
         profile.iter().map(|a| format!("{a} ")).collect::<String>()
     );
-    let out = Command::new(&cargo)
+    let mut command = Command::new(&cargo);
+    for (key, _) in std::env::vars_os() {
+        if key.to_str().is_some_and(set_by_cargo_run) {
+            command.env_remove(&key);
+        }
+    }
+    let out = command
         .arg("build")
         .args(&profile)
         .args([
@@ -76,6 +82,18 @@ fn build_profile(profile: Option<&str>) -> Result<PathBuf> {
     executable_from_messages(&stdout).with_context(|| {
         format!("cargo build -p {PACKAGE} succeeded but reported no `{BINARY}` executable")
     })
+}
+
+/// Whether `key` is one of the variables `cargo run` sets for the xtask process that a build
+/// script may declare it depends on (ring's does, for `CARGO_MANIFEST_DIR`, `CARGO_PKG_*` and
+/// `OUT_DIR`): passed on to the build, they would make cargo rebuild such a crate and
+/// everything above it whenever the same binary was last built from a shell, and the other
+/// way round (for the `dist` profile, half an hour on 2 cores).
+fn set_by_cargo_run(key: &str) -> bool {
+    key.starts_with("CARGO_PKG_")
+        || key.starts_with("CARGO_MANIFEST_")
+        || key.starts_with("CARGO_BIN_")
+        || matches!(key, "OUT_DIR" | "CARGO_CRATE_NAME" | "CARGO_PRIMARY_PACKAGE")
 }
 
 /// The path of the `deployment-controller` executable in cargo's JSON messages.
@@ -463,6 +481,27 @@ mod tests {
         fs::write(&path, format!("#!/bin/sh\necho \"args: $*\"\n{body}\n")).unwrap();
         fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
         path
+    }
+
+    #[test]
+    fn the_variables_of_cargo_run_are_not_passed_to_the_build() {
+        for key in [
+            "CARGO_MANIFEST_DIR",
+            "CARGO_MANIFEST_PATH",
+            "CARGO_MANIFEST_LINKS",
+            "CARGO_PKG_NAME",
+            "CARGO_PKG_VERSION_MAJOR",
+            "OUT_DIR",
+            "CARGO_CRATE_NAME",
+            "CARGO_BIN_NAME",
+            "CARGO_PRIMARY_PACKAGE",
+        ] {
+            assert!(set_by_cargo_run(key), "{key}");
+        }
+        // The user's settings of cargo itself stay.
+        for key in ["CARGO", "CARGO_HOME", "CARGO_TARGET_DIR", "CARGO_INCREMENTAL", "PATH"] {
+            assert!(!set_by_cargo_run(key), "{key}");
+        }
     }
 
     #[test]
