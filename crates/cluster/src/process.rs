@@ -292,6 +292,17 @@ pub fn tail(path: &Path, n: usize) -> String {
 /// cluster in `cluster_dir` (their command line names a file of that directory, e.g. its
 /// kubeconfig), with their command lines.
 pub fn deployment_controllers(cluster_dir: &Path) -> Vec<(u32, String)> {
+    controllers(cluster_dir, runs_deployment_controller)
+}
+
+/// Processes that run a ReplicaSet controller (see [`runs_replicaset_controller`]) against the
+/// cluster in `cluster_dir`, as [`deployment_controllers`] finds them.
+pub fn replicaset_controllers(cluster_dir: &Path) -> Vec<(u32, String)> {
+    controllers(cluster_dir, runs_replicaset_controller)
+}
+
+/// Processes whose command line names a file of `cluster_dir` and passes `runs`.
+fn controllers(cluster_dir: &Path, runs: fn(&[String]) -> bool) -> Vec<(u32, String)> {
     let marker = cluster_dir.display().to_string();
     let Ok(entries) = fs::read_dir("/proc") else {
         return Vec::new();
@@ -301,8 +312,7 @@ pub fn deployment_controllers(cluster_dir: &Path) -> Vec<(u32, String)> {
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter_map(|pid| {
             let args = cmdline(pid);
-            (args.iter().any(|a| a.contains(&marker)) && runs_deployment_controller(&args))
-                .then(|| (pid, args.join(" ")))
+            (args.iter().any(|a| a.contains(&marker)) && runs(&args)).then(|| (pid, args.join(" ")))
         })
         .collect();
     // A child forked by a controller shows the parent's command line until it execs: it is
@@ -325,40 +335,97 @@ pub fn pid_file(run_dir: &Path, component: &str) -> PathBuf {
 /// kube-controller-manager decides: the first entry naming the controller (`name` or `-name`)
 /// wins, else `*` enables it; without the flag the default is `*`.
 pub fn runs_deployment_controller(args: &[String]) -> bool {
+    match program(args) {
+        Program::KubeControllerManager => enabled(args, "deployment-controller", "deployment"),
+        // Ours runs its Deployment controller unless told otherwise; the runs that start it
+        // never do.
+        Program::Ours => true,
+        Program::Other => false,
+    }
+}
+
+/// Whether a command line runs a ReplicaSet controller: a kube-controller-manager whose
+/// `--controllers` enables `replicaset-controller` (alias `replicaset`; `*`, the default,
+/// does), or our `deployment-controller` whose `--controllers` names it (`*` does not enable
+/// ours). The first entry naming the controller wins, as for [`runs_deployment_controller`].
+pub fn runs_replicaset_controller(args: &[String]) -> bool {
+    match program(args) {
+        Program::KubeControllerManager => enabled(args, "replicaset-controller", "replicaset"),
+        Program::Ours => first_naming(args, "replicaset-controller", "replicaset") == Some(true),
+        Program::Other => false,
+    }
+}
+
+/// Which controller program a command line runs.
+enum Program {
+    KubeControllerManager,
+    Ours,
+    Other,
+}
+
+fn program(args: &[String]) -> Program {
     let file_name = |a: &str| {
         std::path::Path::new(a)
             .file_name()
             .map(|f| f.to_string_lossy().into_owned())
             .unwrap_or_default()
     };
-    let program = args.first().map(|a| file_name(a)).unwrap_or_default();
+    if args
+        .first()
+        .is_some_and(|a| file_name(a) == "kube-controller-manager")
+    {
+        return Program::KubeControllerManager;
+    }
     if args
         .iter()
         .filter(|a| !a.starts_with('-'))
         .any(|a| file_name(a) == "deployment-controller")
     {
-        return true;
+        return Program::Ours;
     }
-    if program != "kube-controller-manager" {
-        return false;
-    }
-    let mut controllers = "*".to_owned();
+    Program::Other
+}
+
+/// The entries of every `--controllers` flag, in order (a repeated flag adds to the list), if
+/// any.
+fn controllers_flag(args: &[String]) -> Option<String> {
+    let mut controllers: Option<Vec<String>> = None;
     let mut it = args.iter().skip(1);
     while let Some(a) = it.next() {
-        if let Some(v) = a.strip_prefix("--controllers=") {
-            controllers = v.to_owned();
+        let value = if let Some(v) = a.strip_prefix("--controllers=") {
+            v.to_owned()
         } else if a == "--controllers" {
-            controllers = it.next().cloned().unwrap_or_default();
-        }
+            it.next().cloned().unwrap_or_default()
+        } else {
+            continue;
+        };
+        controllers.get_or_insert_default().push(value);
     }
-    for entry in controllers.split(',').map(str::trim) {
-        match entry {
-            "deployment-controller" | "deployment" => return true,
-            "-deployment-controller" | "-deployment" => return false,
-            _ => {}
-        }
-    }
-    controllers.split(',').any(|e| e.trim() == "*")
+    controllers.map(|c| c.join(","))
+}
+
+/// Whether `--controllers` (default `*`) enables controller `name` (alias `alias`) as
+/// kube-controller-manager decides: the first entry naming it wins, else `*` enables it.
+fn enabled(args: &[String], name: &str, alias: &str) -> bool {
+    first_naming(args, name, alias).unwrap_or_else(|| {
+        controllers_flag(args)
+            .unwrap_or_else(|| "*".to_owned())
+            .split(',')
+            .any(|e| e.trim() == "*")
+    })
+}
+
+/// What the first `--controllers` entry naming controller `name` (alias `alias`) says: `true`
+/// for `name`, `false` for `-name`, `None` if no entry names it.
+fn first_naming(args: &[String], name: &str, alias: &str) -> Option<bool> {
+    let controllers = controllers_flag(args)?;
+    controllers.split(',').map(str::trim).find_map(|entry| {
+        let (on, bare) = match entry.strip_prefix('-') {
+            Some(bare) => (false, bare),
+            None => (true, entry),
+        };
+        (bare == name || bare == alias).then_some(on)
+    })
 }
 
 #[cfg(test)]
@@ -499,5 +566,51 @@ mod tests {
             "/usr/bin/kube-scheduler --kubeconfig=/c"
         )));
         assert!(!runs_deployment_controller(&[]));
+    }
+
+    #[test]
+    fn replicaset_controllers_are_recognised_as_each_program_enables_them() {
+        let kcm = |flags: &str| {
+            argv(&format!(
+                "/cache/bin/kube-controller-manager --kubeconfig=/c {flags}"
+            ))
+        };
+        assert!(runs_replicaset_controller(&kcm("")), "default is *");
+        assert!(runs_replicaset_controller(&kcm(
+            "--controllers=*,-deployment-controller"
+        )));
+        assert!(!runs_replicaset_controller(&kcm(
+            "--controllers=*,-deployment-controller,-replicaset-controller"
+        )));
+        assert!(!runs_replicaset_controller(&kcm(
+            "--controllers=deployment-controller"
+        )));
+        assert!(runs_replicaset_controller(&kcm("--controllers replicaset")));
+        let ours = |flags: &str| {
+            argv(&format!(
+                "/t/dist/deployment-controller --kubeconfig=/c {flags}"
+            ))
+        };
+        assert!(
+            !runs_replicaset_controller(&ours("")),
+            "* does not enable ours"
+        );
+        assert!(!runs_replicaset_controller(&ours("--controllers=*")));
+        assert!(runs_replicaset_controller(&ours(
+            "--controllers=*,replicaset-controller"
+        )));
+        assert!(
+            runs_replicaset_controller(&ours("--controllers=replicaset --controllers=-replicaset")),
+            "a repeated flag adds to the list; the first entry wins"
+        );
+        assert!(!runs_replicaset_controller(&ours(
+            "--controllers=-replicaset,replicaset"
+        )));
+        assert!(runs_deployment_controller(&ours(
+            "--controllers=*,replicaset-controller"
+        )));
+        assert!(!runs_replicaset_controller(&argv(
+            "/usr/bin/kube-scheduler --kubeconfig=/c"
+        )));
     }
 }
