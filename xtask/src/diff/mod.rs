@@ -76,6 +76,9 @@ pub(crate) struct DiffArgs {
     /// Deployment controllers alone); by default ours runs on `<PREFIX>-ours`.
     #[arg(long)]
     upstream_replicasets: bool,
+    /// Run this deployment-controller binary instead of building the release one.
+    #[arg(long, value_name = "PATH")]
+    binary: Option<PathBuf>,
     /// Leave both clusters (and the scenarios' namespaces) running at the end for inspection;
     /// the Deployment controllers are stopped either way.
     #[arg(long)]
@@ -123,6 +126,7 @@ impl DiffArgs {
             scenarios: Vec::new(),
             quick: true,
             upstream_replicasets: false,
+            binary: None,
             keep: false,
             retries: 2,
             switch: None,
@@ -154,7 +158,10 @@ pub(crate) fn run(args: DiffArgs) -> Result<()> {
     };
     let scenarios = scenario::load_selected(&scenario_dir(), &only)?;
     let started = Instant::now();
-    let ours_binary = supervisor::build_dist()?;
+    let ours_binary = match &args.binary {
+        Some(path) => path.clone(),
+        None => supervisor::build_dist()?,
+    };
     let release = args.kube.release;
     let cache = Cache::locate(release)?;
     kctrl_cluster::toolchain::ensure_built(&cache)?;
