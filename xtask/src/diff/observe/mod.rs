@@ -44,7 +44,8 @@ pub(crate) struct Names {
     hashes: BTreeMap<String, String>,
     /// Labels handed out per name prefix.
     counters: BTreeMap<String, usize>,
-    /// Names of ReplicaSets without a pod-template-hash (a scenario's own, kept as they are):
+    /// Names of ReplicaSets not named after their pod-template-hash (a scenario's own, kept as
+    /// they are):
     /// the random suffix of their pods' names is replaced.
     bare: BTreeSet<String>,
 }
@@ -52,14 +53,6 @@ pub(crate) struct Names {
 impl Names {
     /// Labels every generated ReplicaSet name of `replica_sets` not seen before.
     pub(crate) fn learn(&mut self, replica_sets: &[&Value]) {
-        for rs in replica_sets {
-            let labels = rs.pointer("/metadata/labels");
-            if labels.and_then(|l| l.get(HASH_LABEL)).is_none()
-                && let Some(name) = rs.pointer("/metadata/name").and_then(Value::as_str)
-            {
-                self.bare.insert(name.to_owned());
-            }
-        }
         let mut fresh: Vec<(u64, String, String, String, String)> = replica_sets
             .iter()
             .filter_map(|rs| {
@@ -93,6 +86,15 @@ impl Names {
             self.hashes
                 .entry(hash)
                 .or_insert_with(|| format!("<{prefix}:hash{k}>"));
+        }
+        // Names not made of a prefix and the pod-template-hash (a scenario's own, also one
+        // labelled with a hash of its choosing) stay as they are.
+        for rs in replica_sets {
+            if let Some(name) = rs.pointer("/metadata/name").and_then(Value::as_str)
+                && !self.replica_sets.contains_key(name)
+            {
+                self.bare.insert(name.to_owned());
+            }
         }
     }
 

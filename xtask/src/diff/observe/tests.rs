@@ -235,6 +235,15 @@ fn bare_replicasets_keep_their_names_and_their_pods_lose_the_random_suffix() {
     assert!(!obs.has_condition(true, "web", "ReplicaFailure", "Absent", None));
     assert!(obs.has_condition(true, "web", "Available", "Absent", None));
     let caught_up = Observation::from_list(&list(vec![bare_rs("web", 2, 2)]), &mut names);
+    // A scenario's ReplicaSet with a pod-template-hash label of its own choosing.
+    names.learn(&[
+        &json!({"kind": "ReplicaSet", "metadata": {"name": "orphan-old",
+        "labels": {"app": "web", "pod-template-hash": "custom"}}}),
+    ]);
+    assert_eq!(
+        names.apply("Created pod: orphan-old-hdh4n"),
+        "Created pod: orphan-old-<pod>"
+    );
     assert!(caught_up.generations_observed());
     // Only whole words with a five-character suffix.
     assert_eq!(
