@@ -292,13 +292,44 @@ pub fn tail(path: &Path, n: usize) -> String {
 /// cluster in `cluster_dir` (their command line names a file of that directory, e.g. its
 /// kubeconfig), with their command lines.
 pub fn deployment_controllers(cluster_dir: &Path) -> Vec<(u32, String)> {
-    controllers_of(cluster_dir, Workload::Deployment)
+    controllers(cluster_dir, runs_deployment_controller)
 }
 
-/// Processes that run the controller of `kind` (see [`runs_controller`]) against the cluster in
-/// `cluster_dir` (their command line names a file of that directory), with their command
-/// lines.
+/// Processes that run a ReplicaSet controller (see [`runs_replicaset_controller`]) against the
+/// cluster in `cluster_dir`, as [`deployment_controllers`] finds them.
+pub fn replicaset_controllers(cluster_dir: &Path) -> Vec<(u32, String)> {
+    controllers(cluster_dir, runs_replicaset_controller)
+}
+
+/// Processes that run the controller of `kind` against the cluster in `cluster_dir`.
 pub fn controllers_of(cluster_dir: &Path, kind: Workload) -> Vec<(u32, String)> {
+    match kind {
+        Workload::Deployment => deployment_controllers(cluster_dir),
+        Workload::ReplicaSet => replicaset_controllers(cluster_dir),
+    }
+}
+
+/// The controllers of the workload chain that a process may run: kube-controller-manager's
+/// Deployment and ReplicaSet controllers, or ours.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    /// `deployment-controller` (alias `deployment`).
+    Deployment,
+    /// `replicaset-controller` (alias `replicaset`).
+    ReplicaSet,
+}
+
+/// Whether a command line runs the controller of `kind` (see [`runs_deployment_controller`]
+/// and [`runs_replicaset_controller`]).
+pub fn runs_controller(args: &[String], kind: Workload) -> bool {
+    match kind {
+        Workload::Deployment => runs_deployment_controller(args),
+        Workload::ReplicaSet => runs_replicaset_controller(args),
+    }
+}
+
+/// Processes whose command line names a file of `cluster_dir` and passes `runs`.
+fn controllers(cluster_dir: &Path, runs: fn(&[String]) -> bool) -> Vec<(u32, String)> {
     let marker = cluster_dir.display().to_string();
     let Ok(entries) = fs::read_dir("/proc") else {
         return Vec::new();
@@ -308,8 +339,7 @@ pub fn controllers_of(cluster_dir: &Path, kind: Workload) -> Vec<(u32, String)> 
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter_map(|pid| {
             let args = cmdline(pid);
-            (args.iter().any(|a| a.contains(&marker)) && runs_controller(&args, kind))
-                .then(|| (pid, args.join(" ")))
+            (args.iter().any(|a| a.contains(&marker)) && runs(&args)).then(|| (pid, args.join(" ")))
         })
         .collect();
     // A child forked by a controller shows the parent's command line until it execs: it is
@@ -326,74 +356,103 @@ pub fn pid_file(run_dir: &Path, component: &str) -> PathBuf {
     run_dir.join(format!("{component}.pid"))
 }
 
-/// The controllers of the workload chain that a process may run: kube-controller-manager's
-/// Deployment and ReplicaSet controllers, or ours.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Workload {
-    /// `deployment-controller` (alias `deployment`).
-    Deployment,
-    /// `replicaset-controller` (alias `replicaset`).
-    ReplicaSet,
-}
-
-impl Workload {
-    /// kube-controller-manager's name of the controller and its alias.
-    fn names(self) -> (&'static str, &'static str) {
-        match self {
-            Workload::Deployment => ("deployment-controller", "deployment"),
-            Workload::ReplicaSet => ("replicaset-controller", "replicaset"),
+/// Whether a command line runs a Deployment controller: our `deployment-controller` (also as
+/// the program a wrapper such as valgrind runs) or a kube-controller-manager, whose
+/// `--controllers` enables `deployment-controller` (alias `deployment`). Both decide as
+/// kube-controller-manager does: the first entry naming the controller (`name` or `-name`)
+/// wins, else `*` enables it; without the flag the default is `*`.
+pub fn runs_deployment_controller(args: &[String]) -> bool {
+    match program(args) {
+        // Both enable it by `*`, their default.
+        Program::KubeControllerManager | Program::Ours => {
+            enabled(args, "deployment-controller", "deployment")
         }
+        Program::Other => false,
     }
 }
 
-/// Whether a command line runs a Deployment controller (see [`runs_controller`]).
-pub fn runs_deployment_controller(args: &[String]) -> bool {
-    runs_controller(args, Workload::Deployment)
+/// Whether a command line runs a ReplicaSet controller: a kube-controller-manager whose
+/// `--controllers` enables `replicaset-controller` (alias `replicaset`; `*`, the default,
+/// does), or our `deployment-controller` whose `--controllers` names it (`*` does not enable
+/// ours). The first entry naming the controller wins, as for [`runs_deployment_controller`].
+pub fn runs_replicaset_controller(args: &[String]) -> bool {
+    match program(args) {
+        Program::KubeControllerManager => enabled(args, "replicaset-controller", "replicaset"),
+        Program::Ours => first_naming(args, "replicaset-controller", "replicaset") == Some(true),
+        Program::Other => false,
+    }
 }
 
-/// Whether a command line runs the controller of `kind`: our `deployment-controller` binary
-/// (also as the program a wrapper such as valgrind runs), or a kube-controller-manager, each
-/// as its `--controllers` decides. Both decide alike: the first entry naming the controller
-/// (`name`, its alias, or `-name`) wins, else `*` enables it if it is on by default; without
-/// the flag the list is `*`. What `*` enables differs: every controller of
-/// kube-controller-manager, only the Deployment controller of ours.
-pub fn runs_controller(args: &[String], kind: Workload) -> bool {
+/// Which controller program a command line runs.
+enum Program {
+    KubeControllerManager,
+    Ours,
+    Other,
+}
+
+fn program(args: &[String]) -> Program {
     let file_name = |a: &str| {
         std::path::Path::new(a)
             .file_name()
             .map(|f| f.to_string_lossy().into_owned())
             .unwrap_or_default()
     };
-    let program = args.first().map(|a| file_name(a)).unwrap_or_default();
-    // Our binary, possibly behind a wrapper: its own flags follow it.
-    let ours = args
-        .iter()
-        .position(|a| !a.starts_with('-') && file_name(a) == "deployment-controller");
-    let (flags, star_enables) = match ours {
-        Some(at) => (&args[at + 1..], kind == Workload::Deployment),
-        None if program == "kube-controller-manager" => (&args[1..], true),
-        None => return false,
-    };
-    let mut controllers = "*".to_owned();
-    let mut it = flags.iter();
-    while let Some(a) = it.next() {
-        if let Some(v) = a.strip_prefix("--controllers=") {
-            controllers = v.to_owned();
-        } else if a == "--controllers" {
-            controllers = it.next().cloned().unwrap_or_default();
-        }
+    if args
+        .first()
+        .is_some_and(|a| file_name(a) == "kube-controller-manager")
+    {
+        return Program::KubeControllerManager;
     }
-    let (name, alias) = kind.names();
-    for entry in controllers.split(',').map(str::trim) {
-        let (enable, named) = match entry.strip_prefix('-') {
-            Some(n) => (false, n),
+    if args
+        .iter()
+        .filter(|a| !a.starts_with('-'))
+        .any(|a| file_name(a) == "deployment-controller")
+    {
+        return Program::Ours;
+    }
+    Program::Other
+}
+
+/// The entries of every `--controllers` flag, in order (a repeated flag adds to the list), if
+/// any.
+fn controllers_flag(args: &[String]) -> Option<String> {
+    let mut controllers: Option<Vec<String>> = None;
+    let mut it = args.iter().skip(1);
+    while let Some(a) = it.next() {
+        let value = if let Some(v) = a.strip_prefix("--controllers=") {
+            v.to_owned()
+        } else if a == "--controllers" {
+            it.next().cloned().unwrap_or_default()
+        } else {
+            continue;
+        };
+        controllers.get_or_insert_default().push(value);
+    }
+    controllers.map(|c| c.join(","))
+}
+
+/// Whether `--controllers` (default `*`) enables controller `name` (alias `alias`) as
+/// kube-controller-manager decides: the first entry naming it wins, else `*` enables it.
+fn enabled(args: &[String], name: &str, alias: &str) -> bool {
+    first_naming(args, name, alias).unwrap_or_else(|| {
+        controllers_flag(args)
+            .unwrap_or_else(|| "*".to_owned())
+            .split(',')
+            .any(|e| e.trim() == "*")
+    })
+}
+
+/// What the first `--controllers` entry naming controller `name` (alias `alias`) says: `true`
+/// for `name`, `false` for `-name`, `None` if no entry names it.
+fn first_naming(args: &[String], name: &str, alias: &str) -> Option<bool> {
+    let controllers = controllers_flag(args)?;
+    controllers.split(',').map(str::trim).find_map(|entry| {
+        let (on, bare) = match entry.strip_prefix('-') {
+            Some(bare) => (false, bare),
             None => (true, entry),
         };
-        if named == name || named == alias {
-            return enable;
-        }
-    }
-    star_enables && controllers.split(',').any(|e| e.trim() == "*")
+        (bare == name || bare == alias).then_some(on)
+    })
 }
 
 #[cfg(test)]
@@ -537,7 +596,53 @@ mod tests {
     }
 
     #[test]
-    fn which_command_lines_run_a_replicaset_controller() {
+    fn replicaset_controllers_are_recognised_as_each_program_enables_them() {
+        let kcm = |flags: &str| {
+            argv(&format!(
+                "/cache/bin/kube-controller-manager --kubeconfig=/c {flags}"
+            ))
+        };
+        assert!(runs_replicaset_controller(&kcm("")), "default is *");
+        assert!(runs_replicaset_controller(&kcm(
+            "--controllers=*,-deployment-controller"
+        )));
+        assert!(!runs_replicaset_controller(&kcm(
+            "--controllers=*,-deployment-controller,-replicaset-controller"
+        )));
+        assert!(!runs_replicaset_controller(&kcm(
+            "--controllers=deployment-controller"
+        )));
+        assert!(runs_replicaset_controller(&kcm("--controllers replicaset")));
+        let ours = |flags: &str| {
+            argv(&format!(
+                "/t/dist/deployment-controller --kubeconfig=/c {flags}"
+            ))
+        };
+        assert!(
+            !runs_replicaset_controller(&ours("")),
+            "* does not enable ours"
+        );
+        assert!(!runs_replicaset_controller(&ours("--controllers=*")));
+        assert!(runs_replicaset_controller(&ours(
+            "--controllers=*,replicaset-controller"
+        )));
+        assert!(
+            runs_replicaset_controller(&ours("--controllers=replicaset --controllers=-replicaset")),
+            "a repeated flag adds to the list; the first entry wins"
+        );
+        assert!(!runs_replicaset_controller(&ours(
+            "--controllers=-replicaset,replicaset"
+        )));
+        assert!(runs_deployment_controller(&ours(
+            "--controllers=*,replicaset-controller"
+        )));
+        assert!(!runs_replicaset_controller(&argv(
+            "/usr/bin/kube-scheduler --kubeconfig=/c"
+        )));
+    }
+
+    #[test]
+    fn runs_controller_by_kind() {
         let rs = |s: &str| runs_controller(&argv(s), Workload::ReplicaSet);
         let deploy = |s: &str| runs_controller(&argv(s), Workload::Deployment);
         // Ours runs only the Deployment controller unless told otherwise.

@@ -16,6 +16,9 @@ use crate::supervisor::STOP_GRACE;
 /// Processes that run a Deployment controller against a cluster (the one routine, in
 /// `kctrl-cluster`, that `kctrl-testenv` uses too).
 pub use kctrl_cluster::process::deployment_controllers;
+/// Processes that run a ReplicaSet controller against a cluster (kube-controller-manager's,
+/// or our deployment-controller's with `--controllers=…,replicaset-controller`).
+pub use kctrl_cluster::process::replicaset_controllers;
 
 /// Stops cluster `name`, whichever release it runs (no-op if nothing runs); logs are kept.
 pub fn down(name: &str) -> Result<()> {
@@ -176,6 +179,33 @@ pub fn ensure_none_of(info: &ClusterInfo, kind: process::Workload) -> Result<()>
     Ok(())
 }
 
+/// Checks the ReplicaSet controllers found running against a cluster (`found`, see
+/// [`replicaset_controllers`]): exactly the process `expected` (kube-controller-manager's or
+/// ours), or none if `expected` is `None`.
+pub fn check_replicaset_controllers(found: &[(u32, String)], expected: Option<u32>) -> Result<()> {
+    let pids: Vec<u32> = found.iter().map(|(pid, _)| *pid).collect();
+    match expected {
+        Some(pid) if pids == [pid] => Ok(()),
+        None if pids.is_empty() => Ok(()),
+        _ => bail!(
+            "expected {} as the ReplicaSet controller of the cluster, found {}",
+            match expected {
+                Some(pid) => format!("pid {pid} alone"),
+                None => "none".to_owned(),
+            },
+            if found.is_empty() {
+                "none".to_owned()
+            } else {
+                found
+                    .iter()
+                    .map(|(pid, cmd)| format!("pid {pid}: {cmd}"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            }
+        ),
+    }
+}
+
 /// Fails if any Deployment controller runs against cluster `info`.
 pub fn ensure_none(info: &ClusterInfo) -> Result<()> {
     let running = deployment_controllers(&info.dir);
@@ -252,6 +282,26 @@ mod tests {
         );
         assert!(check_controllers(Contender::Ours, &[kcm, ours.clone()], 10, Some(20)).is_err());
         assert!(check_controllers(Contender::Ours, &[ours], 10, Some(21)).is_err());
+    }
+
+    #[test]
+    fn exactly_the_expected_replicaset_controller_may_run() {
+        let kcm = (
+            10,
+            "kube-controller-manager --controllers=*,-deployment-controller".to_owned(),
+        );
+        let ours = (
+            20,
+            "deployment-controller --controllers=*,replicaset-controller".to_owned(),
+        );
+        assert!(check_replicaset_controllers(std::slice::from_ref(&kcm), Some(10)).is_ok());
+        assert!(check_replicaset_controllers(&[], None).is_ok());
+        assert!(check_replicaset_controllers(&[], Some(20)).is_err());
+        let err = check_replicaset_controllers(&[kcm.clone(), ours.clone()], Some(20))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("pid 10: kube-controller-manager"), "{err}");
+        assert!(check_replicaset_controllers(std::slice::from_ref(&ours), None).is_err());
     }
 
     #[test]

@@ -93,7 +93,10 @@ fn set_by_cargo_run(key: &str) -> bool {
     key.starts_with("CARGO_PKG_")
         || key.starts_with("CARGO_MANIFEST_")
         || key.starts_with("CARGO_BIN_")
-        || matches!(key, "OUT_DIR" | "CARGO_CRATE_NAME" | "CARGO_PRIMARY_PACKAGE")
+        || matches!(
+            key,
+            "OUT_DIR" | "CARGO_CRATE_NAME" | "CARGO_PRIMARY_PACKAGE"
+        )
 }
 
 /// The path of the `deployment-controller` executable in cargo's JSON messages.
@@ -499,7 +502,13 @@ mod tests {
             assert!(set_by_cargo_run(key), "{key}");
         }
         // The user's settings of cargo itself stay.
-        for key in ["CARGO", "CARGO_HOME", "CARGO_TARGET_DIR", "CARGO_INCREMENTAL", "PATH"] {
+        for key in [
+            "CARGO",
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "CARGO_INCREMENTAL",
+            "PATH",
+        ] {
             assert!(!set_by_cargo_run(key), "{key}");
         }
     }

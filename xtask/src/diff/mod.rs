@@ -4,9 +4,14 @@
 //! Two fresh local clusters side by side (`diff-up`, `diff-ours`; distinct loopback ports), each
 //! with its kube-controller-manager running without the Deployment controller. On `diff-up` a
 //! second kube-controller-manager runs only `--controllers=deployment-controller` (as
-//! `cargo xtask bench controller` runs it); on `diff-ours` our release `deployment-controller`
-//! runs. Before the scenarios, and after, each cluster is checked by process id to run exactly
-//! that one Deployment controller.
+//! `cargo xtask bench controller` runs it) and the cluster's kube-controller-manager runs the
+//! ReplicaSet controller; on `diff-ours` our release `deployment-controller` runs both
+//! controllers (`--controllers=*,replicaset-controller`) and the cluster's
+//! kube-controller-manager neither, so the whole chain Deployment → ReplicaSet → Pod is
+//! compared (`--upstream-replicasets` keeps kube-controller-manager's ReplicaSet controller on
+//! both clusters and compares the Deployment controllers alone). Before the scenarios, and
+//! after, each cluster is checked by process id to run exactly that one Deployment controller
+//! and that one ReplicaSet controller.
 //!
 //! Every scenario of `tests/diff/scenarios` (see [`scenario`]) runs in a namespace of its own on
 //! both clusters, step by step in lockstep: the step's action on both, then both settle, then
@@ -41,13 +46,13 @@ use self::compare::{Difference, INTENDED, Intended};
 use self::events::EventWatch;
 use self::observe::{Names, Observation};
 use self::scenario::{Action, Scenario, Step};
-use kctrl_cluster::plane::{self, ClusterInfo, UpOptions};
+use kctrl_cluster::plane::{self, ClusterInfo, Component, Layout, UpOptions};
 use kctrl_cluster::toolchain::{Cache, fmt_duration};
 use kctrl_cluster::versions::{Binary, Release};
-use xtask_contender::Contender;
 use xtask_contender::args::KubeVersionArg;
 use xtask_contender::fresh::{self, Fresh, FreshCluster, check_controllers};
 use xtask_contender::supervisor::{self, ControllerProcess};
+use xtask_contender::{Contender, WITH_REPLICASET_CONTROLLER};
 
 /// Default prefix of the two clusters' names: `diff-up` runs upstream's Deployment controller,
 /// `diff-ours` ours.
@@ -67,6 +72,13 @@ pub(crate) struct DiffArgs {
     /// Run only the quick subset ([`QUICK`]) that `cargo xtask test` runs.
     #[arg(long, conflicts_with = "scenarios")]
     quick: bool,
+    /// Run kube-controller-manager's ReplicaSet controller on both clusters (compare the
+    /// Deployment controllers alone); by default ours runs on `<PREFIX>-ours`.
+    #[arg(long)]
+    upstream_replicasets: bool,
+    /// Run this deployment-controller binary instead of building the release one.
+    #[arg(long, value_name = "PATH")]
+    binary: Option<PathBuf>,
     /// Leave both clusters (and the scenarios' namespaces) running at the end for inspection;
     /// the Deployment controllers are stopped either way.
     #[arg(long)]
@@ -90,8 +102,9 @@ pub(crate) struct DiffArgs {
 }
 
 /// The subset `cargo xtask test` runs (`--quick`): rollouts, undo, a stuck rollout scaled,
-/// Recreate, adoption, release with a name collision, orphaning and foreground deletion —
-/// about 4 minutes on a warm machine, against 13 for all scenarios.
+/// Recreate, adoption, release with a name collision, orphaning and foreground deletion, and of
+/// the bare ReplicaSets the deletion order of a scale-down and a released pod — about 5
+/// minutes on a warm machine.
 pub(crate) const QUICK: &[&str] = &[
     "02-image-change",
     "03-rollout-undo",
@@ -101,6 +114,8 @@ pub(crate) const QUICK: &[&str] = &[
     "13-release",
     "16-delete-orphan",
     "17-delete-foreground",
+    "24-rs-scale-down-order",
+    "26-rs-release",
 ];
 
 impl DiffArgs {
@@ -110,6 +125,8 @@ impl DiffArgs {
         DiffArgs {
             scenarios: Vec::new(),
             quick: true,
+            upstream_replicasets: false,
+            binary: None,
             keep: false,
             retries: 2,
             switch: None,
@@ -141,7 +158,10 @@ pub(crate) fn run(args: DiffArgs) -> Result<()> {
     };
     let scenarios = scenario::load_selected(&scenario_dir(), &only)?;
     let started = Instant::now();
-    let ours_binary = supervisor::build_dist()?;
+    let ours_binary = match &args.binary {
+        Some(path) => path.clone(),
+        None => supervisor::build_dist()?,
+    };
     let release = args.kube.release;
     let cache = Cache::locate(release)?;
     kctrl_cluster::toolchain::ensure_built(&cache)?;
@@ -152,10 +172,17 @@ pub(crate) fn run(args: DiffArgs) -> Result<()> {
 
     let upstream_cluster = format!("{}-up", args.name_prefix);
     let ours_cluster = format!("{}-ours", args.name_prefix);
-    let clusters = Clusters::start(&[upstream_cluster.as_str(), ours_cluster.as_str()], release)?;
+    let ours_replicasets = !args.upstream_replicasets;
+    let clusters = Clusters::start(
+        &[
+            (upstream_cluster.as_str(), true),
+            (ours_cluster.as_str(), !ours_replicasets),
+        ],
+        release,
+    )?;
     let result = (|| -> Result<Vec<ScenarioReport>> {
         let up = Side::start_upstream(&clusters.infos[0], &kcm)?;
-        let ours = Side::start_ours(&clusters.infos[1], &ours_binary)?;
+        let ours = Side::start_ours(&clusters.infos[1], &ours_binary, ours_replicasets)?;
         let mut sides = [up, ours];
         let mut reports = Vec::new();
         for s in &scenarios {
@@ -206,7 +233,7 @@ pub(crate) fn run(args: DiffArgs) -> Result<()> {
     };
     let reports = result?;
     down?;
-    let text = render(&reports, release, started.elapsed());
+    let text = render(&reports, release, ours_replicasets, started.elapsed());
     let path = out.join("report.md");
     fs::write(&path, &text).with_context(|| format!("writing {}", path.display()))?;
     print!("{text}");
@@ -239,10 +266,21 @@ fn controller_pid_file(name: &str) -> PathBuf {
     out_dir().join(format!("{name}-controller.pid"))
 }
 
+/// Who runs a cluster's ReplicaSet controller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReplicaSets {
+    /// The cluster's kube-controller-manager.
+    ClusterKcm,
+    /// Our deployment-controller ([`WITH_REPLICASET_CONTROLLER`]).
+    Ours,
+}
+
 /// One cluster of the pair and its Deployment controller.
 pub(crate) struct Side {
     /// Which controller runs.
     pub(crate) controller: Contender,
+    /// Who runs the ReplicaSet controller.
+    pub(crate) replica_sets: ReplicaSets,
     /// The cluster.
     pub(crate) info: ClusterInfo,
     /// The running Deployment controller.
@@ -441,21 +479,32 @@ fn run_steps(
 }
 
 /// Waits for the step's condition (if any) on both clusters, then until both have caught up
-/// with every Deployment's generation and showed the same snapshot for the quiet period.
+/// with every Deployment's and ReplicaSet's generation and showed the same snapshot for the quiet period.
 fn settle(step: &Step, sides: &mut [Side; 2], ns: &str) -> Result<()> {
     if let Some(w) = &step.wait {
         let deadline = Instant::now() + w.timeout;
         for side in sides.iter_mut() {
             loop {
                 let obs = side.snapshot(ns)?;
-                if obs.has_condition(&w.deployment, &w.condition, &w.status, w.reason.as_deref()) {
+                if obs.has_condition(
+                    w.replica_set,
+                    &w.object,
+                    &w.condition,
+                    &w.status,
+                    w.reason.as_deref(),
+                ) {
                     break;
                 }
                 if Instant::now() > deadline {
                     bail!(
-                        "{}: Deployment {} has no condition {}={}{} after {:?}; it shows {}",
+                        "{}: {} {} has no condition {}={}{} after {:?}; it shows {}",
                         side.controller.slug(),
-                        w.deployment,
+                        if w.replica_set {
+                            "ReplicaSet"
+                        } else {
+                            "Deployment"
+                        },
+                        w.object,
                         w.condition,
                         w.status,
                         w.reason
@@ -463,7 +512,7 @@ fn settle(step: &Step, sides: &mut [Side; 2], ns: &str) -> Result<()> {
                             .map(|r| format!(" ({r})"))
                             .unwrap_or_default(),
                         w.timeout,
-                        obs.0["deployments"][&w.deployment]["status"]["conditions"]
+                        obs.object(w.replica_set, &w.object)["status"]["conditions"]
                     );
                 }
                 thread::sleep(POLL);
@@ -498,12 +547,22 @@ fn settle(step: &Step, sides: &mut [Side; 2], ns: &str) -> Result<()> {
 }
 
 /// The report: per scenario and step, the differences (intended ones with their reason).
-fn render(reports: &[ScenarioReport], release: &Release, took: Duration) -> String {
+fn render(
+    reports: &[ScenarioReport],
+    release: &Release,
+    ours_replicasets: bool,
+    took: Duration,
+) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "# Differential run: upstream's Deployment controller vs ours\n\n\
+        "# Differential run: upstream's {} vs ours\n\n\
          Kubernetes {} (both clusters and kube-controller-manager).\n",
+        if ours_replicasets {
+            "Deployment and ReplicaSet controllers"
+        } else {
+            "Deployment controller (kube-controller-manager's ReplicaSet controller on both)"
+        },
         release.kubernetes
     );
     let failed = reports.iter().filter(|r| !r.ok()).count();
@@ -618,10 +677,17 @@ mod tests {
         let text = render(
             &reports,
             kctrl_cluster::versions::DEFAULT_RELEASE,
+            true,
             Duration::from_secs(7),
         );
         assert!(
             text.contains("\nKubernetes v1.37.2 (both clusters and kube-controller-manager).\n"),
+            "{text}"
+        );
+        assert!(
+            text.starts_with(
+                "# Differential run: upstream's Deployment and ReplicaSet controllers vs ours"
+            ),
             "{text}"
         );
         assert!(
@@ -707,6 +773,7 @@ mod tests {
             Cli::try_parse_from(["x", "--scenario", "a", "--scenario", "02-b", "--keep"]).unwrap();
         assert_eq!(cli.args.scenarios, ["a", "02-b"]);
         assert!(cli.args.keep);
+        assert!(!cli.args.upstream_replicasets);
         assert_eq!(cli.args.switch, None);
         assert_eq!(cli.args.retries, 2);
         let cli = Cli::try_parse_from(["x", "--switch", "50"]).unwrap();

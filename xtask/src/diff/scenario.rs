@@ -3,8 +3,8 @@
 //! A scenario is a small YAML document: objects to create, then steps. Each step does one thing
 //! (a `kubectl` command or objects to apply) in the scenario's namespace on both clusters, then
 //! both clusters settle (every Deployment's `observedGeneration` caught up with its `generation`
-//! and nothing observable changed for a quiet period), optionally after waiting for a
-//! Deployment condition. The file format:
+//! and every ReplicaSet's, and nothing observable changed for a quiet period), optionally after
+//! waiting for a condition of a Deployment or of a ReplicaSet without one. The file format:
 //!
 //! ```yaml
 //! description: An image change rolls out a second ReplicaSet.
@@ -22,7 +22,15 @@
 //!     wait: {deployment: web, condition: Progressing, status: "False",
 //!            reason: ProgressDeadlineExceeded, timeout: 60s}
 //!     quiet: 5s
+//!   - name: quota raised
+//!     apply: {apiVersion: v1, kind: ResourceQuota, ...}
+//!     wait: {replicaset: web, condition: ReplicaFailure, status: Absent}
 //! ```
+//!
+//! A `wait` names either a `deployment` or a `replicaset` (one without a Deployment); status
+//! `Absent` waits until the object shows no condition of that type. Pods a scenario creates
+//! itself (fixed names) are observed one by one, so adoption, release and which pods a
+//! scale-down deleted show by name.
 //!
 //! Objects carry no namespace (the runner puts each scenario in a namespace of its own), and
 //! `kubectl` commands name no namespace, kubeconfig or context for the same reason.
@@ -91,14 +99,17 @@ pub(crate) enum Action {
     Apply(Vec<Value>),
 }
 
-/// Waits until a Deployment's condition of `type` has `status` (and `reason`, if given).
+/// Waits until a Deployment's (or a ReplicaSet's) condition of `type` has `status` (and
+/// `reason`, if given).
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Wait {
-    /// The Deployment.
-    pub(crate) deployment: String,
+    /// The Deployment, or with `replica_set` the ReplicaSet.
+    pub(crate) object: String,
+    /// Whether `object` is a ReplicaSet (without a Deployment).
+    pub(crate) replica_set: bool,
     /// Condition type (`Progressing`, `Available`, `ReplicaFailure`).
     pub(crate) condition: String,
-    /// `True`, `False` or `Unknown`.
+    /// `True`, `False` or `Unknown`; `Absent` for no condition of that type.
     pub(crate) status: String,
     /// The condition's reason, if it matters.
     pub(crate) reason: Option<String>,
@@ -130,7 +141,8 @@ struct RawStep {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawWait {
-    deployment: String,
+    deployment: Option<String>,
+    replicaset: Option<String>,
     condition: String,
     status: String,
     reason: Option<String>,
@@ -272,14 +284,21 @@ pub(crate) fn parse(name: &str, text: &str) -> Result<Scenario> {
             };
             let wait = match s.wait {
                 Some(w) => {
-                    if !matches!(w.status.as_str(), "True" | "False" | "Unknown") {
+                    if !matches!(w.status.as_str(), "True" | "False" | "Unknown" | "Absent") {
                         bail!(
-                            "wait: status {:?} is not True, False or Unknown (quote it in YAML)",
+                            "wait: status {:?} is not True, False, Unknown or Absent \
+                             (quote it in YAML)",
                             w.status
                         );
                     }
+                    let (object, replica_set) = match (w.deployment, w.replicaset) {
+                        (Some(d), None) => (d, false),
+                        (None, Some(rs)) => (rs, true),
+                        _ => bail!("wait: name either a `deployment` or a `replicaset`"),
+                    };
                     Some(Wait {
-                        deployment: w.deployment,
+                        object,
+                        replica_set,
                         condition: w.condition,
                         status: w.status,
                         reason: w.reason,

@@ -5,13 +5,15 @@ use super::*;
 
 impl Clusters {
     /// Stops leftovers of earlier runs (Deployment controllers, clusters) and starts each
-    /// cluster afresh on `release`, its kube-controller-manager without a Deployment controller.
-    pub(crate) fn start(names: &[&str], release: &'static Release) -> Result<Clusters> {
-        let mut clusters = Clusters {
+    /// cluster afresh on `release`, its kube-controller-manager without a Deployment controller;
+    /// `clusters` gives each name and whether its kube-controller-manager runs its ReplicaSet
+    /// controller (otherwise ours runs, see [`Side::start_ours`]).
+    pub(crate) fn start(clusters: &[(&str, bool)], release: &'static Release) -> Result<Clusters> {
+        let mut started = Clusters {
             infos: Vec::new(),
             started: Vec::new(),
         };
-        for name in names {
+        for (name, kcm_replicasets) in clusters {
             let up = fresh::start(
                 &UpOptions {
                     name: (*name).to_owned(),
@@ -20,7 +22,7 @@ impl Clusters {
                     feature_gates: Vec::new(),
                     controller_manager_args: Vec::new(),
                     deployment_controller: false,
-                    replicaset_controller: true,
+                    replicaset_controller: *kcm_replicasets,
                     release,
                 },
                 Fresh {
@@ -30,16 +32,16 @@ impl Clusters {
             );
             match up {
                 Ok(cluster) => {
-                    clusters.infos.push(cluster.info.clone());
-                    clusters.started.push(cluster);
+                    started.infos.push(cluster.info.clone());
+                    started.started.push(cluster);
                 }
                 Err(e) => {
-                    let _ = clusters.down();
+                    let _ = started.down();
                     return Err(e);
                 }
             }
         }
-        Ok(clusters)
+        Ok(started)
     }
 
     /// Stops every cluster.
@@ -63,11 +65,13 @@ impl Clusters {
 
 impl Side {
     /// Starts upstream's Deployment controller (a second kube-controller-manager) on `info`,
-    /// after checking that none runs; then checks that it alone runs.
+    /// after checking that none runs; then checks that it alone runs. The cluster's
+    /// kube-controller-manager must run its ReplicaSet controller.
     pub(crate) fn start_upstream(info: &ClusterInfo, kcm: &Path) -> Result<Side> {
         let log = controller_pid_file(&info.name).with_extension("log");
         let mut side = Side {
             controller: Contender::Upstream,
+            replica_sets: ReplicaSets::ClusterKcm,
             info: info.clone(),
             process: None,
             names: Names::default(),
@@ -80,11 +84,18 @@ impl Side {
     }
 
     /// Starts our release `deployment-controller` on `info` (with deploy/'s RBAC), after
-    /// checking that none runs; then checks that it alone runs.
-    pub(crate) fn start_ours(info: &ClusterInfo, binary: &Path) -> Result<Side> {
+    /// checking that none runs; then checks that it alone runs. With `replicaset` it runs our
+    /// ReplicaSet controller too ([`WITH_REPLICASET_CONTROLLER`]), and the cluster's
+    /// kube-controller-manager must run none; without, the cluster's must run its own.
+    pub(crate) fn start_ours(info: &ClusterInfo, binary: &Path, replicaset: bool) -> Result<Side> {
         let log = controller_pid_file(&info.name).with_extension("log");
         let mut side = Side {
             controller: Contender::Ours,
+            replica_sets: if replicaset {
+                ReplicaSets::Ours
+            } else {
+                ReplicaSets::ClusterKcm
+            },
             info: info.clone(),
             process: None,
             names: Names::default(),
@@ -92,11 +103,15 @@ impl Side {
         };
         side.check_none()?;
         xtask_contender::rbac::grant_deploy_rbac(&info.kubectl, &info.admin_kubeconfig)?;
+        let mut args = vec!["--secure-port", "0"];
+        if replicaset {
+            args.push(WITH_REPLICASET_CONTROLLER);
+        }
         side.process = Some(supervisor::start(
             binary,
             &info.controller_kubeconfig,
             &log,
-            &["--secure-port", "0"],
+            &args,
         )?);
         side.check_alone()?;
         Ok(side)
@@ -106,9 +121,36 @@ impl Side {
         fresh::deployment_controllers(&self.info.dir)
     }
 
-    /// No Deployment controller runs against the cluster.
+    /// The pid of the cluster's kube-controller-manager.
+    fn cluster_kcm(&self) -> Option<u32> {
+        kctrl_cluster::process::read_pid_file(
+            &Layout::at(&self.info.dir).pid_file(Component::ControllerManager),
+        )
+        .filter(|r| r.is_running())
+        .map(|r| r.pid)
+    }
+
+    /// Exactly the expected ReplicaSet controller runs: the cluster's kube-controller-manager,
+    /// or ours (`ours`: our process's pid, `None` before it starts).
+    fn check_replicasets(&self, ours: Option<u32>) -> Result<()> {
+        let expected = match self.replica_sets {
+            ReplicaSets::ClusterKcm => Some(
+                self.cluster_kcm()
+                    .context("the cluster's kube-controller-manager does not run")?,
+            ),
+            ReplicaSets::Ours => ours,
+        };
+        fresh::check_replicaset_controllers(
+            &fresh::replicaset_controllers(&self.info.dir),
+            expected,
+        )
+    }
+
+    /// No Deployment controller runs against the cluster, and no ReplicaSet controller but the
+    /// cluster's kube-controller-manager's if it is to run one.
     pub(crate) fn check_none(&self) -> Result<()> {
         check_controllers(Contender::Ours, &self.running(), 0, None)
+            .and_then(|()| self.check_replicasets(None))
             .with_context(|| format!("cluster {}", self.info.name))
     }
 
@@ -122,12 +164,18 @@ impl Side {
             }
             (_, pid) => check_controllers(Contender::Ours, &found, 0, pid),
         }
+        .and_then(|()| self.check_replicasets(pid))
         .with_context(|| format!("cluster {}", self.info.name))?;
         eprintln!(
-            "==> {}: the only Deployment controller is {} (pid {})",
+            "==> {}: the only Deployment controller is {} (pid {}); the only ReplicaSet \
+             controller {}",
             self.info.name,
             self.controller_name(),
-            pid.unwrap_or(0)
+            pid.unwrap_or(0),
+            match self.replica_sets {
+                ReplicaSets::ClusterKcm => "the cluster's kube-controller-manager's",
+                ReplicaSets::Ours => "ours",
+            }
         );
         Ok(())
     }

@@ -207,7 +207,7 @@ pub(crate) fn run(n: usize, keep: bool, release: &'static Release) -> Result<()>
     let kcm = cache.binary(Binary::KubeControllerManager);
     let out = out_dir();
     fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    let clusters = Clusters::start(&[CLUSTER], release)?;
+    let clusters = Clusters::start(&[(CLUSTER, true)], release)?;
     let info = clusters.infos[0].clone();
     let result = (|| -> Result<String> {
         let up = Side::start_upstream(&info, &kcm)?;
@@ -236,7 +236,7 @@ pub(crate) fn run(n: usize, keep: bool, release: &'static Release) -> Result<()>
         let before = wait_quiet(&up)?;
         up.stop()?;
 
-        let ours = Side::start_ours(&info, &ours_binary)?;
+        let ours = Side::start_ours(&info, &ours_binary, false)?;
         let t = Instant::now();
         let after = wait_quiet(&ours)?;
         let to_ours = churn(&objects(&before), &objects(&after));

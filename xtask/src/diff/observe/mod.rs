@@ -20,7 +20,7 @@
 //! [`super::events`]), each version counting; an aggregated event (an event recorder's
 //! `(combined from similar events): …`) counts as the message it carries.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value, json};
 
@@ -44,6 +44,10 @@ pub(crate) struct Names {
     hashes: BTreeMap<String, String>,
     /// Labels handed out per name prefix.
     counters: BTreeMap<String, usize>,
+    /// Names of ReplicaSets not named after their pod-template-hash (a scenario's own, kept as
+    /// they are):
+    /// the random suffix of their pods' names is replaced.
+    bare: BTreeSet<String>,
 }
 
 impl Names {
@@ -83,6 +87,15 @@ impl Names {
                 .entry(hash)
                 .or_insert_with(|| format!("<{prefix}:hash{k}>"));
         }
+        // Names not made of a prefix and the pod-template-hash (a scenario's own, also one
+        // labelled with a hash of its choosing) stay as they are.
+        for rs in replica_sets {
+            if let Some(name) = rs.pointer("/metadata/name").and_then(Value::as_str)
+                && !self.replica_sets.contains_key(name)
+            {
+                self.bare.insert(name.to_owned());
+            }
+        }
     }
 
     /// `text` with every known generated name and hash replaced by its label (longest first,
@@ -97,7 +110,11 @@ impl Names {
                 out = out.replace(from.as_str(), to);
             }
         }
-        pod_suffixes(&out)
+        let mut out = pod_suffixes(&out);
+        for name in &self.bare {
+            out = bare_pod_suffixes(&out, name);
+        }
+        out
     }
 
     /// `value` with [`Names::apply`] applied to every string and object key.
@@ -136,6 +153,36 @@ fn pod_suffixes(text: &str) -> String {
             .rfind('<')
             .is_some_and(|open| head[open..].contains(":rs"));
         if labelled && suffix.len() == POD_SUFFIX_LEN {
+            out.push_str("<pod>");
+            rest = &tail[POD_SUFFIX_LEN..];
+        } else {
+            rest = tail;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `text` with the random suffix of every pod name generated from ReplicaSet `name` (a whole
+/// word `<name>-x7k2p`) replaced by `<pod>`.
+fn bare_pod_suffixes(text: &str, name: &str) -> String {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '.';
+    let needle = format!("{name}-");
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(&needle) {
+        let starts_word = rest[..at]
+            .chars()
+            .last()
+            .or_else(|| out.chars().last())
+            .is_none_or(|c| !word(c));
+        let (head, tail) = rest.split_at(at + needle.len());
+        out.push_str(head);
+        let suffix: String = tail.chars().take_while(|c| word(*c)).collect();
+        if starts_word
+            && suffix.len() == POD_SUFFIX_LEN
+            && suffix.chars().all(|c| c.is_ascii_alphanumeric())
+        {
             out.push_str("<pod>");
             rest = &tail[POD_SUFFIX_LEN..];
         } else {
@@ -304,6 +351,7 @@ impl Observation {
             }
         }
         let mut pods: BTreeMap<String, u64> = BTreeMap::new();
+        let mut named = Map::new();
         for p in of_kind("Pod") {
             let owner = controller_of(p)
                 .map(|(k, n)| format!("{k} {}", names.apply(&n)))
@@ -312,32 +360,63 @@ impl Observation {
                 .as_array()
                 .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
                 .is_some_and(|c| c["status"] == "True");
+            let phase = p["status"]["phase"].as_str().unwrap_or("no phase");
+            let deleting = p["metadata"].get("deletionTimestamp").is_some();
+            // A pod the scenario named itself is shown on its own: which of them an adoption,
+            // a release or a scale-down chose is what differs if anything does.
+            if p["metadata"].get("generateName").is_none()
+                && let Some(name) = p["metadata"]["name"].as_str()
+            {
+                named.insert(
+                    name.to_owned(),
+                    json!({
+                        "owner": owner, "phase": phase, "ready": ready, "deleting": deleting,
+                        "labels": p["metadata"]["labels"],
+                        "ownerReferences": names.apply_value(&owners(p)),
+                    }),
+                );
+                continue;
+            }
             let key = format!(
-                "{owner}, {}{}{}",
-                p["status"]["phase"].as_str().unwrap_or("no phase"),
+                "{owner}, {phase}{}{}",
                 if ready { ", ready" } else { "" },
-                if p["metadata"].get("deletionTimestamp").is_some() {
-                    ", deleting"
-                } else {
-                    ""
-                }
+                if deleting { ", deleting" } else { "" }
             );
             *pods.entry(key).or_default() += 1;
         }
         let deployments = names.apply_value(&Value::Object(deployments));
-        Observation(json!({
+        let mut out = json!({
             "deployments": deployments,
             "replicaSetsWithoutDeployment": orphans,
             "pods": pods,
-        }))
+        });
+        if !named.is_empty() {
+            out["namedPods"] = Value::Object(named);
+        }
+        Observation(out)
     }
 
-    /// Whether every Deployment's `status.observedGeneration` has caught up.
+    /// Whether every Deployment's and every ReplicaSet's `status.observedGeneration` has caught
+    /// up (but for ReplicaSets being deleted).
     pub(crate) fn generations_observed(&self) -> bool {
-        self.0["deployments"].as_object().is_none_or(|ds| {
+        let caught_up = |o: &Value| {
+            o["deleting"] == true
+                || o["status"]["observedGeneration"].as_i64() >= o["generation"].as_i64()
+        };
+        let deployments = self.0["deployments"].as_object();
+        let owned = deployments
+            .into_iter()
+            .flat_map(|ds| ds.values())
+            .filter_map(|d| d["replicaSets"].as_object())
+            .flat_map(|rss| rss.values());
+        let bare = self.0["replicaSetsWithoutDeployment"]
+            .as_object()
+            .into_iter()
+            .flat_map(|rss| rss.values());
+        deployments.is_none_or(|ds| {
             ds.values()
                 .all(|d| d["status"]["observedGeneration"].as_i64() >= d["generation"].as_i64())
-        })
+        }) && owned.chain(bare).all(caught_up)
     }
 
     /// Names of the Deployments.
@@ -348,20 +427,37 @@ impl Observation {
             .unwrap_or_default()
     }
 
-    /// Whether Deployment `name` has condition `type` with `status` (and `reason`).
+    /// Whether Deployment `name` (or, with `replica_set`, ReplicaSet `name` without a
+    /// Deployment) has condition `type` with `status` (and `reason`); status `Absent`: it has
+    /// no such condition.
     pub(crate) fn has_condition(
         &self,
+        replica_set: bool,
         name: &str,
         type_: &str,
         status: &str,
         reason: Option<&str>,
     ) -> bool {
-        let c = &self.0["deployments"][name]["status"]["conditions"][type_];
+        let object = self.object(replica_set, name);
+        let c = &object["status"]["conditions"][type_];
+        if status == "Absent" {
+            return !object.is_null() && c.is_null();
+        }
         c["status"] == status && reason.is_none_or(|r| c["reason"] == r)
     }
 
+    /// Deployment `name`, or with `replica_set` ReplicaSet `name` without a Deployment
+    /// (`null` if there is none).
+    pub(crate) fn object(&self, replica_set: bool, name: &str) -> &Value {
+        if replica_set {
+            &self.0["replicaSetsWithoutDeployment"][name]
+        } else {
+            &self.0["deployments"][name]
+        }
+    }
+
     /// Adds `events` (every version of every event seen, in any order, repeats allowed) to
-    /// their Deployments, as a map from `"<type> <reason> from <component>: <message>"` to the
+    /// their Deployments and ReplicaSets, as a map from `"<type> <reason> from <component>: <message>"` to the
     /// number of occurrences (an event's highest `count` under that message, summed over
     /// events; only which lines appear is compared). An aggregate's message counts as the
     /// message it carries: which messages an event recorder folds into an aggregate is random.
@@ -370,13 +466,15 @@ impl Observation {
         events: impl IntoIterator<Item = &'a Value>,
         names: &Names,
     ) {
-        // (Deployment, line) -> event uid (or name) -> highest count.
-        let mut counts: BTreeMap<(String, String), BTreeMap<String, u64>> = BTreeMap::new();
+        // (kind, object, line) -> event uid (or name) -> highest count.
+        type Key = (String, String, String);
+        let mut counts: BTreeMap<Key, BTreeMap<String, u64>> = BTreeMap::new();
         for e in events {
-            if e["involvedObject"]["kind"] != "Deployment" {
+            let kind = e["involvedObject"]["kind"].as_str().unwrap_or_default();
+            if kind != "Deployment" && kind != "ReplicaSet" {
                 continue;
             }
-            let owner = e["involvedObject"]["name"].as_str().unwrap_or_default();
+            let owner = names.apply(e["involvedObject"]["name"].as_str().unwrap_or_default());
             let from = e["source"]["component"]
                 .as_str()
                 .filter(|s| !s.is_empty())
@@ -396,24 +494,40 @@ impl Observation {
                 .to_owned();
             let count = e["count"].as_u64().unwrap_or(1).max(1);
             let highest = counts
-                .entry((owner.to_owned(), line))
+                .entry((kind.to_owned(), owner, line))
                 .or_default()
                 .entry(id)
                 .or_default();
             *highest = (*highest).max(count);
         }
-        let mut by_deployment: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
-        for ((owner, line), per_event) in counts {
-            by_deployment
-                .entry(owner)
+        let mut by_object: BTreeMap<(String, String), BTreeMap<String, u64>> = BTreeMap::new();
+        for ((kind, owner, line), per_event) in counts {
+            by_object
+                .entry((kind, owner))
                 .or_default()
                 .insert(line, per_event.values().sum());
         }
-        for (name, events) in by_deployment {
-            if let Some(d) = self.0["deployments"].get_mut(&name) {
-                d["events"] = json!(events);
+        for ((kind, name), events) in by_object {
+            let events = json!(events);
+            if kind == "Deployment" {
+                if let Some(d) = self.0["deployments"].get_mut(&name) {
+                    d["events"] = events;
+                } else {
+                    self.0["eventsOfDeletedDeployments"][&name] = events;
+                }
+                continue;
+            }
+            let owned = self.0["deployments"]
+                .as_object_mut()
+                .into_iter()
+                .flat_map(|ds| ds.values_mut())
+                .find_map(|d| d["replicaSets"].get_mut(&name));
+            if let Some(rs) = owned {
+                rs["events"] = events;
+            } else if let Some(rs) = self.0["replicaSetsWithoutDeployment"].get_mut(&name) {
+                rs["events"] = events;
             } else {
-                self.0["eventsOfDeletedDeployments"][&name] = json!(events);
+                self.0["eventsOfDeletedReplicaSets"][&name] = events;
             }
         }
     }
@@ -427,202 +541,4 @@ impl Observation {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rs(name: &str, hash: &str, revision: &str, owner: Option<&str>, replicas: i64) -> Value {
-        let mut v = json!({
-            "kind": "ReplicaSet",
-            "metadata": {
-                "name": name, "uid": "u-1", "resourceVersion": "77", "generation": 1,
-                "creationTimestamp": "2026-01-01T00:00:00Z",
-                "labels": {"app": "web", "pod-template-hash": hash},
-                "annotations": {"deployment.kubernetes.io/revision": revision},
-            },
-            "spec": {"replicas": replicas, "selector": {"matchLabels": {"pod-template-hash": hash}},
-                     "template": {"metadata": {"labels": {"pod-template-hash": hash}}}},
-            "status": {"replicas": replicas},
-        });
-        if let Some(o) = owner {
-            v["metadata"]["ownerReferences"] =
-                json!([{"kind": "Deployment", "name": o, "uid": "x", "controller": true}]);
-        }
-        v
-    }
-
-    fn deploy(message: &str) -> Value {
-        json!({
-            "kind": "Deployment",
-            "metadata": {"name": "web", "generation": 2, "uid": "d",
-                         "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}",
-                                         "deployment.kubernetes.io/revision": "2"}},
-            "spec": {"replicas": 2, "template": {"metadata": {"annotations":
-                {"kubectl.kubernetes.io/restartedAt": "2026-11-26T13:00:00Z"}}}},
-            "status": {"observedGeneration": 2, "conditions": [
-                {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
-                 "lastUpdateTime": "t1", "lastTransitionTime": "t2", "message": "ok"},
-                {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable",
-                 "lastUpdateTime": "t3", "message": message}]},
-        })
-    }
-
-    fn list(items: Vec<Value>) -> Value {
-        json!({ "items": items })
-    }
-
-    #[test]
-    fn generated_names_and_hashes_get_the_same_labels_on_both_clusters() {
-        // The same rollout with different hash functions.
-        let up = list(vec![
-            deploy("ReplicaSet \"web-7d9f8c6b5\" has successfully progressed."),
-            rs("web-7d9f8c6b5", "7d9f8c6b5", "2", Some("web"), 2),
-            rs("web-55c4d9bb4", "55c4d9bb4", "1", Some("web"), 0),
-        ]);
-        let ours = list(vec![
-            deploy("ReplicaSet \"web-bx2v8\" has successfully progressed."),
-            rs("web-q9zz4", "q9zz4", "1", Some("web"), 0),
-            rs("web-bx2v8", "bx2v8", "2", Some("web"), 2),
-        ]);
-        let (mut n_up, mut n_ours) = (Names::default(), Names::default());
-        let a = Observation::from_list(&up, &mut n_up);
-        let b = Observation::from_list(&ours, &mut n_ours);
-        assert_eq!(a, b);
-        let d = &a.0["deployments"]["web"];
-        let rs2 = &d["replicaSets"]["<web:rs2>"];
-        assert_eq!(rs2["labels"]["pod-template-hash"], "<web:hash2>");
-        assert_eq!(rs2["spec"]["replicas"], 2);
-        assert_eq!(
-            d["status"]["conditions"]["Progressing"]["message"],
-            "ReplicaSet \"<web:rs2>\" has successfully progressed."
-        );
-        assert_eq!(
-            d["status"]["conditionOrder"],
-            json!(["Available", "Progressing"])
-        );
-        // Volatile fields are gone.
-        let text = a.0.to_string();
-        for gone in [
-            "uid",
-            "resourceVersion",
-            "lastUpdateTime",
-            "last-applied",
-            "13:00:00",
-        ] {
-            assert!(!text.contains(gone), "{gone} in {text}");
-        }
-        assert_eq!(
-            d["spec"]["template"]["metadata"]["annotations"][RESTARTED_AT],
-            "<time>"
-        );
-        assert!(a.generations_observed());
-        assert!(a.has_condition("web", "Progressing", "True", Some("NewReplicaSetAvailable")));
-        assert!(!a.has_condition("web", "Progressing", "False", None));
-
-        // A later ReplicaSet continues the count; an orphan keeps its label after release.
-        let later = list(vec![
-            rs("web-q9zz4", "q9zz4", "3", None, 0),
-            rs("web-hh4k2", "hh4k2", "4", Some("web"), 1),
-        ]);
-        let c = Observation::from_list(&later, &mut n_ours);
-        assert!(c.0["replicaSetsWithoutDeployment"]["<web:rs1>"].is_object());
-        // Its owner is gone from the list, so it counts as without a Deployment too.
-        assert!(c.0["replicaSetsWithoutDeployment"]["<web:rs3>"].is_object());
-        assert!(c.0["deployments"].as_object().unwrap().is_empty());
-    }
-
-    #[test]
-    fn events_are_attached_to_their_deployment_with_names_replaced() {
-        let mut names = Names::default();
-        let mut obs = Observation::from_list(
-            &list(vec![
-                deploy("m"),
-                rs("web-abc12", "abc12", "1", Some("web"), 1),
-            ]),
-            &mut names,
-        );
-        let events = [
-            json!({"involvedObject": {"kind": "Deployment", "name": "web"}, "type": "Normal",
-                   "metadata": {"uid": "a"},
-                   "reason": "ScalingReplicaSet", "count": 2, "source": {"component": "deployment-controller"},
-                   "message": "Scaled up replica set web-abc12 from 0 to 1"}),
-            // The same event seen again with a higher count, and an event of its own.
-            json!({"involvedObject": {"kind": "Deployment", "name": "web"}, "type": "Normal",
-                   "metadata": {"uid": "a"},
-                   "reason": "ScalingReplicaSet", "count": 3, "source": {"component": "deployment-controller"},
-                   "message": "Scaled up replica set web-abc12 from 0 to 1"}),
-            json!({"involvedObject": {"kind": "Deployment", "name": "web"}, "type": "Normal",
-                   "metadata": {"uid": "b"},
-                   "reason": "ScalingReplicaSet", "reportingComponent": "deployment-controller",
-                   "message": "Scaled up replica set web-abc12 from 0 to 1"}),
-            json!({"involvedObject": {"kind": "ReplicaSet", "name": "web-abc12"}, "type": "Normal",
-                   "reason": "SuccessfulCreate", "message": "x"}),
-            json!({"involvedObject": {"kind": "Deployment", "name": "gone"}, "type": "Normal",
-                   "reason": "R", "message": "m"}),
-            // An aggregate seen with two messages: both count.
-            json!({"involvedObject": {"kind": "Deployment", "name": "web"}, "type": "Normal",
-                   "metadata": {"uid": "c"},
-                   "reason": "ScalingReplicaSet", "count": 4, "source": {"component": "c"},
-                   "message": "(combined from similar events): Scaled down replica set web-abc12 from 3 to 2"}),
-            json!({"involvedObject": {"kind": "Deployment", "name": "web"}, "type": "Normal",
-                   "metadata": {"uid": "c"},
-                   "reason": "ScalingReplicaSet", "count": 5, "source": {"component": "c"},
-                   "message": "(combined from similar events): Scaled down replica set web-abc12 from 2 to 1"}),
-        ];
-        obs.add_events(&events, &names);
-        assert_eq!(
-            obs.0["deployments"]["web"]["events"],
-            json!({
-                "Normal ScalingReplicaSet from deployment-controller: Scaled up replica set <web:rs1> from 0 to 1": 4,
-                "Normal ScalingReplicaSet from c: Scaled down replica set <web:rs1> from 3 to 2": 4,
-                "Normal ScalingReplicaSet from c: Scaled down replica set <web:rs1> from 2 to 1": 5,
-            })
-        );
-        assert_eq!(
-            obs.0["eventsOfDeletedDeployments"]["gone"],
-            json!({"Normal R from : m": 1})
-        );
-        obs.add_rollout("web", "history", "REVISION\n1 web-abc12\n", &names);
-        assert_eq!(
-            obs.0["deployments"]["web"]["rollout history"],
-            "REVISION\n1 <web:rs1>"
-        );
-    }
-
-    #[test]
-    fn pod_names_lose_their_random_suffix() {
-        let mut names = Names::default();
-        names.learn(&[&rs("web-abc12", "abc12", "1", None, 1)]);
-        assert_eq!(
-            names.apply("pods \"web-abc12-x7k2p\" is forbidden; web-abc12-toolong stays"),
-            "pods \"<web:rs1>-<pod>\" is forbidden; <web:rs1>-toolong stays"
-        );
-        assert_eq!(pod_suffixes("<other>-x7k2p, a>-b"), "<other>-x7k2p, a>-b");
-    }
-
-    #[test]
-    fn pods_are_counted_by_owner_and_state() {
-        let mut names = Names::default();
-        let pod = |owner: &str, ready: &str, deleting: bool| {
-            let mut p = json!({"kind": "Pod", "metadata": {"name": format!("{owner}-zzzzz"),
-                "ownerReferences": [{"kind": "ReplicaSet", "name": owner, "controller": true}]},
-                "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": ready}]}});
-            if deleting {
-                p["metadata"]["deletionTimestamp"] = json!("t");
-            }
-            p
-        };
-        let obs = Observation::from_list(
-            &list(vec![
-                rs("web-abc12", "abc12", "1", None, 2),
-                pod("web-abc12", "True", false),
-                pod("web-abc12", "True", false),
-                pod("web-abc12", "False", true),
-            ]),
-            &mut names,
-        );
-        assert_eq!(
-            obs.0["pods"],
-            json!({"ReplicaSet <web:rs1>, Running, ready": 2, "ReplicaSet <web:rs1>, Running, deleting": 1})
-        );
-    }
-}
+mod tests;
