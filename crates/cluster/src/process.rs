@@ -330,7 +330,8 @@ pub fn runs_controller(args: &[String], kind: Workload) -> bool {
 
 /// Processes whose command line names a file of `cluster_dir` and passes `runs`.
 fn controllers(cluster_dir: &Path, runs: fn(&[String]) -> bool) -> Vec<(u32, String)> {
-    let marker = cluster_dir.display().to_string();
+    // With the separator: cluster `dev` must not match the files of cluster `dev-2`.
+    let marker = format!("{}/", cluster_dir.display());
     let Ok(entries) = fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -364,7 +365,7 @@ pub fn pid_file(run_dir: &Path, component: &str) -> PathBuf {
 pub fn runs_deployment_controller(args: &[String]) -> bool {
     match program(args) {
         // Both enable it by `*`, their default.
-        Program::KubeControllerManager | Program::Ours => {
+        Program::KubeControllerManager | Program::Ours(_) => {
             enabled(args, "deployment-controller", "deployment")
         }
         Program::Other => false,
@@ -378,7 +379,7 @@ pub fn runs_deployment_controller(args: &[String]) -> bool {
 pub fn runs_replicaset_controller(args: &[String]) -> bool {
     match program(args) {
         Program::KubeControllerManager => enabled(args, "replicaset-controller", "replicaset"),
-        Program::Ours => first_naming(args, "replicaset-controller", "replicaset") == Some(true),
+        Program::Ours(_) => first_naming(args, "replicaset-controller", "replicaset") == Some(true),
         Program::Other => false,
     }
 }
@@ -386,7 +387,8 @@ pub fn runs_replicaset_controller(args: &[String]) -> bool {
 /// Which controller program a command line runs.
 enum Program {
     KubeControllerManager,
-    Ours,
+    /// Our binary, at this index of the command line (after a wrapper's arguments, if any).
+    Ours(usize),
     Other,
 }
 
@@ -403,21 +405,25 @@ fn program(args: &[String]) -> Program {
     {
         return Program::KubeControllerManager;
     }
-    if args
+    match args
         .iter()
-        .filter(|a| !a.starts_with('-'))
-        .any(|a| file_name(a) == "deployment-controller")
+        .position(|a| !a.starts_with('-') && file_name(a) == "deployment-controller")
     {
-        return Program::Ours;
+        Some(at) => Program::Ours(at),
+        None => Program::Other,
     }
-    Program::Other
 }
 
 /// The entries of every `--controllers` flag, in order (a repeated flag adds to the list), if
 /// any.
 fn controllers_flag(args: &[String]) -> Option<String> {
+    // The program's own flags: after ours when a wrapper (valgrind, env) runs it.
+    let first = match program(args) {
+        Program::Ours(at) => at + 1,
+        Program::KubeControllerManager | Program::Other => 1,
+    };
     let mut controllers: Option<Vec<String>> = None;
-    let mut it = args.iter().skip(1);
+    let mut it = args.iter().skip(first);
     while let Some(a) = it.next() {
         let value = if let Some(v) = a.strip_prefix("--controllers=") {
             v.to_owned()

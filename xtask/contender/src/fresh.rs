@@ -54,14 +54,22 @@ pub fn stop_leftovers(name: &str) -> Result<()> {
     let layout = Layout::new(name);
     let cluster_kcm = process::read_pid_file(&layout.pid_file(Component::ControllerManager))
         .map(|record| record.pid);
-    let mut leftovers = deployment_controllers(&layout.dir);
-    for found in process::controllers_of(&layout.dir, process::Workload::ReplicaSet) {
+    let mut leftovers: Vec<(u32, String)> = Vec::new();
+    let found = deployment_controllers(&layout.dir)
+        .into_iter()
+        .chain(process::controllers_of(
+            &layout.dir,
+            process::Workload::ReplicaSet,
+        ));
+    for found in found {
         if Some(found.0) != cluster_kcm && !leftovers.iter().any(|(pid, _)| *pid == found.0) {
             leftovers.push(found);
         }
     }
     if !leftovers.is_empty() {
-        eprintln!("==> stopping Deployment controllers left by an earlier run: {leftovers:?}");
+        eprintln!(
+            "==> stopping Deployment/ReplicaSet controllers left by an earlier run: {leftovers:?}"
+        );
         let pids: Vec<u32> = leftovers.iter().map(|(pid, _)| *pid).collect();
         process::stop_all(&[], &pids, STOP_GRACE)?;
     }

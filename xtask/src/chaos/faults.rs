@@ -40,6 +40,10 @@ impl Run<'_> {
             .converge()
             .await
             .with_context(|| format!("after the phase '{name}'"))?;
+        // A `replicaset-pods` peak of the phase's last moments is judged only once it is
+        // SETTLE_AFTER old: wait that long so it counts in this phase, not the next (or, after
+        // the last phase, in the total only).
+        tokio::time::sleep(super::run::SETTLE_AFTER).await;
         let outcome = PhaseOutcome {
             name,
             injected,

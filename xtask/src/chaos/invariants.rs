@@ -36,7 +36,12 @@
 //!   report counts those episodes for information. What a correct ReplicaSet controller never
 //!   does is create Pods beyond what one ReplicaSet asked for: its expectations hold further
 //!   creates until the creates in flight are seen. A duplicate create (a sync acting on a
-//!   cache that misses its own creates, or expectations lowered too early) breaks it. The
+//!   cache that misses its own creates, or expectations lowered too early) breaks it when it
+//!   takes the ReplicaSet above its highest spec: one made at the ReplicaSet's final size
+//!   (every Recreate, the last step of a rolling scale-up, any scale of a ReplicaSet that only
+//!   grows once). A duplicate at an intermediate step of a rolling scale-up (spec 1 of 3)
+//!   stays within the later peak and is not caught: catching it needs the spec of the moment,
+//!   by the two streams' revisions, which the check does not compare. The
 //!   check reads two streams, so it is lag-proof by construction: the Pod stream gives each
 //!   ReplicaSet's peak of active Pods (a state that existed), the ReplicaSet stream its peak
 //!   `spec.replicas`; they are compared only once the Pod peak is a few seconds old (time for

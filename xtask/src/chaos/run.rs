@@ -7,7 +7,7 @@ use super::*;
 /// How old a `replicaset-pods` peak must be before a phase's count judges it: time for the
 /// independent watch's ReplicaSet stream to show a scale-up its Pod stream has already shown
 /// the Pods of (each stream is ordered, the two are not ordered with each other).
-const SETTLE_AFTER: Duration = Duration::from_secs(5);
+pub(super) const SETTLE_AFTER: Duration = Duration::from_secs(5);
 
 impl<'a> Run<'a> {
     pub(super) async fn start(

@@ -1,6 +1,7 @@
 //! The measurement: per round and size phases a-d for each side in a fresh namespace, then
 //! phase e at rest.
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -288,7 +289,8 @@ async fn measure_at_rest(
                 }
                 if first_write.is_none() {
                     let now = c.spawned().elapsed().as_secs_f64();
-                    if written(env, &replica_sets, &pods, &selector).await? > before {
+                    let now_written = written(env, &replica_sets, &pods, &selector).await?;
+                    if now_written.difference(&before).next().is_some() {
                         first_write = Some(now);
                     }
                 }
@@ -343,19 +345,36 @@ async fn measure_at_rest(
     Ok(())
 }
 
-/// What the first write of a freshly started side makes visible, counted for the Deployment
-/// `selector` selects: its ReplicaSets (the Deployment controller's first write is the new
+/// What the first write of a freshly started side makes visible, for the Deployment `selector`
+/// selects: the uids of its ReplicaSets (the Deployment controller's first write is the new
 /// one), or, when only the ReplicaSet controller is measured (the cluster's Deployment
-/// controller made the new ReplicaSet already), its Pods.
+/// controller made the new ReplicaSet already), of its Pods: a uid not there before is the
+/// first create, whether or not a deletion of an old Pod came first.
 async fn written(
     env: &Env,
     replica_sets: &Api<ReplicaSet>,
     pods: &Api<Pod>,
     selector: &ListParams,
-) -> Result<usize> {
+) -> Result<BTreeSet<String>> {
+    let uids = |items: Vec<Option<String>>| items.into_iter().flatten().collect();
     Ok(if env.measured == Measured::Replicaset {
-        pods.list(selector).await?.items.len()
+        uids(
+            pods.list(selector)
+                .await?
+                .items
+                .into_iter()
+                .map(|p| p.metadata.uid)
+                .collect(),
+        )
     } else {
-        replica_sets.list(selector).await?.items.len()
+        uids(
+            replica_sets
+                .list(selector)
+                .await?
+                .items
+                .into_iter()
+                .map(|rs| rs.metadata.uid)
+                .collect(),
+        )
     })
 }

@@ -444,8 +444,9 @@ the end of the phase. Writes: create/update/patch/delete requests of the control
 the apiserver's audit log (Metadata level for the controller identities only).\n",
         sides = sides_method(settings, machine),
         first_write = if settings.measured == super::Measured::Replicaset {
-            "first Pod of the changed Deployment's new ReplicaSet (which the cluster's Deployment \
-             controller made while no ReplicaSet controller ran)"
+            "first Pod created for the changed Deployment (a uid not listed before the change; \
+             the cluster's Deployment controller made the new ReplicaSet while no ReplicaSet \
+             controller ran)"
         } else {
             "changed Deployment's new ReplicaSet (its first write)"
         },
