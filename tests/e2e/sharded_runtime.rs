@@ -130,15 +130,20 @@ async fn three_replicas_split_the_gadgets_and_hand_a_range_over() {
         .into_iter()
         .map(|id| Replica::start(&client, &leases_ns.name, id))
         .collect();
+    // Every bucket held once is not yet the three-way split: the first two replicas may hold
+    // them all before the third has joined. Each replica is ready once it is in the split.
     let deadline = tokio::time::Instant::now() + TIMEOUT;
-    while !split_in_force(&replicas) {
+    while !(split_in_force(&replicas) && replicas.iter().all(|r| r.sharding.is_ready())) {
         assert!(
             tokio::time::Instant::now() < deadline,
-            "the split never came into force"
+            "the split never came into force with every replica ready: {:?}",
+            replicas
+                .iter()
+                .map(|r| r.sharding.ready_check().err().map(|e| e.to_string()))
+                .collect::<Vec<_>>()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    assert!(replicas.iter().all(|r| r.sharding.is_ready()));
 
     // Two namespaces per replica. Names differing only at their end hash close together
     // (FNV-1a): a random prefix spreads them.
