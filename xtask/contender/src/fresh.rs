@@ -162,15 +162,7 @@ pub fn check_controllers(
                 (Contender::Ours, Some(pid)) => format!("our deployment-controller (pid {pid})"),
                 (Contender::Ours, None) => "none yet".to_owned(),
             },
-            if found.is_empty() {
-                "none".to_owned()
-            } else {
-                found
-                    .iter()
-                    .map(|(pid, cmd)| format!("pid {pid}: {cmd}"))
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            }
+            describe_found(found)
         ),
     }
 }
@@ -201,15 +193,7 @@ pub fn check_replicaset_controllers(found: &[(u32, String)], expected: Option<u3
                 Some(pid) => format!("pid {pid} alone"),
                 None => "none".to_owned(),
             },
-            if found.is_empty() {
-                "none".to_owned()
-            } else {
-                found
-                    .iter()
-                    .map(|(pid, cmd)| format!("pid {pid}: {cmd}"))
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            }
+            describe_found(found)
         ),
     }
 }
@@ -261,6 +245,18 @@ pub fn dismiss_reaper(reaper: Option<Child>) {
         let _ = r.kill();
         let _ = r.wait();
     }
+}
+
+/// The processes found, for an error message: `pid N: command line; …`, or `none`.
+fn describe_found(found: &[(u32, String)]) -> String {
+    if found.is_empty() {
+        return "none".to_owned();
+    }
+    found
+        .iter()
+        .map(|(pid, cmd)| format!("pid {pid}: {cmd}"))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 #[cfg(test)]
