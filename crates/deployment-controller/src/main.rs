@@ -400,6 +400,61 @@ fn cache_dump(factory: SharedInformerFactory) -> serve::CacheDump {
     })
 }
 
+/// The API clients of the process, one per user as kube-controller-manager has them: each
+/// waits on a token bucket of its own (`--kube-api-qps`, `--kube-api-burst`) and names its
+/// user in the `User-Agent` (`<agent>/<name>`), over one connection pool and one set of
+/// credentials. So the Deployment and the ReplicaSet controllers in one process each spend
+/// the API budget each would have in kube-controller-manager, and neither waits behind the
+/// informers' lists.
+struct ControllerClients {
+    /// The shared informers' lists and watches (`shared-informers`).
+    informers: Client,
+    /// The Deployment controller's writes and events (`deployment-controller`).
+    deployment: Client,
+    /// The ReplicaSet controller's writes and events (`replicaset-controller`).
+    replicaset: Client,
+}
+
+impl ControllerClients {
+    /// The names kube-controller-manager gives these clients (`ClientOrDie(name)`).
+    const NAMES: [&str; 3] = [
+        "shared-informers",
+        "deployment-controller",
+        kctrl_replicaset::EVENT_SOURCE_COMPONENT,
+    ];
+
+    fn new(root: &HttpBackend, namespace: &str) -> anyhow::Result<Self> {
+        let [informers, deployment, replicaset] =
+            Self::backends(root)?.map(|backend| Client::new(backend, namespace.to_owned()));
+        Ok(Self {
+            informers,
+            deployment,
+            replicaset,
+        })
+    }
+
+    fn backends(root: &HttpBackend) -> anyhow::Result<[HttpBackend; 3]> {
+        let sibling = |name: &str| {
+            root.named_sibling(name)
+                .with_context(|| format!("building the {name} client"))
+        };
+        let [a, b, c] = Self::NAMES;
+        Ok([sibling(a)?, sibling(b)?, sibling(c)?])
+    }
+}
+
+/// A broadcaster of events that logs them at debug and writes them through `client`.
+fn event_broadcaster(client: &Client) -> anyhow::Result<EventBroadcaster> {
+    let broadcaster = EventBroadcaster::new();
+    broadcaster
+        .start_logging(tracing::Level::DEBUG)
+        .context("starting event logging")?;
+    broadcaster
+        .start_recording_to_sink(ApiEventSink::new(client.clone()))
+        .context("starting the event sink")?;
+    Ok(broadcaster)
+}
+
 /// The informer factory of the controller's caches.
 fn informer_factory(
     client: Client,
@@ -458,6 +513,7 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
     let backend = HttpBackend::new(config.clone())
         .context("building the API client")?
         .with_metrics(rest_metrics.clone());
+    let clients = ControllerClients::new(&backend, &namespace)?;
     let client = Client::new(backend, namespace.clone());
     if flags.shard_by.is_some() && flags.leader_elect {
         info!("--shard-by is set: shard membership replaces leader election");
@@ -490,19 +546,14 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         }
     });
 
-    // Events: written to the API (core/v1, as kube-controller-manager's recorder does) and
-    // logged at debug.
-    let broadcaster = EventBroadcaster::new();
-    broadcaster
-        .start_logging(tracing::Level::DEBUG)
-        .context("starting event logging")?;
-    broadcaster
-        .start_recording_to_sink(ApiEventSink::new(client.clone()))
-        .context("starting the event sink")?;
+    // Events: written to the API (core/v1, as kube-controller-manager's recorders do) and
+    // logged at debug; as there, each controller has a broadcaster writing through its own
+    // client.
+    let broadcaster = event_broadcaster(&clients.deployment)?;
     let recorder = Arc::new(broadcaster.new_recorder(EventSource::new("deployment-controller")));
 
     let factory = informer_factory(
-        client.clone(),
+        clients.informers.clone(),
         &metrics,
         &flags.kube_api_content_type,
         shard.as_ref(),
@@ -520,7 +571,7 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
     let runner = match enabled.deployment {
         true => Some(Arc::new(
             DeploymentControllerRunner::with_options(
-                client.clone(),
+                clients.deployment.clone(),
                 &factory,
                 recorder.clone(),
                 options,
@@ -531,13 +582,17 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
     };
     // The ReplicaSet controller on the same factory: its ReplicaSet and Pod informers are the
     // Deployment controller's (the same types), so each is watched and cached once.
-    let replica_sets = enabled.replicaset.then(|| {
+    let replica_set_events = match enabled.replicaset {
+        true => Some(event_broadcaster(&clients.replicaset)?),
+        false => None,
+    };
+    let replica_sets = replica_set_events.as_ref().map(|broadcaster| {
         let recorder = Arc::new(
             broadcaster.new_recorder(EventSource::new(kctrl_replicaset::EVENT_SOURCE_COMPONENT)),
         );
         ReplicaSetController::new(
             &factory,
-            client.clone(),
+            clients.replicaset.clone(),
             recorder,
             kctrl_replicaset::Options {
                 concurrent_syncs: usize::try_from(flags.concurrent_replicaset_syncs).unwrap_or(1),
@@ -715,7 +770,13 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
     {
         warn!("timed out stopping the informers");
     }
-    if tokio::time::timeout(FINAL_STEP_TIMEOUT, broadcaster.shutdown())
+    let events = async {
+        match &replica_set_events {
+            Some(replica_sets) => tokio::join!(broadcaster.shutdown(), replica_sets.shutdown()).0,
+            None => broadcaster.shutdown().await,
+        }
+    };
+    if tokio::time::timeout(FINAL_STEP_TIMEOUT, events)
         .await
         .is_err()
     {
@@ -2008,5 +2069,28 @@ mod tests {
         );
         assert!(groups[2].starts_with('4'), "{uuid}");
         assert!(matches!(&groups[3][..1], "8" | "9" | "a" | "b"), "{uuid}");
+    }
+
+    // As kube-controller-manager: a client per controller and one for the informers, each
+    // named in its user agent and limited by its own bucket at the flags' QPS and burst.
+    #[test]
+    fn each_controller_and_the_informers_have_a_client_of_their_own() {
+        let flags = flags(&["--kube-api-qps", "40", "--kube-api-burst", "60"]);
+        let root = HttpBackend::new(client_config(&flags).unwrap()).unwrap();
+        let backends = ControllerClients::backends(&root).unwrap();
+        let agents: Vec<&str> = backends.iter().map(HttpBackend::user_agent).collect();
+        let base = format!("deployment-controller/{}", env!("CARGO_PKG_VERSION"));
+        assert_eq!(root.user_agent(), base);
+        assert_eq!(
+            agents,
+            [
+                format!("{base}/shared-informers"),
+                format!("{base}/deployment-controller"),
+                format!("{base}/replicaset-controller"),
+            ]
+        );
+        for backend in &backends {
+            assert_eq!(backend.rate_limit(), Some((40.0, 60)));
+        }
     }
 }

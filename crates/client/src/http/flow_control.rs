@@ -248,6 +248,17 @@ impl Throttle {
         }
     }
 
+    /// A throttle with the same limits, metrics and host, and a full token bucket of its own.
+    pub(crate) fn with_own_bucket(&self) -> Self {
+        Self {
+            bucket: self.limits().map(|(q, b)| TokenBucket::new(q, b)),
+            last_info_log_ms: AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
+            metrics: self.metrics.clone(),
+            host: self.host.clone(),
+        }
+    }
+
     pub(crate) fn set_metrics(&mut self, metrics: Arc<dyn RestClientMetrics>) {
         self.metrics = metrics;
     }

@@ -166,3 +166,54 @@ async fn metric_labels() {
     );
     assert_eq!(events.len(), 3);
 }
+
+/// kube-controller-manager's client per controller: a named sibling spends a token bucket of
+/// its own, and its user agent names it.
+#[tokio::test]
+async fn a_named_sibling_waits_on_a_bucket_of_its_own() {
+    let server = TestServer::start([]).await;
+    server.set_fallback(pod_reply());
+    let mut config = server.config();
+    // One token, then one more every 100 s.
+    config.qps = 0.01;
+    config.burst = 1;
+    config.user_agent = Some("controller-manager/1.0".to_owned());
+    let root = kctrl_client::HttpBackend::new(config).unwrap();
+    let sibling = root.named_sibling("replicaset-controller").unwrap();
+    let root_pods: Api<Pod> = Api::namespaced(client(root), "ns");
+    let sibling_pods: Api<Pod> = Api::namespaced(client(sibling), "ns");
+
+    root_pods.get("p").await.unwrap();
+    // On the root's bucket this would wait 100 s.
+    tokio::time::timeout(Duration::from_secs(30), sibling_pods.get("p"))
+        .await
+        .expect("the sibling waited on the root's empty bucket")
+        .unwrap();
+    // The root's bucket is still empty.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), root_pods.get("p"))
+            .await
+            .is_err(),
+        "the root's second request did not wait for a token"
+    );
+    let agents: Vec<String> = server
+        .requests()
+        .iter()
+        .map(|r| r.header("user-agent").unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(
+        agents,
+        [
+            "controller-manager/1.0",
+            "controller-manager/1.0/replicaset-controller"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_sibling_name_that_cannot_be_a_header_is_refused() {
+    let server = TestServer::start([]).await;
+    let root = kctrl_client::HttpBackend::new(server.config()).unwrap();
+    let err = root.named_sibling("bad\nname").unwrap_err();
+    assert!(err.to_string().contains("\"bad\\nname\""), "{err}");
+}
