@@ -407,9 +407,12 @@ fn cache_dump(factory: SharedInformerFactory) -> serve::CacheDump {
 /// the API budget each would have in kube-controller-manager, and neither waits behind the
 /// informers' lists.
 struct ControllerClients {
-    /// The shared informers' lists and watches (`shared-informers`).
+    /// The shared informers' lists and watches, and the check at start that Deployments are
+    /// served (`shared-informers`).
     informers: Client,
-    /// The Deployment controller's writes and events (`deployment-controller`).
+    /// The Deployment controller's writes and events (`deployment-controller`), and the
+    /// leader election's events (kube-controller-manager writes those through a client of
+    /// its own, `kube-controller-manager`, with the same source name).
     deployment: Client,
     /// The ReplicaSet controller's writes and events (`replicaset-controller`).
     replicaset: Client,
@@ -441,6 +444,16 @@ impl ControllerClients {
         let [a, b, c] = Self::NAMES;
         Ok([sibling(a)?, sibling(b)?, sibling(c)?])
     }
+}
+
+/// The configuration of the leader election's client: the lock's (a timeout of half the
+/// renew deadline), named `<user agent>/leader-election` as the process's other clients are.
+fn leader_election_config(config: &Config, flags: &Flags) -> Config {
+    let mut lock = lock_client_config(config, flags.leader_elect_renew_deadline);
+    if let Some(agent) = &config.user_agent {
+        lock.user_agent = Some(format!("{agent}/leader-election"));
+    }
+    lock
 }
 
 /// A broadcaster of events that logs them at debug and writes them through `client`.
@@ -514,7 +527,6 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         .context("building the API client")?
         .with_metrics(rest_metrics.clone());
     let clients = ControllerClients::new(&backend, &namespace)?;
-    let client = Client::new(backend, namespace.clone());
     if flags.shard_by.is_some() && flags.leader_elect {
         info!("--shard-by is set: shard membership replaces leader election");
     }
@@ -617,12 +629,9 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         None => None,
         Some(leader_metrics) => {
             let lock_client = Client::new(
-                HttpBackend::new(lock_client_config(
-                    &config,
-                    flags.leader_elect_renew_deadline,
-                ))
-                .context("building the leader election client")?
-                .with_metrics(rest_metrics.clone()),
+                HttpBackend::new(leader_election_config(&config, &flags))
+                    .context("building the leader election client")?
+                    .with_metrics(rest_metrics.clone()),
                 namespace.clone(),
             );
             let events = recorder.clone();
@@ -719,7 +728,7 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
     }
 
     let result = async {
-        if !wait_for_deployments_served(&client, &server, &cancel).await? {
+        if !wait_for_deployments_served(&clients.informers, &server, &cancel).await? {
             return Ok(());
         }
         info!(
@@ -2078,9 +2087,11 @@ mod tests {
         let flags = flags(&["--kube-api-qps", "40", "--kube-api-burst", "60"]);
         let root = HttpBackend::new(client_config(&flags).unwrap()).unwrap();
         let backends = ControllerClients::backends(&root).unwrap();
-        let agents: Vec<&str> = backends.iter().map(HttpBackend::user_agent).collect();
+        let agents: Vec<&str> = backends.iter().map(|b| b.user_agent().unwrap()).collect();
         let base = format!("deployment-controller/{}", env!("CARGO_PKG_VERSION"));
-        assert_eq!(root.user_agent(), base);
+        assert_eq!(root.user_agent(), Some(&*base));
+        let lock = leader_election_config(&client_config(&flags).unwrap(), &flags);
+        assert_eq!(lock.user_agent, Some(format!("{base}/leader-election")));
         assert_eq!(
             agents,
             [

@@ -66,7 +66,8 @@ pub const DEFAULT_MAX_BODY_SIZE: usize = 1 << 30;
 /// API server truncates long messages well below this.
 pub const MAX_ERROR_BODY_SIZE: usize = 1 << 20;
 
-/// The HTTP [`Backend`]: one API server, one connection pool, one client-side rate limiter.
+/// The HTTP [`Backend`]: one API server, one connection pool, one client-side rate limiter
+/// (a [`named_sibling`](Self::named_sibling) shares the pool and has a limiter of its own).
 ///
 /// Built from a [`Config`]; usually through [`Client::try_from_config`].
 ///
@@ -219,8 +220,8 @@ impl HttpBackend {
     /// # Ok(()) }
     /// ```
     pub fn named_sibling(&self, name: &str) -> Result<Self, Error> {
-        let agent = format!("{}/{name}", self.user_agent());
-        let user_agent = HeaderValue::from_str(&agent).map_err(|_| {
+        let agent = [self.user_agent.as_bytes(), b"/", name.as_bytes()].concat();
+        let user_agent = HeaderValue::from_bytes(&agent).map_err(|_| {
             Error::InvalidRequest(format!(
                 "client name {name:?} cannot be part of a user agent (a header value)"
             ))
@@ -245,10 +246,10 @@ impl HttpBackend {
         flow_control::check_limits(qps, burst)
     }
 
-    /// The `User-Agent` this backend's requests carry.
-    pub fn user_agent(&self) -> &str {
-        // Built from a `&str` (new, named_sibling): always visible ASCII or UTF-8.
-        self.user_agent.to_str().unwrap_or_default()
+    /// The `User-Agent` this backend's requests carry, if it is visible ASCII (`None` for
+    /// one with other characters, which are sent as given all the same).
+    pub fn user_agent(&self) -> Option<&str> {
+        self.user_agent.to_str().ok()
     }
 
     /// The server's base URL.
@@ -874,6 +875,27 @@ mod tests {
             "{ua}"
         );
         assert!(ua.contains(std::env::consts::OS), "{ua}");
+    }
+
+    #[test]
+    fn a_sibling_keeps_a_user_agent_that_is_not_ascii() {
+        let mut config = Config::new("http://127.0.0.1:1/".parse().unwrap());
+        config.user_agent = Some("contrôleur/1.0".to_owned());
+        let root = HttpBackend::new(config).unwrap();
+        let sibling = root.named_sibling("ré").unwrap();
+        assert_eq!(
+            sibling.user_agent.as_bytes(),
+            "contrôleur/1.0/ré".as_bytes()
+        );
+        assert_eq!(sibling.user_agent(), None);
+        let ascii = HttpBackend::new(Config::new("http://127.0.0.1:1/".parse().unwrap()))
+            .unwrap()
+            .named_sibling("x")
+            .unwrap();
+        assert_eq!(
+            ascii.user_agent(),
+            Some(&*format!("{}/x", default_user_agent()))
+        );
     }
 
     #[test]
