@@ -142,6 +142,10 @@ pub(super) struct Run {
     pub(super) cpu_s: f64,
     /// VmHWM at the end.
     pub(super) peak_rss: u64,
+    /// Of the resident set at the end (caches full), the anonymous part (heap, stacks) and
+    /// the file-backed part (the binary and libraries mapped), in bytes.
+    pub(super) rss_anon: u64,
+    pub(super) rss_file: u64,
     /// The peer's requests in the audit log, by `verb resource[/subresource]`.
     pub(super) requests: BTreeMap<String, f64>,
 }
@@ -251,7 +255,7 @@ pub(crate) fn run(args: RuntimeArgs) -> Result<()> {
         quick: args.quick,
         configuration: args.configuration,
     };
-    let summary = report::summarize(&runs);
+    let summary = report::summarize(&runs, args.configuration);
     println!("{}", report::text_table(&summary));
     if !args.no_doc {
         let doc = root.join(match args.configuration {
@@ -463,35 +467,34 @@ async fn next_line(lines: &mut Lines<BufReader<ChildStdout>>, want: &str) -> Res
     }
 }
 
-/// VmHWM of `pid` in bytes.
-fn peak_rss(pid: u32) -> Result<u64> {
-    let status = fs::read_to_string(format!("/proc/{pid}/status"))
-        .with_context(|| format!("reading /proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map(|kb| kb * 1024)
-        .ok_or_else(|| anyhow!("no VmHWM in /proc/{pid}/status"))
+/// The memory of `pid` from /proc/PID/status: peak RSS (`VmHWM`) and the resident set now
+/// by kind (`RssAnon`: heap and stacks; `RssFile`: the binary and libraries), in bytes.
+struct Memory {
+    peak: u64,
+    anon: u64,
+    file: u64,
 }
 
-/// The resident set of `pid` now, by kind (anonymous: heap and stacks; file: the binary and
-/// libraries), from /proc/PID/status: where the peak RSS comes from.
-fn rss_parts(pid: u32) -> String {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+fn memory(pid: u32) -> Result<Memory> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("reading /proc/{pid}/status"))?;
+    status_memory(&status).with_context(|| format!("in /proc/{pid}/status"))
+}
+
+fn status_memory(status: &str) -> Result<Memory> {
     let field = |name: &str| {
         status
             .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .map_or("?", |v| v.trim())
-            .to_owned()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|v| v.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
+            .map(|kb| kb * 1024)
+            .ok_or_else(|| anyhow!("no {name} in kB"))
     };
-    format!(
-        "VmRSS {}, RssAnon {}, RssFile {}",
-        field("VmRSS:"),
-        field("RssAnon:"),
-        field("RssFile:")
-    )
+    Ok(Memory {
+        peak: field("VmHWM")?,
+        anon: field("RssAnon")?,
+        file: field("RssFile")?,
+    })
 }
 
 /// Requests with user agent `agent` in the JSON audit log `text`, keyed
@@ -636,8 +639,14 @@ async fn run_once(env: &Env, client: &Client, side: Side, rep: usize) -> Result<
     )
     .await?;
     let cpu_s = env.cpu_of(pid)?;
-    let peak = peak_rss(pid)?;
-    eprintln!("  {} rep {rep}: {}", side.name(), rss_parts(pid));
+    let memory = memory(pid)?;
+    eprintln!(
+        "  {} rep {rep}: VmHWM {} MiB, RssAnon {} MiB, RssFile {} MiB",
+        side.name(),
+        memory.peak >> 20,
+        memory.anon >> 20,
+        memory.file >> 20
+    );
 
     drop(stdin);
     let done = next_line(&mut lines, "done").await?;
@@ -670,7 +679,9 @@ async fn run_once(env: &Env, client: &Client, side: Side, rep: usize) -> Result<
         failures: done.failures,
         cpu_create_s,
         cpu_s,
-        peak_rss: peak,
+        peak_rss: memory.peak,
+        rss_anon: memory.anon,
+        rss_file: memory.file,
         requests,
     })
 }
@@ -717,4 +728,20 @@ fn build_kctrl_peer(root: &Path, target: &Path, cargo: &str) -> Result<PathBuf> 
         "kctrl-bench-runtime{}",
         std::env::consts::EXE_SUFFIX
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_is_read_from_proc_status_in_bytes() {
+        let status = "Name:\tpeer\nVmHWM:\t   51200 kB\nVmRSS:\t   40960 kB\n\
+                      RssAnon:\t   30720 kB\nRssFile:\t   10240 kB\nRssShmem:\t       0 kB\n";
+        let m = status_memory(status).unwrap();
+        assert_eq!((m.peak >> 20, m.anon >> 20, m.file >> 20), (50, 30, 10));
+        // A kernel without the split says which field is missing.
+        let err = status_memory("VmHWM:\t1 kB\n").err().unwrap();
+        assert!(err.to_string().contains("RssAnon"), "{err}");
+    }
 }
