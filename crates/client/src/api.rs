@@ -676,6 +676,43 @@ where
         .await
     }
 
+    /// Creates an object, as [`create`](Self::create) does, but decodes only the metadata of
+    /// the server's answer (name, UID, resourceVersion, ...; no managedFields): the rest, for a
+    /// Pod its whole spec and status, is parsed past without being built. For a caller that
+    /// needs no more than what identifies the object it created, such as a controller creating
+    /// Pods from a template (kube-controller-manager's ReplicaSet controller drops the answer).
+    /// The request is the same.
+    ///
+    /// ```
+    /// # async fn demo(client: kctrl_client::Client) -> Result<(), kctrl_client::Error> {
+    /// use k8s_openapi::api::core::v1::Pod;
+    /// use kctrl_client::{Api, PostParams};
+    ///
+    /// let pods = Api::<Pod>::namespaced(client, "prod");
+    /// let mut pod = Pod::default();
+    /// pod.metadata.generate_name = Some("web-".into());
+    /// let created = pods.create_metadata(&PostParams::default(), &pod).await?;
+    /// println!("created {:?}", created.metadata.name());
+    /// # Ok(()) }
+    /// ```
+    pub async fn create_metadata(
+        &self,
+        params: &PostParams,
+        obj: &K,
+    ) -> Result<PartialObjectMetadata<K>, Error> {
+        let ns = self.namespace_of_object("create", obj)?;
+        let body = self.encode("create", obj)?;
+        let req = self.request(
+            ns,
+            None,
+            Operation::Create {
+                body,
+                params: params.clone(),
+            },
+        );
+        self.send(req, Level::Object).await
+    }
+
     /// Replaces an object; the server rejects a stale `metadata.resourceVersion` with 409.
     pub async fn update(&self, params: &PostParams, obj: &K) -> Result<K, Error> {
         self.write(self.update_request(None, params, obj)?).await

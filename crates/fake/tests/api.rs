@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kctrl_client::versioned::Versioned;
 use kctrl_client::{
-    Api, DeleteOutcome, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions,
-    ResourceRef,
+    Api, DeleteOutcome, DeleteParams, ListParams, ObjectMetaAccess, Patch, PatchParams, PostParams,
+    Preconditions, ResourceRef,
 };
 use kctrl_fake::{FakeApi, Reaction, ResourceSpec, errors};
 use serde_json::json;
@@ -585,6 +585,21 @@ async fn generate_name_and_missing_name() {
     );
     // The action records the request as sent: no name.
     assert_eq!(fake.actions()[0].name().as_deref(), None);
+
+    // Created, the answer read for its metadata alone: the generated name and the version.
+    let b = api
+        .clone()
+        .without_managed_fields()
+        .create_metadata(&pp(), &pod)
+        .await
+        .unwrap();
+    let stored = api.get(b.metadata.name().unwrap()).await.unwrap();
+    assert_ne!(b.metadata.name(), Some(name.as_str()));
+    assert_eq!(
+        b.metadata.resource_version(),
+        stored.metadata.resource_version.as_deref()
+    );
+    assert_eq!(b.metadata.uid(), stored.metadata.uid.as_deref());
 
     let err = api.create(&pp(), &Pod::default()).await.unwrap_err();
     assert!(err.is_invalid());

@@ -24,7 +24,7 @@ use k8s_openapi::jiff::Timestamp;
 use kctrl_client::clock::{Clock, SystemClock};
 use kctrl_client::labels::Selector;
 use kctrl_client::versioned::Versioned;
-use kctrl_client::{Api, Client, DeleteParams, Patch, PatchParams, PostParams};
+use kctrl_client::{Api, Client, DeleteParams, ObjectMetaAccess, Patch, PatchParams, PostParams};
 use kctrl_controller_ref::{CanAdopt, ClaimError, ControllerRefManager, Owner, PodControl};
 use kctrl_events::{EventRecorder, EventType, object_reference};
 use kctrl_informer::lister::list_all_by_namespace;
@@ -567,7 +567,9 @@ impl ReplicaSetSync {
             manage_error.as_ref().map(ToString::to_string).as_deref(),
             now,
         );
-        let api = Api::<ReplicaSet>::namespaced(self.client.clone(), ns_of(&rs.metadata));
+        // The answer is read for its spec and status only.
+        let api = Api::<ReplicaSet>::namespaced(self.client.clone(), ns_of(&rs.metadata))
+            .without_managed_fields();
         let name = name_of(&rs.metadata).to_owned();
         let updated = update_replica_set_status(
             &rs,
@@ -717,16 +719,18 @@ impl ReplicaSetSync {
             return Err(ManageError::NoLabels);
         }
         let namespace = ns_of(&rs.metadata);
-        let api = Api::<Pod>::namespaced(self.client.clone(), namespace);
+        // Of the answer only the metadata is read (its name for the event, its version for
+        // the own-writes table): the Pod's spec and managedFields are parsed past, not built.
+        let api = Api::<Pod>::namespaced(self.client.clone(), namespace).without_managed_fields();
         let mut sent = pod.clone();
         sent.metadata.namespace = Some(namespace.to_owned());
-        let result = api.create(&PostParams::default(), &sent).await;
+        let result = api.create_metadata(&PostParams::default(), &sent).await;
         if result.is_ok() {
             self.own_writes.record_for_key(key, &sent, &result);
         }
         match result {
             Ok(created) => {
-                let pod_name = name_of(&created.metadata);
+                let pod_name = created.metadata.name().unwrap_or("");
                 debug!(
                     namespace,
                     name = name_of(&rs.metadata),
@@ -763,7 +767,8 @@ impl ReplicaSetSync {
         pod: &PodView,
     ) -> Result<(), ManageError> {
         let namespace = ns_of(&rs.metadata);
-        let api = Api::<Pod>::namespaced(self.client.clone(), namespace);
+        // The answer (the Pod being deleted) is not read: its managedFields are not built.
+        let api = Api::<Pod>::namespaced(self.client.clone(), namespace).without_managed_fields();
         info!(
             namespace,
             controller = name_of(&rs.metadata),
