@@ -677,18 +677,21 @@ where
     }
 
     /// Creates an object, as [`create`](Self::create) does, but decodes only the metadata of
-    /// the server's answer (name, UID, resourceVersion, ...; no managedFields): the rest, for a
-    /// Pod its whole spec and status, is parsed past without being built. For a caller that
-    /// needs no more than what identifies the object it created, such as a controller creating
-    /// Pods from a template (kube-controller-manager's ReplicaSet controller drops the answer).
-    /// The request is the same.
+    /// the server's answer (name, namespace, UID, resourceVersion, ...; managedFields too
+    /// unless the handle is [`without_managed_fields`](Self::without_managed_fields)): the
+    /// rest, for a Pod its whole spec and status, is parsed past without being built. For a
+    /// caller that needs no more than what identifies the object it created, such as a
+    /// controller creating Pods from a template (kube-controller-manager's ReplicaSet
+    /// controller reads the created Pod's name, for its log and event). The request body is
+    /// the same; the answer is asked for in JSON even on a [`protobuf`](Self::protobuf)
+    /// handle.
     ///
     /// ```
     /// # async fn demo(client: kctrl_client::Client) -> Result<(), kctrl_client::Error> {
     /// use k8s_openapi::api::core::v1::Pod;
-    /// use kctrl_client::{Api, PostParams};
+    /// use kctrl_client::{Api, ObjectMetaAccess, PostParams};
     ///
-    /// let pods = Api::<Pod>::namespaced(client, "prod");
+    /// let pods = Api::<Pod>::namespaced(client, "prod").without_managed_fields();
     /// let mut pod = Pod::default();
     /// pod.metadata.generate_name = Some("web-".into());
     /// let created = pods.create_metadata(&PostParams::default(), &pod).await?;

@@ -600,6 +600,9 @@ async fn generate_name_and_missing_name() {
         stored.metadata.resource_version.as_deref()
     );
     assert_eq!(b.metadata.uid(), stored.metadata.uid.as_deref());
+    assert_eq!(b.metadata.namespace(), Some("default"));
+    assert!(stored.metadata.managed_fields.is_some());
+    assert!(b.metadata.managed_fields().is_empty());
 
     let err = api.create(&pp(), &Pod::default()).await.unwrap_err();
     assert!(err.is_invalid());
