@@ -663,17 +663,7 @@ where
 
     /// Creates an object.
     pub async fn create(&self, params: &PostParams, obj: &K) -> Result<K, Error> {
-        let ns = self.namespace_of_object("create", obj)?;
-        let body = self.encode("create", obj)?;
-        self.write(self.request(
-            ns,
-            None,
-            Operation::Create {
-                body,
-                params: params.clone(),
-            },
-        ))
-        .await
+        self.write(self.create_request(params, obj)?).await
     }
 
     /// Creates an object, as [`create`](Self::create) does, but decodes only the metadata of
@@ -703,17 +693,22 @@ where
         params: &PostParams,
         obj: &K,
     ) -> Result<PartialObjectMetadata<K>, Error> {
+        self.send(self.create_request(params, obj)?, Level::Object)
+            .await
+    }
+
+    /// The request of a create of `obj`.
+    fn create_request(&self, params: &PostParams, obj: &K) -> Result<ApiRequest, Error> {
         let ns = self.namespace_of_object("create", obj)?;
         let body = self.encode("create", obj)?;
-        let req = self.request(
+        Ok(self.request(
             ns,
             None,
             Operation::Create {
                 body,
                 params: params.clone(),
             },
-        );
-        self.send(req, Level::Object).await
+        ))
     }
 
     /// Replaces an object; the server rejects a stale `metadata.resourceVersion` with 409.
