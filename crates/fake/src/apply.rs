@@ -167,12 +167,11 @@ impl Schema {
         out: &mut FieldSet,
     ) -> Result<(), String> {
         match v {
-            Value::Null => Err(format!(
-                "{} is null: kctrl-fake does not model null in an apply configuration (the \
-                 apiserver would treat the field as applied and then drop it); leave the field \
-                 out instead",
-                fields::display(path)
-            )),
+            // Applied, and owned, whatever then becomes of the value (see `nulls.rs`).
+            Value::Null => {
+                out.insert(path.clone());
+                Ok(())
+            }
             Value::Object(map) => {
                 if !path.is_empty() && (map.is_empty() || self.atomic_object(at)) {
                     out.insert(path.clone());

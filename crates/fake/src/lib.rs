@@ -198,7 +198,11 @@
 //!
 //! Admission (no namespace lifecycle: objects may be created in namespaces that do not exist;
 //! no quota, webhooks or policies), defaulting beyond the fields above, validation (names,
-//! labels, specs, immutable fields other than `metadata.uid`), the garbage collector (the
+//! labels, specs, immutable fields other than `metadata.uid`; of a custom resource's schema
+//! only what it says about `null`, as kube-apiserver treats it: pruned or defaulted on
+//! create, update and patch where not nullable, refused by a server-side apply, see
+//! [`ResourceSpec::openapi_schema`]; a built-in type's `null` is accepted, and dropped by an
+//! apply), the garbage collector (the
 //! propagation policy is accepted and recorded but every delete behaves as `Background` with
 //! no dependents deleted or orphaned; `Foreground` and `Orphan` add no finalizer), graceful
 //! pod termination (pods without finalizers are deleted at once), namespace termination,
@@ -213,8 +217,8 @@
 //! whole) and a CRD's `x-kubernetes-list-type`/`x-kubernetes-map-type`; key fields the
 //! apiserver defaults (an item without its key, such as a container port without
 //! `protocol`, is refused with a 400 saying so, where the apiserver would default it);
-//! `null` in an apply configuration (refused with a 400); unions; fields the apiserver
-//! defaults, which it records as the creator's (the fake defaults nothing, so a creator owns
+//! unions; fields the apiserver defaults, which it records as the creator's (the fake
+//! defaults nothing, so a creator owns
 //! only what it sent); the exact shape of `Update` entries for Go structs (the apiserver
 //! marks a newly set struct with `.` only when the Go field is a pointer, the fake marks
 //! every object a write adds, e.g. a created Deployment's `spec`; `Apply` entries are
@@ -228,6 +232,7 @@ pub mod errors;
 mod fields;
 mod managed;
 mod metadata;
+mod nulls;
 mod patch;
 mod registry;
 mod select;
@@ -317,7 +322,8 @@ impl FakeApi {
 
     /// Serves the custom resource a CustomResourceDefinition describes, as the API server
     /// does once the definition is created: every served version, with the `status`
-    /// subresource where the version has it and its selectable fields as field labels. Until
+    /// subresource where the version has it, its selectable fields as field labels, and its
+    /// schema's say over a `null` in a written object ([`ResourceSpec::openapi_schema`]). Until
     /// then, requests for the resource fail as on a server without the definition (404, "is
     /// its CustomResourceDefinition installed?").
     ///
@@ -363,6 +369,9 @@ impl FakeApi {
             let mut spec = ResourceSpec::new(resource).status_subresource(status);
             for field in v.selectable_fields.iter().flatten() {
                 spec = spec.field_label(field.json_path.trim_start_matches('.').to_owned());
+            }
+            if let Some(schema) = v.schema.as_ref().and_then(|s| s.open_api_v3_schema.clone()) {
+                spec = spec.openapi_schema(schema);
             }
             st.register(spec);
         }

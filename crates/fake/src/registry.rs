@@ -1,7 +1,9 @@
 //! Which resources the fake serves and how the API server treats each of them.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps;
 use kctrl_client::{ResourceRef, Scope};
 use serde_json::{Value, json};
 
@@ -61,6 +63,9 @@ pub struct ResourceSpec {
     /// Whether server-side apply knows the keyed lists of built-in types here (custom
     /// resources: only `ObjectMeta`'s; their own lists are atomic).
     pub(crate) builtin_lists: bool,
+    /// A custom resource's `openAPIV3Schema`, which decides what a `null` does (see
+    /// `nulls.rs`); `None` for built-in types.
+    pub(crate) schema: Option<Arc<JSONSchemaProps>>,
 }
 
 impl ResourceSpec {
@@ -76,6 +81,7 @@ impl ResourceSpec {
             strategic_merge: false,
             field_labels: Vec::new(),
             builtin_lists: false,
+            schema: None,
         }
     }
 
@@ -92,6 +98,7 @@ impl ResourceSpec {
             strategic_merge: true,
             field_labels: Vec::new(),
             builtin_lists: true,
+            schema: None,
         }
     }
 
@@ -143,6 +150,18 @@ impl ResourceSpec {
     /// custom resources ...) rather than a success `Status`.
     pub fn returns_deleted_object(mut self, yes: bool) -> Self {
         self.returns_deleted_object = yes;
+        self
+    }
+
+    /// The custom resource's `openAPIV3Schema` (what
+    /// [`FakeApi::register_crd`](crate::FakeApi::register_crd) takes from the CRD): with it,
+    /// a `null` in a written object is treated as kube-apiserver does. Create, update and
+    /// patch prune a `null` field that is not nullable (or give it the field's default); a
+    /// server-side apply refuses it with a 422 (`spec.replicas in body must be of type
+    /// integer: "null"`); a `null` kept (nullable field, array item) is refused where the
+    /// schema has an `enum` or is not nullable. Nothing else of the schema is enforced.
+    pub fn openapi_schema(mut self, schema: JSONSchemaProps) -> Self {
+        self.schema = Some(Arc::new(schema));
         self
     }
 

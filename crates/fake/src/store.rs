@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps;
 use k8s_openapi::jiff::Timestamp;
 use kctrl_client::{
     DeleteParams, Error, ListParams, Patch, PatchParams, PostParams, PropagationPolicy,
@@ -16,6 +17,7 @@ use crate::action::{Action, Reactor};
 use crate::apply::{self, ApplyError, Schema};
 use crate::errors::{self, FieldError};
 use crate::managed::{self, Manager};
+use crate::nulls;
 use crate::patch;
 use crate::registry::{GenerationPolicy, InitialStatus, ResourceSpec, StatusUpdate, pod_qos};
 use crate::select::Filter;
@@ -452,7 +454,8 @@ impl State {
     ) -> Result<Value, Error> {
         let spec = self.spec(r)?;
         let manager = field_manager(params.field_manager.as_deref(), "CreateOptions")?;
-        let obj = decode_body(body)?;
+        let mut obj = decode_body(body)?;
+        written_nulls(&spec, &mut obj)?;
         self.create_object(&spec, ns, obj, params.dry_run, Tracking::Update(manager))
     }
 
@@ -561,6 +564,7 @@ impl State {
         let status = check_subresource(&spec, subresource)?;
         let manager = field_manager(params.field_manager.as_deref(), "UpdateOptions")?;
         let mut obj = decode_body(body)?;
+        written_nulls(&spec, &mut obj)?;
         let ns = Self::namespace(&spec, ns)?;
         check_namespace(&spec, &mut obj, &ns)?;
         check_name(&obj, name)?;
@@ -643,6 +647,7 @@ impl State {
         }
         check_namespace(&spec, &mut obj, &ns)?;
         check_name(&obj, name)?;
+        written_nulls(&spec, &mut obj)?;
         dedup_owner_references(&mut obj);
         check_uid_unchanged(&spec, &existing, &obj, name)?;
         self.write(
@@ -702,7 +707,7 @@ impl State {
         if existing.is_none() && status {
             return Err(errors::not_found(&spec.resource, name));
         }
-        let (obj, managers) = write
+        let (mut obj, managers) = write
             .apply(existing.as_deref(), &config, params.force)
             .map_err(|e| match e {
                 ApplyError::Conflicts(conflicts) => errors::apply_conflict(&conflicts),
@@ -711,6 +716,13 @@ impl State {
                     errors::internal_error(&format!("failed to decode managed fields: {why}"))
                 }
             })?;
+        match &spec.schema {
+            Some(schema) => {
+                nulls::prune_on_apply(&mut obj, schema);
+                check_nulls(spec, &obj, schema)?;
+            }
+            None => nulls::decode_builtin(&mut obj),
+        }
         match existing {
             None => self.create_object(
                 spec,
@@ -1126,6 +1138,33 @@ fn set_managers(obj: &mut Value, existing: Option<&Value>, managers: Option<Vec<
 }
 
 /// Metadata validation of a patch or apply: the UID is immutable.
+/// What the apiserver does with the `null` fields of a created, updated or patched object
+/// (see `nulls.rs`): a custom resource's are pruned or defaulted as its schema says, those
+/// left must be allowed there. Built-in types keep them (Go would drop them; the fake stores
+/// what it was sent).
+fn written_nulls(spec: &ResourceSpec, obj: &mut Value) -> Result<(), Error> {
+    if let Some(schema) = &spec.schema {
+        nulls::prune_on_write(obj, schema);
+        check_nulls(spec, obj, schema)?;
+    }
+    Ok(())
+}
+
+/// A 422 naming each `null` of `obj` its schema does not allow.
+fn check_nulls(spec: &ResourceSpec, obj: &Value, schema: &JSONSchemaProps) -> Result<(), Error> {
+    let errs = nulls::errors(obj, schema);
+    if errs.is_empty() {
+        return Ok(());
+    }
+    let (group, kind) = group_kind(spec);
+    Err(errors::invalid(
+        group,
+        kind,
+        meta_str(obj, "name").unwrap_or(""),
+        &errs,
+    ))
+}
+
 fn check_uid_unchanged(
     spec: &ResourceSpec,
     existing: &Value,

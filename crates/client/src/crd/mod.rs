@@ -138,8 +138,10 @@
 //!
 //! The openAPIV3Schema is schemars' JSON Schema of the spec and status types made
 //! *structural*, as the API server requires (rules and limits: [`structural_schema`]).
-//! `Option<T>` fields are optional and not nullable (the API server drops a `null` sent for
-//! them, and applies a default if there is one); maps are `additionalProperties`;
+//! `Option<T>` fields are optional and nullable, so the `null` serde writes for `None` is
+//! accepted by every write, server-side apply included (a `null` stays `null`: a schema
+//! default applies only to a field left out, e.g. by
+//! `#[serde(skip_serializing_if = "Option::is_none")]`); maps are `additionalProperties`;
 //! `serde_json::Value` and k8s-openapi's `RawExtension` preserve unknown fields;
 //! `IntOrString` and `Quantity` are `x-kubernetes-int-or-string`; enums of unit variants
 //! are string enums, enums of struct variants objects. Where a Rust type cannot be described

@@ -10,10 +10,17 @@
 //!   one type, not a list: `Option<T>` is `T` and simply not required; a node without a type
 //!   gets the one its keywords imply, or preserves unknown fields when it accepts anything
 //!   (`serde_json::Value`).
-//! * **`nullable` only where `null` must survive**: a `null` object field that is not
-//!   nullable is pruned by the API server (and a default may then apply), which is what an
-//!   `Option` field means, so object properties are never nullable; array items and map
-//!   values of `Option` type are, since a null there cannot be pruned.
+//! * **`nullable` wherever the Rust type accepts `null`**: an `Option` field (a property, an
+//!   array item, a map value) is nullable, so that the `null` serde writes for `None` is
+//!   accepted by every write. The API server prunes a `null` sent for a non-nullable field on
+//!   create, update and patch, but refuses it in a server-side apply (`must be of type
+//!   integer: "null"`, measured on v1.37.2), and always refuses it in an array or map. A
+//!   nullable field keeps its `null` (read back as `None`), and a schema default does not
+//!   replace it: to have a default applied, leave `None` out
+//!   (`#[serde(skip_serializing_if = "Option::is_none")]`). A nullable enum's values move
+//!   into `allOf: [{enum: [...]}]`: the API server checks a `null` against `enum` (and
+//!   refuses it, `null` in the list or not) but skips the junctors for a `null`, so other
+//!   values are still checked and the message still names the supported values.
 //! * **No `type`, `description`, `default`, `nullable` or `additionalProperties` inside
 //!   `allOf`/`anyOf`/`oneOf`/`not`, and every field named there also named outside**: enums
 //!   are folded into one schema. Unit variants give a string `enum`; variants that are all
@@ -78,15 +85,17 @@ impl std::fmt::Display for Relaxed {
 /// assert_eq!(schema.required, Some(vec!["replicas".to_owned()]));
 /// let image = &schema.properties.as_ref().unwrap()["image"];
 /// assert_eq!(image.type_.as_deref(), Some("string"));
-/// assert_eq!(image.nullable, None);
+/// // `None` is written as `null`, which a nullable field accepts in every write.
+/// assert_eq!(image.nullable, Some(true));
 /// ```
 pub fn structural_schema<T: JsonSchema>(name: &str) -> (JSONSchemaProps, Vec<Relaxed>) {
     let generator = SchemaSettings::openapi3()
         .with(|s| {
             s.inline_subschemas = true;
             s.meta_schema = None;
-            // Not openapi3()'s `AddNullable` and `ReplaceBoolSchemas`: nulls and boolean
-            // schemas are handled below, by where they are.
+            // Not openapi3()'s `AddNullable` and `ReplaceBoolSchemas`: nulls (the root is
+            // never nullable, a nullable enum keeps its values in `allOf`) and boolean
+            // schemas are handled below.
             s.transforms = vec![
                 Box::new(ReplaceUnevaluatedProperties::default()),
                 Box::new(SetSingleExample::default()),
@@ -102,7 +111,7 @@ pub fn structural_schema<T: JsonSchema>(name: &str) -> (JSONSchemaProps, Vec<Rel
 /// [`structural_schema`] of a JSON Schema given as a value (what schemars generated).
 pub(crate) fn structural_from_value(root: &Value, name: &str) -> (JSONSchemaProps, Vec<Relaxed>) {
     let mut c = Converter::default();
-    let mut out = c.node(root, name, Place::Property);
+    let mut out = c.node(root, name, Place::Root);
     // The type's name, which schemars puts on the root only.
     out.remove("title");
     match serde_json::from_value::<JSONSchemaProps>(Value::Object(out)) {
@@ -121,13 +130,14 @@ pub(crate) fn structural_from_value(root: &Value, name: &str) -> (JSONSchemaProp
     }
 }
 
-/// Where a node sits, which decides whether `null` can be kept.
+/// Where a node sits, which decides whether it can be nullable.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Place {
-    /// An object's field (or the root): a null is pruned, so never nullable.
-    Property,
-    /// An array item or a map value: a null stays, so nullable when the type allows it.
-    Element,
+    /// The root of the spec or status: an object, never `null`.
+    Root,
+    /// An object's field, an array item or a map value: nullable when the type accepts
+    /// `null` (an `Option`).
+    Nested,
 }
 
 /// Formats the API server recognises, by type (others draw a warning and are ignored).
@@ -291,8 +301,18 @@ impl Converter {
     /// The structural form of `v` at `place`.
     fn node(&mut self, v: &Value, path: &str, place: Place) -> Map<String, Value> {
         let (mut out, nullable) = self.convert(v, path);
-        if nullable && place == Place::Element {
+        if nullable && place == Place::Nested {
             out.insert("nullable".to_owned(), Value::Bool(true));
+            // The API server checks a null against `enum` but not against the junctors.
+            if let Some(values) = out.remove("enum") {
+                let enum_only = json!({ "enum": values });
+                match out.get_mut("allOf") {
+                    Some(Value::Array(all)) => all.push(enum_only),
+                    _ => {
+                        out.insert("allOf".to_owned(), json!([enum_only]));
+                    }
+                }
+            }
         }
         out
     }
@@ -426,11 +446,27 @@ impl Converter {
                 }
                 "properties" => {
                     if let Value::Object(props) = value {
+                        let required: BTreeSet<&str> = o
+                            .get("required")
+                            .and_then(Value::as_array)
+                            .map(|r| r.iter().filter_map(Value::as_str).collect())
+                            .unwrap_or_default();
                         let converted: Map<String, Value> = props
                             .iter()
                             .map(|(name, schema)| {
-                                let child =
-                                    self.node(schema, &format!("{path}.{name}"), Place::Property);
+                                let mut child =
+                                    self.node(schema, &format!("{path}.{name}"), Place::Nested);
+                                // schemars leaves the schema of an `Option` of a type that
+                                // accepts any JSON type (IntOrString, serde_json::Value) as
+                                // it is, without the `null` alternative: such a field is
+                                // optional and has no default.
+                                let open = flag(&child, INT_OR_STRING) || flag(&child, PRESERVE);
+                                if open
+                                    && !required.contains(name.as_str())
+                                    && !child.contains_key("default")
+                                {
+                                    child.insert("nullable".to_owned(), Value::Bool(true));
+                                }
                                 (name.clone(), Value::Object(child))
                             })
                             .collect();
@@ -446,7 +482,7 @@ impl Converter {
                         out.insert(PRESERVE.to_owned(), Value::Bool(true));
                     }
                     schema => {
-                        let child = self.node(schema, &format!("{path}.*"), Place::Element);
+                        let child = self.node(schema, &format!("{path}.*"), Place::Nested);
                         out.insert("additionalProperties".to_owned(), Value::Object(child));
                     }
                 },
@@ -454,7 +490,7 @@ impl Converter {
                     Value::Array(tuple) => {
                         let items: Vec<Map<String, Value>> = tuple
                             .iter()
-                            .map(|s| self.node(s, &format!("{path}[*]"), Place::Element))
+                            .map(|s| self.node(s, &format!("{path}[*]"), Place::Nested))
                             .collect();
                         let first = items.first().cloned().unwrap_or_else(preserve);
                         if items.iter().all(|i| *i == first) {
@@ -468,7 +504,7 @@ impl Converter {
                         }
                     }
                     schema => {
-                        let child = self.node(schema, &format!("{path}[*]"), Place::Element);
+                        let child = self.node(schema, &format!("{path}[*]"), Place::Nested);
                         out.insert("items".to_owned(), Value::Object(child));
                     }
                 },

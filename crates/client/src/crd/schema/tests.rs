@@ -72,13 +72,15 @@ fn assert_structural(v: &Value, path: &str, in_junctor: bool) {
     );
     if let Some(Value::Array(e)) = o.get("enum") {
         assert!(!e.iter().any(Value::is_null), "{path}: null in enum");
+        // The API server checks a null against the node's enum, and refuses it.
+        assert_ne!(
+            o.get("nullable"),
+            Some(&json!(true)),
+            "{path}: a nullable enum would refuse null"
+        );
     }
     if let Some(Value::Object(props)) = o.get("properties") {
         for (k, p) in props {
-            assert!(
-                p.get("nullable").is_none() || in_junctor,
-                "{path}.{k}: a nullable property"
-            );
             assert_structural(p, &format!("{path}.{k}"), in_junctor);
         }
     }
@@ -130,7 +132,7 @@ struct Options {
 }
 
 #[test]
-fn option_is_not_required_and_only_nullable_where_null_stays() {
+fn option_is_not_required_and_nullable_wherever_it_is() {
     let (s, relaxed) = schema_of::<Options>();
     assert!(relaxed.is_empty(), "{relaxed:?}");
     assert_eq!(s["type"], "object");
@@ -138,7 +140,11 @@ fn option_is_not_required_and_only_nullable_where_null_stays() {
         s["required"],
         json!(["required", "list_of_options", "map_of_options"])
     );
-    assert_eq!(prop(&s, "optional"), &json!({"type": "string"}));
+    // A property too: a server-side apply of `null` to a non-nullable field is refused.
+    assert_eq!(
+        prop(&s, "optional"),
+        &json!({"type": "string", "nullable": true})
+    );
     assert_eq!(prop(&s, "list_of_options")["items"]["nullable"], true);
     assert_eq!(
         prop(&s, "map_of_options")["additionalProperties"]["nullable"],
@@ -223,11 +229,17 @@ fn enums_become_string_enums_and_objects() {
     assert_eq!(phase["type"], "string");
     assert_eq!(phase["enum"], json!(["Pending", "Running"]));
     assert_eq!(phase["description"], "A unit-only enum.");
+    // Nullable, with its values in `allOf`: the API server checks a null against the
+    // node's `enum` (and refuses it) but not against the junctors.
     assert_eq!(
-        prop(&s, "optional_phase")["enum"],
-        json!(["Pending", "Running"])
+        prop(&s, "optional_phase"),
+        &json!({
+            "type": "string",
+            "nullable": true,
+            "description": "A unit-only enum.",
+            "allOf": [{"enum": ["Pending", "Running"]}]
+        })
     );
-    assert!(prop(&s, "optional_phase").get("nullable").is_none());
     assert_eq!(
         prop(&s, "phases")["items"]["enum"],
         json!(["Pending", "Running"])
@@ -315,7 +327,7 @@ fn what_cannot_be_structural_is_relaxed_and_reported() {
     assert_eq!(prop(next, "value")["type"], "integer");
     assert_eq!(
         prop(next, "next"),
-        &json!({"x-kubernetes-preserve-unknown-fields": true})
+        &json!({"x-kubernetes-preserve-unknown-fields": true, "nullable": true})
     );
     let pair = prop(&s, "pair");
     assert_eq!(pair["type"], "array");
@@ -425,13 +437,16 @@ fn structs_maps_and_values() {
         prop(&s, "nested")["additionalProperties"]["items"]["properties"]["z"]["format"],
         "int32"
     );
-    for any in ["anything", "optional_anything"] {
-        assert_eq!(
-            prop(&s, any),
-            &json!({"x-kubernetes-preserve-unknown-fields": true}),
-            "{any}"
-        );
-    }
+    assert_eq!(
+        prop(&s, "anything"),
+        &json!({"x-kubernetes-preserve-unknown-fields": true})
+    );
+    // An `Option<Value>`: schemars gives it no `null` alternative (a Value accepts null),
+    // but it is optional without a default, so its `None` must be accepted.
+    assert_eq!(
+        prop(&s, "optional_anything"),
+        &json!({"x-kubernetes-preserve-unknown-fields": true, "nullable": true})
+    );
     assert_eq!(
         prop(&s, "any_map"),
         &json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
@@ -539,7 +554,7 @@ fn raw_json_schema_keywords_are_translated() {
     );
     assert_eq!(
         prop(&v, "either"),
-        &json!({"x-kubernetes-int-or-string": true})
+        &json!({"x-kubernetes-int-or-string": true, "nullable": true})
     );
     assert_eq!(
         prop(&v, "constant"),
@@ -568,4 +583,30 @@ fn raw_json_schema_keywords_are_translated() {
             "spec.three: a value of several types (boolean, integer, string): accepts any value instead",
         ]
     );
+}
+
+/// `Option`s of types that accept any JSON type, whose schemas schemars leaves without a
+/// `null` alternative.
+#[derive(JsonSchema, Serialize, Deserialize)]
+#[allow(dead_code, reason = "only the schema is used")]
+struct OpenOptions {
+    port: Option<k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>,
+    required_port: k8s_openapi::apimachinery::pkg::util::intstr::IntOrString,
+    #[serde(default = "default_port")]
+    defaulted_port: Option<k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>,
+}
+
+fn default_port() -> Option<k8s_openapi::apimachinery::pkg::util::intstr::IntOrString> {
+    Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(80))
+}
+
+#[test]
+fn open_options_are_nullable_unless_required_or_defaulted() {
+    let (s, relaxed) = schema_of::<OpenOptions>();
+    assert!(relaxed.is_empty(), "{relaxed:?}");
+    assert_eq!(prop(&s, "port")["nullable"], true);
+    assert_eq!(prop(&s, "port")["x-kubernetes-int-or-string"], true);
+    assert!(prop(&s, "required_port").get("nullable").is_none());
+    assert_eq!(prop(&s, "defaulted_port")["default"], 80);
+    assert!(prop(&s, "defaulted_port").get("nullable").is_none());
 }
