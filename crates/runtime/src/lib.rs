@@ -97,6 +97,7 @@
 //! | `LeaderElection: true` in the manager's options | — | [`Controller::run_leader_elected`] |
 //! | — (sharding by hand: label selectors per replica) | — | [`Controller::sharded`] |
 //! | `controllerutil.AddFinalizer` / `RemoveFinalizer` around cleanup | `finalizer::finalizer` | [`finalizer::finalizer`] |
+//! | `meta.SetStatusCondition` and friends (apimachinery) | — | [`conditions::set_status_condition`] and the rest of [`conditions`] |
 //!
 //! A guide from an empty crate to a tested controller of a custom resource:
 //! `docs/writing-a-controller.md` in the kctrl repository.
@@ -104,6 +105,7 @@
 #![forbid(unsafe_code)]
 
 pub mod action;
+pub mod conditions;
 pub mod controller;
 pub mod finalizer;
 mod handlers;
