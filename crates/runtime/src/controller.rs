@@ -16,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{ListableResource, Metadata, Resource};
 use kctrl_client::PartialObjectMetadata;
 use kctrl_informer::{
-    Delivery, HandlerOptions, HandlerRegistration, HasSynced, InformerError, ObjectKey,
+    Delivery, HandlerOptions, HandlerRegistration, HasSynced, IndexFn, InformerError, ObjectKey,
     SharedInformerFactory, Store, split_key, wait_for_cache_sync,
 };
 use kctrl_workqueue::{
@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::action::{Action, Next};
-use crate::handlers::{MappedHandler, OwnedHandler, PrimaryHandler, PrimaryKind};
+use crate::handlers::{MappedHandler, NoEvents, OwnedHandler, PrimaryHandler, PrimaryKind};
 use crate::metrics::{ControllerMetrics, ReconcileResult};
 use crate::own_writes::{OwnWrites, Readiness};
 use crate::predicate::Predicate;
@@ -278,6 +278,29 @@ impl<K: Object> Controller<K> {
         )
     }
 
+    /// Like [`new`](Self::new), under `name` (its queue's, its metrics' and its logs' name,
+    /// and the source component of its [`event_recorder`](Self::event_recorder)), with the
+    /// default rate limiter.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    ///
+    /// use k8s_openapi::api::apps::v1::Deployment;
+    /// use kctrl_informer::SharedInformerFactory;
+    /// use kctrl_runtime::Controller;
+    ///
+    /// let client = kctrl_fake::FakeApi::new().client();
+    /// let factory = SharedInformerFactory::new(client, Duration::from_secs(3600));
+    /// let controller = Controller::<Deployment>::named(&factory, "rollout-watcher");
+    /// assert_eq!(controller.name(), "rollout-watcher");
+    /// # }
+    /// ```
+    pub fn named(factory: &SharedInformerFactory, name: impl Into<String>) -> Self {
+        Self::with_queue(factory, name, default_controller_rate_limiter(), None)
+    }
+
     /// Like [`new`](Self::new), with a name, a rate limiter of your choice (e.g.
     /// [`kctrl_workqueue::ItemExponentialFailureRateLimiter`] alone, without the overall
     /// bucket) and the work queue's metrics (`workqueue_*{name="<name>"}`, e.g. from a
@@ -349,6 +372,11 @@ impl<K: Object> Controller<K> {
 
     /// Also reconcile `K` when an object of kind `C` that it controls changes (an owner
     /// reference with `controller: true` to `K`'s group and kind), deletions included.
+    ///
+    /// [`index::controlled_by`](crate::index::controlled_by)`(&controller.cache::<C>(), &obj)`
+    /// then returns the objects a reconciled `obj` controls (add
+    /// [`index::by_controller_uid`](crate::index::by_controller_uid) as an
+    /// [`index`](Self::index) for a lookup instead of a scan of `obj`'s namespace).
     pub fn owns<C: Object>(mut self) -> Self {
         let handler = OwnedHandler {
             queue: self.queue.clone(),
@@ -359,6 +387,62 @@ impl<K: Object> Controller<K> {
         self.register::<C>(handler);
         self.track::<C>();
         self
+    }
+
+    /// Adds index `name` to the shared cache of `C` (any resource: owned, watched, `K` itself,
+    /// or one the reconcile only reads): `index_fn` returns the values an object is found
+    /// under, and a reconcile queries them with
+    /// [`cache::<C>()`](Self::cache)[`.by_index(name, value)`](kctrl_informer::Store::by_index)
+    /// (controller-runtime's `IndexField` and `MatchingFields`). The controller waits for
+    /// `C`'s cache before its first reconcile. An index name already taken on that cache (by
+    /// this controller or another of the factory) makes [`run`](Self::run) fail with
+    /// [`RunError::Informer`] naming it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    ///
+    /// use k8s_openapi::api::apps::v1::Deployment;
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use kctrl_informer::SharedInformerFactory;
+    /// use kctrl_runtime::Controller;
+    ///
+    /// let client = kctrl_fake::FakeApi::new().client();
+    /// let factory = SharedInformerFactory::new(client, Duration::from_secs(3600));
+    /// // ConfigMaps by the Deployment their `app` label names.
+    /// let controller = Controller::<Deployment>::new(&factory).index::<ConfigMap>("by-app", |cm| {
+    ///     cm.metadata.labels.iter().flatten().filter(|(k, _)| *k == "app").map(|(_, v)| v.clone()).collect()
+    /// });
+    /// let configmaps = controller.cache::<ConfigMap>();
+    /// // In the reconcile of Deployment `web`: configmaps.by_index("by-app", "web")
+    /// assert!(configmaps.by_index("by-app", "web").unwrap().is_empty());
+    /// # }
+    /// ```
+    pub fn index<C: Object>(
+        mut self,
+        name: impl Into<String>,
+        index_fn: impl Fn(&C) -> Vec<String> + Send + Sync + 'static,
+    ) -> Self {
+        let index_fn: IndexFn<C> = Arc::new(index_fn);
+        if self.registrations.is_ok()
+            && let Err(e) = self
+                .factory
+                .informer::<C>()
+                .add_indexers([(name.into(), index_fn)])
+        {
+            self.registrations = Err(e);
+        }
+        // A handler that does nothing, for the controller to wait for this cache.
+        self.register::<C>(NoEvents);
+        self
+    }
+
+    /// The factory's shared cache of `C`, the one [`owns`](Self::owns),
+    /// [`watches`](Self::watches) and [`index`](Self::index) use: keep it in the reconcile's
+    /// context to read `C` (and query its indexes) without a request.
+    pub fn cache<C: Object>(&self) -> Store<C> {
+        self.factory.informer::<C>().store().clone()
     }
 
     /// Like [`owns`](Self::owns), from a metadata-only informer of `C`
@@ -553,7 +637,11 @@ impl<K: Object> Controller<K> {
     /// skipped: cleanup that must run belongs in a finalizer). Its [`Action`]
     /// says what happens next; on success the key's failures are forgotten, unless it asks for
     /// [`Action::rate_limited`], which backs off per key as a failure does. On an error,
-    /// `error_policy` decides ([`Action::rate_limited`] is client-go's usual answer). A
+    /// `error_policy` decides ([`Action::rate_limited`] is client-go's usual answer). The
+    /// runtime logs every failed reconcile itself, before calling the error policy (a
+    /// `reconcile failed` warning with the controller, namespace, name, the key's retries so
+    /// far and the error), and counts it (`controller_runtime_reconcile_errors_total` with
+    /// [`metrics`](Self::metrics)): the error policy need not log it again. A
     /// panicking reconcile or error policy is caught, logged, counted
     /// (`controller_runtime_reconcile_panics_total`) and its key retried rate-limited; the
     /// worker lives on.

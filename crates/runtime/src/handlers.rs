@@ -257,6 +257,16 @@ where
     }
 }
 
+/// A handler that does nothing: registered for a cache the controller only reads (an
+/// [`index`](crate::Controller::index)), so that it waits for that cache to sync.
+pub(crate) struct NoEvents;
+
+impl<K: Send + Sync + 'static> ResourceEventHandler<K> for NoEvents {
+    fn on_add(&self, _obj: &Arc<K>, _is_in_initial_list: bool) {}
+    fn on_update(&self, _old: &Arc<K>, _new: &Arc<K>) {}
+    fn on_delete(&self, _obj: &DeletedObject<K>) {}
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

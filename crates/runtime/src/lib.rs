@@ -84,6 +84,7 @@
 //! | controller-runtime | kube-runtime | here |
 //! |---|---|---|
 //! | `builder.ControllerManagedBy(mgr).For(&Foo{})` | `Controller::new(api, cfg)` | [`Controller::new`]`(&factory)` |
+//! | `.Named("foo")` | — (the reconciler's name in `Config`) | [`Controller::named`]`(&factory, "foo")` |
 //! | `.Owns(&Deployment{})` | `.owns(api, cfg)` | [`Controller::owns`] |
 //! | `.Owns(&Deployment{}, builder.OnlyMetadata)` | `.owns_stream(metadata_watcher(..))` | [`Controller::owns_metadata`] |
 //! | `.Watches(obj, handler.EnqueueRequestsFromMapFunc(f))` | `.watches(api, cfg, f)` | [`Controller::watches`] |
@@ -97,6 +98,7 @@
 //! | `LeaderElection: true` in the manager's options | — | [`Controller::run_leader_elected`] |
 //! | — (sharding by hand: label selectors per replica) | — | [`Controller::sharded`] |
 //! | `controllerutil.AddFinalizer` / `RemoveFinalizer` around cleanup | `finalizer::finalizer` | [`finalizer::finalizer`] |
+//! | `mgr.GetFieldIndexer().IndexField(ctx, &Job{}, key, f)`, then `List(ctx, &jobs, client.MatchingFields{key: v})` | `Store::index` by hand | [`Controller::index`]`::<Job>(key, f)`, then [`Controller::cache`]`::<Job>().by_index(key, v)`; a controller's owned objects: [`index::controlled_by`] |
 //! | `meta.SetStatusCondition` and friends (apimachinery) | — | [`conditions::set_status_condition`] and the rest of [`conditions`] |
 //!
 //! A guide from an empty crate to a tested controller of a custom resource:
@@ -109,6 +111,7 @@ pub mod conditions;
 pub mod controller;
 pub mod finalizer;
 mod handlers;
+pub mod index;
 mod leader;
 pub mod metrics;
 pub mod own_writes;
