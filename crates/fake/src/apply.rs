@@ -232,7 +232,8 @@ impl Schema {
 
     /// What changed from `old` to `new`, as the apiserver compares objects: a field only
     /// in `new` is added (with every field under it), one only in `old` removed, a scalar
-    /// (or atomic field) with another value modified. `null` counts as absent.
+    /// (or atomic field) with another value modified. A `null` in `new` is a value; in
+    /// `old` alone it counts as absent.
     pub(crate) fn compare(self, old: &Value, new: &Value) -> Comparison {
         let mut c = Comparison::default();
         self.compare_at(
@@ -253,8 +254,16 @@ impl Schema {
         path: &mut Path,
         c: &mut Comparison,
     ) {
+        // A null written is a value, as structured-merge-diff compares it: it replaces a
+        // value as a modification (a conflict with its owner) and adds a field that was not
+        // there. A null in the old object alone counts as absent.
+        if new.is_some_and(Value::is_null) {
+            if !old.is_some_and(Value::is_null) {
+                c.leaf(old, new, path);
+            }
+            return;
+        }
         let old = old.filter(|v| !v.is_null());
-        let new = new.filter(|v| !v.is_null());
         let shape = |v: &Value| match v {
             Value::Object(_) => 1,
             Value::Array(_) => 2,

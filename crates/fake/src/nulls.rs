@@ -16,7 +16,9 @@
 //!   nullable nor defaulted is refused.
 //! * **Built-in types, server-side apply**: every `null` is accepted, the applier owning the
 //!   field, and becomes what Go decodes it to: an empty string in a map of strings (labels,
-//!   a ConfigMap's data), an absent field elsewhere (the apiserver may then default it).
+//!   a ConfigMap's data), an empty item in a list, an absent field elsewhere (the apiserver
+//!   may then default it). A custom resource's `metadata` is decoded so too, in every write.
+//!   (A null array item takes the items' default where the schema has one.)
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
@@ -107,6 +109,13 @@ fn resolve(v: &mut Value, s: Option<&JSONSchemaProps>, fate: &dyn Fn(&JSONSchema
         Value::Array(items) => {
             let item_schema = s.and_then(items_schema);
             for item in items {
+                // A null item is never removed, but it takes the items' default.
+                if item.is_null() {
+                    if let Some(Fate::Default(d)) = item_schema.map(fate) {
+                        *item = d;
+                    }
+                    continue;
+                }
                 resolve(item, item_schema, fate);
             }
         }
@@ -189,26 +198,42 @@ fn check(v: &Value, s: &JSONSchemaProps, path: &str, out: &mut Vec<FieldError>) 
     }
 }
 
-/// Fields of built-in types that are maps of strings (Go `map[string]string`).
-const STRING_MAPS: &[&str] = &[
-    "labels",
-    "annotations",
-    "matchLabels",
-    "nodeSelector",
-    "data",
-    "stringData",
-];
+/// Fields of any built-in type (and of every object's metadata) that are maps of strings
+/// (Go `map[string]string`), wherever they are.
+const STRING_MAPS: &[&str] = &["labels", "annotations", "matchLabels", "nodeSelector"];
 
-/// What decoding into a built-in Go type leaves of `null` object members, recursively: an
-/// empty string in a map of strings ([`STRING_MAPS`]), nothing elsewhere (a struct field).
-pub(crate) fn decode_builtin(v: &mut Value) {
-    decode_builtin_at(v, "");
+/// Whether the object at `at` (field names from the root, `[]` for an item) of a `kind` is a
+/// map of strings.
+fn string_map(kind: &str, at: &[String]) -> bool {
+    let last = at.last().map(String::as_str).unwrap_or("");
+    let at: Vec<&str> = at.iter().map(String::as_str).collect();
+    STRING_MAPS.contains(&last)
+        || matches!(
+            (kind, at.as_slice()),
+            ("ConfigMap", ["data"])
+                | ("Secret", ["stringData"])
+                | ("Service" | "ReplicationController", ["spec", "selector"])
+        )
 }
 
-fn decode_builtin_at(v: &mut Value, key: &str) {
+/// What decoding into a built-in Go type leaves of the `null`s of an object of `kind`: an
+/// empty string in a map of strings, nothing in place of a struct field, an empty value in
+/// place of a list item (`""` among strings, `{}` among objects).
+pub(crate) fn decode_builtin(v: &mut Value, kind: &str) {
+    decode_at(v, kind, &mut Vec::new());
+}
+
+/// [`decode_builtin`] of a custom resource's `metadata` (decoded as an `ObjectMeta`).
+pub(crate) fn decode_metadata(obj: &mut Value) {
+    if let Some(meta) = obj.get_mut("metadata") {
+        decode_at(meta, "", &mut vec!["metadata".to_owned()]);
+    }
+}
+
+fn decode_at(v: &mut Value, kind: &str, at: &mut Vec<String>) {
     match v {
         Value::Object(map) => {
-            if STRING_MAPS.contains(&key) {
+            if string_map(kind, at) {
                 for child in map.values_mut().filter(|c| c.is_null()) {
                     *child = Value::String(String::new());
                 }
@@ -216,10 +241,26 @@ fn decode_builtin_at(v: &mut Value, key: &str) {
                 map.retain(|_, child| !child.is_null());
             }
             for (k, child) in map.iter_mut() {
-                decode_builtin_at(child, k);
+                at.push(k.clone());
+                decode_at(child, kind, at);
+                at.pop();
             }
         }
-        Value::Array(items) => items.iter_mut().for_each(|i| decode_builtin_at(i, "")),
+        Value::Array(items) => {
+            let objects = items.iter().any(Value::is_object);
+            at.push("[]".to_owned());
+            for item in items.iter_mut() {
+                if item.is_null() {
+                    *item = if objects {
+                        Value::Object(serde_json::Map::new())
+                    } else {
+                        Value::String(String::new())
+                    };
+                }
+                decode_at(item, kind, at);
+            }
+            at.pop();
+        }
         _ => {}
     }
 }
@@ -303,7 +344,7 @@ mod tests {
             "spec": {"replicas": null, "template": {"spec": {"containers": [{"name": "c", "args": null}]}}},
             "data": {"x": null, "y": "1"}
         });
-        decode_builtin(&mut v);
+        decode_builtin(&mut v, "ConfigMap");
         assert_eq!(
             v,
             json!({
@@ -312,5 +353,24 @@ mod tests {
                 "data": {"x": "", "y": "1"}
             })
         );
+        // A list item becomes an empty one; a Service's selector is a map of strings, a
+        // Deployment's is a struct.
+        let mut args = json!({"spec": {"args": ["a", null], "selector": {"app": null}}});
+        decode_builtin(&mut args, "Service");
+        assert_eq!(
+            args,
+            json!({"spec": {"args": ["a", ""], "selector": {"app": ""}}})
+        );
+        let mut selector =
+            json!({"spec": {"selector": {"matchLabels": {"app": null}, "matchExpressions": null}}});
+        decode_builtin(&mut selector, "Deployment");
+        assert_eq!(
+            selector,
+            json!({"spec": {"selector": {"matchLabels": {"app": ""}}}})
+        );
+        // Another type's `data` is no map of strings.
+        let mut other = json!({"data": {"x": null}});
+        decode_builtin(&mut other, "ControllerRevision");
+        assert_eq!(other, json!({"data": {}}));
     }
 }

@@ -4,7 +4,6 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps;
 use k8s_openapi::jiff::Timestamp;
 use kctrl_client::{
     DeleteParams, Error, ListParams, Patch, PatchParams, PostParams, PropagationPolicy,
@@ -455,7 +454,7 @@ impl State {
         let spec = self.spec(r)?;
         let manager = field_manager(params.field_manager.as_deref(), "CreateOptions")?;
         let mut obj = decode_body(body)?;
-        written_nulls(&spec, &mut obj)?;
+        prune_written_nulls(&spec, &mut obj);
         self.create_object(&spec, ns, obj, params.dry_run, Tracking::Update(manager))
     }
 
@@ -540,6 +539,7 @@ impl State {
                 }
             }
         }
+        check_nulls(&spec, &obj)?;
         let managers = match tracking {
             Tracking::Update(manager) => writer(&spec, &manager, false).update(None, &obj),
             Tracking::Applied(managers) => Some(managers),
@@ -564,7 +564,7 @@ impl State {
         let status = check_subresource(&spec, subresource)?;
         let manager = field_manager(params.field_manager.as_deref(), "UpdateOptions")?;
         let mut obj = decode_body(body)?;
-        written_nulls(&spec, &mut obj)?;
+        prune_written_nulls(&spec, &mut obj);
         let ns = Self::namespace(&spec, ns)?;
         check_namespace(&spec, &mut obj, &ns)?;
         check_name(&obj, name)?;
@@ -647,7 +647,7 @@ impl State {
         }
         check_namespace(&spec, &mut obj, &ns)?;
         check_name(&obj, name)?;
-        written_nulls(&spec, &mut obj)?;
+        prune_written_nulls(&spec, &mut obj);
         dedup_owner_references(&mut obj);
         check_uid_unchanged(&spec, &existing, &obj, name)?;
         self.write(
@@ -718,10 +718,12 @@ impl State {
             })?;
         match &spec.schema {
             Some(schema) => {
+                nulls::decode_metadata(&mut obj);
                 nulls::prune_on_apply(&mut obj, schema);
-                check_nulls(spec, &obj, schema)?;
             }
-            None => nulls::decode_builtin(&mut obj),
+            None if spec.builtin_lists => nulls::decode_builtin(&mut obj, &spec.resource.kind),
+            // A custom resource served without its schema keeps what it was sent.
+            None => {}
         }
         match existing {
             None => self.create_object(
@@ -806,6 +808,7 @@ impl State {
             copy_meta(&mut obj, &existing, f);
         }
         meta_mut(&mut obj).remove("selfLink");
+        check_nulls(spec, &obj)?;
         let managers = match tracking {
             Tracking::Update(manager) => {
                 writer(spec, &manager, status).update(Some(&existing), &obj)
@@ -1137,21 +1140,22 @@ fn set_managers(obj: &mut Value, existing: Option<&Value>, managers: Option<Vec<
     }
 }
 
-/// Metadata validation of a patch or apply: the UID is immutable.
-/// What the apiserver does with the `null` fields of a created, updated or patched object
-/// (see `nulls.rs`): a custom resource's are pruned or defaulted as its schema says, those
-/// left must be allowed there. Built-in types keep them (Go would drop them; the fake stores
-/// what it was sent).
-fn written_nulls(spec: &ResourceSpec, obj: &mut Value) -> Result<(), Error> {
+/// What decoding a created, updated or patched custom resource does with its `null` fields
+/// (see `nulls.rs`): pruned or defaulted as its schema says; [`check_nulls`] then validates
+/// those left, once the strategy has reset what it resets. Built-in types keep them (Go
+/// would drop them; the fake stores what it was sent).
+fn prune_written_nulls(spec: &ResourceSpec, obj: &mut Value) {
     if let Some(schema) = &spec.schema {
+        nulls::decode_metadata(obj);
         nulls::prune_on_write(obj, schema);
-        check_nulls(spec, obj, schema)?;
     }
-    Ok(())
 }
 
-/// A 422 naming each `null` of `obj` its schema does not allow.
-fn check_nulls(spec: &ResourceSpec, obj: &Value, schema: &JSONSchemaProps) -> Result<(), Error> {
+/// A 422 naming each `null` of a custom resource's `obj` that its schema does not allow.
+fn check_nulls(spec: &ResourceSpec, obj: &Value) -> Result<(), Error> {
+    let Some(schema) = &spec.schema else {
+        return Ok(());
+    };
     let errs = nulls::errors(obj, schema);
     if errs.is_empty() {
         return Ok(());
@@ -1165,6 +1169,7 @@ fn check_nulls(spec: &ResourceSpec, obj: &Value, schema: &JSONSchemaProps) -> Re
     ))
 }
 
+/// Metadata validation of a patch or apply: the UID is immutable.
 fn check_uid_unchanged(
     spec: &ResourceSpec,
     existing: &Value,

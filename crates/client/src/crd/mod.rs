@@ -139,9 +139,11 @@
 //! The openAPIV3Schema is schemars' JSON Schema of the spec and status types made
 //! *structural*, as the API server requires (rules and limits: [`structural_schema`]).
 //! `Option<T>` fields are optional and nullable, so the `null` serde writes for `None` is
-//! accepted by every write, server-side apply included (a `null` stays `null`: a schema
-//! default applies only to a field left out, e.g. by
-//! `#[serde(skip_serializing_if = "Option::is_none")]`); maps are `additionalProperties`;
+//! accepted by every write, server-side apply included, and stays `null`. Two exceptions,
+//! where a `null` is pruned instead (on create and update; a server-side apply of it is
+//! refused unless there is a default): a field with a default (`#[serde(default = ...)]`),
+//! which then takes it, and the fields the `scale` subresource reads, which cannot be null;
+//! mark those `#[serde(skip_serializing_if = "Option::is_none")]`. Maps are `additionalProperties`;
 //! `serde_json::Value` and k8s-openapi's `RawExtension` preserve unknown fields;
 //! `IntOrString` and `Quantity` are `x-kubernetes-int-or-string`; enums of unit variants
 //! are string enums, enums of struct variants objects. Where a Rust type cannot be described
@@ -340,6 +342,13 @@ pub enum CrdError {
     },
 }
 
+/// The schema node at a JSON path such as `.spec.replicas`, through object properties.
+fn schema_at<'a>(root: &'a mut JSONSchemaProps, path: &str) -> Option<&'a mut JSONSchemaProps> {
+    path.trim_start_matches('.')
+        .split('.')
+        .try_fold(root, |node, field| node.properties.as_mut()?.get_mut(field))
+}
+
 /// The CustomResourceDefinition of `K` and the places where its schema accepts more than `K`.
 fn build<K: CustomResourceExt>() -> (CustomResourceDefinition, Vec<Relaxed>) {
     let d = K::DEFINITION;
@@ -350,12 +359,30 @@ fn build<K: CustomResourceExt>() -> (CustomResourceDefinition, Vec<Relaxed>) {
         relaxed.extend(more);
         properties.insert("status".to_owned(), status);
     }
-    let root = JSONSchemaProps {
+    let mut root = JSONSchemaProps {
         type_: Some("object".to_owned()),
         properties: Some(properties),
         required: Some(vec!["spec".to_owned()]),
         ..Default::default()
     };
+    if let Some(scale) = d.scale {
+        // The scale subresource reads these fields and fails on a null (`<nil> is of the
+        // type <nil>, expected int64`), where an absent field reads as 0: not nullable, so a
+        // create or update prunes the null.
+        let paths = [
+            Some(scale.spec_replicas_path),
+            Some(scale.status_replicas_path),
+        ];
+        for path in paths
+            .into_iter()
+            .chain([scale.label_selector_path])
+            .flatten()
+        {
+            if let Some(node) = schema_at(&mut root, path) {
+                node.nullable = None;
+            }
+        }
+    }
     let strings = |v: &[&str]| -> Option<Vec<String>> {
         (!v.is_empty()).then(|| v.iter().map(|s| (*s).to_owned()).collect())
     };

@@ -12,15 +12,20 @@
 //!   (`serde_json::Value`).
 //! * **`nullable` wherever the Rust type accepts `null`**: an `Option` field (a property, an
 //!   array item, a map value) is nullable, so that the `null` serde writes for `None` is
-//!   accepted by every write. The API server prunes a `null` sent for a non-nullable field on
-//!   create, update and patch, but refuses it in a server-side apply (`must be of type
-//!   integer: "null"`, measured on v1.37.2), and always refuses it in an array or map. A
-//!   nullable field keeps its `null` (read back as `None`), and a schema default does not
-//!   replace it: to have a default applied, leave `None` out
-//!   (`#[serde(skip_serializing_if = "Option::is_none")]`). A nullable enum's values move
-//!   into `allOf: [{enum: [...]}]`: the API server checks a `null` against `enum` (and
-//!   refuses it, `null` in the list or not) but skips the junctors for a `null`, so other
-//!   values are still checked and the message still names the supported values.
+//!   accepted by every write. The API server prunes a `null` sent for a non-nullable field or
+//!   map value on create, update and patch, but refuses it in a server-side apply (`must be
+//!   of type integer: "null"`, measured on v1.37.2), and refuses a non-nullable `null` array
+//!   item in every write. A nullable field keeps its `null` (read back as `None`). A field
+//!   with a default is the exception: not nullable, so that the API server replaces a `null`
+//!   by the default in every write (a nullable one would keep the `null`). A nullable enum's
+//!   values move into `allOf: [{enum: [...]}]`: the API server checks a `null` against
+//!   `enum` (and refuses it, `null` in the list or not) but skips the junctors for a `null`,
+//!   so other values are still checked and the message still names the supported values.
+//!   schemars gives an `Option` of a type that accepts any JSON value (`IntOrString`,
+//!   `serde_json::Value`) no `null` alternative: such a property is made nullable when it is
+//!   optional and has no default (which also catches a non-`Option` field with
+//!   `#[serde(default, skip_serializing_if = ...)]`); as an array item or a map value it is
+//!   not, so `Vec<Option<IntOrString>>` refuses a `None`.
 //! * **No `type`, `description`, `default`, `nullable` or `additionalProperties` inside
 //!   `allOf`/`anyOf`/`oneOf`/`not`, and every field named there also named outside**: enums
 //!   are folded into one schema. Unit variants give a string `enum`; variants that are all
@@ -114,6 +119,7 @@ pub(crate) fn structural_from_value(root: &Value, name: &str) -> (JSONSchemaProp
     let mut out = c.node(root, name, Place::Root);
     // The type's name, which schemars puts on the root only.
     out.remove("title");
+    enums_of_nullables_to_all_of(&mut out);
     match serde_json::from_value::<JSONSchemaProps>(Value::Object(out)) {
         Ok(schema) => (schema, c.relaxed),
         Err(e) => {
@@ -270,6 +276,38 @@ fn type_of(v: &Value) -> Option<&'static str> {
     }
 }
 
+/// Moves the `enum` of every nullable node into `allOf: [{enum: [...]}]`, recursively: the
+/// API server checks a null against a node's `enum` (and refuses it, `null` in the list or
+/// not) but not against its junctors. Done last, so that merging variants sees plain enums.
+fn enums_of_nullables_to_all_of(node: &mut Map<String, Value>) {
+    if flag(node, "nullable")
+        && let Some(values) = node.remove("enum")
+    {
+        let enum_only = json!({ "enum": values });
+        match node.get_mut("allOf") {
+            Some(Value::Array(all)) => all.push(enum_only),
+            _ => {
+                node.insert("allOf".to_owned(), json!([enum_only]));
+            }
+        }
+    }
+    for (key, child) in node.iter_mut() {
+        match (key.as_str(), child) {
+            ("properties", Value::Object(props)) => {
+                for prop in props.values_mut() {
+                    if let Value::Object(p) = prop {
+                        enums_of_nullables_to_all_of(p);
+                    }
+                }
+            }
+            ("items" | "additionalProperties", Value::Object(c)) => {
+                enums_of_nullables_to_all_of(c);
+            }
+            _ => {}
+        }
+    }
+}
+
 /// Removes `null` members of objects, recursively (a default's nulls would be pruned, or
 /// refused where the field is not nullable).
 fn without_nulls(v: &Value) -> Value {
@@ -301,18 +339,10 @@ impl Converter {
     /// The structural form of `v` at `place`.
     fn node(&mut self, v: &Value, path: &str, place: Place) -> Map<String, Value> {
         let (mut out, nullable) = self.convert(v, path);
-        if nullable && place == Place::Nested {
+        // A defaulted field stays non-nullable: the API server then replaces a null by the
+        // default, in every write (a nullable field would keep the null).
+        if nullable && place == Place::Nested && !out.contains_key("default") {
             out.insert("nullable".to_owned(), Value::Bool(true));
-            // The API server checks a null against `enum` but not against the junctors.
-            if let Some(values) = out.remove("enum") {
-                let enum_only = json!({ "enum": values });
-                match out.get_mut("allOf") {
-                    Some(Value::Array(all)) => all.push(enum_only),
-                    _ => {
-                        out.insert("allOf".to_owned(), json!([enum_only]));
-                    }
-                }
-            }
         }
         out
     }
@@ -706,6 +736,22 @@ impl Converter {
     /// `exclusive`: the variants are objects of one required field each and no other
     /// (`additionalProperties: false`), as serde writes an externally tagged enum.
     fn merge_any(
+        &mut self,
+        alts: Vec<Map<String, Value>>,
+        path: &str,
+        exclusive: bool,
+    ) -> Map<String, Value> {
+        // A field that is an `Option` in one variant accepts null in the merged schema.
+        let nullable = alts.iter().any(|a| flag(a, "nullable"));
+        let mut out = self.merge_any_values(alts, path, exclusive);
+        if nullable && !out.contains_key("default") {
+            out.insert("nullable".to_owned(), Value::Bool(true));
+        }
+        out
+    }
+
+    /// [`merge_any`](Self::merge_any) but for `nullable`.
+    fn merge_any_values(
         &mut self,
         alts: Vec<Map<String, Value>>,
         path: &str,

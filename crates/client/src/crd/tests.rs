@@ -248,7 +248,8 @@ fn the_crd_says_everything_the_attribute_does() {
                     "required": ["deploymentName"],
                     "properties": {
                         "deploymentName": {"type": "string"},
-                        "replicas": {"type": "integer", "format": "int32", "minimum": 1.0, "maximum": 10.0, "nullable": true},
+                        // Not nullable: the scale subresource reads it and cannot read a null.
+                        "replicas": {"type": "integer", "format": "int32", "minimum": 1.0, "maximum": 10.0},
                     },
                 },
                 "status": {

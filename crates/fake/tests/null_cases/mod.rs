@@ -42,9 +42,12 @@ pub(crate) fn nullish_crd() -> CustomResourceDefinition {
                 "name": "v1",
                 "served": true,
                 "storage": true,
+                "subresources": {"status": {}},
                 "schema": {"openAPIV3Schema": {
                     "type": "object",
-                    "properties": {"spec": {"type": "object", "properties": {
+                    "properties": {
+                    "status": {"type": "object", "properties": {"count": {"type": "integer"}}},
+                    "spec": {"type": "object", "properties": {
                         "plain": {"type": "integer"},
                         "maybe": {"type": "integer", "nullable": true},
                         "defaulted": {"type": "integer", "default": 7},
@@ -54,6 +57,7 @@ pub(crate) fn nullish_crd() -> CustomResourceDefinition {
                         "ios": {"x-kubernetes-int-or-string": true},
                         "free": {"x-kubernetes-preserve-unknown-fields": true},
                         "strs": {"type": "array", "items": {"type": "string"}},
+                        "dstrs": {"type": "array", "items": {"type": "string", "default": "d"}},
                         "counts": {"type": "object", "additionalProperties": {"type": "integer"}}
                     }}}
                 }}
@@ -126,6 +130,8 @@ pub(crate) enum Target {
 pub(crate) struct Case {
     pub(crate) name: &'static str,
     pub(crate) target: Target,
+    /// Applied first by the manager `other`, when there is one.
+    pub(crate) prior: Option<Value>,
     pub(crate) write: Write,
     /// The fields written besides apiVersion, kind and metadata.name.
     pub(crate) body: Value,
@@ -171,6 +177,7 @@ pub(crate) fn cases() -> Vec<Case> {
         Case {
             name: "a create prunes what is not nullable, defaults, keeps the nullable",
             target: Target::Nullish,
+            prior: None,
             write: Write::Create,
             body: json!({"spec": {"plain": null, "maybe": null, "defaulted": null, "phase": null,
                 "optPhase": null, "ios": null, "free": null, "counts": {"a": null, "b": 1}}}),
@@ -185,6 +192,7 @@ pub(crate) fn cases() -> Vec<Case> {
         Case {
             name: "an update prunes as a create does",
             target: Target::Nullish,
+            prior: None,
             write: Write::Update,
             body: json!({"spec": {"plain": null, "maybe": null, "counts": {"a": null}}}),
             // Not the whole spec: the apiserver defaults the absent `defaulted`, the fake
@@ -201,6 +209,7 @@ pub(crate) fn cases() -> Vec<Case> {
         Case {
             name: "a null array item is refused by a create",
             target: Target::Nullish,
+            prior: None,
             write: Write::Create,
             body: json!({"spec": {"strs": ["x", null]}}),
             expect: refused(&invalid(
@@ -210,6 +219,7 @@ pub(crate) fn cases() -> Vec<Case> {
         Case {
             name: "a nullable enum refuses null",
             target: Target::Nullish,
+            prior: None,
             write: Write::Create,
             body: json!({"spec": {"nullableEnum": null}}),
             expect: refused(&invalid(
@@ -219,6 +229,7 @@ pub(crate) fn cases() -> Vec<Case> {
         Case {
             name: "an apply keeps the nullable and defaults",
             target: Target::Nullish,
+            prior: None,
             write: Write::Apply,
             body: json!({"spec": {"maybe": null, "defaulted": null, "optPhase": null, "free": null}}),
             expect: stored(
@@ -232,6 +243,7 @@ pub(crate) fn cases() -> Vec<Case> {
         Case {
             name: "an apply refuses null where the field is not nullable",
             target: Target::Nullish,
+            prior: None,
             write: Write::Apply,
             body: json!({"spec": {"plain": null}}),
             expect: refused(&invalid(not_type("plain", "integer"))),
@@ -239,6 +251,7 @@ pub(crate) fn cases() -> Vec<Case> {
         Case {
             name: "an apply refuses null for an int-or-string that is not nullable",
             target: Target::Nullish,
+            prior: None,
             write: Write::Apply,
             body: json!({"spec": {"ios": null}}),
             expect: refused(&invalid(not_type("ios", "integer,string"))),
@@ -246,6 +259,7 @@ pub(crate) fn cases() -> Vec<Case> {
         Case {
             name: "an apply refuses null for an enum that is not nullable, twice",
             target: Target::Nullish,
+            prior: None,
             write: Write::Apply,
             body: json!({"spec": {"phase": null}}),
             expect: refused(&invalid(format!(
@@ -256,6 +270,7 @@ pub(crate) fn cases() -> Vec<Case> {
         Case {
             name: "an apply refuses a null map value that is not nullable",
             target: Target::Nullish,
+            prior: None,
             write: Write::Apply,
             body: json!({"spec": {"counts": {"a": null}}}),
             expect: refused(&invalid(
@@ -263,22 +278,57 @@ pub(crate) fn cases() -> Vec<Case> {
             )),
         },
         Case {
+            name: "a null item takes the items' default",
+            target: Target::Nullish,
+            prior: None,
+            write: Write::Create,
+            body: json!({"spec": {"dstrs": ["a", null]}}),
+            expect: stored(&[("/spec/dstrs", Some(json!(["a", "d"])))], Value::Null),
+        },
+        Case {
+            name: "an apply of the main resource ignores a null in status",
+            target: Target::Nullish,
+            prior: None,
+            write: Write::Apply,
+            body: json!({"spec": {"maybe": 1}, "status": {"count": null}}),
+            expect: stored(
+                &[("/spec/maybe", Some(json!(1))), ("/status", None)],
+                json!({"f:spec": {"f:maybe": {}}}),
+            ),
+        },
+        Case {
+            name: "applying null to another manager's field is a conflict",
+            target: Target::Nullish,
+            prior: Some(json!({"spec": {"maybe": 5}})),
+            write: Write::Apply,
+            body: json!({"spec": {"maybe": null}}),
+            expect: Outcome::Refused {
+                code: 409,
+                message: "Apply failed with 1 conflict: conflict with \"other\": .spec.maybe".to_owned(),
+            },
+        },
+        Case {
             name: "a built-in type's apply owns a null field and drops it",
             target: Target::Deployment,
+            prior: None,
             write: Write::Apply,
             body: json!({"spec": {"strategy": null, "selector": {"matchLabels": {"app": "n"}},
                 "template": {"metadata": {"labels": {"app": "n"}},
-                    "spec": {"containers": [{"name": "c", "image": "i", "args": null}]}}}}),
+                    "spec": {"containers": [{"name": "c", "image": "i", "args": null, "command": ["x", null]}]}}}}),
             expect: stored(
-                &[("/spec/template/spec/containers/0/args", None)],
+                &[
+                    ("/spec/template/spec/containers/0/args", None),
+                    ("/spec/template/spec/containers/0/command", Some(json!(["x", ""]))),
+                ],
                 json!({"f:spec": {"f:selector": {}, "f:strategy": {},
                     "f:template": {"f:metadata": {"f:labels": {"f:app": {}}},
-                        "f:spec": {"f:containers": {"k:{\"name\":\"c\"}": {".": {}, "f:args": {}, "f:image": {}, "f:name": {}}}}}}}),
+                        "f:spec": {"f:containers": {"k:{\"name\":\"c\"}": {".": {}, "f:args": {}, "f:command": {}, "f:image": {}, "f:name": {}}}}}}}),
             ),
         },
         Case {
             name: "a built-in type's apply makes a null string of a map empty",
             target: Target::ConfigMap,
+            prior: None,
             write: Write::Apply,
             body: json!({"data": {"x": null, "y": "1"}}),
             expect: stored(
@@ -316,6 +366,17 @@ pub(crate) async fn run(client: &Client, namespace: &str, index: usize, case: &C
     let r = resource(case.target);
     let api = Api::<DynamicObject>::namespaced_dynamic(client.clone(), namespace, &r);
     let obj = object(case, index);
+    if let Some(prior) = &case.prior {
+        let mut first = prior.clone();
+        first["apiVersion"] = json!(r.api_version());
+        first["kind"] = json!(r.kind);
+        first["metadata"] = json!({"name": name(index)});
+        let first: DynamicObject =
+            serde_json::from_value(first).expect("a prior body is an object");
+        api.apply(&PatchParams::apply("other"), &first)
+            .await
+            .unwrap_or_else(|e| panic!("case {:?}: the prior apply: {e}", case.name));
+    }
     let written = match case.write {
         Write::Create => api.create(&PostParams::default(), &obj).await,
         Write::Update => {

@@ -610,3 +610,48 @@ fn open_options_are_nullable_unless_required_or_defaulted() {
     assert_eq!(prop(&s, "defaulted_port")["default"], 80);
     assert!(prop(&s, "defaulted_port").get("nullable").is_none());
 }
+
+fn three() -> Option<i32> {
+    Some(3)
+}
+
+/// Variants whose fields are `Option`s in one and not in the other, and a defaulted
+/// `Option`.
+#[derive(JsonSchema, Serialize, Deserialize)]
+#[allow(dead_code, reason = "only the schema is used")]
+#[serde(tag = "kind")]
+enum Tagged {
+    One { x: Option<i32>, mode: Option<Phase> },
+    Two { x: i32, mode: Phase },
+}
+
+#[derive(JsonSchema, Serialize, Deserialize)]
+#[allow(dead_code, reason = "only the schema is used")]
+struct MergedAndDefaulted {
+    tagged: Tagged,
+    #[serde(default = "three")]
+    replicas: Option<i32>,
+}
+
+#[test]
+fn merged_variants_keep_null_and_enum_and_a_default_beats_null() {
+    let (s, relaxed) = schema_of::<MergedAndDefaulted>();
+    assert!(relaxed.is_empty(), "{relaxed:?}");
+    let tagged = prop(&s, "tagged");
+    // An `Option` in one variant: the merged field accepts null.
+    assert_eq!(
+        prop(tagged, "x"),
+        &json!({"type": "integer", "format": "int32", "nullable": true})
+    );
+    // And keeps its values, in `allOf` since it is nullable.
+    assert_eq!(prop(tagged, "mode")["nullable"], true);
+    assert_eq!(
+        prop(tagged, "mode")["allOf"],
+        json!([{"enum": ["Pending", "Running"]}])
+    );
+    // A default: not nullable, so that the API server replaces a null by it.
+    assert_eq!(
+        prop(&s, "replicas"),
+        &json!({"type": "integer", "format": "int32", "default": 3})
+    );
+}
