@@ -132,7 +132,8 @@ pub fn set_status_condition(conditions: &mut Vec<Condition>, new: Condition) -> 
         existing.message = new.message;
         changed = true;
     }
-    if existing.observed_generation != new.observed_generation {
+    // Go's int64 with omitempty: 0 and absent are one value.
+    if existing.observed_generation.unwrap_or(0) != new.observed_generation.unwrap_or(0) {
         existing.observed_generation = new.observed_generation;
         changed = true;
     }
@@ -253,6 +254,13 @@ mod tests {
                 conditions: vec![c("first", True, "r", "m", Some(3), 0)],
                 to_add: c("first", True, "r", "m", Some(3), 5),
                 expected: vec![c("first", True, "r", "m", Some(3), 0)],
+                changed: false,
+            },
+            Case {
+                name: "an observed generation of 0 is none",
+                conditions: vec![c("first", True, "r", "m", None, 0)],
+                to_add: c("first", True, "r", "m", Some(0), 5),
+                expected: vec![c("first", True, "r", "m", None, 0)],
                 changed: false,
             },
             Case {

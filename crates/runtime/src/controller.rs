@@ -48,6 +48,20 @@ pub enum RunError {
         #[source]
         source: InformerError,
     },
+    /// An [`index`](Controller::index) could not be added: its name is taken on that cache
+    /// (by this controller or another of the factory), or the informer was stopped.
+    #[error("controller {controller}: index {index:?} on {resource}: {source}")]
+    Index {
+        /// The controller's name.
+        controller: String,
+        /// The kind of the cache.
+        resource: &'static str,
+        /// The index's name.
+        index: String,
+        /// What the informer said.
+        #[source]
+        source: InformerError,
+    },
     /// Cancelled (or an informer stopped) before every cache had synced; no reconcile ran.
     #[error("controller {controller}: stopped before the caches synced")]
     CachesNotSynced {
@@ -235,6 +249,8 @@ pub struct Controller<K: Object> {
     gate: GateCell,
     /// The kinds owned or watched besides `K`.
     related: Vec<&'static str>,
+    /// The first index that could not be added: (kind, index name, why).
+    index_error: Option<(&'static str, String, InformerError)>,
     _k: PhantomData<fn() -> K>,
 }
 
@@ -280,7 +296,7 @@ impl<K: Object> Controller<K> {
 
     /// Like [`new`](Self::new), under `name` (its queue's, its metrics' and its logs' name,
     /// and the source component of its [`event_recorder`](Self::event_recorder)), with the
-    /// default rate limiter.
+    /// default rate limiter. An empty name is the kind's, as with [`new`](Self::new).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -298,6 +314,11 @@ impl<K: Object> Controller<K> {
     /// # }
     /// ```
     pub fn named(factory: &SharedInformerFactory, name: impl Into<String>) -> Self {
+        let name = name.into();
+        if name.is_empty() {
+            // As controller-runtime does without a name: the kind's.
+            return Self::new(factory);
+        }
         Self::with_queue(factory, name, default_controller_rate_limiter(), None)
     }
 
@@ -334,6 +355,7 @@ impl<K: Object> Controller<K> {
             sharding: None,
             gate: GateCell::default(),
             related: Vec::new(),
+            index_error: None,
             _k: PhantomData,
         };
         controller.track::<K>();
@@ -396,7 +418,14 @@ impl<K: Object> Controller<K> {
     /// (controller-runtime's `IndexField` and `MatchingFields`). The controller waits for
     /// `C`'s cache before its first reconcile. An index name already taken on that cache (by
     /// this controller or another of the factory) makes [`run`](Self::run) fail with
-    /// [`RunError::Informer`] naming it.
+    /// [`RunError::Index`] naming it; [`CONTROLLER_UID_INDEX`](crate::index::CONTROLLER_UID_INDEX)
+    /// is the exception, being always [`by_controller_uid`](crate::index::by_controller_uid):
+    /// every controller of the factory may declare it, and the first one adds it.
+    ///
+    /// `C`'s cache follows a [sharded](Self::sharded) controller's shard as the caches of
+    /// what it owns and watches do: refused with sharding by UID (another replica caches
+    /// what `C`'s UIDs place elsewhere); with sharding by namespace, a cluster-scoped `C` is
+    /// cached only by the replica holding the empty namespace's bucket.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -424,23 +453,34 @@ impl<K: Object> Controller<K> {
         name: impl Into<String>,
         index_fn: impl Fn(&C) -> Vec<String> + Send + Sync + 'static,
     ) -> Self {
+        let name = name.into();
         let index_fn: IndexFn<C> = Arc::new(index_fn);
-        if self.registrations.is_ok()
-            && let Err(e) = self
-                .factory
-                .informer::<C>()
-                .add_indexers([(name.into(), index_fn)])
+        let informer = self.factory.informer::<C>();
+        let shared_and_present = name == crate::index::CONTROLLER_UID_INDEX
+            && informer.store().index_names().contains(&name);
+        if self.index_error.is_none()
+            && !shared_and_present
+            && let Err(e) = informer.add_indexers([(name.clone(), index_fn)])
         {
-            self.registrations = Err(e);
+            self.index_error = Some((C::KIND, name, e));
+        }
+        if std::any::TypeId::of::<C>() != std::any::TypeId::of::<K>() {
+            self.related.push(C::KIND);
         }
         // A handler that does nothing, for the controller to wait for this cache.
         self.register::<C>(NoEvents);
         self
     }
 
-    /// The factory's shared cache of `C`, the one [`owns`](Self::owns),
+    /// The factory's shared cache of full `C` objects, the one [`owns`](Self::owns),
     /// [`watches`](Self::watches) and [`index`](Self::index) use: keep it in the reconcile's
     /// context to read `C` (and query its indexes) without a request.
+    ///
+    /// The controller waits for this cache only if it owns, watches or indexes `C`: declare
+    /// one of them, or the reconcile may read it before it has synced. It is not the cache of
+    /// [`owns_metadata`](Self::owns_metadata) and [`watches_metadata`](Self::watches_metadata)
+    /// (`factory.metadata_informer::<C>().store()`): asking for it starts a second informer,
+    /// of full objects.
     pub fn cache<C: Object>(&self) -> Store<C> {
         self.factory.informer::<C>().store().clone()
     }
@@ -734,6 +774,14 @@ impl<K: Object> Controller<K> {
             shard: self.gate.clone(),
         };
         self.register::<K>(primary);
+        if let Some((resource, index, source)) = self.index_error.take() {
+            return Err(RunError::Index {
+                controller: self.name.clone(),
+                resource,
+                index,
+                source,
+            });
+        }
         let registrations =
             std::mem::replace(&mut self.registrations, Ok(Vec::new())).map_err(|source| {
                 RunError::Informer {

@@ -98,7 +98,7 @@
 //! | `LeaderElection: true` in the manager's options | — | [`Controller::run_leader_elected`] |
 //! | — (sharding by hand: label selectors per replica) | — | [`Controller::sharded`] |
 //! | `controllerutil.AddFinalizer` / `RemoveFinalizer` around cleanup | `finalizer::finalizer` | [`finalizer::finalizer`] |
-//! | `mgr.GetFieldIndexer().IndexField(ctx, &Job{}, key, f)`, then `List(ctx, &jobs, client.MatchingFields{key: v})` | `Store::index` by hand | [`Controller::index`]`::<Job>(key, f)`, then [`Controller::cache`]`::<Job>().by_index(key, v)`; a controller's owned objects: [`index::controlled_by`] |
+//! | `mgr.GetFieldIndexer().IndexField(ctx, &Job{}, key, f)`, then `List(ctx, &jobs, client.MatchingFields{key: v})` | — | [`Controller::index`]`::<Job>(key, f)`, then [`Controller::cache`]`::<Job>().by_index(key, v)`; a controller's owned objects: [`index::controlled_by`] |
 //! | `meta.SetStatusCondition` and friends (apimachinery) | — | [`conditions::set_status_condition`] and the rest of [`conditions`] |
 //!
 //! A guide from an empty crate to a tested controller of a custom resource:

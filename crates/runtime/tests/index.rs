@@ -1,7 +1,8 @@
 //! Indexes at the controller level on the in-memory API server: the objects a reconciled
-//! object controls, one lookup away through the index `owns` adds; an index declared on a
-//! cache the controller only reads, queried in the reconcile after that cache synced; and a
-//! name taken twice, refused by name.
+//! object controls, one lookup away through the controller-UID index (declared by two
+//! controllers of one factory); an index declared on a cache the controller only reads,
+//! queried in the reconcile after that cache synced; a name taken twice, refused by name;
+//! and an index by UID sharding, refused like an owned resource.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -204,9 +205,13 @@ async fn a_reconcile_finds_what_it_controls_and_what_an_index_says() {
 async fn an_index_name_taken_twice_is_refused_by_name() {
     let fake = FakeApi::new();
     let factory = SharedInformerFactory::new(fake.client(), Duration::from_secs(3600));
-    let _first = Controller::<Deployment>::new(&factory).owns::<ReplicaSet>();
+    // The controller-UID index: declared by both, added once.
+    let _first = Controller::<Deployment>::new(&factory)
+        .owns::<ReplicaSet>()
+        .index::<ReplicaSet>(CONTROLLER_UID_INDEX, by_controller_uid);
     let second = Controller::<Deployment>::named(&factory, "second")
         .owns::<ReplicaSet>()
+        .index::<ReplicaSet>(CONTROLLER_UID_INDEX, by_controller_uid)
         .index::<ConfigMap>("by-app", by_app)
         .index::<ConfigMap>("by-app", by_app);
     let err = second
@@ -218,10 +223,13 @@ async fn an_index_name_taken_twice_is_refused_by_name() {
         )
         .await
         .unwrap_err();
-    assert!(matches!(err, RunError::Informer { .. }), "{err:?}");
+    assert!(
+        matches!(&err, RunError::Index { resource: "ConfigMap", index, .. } if index == "by-app"),
+        "{err:?}"
+    );
     let message = err.to_string();
     assert!(
-        message.contains("second") && message.contains("by-app"),
+        message.contains("second") && message.contains("by-app") && message.contains("ConfigMap"),
         "{message}"
     );
     factory.shutdown().await;

@@ -535,6 +535,15 @@ async fn set_up_mistakes_are_refused_by_name() {
         "{err}"
     );
     assert!(err.to_string().contains("ShardField::Namespace"), "{err}");
+    // By UID, indexing another resource: its cache is sharded by its own UIDs too.
+    let c = Controller::<ConfigMap>::new(&factory)
+        .index::<Secret>("by-x", |_| Vec::new())
+        .sharded(by_uid.clone());
+    let err = mistake(run(c).await.unwrap_err());
+    assert!(
+        matches!(&err, ShardingError::UidWithRelated { resources } if resources == "Secret"),
+        "{err}"
+    );
 
     // Twice on one controller; one Sharding for two controllers.
     let c = Controller::<ConfigMap>::new(&factory)
