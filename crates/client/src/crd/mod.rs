@@ -151,12 +151,23 @@
 //! string-or-object), [`crd`](CustomResourceExt::crd) accepts any value there instead and
 //! [`try_crd`](CustomResourceExt::try_crd) reports each such place as an error.
 //!
+//! # Size
+//!
+//! Every doc comment becomes a `description`, and an embedded Kubernetes type brings its own:
+//! a spec holding a `PodTemplateSpec` gives a 342 KiB CustomResourceDefinition (as JSON),
+//! more than the 256 KiB of the `kubectl.kubernetes.io/last-applied-configuration`
+//! annotation a client-side `kubectl apply -f` writes, which then fails. Install CRDs with
+//! server-side apply (`kubectl apply --server-side -f crd.yaml`, or [`Api::apply`](crate::Api::apply)),
+//! which keeps no such annotation, or cap the descriptions with [`cap_descriptions`]
+//! (controller-gen's `maxDescLen`): that CRD is 148 KiB at 80 characters, 53 KiB at 0.
+//!
 //! # Several versions
 //!
 //! Each version is a Rust type of its own (usually in modules `v1alpha1`, `v1`), each with
 //! `#[derive(CustomResource)]` and the same group and kind. [`VersionSet`] merges their
 //! definitions into one CustomResourceDefinition; exactly one of them says `storage`.
 
+mod descriptions;
 mod schema;
 
 use std::borrow::Cow;
@@ -176,6 +187,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::resource::{ResourceRef, Scope};
 
+pub use descriptions::cap_descriptions;
 pub use schema::{Relaxed, structural_schema};
 
 /// An additional printer column: what `kubectl get` shows besides the name and age.

@@ -521,3 +521,36 @@ fn version_set_errors_say_what_to_change() {
         .unwrap_err();
     assert!(matches!(err, CrdError::NotStructural { .. }));
 }
+
+/// A spec embedding a Pod template, as a CronJob's Job template does.
+#[derive(CustomResource, Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[resource(
+    group = "example.com",
+    version = "v1",
+    kind = "Runner",
+    namespaced,
+    crate = "crate"
+)]
+struct RunnerSpec {
+    /// The Pods it runs.
+    template: k8s_openapi::api::core::v1::PodTemplateSpec,
+}
+
+#[test]
+fn capped_descriptions_fit_a_client_side_apply() {
+    let size = |crd: &CustomResourceDefinition| serde_json::to_vec(crd).unwrap().len();
+    let full = Runner::crd();
+    let mut none = full.clone();
+    crate::crd::cap_descriptions(&mut none, 0);
+    let mut short = full.clone();
+    crate::crd::cap_descriptions(&mut short, 80);
+    // kubectl's last-applied-configuration annotation holds at most 256 KiB.
+    assert!(size(&full) > 256 * 1024, "{}", size(&full));
+    assert!(size(&none) < 256 * 1024 / 2, "{}", size(&none));
+    assert!(size(&short) < size(&full), "{}", size(&short));
+    assert!(
+        !serde_json::to_string(&none)
+            .unwrap()
+            .contains("\"description\"")
+    );
+}
