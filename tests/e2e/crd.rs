@@ -623,7 +623,8 @@ async fn every_schema_construct_is_accepted_and_round_trips() {
         assert!(err.to_string().contains(message), "{name}: {err}");
     }
 
-    // A default applies where a field is missing (or null, which the API server prunes).
+    // A default applies where a field is missing; a null for an Option (nullable) is kept
+    // and reads back as None.
     let mut defaulted = refused(json!({}), "defaulted");
     defaulted
         .data

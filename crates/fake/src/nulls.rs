@@ -65,6 +65,10 @@ enum Fate {
 /// The `null` fields of a create, update or patch: a field that is not nullable takes its
 /// default, or is pruned (a field the schema does not name is left alone).
 pub(crate) fn prune_on_write(v: &mut Value, s: &JSONSchemaProps) {
+    if !contains_null(v) {
+        return;
+    }
+    decode_metadata(v);
     resolve(v, Some(s), &|c: &JSONSchemaProps| match &c.default {
         _ if nullable(c) => Fate::Keep,
         Some(d) => Fate::Default(d.0.clone()),
@@ -76,6 +80,10 @@ pub(crate) fn prune_on_write(v: &mut Value, s: &JSONSchemaProps) {
 /// default, or is dropped where its schema has no type (preserve-unknown-fields), and kept
 /// (to be refused) otherwise.
 pub(crate) fn prune_on_apply(v: &mut Value, s: &JSONSchemaProps) {
+    if !contains_null(v) {
+        return;
+    }
+    decode_metadata(v);
     resolve(v, Some(s), &|c: &JSONSchemaProps| match &c.default {
         _ if nullable(c) => Fate::Keep,
         Some(d) => Fate::Default(d.0.clone()),
@@ -223,8 +231,19 @@ pub(crate) fn decode_builtin(v: &mut Value, kind: &str) {
     decode_at(v, kind, &mut Vec::new());
 }
 
-/// [`decode_builtin`] of a custom resource's `metadata` (decoded as an `ObjectMeta`).
-pub(crate) fn decode_metadata(obj: &mut Value) {
+/// Whether `v` holds a `null` anywhere: most writes hold none, and skip every walk here.
+pub(crate) fn contains_null(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Object(map) => map.values().any(contains_null),
+        Value::Array(items) => items.iter().any(contains_null),
+        _ => false,
+    }
+}
+
+/// [`decode_builtin`] of a custom resource's `metadata` (decoded as an `ObjectMeta`), which
+/// [`prune_on_write`] and [`prune_on_apply`] begin with.
+fn decode_metadata(obj: &mut Value) {
     if let Some(meta) = obj.get_mut("metadata") {
         decode_at(meta, "", &mut vec!["metadata".to_owned()]);
     }

@@ -717,11 +717,10 @@ impl State {
                 }
             })?;
         match &spec.schema {
-            Some(schema) => {
-                nulls::decode_metadata(&mut obj);
-                nulls::prune_on_apply(&mut obj, schema);
+            Some(schema) => nulls::prune_on_apply(&mut obj, schema),
+            None if spec.builtin_lists && nulls::contains_null(&obj) => {
+                nulls::decode_builtin(&mut obj, &spec.resource.kind)
             }
-            None if spec.builtin_lists => nulls::decode_builtin(&mut obj, &spec.resource.kind),
             // A custom resource served without its schema keeps what it was sent.
             None => {}
         }
@@ -1146,14 +1145,13 @@ fn set_managers(obj: &mut Value, existing: Option<&Value>, managers: Option<Vec<
 /// would drop them; the fake stores what it was sent).
 fn prune_written_nulls(spec: &ResourceSpec, obj: &mut Value) {
     if let Some(schema) = &spec.schema {
-        nulls::decode_metadata(obj);
         nulls::prune_on_write(obj, schema);
     }
 }
 
 /// A 422 naming each `null` of a custom resource's `obj` that its schema does not allow.
 fn check_nulls(spec: &ResourceSpec, obj: &Value) -> Result<(), Error> {
-    let Some(schema) = &spec.schema else {
+    let Some(schema) = spec.schema.as_ref().filter(|_| nulls::contains_null(obj)) else {
         return Ok(());
     };
     let errs = nulls::errors(obj, schema);

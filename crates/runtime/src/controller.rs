@@ -454,15 +454,26 @@ impl<K: Object> Controller<K> {
         index_fn: impl Fn(&C) -> Vec<String> + Send + Sync + 'static,
     ) -> Self {
         let name = name.into();
-        let index_fn: IndexFn<C> = Arc::new(index_fn);
-        let informer = self.factory.informer::<C>();
-        let shared_and_present = name == crate::index::CONTROLLER_UID_INDEX
-            && informer.store().index_names().contains(&name);
-        if self.index_error.is_none()
-            && !shared_and_present
-            && let Err(e) = informer.add_indexers([(name.clone(), index_fn)])
-        {
-            self.index_error = Some((C::KIND, name, e));
+        // The shared name always indexes by controller UID, whichever controller adds it, and
+        // a second declaration is no conflict (checked by the store itself: no race between
+        // controllers declared on two threads).
+        let shared = name == crate::index::CONTROLLER_UID_INDEX;
+        let index_fn: IndexFn<C> = if shared {
+            Arc::new(crate::index::by_controller_uid::<C>)
+        } else {
+            Arc::new(index_fn)
+        };
+        if self.index_error.is_none() {
+            match self
+                .factory
+                .informer::<C>()
+                .add_indexers([(name.clone(), index_fn)])
+            {
+                Err(InformerError::Store(kctrl_informer::StoreError::IndexConflict(_)))
+                    if shared => {}
+                Err(e) => self.index_error = Some((C::KIND, name, e)),
+                Ok(()) => {}
+            }
         }
         if std::any::TypeId::of::<C>() != std::any::TypeId::of::<K>() {
             self.related.push(C::KIND);

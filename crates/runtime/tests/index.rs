@@ -97,26 +97,15 @@ async fn a_reconcile_finds_what_it_controls_and_what_an_index_says() {
     let replicasets: Api<ReplicaSet> = Api::namespaced(client.clone(), "shop");
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), "shop");
     let pp = PostParams::default();
-    let web = deployments
-        .create(
-            &pp,
-            &Deployment {
-                metadata: meta("web", &[]),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    let api = deployments
-        .create(
-            &pp,
-            &Deployment {
-                metadata: meta("api", &[]),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let create_deployment = async |name: &str| {
+        let d = Deployment {
+            metadata: meta(name, &[]),
+            ..Default::default()
+        };
+        deployments.create(&pp, &d).await.unwrap()
+    };
+    let web = create_deployment("web").await;
+    let api = create_deployment("api").await;
     for rs in [
         controlled("web-1", &web),
         controlled("web-2", &web),

@@ -381,15 +381,8 @@ fn build<K: CustomResourceExt>() -> (CustomResourceDefinition, Vec<Relaxed>) {
         // The scale subresource reads these fields and fails on a null (`<nil> is of the
         // type <nil>, expected int64`), where an absent field reads as 0: not nullable, so a
         // create or update prunes the null.
-        let paths = [
-            Some(scale.spec_replicas_path),
-            Some(scale.status_replicas_path),
-        ];
-        for path in paths
-            .into_iter()
-            .chain([scale.label_selector_path])
-            .flatten()
-        {
+        let paths = [scale.spec_replicas_path, scale.status_replicas_path];
+        for path in paths.into_iter().chain(scale.label_selector_path) {
             if let Some(node) = schema_at(&mut root, path) {
                 node.nullable = None;
             }

@@ -283,13 +283,8 @@ fn enums_of_nullables_to_all_of(node: &mut Map<String, Value>) {
     if flag(node, "nullable")
         && let Some(values) = node.remove("enum")
     {
-        let enum_only = json!({ "enum": values });
-        match node.get_mut("allOf") {
-            Some(Value::Array(all)) => all.push(enum_only),
-            _ => {
-                node.insert("allOf".to_owned(), json!([enum_only]));
-            }
-        }
+        // The converter folds every junctor into its node, so there is no `allOf` yet.
+        node.insert("allOf".to_owned(), json!([{ "enum": values }]));
     }
     for (key, child) in node.iter_mut() {
         match (key.as_str(), child) {
@@ -744,7 +739,8 @@ impl Converter {
         // A field that is an `Option` in one variant accepts null in the merged schema.
         let nullable = alts.iter().any(|a| flag(a, "nullable"));
         let mut out = self.merge_any_values(alts, path, exclusive);
-        if nullable && !out.contains_key("default") {
+        // (A merged schema never has a default: nothing stops the null.)
+        if nullable {
             out.insert("nullable".to_owned(), Value::Bool(true));
         }
         out
