@@ -680,8 +680,8 @@ async fn pod_views_from_protobuf_equal_pod_views_from_json() {
             .iter()
             .map(|p| {
                 (
-                    p.metadata.name.clone().unwrap(),
-                    p.metadata.resource_version.clone(),
+                    p.name().to_owned(),
+                    p.metadata.resource_version().map(str::to_owned),
                 )
             })
             .collect::<BTreeMap<_, _>>()
@@ -695,26 +695,23 @@ async fn pod_views_from_protobuf_equal_pod_views_from_json() {
     assert!(PODS_FROM_PROTOBUF.load(Ordering::Relaxed) > decoded_before_watch);
     let mut terminating = 0;
     for json in from_json.store().list() {
-        let key = format!("{}/{}", ns.name, json.metadata.name.as_deref().unwrap());
+        let key = format!("{}/{}", ns.name, json.name());
         let pb = from_pb.store().get(&key).unwrap();
         assert_eq!(*pb, *json, "{key}");
-        if json.metadata.deletion_timestamp.is_some() {
+        if json.metadata.deletion_timestamp().is_some() {
             terminating += 1;
-            assert!(json.metadata.deletion_grace_period_seconds.is_some());
+            assert!(json.metadata.deletion_grace_period_seconds().is_some());
         }
     }
     assert_eq!(terminating, 2, "p-10 and p-15 are held by their finalizer");
     let p00 = from_pb.store().get(&format!("{}/p-00", ns.name)).unwrap();
     assert_eq!(p00.phase(), "Pending");
+    assert_eq!(p00.metadata.owner_references()[0].name(), "owner");
     assert_eq!(
-        p00.metadata.owner_references.as_ref().unwrap()[0].name,
-        "owner"
+        p00.metadata.finalizers().collect::<Vec<_>>(),
+        ["kctrl.test/hold"]
     );
-    assert_eq!(
-        p00.metadata.finalizers.as_deref(),
-        Some(&["kctrl.test/hold".to_owned()][..])
-    );
-    assert!(p00.metadata.creation_timestamp.is_some());
+    assert!(p00.metadata.creation_timestamp().is_some());
 
     cancel.cancel();
     for t in tasks {

@@ -235,9 +235,19 @@ where
 /// while decoding. `Resource` must be a listable k8s-openapi resource type (or another view),
 /// or the macro does not compile. kctrl-informer's crate documentation shows a view cached
 /// by an informer, end to end.
+///
+/// `resource_view!(View => Resource, metadata: CompactObjectMeta)` declares a view whose
+/// `metadata` field is a [`CompactObjectMeta`](crate::CompactObjectMeta) instead: the
+/// layout for a cache of many objects (kctrl-controller-ref's `PodView` uses it).
 #[macro_export]
 macro_rules! resource_view {
     ($view:ty => $resource:ty) => {
+        $crate::resource_view!(
+            $view => $resource,
+            metadata: $crate::__private::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta
+        );
+    };
+    ($view:ty => $resource:ty, metadata: $meta:ty) => {
         impl $crate::__private::k8s_openapi::Resource for $view {
             const API_VERSION: &'static str =
                 <$resource as $crate::__private::k8s_openapi::Resource>::API_VERSION;
@@ -258,7 +268,7 @@ macro_rules! resource_view {
         }
 
         impl $crate::__private::k8s_openapi::Metadata for $view {
-            type Ty = $crate::__private::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+            type Ty = $meta;
 
             fn metadata(&self) -> &Self::Ty {
                 &self.metadata

@@ -641,6 +641,22 @@ impl CompactObjectMeta {
         self
     }
 
+    /// Changes the metadata through k8s-openapi's type: `f` gets it as an [`ObjectMeta`],
+    /// which is then laid out compactly again. Each call copies every field twice: meant for
+    /// tests and occasional changes, not for a hot path.
+    ///
+    /// ```
+    /// # use kctrl_client::CompactObjectMeta;
+    /// let mut meta = CompactObjectMeta::default();
+    /// meta.edit(|m| m.name = Some("web".into()));
+    /// assert_eq!(meta.to_object_meta().name.as_deref(), Some("web"));
+    /// ```
+    pub fn edit(&mut self, f: impl FnOnce(&mut ObjectMeta)) {
+        let mut meta = self.to_object_meta();
+        f(&mut meta);
+        *self = Self::from(&meta);
+    }
+
     /// The metadata as k8s-openapi holds it.
     pub fn to_object_meta(&self) -> ObjectMeta {
         fn nonempty<T>(v: Vec<T>) -> Option<Vec<T>> {
@@ -673,6 +689,12 @@ impl CompactObjectMeta {
             self_link: self.self_link().map(str::to_owned),
             uid: self.uid().map(str::to_owned),
         }
+    }
+}
+
+impl From<ObjectMeta> for CompactObjectMeta {
+    fn from(m: ObjectMeta) -> Self {
+        Self::from(&m)
     }
 }
 

@@ -130,6 +130,6 @@ pub use can_adopt::{CanAdopt, CanAdoptError, RecheckError};
 pub use control::{PodControl, RealPodControl, RealReplicaSetControl, ReplicaSetControl};
 pub use error::{ClaimError, OwnershipError};
 pub use manager::ControllerRefManager;
-pub use owner::{Owner, get_controller_of, is_controlled_by};
+pub use owner::{ClaimMeta, Owner, get_controller_of, is_controlled_by};
 pub use patch::{adopt_patch, adopt_patch_bytes, release_patch, release_patch_bytes};
 pub use pod_view::PodView;

@@ -7,14 +7,13 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use k8s_openapi::Metadata;
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kctrl_client::labels::Selector;
 use serde_json::Value;
 
 use crate::can_adopt::{CanAdopt, CanAdoptError};
 use crate::control::{PodControl, ReplicaSetControl};
 use crate::error::{ClaimError, OwnershipError};
-use crate::owner::{Owner, get_controller_of, object_key};
+use crate::owner::{ClaimMeta, Owner, object_key};
 use crate::patch::{adopt_patch, release_patch};
 
 /// What a claim does with one object.
@@ -125,7 +124,7 @@ impl<C> ControllerRefManager<C> {
         release: R,
     ) -> Result<bool, OwnershipError>
     where
-        K: Metadata<Ty = ObjectMeta>,
+        K: Metadata<Ty: ClaimMeta>,
         M: FnOnce(&K) -> bool,
         A: FnOnce(&'a K) -> FA,
         FA: Future<Output = Result<(), OwnershipError>>,
@@ -145,9 +144,9 @@ impl<C> ControllerRefManager<C> {
     }
 
     /// The claim rules, without I/O.
-    fn decide(&self, meta: &ObjectMeta, matches: impl FnOnce() -> bool) -> Decision {
-        if let Some(controller_ref) = get_controller_of(meta) {
-            if controller_ref.uid != self.owner.uid {
+    fn decide(&self, meta: &impl ClaimMeta, matches: impl FnOnce() -> bool) -> Decision {
+        if let Some(controller_uid) = meta.controller_uid() {
+            if controller_uid != self.owner.uid {
                 // Owned by someone else.
                 return Decision::Ignore;
             }
@@ -164,11 +163,11 @@ impl<C> ControllerRefManager<C> {
         if self.owner.is_being_deleted() || !matches() {
             return Decision::Ignore;
         }
-        if meta.deletion_timestamp.is_some() {
+        if meta.is_being_deleted() {
             return Decision::Ignore;
         }
         if !self.owner.namespace.is_empty()
-            && Some(self.owner.namespace.as_str()) != meta.namespace.as_deref()
+            && Some(self.owner.namespace.as_str()) != meta.namespace()
         {
             return Decision::Ignore;
         }
@@ -184,7 +183,7 @@ impl<C> ControllerRefManager<C> {
         release: R,
     ) -> Result<Vec<Arc<K>>, ClaimError<K>>
     where
-        K: Metadata<Ty = ObjectMeta>,
+        K: Metadata<Ty: ClaimMeta>,
         M: Fn(&K) -> bool,
         A: Fn(&'a K) -> FA,
         FA: Future<Output = Result<(), OwnershipError>>,
@@ -211,11 +210,11 @@ impl<C> ControllerRefManager<C> {
     async fn adopt_with<'a>(
         &'a self,
         kind: &'static str,
-        meta: &'a ObjectMeta,
+        meta: &'a impl ClaimMeta,
         send: impl FnOnce(&'a str, &'a str, Value) -> BoxFuture<'a, PatchResult>,
     ) -> Result<(), OwnershipError> {
         let (namespace, name) = object_key(meta);
-        let uid = meta.uid.as_deref().unwrap_or_default();
+        let uid = meta.uid().unwrap_or_default();
         if let Err(source) = self.can_adopt.check().await {
             return Err(OwnershipError::CannotAdopt {
                 kind,
@@ -251,11 +250,11 @@ impl<C> ControllerRefManager<C> {
     async fn release_with<'a>(
         &'a self,
         kind: &'static str,
-        meta: &'a ObjectMeta,
+        meta: &'a impl ClaimMeta,
         send: impl FnOnce(&'a str, &'a str, Value) -> BoxFuture<'a, PatchResult>,
     ) -> Result<(), OwnershipError> {
         let (namespace, name) = object_key(meta);
-        let uid = meta.uid.as_deref().unwrap_or_default();
+        let uid = meta.uid().unwrap_or_default();
         tracing::debug!(
             namespace,
             name,
@@ -322,7 +321,7 @@ impl<C: PodControl> ControllerRefManager<C> {
     /// views of Pods rather than whole Pods).
     pub async fn claim_pods<P>(&self, pods: &[Arc<P>]) -> Result<Vec<Arc<P>>, ClaimError<P>>
     where
-        P: Metadata<Ty = ObjectMeta>,
+        P: Metadata<Ty: ClaimMeta>,
     {
         self.claim_pods_filtered(pods, |_| true).await
     }
@@ -335,11 +334,11 @@ impl<C: PodControl> ControllerRefManager<C> {
         filter: impl Fn(&P) -> bool,
     ) -> Result<Vec<Arc<P>>, ClaimError<P>>
     where
-        P: Metadata<Ty = ObjectMeta>,
+        P: Metadata<Ty: ClaimMeta>,
     {
         self.claim_all(
             pods,
-            |pod: &P| self.selector.matches_opt(pod.metadata().labels.as_ref()) && filter(pod),
+            |pod: &P| self.selector.matches_meta(pod.metadata()) && filter(pod),
             |pod| self.adopt_pod(pod),
             |pod| self.release_pod(pod),
         )
@@ -350,7 +349,7 @@ impl<C: PodControl> ControllerRefManager<C> {
     /// [`CanAdopt`] allows it.
     pub async fn adopt_pod<P>(&self, pod: &P) -> Result<(), OwnershipError>
     where
-        P: Metadata<Ty = ObjectMeta>,
+        P: Metadata<Ty: ClaimMeta>,
     {
         self.adopt_with("Pod", pod.metadata(), |ns, name, patch| {
             self.control.patch_pod(ns, name, patch)
@@ -362,7 +361,7 @@ impl<C: PodControl> ControllerRefManager<C> {
     /// NotFound and Invalid are ignored.
     pub async fn release_pod<P>(&self, pod: &P) -> Result<(), OwnershipError>
     where
-        P: Metadata<Ty = ObjectMeta>,
+        P: Metadata<Ty: ClaimMeta>,
     {
         self.release_with("Pod", pod.metadata(), |ns, name, patch| {
             self.control.patch_pod(ns, name, patch)

@@ -5,6 +5,7 @@ use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::{Metadata, Resource};
+use kctrl_client::{CompactObjectMeta, ObjectMetaAccess};
 
 /// The controller that claims objects (a Deployment for its ReplicaSets, a ReplicaSet for its
 /// Pods): the parts of its metadata the claim rules read, and its kind for the ownerReference
@@ -121,11 +122,41 @@ pub fn is_controlled_by(meta: &ObjectMeta, owner: &ObjectMeta) -> bool {
     }
 }
 
+/// What the claim rules read of an object's metadata, whichever type holds it: k8s-openapi's
+/// [`ObjectMeta`] (whole objects) or kctrl-client's [`CompactObjectMeta`] (the Pod view
+/// caches hold), besides the name, namespace, UID and labels of [`ObjectMetaAccess`].
+pub trait ClaimMeta: ObjectMetaAccess {
+    /// The UID its controller reference names, if it has one ([`get_controller_of`]).
+    fn controller_uid(&self) -> Option<&str>;
+    /// Whether `deletionTimestamp` is set.
+    fn is_being_deleted(&self) -> bool;
+}
+
+impl ClaimMeta for ObjectMeta {
+    fn controller_uid(&self) -> Option<&str> {
+        get_controller_of(self).map(|r| r.uid.as_str())
+    }
+
+    fn is_being_deleted(&self) -> bool {
+        self.deletion_timestamp.is_some()
+    }
+}
+
+impl ClaimMeta for CompactObjectMeta {
+    fn controller_uid(&self) -> Option<&str> {
+        self.controller_ref().map(|r| r.uid())
+    }
+
+    fn is_being_deleted(&self) -> bool {
+        self.deletion_timestamp().is_some()
+    }
+}
+
 /// `namespace/name` of an object, as upstream's `klog.KObj` prints it.
-pub(crate) fn object_key(meta: &ObjectMeta) -> (&str, &str) {
+pub(crate) fn object_key(meta: &impl ObjectMetaAccess) -> (&str, &str) {
     (
-        meta.namespace.as_deref().unwrap_or_default(),
-        meta.name.as_deref().unwrap_or_default(),
+        meta.namespace().unwrap_or_default(),
+        meta.name().unwrap_or_default(),
     )
 }
 

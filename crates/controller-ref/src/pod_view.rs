@@ -20,20 +20,23 @@
 //! | `status.containerStatuses[].name`, `.restartCount` | ReplicaSet: ranking rule 7 |
 //! | `status.initContainerStatuses[].name`, `.restartCount` | ReplicaSet: ranking rule 7 (sidecars) |
 //!
-//! The rest of `metadata` (finalizers, the other annotations, generation...) is kept as well:
-//! it is small, and keeps the metadata a faithful copy for anyone reading the cache. Of the
-//! conditions only the Ready ones are kept, and of each only the three fields above.
+//! The rest of `metadata` (finalizers, the other annotations, generation...) is kept as well,
+//! without `managedFields`, in kctrl-client's [`CompactObjectMeta`]: a cache holds more Pods
+//! than anything else, and that layout takes a third of the heap k8s-openapi's `ObjectMeta`
+//! does (labels in one sorted slice instead of a B-tree node of over 500 bytes; namespace,
+//! label pairs and owner references shared by the Pods that carry the same). With 8,000 Pods
+//! cached that was 5.7 MB (docs/benchmarks/replicaset.md). Of the conditions only the Ready
+//! ones are kept, and of each only the three fields above.
 //!
 //! The view decodes from JSON and from protobuf ([`FromProtobuf`]) to the same value, and
 //! [`From<&Pod>`](PodView::from) gives that value too. With protobuf (kube-controller-manager's
 //! encoding, and deployment-controller's default), the skipped spec and status fields are
 //! stepped over by their length instead of being scanned byte by byte.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
-use kctrl_client::protobuf::{FromProtobuf, MessageReader, ProtobufError, non_empty};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kctrl_client::protobuf::{FromProtobuf, MessageReader, ProtobufError, non_empty, push};
+use kctrl_client::{CompactObjectMeta, CompactOwnerReference, ObjectMetaAccess, StringMap};
 use serde::{Deserialize, Deserializer};
 
 /// The condition type readiness is read from.
@@ -44,12 +47,11 @@ const READY: &str = "Ready";
 /// are skipped.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 pub struct PodView {
-    /// The Pod's metadata, without `managedFields`.
-    #[serde(
-        default,
-        deserialize_with = "kctrl_client::metadata_without_managed_fields"
-    )]
-    pub metadata: ObjectMeta,
+    /// The Pod's metadata, without `managedFields`, in the compact layout of a cache (see the
+    /// [module docs](self)); [`CompactObjectMeta::to_object_meta`] gives k8s-openapi's type
+    /// and `CompactObjectMeta::from(&ObjectMeta)` the other way.
+    #[serde(default, deserialize_with = "compact_metadata")]
+    pub metadata: CompactObjectMeta,
     /// The part of the spec the controllers read.
     #[serde(default)]
     pub spec: Option<PodViewSpec>,
@@ -127,7 +129,15 @@ pub struct ContainerStatusView {
     pub restart_count: i32,
 }
 
-kctrl_client::resource_view!(PodView => Pod);
+kctrl_client::resource_view!(PodView => Pod, metadata: CompactObjectMeta);
+
+/// A Pod's metadata in the compact layout, its `managedFields` dropped.
+fn compact_metadata<'de, D>(deserializer: D) -> Result<CompactObjectMeta, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    Ok(CompactObjectMeta::deserialize(deserializer)?.without_managed_fields())
+}
 
 /// A JSON list that may be `null` (as k8s-openapi's types accept it).
 fn list<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
@@ -151,10 +161,7 @@ where
 impl From<&Pod> for PodView {
     fn from(pod: &Pod) -> Self {
         Self {
-            metadata: ObjectMeta {
-                managed_fields: None,
-                ..pod.metadata.clone()
-            },
+            metadata: CompactObjectMeta::from(&pod.metadata).without_managed_fields(),
             spec: pod.spec.as_ref().map(|s| PodViewSpec {
                 node_name: s.node_name.clone(),
                 init_containers: s
@@ -208,9 +215,12 @@ impl FromProtobuf for PodView {
     fn from_protobuf(message: &[u8]) -> Result<Self, ProtobufError> {
         let mut pod = MessageReader::new(message, "Pod");
         let mut view = PodView::default();
+        // The generated decoder fills k8s-openapi's ObjectMeta (skipping managedFields), which
+        // is then laid out compactly; the ObjectMeta is dropped right away.
+        let mut metadata = None;
         while let Some((field, wire)) = pod.next_field()? {
             match field {
-                1 => pod.object_meta(wire, &mut view.metadata)?,
+                1 => pod.object_meta(wire, metadata.get_or_insert_with(ObjectMeta::default))?,
                 2 => {
                     let spec = view.spec.get_or_insert_with(Default::default);
                     read_spec(pod.message(wire)?, spec)?;
@@ -221,6 +231,9 @@ impl FromProtobuf for PodView {
                 }
                 _ => pod.skip(wire)?,
             }
+        }
+        if let Some(metadata) = metadata {
+            view.metadata = CompactObjectMeta::from(&metadata);
         }
         Ok(view)
     }
@@ -241,7 +254,7 @@ fn read_spec(mut spec: MessageReader<'_>, view: &mut PodViewSpec) -> Result<(), 
                         _ => container.skip(wire)?,
                     }
                 }
-                view.init_containers.push(c);
+                push(&mut view.init_containers, c);
             }
             _ => spec.skip(wire)?,
         }
@@ -269,15 +282,17 @@ fn read_status(
                     }
                 }
                 if c.type_ == READY {
-                    view.conditions.push(c);
+                    push(&mut view.conditions, c);
                 }
             }
-            8 => view
-                .container_statuses
-                .push(read_container_status(status.message(wire)?)?),
-            10 => view
-                .init_container_statuses
-                .push(read_container_status(status.message(wire)?)?),
+            8 => push(
+                &mut view.container_statuses,
+                read_container_status(status.message(wire)?)?,
+            ),
+            10 => push(
+                &mut view.init_container_statuses,
+                read_container_status(status.message(wire)?)?,
+            ),
             _ => status.skip(wire)?,
         }
     }
@@ -307,22 +322,22 @@ impl PodView {
 
     /// The Pod's namespace ("" if unset).
     pub fn namespace(&self) -> &str {
-        self.metadata.namespace.as_deref().unwrap_or("")
+        ObjectMetaAccess::namespace(&self.metadata).unwrap_or("")
     }
 
     /// The Pod's name ("" if unset).
     pub fn name(&self) -> &str {
-        self.metadata.name.as_deref().unwrap_or("")
+        ObjectMetaAccess::name(&self.metadata).unwrap_or("")
     }
 
     /// The Pod's UID ("" if unset).
     pub fn uid(&self) -> &str {
-        self.metadata.uid.as_deref().unwrap_or("")
+        self.metadata.uid().unwrap_or("")
     }
 
     /// The Pod's labels.
-    pub fn labels(&self) -> Option<&BTreeMap<String, String>> {
-        self.metadata.labels.as_ref()
+    pub fn labels(&self) -> &StringMap {
+        self.metadata.labels()
     }
 
     /// The Pod's phase ("" if not reported).
@@ -372,7 +387,7 @@ impl PodView {
     /// Whether the Pod has neither succeeded nor failed and is not being deleted
     /// (`IsPodActive`).
     pub fn is_active(&self) -> bool {
-        !self.is_terminal() && self.metadata.deletion_timestamp.is_none()
+        !self.is_terminal() && self.metadata.deletion_timestamp().is_none()
     }
 
     /// Whether the Pod's phase is Succeeded or Failed (`podutil.IsPodTerminal`).
@@ -382,7 +397,7 @@ impl PodView {
 
     /// Whether the Pod is being deleted and not yet terminal (`IsPodTerminating`).
     pub fn is_terminating(&self) -> bool {
-        !self.is_terminal() && self.metadata.deletion_timestamp.is_some()
+        !self.is_terminal() && self.metadata.deletion_timestamp().is_some()
     }
 
     /// The highest restart count of the regular containers and of the sidecars (init
@@ -413,8 +428,8 @@ impl PodView {
     }
 
     /// The Pod's controller reference, if any.
-    pub fn controller_ref(&self) -> Option<&OwnerReference> {
-        crate::get_controller_of(&self.metadata)
+    pub fn controller_ref(&self) -> Option<&CompactOwnerReference> {
+        self.metadata.controller_ref()
     }
 }
 
@@ -462,13 +477,24 @@ mod tests {
         let view: PodView = serde_json::from_str(POD).unwrap();
         let full: Pod = serde_json::from_str(POD).unwrap();
         assert_eq!(view, PodView::from(&full));
-        assert!(view.metadata.managed_fields.is_none());
-        assert_eq!(view.metadata.labels, full.metadata.labels);
-        assert_eq!(view.metadata.annotations, full.metadata.annotations);
-        assert_eq!(view.metadata.resource_version.as_deref(), Some("4711"));
+        assert!(view.metadata.managed_fields().is_empty());
+        assert_eq!(view.metadata.labels().to_btree_map(), full.metadata.labels);
+        assert_eq!(
+            view.metadata.annotations().to_btree_map(),
+            full.metadata.annotations
+        );
+        assert_eq!(view.metadata.resource_version(), Some("4711"));
+        // Everything but managedFields is kept.
+        assert_eq!(
+            view.metadata.to_object_meta(),
+            ObjectMeta {
+                managed_fields: None,
+                ..full.metadata.clone()
+            }
+        );
         assert_eq!(view.key(), "prod/web-x2x9z");
         assert_eq!(view.uid(), "pod-uid");
-        assert_eq!(view.controller_ref().unwrap().uid, "rs-uid");
+        assert_eq!(view.controller_ref().unwrap().uid(), "rs-uid");
         assert_eq!(view.node_name(), "node-a");
         assert_eq!(view.phase(), "Running");
         assert!(view.is_ready() && view.is_active() && !view.is_terminating());
@@ -489,15 +515,21 @@ mod tests {
         assert_eq!(pb, json);
         // The fixture really carries what the comparison is meant to cover.
         let m = &pb.metadata;
-        assert!(m.deletion_timestamp.is_some() && m.deletion_grace_period_seconds.is_some());
-        assert!(m.owner_references.as_ref().unwrap()[0].controller == Some(true));
-        assert!(m.finalizers.is_some() && m.labels.is_some() && m.annotations.is_some());
-        assert!(m.creation_timestamp.is_some() && m.generation.is_some());
+        assert!(m.deletion_timestamp().is_some() && m.deletion_grace_period_seconds().is_some());
+        assert!(m.owner_references()[0].controller() == Some(true));
+        assert!(m.finalizers().next().is_some());
+        assert!(!m.labels().is_empty() && !m.annotations().is_empty());
+        assert!(m.creation_timestamp().is_some() && m.generation().is_some());
+        assert!(m.managed_fields().is_empty());
         assert_eq!(pb.phase(), "Running");
         assert_eq!(pb.node_name(), "kwok-node-0");
         assert!(pb.is_ready() && pb.ready_time().is_some() && pb.is_terminating());
         let status = pb.status.as_ref().unwrap();
         assert_eq!(status.container_statuses.len(), 1);
+        // Cached for the Pod's lifetime: the lists are held at their length, not with the
+        // spare room of `Vec::push`.
+        assert_eq!(status.container_statuses.capacity(), 1);
+        assert_eq!(status.conditions.capacity(), status.conditions.len());
         assert_eq!(status.container_statuses[0].name, "web");
         // And matches the full Pod's JSON decoding, field for field.
         let full: Pod = serde_json::from_str(REAL_JSON).unwrap();
@@ -566,7 +598,8 @@ mod tests {
     #[test]
     fn terminal_and_terminating_pods() {
         let mut view: PodView = serde_json::from_str(POD).unwrap();
-        view.metadata.deletion_timestamp = view.metadata.creation_timestamp.clone();
+        view.metadata
+            .edit(|m| m.deletion_timestamp = m.creation_timestamp.clone());
         assert!(!view.is_active() && view.is_terminating());
         view.status.as_mut().unwrap().phase = Some("Failed".into());
         assert!(!view.is_active() && !view.is_terminating() && view.is_terminal());
@@ -575,7 +608,7 @@ mod tests {
     #[test]
     fn a_pod_without_status_or_metadata_decodes() {
         let bare: PodView = serde_json::from_str(r#"{"kind":"Pod"}"#).unwrap();
-        assert_eq!(bare.metadata, ObjectMeta::default());
+        assert_eq!(bare.metadata, CompactObjectMeta::default());
         assert_eq!(bare.phase(), "");
         assert!(bare.is_active() && !bare.is_ready() && !bare.is_terminal());
         assert_eq!(bare.max_container_restarts(), (0, 0));

@@ -365,18 +365,16 @@ async fn endpoint_gate(
 fn cache_dump(factory: SharedInformerFactory) -> serve::CacheDump {
     fn lines<K>(resource: &str, store: &kctrl_informer::Store<K>, out: &mut Vec<String>)
     where
-        K: k8s_openapi::Metadata<Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>
-            + Send
-            + Sync
-            + 'static,
+        K: k8s_openapi::Metadata<Ty: kctrl_client::ObjectMetaAccess> + Send + Sync + 'static,
     {
+        use kctrl_client::ObjectMetaAccess;
         for obj in store.list() {
             let m = obj.metadata();
             out.push(format!(
                 "{resource} {}/{} {}",
-                m.namespace.as_deref().unwrap_or(""),
-                m.name.as_deref().unwrap_or(""),
-                m.resource_version.as_deref().unwrap_or("")
+                m.namespace().unwrap_or(""),
+                m.name().unwrap_or(""),
+                m.resource_version().unwrap_or("")
             ));
         }
     }

@@ -26,7 +26,7 @@ use kctrl_client::clock::{Clock, FnClock, SystemClock};
 use kctrl_client::labels::{Selector, SelectorError};
 use kctrl_client::protobuf::Decoder;
 use kctrl_client::versioned::Versioned;
-use kctrl_client::{Api, Client, DeleteParams, PostParams};
+use kctrl_client::{Api, Client, DeleteParams, ObjectMetaAccess, PostParams};
 use kctrl_controller_ref::{
     CanAdopt, ClaimError, ControllerRefManager, Owner, RealReplicaSetControl,
 };
@@ -530,9 +530,8 @@ impl DeploymentController {
                 Err(_) => self.pods.list(),
             };
             let owned = pods.into_iter().filter(|pod| {
-                pod.metadata.namespace == rs.metadata.namespace
-                    && kctrl_controller_ref::get_controller_of(&pod.metadata)
-                        .is_some_and(|owner| owner.uid == uid)
+                ObjectMetaAccess::namespace(&pod.metadata) == rs.metadata.namespace.as_deref()
+                    && pod.controller_ref().is_some_and(|owner| owner.uid() == uid)
             });
             map.entry(uid.clone()).or_default().extend(owned);
         }
@@ -1148,7 +1147,7 @@ where
 /// it fall back to scanning.
 fn ensure_index<K>(store: &Store<K>, name: &str, index: IndexFn<K>, what: &str)
 where
-    K: k8s_openapi::Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+    K: k8s_openapi::Metadata<Ty: ObjectMetaAccess> + Send + Sync + 'static,
 {
     if let Err(err) = store.add_indexers([(name.to_owned(), index)])
         && !matches!(err, kctrl_informer::StoreError::IndexConflict(_))

@@ -504,7 +504,7 @@ async fn get_pod_map_for_replica_sets() {
     let names = |rs: &ReplicaSet| -> BTreeSet<String> {
         pod_map[rs.metadata.uid.as_deref().unwrap()]
             .iter()
-            .map(|p| p.metadata.name.clone().unwrap())
+            .map(|p| p.name().to_owned())
             .collect()
     };
     assert_eq!(

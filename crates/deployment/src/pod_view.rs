@@ -24,8 +24,8 @@ pub const CONTROLLER_UID_INDEX: &str = "controller-uid";
 /// The index function of [`CONTROLLER_UID_INDEX`].
 pub fn controller_uid_index() -> IndexFn<PodView> {
     Arc::new(|pod: &PodView| {
-        kctrl_controller_ref::get_controller_of(&pod.metadata)
-            .map(|owner| vec![owner.uid.clone()])
+        pod.controller_ref()
+            .map(|owner| vec![owner.uid().to_owned()])
             .unwrap_or_default()
     })
 }
@@ -46,7 +46,9 @@ mod tests {
         let view: PodView = serde_json::from_str(POD).unwrap();
         assert_eq!(controller_uid_index()(&view), vec!["rs-uid".to_owned()]);
         let mut orphan = view.clone();
-        orphan.metadata.owner_references.as_mut().unwrap()[0].controller = Some(false);
+        orphan
+            .metadata
+            .edit(|m| m.owner_references.as_mut().unwrap()[0].controller = Some(false));
         assert!(controller_uid_index()(&orphan).is_empty());
     }
 }

@@ -172,15 +172,19 @@ pub fn deployment_for_pod(
     replica_sets: &Store<ReplicaSet>,
     pod: &PodView,
 ) -> Option<Arc<Deployment>> {
-    let pod_ref = get_controller_of(&pod.metadata)?;
-    if pod_ref.kind != "ReplicaSet" {
+    let pod_ref = pod.controller_ref()?;
+    if pod_ref.kind() != "ReplicaSet" {
         return None;
     }
-    let namespace = pod.metadata.namespace.as_deref().unwrap_or("");
-    let rs = replica_sets.get_namespaced(namespace, &pod_ref.name)?;
-    if rs.metadata.uid.as_deref() != Some(pod_ref.uid.as_str()) {
-        debug!(namespace, name = %pod_ref.name, pod = pod.metadata.name.as_deref().unwrap_or(""),
-            "cannot get replicaset for pod");
+    let namespace = pod.namespace();
+    let rs = replica_sets.get_namespaced(namespace, pod_ref.name())?;
+    if rs.metadata.uid.as_deref() != Some(pod_ref.uid()) {
+        debug!(
+            namespace,
+            name = pod_ref.name(),
+            pod = pod.name(),
+            "cannot get replicaset for pod"
+        );
         return None;
     }
     let rs_ref = get_controller_of(&rs.metadata)?;
@@ -199,8 +203,8 @@ pub fn key_for_pod_delete(
     let pod = deleted.object();
     let d = deployment_for_pod(deployments, replica_sets, pod)?;
     debug!(
-        namespace = pod.metadata.namespace.as_deref().unwrap_or(""),
-        name = pod.metadata.name.as_deref().unwrap_or(""),
+        namespace = pod.namespace(),
+        name = pod.name(),
         "pod deleted"
     );
     (strategy_type(&d) == RECREATE_DEPLOYMENT_STRATEGY_TYPE).then(|| key_of(d.as_ref()))

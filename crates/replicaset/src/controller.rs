@@ -21,6 +21,7 @@ use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
+use kctrl_client::CompactOwnerReference;
 use kctrl_client::clock::{Clock, SystemClock};
 use kctrl_client::labels::Selector;
 use kctrl_client::versioned::Versioned;
@@ -161,7 +162,7 @@ impl fmt::Debug for ReplicaSetSync {
 /// Adds an index to `store` unless it has one of that name.
 fn ensure_index<K>(store: &Store<K>, name: &str, index: IndexFn<K>)
 where
-    K: k8s_openapi::Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+    K: k8s_openapi::Metadata<Ty: kctrl_client::ObjectMetaAccess> + Send + Sync + 'static,
 {
     if let Err(err) = store.add_indexers([(name.to_owned(), index)])
         && !matches!(err, kctrl_informer::StoreError::IndexConflict(_))
@@ -374,28 +375,32 @@ impl ReplicaSetSync {
     pub(crate) fn resolve_controller_ref(
         &self,
         namespace: &str,
-        controller_ref: &OwnerReference,
+        controller_ref: &CompactOwnerReference,
     ) -> Option<Arc<ReplicaSet>> {
-        if controller_ref.kind != KIND {
+        if controller_ref.kind() != KIND {
             return None;
         }
         let rs = self
             .replica_sets
-            .get_namespaced(namespace, &controller_ref.name)?;
-        (rs.metadata.uid.as_deref() == Some(controller_ref.uid.as_str())).then_some(rs)
+            .get_namespaced(namespace, controller_ref.name())?;
+        (rs.metadata.uid.as_deref() == Some(controller_ref.uid())).then_some(rs)
     }
 
     /// `getPodReplicaSets`: the cached ReplicaSets of the Pod's namespace whose selector (valid
     /// and not empty) matches its labels; none for a Pod without labels.
     pub(crate) fn pod_replica_sets(&self, pod: &PodView) -> Vec<Arc<ReplicaSet>> {
-        let Some(labels) = pod.labels().filter(|l| !l.is_empty()) else {
+        let labels = pod.labels();
+        if labels.is_empty() {
             return Vec::new();
-        };
+        }
         let found: Vec<Arc<ReplicaSet>> =
             list_all_by_namespace(&self.replica_sets, pod.namespace(), &Selector::everything())
                 .into_iter()
                 .filter(|rs| ns_of(&rs.metadata) == pod.namespace())
-                .filter(|rs| selector_of(rs).is_ok_and(|s| !s.is_everything() && s.matches(labels)))
+                .filter(|rs| {
+                    selector_of(rs)
+                        .is_ok_and(|s| !s.is_everything() && s.matches_meta(&pod.metadata))
+                })
                 .collect();
         if found.len() > 1 {
             error!(
@@ -536,8 +541,8 @@ impl ReplicaSetSync {
         let terminating: Vec<Arc<PodView>> = all_pods
             .iter()
             .filter(|p| p.is_terminating())
-            .filter(|p| p.controller_ref().is_some_and(|r| r.uid == rs_uid))
-            .filter(|p| selector.matches_opt(p.labels()))
+            .filter(|p| p.controller_ref().is_some_and(|r| r.uid() == rs_uid))
+            .filter(|p| selector.matches_meta(&p.metadata))
             .cloned()
             .collect();
 
@@ -846,7 +851,7 @@ impl ReplicaSetSync {
     /// creation its (resolvable) ReplicaSet observed; an orphan wakes every ReplicaSet
     /// selecting it, to adopt it.
     pub(crate) fn on_pod_add(&self, pod: &PodView) -> Vec<Enqueue> {
-        if pod.metadata.deletion_timestamp.is_some() {
+        if pod.metadata.deletion_timestamp().is_some() {
             // A restart may list a Pod already being deleted: not a creation.
             return self.on_pod_delete(pod);
         }
@@ -856,7 +861,7 @@ impl ReplicaSetSync {
             };
             let key = key_of(rs.as_ref());
             debug!(namespace = pod.namespace(), pod = pod.name(), "pod created");
-            self.expectations.creation_observed(&key, &controller.uid);
+            self.expectations.creation_observed(&key, controller.uid());
             return vec![Enqueue::now(key)];
         }
         let found = self.pod_replica_sets(pod);
@@ -879,11 +884,11 @@ impl ReplicaSetSync {
     /// `minReadySeconds`, again once that has passed); an orphan whose labels or reference
     /// changed wakes every ReplicaSet selecting it.
     pub(crate) fn on_pod_update(&self, old: &PodView, cur: &PodView) -> Vec<Enqueue> {
-        if cur.metadata.resource_version == old.metadata.resource_version {
+        if cur.metadata.resource_version() == old.metadata.resource_version() {
             return Vec::new();
         }
-        let labels_changed = cur.metadata.labels != old.metadata.labels;
-        if cur.metadata.deletion_timestamp.is_some() {
+        let labels_changed = cur.metadata.labels() != old.metadata.labels();
+        if cur.metadata.deletion_timestamp().is_some() {
             let mut keys = self.on_pod_delete(cur);
             if labels_changed {
                 keys.extend(self.on_pod_delete(old));
@@ -941,9 +946,9 @@ impl ReplicaSetSync {
         };
         let key = key_of(rs.as_ref());
         debug!(namespace = pod.namespace(), pod = pod.name(),
-            deletion_timestamp = ?pod.metadata.deletion_timestamp, "pod deleted");
+            deletion_timestamp = ?pod.metadata.deletion_timestamp(), "pod deleted");
         self.expectations
-            .deletion_observed(&key, &controller.uid, &pod.key());
+            .deletion_observed(&key, controller.uid(), &pod.key());
         vec![Enqueue::now(key)]
     }
 }

@@ -15,6 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, ObjectMeta, OwnerReference, Time,
 };
 use k8s_openapi::jiff::Timestamp;
+use kctrl_client::CompactObjectMeta;
 use kctrl_events::RecordingEventRecorder;
 use kctrl_fake::{FakeApi, Reaction, errors};
 use kctrl_informer::Store;
@@ -126,14 +127,14 @@ fn new_pod(
         OwnerReference::default()
     };
     PodView {
-        metadata: ObjectMeta {
+        metadata: CompactObjectMeta::from(ObjectMeta {
             uid: Some(uid()),
             name: Some(name.into()),
             namespace: rs.metadata.namespace.clone(),
             labels: rs.spec.selector.match_labels.clone(),
             owner_references: Some(vec![owner]),
             ..Default::default()
-        },
+        }),
         spec: None,
         status: Some(PodViewStatus {
             phase: Some(phase.into()),
@@ -155,12 +156,14 @@ fn new_pod_list(
     (0..count)
         .map(|i| {
             let mut pod = new_pod(&format!("{name}{i}"), rs, phase, None, false);
-            pod.metadata.labels = Some(labels.clone());
-            pod.metadata.owner_references = Some(vec![owner_ref(
-                rs.metadata.uid.as_deref().unwrap(),
-                "ReplicaSet",
-                rs.metadata.name.as_deref().unwrap(),
-            )]);
+            pod.metadata.edit(|m| m.labels = Some(labels.clone()));
+            pod.metadata.edit(|m| {
+                m.owner_references = Some(vec![owner_ref(
+                    rs.metadata.uid.as_deref().unwrap(),
+                    "ReplicaSet",
+                    rs.metadata.name.as_deref().unwrap(),
+                )]);
+            });
             if let Some(store) = store {
                 store.insert(Arc::new(pod.clone()));
             }
@@ -524,12 +527,12 @@ async fn test_pod_controller_lookup() {
             status: None,
         };
     let pod = |name: &str, ns: &str, labels: Option<BTreeMap<String, String>>| PodView {
-        metadata: ObjectMeta {
+        metadata: CompactObjectMeta::from(ObjectMeta {
             name: Some(name.into()),
             namespace: Some(ns.into()),
             labels,
             ..Default::default()
-        },
+        }),
         ..Default::default()
     };
     let cases = [
@@ -654,16 +657,18 @@ async fn test_update_pods() {
     };
     let base = || {
         let mut pod = new_pod_list(Some(&h.pods), 1, "Running", &labels1, &rs1, "pod").remove(0);
-        pod.metadata.resource_version = Some("1".into());
+        pod.metadata.edit(|m| m.resource_version = Some("1".into()));
         pod
     };
 
     // Case 1: a Pod with a controller reference; its labels change: its owner syncs.
     let mut pod1 = base();
-    pod1.metadata.owner_references = Some(vec![ref1.clone()]);
+    pod1.metadata
+        .edit(|m| m.owner_references = Some(vec![ref1.clone()]));
     let mut pod2 = pod1.clone();
-    pod2.metadata.labels = Some(labels2.clone());
-    pod2.metadata.resource_version = Some("2".into());
+    pod2.metadata.edit(|m| m.labels = Some(labels2.clone()));
+    pod2.metadata
+        .edit(|m| m.resource_version = Some("2".into()));
     assert_eq!(
         names(h.sync.on_pod_update(&pod1, &pod2)),
         ["default/foobar"]
@@ -672,11 +677,13 @@ async fn test_update_pods() {
     // Case 2: the controller reference goes (an orphan): the ReplicaSet matching its labels
     // syncs (the old owner is rs2, which the labels match too).
     let mut pod1 = base();
-    pod1.metadata.labels = Some(labels2.clone());
-    pod1.metadata.owner_references = Some(vec![ref2.clone()]);
+    pod1.metadata.edit(|m| m.labels = Some(labels2.clone()));
+    pod1.metadata
+        .edit(|m| m.owner_references = Some(vec![ref2.clone()]));
     let mut pod2 = pod1.clone();
-    pod2.metadata.owner_references = None;
-    pod2.metadata.resource_version = Some("2".into());
+    pod2.metadata.edit(|m| m.owner_references = None);
+    pod2.metadata
+        .edit(|m| m.resource_version = Some("2".into()));
     assert_eq!(
         names(h.sync.on_pod_update(&pod1, &pod2)),
         ["default/barfoo"]
@@ -685,11 +692,13 @@ async fn test_update_pods() {
     // Case 3: the controller reference goes: the former owner and the ReplicaSet matching
     // its labels sync.
     let mut pod1 = base();
-    pod1.metadata.labels = Some(labels2.clone());
-    pod1.metadata.owner_references = Some(vec![ref1.clone()]);
+    pod1.metadata.edit(|m| m.labels = Some(labels2.clone()));
+    pod1.metadata
+        .edit(|m| m.owner_references = Some(vec![ref1.clone()]));
     let mut pod2 = pod1.clone();
-    pod2.metadata.owner_references = None;
-    pod2.metadata.resource_version = Some("2".into());
+    pod2.metadata.edit(|m| m.owner_references = None);
+    pod2.metadata
+        .edit(|m| m.resource_version = Some("2".into()));
     assert_eq!(
         names(h.sync.on_pod_update(&pod1, &pod2)),
         ["default/barfoo", "default/foobar"]
@@ -697,10 +706,12 @@ async fn test_update_pods() {
 
     // Case 4: the controller reference stays, the labels change: the owner syncs.
     let mut pod1 = base();
-    pod1.metadata.owner_references = Some(vec![ref2.clone()]);
+    pod1.metadata
+        .edit(|m| m.owner_references = Some(vec![ref2.clone()]));
     let mut pod2 = pod1.clone();
-    pod2.metadata.labels = Some(labels2.clone());
-    pod2.metadata.resource_version = Some("2".into());
+    pod2.metadata.edit(|m| m.labels = Some(labels2.clone()));
+    pod2.metadata
+        .edit(|m| m.resource_version = Some("2".into()));
     assert_eq!(
         names(h.sync.on_pod_update(&pod1, &pod2)),
         ["default/barfoo"]
@@ -978,7 +989,7 @@ async fn test_expectations_of_a_replica_set_deleted_mid_sync() {
     let rs_key = key(&old);
     // An orphan to adopt: the ReplicaSet is deleted while the adoption patch is in flight.
     let mut orphan = new_pod("orphan", &old, "Running", None, false);
-    orphan.metadata.owner_references = None;
+    orphan.metadata.edit(|m| m.owner_references = None);
     h.add_pod(&orphan);
     let (rss, expectations, deleted) = (h.rss.clone(), h.sync.expectations.clone(), old.clone());
     h.fake.prepend_reactor("patch", "pods", move |_| {
@@ -1036,7 +1047,9 @@ async fn test_no_status_write_for_a_dropped_terminating_replicas() {
 
     // A real change is written, terminatingReplicas with it.
     let mut terminating = new_pod_list(None, 1, "Running", &foo_bar(), &rs, "gone").remove(0);
-    terminating.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+    terminating
+        .metadata
+        .edit(|m| m.deletion_timestamp = Some(Time(Timestamp::now())));
     h.add_pod(&terminating);
     rs.spec.replicas = Some(3);
     rs.metadata.generation = Some(4);
@@ -1140,11 +1153,13 @@ async fn test_overlapping_rss() {
     }
     let rs = &controllers[3];
     let mut pod = new_pod_list(None, 1, "Pending", &foo_bar(), rs, "pod").remove(0);
-    pod.metadata.owner_references = Some(vec![owner_ref(
-        rs.metadata.uid.as_deref().unwrap(),
-        "ReplicaSet",
-        rs.metadata.name.as_deref().unwrap(),
-    )]);
+    pod.metadata.edit(|m| {
+        m.owner_references = Some(vec![owner_ref(
+            rs.metadata.uid.as_deref().unwrap(),
+            "ReplicaSet",
+            rs.metadata.name.as_deref().unwrap(),
+        )]);
+    });
     // Only the controller of the Pod hears of it, though all nine select it.
     assert_eq!(h.sync.on_pod_add(&pod), vec![Enqueue::now(key(rs))]);
 }
@@ -1156,8 +1171,9 @@ async fn test_deletion_timestamp() {
     h.add_rs(&rs);
     let rs_key = key(&rs);
     let mut pod = new_pod_list(None, 1, "Pending", &foo_bar(), &rs, "pod").remove(0);
-    pod.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
-    pod.metadata.resource_version = Some("1".into());
+    pod.metadata
+        .edit(|m| m.deletion_timestamp = Some(Time(Timestamp::now())));
+    pod.metadata.edit(|m| m.resource_version = Some("1".into()));
     h.sync
         .expectations
         .expect_deletions(&rs_key, rs.metadata.uid.as_deref().unwrap(), [pod.key()]);
@@ -1168,7 +1184,9 @@ async fn test_deletion_timestamp() {
 
     // An update setting the deletion timestamp counts as a deletion.
     let mut old_pod = new_pod_list(None, 1, "Pending", &foo_bar(), &rs, "pod").remove(0);
-    old_pod.metadata.resource_version = Some("2".into());
+    old_pod
+        .metadata
+        .edit(|m| m.resource_version = Some("2".into()));
     h.sync
         .expectations
         .expect_deletions(&rs_key, rs.metadata.uid.as_deref().unwrap(), [pod.key()]);
@@ -1181,17 +1199,17 @@ async fn test_deletion_timestamp() {
     // An update of a Pod already being deleted, not expected, leaves the expectations of
     // another Pod alone.
     let second = PodView {
-        metadata: ObjectMeta {
-            namespace: pod.metadata.namespace.clone(),
+        metadata: CompactObjectMeta::from(ObjectMeta {
+            namespace: Some(pod.namespace().to_owned()),
             name: Some("secondPod".into()),
-            labels: pod.metadata.labels.clone(),
+            labels: pod.labels().to_btree_map(),
             owner_references: Some(vec![owner_ref(
                 rs.metadata.uid.as_deref().unwrap(),
                 "ReplicaSet",
                 "foobar",
             )]),
             ..Default::default()
-        },
+        }),
         ..Default::default()
     };
     h.sync.expectations.expect_deletions(
@@ -1199,8 +1217,12 @@ async fn test_deletion_timestamp() {
         rs.metadata.uid.as_deref().unwrap(),
         [second.key()],
     );
-    old_pod.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
-    old_pod.metadata.resource_version = Some("2".into());
+    old_pod
+        .metadata
+        .edit(|m| m.deletion_timestamp = Some(Time(Timestamp::now())));
+    old_pod
+        .metadata
+        .edit(|m| m.resource_version = Some("2".into()));
     let _ = h.sync.on_pod_update(&old_pod, &pod);
     assert!(!h.sync.expectations.get(&rs_key).unwrap().fulfilled());
 
@@ -1238,7 +1260,8 @@ async fn test_do_not_patch_pod_with_other_control_ref() {
     let h = setup_manager_with_gc_enabled(&rs);
     let rs = h.rss.get(&key(&rs)).unwrap();
     let mut pod = new_pod("pod", &rs, "Running", None, true);
-    pod.metadata.owner_references = Some(vec![owner_ref(&uid(), "ReplicaSet", "AnotherRS")]);
+    pod.metadata
+        .edit(|m| m.owner_references = Some(vec![owner_ref(&uid(), "ReplicaSet", "AnotherRS")]));
     h.add_pod(&pod);
     h.sync.sync_replica_set(&key(&rs)).await.unwrap();
     // The Pod of another controller is neither adopted nor counted: two creates.
@@ -1320,7 +1343,9 @@ async fn test_failed_patches_are_not_own_writes() {
     let h = setup_manager_with_gc_enabled_in(Harness::tracking_own_writes(BURST_REPLICAS), &rs);
     let rs = h.rss.get(&key(&rs)).unwrap();
     let mut orphan = new_pod("pod1", &rs, "Running", None, false);
-    orphan.metadata.resource_version = Some("7".into());
+    orphan
+        .metadata
+        .edit(|m| m.resource_version = Some("7".into()));
     h.add_pod(&orphan);
     h.fail_pod_writes();
     h.sync.sync_replica_set(&key(&rs)).await.unwrap_err();
@@ -1719,7 +1744,8 @@ fn test_calculate_status() {
     let now = Timestamp::now();
     let ago = |secs: i64| now - k8s_openapi::jiff::SignedDuration::from_secs(secs);
     let terminating = |mut pod: PodView| {
-        pod.metadata.deletion_timestamp = Some(Time(now));
+        pod.metadata
+            .edit(|m| m.deletion_timestamp = Some(Time(now)));
         Arc::new(pod)
     };
     let pod = |name: &str, rs: &ReplicaSet, phase: &str, since: Option<Timestamp>| {

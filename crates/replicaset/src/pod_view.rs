@@ -30,9 +30,7 @@ pub fn pod_controller_index_key(namespace: &str, owner: Option<(&str, &str, &str
 /// The index function of [`POD_CONTROLLER_INDEX`].
 pub fn pod_controller_index() -> IndexFn<PodView> {
     Arc::new(|pod: &PodView| {
-        let owner = pod
-            .controller_ref()
-            .map(|r| (r.kind.as_str(), r.name.as_str(), r.uid.as_str()));
+        let owner = pod.controller_ref().map(|r| (r.kind(), r.name(), r.uid()));
         vec![pod_controller_index_key(pod.namespace(), owner)]
     })
 }
@@ -54,11 +52,13 @@ mod tests {
             vec!["prod/ReplicaSet/web/rs-uid".to_owned()]
         );
         let mut orphan = view.clone();
-        orphan.metadata.owner_references = None;
+        orphan.metadata.edit(|m| m.owner_references = None);
         assert_eq!(pod_controller_index()(&orphan), vec!["prod".to_owned()]);
         // An owner reference that is not the controller's leaves the Pod an orphan.
         let mut owned = view;
-        owned.metadata.owner_references.as_mut().unwrap()[0].controller = Some(false);
+        owned
+            .metadata
+            .edit(|m| m.owner_references.as_mut().unwrap()[0].controller = Some(false));
         assert_eq!(pod_controller_index()(&owned), vec!["prod".to_owned()]);
     }
 }

@@ -30,12 +30,7 @@ pub(crate) const POD_DELETION_COST_ANNOTATION: &str = "controller.kubernetes.io/
 /// A Pod's deletion cost: the annotation's value, 0 when absent or not a valid 32-bit decimal
 /// integer (no `+` sign, no leading zeros), as upstream's `GetDeletionCostFromPodAnnotations`.
 pub(crate) fn deletion_cost(pod: &PodView) -> i32 {
-    let Some(value) = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(POD_DELETION_COST_ANNOTATION))
-    else {
+    let Some(value) = pod.metadata.annotations().get(POD_DELETION_COST_ANNOTATION) else {
         return 0;
     };
     // A `+` sign or a leading zero is refused; a `-` sign is not (even with zeros after it).
@@ -163,8 +158,8 @@ fn less(pi: &PodView, ri: usize, pj: &PodView, rj: usize, now: Option<&Timestamp
     }
     // 8. Newer first, a missing creation time first of all.
     let (ti, tj) = (
-        pi.metadata.creation_timestamp.as_ref(),
-        pj.metadata.creation_timestamp.as_ref(),
+        pi.metadata.creation_timestamp(),
+        pj.metadata.creation_timestamp(),
     );
     if ti.map(|t| t.0) != tj.map(|t| t.0) {
         return match (now, ti, tj) {
@@ -255,15 +250,14 @@ fn deletion_age_ratios(sorted: &[Arc<PodView>], diff: usize, now: Timestamp) -> 
     let age_ms = |pod: &PodView| {
         let created = pod
             .metadata
-            .creation_timestamp
-            .as_ref()
+            .creation_timestamp()
             .map_or(Timestamp::UNIX_EPOCH, |t| t.0);
         now.duration_since(created).as_millis() as i64
     };
     let Some(youngest) = sorted
         .iter()
         .filter(|p| p.is_ready())
-        .filter_map(|p| p.metadata.creation_timestamp.as_ref().map(|_| age_ms(p)))
+        .filter_map(|p| p.metadata.creation_timestamp().map(|_| age_ms(p)))
         .min()
     else {
         return Vec::new();

@@ -123,7 +123,7 @@ pub(crate) fn calculate_status(
     let min_ready = min_ready_seconds(rs);
     let (mut fully_labeled, mut ready, mut available) = (0, 0, 0);
     for pod in active {
-        if template.matches_opt(pod.labels()) {
+        if template.matches_meta(&pod.metadata) {
             fully_labeled += 1;
         }
         if pod.is_ready() {

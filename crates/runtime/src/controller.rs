@@ -170,9 +170,11 @@ impl<K> Object for K where
 {
 }
 
-/// What a [`Controller`] can watch: an [`Object`], or the metadata alone of one
-/// ([`PartialObjectMetadata`]).
-trait Watched:
+/// What a [`Controller`] can watch, own or read the cache of: an [`Object`], the metadata
+/// alone of one ([`PartialObjectMetadata`]), or a view of one whose metadata is kctrl-client's
+/// [`CompactObjectMeta`](kctrl_client::CompactObjectMeta) (kctrl-controller-ref's `PodView`).
+/// Implemented for every type that qualifies.
+pub trait Watched:
     Resource<Scope: 'static>
     + ListableResource
     + Metadata<Ty: kctrl_client::ObjectMetaAccess + crate::handlers::OwnerRefs>
@@ -399,7 +401,7 @@ impl<K: Object> Controller<K> {
     /// then returns the objects a reconciled `obj` controls (add
     /// [`index::by_controller_uid`](crate::index::by_controller_uid) as an
     /// [`index`](Self::index) for a lookup instead of a scan of `obj`'s namespace).
-    pub fn owns<C: Object>(mut self) -> Self {
+    pub fn owns<C: Watched>(mut self) -> Self {
         let handler = OwnedHandler {
             queue: self.queue.clone(),
             primary: PrimaryKind::of::<K>(),
@@ -492,7 +494,7 @@ impl<K: Object> Controller<K> {
     /// [`owns_metadata`](Self::owns_metadata) and [`watches_metadata`](Self::watches_metadata)
     /// (`factory.metadata_informer::<C>().store()`): asking for it starts a second informer,
     /// of full objects.
-    pub fn cache<C: Object>(&self) -> Store<C> {
+    pub fn cache<C: Watched>(&self) -> Store<C> {
         self.factory.informer::<C>().store().clone()
     }
 
@@ -534,7 +536,7 @@ impl<K: Object> Controller<K> {
     /// Also reconcile the `K` keys (`namespace/name`, or `name` if `K` is cluster-scoped;
     /// see [`kctrl_informer::key_for`]) that `map` returns for an object of kind `W` that
     /// changed. On an update both the old and the new state are mapped.
-    pub fn watches<W: Object>(
+    pub fn watches<W: Watched>(
         mut self,
         map: impl Fn(&W) -> Vec<ObjectKey> + Send + Sync + 'static,
     ) -> Self {
@@ -556,7 +558,7 @@ impl<K: Object> Controller<K> {
     /// [`watches`](Self::watches), the controller waits for `W`'s cache before its first
     /// reconcile and compares the writes of `W` recorded in [`own_writes`](Self::own_writes)
     /// with it.
-    pub fn watches_with<W: Object>(
+    pub fn watches_with<W: Watched>(
         mut self,
         handler: impl kctrl_informer::ResourceEventHandler<W>,
     ) -> Self {

@@ -90,8 +90,10 @@ where
     }
 }
 
-/// The owner references of full and of metadata-only objects.
-pub(crate) trait OwnerRefs: ObjectMetaAccess {
+/// The controller references the runtime reads from a cached object's metadata, to map an
+/// owned object to its owner: implemented for k8s-openapi's `ObjectMeta` and kctrl-client's
+/// `CompactObjectMeta` (see [`Watched`](crate::Watched)).
+pub trait OwnerRefs: ObjectMetaAccess {
     /// The owner references that say `controller: true`: (apiVersion, kind, name); at most
     /// one in a valid object.
     fn controllers(&self) -> impl Iterator<Item = (&str, &str, &str)>;

@@ -119,7 +119,8 @@ pub mod predicate;
 pub mod shard;
 
 pub use action::Action;
-pub use controller::{Controller, Object, RunError};
+pub use controller::{Controller, Object, RunError, Watched};
+pub use handlers::OwnerRefs;
 pub use own_writes::OwnWrites;
 pub use predicate::Predicate;
 pub use shard::Sharding;

@@ -268,7 +268,7 @@ impl Generator {
                 let value = self.value(elem, g)?;
                 match **elem {
                     _ if f.rust.optional => format!("push({target}, {value})"),
-                    _ => format!("m.{name}.push({value})"),
+                    _ => format!("super::push(&mut m.{name}, {value})"),
                 }
             }
             RustType::Map(value) => {

@@ -285,6 +285,25 @@ pub fn non_empty(s: Option<String>) -> Option<String> {
     s.filter(|s| !s.is_empty())
 }
 
+/// Appends `value` to a list being decoded, growing a short list one element at a time.
+///
+/// A decoder meets a repeated field's elements one by one, so `Vec::push` would give the
+/// first element room for four (the standard library's smallest capacity), and a cached
+/// object would carry the spare room for as long as it is cached: most lists in Kubernetes
+/// objects hold one element (an owner reference, a container, a Ready condition), and on the
+/// ReplicaSet controller's Pods and ReplicaSets the spare room was a sixth of their heap.
+/// Lists of up to four elements are therefore sized exactly; longer ones grow by doubling
+/// as `Vec::push` does. Use it in a [`FromProtobuf`] implementation for the lists of a view.
+pub fn push<T>(list: &mut Vec<T>, value: T) {
+    if list.len() == list.capacity() && list.len() < SHORT_LIST {
+        list.reserve_exact(1);
+    }
+    list.push(value);
+}
+
+/// Lists up to this length are decoded at exactly their length (see [`push`]).
+const SHORT_LIST: usize = 4;
+
 fn non_empty_map(m: BTreeMap<String, String>) -> Option<BTreeMap<String, String>> {
     (!m.is_empty()).then_some(m)
 }

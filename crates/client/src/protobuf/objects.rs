@@ -1235,7 +1235,7 @@ pub(super) fn merge_core_v1_pod_spec(
                 merge_core_v1_container(r.message(wire)?, &mut v)?;
                 v
             }),
-            2 => m.containers.push({
+            2 => super::push(&mut m.containers, {
                 let mut v = new_core_v1_container();
                 merge_core_v1_container(r.message(wire)?, &mut v)?;
                 v
@@ -3781,7 +3781,7 @@ pub(super) fn merge_core_v1_rbd_volume_source(
 ) -> Result<(), ProtobufError> {
     while let Some((field, wire)) = r.field()? {
         match field {
-            1 => m.monitors.push(r.string(wire)?),
+            1 => super::push(&mut m.monitors, r.string(wire)?),
             2 => m.image = r.string(wire)?,
             3 => m.fs_type = nonzero(r.string(wire)?),
             4 => m.pool = nonzero(r.string(wire)?),
@@ -3921,7 +3921,7 @@ pub(super) fn merge_core_v1_ceph_fs_volume_source(
 ) -> Result<(), ProtobufError> {
     while let Some((field, wire)) = r.field()? {
         match field {
-            1 => m.monitors.push(r.string(wire)?),
+            1 => super::push(&mut m.monitors, r.string(wire)?),
             2 => m.path = nonzero(r.string(wire)?),
             3 => m.user = nonzero(r.string(wire)?),
             4 => m.secret_file = nonzero(r.string(wire)?),
@@ -4829,7 +4829,7 @@ pub(super) fn merge_core_v1_node_selector(
 ) -> Result<(), ProtobufError> {
     while let Some((field, wire)) = r.field()? {
         match field {
-            1 => m.node_selector_terms.push({
+            1 => super::push(&mut m.node_selector_terms, {
                 let mut v = new_core_v1_node_selector_term();
                 merge_core_v1_node_selector_term(r.message(wire)?, &mut v)?;
                 v

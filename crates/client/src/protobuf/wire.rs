@@ -189,11 +189,11 @@ impl<'a> Reader<'a> {
         if wire == LEN {
             let mut packed = self.message(wire)?;
             while !packed.buf.is_empty() {
-                out.push(from(packed.varint()?));
+                super::push(out, from(packed.varint()?));
             }
         } else {
             self.expect(wire, VARINT)?;
-            out.push(from(self.varint()?));
+            super::push(out, from(self.varint()?));
         }
         Ok(())
     }
@@ -406,9 +406,9 @@ pub(crate) fn nonzero<T: Default + PartialEq>(value: T) -> Option<T> {
     (value != T::default()).then_some(value)
 }
 
-/// Appends to an optional list.
+/// Appends to an optional list (short lists sized exactly: see [`super::push`]).
 pub(crate) fn push<T>(list: &mut Option<Vec<T>>, value: T) {
-    list.get_or_insert_with(Vec::new).push(value);
+    super::push(list.get_or_insert_with(Vec::new), value);
 }
 
 #[cfg(test)]

@@ -220,6 +220,39 @@ fn captured_api_server_answers_decode_as_their_json() {
     check::<ReplicaSet>("replicasets");
 }
 
+/// A decoded object is cached for as long as it exists, so its lists must not carry the spare
+/// room of `Vec::push` (four elements for the first): the captured ReplicaSet's short lists
+/// (one container, its command, ports, args, volume mounts...) are held at exactly their length.
+#[test]
+fn decoded_short_lists_take_no_spare_room() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let pb = std::fs::read(dir.join("replicasets-maximal.pb")).unwrap();
+    let rs: ReplicaSet = kctrl_client::protobuf::from_enveloped(&pb).unwrap();
+    fn exact<T>(what: &str, list: &Vec<T>) {
+        assert!(!list.is_empty(), "the fixture has {what}");
+        if list.len() <= 4 {
+            assert_eq!(list.capacity(), list.len(), "{what}");
+        }
+    }
+    let spec = rs.spec.template.as_ref().unwrap().spec.as_ref().unwrap();
+    exact("containers", &spec.containers);
+    exact("initContainers", spec.init_containers.as_ref().unwrap());
+    let c = &spec.containers[0];
+    exact("command", c.command.as_ref().unwrap());
+    exact("args", c.args.as_ref().unwrap());
+    exact("ports", c.ports.as_ref().unwrap());
+    exact("volumeMounts", c.volume_mounts.as_ref().unwrap());
+    exact(
+        "supplementalGroups (packed integers)",
+        spec.security_context
+            .as_ref()
+            .unwrap()
+            .supplemental_groups
+            .as_ref()
+            .unwrap(),
+    );
+}
+
 #[tokio::test]
 async fn protobuf_bodies_send_created_and_updated_objects_in_protobuf() {
     let answer = || {
