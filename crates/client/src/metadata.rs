@@ -59,7 +59,6 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{ListableResource, Metadata, Resource};
 use serde::de::DeserializeSeed;
 use serde::{Deserialize, Deserializer};
@@ -208,19 +207,22 @@ pub(crate) fn accept_header(
     }
 }
 
-/// Decodes an `ObjectMeta` while skipping `managedFields`, for a view's `metadata` field:
+/// Decodes an object's metadata while skipping `managedFields`, for a view's `metadata` field
+/// (an `ObjectMeta` or a [`CompactObjectMeta`]):
 /// `#[serde(deserialize_with = "kctrl_client::metadata_without_managed_fields")]`.
 ///
 /// Server-side apply's field sets are usually the largest part of an object's metadata and
 /// no controller reads them from a cache; skipped here, they are parsed past without being
-/// allocated. Every other field of `ObjectMeta` is kept.
-pub fn metadata_without_managed_fields<'de, D>(deserializer: D) -> Result<ObjectMeta, D::Error>
+/// allocated (nor checked: a malformed entry does not make the object undecodable). Every
+/// other field of the metadata is kept.
+pub fn metadata_without_managed_fields<'de, D, M>(deserializer: D) -> Result<M, D::Error>
 where
     D: Deserializer<'de>,
+    M: Deserialize<'de>,
 {
     // The same skipping as `Api::without_managed_fields`, applied to this one value.
     crate::managed_fields::TrimSeed {
-        inner: PhantomData::<ObjectMeta>,
+        inner: PhantomData::<M>,
         level: crate::managed_fields::Level::Metadata,
     }
     .deserialize(deserializer)
@@ -288,6 +290,7 @@ mod tests {
     use k8s_openapi::List;
     use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::core::v1::{Node, Pod};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     #[test]
     fn partial_metadata_addresses_the_viewed_resource() {

@@ -125,11 +125,22 @@ pub fn is_controlled_by(meta: &ObjectMeta, owner: &ObjectMeta) -> bool {
 /// What the claim rules read of an object's metadata, whichever type holds it: k8s-openapi's
 /// [`ObjectMeta`] (whole objects) or kctrl-client's [`CompactObjectMeta`] (the Pod view
 /// caches hold), besides the name, namespace, UID and labels of [`ObjectMetaAccess`].
-pub trait ClaimMeta: ObjectMetaAccess {
+///
+/// Sealed: implemented for those two types only, both of which keep the UID the adopt and
+/// release patches name (a type whose `uid()` fell back to `ObjectMetaAccess`'s default of
+/// `None` would patch with an empty UID).
+pub trait ClaimMeta: ObjectMetaAccess + sealed::Sealed {
     /// The UID its controller reference names, if it has one ([`get_controller_of`]).
     fn controller_uid(&self) -> Option<&str>;
     /// Whether `deletionTimestamp` is set.
     fn is_being_deleted(&self) -> bool;
+}
+
+mod sealed {
+    /// Keeps [`ClaimMeta`](super::ClaimMeta) to the metadata types that keep a UID.
+    pub trait Sealed {}
+    impl Sealed for super::ObjectMeta {}
+    impl Sealed for super::CompactObjectMeta {}
 }
 
 impl ClaimMeta for ObjectMeta {

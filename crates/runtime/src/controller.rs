@@ -450,7 +450,7 @@ impl<K: Object> Controller<K> {
     /// assert!(configmaps.by_index("by-app", "web").unwrap().is_empty());
     /// # }
     /// ```
-    pub fn index<C: Object>(
+    pub fn index<C: Watched>(
         mut self,
         name: impl Into<String>,
         index_fn: impl Fn(&C) -> Vec<String> + Send + Sync + 'static,
@@ -490,9 +490,9 @@ impl<K: Object> Controller<K> {
     /// context to read `C` (and query its indexes) without a request.
     ///
     /// The controller waits for this cache only if it owns, watches or indexes `C`: declare
-    /// one of them, or the reconcile may read it before it has synced. It is not the cache of
-    /// [`owns_metadata`](Self::owns_metadata) and [`watches_metadata`](Self::watches_metadata)
-    /// (`factory.metadata_informer::<C>().store()`): asking for it starts a second informer,
+    /// one of them, or the reconcile may read it before it has synced. For a `C` declared with
+    /// [`owns_metadata`](Self::owns_metadata) or [`watches_metadata`](Self::watches_metadata),
+    /// ask for `cache::<PartialObjectMetadata<C>>()`: `cache::<C>()` starts a second informer,
     /// of full objects.
     pub fn cache<C: Watched>(&self) -> Store<C> {
         self.factory.informer::<C>().store().clone()

@@ -97,6 +97,10 @@ pub trait OwnerRefs: ObjectMetaAccess {
     /// The owner references that say `controller: true`: (apiVersion, kind, name); at most
     /// one in a valid object.
     fn controllers(&self) -> impl Iterator<Item = (&str, &str, &str)>;
+
+    /// The UID of the first owner reference that says `controller: true`
+    /// (apimachinery's `GetControllerOf`), if any.
+    fn controller_uid(&self) -> Option<&str>;
 }
 
 impl OwnerRefs for ObjectMeta {
@@ -107,6 +111,14 @@ impl OwnerRefs for ObjectMeta {
             .filter(|o| o.controller == Some(true))
             .map(|o| (o.api_version.as_str(), o.kind.as_str(), o.name.as_str()))
     }
+
+    fn controller_uid(&self) -> Option<&str> {
+        self.owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true))
+            .map(|o| o.uid.as_str())
+    }
 }
 
 impl OwnerRefs for CompactObjectMeta {
@@ -115,6 +127,10 @@ impl OwnerRefs for CompactObjectMeta {
             .iter()
             .filter(|o| o.controller() == Some(true))
             .map(|o| (o.api_version(), o.kind(), o.name()))
+    }
+
+    fn controller_uid(&self) -> Option<&str> {
+        self.controller_ref().map(|o| o.uid())
     }
 }
 

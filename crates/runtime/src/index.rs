@@ -16,9 +16,11 @@
 use std::sync::Arc;
 
 use k8s_openapi::Metadata;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kctrl_client::ObjectMetaAccess;
 use kctrl_informer::Store;
 use kctrl_informer::store::NAMESPACE_INDEX;
+
+use crate::handlers::OwnerRefs;
 
 /// The name under which [`controlled_by`] looks for [`by_controller_uid`]:
 /// `controller.index::<C>(CONTROLLER_UID_INDEX, by_controller_uid)`.
@@ -26,14 +28,11 @@ pub const CONTROLLER_UID_INDEX: &str = "kctrl.controller-uid";
 
 /// An index function: the UID of an object's controller (its owner reference with
 /// `controller: true`), if it has one.
-pub fn by_controller_uid<C: Metadata<Ty = ObjectMeta>>(obj: &C) -> Vec<String> {
+pub fn by_controller_uid<C: Metadata<Ty: OwnerRefs>>(obj: &C) -> Vec<String> {
     obj.metadata()
-        .owner_references
-        .iter()
-        .flatten()
-        .filter(|o| o.controller == Some(true))
-        .map(|o| o.uid.clone())
-        .take(1)
+        .controller_uid()
+        .map(str::to_owned)
+        .into_iter()
         .collect()
 }
 
@@ -71,22 +70,18 @@ pub fn by_controller_uid<C: Metadata<Ty = ObjectMeta>>(obj: &C) -> Vec<String> {
 /// ```
 pub fn controlled_by<C, O>(cache: &Store<C>, owner: &O) -> Vec<Arc<C>>
 where
-    C: Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
-    O: Metadata<Ty = ObjectMeta>,
+    C: Metadata<Ty: OwnerRefs> + Send + Sync + 'static,
+    O: Metadata<Ty: ObjectMetaAccess>,
 {
-    let Some(uid) = owner.metadata().uid.as_deref().filter(|u| !u.is_empty()) else {
+    let Some(uid) = owner.metadata().uid().filter(|u| !u.is_empty()) else {
         return Vec::new();
     };
-    let namespace = owner
-        .metadata()
-        .namespace
-        .as_deref()
-        .filter(|ns| !ns.is_empty());
+    let namespace = owner.metadata().namespace().filter(|ns| !ns.is_empty());
     if let Ok(found) = cache.by_index(CONTROLLER_UID_INDEX, uid) {
         // A controller reference across namespaces is not valid: not the owner's.
         return found
             .into_iter()
-            .filter(|c| namespace.is_none_or(|ns| c.metadata().namespace.as_deref() == Some(ns)))
+            .filter(|c| namespace.is_none_or(|ns| c.metadata().namespace() == Some(ns)))
             .collect();
     }
     let candidates = match namespace {
