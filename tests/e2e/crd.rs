@@ -3,7 +3,9 @@
 //! every schema construct the generator handles, two versions merged), objects round-trip
 //! through `Api` and informers, the API server prunes and validates as the schema says,
 //! status goes through the `status` subresource, sample-controller's `example-foo.yaml`
-//! applies unchanged, and a missing CRD is reported by name.
+//! applies unchanged, a missing CRD is reported by name, and an embedded PodSpec's
+//! containers merge by name in server-side apply (upstream's list semantics, which the
+//! generator adds).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
@@ -700,4 +702,159 @@ async fn wait_until_served(client: &Client, resource: &ResourceRef) {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// A custom resource embedding a Pod's spec, whose lists merge as a Pod's do.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[resource(
+    group = "e2e.kctrl.example.com",
+    version = "v1",
+    kind = "PodHolder",
+    namespaced
+)]
+struct PodHolderSpec {
+    pod: PodSpec,
+}
+
+/// The `fieldsV1` of `manager`'s apply entry in `managedFields`.
+fn applied_fields(obj: &PodHolder, manager: &str) -> serde_json::Value {
+    let entries = obj.metadata.managed_fields.as_deref().unwrap_or_default();
+    let entry = entries
+        .iter()
+        .find(|e| e.manager.as_deref() == Some(manager) && e.operation.as_deref() == Some("Apply"))
+        .unwrap_or_else(|| panic!("no Apply entry of {manager} in {entries:?}"));
+    entry
+        .fields_v1
+        .as_ref()
+        .map(|f| f.0.clone())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn embedded_containers_merge_by_name_in_server_side_apply() {
+    let cluster = require_cluster!();
+    let client = cluster.admin();
+    let crd = PodHolder::try_crd().expect("PodHolder's schema is structural");
+    install_crd(&client, &crd, &ResourceRef::of::<PodHolder>()).await;
+    // The API server keeps the list semantics the generator gave the embedded PodSpec.
+    let stored = Api::<CustomResourceDefinition>::all(client.clone())
+        .get(&PodHolder::crd_name())
+        .await
+        .unwrap();
+    let schema = stored.spec.versions[0]
+        .schema
+        .as_ref()
+        .and_then(|s| s.open_api_v3_schema.as_ref())
+        .unwrap();
+    let containers = &schema.properties.as_ref().unwrap()["spec"]
+        .properties
+        .as_ref()
+        .unwrap()["pod"]
+        .properties
+        .as_ref()
+        .unwrap()["containers"];
+    assert_eq!(containers.x_kubernetes_list_type.as_deref(), Some("map"));
+    assert_eq!(
+        containers.x_kubernetes_list_map_keys,
+        Some(vec!["name".to_owned()])
+    );
+
+    let ns = TestNamespace::create(&client, "crd-merge").await;
+    let holders: Api<PodHolder> = Api::namespaced(client.clone(), &ns.name);
+    let container = |name: &str| Container {
+        name: name.into(),
+        image: Some("registry.k8s.io/pause:3.10".into()),
+        ..Default::default()
+    };
+    // Manager A applies two containers; the first with a port, whose `protocol` (a map key
+    // of `ports`) takes upstream's default.
+    let mut first = container("one");
+    first.ports = Some(vec![k8s_openapi::api::core::v1::ContainerPort {
+        container_port: 80,
+        ..Default::default()
+    }]);
+    let mut holder = PodHolder::new(
+        "merge",
+        PodHolderSpec {
+            pod: PodSpec {
+                containers: vec![first, container("two")],
+                ..Default::default()
+            },
+        },
+    );
+    holder.metadata.namespace = Some(ns.name.clone());
+    let applied = holders
+        .apply(&kctrl_client::PatchParams::apply("manager-a"), &holder)
+        .await
+        .unwrap();
+    assert_eq!(applied.spec.pod.containers.len(), 2);
+    let port = &applied.spec.pod.containers[0].ports.as_deref().unwrap()[0];
+    assert_eq!(port.protocol.as_deref(), Some("TCP"));
+
+    // Manager B applies a field of the second container only, without force. A map list
+    // merges it into that container (B co-owns its key and owns the new field); an atomic
+    // list, owned whole by A, would answer 409 Conflict (or, forced, keep only "two").
+    let change = json!({
+        "apiVersion": "e2e.kctrl.example.com/v1",
+        "kind": "PodHolder",
+        "metadata": {"name": "merge", "namespace": ns.name},
+        "spec": {"pod": {"containers": [{"name": "two", "workingDir": "/b"}]}},
+    });
+    let merged = holders
+        .patch(
+            "merge",
+            &kctrl_client::PatchParams::apply("manager-b"),
+            &kctrl_client::Patch::Apply(change),
+        )
+        .await
+        .expect("a change to one container merges into the map list");
+    let names: Vec<&str> = merged
+        .spec
+        .pod
+        .containers
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(names, ["one", "two"], "both containers remain");
+    let (one, two) = (
+        &merged.spec.pod.containers[0],
+        &merged.spec.pod.containers[1],
+    );
+    assert_eq!(one.working_dir, None);
+    assert_eq!(one.ports, applied.spec.pod.containers[0].ports);
+    assert_eq!(two.working_dir.as_deref(), Some("/b"));
+    assert_eq!(two.image.as_deref(), Some("registry.k8s.io/pause:3.10"));
+    // B owns exactly its field of container "two", by the container's key.
+    let b = applied_fields(&merged, "manager-b");
+    let two_fields = &b["f:spec"]["f:pod"]["f:containers"]["k:{\"name\":\"two\"}"];
+    assert!(two_fields.get("f:workingDir").is_some(), "{b}");
+    assert!(two_fields.get("f:image").is_none(), "{b}");
+    assert!(
+        b["f:spec"]["f:pod"]["f:containers"]
+            .get("k:{\"name\":\"one\"}")
+            .is_none(),
+        "{b}"
+    );
+    // A's entry still covers both of its containers.
+    let a = applied_fields(&merged, "manager-a");
+    for key in ["k:{\"name\":\"one\"}", "k:{\"name\":\"two\"}"] {
+        assert!(
+            a["f:spec"]["f:pod"]["f:containers"].get(key).is_some(),
+            "{a}"
+        );
+    }
+
+    // A re-applies its configuration unchanged: B's field stays.
+    let again = holders
+        .apply(&kctrl_client::PatchParams::apply("manager-a"), &holder)
+        .await
+        .unwrap();
+    assert_eq!(again.spec.pod.containers.len(), 2);
+    assert_eq!(
+        again.spec.pod.containers[1].working_dir.as_deref(),
+        Some("/b")
+    );
+
+    ns.delete().await;
+    uninstall_crd(&client, &PodHolder::crd_name()).await;
 }

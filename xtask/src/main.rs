@@ -55,6 +55,10 @@ enum Command {
     /// Writes the protobuf decoders of whole Deployments and ReplicaSets from the Go types
     /// of the targeted Kubernetes release and k8s-openapi's Rust types.
     GenProtobuf(GenProtobufArgs),
+    /// Writes the table of upstream's list and map merge semantics (from the OpenAPI v3
+    /// documents of the targeted Kubernetes release) that CRD schemas of embedded Kubernetes
+    /// types carry.
+    GenMergeSemantics(GenMergeSemanticsArgs),
     /// The whole test suite, as README.md and CI run it.
     Test(test::TestArgs),
 }
@@ -86,6 +90,53 @@ pub(crate) fn gen_protobuf(args: &GenProtobufArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Arguments of `cargo xtask gen-merge-semantics`.
+#[derive(clap::Args)]
+pub(crate) struct GenMergeSemanticsArgs {
+    /// Compare with the file in the tree instead of writing it; fail if they differ.
+    #[arg(long)]
+    pub(crate) check: bool,
+}
+
+/// The Kubernetes release whose OpenAPI documents the merge-semantics table is made from (the
+/// generator's `MODULE`; the local control plane's default release).
+const MERGE_SEMANTICS_RELEASE: &str = "v1.37.2";
+
+/// Runs the merge-semantics generator, a package of its own (xtask/gen-merge-semantics) that
+/// builds without the workspace's crates. It reads k8s.io/kubernetes from the Go module cache;
+/// when the module is not there, the local control plane's build of that release resolves it
+/// first (as `cargo xtask cluster build` does; a no-op when the binaries are cached).
+pub(crate) fn gen_merge_semantics(args: &GenMergeSemanticsArgs) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let out = std::process::Command::new("go")
+        .args(["env", "GOMODCACHE"])
+        .output()
+        .context("running `go env GOMODCACHE`")?;
+    let module = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        .join(format!("k8s.io/kubernetes@{MERGE_SEMANTICS_RELEASE}"));
+    if !module.join("api/openapi-spec/v3").is_dir() {
+        let release = kctrl_cluster::versions::Release::exact(MERGE_SEMANTICS_RELEASE)
+            .context("the merge-semantics release is not a supported one")?;
+        eprintln!(
+            "==> k8s.io/kubernetes@{MERGE_SEMANTICS_RELEASE} is not in the Go module cache: \
+             building the local control plane of that release resolves it"
+        );
+        let cache = kctrl_cluster::toolchain::Cache::locate(release)?;
+        kctrl_cluster::toolchain::ensure_built(&cache)?;
+    }
+    let mut cmd = std::process::Command::new(env!("CARGO"));
+    cmd.args(["run", "-q", "-p", "xtask-gen-merge-semantics", "--"]);
+    if args.check {
+        cmd.arg("--check");
+    }
+    let status = cmd.status()?;
+    anyhow::ensure!(
+        status.success(),
+        "xtask-gen-merge-semantics failed ({status})"
+    );
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     // dockerd runs a copy of this binary as its OCI runtime (see kind::runc_wrapper).
     if kind::runc_wrapper::invoked_as_wrapper() {
@@ -103,6 +154,7 @@ fn main() -> anyhow::Result<()> {
         Command::Fuzz(args) => fuzz::run(args),
         Command::Kind(args) => kind::run(args),
         Command::GenProtobuf(args) => gen_protobuf(&args),
+        Command::GenMergeSemantics(args) => gen_merge_semantics(&args),
         Command::Test(args) => test::run(args),
     }
 }

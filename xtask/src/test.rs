@@ -6,7 +6,9 @@
 //! (`cargo xtask api-versions`, about 6 minutes cold; `--no-api-versions` skips it), optionally a short coverage-guided run of each
 //! fuzz target (`--fuzz-seconds`), then a check that the generated protobuf decoders are
 //! current (`cargo xtask gen-protobuf --check`), then the end-to-end suite against the local control plane
-//! (`cargo xtask e2e`, which builds the control plane on first use), then upstream's
+//! (`cargo xtask e2e`, which builds the control plane on first use), then a check that the
+//! table of upstream's list and map merge semantics is current (`cargo xtask
+//! gen-merge-semantics --check`, from the control plane's k8s.io/kubernetes module), then upstream's
 //! `[sig-apps] Deployment` e2e specs against our controller (`cargo xtask conformance`, which
 //! builds upstream's e2e test binary on first use and our controller in release mode;
 //! about 8 minutes on a cold cache, 2 warm, see docs/conformance.md), then the quick subset
@@ -89,6 +91,10 @@ pub(crate) fn run(args: TestArgs) -> anyhow::Result<()> {
     // One release for every cluster of the run (`--kube-version`, see the e2e options).
     let release = args.e2e.kube.release;
     crate::e2e::run(args.e2e)?;
+    // The checked-in merge-semantics table must be what the generator writes from upstream's
+    // OpenAPI documents (k8s.io/kubernetes in the Go module cache, which the control plane's
+    // build above has fetched when it ran v1.37).
+    crate::gen_merge_semantics(&crate::GenMergeSemanticsArgs { check: true })?;
     if args.no_chaos {
         eprintln!("==> --no-chaos: skipping the chaos runs");
     } else {

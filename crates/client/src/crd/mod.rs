@@ -151,6 +151,30 @@
 //! string-or-object), [`crd`](CustomResourceExt::crd) accepts any value there instead and
 //! [`try_crd`](CustomResourceExt::try_crd) reports each such place as an error.
 //!
+//! # Embedded Kubernetes types keep their merge semantics
+//!
+//! A k8s-openapi type in a spec or status (a `PodSpec`, a `JobTemplateSpec`, a
+//! `LabelSelector`, at any depth, also in an `Option`, a `Vec` or a map) gets the
+//! `x-kubernetes-list-type`, `x-kubernetes-list-map-keys` and `x-kubernetes-map-type` that
+//! upstream's OpenAPI gives it, so server-side apply merges it as it does in a Pod or a Job:
+//! `containers`, `initContainers`, `volumes` and a container's `env` are maps keyed by
+//! `name`, its `ports` by `containerPort` and `protocol`, `args` is atomic, a template's
+//! `metadata.finalizers` a set, a `LabelSelector` an atomic map. Two field managers can then
+//! each own a container of a custom resource instead of conflicting over the whole list.
+//!
+//! The facts come from a table generated from the OpenAPI v3 documents of the Kubernetes
+//! release the local control plane runs (`k8s.io/kubernetes@v1.37.2`, `api/openapi-spec/v3`;
+//! `cargo xtask gen-merge-semantics`, checked by `cargo xtask test`), and are added by the
+//! type's schema name (`io.k8s.api.core.v1.PodSpec`, which k8s-openapi gives its types' schemas,
+//! found through a schema generated with definitions before inlining). Only what upstream has is
+//! added, never over a list or map type already there (yours, from `#[schemars(extend(...))]` or
+//! `transform`), and only where the API server accepts it: a `map` list needs non-nullable object
+//! items whose keys are required or defaulted, so an optional key takes upstream's default
+//! (`protocol: TCP`, which the API server then fills in, as it does for a Pod's ports) and is
+//! not nullable; a list whose key has none stays atomic (none in a pod template). A k8s-openapi
+//! type that is `#[serde(flatten)]`ed into a struct of yours is not recognised, nor are your own
+//! types, whatever their names.
+//!
 //! # Size
 //!
 //! Every doc comment becomes a `description`, and an embedded Kubernetes type brings its own:
@@ -168,6 +192,7 @@
 //! definitions into one CustomResourceDefinition; exactly one of them says `storage`.
 
 mod descriptions;
+mod merge_semantics;
 mod schema;
 
 use std::borrow::Cow;

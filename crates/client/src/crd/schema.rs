@@ -39,6 +39,12 @@
 //!   `deny_unknown_fields` (`additionalProperties: false`) is dropped, the API server prunes
 //!   unknown fields anyway.
 //! * **No `uniqueItems: true`**: a set of scalars becomes `x-kubernetes-list-type: set`.
+//! * **List and map types where upstream has them**: a k8s-openapi type's node gets upstream's
+//!   `x-kubernetes-list-type`, `x-kubernetes-list-map-keys` and `x-kubernetes-map-type`
+//!   (from a table generated from upstream's OpenAPI v3 documents), within the API server's
+//!   rules for them: a map list's keys are required or defaulted (an optional key takes
+//!   upstream's default and is not nullable), its items not nullable; a set's items are
+//!   non-nullable scalars; a type already there is kept. See the `crd` module docs.
 //! * **`items` is one schema**: a tuple of one type is an array of it; of mixed types,
 //!   relaxed.
 //! * Keywords OpenAPI v3 does not have are dropped (`$schema`, `readOnly`, ...), a number
@@ -55,6 +61,8 @@ use schemars::transform::{
     ReplaceConstValue, ReplacePrefixItems, ReplaceUnevaluatedProperties, SetSingleExample,
 };
 use serde_json::{Map, Value, json};
+
+use super::merge_semantics::{self, Placements};
 
 /// A place where the generated schema could not say what the Rust type accepts and accepts
 /// more instead (`x-kubernetes-preserve-unknown-fields`, or a dropped keyword).
@@ -94,28 +102,51 @@ impl std::fmt::Display for Relaxed {
 /// assert_eq!(image.nullable, Some(true));
 /// ```
 pub fn structural_schema<T: JsonSchema>(name: &str) -> (JSONSchemaProps, Vec<Relaxed>) {
-    let generator = SchemaSettings::openapi3()
-        .with(|s| {
-            s.inline_subschemas = true;
-            s.meta_schema = None;
-            // Not openapi3()'s `AddNullable` and `ReplaceBoolSchemas`: nulls (the root is
-            // never nullable, a nullable enum keeps its values in `allOf`) and boolean
-            // schemas are handled below.
-            s.transforms = vec![
-                Box::new(ReplaceUnevaluatedProperties::default()),
-                Box::new(SetSingleExample::default()),
-                Box::new(ReplaceConstValue::default()),
-                Box::new(ReplacePrefixItems::default()),
-            ];
-        })
-        .into_generator();
-    let root = generator.into_root_schema_for::<T>();
-    structural_from_value(root.as_value(), name)
+    // Once with definitions, to learn where embedded Kubernetes types sit (by their schema
+    // names, which inlining loses), and once inlined, the schema itself: inlining is left to
+    // schemars, whose attributes (validations on a field) see the inlined schema.
+    // A user's `#[schemars(transform = ...)]` written for the inlined schema may not expect a
+    // `$ref` there: should it panic, the schema is made without the merge semantics.
+    let placed = std::panic::catch_unwind(|| {
+        let with_definitions = settings(false).into_generator().into_root_schema_for::<T>();
+        merge_semantics::placements(with_definitions.as_value(), name)
+    })
+    .unwrap_or_default();
+    let root = settings(true).into_generator().into_root_schema_for::<T>();
+    convert_root(root.as_value(), name, placed)
+}
+
+/// The generator's settings, with subschemas inlined or as definitions under `$defs`.
+fn settings(inline: bool) -> SchemaSettings {
+    SchemaSettings::openapi3().with(|s| {
+        s.inline_subschemas = inline;
+        // Where the transforms below reach them.
+        s.definitions_path = "/$defs".into();
+        s.meta_schema = None;
+        // Not openapi3()'s `AddNullable` and `ReplaceBoolSchemas`: nulls (the root is
+        // never nullable, a nullable enum keeps its values in `allOf`) and boolean
+        // schemas are handled below.
+        s.transforms = vec![
+            Box::new(ReplaceUnevaluatedProperties::default()),
+            Box::new(SetSingleExample::default()),
+            Box::new(ReplaceConstValue::default()),
+            Box::new(ReplacePrefixItems::default()),
+        ];
+    })
 }
 
 /// [`structural_schema`] of a JSON Schema given as a value (what schemars generated).
+#[cfg(test)]
 pub(crate) fn structural_from_value(root: &Value, name: &str) -> (JSONSchemaProps, Vec<Relaxed>) {
-    let mut c = Converter::default();
+    convert_root(root, name, Placements::new())
+}
+
+/// The structural schema of `root`, with the merge semantics of the upstream types `placed`.
+fn convert_root(root: &Value, name: &str, placed: Placements) -> (JSONSchemaProps, Vec<Relaxed>) {
+    let mut c = Converter {
+        relaxed: Vec::new(),
+        placed,
+    };
     let mut out = c.node(root, name, Place::Root);
     // The type's name, which schemars puts on the root only.
     out.remove("title");
@@ -318,9 +349,10 @@ fn without_nulls(v: &Value) -> Value {
     }
 }
 
-#[derive(Default)]
 struct Converter {
     relaxed: Vec<Relaxed>,
+    /// Where embedded upstream types sit, whose merge semantics their nodes get.
+    placed: Placements,
 }
 
 impl Converter {
@@ -604,6 +636,11 @@ impl Converter {
         }
 
         self.finish(&mut out, closed);
+        if let Some(defs) = self.placed.get(path) {
+            for def in defs.iter().filter_map(|d| merge_semantics::lookup(d)) {
+                merge_semantics::apply(&mut out, def);
+            }
+        }
         (out, nullable)
     }
 

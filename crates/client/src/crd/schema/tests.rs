@@ -1,6 +1,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::api::batch::v1::JobTemplateSpec;
+use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
@@ -10,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::*;
+use crate::crd::merge_semantics::{self, Placements};
 
 /// The schema as JSON, checked against the API server's structural rules, and its
 /// relaxations.
@@ -79,6 +81,7 @@ fn assert_structural(v: &Value, path: &str, in_junctor: bool) {
             "{path}: a nullable enum would refuse null"
         );
     }
+    assert_list_and_map_types(o, path);
     if let Some(Value::Object(props)) = o.get("properties") {
         for (k, p) in props {
             assert_structural(p, &format!("{path}.{k}"), in_junctor);
@@ -111,6 +114,82 @@ fn assert_structural(v: &Value, path: &str, in_junctor: bool) {
     }
     if let Some(not) = o.get("not") {
         assert_structural(not, &format!("{path}/not"), true);
+    }
+}
+
+/// The API server's rules for `x-kubernetes-list-type`, `x-kubernetes-list-map-keys` and
+/// `x-kubernetes-map-type` (apiextensions-apiserver's `ValidateCustomResourceDefinitionOpenAPISchema`
+/// and `validateMapListKeysMapSet`).
+fn assert_list_and_map_types(o: &serde_json::Map<String, Value>, path: &str) {
+    if let Some(t) = o.get("x-kubernetes-map-type") {
+        assert!(t == "atomic" || t == "granular", "{path}: map type {t}");
+        assert_eq!(
+            o.get("type"),
+            Some(&json!("object")),
+            "{path}: map type on a non-object"
+        );
+    }
+    let keys = o.get("x-kubernetes-list-map-keys");
+    let Some(list_type) = o.get("x-kubernetes-list-type") else {
+        assert!(keys.is_none(), "{path}: map keys without a list type");
+        return;
+    };
+    assert_eq!(
+        o.get("type"),
+        Some(&json!("array")),
+        "{path}: list type on a non-array"
+    );
+    let items = &o["items"];
+    match list_type.as_str() {
+        Some("atomic") => assert!(keys.is_none(), "{path}: map keys on an atomic list"),
+        Some("set") => {
+            assert!(keys.is_none(), "{path}: map keys on a set");
+            assert_ne!(
+                items.get("nullable"),
+                Some(&json!(true)),
+                "{path}: nullable set items"
+            );
+            let t = items["type"].as_str().unwrap_or("");
+            assert!(
+                ["string", "integer", "number", "boolean"].contains(&t)
+                    || (t == "object" && items["x-kubernetes-map-type"] == "atomic")
+                    || (t == "array" && items["x-kubernetes-list-type"] == "atomic"),
+                "{path}: set of {items}"
+            );
+        }
+        Some("map") => {
+            let keys = keys
+                .and_then(Value::as_array)
+                .filter(|k| !k.is_empty())
+                .unwrap_or_else(|| panic!("{path}: a map list without keys"));
+            assert_eq!(items["type"], "object", "{path}: map list of non-objects");
+            assert_ne!(
+                items.get("nullable"),
+                Some(&json!(true)),
+                "{path}: nullable map items"
+            );
+            let required = items["required"].as_array().cloned().unwrap_or_default();
+            for k in keys {
+                let name = k.as_str().unwrap();
+                let key = items["properties"]
+                    .get(name)
+                    .unwrap_or_else(|| panic!("{path}: map key {name} is not an item property"));
+                assert!(
+                    !matches!(key["type"].as_str(), Some("array" | "object")),
+                    "{path}: map key {name} is not a scalar"
+                );
+                assert!(
+                    required.contains(k) || key.get("default").is_some(),
+                    "{path}: map key {name} neither required nor defaulted"
+                );
+                assert_ne!(
+                    key.get("nullable"),
+                    Some(&json!(true)),
+                    "{path}: nullable map key {name}"
+                );
+            }
+        }
+        other => panic!("{path}: list type {other:?}"),
     }
 }
 
@@ -654,4 +733,305 @@ fn merged_variants_keep_null_and_enum_and_a_default_beats_null() {
         prop(&s, "replicas"),
         &json!({"type": "integer", "format": "int32", "default": 3})
     );
+}
+
+/// The node at `path` (`spec.pod.containers[*]`, as the converter writes paths) of a
+/// structural schema whose root is `spec`.
+fn node_at<'a>(schema: &'a Value, path: &str) -> &'a Value {
+    let mut rest = path.strip_prefix("spec").unwrap();
+    let mut node = schema;
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix("[*]") {
+            node = &node["items"];
+            rest = r;
+        } else if let Some(r) = rest.strip_prefix(".*")
+            && (r.is_empty() || r.starts_with(['.', '[']))
+        {
+            node = &node["additionalProperties"];
+            rest = r;
+        } else {
+            let r = &rest[1..];
+            let end = r.find(['.', '[']).unwrap_or(r.len());
+            node = prop(node, &r[..end]);
+            rest = &r[end..];
+        }
+    }
+    node
+}
+
+/// Checks that every place where an upstream type sits in `T`'s schema carries exactly the
+/// merge semantics the table gives that type; returns the places.
+fn assert_upstream_semantics<T: JsonSchema>() -> Placements {
+    let (s, relaxed) = schema_of::<T>();
+    assert!(relaxed.is_empty(), "{relaxed:?}");
+    let with_definitions = settings(false).into_generator().into_root_schema_for::<T>();
+    let placed = merge_semantics::placements(with_definitions.as_value(), "spec");
+    for (path, defs) in &placed {
+        let node = node_at(&s, path);
+        for name in defs {
+            let def = merge_semantics::lookup(name).unwrap();
+            assert_eq!(
+                node.get("x-kubernetes-map-type").and_then(Value::as_str),
+                def.map_type,
+                "{path} ({name})"
+            );
+            for p in def.properties {
+                let Some(child) = node["properties"].get(p.name) else {
+                    continue;
+                };
+                let at = format!("{path}.{} ({name})", p.name);
+                assert_eq!(
+                    child.get("x-kubernetes-list-type").and_then(Value::as_str),
+                    p.list_type,
+                    "{at}"
+                );
+                let keys = child
+                    .get("x-kubernetes-list-map-keys")
+                    .cloned()
+                    .unwrap_or(json!([]));
+                assert_eq!(keys, json!(p.map_keys), "{at}");
+                assert_eq!(
+                    child.get("x-kubernetes-map-type").and_then(Value::as_str),
+                    p.map_type,
+                    "{at}"
+                );
+            }
+        }
+    }
+    placed
+}
+
+#[derive(JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code, reason = "only the schema is used")]
+struct Workload {
+    pod: PodSpec,
+    job_template: JobTemplateSpec,
+    maybe_pod: Option<PodSpec>,
+    templates: Vec<PodTemplateSpec>,
+    sidecars: BTreeMap<String, Container>,
+}
+
+#[test]
+fn embedded_upstream_types_get_upstreams_list_and_map_types_at_every_depth() {
+    let placed = assert_upstream_semantics::<Workload>();
+    let pod_spec = "io.k8s.api.core.v1.PodSpec";
+    for path in [
+        "spec.pod",
+        "spec.jobTemplate.spec.template.spec",
+        "spec.maybePod",
+        "spec.templates[*].spec",
+    ] {
+        assert!(
+            placed.get(path).is_some_and(|d| d.contains(pod_spec)),
+            "{path}: {placed:?}"
+        );
+    }
+    assert!(placed["spec.sidecars.*"].contains("io.k8s.api.core.v1.Container"));
+
+    let (s, _) = schema_of::<Workload>();
+    let map_list = |path: &str, keys: Value| {
+        let node = node_at(&s, path);
+        assert_eq!(node["x-kubernetes-list-type"], "map", "{path}");
+        assert_eq!(node["x-kubernetes-list-map-keys"], keys, "{path}");
+    };
+    for pod in [
+        "spec.pod",
+        "spec.jobTemplate.spec.template.spec",
+        "spec.maybePod",
+    ] {
+        for list in [
+            "containers",
+            "initContainers",
+            "ephemeralContainers",
+            "volumes",
+        ] {
+            map_list(&format!("{pod}.{list}"), json!(["name"]));
+        }
+        map_list(
+            &format!("{pod}.topologySpreadConstraints"),
+            json!(["topologyKey", "whenUnsatisfiable"]),
+        );
+        for c in ["containers", "initContainers"] {
+            let c = format!("{pod}.{c}[*]");
+            map_list(&format!("{c}.ports"), json!(["containerPort", "protocol"]));
+            map_list(&format!("{c}.env"), json!(["name"]));
+            map_list(&format!("{c}.volumeMounts"), json!(["mountPath"]));
+            assert_eq!(
+                node_at(&s, &format!("{c}.args"))["x-kubernetes-list-type"],
+                "atomic"
+            );
+            // The optional map key takes upstream's default and is not nullable.
+            let protocol = node_at(&s, &format!("{c}.ports[*].protocol"));
+            assert_eq!(protocol["default"], "TCP");
+            assert_eq!(protocol.get("nullable"), None);
+        }
+        assert_eq!(
+            node_at(&s, &format!("{pod}.tolerations"))["x-kubernetes-list-type"],
+            "atomic"
+        );
+        assert_eq!(
+            node_at(&s, &format!("{pod}.nodeSelector"))["x-kubernetes-map-type"],
+            "atomic"
+        );
+    }
+    map_list(
+        "spec.sidecars.*.ports",
+        json!(["containerPort", "protocol"]),
+    );
+    map_list("spec.templates[*].spec.containers", json!(["name"]));
+    // The template's metadata and the Job's selector.
+    let meta = "spec.jobTemplate.metadata";
+    assert_eq!(
+        node_at(&s, &format!("{meta}.finalizers"))["x-kubernetes-list-type"],
+        "set"
+    );
+    map_list(&format!("{meta}.ownerReferences"), json!(["uid"]));
+    let selector = node_at(&s, "spec.jobTemplate.spec.selector");
+    assert_eq!(selector["x-kubernetes-map-type"], "atomic");
+    assert_eq!(
+        prop(selector, "matchExpressions")["x-kubernetes-list-type"],
+        "atomic"
+    );
+    // Still nullable where the Rust type is an `Option`.
+    assert_eq!(prop(&s, "maybePod")["nullable"], true);
+}
+
+#[test]
+fn an_upstream_type_as_the_root_gets_its_semantics() {
+    let placed = assert_upstream_semantics::<PodSpec>();
+    assert!(placed["spec"].contains("io.k8s.api.core.v1.PodSpec"));
+    let (s, _) = schema_of::<PodSpec>();
+    assert_eq!(prop(&s, "containers")["x-kubernetes-list-type"], "map");
+}
+
+fn atomic_containers(schema: &mut schemars::Schema) {
+    // Written for the inlined schema; the generator's pass with definitions sees a `$ref`.
+    if let Some(containers) = schema
+        .get_mut("properties")
+        .and_then(|p| p.get_mut("containers"))
+        .and_then(Value::as_object_mut)
+    {
+        containers.insert("x-kubernetes-list-type".into(), json!("atomic"));
+    }
+}
+
+fn panicking_transform(schema: &mut schemars::Schema) {
+    let props = schema.get_mut("properties").expect("an inlined schema");
+    props["hostname"]
+        .as_object_mut()
+        .unwrap()
+        .insert("maxLength".into(), json!(63));
+}
+
+#[derive(JsonSchema)]
+#[allow(dead_code, reason = "only the schema is used")]
+struct UserSet {
+    #[schemars(transform = atomic_containers)]
+    pod: PodSpec,
+    #[schemars(extend("x-kubernetes-map-type" = "granular"))]
+    selector: LabelSelector,
+}
+
+#[test]
+fn a_list_or_map_type_the_user_set_is_kept() {
+    let (s, relaxed) = schema_of::<UserSet>();
+    assert!(relaxed.is_empty(), "{relaxed:?}");
+    let pod = prop(&s, "pod");
+    let containers = prop(pod, "containers");
+    assert_eq!(containers["x-kubernetes-list-type"], "atomic");
+    assert_eq!(containers.get("x-kubernetes-list-map-keys"), None);
+    // The rest of the PodSpec still gets upstream's.
+    assert_eq!(prop(pod, "initContainers")["x-kubernetes-list-type"], "map");
+    assert_eq!(
+        prop(&containers["items"], "ports")["x-kubernetes-list-type"],
+        "map"
+    );
+    let selector = prop(&s, "selector");
+    assert_eq!(selector["x-kubernetes-map-type"], "granular");
+    assert_eq!(
+        prop(selector, "matchExpressions")["x-kubernetes-list-type"],
+        "atomic"
+    );
+}
+
+#[derive(JsonSchema)]
+#[allow(dead_code, reason = "only the schema is used")]
+struct PanickingTransform {
+    #[schemars(transform = panicking_transform)]
+    pod: PodSpec,
+}
+
+#[test]
+fn a_transform_that_expects_the_inlined_schema_still_gets_it() {
+    // The pass with definitions panics in the transform (printed, caught): no merge
+    // semantics, but the schema as before.
+    let (s, relaxed) = schema_of::<PanickingTransform>();
+    assert!(relaxed.is_empty(), "{relaxed:?}");
+    let pod = prop(&s, "pod");
+    assert_eq!(prop(pod, "hostname")["maxLength"], 63);
+    assert_eq!(prop(pod, "containers").get("x-kubernetes-list-type"), None);
+}
+
+/// Types named and shaped like upstream's, but not k8s-openapi's.
+mod lookalike {
+    use super::*;
+
+    #[derive(JsonSchema)]
+    #[allow(dead_code, reason = "only the schema is used")]
+    pub(super) struct Container {
+        pub(super) name: String,
+        pub(super) ports: Vec<ContainerPort>,
+        pub(super) args: Vec<String>,
+    }
+
+    #[derive(JsonSchema)]
+    #[serde(rename_all = "camelCase")]
+    #[allow(dead_code, reason = "only the schema is used")]
+    pub(super) struct ContainerPort {
+        pub(super) container_port: i32,
+        pub(super) protocol: Option<String>,
+    }
+
+    #[derive(JsonSchema)]
+    #[serde(rename_all = "camelCase")]
+    #[allow(dead_code, reason = "only the schema is used")]
+    pub(super) struct PodSpec {
+        pub(super) containers: Vec<Container>,
+        pub(super) init_containers: Option<Vec<Container>>,
+        pub(super) node_selector: BTreeMap<String, String>,
+    }
+}
+
+fn has_merge_semantics(v: &Value) -> bool {
+    match v {
+        Value::Object(o) => {
+            o.keys().any(|k| {
+                [
+                    "x-kubernetes-list-type",
+                    "x-kubernetes-list-map-keys",
+                    "x-kubernetes-map-type",
+                ]
+                .contains(&k.as_str())
+            }) || o.values().any(has_merge_semantics)
+        }
+        Value::Array(a) => a.iter().any(has_merge_semantics),
+        _ => false,
+    }
+}
+
+#[test]
+fn types_not_from_k8s_openapi_are_unchanged() {
+    let (s, relaxed) = schema_of::<lookalike::PodSpec>();
+    assert!(relaxed.is_empty(), "{relaxed:?}");
+    assert!(!has_merge_semantics(&s), "{s}");
+    // Exactly the schema without any placement.
+    let inlined = settings(true)
+        .into_generator()
+        .into_root_schema_for::<lookalike::PodSpec>();
+    let (plain, _) = structural_from_value(inlined.as_value(), "spec");
+    assert_eq!(s, serde_json::to_value(&plain).unwrap());
+    // The same for a spec with every other construct (no upstream type with any).
+    let (options, _) = schema_of::<Options>();
+    assert!(!has_merge_semantics(&options), "{options}");
 }
