@@ -35,6 +35,10 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
+#[path = "../../generated_file.rs"]
+mod generated_file;
+use generated_file::{rustfmt, workspace_root, write_or_check};
+
 /// The module whose OpenAPI documents are read: the Kubernetes release the local control plane
 /// runs by default (kctrl-cluster's `DEFAULT_RELEASE`).
 pub const MODULE: &str = "k8s.io/kubernetes@v1.37.2";
@@ -57,38 +61,13 @@ struct Args {
 
 fn main() -> Result<()> {
     let args = <Args as clap::Parser>::parse();
-    let path = workspace_root().join(OUTPUT);
     let text = generate(&spec_dir()?)?;
-    if args.check {
-        check(&path, &text)?;
-        println!("{} is up to date", path.display());
-        return Ok(());
-    }
-    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-    println!("wrote {}", path.display());
-    Ok(())
+    write_or_check(&workspace_root().join(OUTPUT), &text, args.check, &stale())
 }
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .and_then(Path::parent)
-        .expect("xtask/gen-merge-semantics sits in the workspace")
-        .to_path_buf()
-}
-
-/// Fails unless the file at `path` holds `text`.
-fn check(path: &Path, text: &str) -> Result<()> {
-    let old =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    if old != text {
-        bail!(
-            "{} is not what `cargo xtask gen-merge-semantics` writes from {MODULE}'s OpenAPI \
-             documents; run it",
-            path.display()
-        );
-    }
-    Ok(())
+/// What a stale table is not: what the generator writes.
+fn stale() -> String {
+    format!("`cargo xtask gen-merge-semantics` writes from {MODULE}'s OpenAPI documents")
 }
 
 /// The OpenAPI v3 documents' directory in the Go module cache.
@@ -347,34 +326,10 @@ fn render(table: &BTreeMap<String, Definition>, documents: usize) -> String {
     out
 }
 
-/// `text` as `cargo fmt` would leave it.
-fn rustfmt(text: &str) -> Result<String> {
-    use std::io::Write as _;
-    let mut child = Command::new("rustfmt")
-        .args(["--edition", "2024", "--emit", "stdout"])
-        .current_dir(workspace_root())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .context("running rustfmt")?;
-    child
-        .stdin
-        .take()
-        .expect("piped")
-        .write_all(text.as_bytes())?;
-    let out = child.wait_with_output()?;
-    if !out.status.success() {
-        bail!(
-            "rustfmt refused the generated code:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8(out.stdout)?)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::generated_file::check;
     use serde_json::json;
 
     /// Two documents in upstream's shape: a pod-like spec with a map list whose item type is
@@ -505,14 +460,17 @@ mod tests {
         let path = dir.join("table.rs");
         let text = render(&extract(&documents()).unwrap(), 2);
         std::fs::write(&path, &text).unwrap();
-        check(&path, &text).unwrap();
-        let stale = text.replace("TCP", "UDP");
-        assert_ne!(stale, text);
-        std::fs::write(&path, &stale).unwrap();
-        let err = check(&path, &text).unwrap_err().to_string();
+        check(&path, &text, &stale()).unwrap();
+        let old = text.replace("TCP", "UDP");
+        assert_ne!(old, text);
+        std::fs::write(&path, &old).unwrap();
+        let err = check(&path, &text, &stale()).unwrap_err().to_string();
         assert!(err.contains("gen-merge-semantics"), "{err}");
         std::fs::remove_file(&path).unwrap();
-        assert!(check(&path, &text).is_err(), "a missing file is stale");
+        assert!(
+            check(&path, &text, &stale()).is_err(),
+            "a missing file is stale"
+        );
         std::fs::remove_dir(&dir).unwrap();
     }
 }

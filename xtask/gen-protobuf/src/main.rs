@@ -38,10 +38,13 @@ use std::process::Command;
 use anyhow::{Context, Result, anyhow, bail};
 
 mod emit;
+#[path = "../../generated_file.rs"]
+mod generated_file;
 mod go;
 mod output;
 mod rust_types;
 
+use self::generated_file::{rustfmt, workspace_root, write_or_check};
 use self::go::*;
 use self::output::*;
 use self::rust_types::*;
@@ -79,32 +82,13 @@ struct Args {
 
 fn main() -> Result<()> {
     let args = <Args as clap::Parser>::parse();
-    let root = workspace_root();
     let text = generate()?;
-    let path = root.join(OUTPUT);
-    if args.check {
-        let old = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        if old != text {
-            bail!(
-                "{} is not what `cargo xtask gen-protobuf` writes from the current sources; run it",
-                path.display()
-            );
-        }
-        println!("{} is up to date", path.display());
-        return Ok(());
-    }
-    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-    println!("wrote {}", path.display());
-    Ok(())
-}
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .and_then(Path::parent)
-        .expect("xtask/gen-protobuf sits in the workspace")
-        .to_path_buf()
+    write_or_check(
+        &workspace_root().join(OUTPUT),
+        &text,
+        args.check,
+        "`cargo xtask gen-protobuf` writes from the current sources",
+    )
 }
 
 /// The generated file's text.
@@ -127,31 +111,6 @@ fn generate() -> Result<String> {
         releases.push((minor, generated));
     }
     rustfmt(&render(&releases, &crate_version)?)
-}
-
-/// `text` as `cargo fmt` would leave it.
-fn rustfmt(text: &str) -> Result<String> {
-    use std::io::Write as _;
-    let mut child = Command::new("rustfmt")
-        .args(["--edition", "2024", "--emit", "stdout"])
-        .current_dir(workspace_root())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .context("running rustfmt")?;
-    child
-        .stdin
-        .take()
-        .expect("piped")
-        .write_all(text.as_bytes())?;
-    let out = child.wait_with_output()?;
-    if !out.status.success() {
-        bail!(
-            "rustfmt refused the generated code:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8(out.stdout)?)
 }
 
 #[cfg(test)]
