@@ -692,12 +692,6 @@ impl CompactObjectMeta {
     }
 }
 
-impl From<ObjectMeta> for CompactObjectMeta {
-    fn from(m: ObjectMeta) -> Self {
-        Self::from(&m)
-    }
-}
-
 impl From<&ObjectMeta> for CompactObjectMeta {
     fn from(m: &ObjectMeta) -> Self {
         let boxed = |s: &Option<String>| s.as_deref().map(Box::from);

@@ -127,7 +127,7 @@ fn new_pod(
         OwnerReference::default()
     };
     PodView {
-        metadata: CompactObjectMeta::from(ObjectMeta {
+        metadata: CompactObjectMeta::from(&ObjectMeta {
             uid: Some(uid()),
             name: Some(name.into()),
             namespace: rs.metadata.namespace.clone(),
@@ -527,7 +527,7 @@ async fn test_pod_controller_lookup() {
             status: None,
         };
     let pod = |name: &str, ns: &str, labels: Option<BTreeMap<String, String>>| PodView {
-        metadata: CompactObjectMeta::from(ObjectMeta {
+        metadata: CompactObjectMeta::from(&ObjectMeta {
             name: Some(name.into()),
             namespace: Some(ns.into()),
             labels,
@@ -1199,7 +1199,7 @@ async fn test_deletion_timestamp() {
     // An update of a Pod already being deleted, not expected, leaves the expectations of
     // another Pod alone.
     let second = PodView {
-        metadata: CompactObjectMeta::from(ObjectMeta {
+        metadata: CompactObjectMeta::from(&ObjectMeta {
             namespace: Some(pod.namespace().to_owned()),
             name: Some("secondPod".into()),
             labels: pod.labels().to_btree_map(),

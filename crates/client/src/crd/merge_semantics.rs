@@ -186,7 +186,7 @@ fn type_of(node: &Map<String, Value>) -> Option<&str> {
 }
 
 fn is_nullable(node: &Map<String, Value>) -> bool {
-    node.get("nullable") == Some(&Value::Bool(true))
+    super::schema::flag(node, "nullable")
 }
 
 /// Adds the merge semantics of `def` to `node`, the structural schema of that definition
@@ -271,7 +271,7 @@ fn map_list(list: &mut Map<String, Value>, p: &Property) -> bool {
         let scalar = matches!(
             type_of(k),
             Some("string" | "integer" | "number" | "boolean")
-        ) || k.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true));
+        ) || super::schema::flag(k, super::schema::INT_OR_STRING);
         if !scalar {
             return false;
         }

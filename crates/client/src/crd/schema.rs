@@ -251,7 +251,7 @@ const DROPPED: &[&str] = &[
 ];
 
 const PRESERVE: &str = "x-kubernetes-preserve-unknown-fields";
-const INT_OR_STRING: &str = "x-kubernetes-int-or-string";
+pub(super) const INT_OR_STRING: &str = "x-kubernetes-int-or-string";
 
 fn preserve() -> Map<String, Value> {
     let mut m = Map::new();
@@ -259,7 +259,7 @@ fn preserve() -> Map<String, Value> {
     m
 }
 
-fn flag(m: &Map<String, Value>, key: &str) -> bool {
+pub(super) fn flag(m: &Map<String, Value>, key: &str) -> bool {
     m.get(key) == Some(&Value::Bool(true))
 }
 
