@@ -829,7 +829,10 @@ fn binary_root(
         )))?;
     }
     match std::fs::rename(&tmp, &dir) {
-        Ok(()) => Ok(dir),
+        Ok(()) => {
+            prune_dangling(&parent, &dir);
+            Ok(dir)
+        }
         Err(e) => {
             let _ = std::fs::remove_dir_all(&tmp);
             // Another environment made the same directory first.
@@ -841,6 +844,34 @@ fn binary_root(
                     source: e,
                 })
             }
+        }
+    }
+}
+
+/// Removes the link directories under `parent` (but `keep`) with a link that points nowhere any
+/// more (its assets directory was removed, as a test's temporary one is): no plane can run
+/// from them, so nothing is lost, and they would otherwise pile up.
+fn prune_dangling(parent: &Path, keep: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        if dir == keep || entry.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        let dangling = ["bin", "share"].iter().any(|sub| {
+            let sub = dir.join(sub);
+            let mut links: Vec<PathBuf> = std::fs::read_dir(&sub)
+                .map(|es| es.flatten().map(|e| e.path()).collect())
+                .unwrap_or_default();
+            if sub.is_symlink() {
+                links.push(sub);
+            }
+            links.iter().any(|l| std::fs::metadata(l).is_err())
+        });
+        if dangling {
+            let _ = std::fs::remove_dir_all(&dir);
         }
     }
 }

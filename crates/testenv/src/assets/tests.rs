@@ -445,6 +445,30 @@ async fn kubebuilder_assets_are_used_and_their_version_runs() {
             .root
             .starts_with(base.join("testenv-bins"))
     );
+    // The same binaries again: the same link directory.
+    let mut inp2 = inputs(
+        &base,
+        &[Binary::Etcd, Binary::KubeApiserver, Binary::Kubectl],
+    );
+    inp2.assets = Some((dir.clone(), "$KUBEBUILDER_ASSETS".into()));
+    assert_eq!(
+        resolve(inp2).await.unwrap().binaries.root,
+        resolved.binaries.root
+    );
+    // Once the assets directory is gone, its link directory is removed when another is made.
+    fs::remove_dir_all(&dir).unwrap();
+    let other = assets_dir(&tmp.path().join("second"), "v1.36.1");
+    let mut inp3 = inputs(
+        &base,
+        &[Binary::Etcd, Binary::KubeApiserver, Binary::Kubectl],
+    );
+    inp3.assets = Some((other, "$KUBEBUILDER_ASSETS".into()));
+    let third = resolve(inp3).await.unwrap();
+    assert!(third.binaries.root.is_dir());
+    assert!(
+        !resolved.binaries.root.exists(),
+        "the dangling link directory is pruned"
+    );
 }
 
 #[tokio::test]
