@@ -297,7 +297,7 @@ pub(crate) async fn download_verified(
                 // The partial file may already be whole (the last try died after the body);
                 // the digest decides.
                 tracing::info!(url, have, "range not satisfiable; checking what is there");
-                match verify_and_install(&partial, expected, dest, mode) {
+                match verify_and_install_off_thread(&partial, expected, dest, mode).await {
                     Ok(()) => return Ok(()),
                     Err(_) => {
                         let _ = fs::remove_file(&partial);
@@ -336,7 +336,7 @@ pub(crate) async fn download_verified(
             tracing::warn!(url, reason = %last, "download interrupted; will resume");
             continue;
         }
-        match verify_and_install(&partial, expected, dest, mode) {
+        match verify_and_install_off_thread(&partial, expected, dest, mode).await {
             Ok(()) => return Ok(()),
             Err(VerifyError::Io(e)) => return Err(e),
             Err(VerifyError::Mismatch(actual)) => {
@@ -361,6 +361,28 @@ enum VerifyError {
     /// The digest of the file.
     Mismatch(String),
     Io(Error),
+}
+
+/// [`verify_and_install`] on a blocking thread (hashing 100 MiB takes a while).
+async fn verify_and_install_off_thread(
+    partial: &Path,
+    expected: &str,
+    dest: &Path,
+    mode: u32,
+) -> Result<(), VerifyError> {
+    let (p, e, d) = (
+        partial.to_path_buf(),
+        expected.to_owned(),
+        dest.to_path_buf(),
+    );
+    tokio::task::spawn_blocking(move || verify_and_install(&p, &e, &d, mode))
+        .await
+        .unwrap_or_else(|e| {
+            Err(VerifyError::Io(Error::Io {
+                context: format!("verifying {}", partial.display()),
+                source: std::io::Error::other(e.to_string()),
+            }))
+        })
 }
 
 /// Checks `partial`'s digest against `expected`; when it matches, gives it `mode` and renames

@@ -170,7 +170,8 @@ impl TestEnvBuilder {
         self
     }
 
-    /// Build the control-plane binaries when the cache lacks them (from the Go module proxy;
+    /// Build the control-plane binaries that no other source has (the last of the
+    /// [sources](crate#the-binaries); into the cache, from the Go module proxy;
     /// needs Go and 20 minutes or more on 2 cores; progress on stderr) instead of failing
     /// with [`Error::NotBuilt`]; with [`deployment_controller`](Self::deployment_controller),
     /// also build that in a kctrl checkout (see there).
