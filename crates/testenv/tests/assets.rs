@@ -128,3 +128,123 @@ async fn child() {
     );
     env.stop().unwrap();
 }
+
+/// Set in the children of the next test: which case they play.
+const CASE_ENV: &str = "KCTRL_TESTENV_ASSETS_CASE";
+
+/// What goes wrong with the user's binaries is reported through the public API, as read from
+/// the environment: a component the assets directory lacks (nothing else has it), a release
+/// kctrl does not support, a per-binary override naming nothing, a malformed download setting.
+/// Needs no plane (nothing starts), so it runs in every `cargo test`.
+#[tokio::test]
+async fn problems_with_the_users_binaries_are_named() {
+    const NAME: &str = "problems_with_the_users_binaries_are_named";
+    if let Ok(case) = std::env::var(CASE_ENV) {
+        let dir = std::env::var(KUBEBUILDER_ASSETS_ENV).unwrap_or_default();
+        let err = TestEnv::builder()
+            .controller_manager(true)
+            .start()
+            .await
+            .map(|_| ())
+            .unwrap_err();
+        let message = err.to_string();
+        match case.as_str() {
+            "lacks-kcm" => {
+                let kctrl_testenv::Error::NotBuilt {
+                    missing, looked_in, ..
+                } = &err
+                else {
+                    panic!("{err}");
+                };
+                assert_eq!(missing, "kube-controller-manager");
+                assert!(looked_in.contains(&dir), "{looked_in}");
+                for option in [
+                    "KUBEBUILDER_ASSETS",
+                    "TEST_ASSET_<NAME>",
+                    "KCTRL_TESTENV_DOWNLOAD=1",
+                    "cargo xtask cluster build --kube-version v1.37.2",
+                    "build_if_missing(true)",
+                ] {
+                    assert!(message.contains(option), "{option}: {message}");
+                }
+            }
+            "too-old" => {
+                assert!(
+                    matches!(err, kctrl_testenv::Error::UnsupportedVersion(_)),
+                    "{err}"
+                );
+                assert!(
+                    message.contains("v1.30.2") && message.contains(&dir),
+                    "{message}"
+                );
+            }
+            "no-such-override" => {
+                assert!(matches!(err, kctrl_testenv::Error::Assets(_)), "{err}");
+                assert!(
+                    message.contains("TEST_ASSET_KUBE_APISERVER") && message.contains("/nowhere"),
+                    "{message}"
+                );
+            }
+            "bad-download-setting" => {
+                assert!(matches!(err, kctrl_testenv::Error::Assets(_)), "{err}");
+                assert!(message.contains("KCTRL_TESTENV_DOWNLOAD"), "{message}");
+            }
+            other => panic!("unknown case {other}"),
+        }
+        return;
+    }
+    let scratch = tempfile::tempdir().unwrap();
+    let fake_assets = |name: &str, version: &str| {
+        let dir = scratch.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        for b in ["etcd", "kube-apiserver", "kubectl"] {
+            let path = dir.join(b);
+            std::fs::write(&path, format!("#!/bin/sh\necho \"Kubernetes {version}\"\n")).unwrap();
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        dir
+    };
+    let current = fake_assets("current", DEFAULT_RELEASE.kubernetes);
+    let old = fake_assets("old", "v1.30.2");
+    let empty_cache = scratch.path().join("empty-cache");
+    let cases: [(&str, &std::path::Path, &[(&str, &str)]); 4] = [
+        ("lacks-kcm", &current, &[]),
+        ("too-old", &old, &[]),
+        (
+            "no-such-override",
+            &current,
+            &[("TEST_ASSET_KUBE_APISERVER", "/nowhere/kube-apiserver")],
+        ),
+        (
+            "bad-download-setting",
+            &current,
+            &[("KCTRL_TESTENV_DOWNLOAD", "maybe")],
+        ),
+    ];
+    for (case, assets, extra) in cases {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args([NAME, "--exact", "--nocapture"])
+            .env(CASE_ENV, case)
+            .env(KUBEBUILDER_ASSETS_ENV, assets)
+            .env("KCTRL_CACHE_DIR", &empty_cache);
+        for var in [
+            "KCTRL_KUBE_VERSION",
+            "KCTRL_TESTENV_DOWNLOAD",
+            "TEST_ASSET_ETCD",
+            "TEST_ASSET_KUBE_APISERVER",
+            "TEST_ASSET_KUBECTL",
+            "TEST_ASSET_KUBE_CONTROLLER_MANAGER",
+        ] {
+            cmd.env_remove(var);
+        }
+        for (k, v) in extra {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{case}: {text}");
+        assert!(text.contains("1 passed"), "{case}: {text}");
+    }
+}
