@@ -132,6 +132,9 @@ async fn child() {
 /// Set in the children of the next test: which case they play.
 const CASE_ENV: &str = "KCTRL_TESTENV_ASSETS_CASE";
 
+/// One case of the next test: its name, the assets directory, extra variables.
+type Case<'a> = (&'a str, &'a std::path::Path, &'a [(&'a str, &'a str)]);
+
 /// What goes wrong with the user's binaries is reported through the public API, as read from
 /// the environment: a component the assets directory lacks (nothing else has it), a release
 /// kctrl does not support, a per-binary override naming nothing, a malformed download setting.
@@ -208,7 +211,7 @@ async fn problems_with_the_users_binaries_are_named() {
     let current = fake_assets("current", DEFAULT_RELEASE.kubernetes);
     let old = fake_assets("old", "v1.30.2");
     let empty_cache = scratch.path().join("empty-cache");
-    let cases: [(&str, &std::path::Path, &[(&str, &str)]); 4] = [
+    let cases: [Case<'_>; 4] = [
         ("lacks-kcm", &current, &[]),
         ("too-old", &old, &[]),
         (
