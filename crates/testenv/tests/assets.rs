@@ -47,15 +47,19 @@ async fn a_plane_starts_from_a_kubebuilder_assets_directory() {
             cache.root.display()
         );
     }
-    // setup-envtest's layout: the binaries directly in the directory.
-    let assets = tempfile::tempdir().unwrap();
+    // setup-envtest's layout: the binaries directly in the directory. It stays in cargo's
+    // scratch directory of integration tests, at the same path every run, so the plane's link
+    // directory in the cache (keyed by the targets) is reused rather than left dangling.
+    let assets_dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("kubebuilder-assets");
+    let _ = std::fs::remove_dir_all(&assets_dir);
+    std::fs::create_dir_all(&assets_dir).unwrap();
     for b in [Binary::Etcd, Binary::KubeApiserver, Binary::Kubectl] {
-        symlink(cache.binary(b), assets.path().join(b.file_name())).unwrap();
+        symlink(cache.binary(b), assets_dir.join(b.file_name())).unwrap();
     }
     let out = Command::new(std::env::current_exe().unwrap())
         .args([NAME, "--exact", "--nocapture"])
         .env(CHILD_ENV, "1")
-        .env(KUBEBUILDER_ASSETS_ENV, assets.path())
+        .env(KUBEBUILDER_ASSETS_ENV, &assets_dir)
         .output()
         .unwrap();
     let text =
@@ -67,7 +71,7 @@ async fn a_plane_starts_from_a_kubebuilder_assets_directory() {
         text.contains(&format!(
             "kctrl-testenv: Kubernetes {} (kube-apiserver {}",
             DEFAULT_RELEASE.kubernetes,
-            assets.path().join("kube-apiserver").display()
+            assets_dir.join("kube-apiserver").display()
         )),
         "{text}"
     );
