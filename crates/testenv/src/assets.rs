@@ -550,36 +550,43 @@ fn describe_source(source: &BinarySource) -> String {
 }
 
 /// The binaries among `missing` that the cache already has: built with the current recipe
-/// (in `build_cache`), or downloaded (in `download_root`, or in `build_cache` for etcd and
-/// KWOK, whose versions follow the release) with an unchanged digest.
+/// (in `build_cache`), or downloaded (in `download_root`) with an unchanged digest. When the
+/// two differ (a kube-apiserver of another patch than kctrl pins), a download of the exact
+/// version is preferred to a build of the pinned patch.
 fn cached(
     missing: &[Binary],
     download_root: &Path,
     build_cache: Option<&Cache>,
 ) -> Vec<ResolvedBinary> {
+    let exact_first = build_cache.is_none_or(|c| c.root != download_root);
     let mut found = Vec::new();
     for &b in missing {
-        if let Some(cache) = build_cache
-            && cache.is_built(b)
-        {
-            found.push(ResolvedBinary {
-                name: b.file_name(),
-                path: cache.binary(b),
-                source: BinarySource::Built,
-            });
-            continue;
-        }
-        let path = Cache::binary_in(download_root, b);
-        if let Some(record) = download::recorded(&path) {
-            found.push(ResolvedBinary {
+        let from_build = || {
+            build_cache
+                .filter(|c| c.is_built(b))
+                .map(|c| ResolvedBinary {
+                    name: b.file_name(),
+                    path: c.binary(b),
+                    source: BinarySource::Built,
+                })
+        };
+        let from_download = || {
+            let path = Cache::binary_in(download_root, b);
+            download::recorded(&path).map(|record| ResolvedBinary {
                 name: b.file_name(),
                 path,
                 source: BinarySource::Downloaded {
                     url: record.url,
                     sha256: record.sha256,
                 },
-            });
-        }
+            })
+        };
+        let hit = if exact_first {
+            from_download().or_else(from_build)
+        } else {
+            from_build().or_else(from_download)
+        };
+        found.extend(hit);
     }
     found
 }

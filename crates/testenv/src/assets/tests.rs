@@ -666,3 +666,66 @@ async fn an_unsupported_or_unexpected_version_is_refused_naming_it() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn for_another_patch_a_download_of_that_patch_is_preferred_to_the_pinned_build() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("cache");
+    let r = DEFAULT_RELEASE;
+    let patch = format!("v1.{}.0", r.minor);
+    assert_ne!(patch, r.kubernetes, "the pinned patch is not .0");
+    let dir = assets_dir(tmp.path(), &patch);
+    // kctrl's build of the pinned patch…
+    let cache = Cache::under(&base, r);
+    write_exe(
+        &cache.binary(Binary::KubeControllerManager),
+        &fake(r.kubernetes, 10),
+    );
+    fs::write(
+        cache.bin_dir().join(".kube-controller-manager.recipe"),
+        Binary::KubeControllerManager.recipe(r),
+    )
+    .unwrap();
+    // …and a recorded download of the assets' patch.
+    let downloaded = base.join(format!("k8s-{patch}/bin/kube-controller-manager"));
+    let body = fake(&patch, 10);
+    write_exe(&downloaded, &body);
+    Record {
+        url: "http://mirror/kube-controller-manager".into(),
+        checksum_url: "http://mirror/kube-controller-manager.sha256".into(),
+        sha256: sha256(&body),
+        downloaded_at: "2026-11-30T09:00:00Z".into(),
+    }
+    .write(&downloaded)
+    .unwrap();
+    let wanted = [
+        Binary::Etcd,
+        Binary::KubeApiserver,
+        Binary::KubeControllerManager,
+        Binary::Kubectl,
+    ];
+    let mut inp = inputs(&base, &wanted);
+    inp.assets = Some((dir, "$KUBEBUILDER_ASSETS".into()));
+    let kcm = |r: &Resolved| {
+        r.origins
+            .iter()
+            .find(|o| o.name == "kube-controller-manager")
+            .cloned()
+            .unwrap()
+    };
+    let resolved = resolve(inp.clone()).await.unwrap();
+    assert_eq!(resolved.binaries.kubernetes_version, patch);
+    assert_eq!(kcm(&resolved).path, downloaded);
+    assert!(matches!(
+        kcm(&resolved).source,
+        BinarySource::Downloaded { .. }
+    ));
+    // Without it, the pinned build of the same minor.
+    fs::remove_file(&downloaded).unwrap();
+    let resolved = resolve(inp).await.unwrap();
+    assert_eq!(kcm(&resolved).source, BinarySource::Built);
+    assert_eq!(
+        kcm(&resolved).path,
+        cache.binary(Binary::KubeControllerManager)
+    );
+}
