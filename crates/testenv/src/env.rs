@@ -10,10 +10,10 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kctrl_client::Client;
 use kctrl_client::config::{Config, ConfigOverrides};
 use kctrl_cluster::plane::{self, ClusterInfo, Component, Layout, UpOptions};
-use kctrl_cluster::toolchain::{self, Cache};
 use kctrl_cluster::versions::{DEFAULT_RELEASE, KUBE_VERSION_ENV, Release};
 
 use crate::Error;
+use crate::assets::{self, ResolvedBinary};
 use crate::reaper::{KEEP_MARKER, Reaper};
 
 /// The cluster name of every environment (it names the etcd member and the certificates; the
@@ -36,7 +36,7 @@ static NEXT: AtomicU32 = AtomicU32::new(0);
 #[derive(Clone, Debug, Default)]
 pub struct TestEnvBuilder {
     /// `None`: from the environment, else the default.
-    release: Option<&'static Release>,
+    pub(crate) release: Option<&'static Release>,
     kwok_nodes: usize,
     controller_manager: bool,
     /// kube-controller-manager runs without its ReplicaSet controller.
@@ -44,7 +44,11 @@ pub struct TestEnvBuilder {
     apiserver_args: Vec<String>,
     feature_gates: Vec<String>,
     crds: Vec<CustomResourceDefinition>,
-    build_if_missing: bool,
+    pub(crate) build_if_missing: bool,
+    /// See [`binary_assets`](Self::binary_assets) (in `assets.rs`).
+    pub(crate) binary_assets: Option<PathBuf>,
+    /// See [`download`](Self::download) (in `assets.rs`).
+    pub(crate) download: Option<bool>,
     deployment_controller: bool,
     deployment_controller_binary: Option<PathBuf>,
 }
@@ -60,7 +64,7 @@ impl TestEnvBuilder {
     }
 
     /// The release to run: as set, else from the environment, else the newest.
-    fn release(&self) -> Result<&'static Release, Error> {
+    pub(crate) fn release(&self) -> Result<&'static Release, Error> {
         if let Some(r) = self.release {
             return Ok(r);
         }
@@ -166,7 +170,8 @@ impl TestEnvBuilder {
         self
     }
 
-    /// Build the control-plane binaries when the cache lacks them (from the Go module proxy;
+    /// Build the control-plane binaries that no other source has (the last of the
+    /// [sources](crate#the-binaries); into the cache, from the Go module proxy;
     /// needs Go and 20 minutes or more on 2 cores; progress on stderr) instead of failing
     /// with [`Error::NotBuilt`]; with [`deployment_controller`](Self::deployment_controller),
     /// also build that in a kctrl checkout (see there).
@@ -178,7 +183,8 @@ impl TestEnvBuilder {
     /// Starts an environment of its own, stopped when the returned value is dropped.
     pub async fn start(self) -> Result<TestEnv, Error> {
         let crds = self.crds.clone();
-        let env = tokio::task::spawn_blocking(move || TestEnv::start_blocking(&self))
+        let resolved = assets::resolve(assets::Inputs::from_builder(&self)?).await?;
+        let env = tokio::task::spawn_blocking(move || TestEnv::start_blocking(&self, resolved))
             .await
             .map_err(|e| Error::Start(format!("the start-up task failed: {e}")))??;
         for crd in crds {
@@ -229,9 +235,10 @@ impl TestEnvBuilder {
             .filter_map(|c| c.metadata.name.as_deref())
             .collect();
         Ok(format!(
-            "Kubernetes {}, {} KWOK node(s), kube-controller-manager {}, our \
+            "Kubernetes {} ({}), {} KWOK node(s), kube-controller-manager {}, our \
              deployment-controller {}, apiserver flags {:?}, feature gates {:?}, CRDs {:?}",
             self.release()?.kubernetes,
+            assets::Inputs::from_builder(self)?.describe(),
             self.kwok_nodes,
             match (self.controller_manager, self.without_replicaset_controller) {
                 (false, _) => "off",
@@ -253,7 +260,7 @@ impl TestEnvBuilder {
     }
 
     /// The components to run.
-    fn components(&self) -> Vec<Component> {
+    pub(crate) fn components(&self) -> Vec<Component> {
         let mut c = vec![Component::Etcd, Component::Apiserver];
         if self.controller_manager {
             c.push(Component::ControllerManager);
@@ -281,6 +288,7 @@ pub struct TestEnv {
     controller: Mutex<Option<Child>>,
     deployment_controller_log: Option<PathBuf>,
     started_in: Duration,
+    binaries: Vec<ResolvedBinary>,
 }
 
 impl TestEnv {
@@ -299,9 +307,8 @@ impl TestEnv {
         TestEnv::builder().shared().await
     }
 
-    fn start_blocking(b: &TestEnvBuilder) -> Result<TestEnv, Error> {
+    fn start_blocking(b: &TestEnvBuilder, resolved: assets::Resolved) -> Result<TestEnv, Error> {
         let t0 = Instant::now();
-        let release = b.release()?;
         // Before anything is started: a missing controller fails fast.
         let controller_binary = if b.deployment_controller {
             Some(crate::controller::locate(
@@ -311,22 +318,6 @@ impl TestEnv {
         } else {
             None
         };
-        let cache = Cache::locate(release).map_err(|e| Error::Build(format!("{e:#}")))?;
-        let missing = cache.missing();
-        if !missing.is_empty() {
-            if !b.build_if_missing {
-                return Err(Error::NotBuilt {
-                    release: release.kubernetes,
-                    cache: cache.root.clone(),
-                    missing: missing
-                        .iter()
-                        .map(|b| b.file_name())
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                });
-            }
-            toolchain::ensure_built(&cache).map_err(|e| Error::Build(format!("{e:#}")))?;
-        }
         let dir = std::env::temp_dir().join(format!(
             "kctrl-testenv-{}-{}",
             std::process::id(),
@@ -347,7 +338,7 @@ impl TestEnv {
             // started below as the plane's only one).
             deployment_controller: false,
             replicaset_controller: !b.without_replicaset_controller,
-            release,
+            release: resolved.binaries.release,
         };
         // What was started is stopped; the logs are kept for the report.
         let failed = |reaper: Reaper, e: String| {
@@ -358,9 +349,9 @@ impl TestEnv {
                 layout.logs().display()
             ))
         };
-        let info = match plane::start_in(&layout, &cache, &opts, &b.components()) {
+        let info = match plane::start_with(&layout, &resolved.binaries, &opts, &b.components()) {
             Ok(info) => info,
-            // start_in stopped what it started.
+            // start_with stopped what it started.
             Err(e) => return Err(failed(reaper, format!("{e:#}"))),
         };
         let controller = match &controller_binary {
@@ -382,6 +373,7 @@ impl TestEnv {
             info,
             reaper: Mutex::new(Some(reaper)),
             started_in: t0.elapsed(),
+            binaries: resolved.origins,
         })
     }
 
@@ -429,9 +421,15 @@ impl TestEnv {
         &self.info.kubernetes_version
     }
 
-    /// kubectl of the same release, from the cache.
+    /// kubectl of the same release (from wherever the binaries came from).
     pub fn kubectl(&self) -> &Path {
         &self.info.kubectl
+    }
+
+    /// Every binary the plane runs, with where it came from (see the
+    /// [crate documentation](crate#the-binaries)).
+    pub fn binaries(&self) -> &[ResolvedBinary] {
+        &self.binaries
     }
 
     /// The log of our deployment-controller, when it runs (see

@@ -6,23 +6,36 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The control-plane binaries of the release are not in the cache, and the environment was
-    /// not asked to build them ([`TestEnvBuilder::build_if_missing`](crate::TestEnvBuilder::build_if_missing)).
+    /// Control-plane binaries the environment needs were found nowhere: not in the user's
+    /// binaries (`TEST_ASSET_*`, `$KUBEBUILDER_ASSETS`,
+    /// [`binary_assets`](crate::TestEnvBuilder::binary_assets)), not in the cache, and the
+    /// environment was allowed neither to download them
+    /// ([`download`](crate::TestEnvBuilder::download)) nor to build them
+    /// ([`build_if_missing`](crate::TestEnvBuilder::build_if_missing)). The message names
+    /// every way to provide them.
     #[error(
-        "the control-plane binaries of Kubernetes {release} are not built in {} (missing: \
-         {missing}); build them once with `cargo xtask cluster build --kube-version {release}` in \
-         a kctrl checkout (20 minutes or more on a cold cache; set KCTRL_CACHE_DIR if the cache \
-         lives elsewhere), or let the environment build them with \
-         `TestEnv::builder().build_if_missing(true)`",
+        "the control-plane binaries {missing} of Kubernetes {release} were found nowhere \
+         (looked in: {looked_in}). Any one of these provides them: point $KUBEBUILDER_ASSETS \
+         (or `TestEnv::builder().binary_assets(dir)`) at a directory holding etcd, \
+         kube-apiserver and kubectl (setup-envtest's layout; kube-controller-manager, \
+         kube-scheduler and kwok are not part of it), or name each file with \
+         TEST_ASSET_<NAME>; allow downloading the official release binaries with \
+         KCTRL_TESTENV_DOWNLOAD=1 or `TestEnv::builder().download(true)` (not kwok, which \
+         publishes no checksums); build them once with `cargo xtask cluster build \
+         --kube-version {release}` in a kctrl checkout (20 minutes or more on a cold cache; \
+         set KCTRL_CACHE_DIR if the cache lives elsewhere than {}); or let the environment \
+         build them with `TestEnv::builder().build_if_missing(true)`",
         cache.display()
     )]
     NotBuilt {
         /// The Kubernetes release asked for, e.g. `v1.37.2`.
-        release: &'static str,
+        release: String,
         /// The cache directory of that release.
         cache: PathBuf,
-        /// The binaries missing from it, comma-separated.
+        /// The binaries missing, comma-separated.
         missing: String,
+        /// Where they were looked for, comma-separated.
+        looked_in: String,
     },
     /// Our `deployment-controller` executable, asked for with
     /// [`TestEnvBuilder::deployment_controller`](crate::TestEnvBuilder::deployment_controller),
@@ -42,6 +55,35 @@ pub enum Error {
     /// The Kubernetes version asked for is not one the control plane supports.
     #[error("{0}")]
     UnsupportedVersion(String),
+    /// A binary of the user's (`TEST_ASSET_*`, `$KUBEBUILDER_ASSETS`,
+    /// [`binary_assets`](crate::TestEnvBuilder::binary_assets)) is unusable, or the
+    /// binaries of the version it runs cannot all be found; the message says what to do.
+    #[error("{0}")]
+    Assets(String),
+    /// A release binary or its checksum file could not be downloaded.
+    #[error("downloading {url}: {reason}")]
+    Download {
+        /// What was being downloaded.
+        url: String,
+        /// Why it failed.
+        reason: String,
+    },
+    /// A downloaded file's SHA-256 is not the published one; the file was removed and nothing
+    /// was installed.
+    #[error(
+        "refusing the download of {url}: its SHA-256 is {actual}, but the published checksum \
+         is {expected}; the file was removed. A corrupted transfer or a mirror serving other \
+         files: try again, or check the mirror ($KCTRL_KUBERNETES_DOWNLOAD_URL, \
+         $KCTRL_ETCD_DOWNLOAD_URL)"
+    )]
+    ChecksumMismatch {
+        /// The file's URL.
+        url: String,
+        /// The digest its checksum file gives.
+        expected: String,
+        /// The digest of what arrived.
+        actual: String,
+    },
     /// Locating the cache or building the binaries into it failed.
     #[error("building the control-plane binaries: {0}")]
     Build(String),

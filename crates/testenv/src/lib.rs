@@ -26,12 +26,57 @@
 //!
 //! # The binaries
 //!
-//! Nothing is downloaded at test time: the binaries come from the cache of
-//! [`kctrl_cluster::toolchain`] (`~/.cache/kctrl/k8s-<version>`, or `$KCTRL_CACHE_DIR`). In a
-//! kctrl checkout, `cargo xtask cluster build` fills it (20 minutes or more on a cold cache,
-//! seconds afterwards). Without it, starting fails with [`Error::NotBuilt`], whose message
-//! names that command, unless [`TestEnvBuilder::build_if_missing`] lets the test build them
-//! (Go on `PATH` and the Go module proxy needed, progress on stderr).
+//! Each binary the plane needs (etcd, kube-apiserver and kubectl always;
+//! kube-controller-manager, kube-scheduler and KWOK when asked for) comes from the first of
+//! these sources that has it:
+//!
+//! 1. **Your binaries**, as controller-runtime's envtest finds them: the file named by
+//!    `TEST_ASSET_<NAME>` ([`TEST_ASSET_ENV_PREFIX`]: `TEST_ASSET_ETCD`,
+//!    `TEST_ASSET_KUBE_APISERVER`, `TEST_ASSET_KUBECTL`, and likewise
+//!    `TEST_ASSET_KUBE_CONTROLLER_MANAGER`, `TEST_ASSET_KUBE_SCHEDULER`), else the directory
+//!    `$KUBEBUILDER_ASSETS` ([`KUBEBUILDER_ASSETS_ENV`]), else the one given to
+//!    [`TestEnvBuilder::binary_assets`]. The directory has setup-envtest's layout (`etcd`,
+//!    `kube-apiserver`, `kubectl` directly in it), so the directory a Go project's CI already
+//!    caches works as it is (`export KUBEBUILDER_ASSETS=$(setup-envtest use 1.37 -p path)`).
+//!    When kube-apiserver comes from here, its `--version` decides the Kubernetes version of
+//!    the plane (printed on stderr with where it came from): one outside 1.33–1.37, what kctrl
+//!    supports, is refused with [`Error::UnsupportedVersion`] naming it, and so is one whose
+//!    minor differs from the release the test asks for
+//!    ([`kube_version`](TestEnvBuilder::kube_version) or `$KCTRL_KUBE_VERSION`).
+//! 2. **The cache** (`~/.cache/kctrl/k8s-<version>`, or `$KCTRL_CACHE_DIR`), keyed by
+//!    version: kctrl's own build of the release, or an earlier download recorded there whose
+//!    SHA-256 still matches the record (a changed file is never used).
+//! 3. **A download** of the official release binaries, only when allowed with
+//!    [`TestEnvBuilder::download`] or `KCTRL_TESTENV_DOWNLOAD=1` ([`DOWNLOAD_ENV`]):
+//!    Kubernetes' from `<base>/<version>/bin/linux/<arch>/<name>` (base
+//!    `$KCTRL_KUBERNETES_DOWNLOAD_URL`, default [`DEFAULT_KUBERNETES_DOWNLOAD_URL`]) checked
+//!    against `<name>.sha256`; etcd (the version kctrl pins with the release) from its release
+//!    archive (base `$KCTRL_ETCD_DOWNLOAD_URL`, default [`DEFAULT_ETCD_DOWNLOAD_URL`]) checked
+//!    against the release's `SHA256SUMS`. The variables point at a mirror. A download goes to
+//!    a temporary file beside its destination, is resumed with a `Range` request after a
+//!    broken transfer (or restarted when the server ignores ranges), and is made executable
+//!    and renamed into place only once its digest matches; a wrong digest fails with
+//!    [`Error::ChecksumMismatch`] (URL, both digests) and removes the file. Each download is
+//!    recorded beside the binary (`.<name>.download`: URL, checksum file, digest, time). KWOK
+//!    is never downloaded: its releases publish no checksums.
+//! 4. **A build** from upstream's Go modules into the cache, only with
+//!    [`TestEnvBuilder::build_if_missing`] (Go on `PATH` and the Go module proxy needed, 20
+//!    minutes or more on a cold cache, progress on stderr). In a kctrl checkout,
+//!    `cargo xtask cluster build` fills the cache the same way.
+//!
+//! Found nowhere, the start fails with [`Error::NotBuilt`], whose message names every way to
+//! provide the missing binaries. [`TestEnv::binaries`] says where each one came from.
+//!
+//! Downloading is off unless asked for: a test library that reaches the network on its own
+//! would surprise an offline or locked-down CI (and fail there after a wait), and it would
+//! hide from a developer that each cold run depends on a third-party host; envtest likewise
+//! never downloads by itself. Building is off for the same reason and its 20 minutes.
+//!
+//! What a user's CI caches, then, is one of: the `KUBEBUILDER_ASSETS` directory (about 200 MiB;
+//! add `TEST_ASSET_KUBE_CONTROLLER_MANAGER` and friends, or the cache below, for the other
+//! components), or `~/.cache/kctrl/k8s-<version>/bin` filled once by a run with
+//! `KCTRL_TESTENV_DOWNLOAD=1` (keyed by the version, so switching releases fills another
+//! directory). Either way no run after the first needs the network or Go.
 //!
 //! # Isolation
 //!
@@ -89,12 +134,21 @@
 //! # Ok(()) }
 //! ```
 
+mod assets;
 mod controller;
 mod crd;
+mod download;
 mod env;
 mod error;
 mod reaper;
+#[cfg(test)]
+mod test_mirror;
 
+pub use assets::{
+    BinarySource, DEFAULT_ETCD_DOWNLOAD_URL, DEFAULT_KUBERNETES_DOWNLOAD_URL, DOWNLOAD_ENV,
+    ETCD_DOWNLOAD_URL_ENV, KUBEBUILDER_ASSETS_ENV, KUBERNETES_DOWNLOAD_URL_ENV, ResolvedBinary,
+    TEST_ASSET_ENV_PREFIX,
+};
 pub use controller::{BUILD_COMMAND, DEPLOYMENT_CONTROLLER_ENV, build_deployment_controller};
 pub use env::{TestEnv, TestEnvBuilder};
 pub use error::Error;

@@ -542,7 +542,74 @@ pub fn start_in(
         );
     }
     stop(layout)?;
-    start(layout, cache, opts, components).inspect_err(|_| {
+    start(layout, cache, cache.release.kubernetes, opts, components).inspect_err(|_| {
+        if let Err(e) = stop(layout) {
+            eprintln!("  cleanup after the failed start also failed: {e:#}");
+        }
+    })
+}
+
+/// The executables of a plane that [`start_with`] starts: gathered from wherever they were
+/// found (a directory of the user's, downloads, a release's cache) rather than one complete
+/// build of a release.
+#[derive(Clone, Debug)]
+pub struct Binaries {
+    /// A directory laid out like a release's cache: `bin/<binary>` (a file or a symlink) for
+    /// etcd, kube-apiserver, kubectl and every other component that runs, and
+    /// `share/kwok-stages/` when KWOK runs. Processes are recognised (when stopping) by this
+    /// path, symlinks resolved, so it must outlive the plane.
+    pub root: PathBuf,
+    /// The release whose pinned versions (etcd, KWOK) are recorded with the plane.
+    pub release: &'static Release,
+    /// What kube-apiserver reports as its version (`v1.34.1`); checked against `/version`
+    /// once it serves, and what [`ClusterInfo::kubernetes_version`] says.
+    pub kubernetes_version: String,
+}
+
+/// [`start_in`] from [`Binaries`] gathered from several places instead of a complete build:
+/// only the files the `components` need (and kubectl) must exist. Whatever was left in
+/// `layout.dir` is stopped and removed first; on failure, what was started is stopped again.
+/// Stop it with [`stop`].
+pub fn start_with(
+    layout: &Layout,
+    binaries: &Binaries,
+    opts: &UpOptions,
+    components: &[Component],
+) -> Result<ClusterInfo> {
+    validate_name(&opts.name)?;
+    feature_gates_flag(&opts.feature_gates)?;
+    if components.contains(&Component::Kwok) && opts.nodes == 0 {
+        bail!("KWOK needs at least one node");
+    }
+    let cache = Cache {
+        root: binaries.root.clone(),
+        release: binaries.release,
+    };
+    let mut needed: Vec<PathBuf> = components
+        .iter()
+        .map(|c| cache.binary(c.binary()))
+        .collect();
+    needed.push(cache.binary(Binary::Kubectl));
+    if components.contains(&Component::Kwok) {
+        needed.extend(cache.kwok_stage_files());
+    }
+    let absent: Vec<String> = needed
+        .iter()
+        .filter(|p| !p.is_file())
+        .map(|p| p.display().to_string())
+        .collect();
+    if !absent.is_empty() {
+        bail!("missing: {}", absent.join(", "));
+    }
+    stop(layout)?;
+    start(
+        layout,
+        &cache,
+        &binaries.kubernetes_version,
+        opts,
+        components,
+    )
+    .inspect_err(|_| {
         if let Err(e) = stop(layout) {
             eprintln!("  cleanup after the failed start also failed: {e:#}");
         }
@@ -720,7 +787,13 @@ pub fn ensure_up(opts: &UpOptions) -> Result<ClusterInfo> {
     // Even without any record, a crash could have left processes behind.
     stop(&layout)?;
     let started = Instant::now();
-    match start(&layout, &cache, opts, &Component::ALL) {
+    match start(
+        &layout,
+        &cache,
+        cache.release.kubernetes,
+        opts,
+        &Component::ALL,
+    ) {
         Ok(info) => {
             eprintln!(
                 "cluster '{}' is up in {}: Kubernetes {}, etcd {}, kwok {}, {} KWOK node(s) Ready",

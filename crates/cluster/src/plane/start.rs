@@ -60,6 +60,7 @@ pub(super) fn wait_for(
 pub(super) fn start(
     layout: &Layout,
     cache: &Cache,
+    kubernetes_version: &str,
     opts: &UpOptions,
     components: &[Component],
 ) -> Result<ClusterInfo> {
@@ -89,7 +90,7 @@ pub(super) fn start(
     }
     let state = State {
         name: name.clone(),
-        kubernetes: cache.release.kubernetes.to_owned(),
+        kubernetes: kubernetes_version.to_owned(),
         etcd: cache.release.etcd.to_owned(),
         kwok: cache.release.kwok.to_owned(),
         cache_dir: cache.root.clone(),
@@ -162,10 +163,10 @@ pub(super) fn start(
     let version: serde_json::Value =
         serde_json::from_str(&admin.run(&["get", "--raw", "/version"], None)?)?;
     let git_version = version["gitVersion"].as_str().unwrap_or("?").to_owned();
-    if git_version != cache.release.kubernetes {
+    if git_version != kubernetes_version {
         bail!(
-            "kube-apiserver reports version {git_version}, expected {} (version ldflags missing?)",
-            cache.release.kubernetes
+            "kube-apiserver reports version {git_version}, expected {kubernetes_version} \
+             (version ldflags missing?)"
         );
     }
 

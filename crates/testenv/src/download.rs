@@ -1,0 +1,613 @@
+//! Downloading a release binary into the version-keyed cache, verified against its published
+//! SHA-256 before anything can run it.
+//!
+//! A download goes to a partial file beside its destination (`.<name>.<url hash>.part`, in the
+//! same directory so that the final rename is atomic). An interrupted transfer (a dropped
+//! connection, a failed request) is continued from where it stopped with an HTTP `Range`
+//! request; a server that answers the range with the whole file (200) is read from the start
+//! again. Only once the whole file's digest equals the published one is it made executable
+//! and renamed to its final name, with a record of where it came from (`.<name>.download`:
+//! URL, checksum URL, digest, time) beside it; a mismatch removes the file and fails naming
+//! the URL and both digests. The final name therefore only ever holds a complete, verified
+//! file.
+//!
+//! A binary recorded as downloaded is used only while its digest still equals the recorded
+//! one ([`recorded`]).
+
+use std::fs;
+use std::io::{Read as _, Write as _};
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use reqwest::header::{CONTENT_RANGE, RANGE};
+
+use crate::Error;
+
+/// How many times one file's transfer is tried (the first try included) before giving up.
+const ATTEMPTS: u32 = 4;
+/// The pause before the second try; doubled before each later one.
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+/// A checksum file is small: anything larger is not one.
+const MAX_CHECKSUM_FILE: usize = 1 << 20;
+
+/// The HTTP client of the downloads: rustls with the ring provider and the operating system's
+/// trust store (as kctrl's own clients), HTTP/1.1, redirects followed (release hosts redirect
+/// to their CDNs), proxies from the usual environment variables unless `direct` (a mirror on
+/// loopback must not be sent to `$HTTPS_PROXY`).
+fn build_client(direct: bool) -> Result<reqwest::Client, Error> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = rustls_platform_verifier::Verifier::new(provider.clone())
+        .map_err(|e| download_setup(format!("loading the system's trust store: {e}")))?;
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| download_setup(e.to_string()))?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier))
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let mut builder = reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .http1_only()
+        .connect_timeout(Duration::from_secs(30))
+        // No overall timeout (a binary is 100 MiB); a stalled body fails the read instead.
+        .read_timeout(Duration::from_secs(60))
+        .user_agent(concat!("kctrl-testenv/", env!("CARGO_PKG_VERSION")));
+    if direct {
+        builder = builder.no_proxy();
+    }
+    builder.build().map_err(|e| download_setup(e.to_string()))
+}
+
+/// The client for downloads from the Internet (or a mirror elsewhere).
+pub(crate) fn client() -> Result<reqwest::Client, Error> {
+    build_client(false)
+}
+
+fn download_setup(reason: String) -> Error {
+    Error::Download {
+        url: "(none yet)".into(),
+        reason: format!("setting up the HTTP client: {reason}"),
+    }
+}
+
+/// The client for `url`: `shared` (from [`client`]), or one that bypasses proxies when the
+/// host is loopback.
+pub(crate) fn client_for(url: &str, shared: &reqwest::Client) -> Result<reqwest::Client, Error> {
+    let loopback = reqwest::Url::parse(url)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_owned))
+        .is_some_and(|h| {
+            h == "localhost"
+                || h.trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback())
+        });
+    if loopback {
+        build_client(true)
+    } else {
+        Ok(shared.clone())
+    }
+}
+
+/// The SHA-256 of the file at `path`, in lower-case hex.
+pub(crate) fn sha256_file(path: &Path) -> std::io::Result<String> {
+    let mut file = fs::File::open(path)?;
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        ctx.update(&buf[..n]);
+    }
+    Ok(hex(ctx.finish().as_ref()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether `s` is a SHA-256 digest in hex (either case).
+fn is_digest(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// The digest a checksum file gives: with `name`, the line `<digest>  <name>` (or `*<name>`,
+/// as `sha256sum -b` writes) of a list such as etcd's `SHA256SUMS`; without, the file's first
+/// word (Kubernetes' `<binary>.sha256` holds the digest alone).
+pub(crate) fn parse_checksum(text: &str, name: Option<&str>) -> Option<String> {
+    let digest = match name {
+        None => text.split_whitespace().next()?,
+        Some(name) => text.lines().find_map(|line| {
+            let mut words = line.split_whitespace();
+            let digest = words.next()?;
+            let file = words.next()?.trim_start_matches('*');
+            (file == name).then_some(digest)
+        })?,
+    };
+    is_digest(digest).then(|| digest.to_ascii_lowercase())
+}
+
+/// Fetches the checksum file at `url` and returns the digest it gives (see
+/// [`parse_checksum`]).
+pub(crate) async fn fetch_checksum(
+    client: &reqwest::Client,
+    url: &str,
+    name: Option<&str>,
+) -> Result<String, Error> {
+    let failed = |reason: String| Error::Download {
+        url: url.to_owned(),
+        reason,
+    };
+    let mut last = String::new();
+    for attempt in 0..ATTEMPTS {
+        if attempt > 0 {
+            tokio::time::sleep(FIRST_BACKOFF * 2u32.pow(attempt - 1)).await;
+        }
+        let response = match client.get(url).send().await {
+            Ok(r) => r,
+            Err(e) => {
+                last = error_chain(&e);
+                continue;
+            }
+        };
+        let status = response.status();
+        if !status.is_success() {
+            last = format!("the server answered {status}");
+            if status.is_server_error() {
+                continue;
+            }
+            return Err(failed(last));
+        }
+        let body = match response.bytes().await {
+            Ok(b) => b,
+            Err(e) => {
+                last = error_chain(&e);
+                continue;
+            }
+        };
+        if body.len() > MAX_CHECKSUM_FILE {
+            return Err(failed(format!(
+                "{} bytes is too large for a checksum file",
+                body.len()
+            )));
+        }
+        let text = String::from_utf8_lossy(&body);
+        return parse_checksum(&text, name).ok_or_else(|| {
+            failed(match name {
+                Some(name) => format!("it lists no SHA-256 digest for {name}"),
+                None => "it does not hold a SHA-256 digest".to_owned(),
+            })
+        });
+    }
+    Err(failed(format!("{last} ({ATTEMPTS} tries)")))
+}
+
+/// `e` with its sources, which say what actually failed (reqwest's own message is generic).
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// The partial file of a download of `url` to `dest`: beside it (same file system, so the
+/// final rename is atomic), named after the URL so that a different file is never resumed.
+pub(crate) fn partial_path(dest: &Path, url: &str) -> PathBuf {
+    let name = dest
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    dest.with_file_name(format!(".{name}.{:016x}.part", fnv1a(url.as_bytes())))
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// Downloads `url` to `dest` and checks that its SHA-256 is `expected` (hex), resuming an
+/// interrupted transfer with a `Range` request (see the module documentation). On success
+/// `dest` holds the verified file with `mode`; on failure it is untouched and no partial file
+/// that failed verification is left behind.
+pub(crate) async fn download_verified(
+    client: &reqwest::Client,
+    url: &str,
+    expected: &str,
+    dest: &Path,
+    mode: u32,
+) -> Result<(), Error> {
+    let partial = partial_path(dest, url);
+    let failed = |reason: String| Error::Download {
+        url: url.to_owned(),
+        reason,
+    };
+    let io = |context: String| {
+        move |source: std::io::Error| Error::Io {
+            context: context.clone(),
+            source,
+        }
+    };
+    let mut last = String::new();
+    let mut attempt = 0;
+    // A partial file of an earlier run whose bytes turn out wrong is dropped once and the
+    // download started from zero; a fresh download that does not match is an error.
+    let mut restarted_after_mismatch = false;
+    loop {
+        if attempt == ATTEMPTS {
+            return Err(failed(format!("{last} ({ATTEMPTS} tries)")));
+        }
+        if attempt > 0 {
+            tokio::time::sleep(FIRST_BACKOFF * 2u32.pow(attempt - 1)).await;
+        }
+        attempt += 1;
+        let have = fs::metadata(&partial).map(|m| m.len()).unwrap_or(0);
+        let mut request = client.get(url);
+        if have > 0 {
+            request = request.header(RANGE, format!("bytes={have}-"));
+        }
+        let mut response = match request.send().await {
+            Ok(r) => r,
+            Err(e) => {
+                last = error_chain(&e);
+                continue;
+            }
+        };
+        let status = response.status();
+        let mut file = match status {
+            StatusCode::PARTIAL_CONTENT if have > 0 => {
+                let range = response
+                    .headers()
+                    .get(CONTENT_RANGE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("");
+                if !range.starts_with(&format!("bytes {have}-")) {
+                    // Not the continuation asked for: start over.
+                    tracing::warn!(url, range, have, "unexpected Content-Range; restarting");
+                    let _ = fs::remove_file(&partial);
+                    last = format!("the server resumed at {range:?} instead of byte {have}");
+                    continue;
+                }
+                tracing::info!(url, from = have, "resuming the download");
+                fs::OpenOptions::new()
+                    .append(true)
+                    .open(&partial)
+                    .map_err(io(format!("opening {}", partial.display())))?
+            }
+            StatusCode::OK => {
+                if have > 0 {
+                    tracing::info!(url, "the server ignores Range; downloading from the start");
+                }
+                fs::File::create(&partial).map_err(io(format!("creating {}", partial.display())))?
+            }
+            StatusCode::RANGE_NOT_SATISFIABLE if have > 0 => {
+                // The partial file may already be whole (the last try died after the body);
+                // the digest decides.
+                tracing::info!(url, have, "range not satisfiable; checking what is there");
+                match verify_and_install_off_thread(&partial, expected, dest, mode).await {
+                    Ok(()) => return Ok(()),
+                    Err(_) => {
+                        let _ = fs::remove_file(&partial);
+                        last = "the server refused to resume and the partial file was wrong".into();
+                        continue;
+                    }
+                }
+            }
+            s => {
+                last = format!("the server answered {s}");
+                if s.is_server_error() || s == StatusCode::TOO_MANY_REQUESTS {
+                    continue;
+                }
+                return Err(failed(last));
+            }
+        };
+        let resumed = status == StatusCode::PARTIAL_CONTENT;
+        // The body, chunk by chunk; a broken connection keeps what arrived for the next try.
+        let body_ok = loop {
+            match response.chunk().await {
+                Ok(Some(bytes)) => {
+                    file.write_all(&bytes)
+                        .map_err(io(format!("writing {}", partial.display())))?;
+                }
+                Ok(None) => break true,
+                Err(e) => {
+                    last = format!("the transfer broke: {}", error_chain(&e));
+                    break false;
+                }
+            }
+        };
+        file.sync_all()
+            .map_err(io(format!("writing {}", partial.display())))?;
+        drop(file);
+        if !body_ok {
+            tracing::warn!(url, reason = %last, "download interrupted; will resume");
+            continue;
+        }
+        match verify_and_install_off_thread(&partial, expected, dest, mode).await {
+            Ok(()) => return Ok(()),
+            Err(VerifyError::Io(e)) => return Err(e),
+            Err(VerifyError::Mismatch(actual)) => {
+                let _ = fs::remove_file(&partial);
+                if resumed && !restarted_after_mismatch {
+                    tracing::warn!(url, "the resumed file does not match; downloading it again");
+                    restarted_after_mismatch = true;
+                    attempt = 0;
+                    continue;
+                }
+                return Err(Error::ChecksumMismatch {
+                    url: url.to_owned(),
+                    expected: expected.to_owned(),
+                    actual,
+                });
+            }
+        }
+    }
+}
+
+enum VerifyError {
+    /// The digest of the file.
+    Mismatch(String),
+    Io(Error),
+}
+
+/// [`verify_and_install`] on a blocking thread (hashing 100 MiB takes a while).
+async fn verify_and_install_off_thread(
+    partial: &Path,
+    expected: &str,
+    dest: &Path,
+    mode: u32,
+) -> Result<(), VerifyError> {
+    let (p, e, d) = (
+        partial.to_path_buf(),
+        expected.to_owned(),
+        dest.to_path_buf(),
+    );
+    tokio::task::spawn_blocking(move || verify_and_install(&p, &e, &d, mode))
+        .await
+        .unwrap_or_else(|e| {
+            Err(VerifyError::Io(Error::Io {
+                context: format!("verifying {}", partial.display()),
+                source: std::io::Error::other(e.to_string()),
+            }))
+        })
+}
+
+/// Checks `partial`'s digest against `expected`; when it matches, gives it `mode` and renames
+/// it to `dest` (atomically: same directory).
+fn verify_and_install(
+    partial: &Path,
+    expected: &str,
+    dest: &Path,
+    mode: u32,
+) -> Result<(), VerifyError> {
+    let io = |context: String| {
+        move |source: std::io::Error| VerifyError::Io(Error::Io { context, source })
+    };
+    let actual = sha256_file(partial).map_err(io(format!("reading {}", partial.display())))?;
+    if !actual.eq_ignore_ascii_case(expected) {
+        return Err(VerifyError::Mismatch(actual));
+    }
+    fs::set_permissions(partial, fs::Permissions::from_mode(mode))
+        .map_err(io(format!("making {} executable", partial.display())))?;
+    fs::rename(partial, dest).map_err(io(format!(
+        "renaming {} to {}",
+        partial.display(),
+        dest.display()
+    )))?;
+    Ok(())
+}
+
+/// Where a downloaded binary came from, kept beside it as `.<name>.download`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Record {
+    /// What was downloaded (the binary, or the archive it was taken from).
+    pub(crate) url: String,
+    /// The checksum file it was verified against.
+    pub(crate) checksum_url: String,
+    /// The SHA-256 of the binary as installed.
+    pub(crate) sha256: String,
+    /// When (RFC 3339, UTC).
+    pub(crate) downloaded_at: String,
+}
+
+/// The record file of the binary at `binary`.
+pub(crate) fn record_path(binary: &Path) -> PathBuf {
+    let name = binary
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    binary.with_file_name(format!(".{name}.download"))
+}
+
+impl Record {
+    fn to_text(&self) -> String {
+        format!(
+            "url {}\nchecksum-url {}\nsha256 {}\ndownloaded-at {}\n",
+            self.url, self.checksum_url, self.sha256, self.downloaded_at
+        )
+    }
+
+    fn parse(text: &str) -> Option<Record> {
+        let field = |key: &str| {
+            text.lines().find_map(|l| {
+                let (k, v) = l.split_once(' ')?;
+                (k == key).then(|| v.trim().to_owned())
+            })
+        };
+        Some(Record {
+            url: field("url")?,
+            checksum_url: field("checksum-url")?,
+            sha256: field("sha256").filter(|d| is_digest(d))?,
+            downloaded_at: field("downloaded-at")?,
+        })
+    }
+
+    /// Writes the record of `binary` (through a temporary file and a rename).
+    pub(crate) fn write(&self, binary: &Path) -> Result<(), Error> {
+        let path = record_path(binary);
+        let tmp = path.with_extension("tmp");
+        let write = || -> std::io::Result<()> {
+            let mut f = fs::File::create(&tmp)?;
+            f.write_all(self.to_text().as_bytes())?;
+            f.sync_all()?;
+            fs::rename(&tmp, &path)
+        };
+        write().map_err(|source| Error::Io {
+            context: format!("writing {}", path.display()),
+            source,
+        })
+    }
+}
+
+/// The record of the downloaded binary at `binary`, if it has one and the file's digest still
+/// equals the recorded one; a changed file (or a missing one) gives `None`, with a warning when
+/// the file was there but changed.
+pub(crate) fn recorded(binary: &Path) -> Option<Record> {
+    let record = Record::parse(&fs::read_to_string(record_path(binary)).ok()?)?;
+    let actual = sha256_file(binary).ok()?;
+    if actual == record.sha256 {
+        Some(record)
+    } else {
+        tracing::warn!(
+            binary = %binary.display(),
+            recorded = %record.sha256,
+            actual = %actual,
+            "a cached download no longer matches its recorded checksum; not using it"
+        );
+        eprintln!(
+            "kctrl-testenv: {} no longer matches the SHA-256 recorded when it was downloaded \
+             ({} recorded, {actual} now); not using it",
+            binary.display(),
+            record.sha256
+        );
+        None
+    }
+}
+
+/// Extracts the member `member` of the gzip-compressed tar archive `archive` to `dest`
+/// (through a temporary directory beside it, then a rename), with the system's `tar`.
+pub(crate) fn extract_member(archive: &Path, member: &str, dest: &Path) -> Result<(), Error> {
+    let dir = dest.with_file_name(format!(
+        ".extract-{}-{}",
+        std::process::id(),
+        fnv1a(member.as_bytes())
+    ));
+    let _ = fs::remove_dir_all(&dir);
+    let io = |context: String| move |source: std::io::Error| Error::Io { context, source };
+    fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
+    let result = (|| {
+        let out = std::process::Command::new("tar")
+            .arg("-xzf")
+            .arg(archive)
+            .arg("-C")
+            .arg(&dir)
+            .arg(member)
+            .output()
+            .map_err(io(
+                "running tar (needed to unpack etcd's release archive)".into()
+            ))?;
+        if !out.status.success() {
+            return Err(Error::Download {
+                url: archive.display().to_string(),
+                reason: format!(
+                    "tar could not extract {member}: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ),
+            });
+        }
+        let extracted = dir.join(member);
+        fs::set_permissions(&extracted, fs::Permissions::from_mode(0o755))
+            .map_err(io(format!("making {} executable", extracted.display())))?;
+        fs::rename(&extracted, dest).map_err(io(format!("renaming to {}", dest.display())))
+    })();
+    let _ = fs::remove_dir_all(&dir);
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checksum_files_of_both_shapes_are_read() {
+        let d = "a".repeat(64);
+        assert_eq!(parse_checksum(&format!("{d}\n"), None), Some(d.clone()));
+        assert_eq!(
+            parse_checksum(&format!("{d}  kube-apiserver\n"), None),
+            Some(d.clone())
+        );
+        let e = "B".repeat(64);
+        let sums =
+            format!("{d}  etcd-v3.7.0-darwin-arm64.zip\n{e} *etcd-v3.7.0-linux-amd64.tar.gz\n");
+        assert_eq!(
+            parse_checksum(&sums, Some("etcd-v3.7.0-linux-amd64.tar.gz")),
+            Some("b".repeat(64))
+        );
+        assert_eq!(
+            parse_checksum(&sums, Some("etcd-v3.7.0-linux-arm64.tar.gz")),
+            None
+        );
+        assert_eq!(parse_checksum("<html>not found</html>", None), None);
+        assert_eq!(parse_checksum(&"a".repeat(63), None), None);
+    }
+
+    #[test]
+    fn records_round_trip_and_detect_a_changed_binary() {
+        let dir = std::env::temp_dir().join(format!("kctrl-testenv-record-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let bin = dir.join("kube-apiserver");
+        fs::write(&bin, b"#!/bin/sh\necho hi\n").unwrap();
+        let record = Record {
+            url: "http://127.0.0.1:1/kube-apiserver".into(),
+            checksum_url: "http://127.0.0.1:1/kube-apiserver.sha256".into(),
+            sha256: sha256_file(&bin).unwrap(),
+            downloaded_at: "2026-11-30T09:00:00Z".into(),
+        };
+        record.write(&bin).unwrap();
+        assert_eq!(record_path(&bin), dir.join(".kube-apiserver.download"));
+        assert_eq!(recorded(&bin), Some(record));
+        fs::write(&bin, b"#!/bin/sh\necho changed\n").unwrap();
+        assert_eq!(recorded(&bin), None);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn partial_files_are_beside_the_destination_and_keyed_by_url() {
+        let dest = Path::new("/c/k8s-v1.37.2/bin/kubectl");
+        let a = partial_path(dest, "https://a/kubectl");
+        let b = partial_path(dest, "https://b/kubectl");
+        assert_eq!(a.parent(), dest.parent());
+        assert!(
+            a.file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .starts_with(".kubectl.")
+        );
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn sha256_of_a_known_input() {
+        let path = std::env::temp_dir().join(format!("kctrl-testenv-sha-{}", std::process::id()));
+        fs::write(&path, b"abc").unwrap();
+        assert_eq!(
+            sha256_file(&path).unwrap(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        fs::remove_file(&path).unwrap();
+    }
+}
