@@ -76,6 +76,10 @@
 //! Deployments get no ReplicaSets; with ours but without kube-controller-manager, ReplicaSets
 //! get no pods.
 //!
+//! [`TestEnv::install_webhooks`] starts a test's `kctrl-webhook` server on loopback and
+//! registers it with the environment's API server ([`webhook`]), as envtest's
+//! `WebhookInstallOptions`.
+//!
 //! ```no_run
 //! # async fn example() -> Result<(), kctrl_testenv::Error> {
 //! // Deployments that roll out: ReplicaSets, pods on KWOK nodes, our controller.
@@ -94,6 +98,7 @@ mod crd;
 mod env;
 mod error;
 mod reaper;
+pub mod webhook;
 
 pub use controller::{BUILD_COMMAND, DEPLOYMENT_CONTROLLER_ENV, build_deployment_controller};
 pub use env::{TestEnv, TestEnvBuilder};

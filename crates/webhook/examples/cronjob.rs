@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
     status = "CronJobStatus"
 )]
 #[serde(rename_all = "camelCase")]
-pub struct CronJobSpec {
+pub(crate) struct CronJobSpec {
     /// The schedule in Cron format, see <https://en.wikipedia.org/wiki/Cron>.
     pub schedule: String,
     /// Deadline in seconds for starting the job if it misses its scheduled time.
@@ -60,7 +60,7 @@ pub struct CronJobSpec {
 
 /// How to treat concurrent executions of a Job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub enum ConcurrencyPolicy {
+pub(crate) enum ConcurrencyPolicy {
     /// Allows CronJobs to run concurrently.
     Allow,
     /// Forbids concurrent runs, skipping the next run if the previous hasn't finished yet.
@@ -72,7 +72,7 @@ pub enum ConcurrencyPolicy {
 /// CronJobStatus defines the observed state of CronJob.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct CronJobStatus {
+pub(crate) struct CronJobStatus {
     /// Pointers to currently running jobs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub active: Vec<ObjectReference>,
@@ -82,7 +82,7 @@ pub struct CronJobStatus {
 }
 
 /// The CronJob CRD.
-pub fn crd() -> CustomResourceDefinition {
+pub(crate) fn crd() -> CustomResourceDefinition {
     // Without the descriptions of the embedded Job template: 340 KiB less.
     let mut crd = CronJob::crd();
     kctrl_client::crd::cap_descriptions(&mut crd, 0);
@@ -91,10 +91,14 @@ pub fn crd() -> CustomResourceDefinition {
 
 /// The tutorial's two webhooks, in one type.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct CronJobWebhook;
+pub(crate) struct CronJobWebhook;
 
 impl Defaulter<CronJob> for CronJobWebhook {
-    async fn default(&self, _: &AdmissionRequest, cronjob: &mut CronJob) -> Result<(), Denied> {
+    async fn set_defaults(
+        &self,
+        _: &AdmissionRequest,
+        cronjob: &mut CronJob,
+    ) -> Result<(), Denied> {
         let spec = &mut cronjob.spec;
         spec.concurrency_policy
             .get_or_insert(ConcurrencyPolicy::Allow);
@@ -107,7 +111,7 @@ impl Defaulter<CronJob> for CronJobWebhook {
 
 /// The longest name: a Job's name is the CronJob's plus an 11-character suffix, and must fit
 /// a 63-character label value.
-pub const MAX_NAME_LENGTH: usize = 63 - 11;
+pub(crate) const MAX_NAME_LENGTH: usize = 63 - 11;
 
 impl CronJobWebhook {
     fn validate(cronjob: &CronJob) -> Result<Warnings, Denied> {
@@ -213,7 +217,7 @@ const CRON_DESCRIPTORS: [&str; 7] = [
 /// comma-separated list of those; months and days of week also by their English
 /// abbreviations. Or one of the descriptors `@hourly`, `@daily`... The error says what is
 /// wrong, in words for the user.
-pub fn check_schedule(schedule: &str) -> Result<(), String> {
+pub(crate) fn check_schedule(schedule: &str) -> Result<(), String> {
     let schedule = schedule.trim();
     if schedule.starts_with('@') {
         return if CRON_DESCRIPTORS.contains(&schedule) {
@@ -286,7 +290,7 @@ fn value(text: &str, field: &CronField) -> Result<u32, String> {
 }
 
 /// The server with both webhooks at kubebuilder's paths.
-pub fn server() -> ServerBuilder {
+pub(crate) fn server() -> ServerBuilder {
     WebhookServer::builder()
         .webhook(Webhook::defaulting::<CronJob, _>(CronJobWebhook))
         .webhook(Webhook::validating::<CronJob, _>(CronJobWebhook))

@@ -22,7 +22,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The first version: the size as one string.
-pub mod v1 {
+pub(crate) mod v1 {
     use super::*;
     use kctrl_client::CustomResource;
 
@@ -36,14 +36,14 @@ pub mod v1 {
         storage,
         derive = "PartialEq"
     )]
-    pub struct WidgetSpec {
+    pub(crate) struct WidgetSpec {
         /// `<width>x<height>`, e.g. `3x4`.
-        pub size: String,
+        pub(crate) size: String,
     }
 }
 
 /// The second version, the hub: width and height apart.
-pub mod v2 {
+pub(crate) mod v2 {
     use super::*;
     use kctrl_client::CustomResource;
 
@@ -56,11 +56,11 @@ pub mod v2 {
         namespaced,
         derive = "PartialEq"
     )]
-    pub struct WidgetSpec {
+    pub(crate) struct WidgetSpec {
         /// The width.
-        pub width: i32,
+        pub(crate) width: i32,
         /// The height.
-        pub height: i32,
+        pub(crate) height: i32,
     }
 }
 
@@ -94,18 +94,18 @@ impl Spoke<v2::Widget> for v1::Widget {
 }
 
 /// The conversions: v2 the hub, v1 its spoke.
-pub fn conversion() -> Conversion<v2::Widget> {
+pub(crate) fn conversion() -> Conversion<v2::Widget> {
     Conversion::<v2::Widget>::new().spoke::<v1::Widget>()
 }
 
 /// The server converting widgets at `/convert`.
-pub fn server() -> ServerBuilder {
+pub(crate) fn server() -> ServerBuilder {
     WebhookServer::builder().conversion(conversion())
 }
 
 /// The CRD with both versions, v1 stored, converted by the webhook `client` reaches (without
 /// one, `strategy: None`: for kctrl-testenv, which points it at the test's server).
-pub fn crd(client: Option<&ClientConfig>) -> Result<CustomResourceDefinition, CrdError> {
+pub(crate) fn crd(client: Option<&ClientConfig>) -> Result<CustomResourceDefinition, CrdError> {
     let versions = VersionSet::new().with::<v1::Widget>().with::<v2::Widget>();
     match client {
         Some(c) => versions.webhook_conversion(c.conversion()).crd(),

@@ -33,7 +33,7 @@ pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// An `Err` refuses the request (see [`Denied`]).
 pub trait Defaulter<K>: Send + Sync + 'static {
     /// Sets the defaults of `object`; `request` says who asks and what for.
-    fn default(
+    fn set_defaults(
         &self,
         request: &AdmissionRequest,
         object: &mut K,
@@ -178,7 +178,7 @@ where
                 Ok(v) => v,
                 Err(message) => return errored(500, message),
             };
-            if let Err(d) = self.defaulter.default(request, &mut object).await {
+            if let Err(d) = self.defaulter.set_defaults(request, &mut object).await {
                 return denied::<K>(request, &d);
             }
             let after = match encode(&object) {

@@ -14,7 +14,7 @@
 //! # use kctrl_webhook::{AdmissionRequest, Denied, Defaulter};
 //! # struct NoOp;
 //! # impl Defaulter<Pod> for NoOp {
-//! #     async fn default(&self, _: &AdmissionRequest, _: &mut Pod) -> Result<(), Denied> { Ok(()) }
+//! #     async fn set_defaults(&self, _: &AdmissionRequest, _: &mut Pod) -> Result<(), Denied> { Ok(()) }
 //! # }
 //! # let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
 //! # let (cert_pem, key_pem) = (cert.cert.pem(), cert.signing_key.serialize_pem());

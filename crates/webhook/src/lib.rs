@@ -23,7 +23,7 @@
 //! struct PodPolicy;
 //!
 //! impl Defaulter<Pod> for PodPolicy {
-//!     async fn default(&self, _: &AdmissionRequest, pod: &mut Pod) -> Result<(), Denied> {
+//!     async fn set_defaults(&self, _: &AdmissionRequest, pod: &mut Pod) -> Result<(), Denied> {
 //!         let labels = pod.metadata.labels.get_or_insert_with(Default::default);
 //!         labels.entry("team".into()).or_insert_with(|| "unknown".into());
 //!         Ok(())
@@ -69,7 +69,7 @@
 //! | `webhook.NewServer(webhook.Options{Port, CertDir, CertName, KeyName})` | [`WebhookServer::builder`]`().port(..).cert_dir(..).cert_names(..)` |
 //! | `Server.Register(path, handler)` | [`ServerBuilder::webhook`] (kubebuilder's path by default, [`Webhook::path`] to change it) |
 //! | `ctrl.NewWebhookManagedBy(mgr).For(obj).WithDefaulter(d).WithValidator(v)` | [`Webhook::defaulting`], [`Webhook::validating`] |
-//! | `admission.CustomDefaulter` (`Default(ctx, obj) error`) | [`Defaulter`] |
+//! | `admission.CustomDefaulter` (`Default(ctx, obj) error`) | [`Defaulter`] (`set_defaults`; not `default`, which `Default` has) |
 //! | `admission.CustomValidator` (`ValidateCreate/Update/Delete` → `(Warnings, error)`) | [`Validator`] → `Result<`[`Warnings`]`, `[`Denied`]`>` |
 //! | `admission.Denied(msg)`, `apierrors.NewForbidden` | [`Denied::forbidden`] |
 //! | `apierrors.NewInvalid(gk, name, field.ErrorList)` | [`Denied::invalid`] with [`FieldError`]s |

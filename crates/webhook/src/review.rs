@@ -11,6 +11,11 @@ use k8s_openapi::api::authentication::v1::UserInfo;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// A list that may come as `null`, as Go writes a nil slice.
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Value>, D::Error> {
+    Ok(Option::<Vec<Value>>::deserialize(d)?.unwrap_or_default())
+}
+
 /// `admission.k8s.io/v1`, the only version served (`admissionReviewVersions: ["v1"]`).
 pub const ADMISSION_API_VERSION: &str = "admission.k8s.io/v1";
 /// `apiextensions.k8s.io/v1`, the only version served (`conversionReviewVersions: ["v1"]`).
@@ -262,7 +267,7 @@ pub struct ConversionRequest {
     #[serde(rename = "desiredAPIVersion")]
     pub desired_api_version: String,
     /// The objects to convert, each with its own `apiVersion`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub objects: Vec<Value>,
 }
 
@@ -271,11 +276,14 @@ pub struct ConversionRequest {
 #[serde(rename_all = "camelCase")]
 pub struct ConversionResponse {
     /// The request's uid, echoed.
-    pub uid: String,
-    /// The converted objects, in the order of the request; empty on failure.
     #[serde(default)]
+    pub uid: String,
+    /// The converted objects, in the order of the request; empty on failure (the API server
+    /// sends `null` in the empty response of its request).
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub converted_objects: Vec<Value>,
     /// `status: Success`, or `status: Failure` with a message.
+    #[serde(default)]
     pub result: Status,
 }
 
@@ -305,3 +313,6 @@ impl ConversionResponse {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -19,7 +19,7 @@ struct ThingSpec {
 struct Defaults;
 
 impl Defaulter<Thing> for Defaults {
-    async fn default(&self, _: &AdmissionRequest, t: &mut Thing) -> Result<(), Denied> {
+    async fn set_defaults(&self, _: &AdmissionRequest, t: &mut Thing) -> Result<(), Denied> {
         if t.spec.mode.as_deref() == Some("refuse") {
             return Err(Denied::forbidden("mode refuse is refused"));
         }

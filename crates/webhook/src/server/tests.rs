@@ -14,7 +14,7 @@ use crate::review::AdmissionRequest;
 struct Labeller;
 
 impl Defaulter<ConfigMap> for Labeller {
-    async fn default(&self, _: &AdmissionRequest, cm: &mut ConfigMap) -> Result<(), Denied> {
+    async fn set_defaults(&self, _: &AdmissionRequest, cm: &mut ConfigMap) -> Result<(), Denied> {
         cm.data
             .get_or_insert_with(Default::default)
             .insert("defaulted".into(), "yes".into());
@@ -368,4 +368,129 @@ fn registration_mistakes_are_reported_together() {
         err.starts_with("reading /nonexistent/certs/tls.crt"),
         "{err}"
     );
+}
+
+mod widgets {
+    use kctrl_client::CustomResource;
+    use schemars::JsonSchema;
+    use serde::{Deserialize, Serialize};
+
+    use crate::conversion::{ConversionError, Spoke};
+
+    pub(crate) mod v1 {
+        use super::*;
+        #[derive(CustomResource, Clone, Debug, Serialize, Deserialize, JsonSchema)]
+        #[resource(
+            group = "webhook.kctrl.dev",
+            version = "v1",
+            kind = "Widget",
+            namespaced
+        )]
+        pub(crate) struct WidgetSpec {
+            pub(crate) size: String,
+        }
+    }
+
+    pub(crate) mod v2 {
+        use super::*;
+        #[derive(CustomResource, Clone, Debug, Serialize, Deserialize, JsonSchema)]
+        #[resource(
+            group = "webhook.kctrl.dev",
+            version = "v2",
+            kind = "Widget",
+            namespaced
+        )]
+        pub(crate) struct WidgetSpec {
+            pub(crate) width: i32,
+            pub(crate) height: i32,
+        }
+    }
+
+    impl Spoke<v2::Widget> for v1::Widget {
+        fn to_hub(self) -> Result<v2::Widget, ConversionError> {
+            let (w, h) = self
+                .spec
+                .size
+                .split_once('x')
+                .ok_or_else(|| ConversionError::new("not WxH"))?;
+            let n = |s: &str| s.parse().map_err(|_| ConversionError::new("not a number"));
+            Ok(v2::Widget {
+                metadata: self.metadata,
+                spec: v2::WidgetSpec {
+                    width: n(w)?,
+                    height: n(h)?,
+                },
+            })
+        }
+        fn from_hub(hub: v2::Widget) -> Result<Self, ConversionError> {
+            Ok(v1::Widget {
+                metadata: hub.metadata,
+                spec: v1::WidgetSpec {
+                    size: format!("{}x{}", hub.spec.width, hub.spec.height),
+                },
+            })
+        }
+    }
+}
+
+#[tokio::test]
+async fn conversion_reviews_of_the_api_server_are_converted() {
+    let (cert, key) = identity("convert");
+    let builder = WebhookServer::builder()
+        .conversion(crate::Conversion::<widgets::v2::Widget>::new().spoke::<widgets::v1::Widget>())
+        .tls_pem(cert.clone(), key);
+    let (running, cancel) = start(builder).await;
+    let addr = running.local_addr();
+    for (body, expected) in [
+        (
+            include_str!("../review/testdata/conversion-to-v2.json"),
+            json!({"width": 3, "height": 4}),
+        ),
+        (
+            include_str!("../review/testdata/conversion-to-v1.json"),
+            json!({"size": "30x40"}),
+        ),
+    ] {
+        let (status, answer) = call(
+            addr,
+            &cert,
+            "POST",
+            "/convert",
+            "application/json",
+            body.as_bytes(),
+        )
+        .await;
+        assert_eq!(status, 200, "{answer}");
+        let answer: ConversionReview = serde_json::from_str(&answer).unwrap();
+        let request: serde_json::Value = serde_json::from_str(body).unwrap();
+        let response = answer.response.unwrap();
+        assert_eq!(response.uid, request["request"]["uid"].as_str().unwrap());
+        assert_eq!(response.result.status.as_deref(), Some("Success"));
+        let converted = &response.converted_objects[0];
+        assert_eq!(converted["spec"], expected);
+        assert_eq!(
+            converted["apiVersion"],
+            request["request"]["desiredAPIVersion"]
+        );
+        // Metadata as it came.
+        assert_eq!(
+            converted["metadata"],
+            request["request"]["objects"][0]["metadata"]
+        );
+    }
+    let (status, text) = call(
+        addr,
+        &cert,
+        "POST",
+        "/convert",
+        "application/json",
+        br#"{"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview"}"#,
+    )
+    .await;
+    assert_eq!(
+        (status, text.as_str()),
+        (400, "the ConversionReview has no request\n")
+    );
+    cancel.cancel();
+    running.stopped().await;
 }
