@@ -147,7 +147,10 @@ impl FieldError {
             type_: FieldErrorType::TooLong,
             field: field.into(),
             value: None,
-            detail: format!("may not be more than {max} bytes"),
+            detail: format!(
+                "may not be more than {max} {}",
+                if max == 1 { "byte" } else { "bytes" }
+            ),
         }
     }
 
