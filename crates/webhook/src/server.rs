@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::FutureExt as _;
 use http::header::{CONTENT_TYPE, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
@@ -41,7 +42,8 @@ use crate::configuration::{self, ClientConfig};
 use crate::conversion::{Conversion, Converters};
 use crate::metrics::WebhookMetrics;
 use crate::review::{
-    ADMISSION_API_VERSION, AdmissionReview, CONVERSION_API_VERSION, ConversionReview,
+    ADMISSION_API_VERSION, AdmissionReview, CONVERSION_API_VERSION, ConversionResponse,
+    ConversionReview,
 };
 use crate::webhook::{Webhook, WebhookType};
 
@@ -716,7 +718,15 @@ async fn review(state: &State, path: &str, request: Request<Incoming>) -> Respon
     let Some(request) = review.request else {
         return bad_request(path, "the AdmissionReview has no request".to_owned());
     };
-    let mut response = webhook.handler.handle(&request).await;
+    // A panicking handler refuses the request (500) instead of dropping the connection.
+    let handled = std::panic::AssertUnwindSafe(webhook.handler.handle(&request))
+        .catch_unwind()
+        .await;
+    let mut response = handled.unwrap_or_else(|panic| {
+        let why = panic_message(panic.as_ref());
+        tracing::error!(webhook = %webhook.name, namespace = request.namespace.as_deref().unwrap_or_default(), name = request.name.as_deref().unwrap_or_default(), panic = %why, "the admission handler panicked");
+        crate::admission::errored(500, format!("the webhook's handler panicked: {why}"))
+    });
     response.uid = request.uid.clone();
     let namespace = request.namespace.as_deref().unwrap_or_default();
     let name = request.name.as_deref().unwrap_or_default();
@@ -742,6 +752,15 @@ async fn review(state: &State, path: &str, request: Request<Incoming>) -> Respon
     json(&AdmissionReview::answer(response))
 }
 
+/// The text of a panic's payload.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".to_owned())
+}
+
 /// Answers a conversion review.
 fn conversion(state: &State, path: &str, body: &[u8]) -> Response<Full<Bytes>> {
     let review: ConversionReview = match serde_json::from_slice(body) {
@@ -761,7 +780,15 @@ fn conversion(state: &State, path: &str, body: &[u8]) -> Response<Full<Bytes>> {
         return bad_request(path, "the ConversionReview has no request".to_owned());
     };
     let (count, desired) = (request.objects.len(), request.desired_api_version.clone());
-    let response = state.conversions.handle(request);
+    let uid = request.uid.clone();
+    let response = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        state.conversions.handle(request)
+    }))
+    .unwrap_or_else(|panic| {
+        let why = panic_message(panic.as_ref());
+        tracing::error!(panic = %why, "a conversion panicked");
+        ConversionResponse::failure(uid, format!("the conversion panicked: {why}"))
+    });
     debug!(objects = count, desired_api_version = %desired, result = ?response.result.status, "conversion request answered");
     json(&ConversionReview::answer(response))
 }

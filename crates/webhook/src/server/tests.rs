@@ -494,3 +494,59 @@ async fn conversion_reviews_of_the_api_server_are_converted() {
     cancel.cancel();
     running.stopped().await;
 }
+
+struct Panics;
+
+impl Validator<ConfigMap> for Panics {
+    async fn validate_create(
+        &self,
+        _: &AdmissionRequest,
+        _: &ConfigMap,
+    ) -> Result<Warnings, Denied> {
+        panic!("a bug in the handler")
+    }
+    async fn validate_update(
+        &self,
+        _: &AdmissionRequest,
+        _: &ConfigMap,
+        _: &ConfigMap,
+    ) -> Result<Warnings, Denied> {
+        Ok(Vec::new())
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_handler_refuses_with_500_and_the_server_goes_on() {
+    let (cert, key) = identity("panics");
+    let builder = WebhookServer::builder()
+        .webhook(crate::Webhook::validating::<ConfigMap, _>(Panics))
+        .tls_pem(cert.clone(), key);
+    let (running, cancel) = start(builder).await;
+    let addr = running.local_addr();
+    for _ in 0..2 {
+        let (status, body) = call(
+            addr,
+            &cert,
+            "POST",
+            "/validate--v1-configmap",
+            "application/json",
+            &review("CREATE", json!({})),
+        )
+        .await;
+        assert_eq!(status, 200);
+        let response = serde_json::from_str::<AdmissionReview>(&body)
+            .unwrap()
+            .response
+            .unwrap();
+        assert!(!response.allowed);
+        assert_eq!(response.uid, "5f3c1d92-1f37-4c4a-9b1e-5b2c8d0e7a61");
+        let status = response.status.unwrap();
+        assert_eq!(status.code, Some(500));
+        assert_eq!(
+            status.message.as_deref(),
+            Some("the webhook's handler panicked: a bug in the handler")
+        );
+    }
+    cancel.cancel();
+    running.stopped().await;
+}
