@@ -637,6 +637,10 @@ async fn route(state: &State, request: Request<Incoming>) -> Response<Full<Bytes
             state.metrics.answered(p, response.status().as_u16());
             response
         }
+        (_, CONVERSION_PATH) if state.conversions.is_empty() => text(
+            StatusCode::NOT_FOUND,
+            format!("{CONVERSION_PATH} not found: this server converts no kind\n"),
+        ),
         (_, p) if state.admission.contains_key(p) || p == CONVERSION_PATH => text(
             StatusCode::METHOD_NOT_ALLOWED,
             format!("{p} takes POST requests of the API server\n"),

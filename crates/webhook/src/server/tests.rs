@@ -270,10 +270,11 @@ async fn bad_requests_get_400_with_a_message() {
     );
     // No conversions registered: /convert is not served.
     assert_eq!(
-        call(addr, &ca, "POST", "/convert", "application/json", b"{}")
-            .await
-            .0,
-        405
+        call(addr, &ca, "POST", "/convert", "application/json", b"{}").await,
+        (
+            404,
+            "/convert not found: this server converts no kind\n".to_owned()
+        )
     );
     assert_eq!(running.metrics().requests(path, 400), 6);
     cancel.cancel();
