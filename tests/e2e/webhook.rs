@@ -15,7 +15,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kctrl_client::{Api, Client, PostParams, ResourceRef};
 use kctrl_e2e::{TestNamespace, eventually, install_crd, require_cluster, uninstall_crd};
 use kctrl_testenv::webhook::InstalledWebhooks;
-use kctrl_webhook::{AdmissionRequest, Denied, ServerBuilder, Validator, Warnings, Webhook};
+use kctrl_webhook::{
+    AdmissionRequest, Defaulter, Denied, ServerBuilder, Validator, Warnings, Webhook,
+};
 
 #[path = "../../crates/webhook/examples/cronjob.rs"]
 mod cronjob;
@@ -83,6 +85,45 @@ impl Validator<ConfigMap> for ConfigMapPolicy {
     }
 }
 
+/// A ConfigMap as a Rust type that knows only `metadata` and `data`: not `binaryData`, not
+/// `immutable`. A defaulter of it must not drop them.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct NarrowConfigMap {
+    metadata: ObjectMeta,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    data: Option<std::collections::BTreeMap<String, String>>,
+}
+
+impl k8s_openapi::Resource for NarrowConfigMap {
+    const API_VERSION: &'static str = "v1";
+    const GROUP: &'static str = "";
+    const KIND: &'static str = "ConfigMap";
+    const VERSION: &'static str = "v1";
+    const URL_PATH_SEGMENT: &'static str = "configmaps";
+    type Scope = k8s_openapi::NamespaceResourceScope;
+}
+
+/// Labels every ConfigMap of the test's namespace, through the narrow type.
+struct Labeller;
+
+impl Defaulter<NarrowConfigMap> for Labeller {
+    async fn set_defaults(
+        &self,
+        _: &AdmissionRequest,
+        cm: &mut NarrowConfigMap,
+    ) -> Result<(), Denied> {
+        cm.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert("webhook.kctrl.dev/seen".into(), "true".into());
+        cm.data
+            .get_or_insert_with(Default::default)
+            .entry("defaulted".into())
+            .or_insert_with(|| "yes".into());
+        Ok(())
+    }
+}
+
 fn cronjob(name: &str, schedule: &str) -> CronJob {
     let mut c = CronJob::new(
         name,
@@ -146,7 +187,10 @@ async fn cronjob_defaults_and_validation_through_the_api_server() {
         ..LabelSelector::default()
     };
     let server = cronjob::server()
-        .webhook(Webhook::validating::<ConfigMap, _>(ConfigMapPolicy).namespace_selector(in_ns));
+        .webhook(
+            Webhook::validating::<ConfigMap, _>(ConfigMapPolicy).namespace_selector(in_ns.clone()),
+        )
+        .webhook(Webhook::defaulting::<NarrowConfigMap, _>(Labeller).namespace_selector(in_ns));
     let Some(installed) = install(&client, server, Vec::new()).await else {
         ns.delete().await;
         uninstall_crd(&client, crd.metadata.name.as_deref().unwrap()).await;
@@ -268,6 +312,29 @@ async fn cronjob_defaults_and_validation_through_the_api_server() {
         .create(&PostParams::default(), &cm("fine", "data"))
         .await
         .unwrap();
+    // The defaulter's type knows neither binaryData nor immutable: both are kept, since the
+    // patch holds only what the handler changed.
+    let mut full = cm("full", "data");
+    full.binary_data = Some([("blob".to_owned(), k8s_openapi::ByteString(vec![0, 1, 2]))].into());
+    full.immutable = Some(true);
+    let created = configmaps
+        .create(&PostParams::default(), &full)
+        .await
+        .unwrap();
+    assert_eq!(created.binary_data, full.binary_data);
+    assert_eq!(created.immutable, Some(true));
+    assert_eq!(
+        created.metadata.labels.unwrap()["webhook.kctrl.dev/seen"],
+        "true"
+    );
+    assert_eq!(
+        created.data.unwrap(),
+        [
+            ("data".to_owned(), "1".to_owned()),
+            ("defaulted".to_owned(), "yes".to_owned())
+        ]
+        .into()
+    );
 
     // kubectl prints the handler's message, and the warnings.
     let manifest = |name: &str, schedule: &str| {
