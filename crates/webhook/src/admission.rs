@@ -29,7 +29,7 @@ pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// `CustomDefaulter`).
 ///
 /// The handler changes the object in place; the webhook answers with a JSON patch of exactly
-/// that change (see [`patch`](crate::patch)), so fields the Rust type does not know are kept.
+/// that change (see [`patch`](mod@crate::patch)), so fields the Rust type does not know are kept.
 /// An `Err` refuses the request (see [`Denied`]).
 pub trait Defaulter<K>: Send + Sync + 'static {
     /// Sets the defaults of `object`; `request` says who asks and what for.
