@@ -13,9 +13,10 @@
 //! called. The API server reads configurations and CRDs through its informers, so for a
 //! moment after they are written it still calls the old ones (or none).
 //!
-//! A CRD's conversion webhook cannot be probed without an object of that kind; the CRD is
-//! updated and waited for until Established and served, and the first conversions follow the
-//! API server's next look at it (a test reading at another version right away should retry).
+//! When it points CRDs' conversion at the server, it also waits until the API server calls the
+//! server's `/convert`, through a probe CRD of its own updated after them (see
+//! `conversion_probe.rs`: a CRD's conversion is only called for an object of it, and
+//! `install` knows none of the test's).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -35,6 +36,8 @@ use kctrl_webhook::{
 use tokio_util::sync::CancellationToken;
 
 use crate::Error;
+
+mod conversion_probe;
 
 /// The label the probe ConfigMaps carry; its value names one installation.
 const PROBE_LABEL: &str = "kctrl-testenv/webhook-probe";
@@ -217,6 +220,7 @@ pub async fn install(
             "/kctrl-testenv-probe-validate",
             "probe-validate.testenv.kctrl.dev",
         ))
+        .conversion(conversion_probe::conversion())
         .host(std::net::Ipv4Addr::LOCALHOST.into())
         .port(0)
         .tls_pem(cert_pem, key_pem)
@@ -249,6 +253,7 @@ pub async fn install(
                 .await?;
         }
         let converted = server.converted_kinds();
+        let mut conversions = false;
         for mut crd in crds {
             let ours = converted
                 .iter()
@@ -256,10 +261,16 @@ pub async fn install(
             if ours {
                 crd.spec.conversion = Some(kctrl_webhook::configuration::crd_conversion(&config));
                 set_conversion(client, &crd).await?;
+                conversions = true;
             }
             crate::crd::install(client, crd, READY_TIMEOUT).await?;
         }
-        wait_until_called(client, &name, &mutated, &validated).await
+        wait_until_called(client, &name, &mutated, &validated).await?;
+        if conversions && let Some(running) = installed.server.as_ref() {
+            conversion_probe::wait_until_called(client, &name, &config, running, READY_TIMEOUT)
+                .await?;
+        }
+        Ok(())
     }
     .await;
     match registered {
