@@ -230,3 +230,94 @@ pub fn crd_conversion(client: &ClientConfig) -> apiextensions::CustomResourceCon
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use serde_json::json;
+
+    use super::*;
+    use crate::admission::{Validator, Warnings};
+    use crate::denial::Denied;
+    use crate::review::{AdmissionRequest, Operation};
+    use crate::webhook::FailurePolicy;
+
+    struct Allow;
+
+    impl Validator<ConfigMap> for Allow {
+        async fn validate_create(
+            &self,
+            _: &AdmissionRequest,
+            _: &ConfigMap,
+        ) -> Result<Warnings, Denied> {
+            Ok(Vec::new())
+        }
+        async fn validate_update(
+            &self,
+            _: &AdmissionRequest,
+            _: &ConfigMap,
+            _: &ConfigMap,
+        ) -> Result<Warnings, Denied> {
+            Ok(Vec::new())
+        }
+    }
+
+    #[test]
+    fn validating_configuration_with_a_url_and_a_ca_bundle() {
+        let hooks = [Webhook::validating::<ConfigMap, _>(Allow)
+            .operations([Operation::Create, Operation::Delete])
+            .failure_policy(FailurePolicy::Ignore)
+            .timeout_seconds(5)];
+        let client = ClientConfig::url("https://127.0.0.1:9443/").ca_bundle("PEM");
+        let config = validating("cm", &hooks, &client);
+        assert_eq!(
+            serde_json::to_value(&config).unwrap(),
+            json!({
+                "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+                "metadata": {"name": "cm"},
+                "webhooks": [{
+                    "name": "vconfigmap-v1.kb.io",
+                    "admissionReviewVersions": ["v1"],
+                    "clientConfig": {"url": "https://127.0.0.1:9443/validate--v1-configmap", "caBundle": "UEVN"},
+                    "failurePolicy": "Ignore",
+                    "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "DELETE"], "resources": ["configmaps"]}],
+                    "sideEffects": "None",
+                    "timeoutSeconds": 5,
+                }],
+            })
+        );
+        // No mutating webhook among them: an empty list.
+        assert_eq!(mutating("cm", &hooks, &client).webhooks, Some(Vec::new()));
+    }
+
+    #[test]
+    fn service_client_configs_for_admission_and_conversion() {
+        let client = ClientConfig::service("system", "webhook").port(8443);
+        let admission = client.admission("/mutate-x");
+        let service = admission.service.unwrap();
+        assert_eq!(
+            (
+                service.namespace.as_str(),
+                service.name.as_str(),
+                service.path.as_deref(),
+                service.port
+            ),
+            ("system", "webhook", Some("/mutate-x"), Some(8443))
+        );
+        assert!(admission.url.is_none() && admission.ca_bundle.is_none());
+        let conversion = crd_conversion(&client);
+        assert_eq!(conversion.strategy, "Webhook");
+        let webhook = conversion.webhook.unwrap();
+        assert_eq!(webhook.conversion_review_versions, ["v1"]);
+        assert_eq!(
+            webhook
+                .client_config
+                .unwrap()
+                .service
+                .unwrap()
+                .path
+                .as_deref(),
+            Some("/convert")
+        );
+    }
+}
