@@ -153,6 +153,38 @@ fn rules(w: &Webhook) -> Vec<admission::RuleWithOperations> {
     }]
 }
 
+/// A configuration of type `$config` named `$name` holding a `$entry` for each webhook of
+/// `$webhooks` of type `$type_` (the two configurations' webhooks have the same fields, but for
+/// the mutating one's reinvocation policy, left unset).
+macro_rules! configuration {
+    ($config:ident, $entry:ident, $type_:expr, $name:expr, $webhooks:expr, $client:expr) => {
+        admission::$config {
+            metadata: ObjectMeta {
+                name: Some($name.to_owned()),
+                ..ObjectMeta::default()
+            },
+            webhooks: Some(
+                $webhooks
+                    .iter()
+                    .filter(|w| w.type_ == $type_)
+                    .map(|w| admission::$entry {
+                        name: w.name.clone(),
+                        admission_review_versions: vec!["v1".to_owned()],
+                        client_config: $client.admission(&w.path),
+                        failure_policy: Some(w.failure_policy.as_str().to_owned()),
+                        rules: Some(rules(w)),
+                        side_effects: "None".to_owned(),
+                        timeout_seconds: w.timeout_seconds,
+                        namespace_selector: w.namespace_selector.clone(),
+                        object_selector: w.object_selector.clone(),
+                        ..admission::$entry::default()
+                    })
+                    .collect(),
+            ),
+        }
+    };
+}
+
 /// The `MutatingWebhookConfiguration` named `name` with an entry for each mutating webhook of
 /// `webhooks`.
 pub fn mutating(
@@ -160,30 +192,14 @@ pub fn mutating(
     webhooks: &[Webhook],
     client: &ClientConfig,
 ) -> admission::MutatingWebhookConfiguration {
-    admission::MutatingWebhookConfiguration {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            ..ObjectMeta::default()
-        },
-        webhooks: Some(
-            webhooks
-                .iter()
-                .filter(|w| w.type_ == WebhookType::Mutating)
-                .map(|w| admission::MutatingWebhook {
-                    name: w.name.clone(),
-                    admission_review_versions: vec!["v1".to_owned()],
-                    client_config: client.admission(&w.path),
-                    failure_policy: Some(w.failure_policy.as_str().to_owned()),
-                    rules: Some(rules(w)),
-                    side_effects: "None".to_owned(),
-                    timeout_seconds: w.timeout_seconds,
-                    namespace_selector: w.namespace_selector.clone(),
-                    object_selector: w.object_selector.clone(),
-                    ..admission::MutatingWebhook::default()
-                })
-                .collect(),
-        ),
-    }
+    configuration!(
+        MutatingWebhookConfiguration,
+        MutatingWebhook,
+        WebhookType::Mutating,
+        name,
+        webhooks,
+        client
+    )
 }
 
 /// The `ValidatingWebhookConfiguration` named `name` with an entry for each validating
@@ -193,30 +209,14 @@ pub fn validating(
     webhooks: &[Webhook],
     client: &ClientConfig,
 ) -> admission::ValidatingWebhookConfiguration {
-    admission::ValidatingWebhookConfiguration {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            ..ObjectMeta::default()
-        },
-        webhooks: Some(
-            webhooks
-                .iter()
-                .filter(|w| w.type_ == WebhookType::Validating)
-                .map(|w| admission::ValidatingWebhook {
-                    name: w.name.clone(),
-                    admission_review_versions: vec!["v1".to_owned()],
-                    client_config: client.admission(&w.path),
-                    failure_policy: Some(w.failure_policy.as_str().to_owned()),
-                    rules: Some(rules(w)),
-                    side_effects: "None".to_owned(),
-                    timeout_seconds: w.timeout_seconds,
-                    namespace_selector: w.namespace_selector.clone(),
-                    object_selector: w.object_selector.clone(),
-                    ..admission::ValidatingWebhook::default()
-                })
-                .collect(),
-        ),
-    }
+    configuration!(
+        ValidatingWebhookConfiguration,
+        ValidatingWebhook,
+        WebhookType::Validating,
+        name,
+        webhooks,
+        client
+    )
 }
 
 /// A CRD's `spec.conversion` with `strategy: Webhook`, calling the server's `/convert` as

@@ -94,6 +94,8 @@ pub mod metrics;
 pub mod patch;
 pub mod review;
 pub mod server;
+#[cfg(test)]
+mod test_widgets;
 pub mod webhook;
 
 pub use admission::{Defaulter, Validator, Warnings};

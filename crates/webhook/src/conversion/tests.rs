@@ -5,35 +5,17 @@ use serde_json::json;
 
 use super::*;
 
-mod v1 {
-    use super::*;
-    #[derive(CustomResource, Clone, Debug, Serialize, Deserialize, JsonSchema)]
-    #[resource(group = "example.com", version = "v1", kind = "Widget", namespaced)]
-    pub(crate) struct WidgetSpec {
-        pub(crate) size: String,
-    }
-}
-
-mod v2 {
-    use super::*;
-    #[derive(CustomResource, Clone, Debug, Serialize, Deserialize, JsonSchema)]
-    #[resource(
-        group = "example.com",
-        version = "v2",
-        kind = "Widget",
-        namespaced,
-        storage
-    )]
-    pub(crate) struct WidgetSpec {
-        pub(crate) width: i32,
-        pub(crate) height: i32,
-    }
-}
+use crate::test_widgets::{v1, v2};
 
 mod v3 {
     use super::*;
     #[derive(CustomResource, Clone, Debug, Serialize, Deserialize, JsonSchema)]
-    #[resource(group = "example.com", version = "v3", kind = "Widget", namespaced)]
+    #[resource(
+        group = "webhook.kctrl.dev",
+        version = "v3",
+        kind = "Widget",
+        namespaced
+    )]
     pub(crate) struct WidgetSpec {
         pub(crate) area: i32,
     }
@@ -50,34 +32,6 @@ mod other {
     )]
     pub(crate) struct GadgetSpec {
         pub(crate) size: String,
-    }
-}
-
-impl Spoke<v2::Widget> for v1::Widget {
-    fn to_hub(self) -> Result<v2::Widget, ConversionError> {
-        let (w, h) =
-            self.spec.size.split_once('x').ok_or_else(|| {
-                ConversionError::new(format!("size {:?} is not WxH", self.spec.size))
-            })?;
-        let n = |s: &str| {
-            s.parse::<i32>()
-                .map_err(|e| ConversionError::new(format!("{s:?}: {e}")))
-        };
-        Ok(v2::Widget {
-            metadata: self.metadata,
-            spec: v2::WidgetSpec {
-                width: n(w)?,
-                height: n(h)?,
-            },
-        })
-    }
-    fn from_hub(hub: v2::Widget) -> Result<Self, ConversionError> {
-        Ok(v1::Widget {
-            metadata: hub.metadata,
-            spec: v1::WidgetSpec {
-                size: format!("{}x{}", hub.spec.width, hub.spec.height),
-            },
-        })
     }
 }
 
@@ -122,7 +76,7 @@ fn converters() -> Converters {
 }
 
 fn widget(version: &str, spec: serde_json::Value) -> serde_json::Value {
-    json!({"apiVersion": format!("example.com/{version}"), "kind": "Widget",
+    json!({"apiVersion": format!("webhook.kctrl.dev/{version}"), "kind": "Widget",
            "metadata": {"name": "w", "namespace": "default", "uid": "u1", "labels": {"a": "b"}}, "spec": spec})
 }
 
@@ -130,7 +84,7 @@ fn widget(version: &str, spec: serde_json::Value) -> serde_json::Value {
 fn spoke_to_spoke_goes_through_the_hub_keeping_metadata() {
     let response = converters().handle(ConversionRequest {
         uid: "abc".into(),
-        desired_api_version: "example.com/v3".into(),
+        desired_api_version: "webhook.kctrl.dev/v3".into(),
         objects: vec![
             widget("v1", json!({"size": "3x4"})),
             widget("v2", json!({"width": 2, "height": 5})),
@@ -149,7 +103,7 @@ fn spoke_to_spoke_goes_through_the_hub_keeping_metadata() {
     );
     let back = converters().handle(ConversionRequest {
         uid: "abc".into(),
-        desired_api_version: "example.com/v1".into(),
+        desired_api_version: "webhook.kctrl.dev/v1".into(),
         objects: vec![widget("v2", json!({"width": 2, "height": 5}))],
     });
     assert_eq!(
@@ -170,19 +124,25 @@ fn failures_name_the_object_kind_and_version() {
         assert!(r.converted_objects.is_empty());
         r.result.message.unwrap()
     };
-    let m = fail(vec![widget("v1", json!({"size": "big"}))], "example.com/v2");
+    let m = fail(
+        vec![widget("v1", json!({"size": "big"}))],
+        "webhook.kctrl.dev/v2",
+    );
     assert_eq!(
         m,
-        "converting Widget \"w\" to example.com/v2: size \"big\" is not WxH"
+        "converting Widget \"w\" to webhook.kctrl.dev/v2: size \"big\" is not WxH"
     );
-    let m = fail(vec![widget("v9", json!({}))], "example.com/v2");
+    let m = fail(vec![widget("v9", json!({}))], "webhook.kctrl.dev/v2");
     assert_eq!(
         m,
-        "converting Widget \"w\" to example.com/v2: version v9 of Widget.example.com is not registered for conversion (registered: v1, v2, v3)"
+        "converting Widget \"w\" to webhook.kctrl.dev/v2: version v9 of Widget.webhook.kctrl.dev is not registered for conversion (registered: v1, v2, v3)"
     );
-    let m = fail(vec![widget("v1", json!({"size": "1x1"}))], "example.com/v7");
+    let m = fail(
+        vec![widget("v1", json!({"size": "1x1"}))],
+        "webhook.kctrl.dev/v7",
+    );
     assert!(
-        m.contains("version v7 of Widget.example.com is not registered"),
+        m.contains("version v7 of Widget.webhook.kctrl.dev is not registered"),
         "{m}"
     );
     let m = fail(
@@ -193,7 +153,7 @@ fn failures_name_the_object_kind_and_version() {
     );
     assert_eq!(
         m,
-        "no conversion is registered for kind \"Gadget\" of group \"other.example.com\" (object \"g\"); registered: Widget.example.com"
+        "no conversion is registered for kind \"Gadget\" of group \"other.example.com\" (object \"g\"); registered: Widget.webhook.kctrl.dev"
     );
     let m = fail(
         vec![widget("v1", json!({"size": "1x1"}))],

@@ -10,6 +10,7 @@ use super::*;
 use crate::admission::{Defaulter, Validator, Warnings};
 use crate::denial::Denied;
 use crate::review::AdmissionRequest;
+use crate::review::{AdmissionReview, ConversionReview};
 
 struct Labeller;
 
@@ -371,74 +372,14 @@ fn registration_mistakes_are_reported_together() {
     );
 }
 
-mod widgets {
-    use kctrl_client::CustomResource;
-    use schemars::JsonSchema;
-    use serde::{Deserialize, Serialize};
-
-    use crate::conversion::{ConversionError, Spoke};
-
-    pub(crate) mod v1 {
-        use super::*;
-        #[derive(CustomResource, Clone, Debug, Serialize, Deserialize, JsonSchema)]
-        #[resource(
-            group = "webhook.kctrl.dev",
-            version = "v1",
-            kind = "Widget",
-            namespaced
-        )]
-        pub(crate) struct WidgetSpec {
-            pub(crate) size: String,
-        }
-    }
-
-    pub(crate) mod v2 {
-        use super::*;
-        #[derive(CustomResource, Clone, Debug, Serialize, Deserialize, JsonSchema)]
-        #[resource(
-            group = "webhook.kctrl.dev",
-            version = "v2",
-            kind = "Widget",
-            namespaced
-        )]
-        pub(crate) struct WidgetSpec {
-            pub(crate) width: i32,
-            pub(crate) height: i32,
-        }
-    }
-
-    impl Spoke<v2::Widget> for v1::Widget {
-        fn to_hub(self) -> Result<v2::Widget, ConversionError> {
-            let (w, h) = self
-                .spec
-                .size
-                .split_once('x')
-                .ok_or_else(|| ConversionError::new("not WxH"))?;
-            let n = |s: &str| s.parse().map_err(|_| ConversionError::new("not a number"));
-            Ok(v2::Widget {
-                metadata: self.metadata,
-                spec: v2::WidgetSpec {
-                    width: n(w)?,
-                    height: n(h)?,
-                },
-            })
-        }
-        fn from_hub(hub: v2::Widget) -> Result<Self, ConversionError> {
-            Ok(v1::Widget {
-                metadata: hub.metadata,
-                spec: v1::WidgetSpec {
-                    size: format!("{}x{}", hub.spec.width, hub.spec.height),
-                },
-            })
-        }
-    }
-}
-
 #[tokio::test]
 async fn conversion_reviews_of_the_api_server_are_converted() {
     let (cert, key) = identity("convert");
     let builder = WebhookServer::builder()
-        .conversion(crate::Conversion::<widgets::v2::Widget>::new().spoke::<widgets::v1::Widget>())
+        .conversion(
+            crate::Conversion::<crate::test_widgets::v2::Widget>::new()
+                .spoke::<crate::test_widgets::v1::Widget>(),
+        )
         .tls_pem(cert.clone(), key);
     let (running, cancel) = start(builder).await;
     let addr = running.local_addr();
