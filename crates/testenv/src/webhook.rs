@@ -16,7 +16,8 @@
 //! When it points CRDs' conversion at the server, it also waits until the API server calls the
 //! server's `/convert`, through a probe CRD of its own updated after them (see
 //! `conversion_probe.rs`: a CRD's conversion is only called for an object of it, and
-//! `install` knows none of the test's).
+//! `install` knows none of the test's). That CRD, `conversionprobes.testenv.kctrl.dev`, stays
+//! in the API server afterwards, without objects.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
