@@ -461,6 +461,18 @@ impl TestEnv {
         crate::crd::install(&self.client()?, crd, Duration::from_secs(60)).await
     }
 
+    /// Starts `server` on loopback with a certificate of its own, registers its webhooks with
+    /// this environment's API server, points the conversion of those of `crds` whose kinds it
+    /// converts at it (creating them if needed), and returns once the API server calls it;
+    /// see [`crate::webhook`].
+    pub async fn install_webhooks(
+        &self,
+        server: kctrl_webhook::ServerBuilder,
+        crds: impl IntoIterator<Item = CustomResourceDefinition>,
+    ) -> Result<crate::webhook::InstalledWebhooks, Error> {
+        crate::webhook::install(&self.client()?, server, crds).await
+    }
+
     /// Stops every process and removes the directory now; what dropping does, for callers
     /// that want it at a point of their choosing. Reports a failure to stop instead of
     /// printing it.

@@ -130,6 +130,9 @@ pub enum Error {
     /// A request to the API server failed.
     #[error(transparent)]
     Client(Box<kctrl_client::Error>),
+    /// A test's webhook server could not be started or registered.
+    #[error("webhooks: {0}")]
+    Webhook(String),
     /// A CustomResourceDefinition was rejected, or was not Established and served in time.
     #[error("CustomResourceDefinition {name}: {reason}")]
     Crd {

@@ -121,6 +121,10 @@
 //! Deployments get no ReplicaSets; with ours but without kube-controller-manager, ReplicaSets
 //! get no pods.
 //!
+//! [`TestEnv::install_webhooks`] starts a test's `kctrl-webhook` server on loopback and
+//! registers it with the environment's API server ([`webhook`]), as envtest's
+//! `WebhookInstallOptions`.
+//!
 //! ```no_run
 //! # async fn example() -> Result<(), kctrl_testenv::Error> {
 //! // Deployments that roll out: ReplicaSets, pods on KWOK nodes, our controller.
@@ -143,6 +147,7 @@ mod error;
 mod reaper;
 #[cfg(test)]
 mod test_mirror;
+pub mod webhook;
 
 pub use assets::{
     BinarySource, DEFAULT_ETCD_DOWNLOAD_URL, DEFAULT_KUBERNETES_DOWNLOAD_URL, DOWNLOAD_ENV,

@@ -200,10 +200,11 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceColumnDefinition, CustomResourceDefinition, CustomResourceDefinitionNames,
-    CustomResourceDefinitionSpec, CustomResourceDefinitionVersion, CustomResourceSubresourceScale,
-    CustomResourceSubresourceStatus, CustomResourceSubresources, CustomResourceValidation,
-    JSONSchemaProps, SelectableField,
+    CustomResourceColumnDefinition, CustomResourceConversion, CustomResourceDefinition,
+    CustomResourceDefinitionNames, CustomResourceDefinitionSpec, CustomResourceDefinitionVersion,
+    CustomResourceSubresourceScale, CustomResourceSubresourceStatus, CustomResourceSubresources,
+    CustomResourceValidation, JSONSchemaProps, SelectableField, WebhookClientConfig,
+    WebhookConversion,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{ListableResource, Metadata, Resource};
@@ -540,6 +541,7 @@ fn build<K: CustomResourceExt>() -> (CustomResourceDefinition, Vec<Relaxed>) {
 #[derive(Default)]
 pub struct VersionSet {
     versions: Vec<VersionEntry>,
+    conversion: Option<CustomResourceConversion>,
 }
 
 struct VersionEntry {
@@ -591,8 +593,48 @@ impl VersionSet {
         self
     }
 
+    /// Converts between the versions with a conversion webhook (`spec.conversion` with
+    /// `strategy: Webhook`, `conversionReviewVersions: ["v1"]`) called as `client_config`
+    /// says (a Service or a URL ending in the webhook's path, e.g. `/convert`, and the CA
+    /// bundle of its serving certificate). Without it the API server only rewrites
+    /// `apiVersion` (`strategy: None`).
+    ///
+    /// ```
+    /// # use kctrl_client::crd::VersionSet;
+    /// use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    ///     ServiceReference, WebhookClientConfig,
+    /// };
+    /// # #[derive(kctrl_client::CustomResource, Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+    /// # #[resource(group = "example.com", version = "v1", kind = "Widget", namespaced, storage)]
+    /// # pub struct WidgetSpec {}
+    /// let client_config = WebhookClientConfig {
+    ///     service: Some(ServiceReference {
+    ///         namespace: "widgets-system".into(),
+    ///         name: "webhook".into(),
+    ///         path: Some("/convert".into()),
+    ///         port: None,
+    ///     }),
+    ///     ..Default::default()
+    /// };
+    /// let crd = VersionSet::new().with::<Widget>().webhook_conversion(client_config).crd().unwrap();
+    /// let conversion = crd.spec.conversion.unwrap();
+    /// assert_eq!(conversion.strategy, "Webhook");
+    /// assert_eq!(conversion.webhook.unwrap().conversion_review_versions, ["v1"]);
+    /// ```
+    pub fn webhook_conversion(mut self, client_config: WebhookClientConfig) -> Self {
+        self.conversion = Some(CustomResourceConversion {
+            strategy: "Webhook".to_owned(),
+            webhook: Some(WebhookConversion {
+                client_config: Some(client_config),
+                conversion_review_versions: vec!["v1".to_owned()],
+            }),
+        });
+        self
+    }
+
     /// The merged CustomResourceDefinition.
     pub fn crd(self) -> Result<CustomResourceDefinition, CrdError> {
+        let conversion = self.conversion;
         let mut entries = Vec::with_capacity(self.versions.len());
         for v in self.versions {
             entries.push((v.crd?, v.storage));
@@ -676,6 +718,7 @@ impl VersionSet {
                 merged.spec.versions.push(v);
             }
         }
+        merged.spec.conversion = conversion;
         Ok(merged)
     }
 }

@@ -1,0 +1,350 @@
+//! A test's webhook server, started on loopback and registered with the API server, as
+//! envtest's `WebhookInstallOptions` does.
+//!
+//! [`install`] (and [`TestEnv::install_webhooks`](crate::TestEnv::install_webhooks)) generates a
+//! CA and a serving certificate for `127.0.0.1` (per call), starts the test's
+//! [`kctrl_webhook::ServerBuilder`] with them on `127.0.0.1:0`, creates its
+//! `MutatingWebhookConfiguration` and `ValidatingWebhookConfiguration` with a URL
+//! `clientConfig` and the CA bundle, points the conversion of the given CRDs (those of kinds the
+//! server converts) at its `/convert`, and returns once the API server calls the admission
+//! webhooks: two probe webhooks (a mutating and a validating one, for ConfigMaps carrying a
+//! label of this installation only, failure policy `Ignore`) are added to the
+//! configurations, and a dry-run create of such a ConfigMap is repeated until both were
+//! called. The API server reads configurations and CRDs through its informers, so for a
+//! moment after they are written it still calls the old ones (or none).
+//!
+//! When it points CRDs' conversion at the server, it also waits until the API server calls the
+//! server's `/convert`, through a probe CRD of its own updated after them (see
+//! `conversion_probe.rs`: a CRD's conversion is only called for an object of it, and
+//! `install` knows none of the test's). That CRD, `conversionprobes.testenv.kctrl.dev`, stays
+//! in the API server afterwards, without objects.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use kctrl_client::{Api, Client, DeleteParams, PostParams};
+use kctrl_webhook::{
+    AdmissionRequest, ClientConfig, Defaulter, Denied, FailurePolicy, Operation, RunningServer,
+    ServerBuilder, Validator, Warnings, Webhook,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::Error;
+
+mod conversion_probe;
+
+/// The label the probe ConfigMaps carry; its value names one installation.
+const PROBE_LABEL: &str = "kctrl-testenv/webhook-probe";
+
+/// How long [`install`] waits for the API server to call the webhooks.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Counts the calls of a probe webhook, allowing everything.
+#[derive(Clone, Default)]
+struct Probe(Arc<AtomicUsize>);
+
+impl Defaulter<ConfigMap> for Probe {
+    async fn set_defaults(&self, _: &AdmissionRequest, _: &mut ConfigMap) -> Result<(), Denied> {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+impl Validator<ConfigMap> for Probe {
+    async fn validate_create(
+        &self,
+        _: &AdmissionRequest,
+        _: &ConfigMap,
+    ) -> Result<Warnings, Denied> {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        Ok(Vec::new())
+    }
+
+    async fn validate_update(
+        &self,
+        _: &AdmissionRequest,
+        _: &ConfigMap,
+        _: &ConfigMap,
+    ) -> Result<Warnings, Denied> {
+        Ok(Vec::new())
+    }
+}
+
+/// A CA and a serving certificate it signed for `127.0.0.1` and `localhost`: (CA PEM, cert
+/// PEM, key PEM).
+fn certificates() -> Result<(String, String, String), Error> {
+    let fail =
+        |e: rcgen::Error| Error::Webhook(format!("generating the webhook's certificates: {e}"));
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(fail)?;
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::DigitalSignature,
+    ];
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, "kctrl-testenv-webhook-ca");
+    let ca_key = rcgen::KeyPair::generate().map_err(fail)?;
+    let ca_pem = ca.self_signed(&ca_key).map_err(fail)?.pem();
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let mut serving = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).map_err(fail)?;
+    serving.subject_alt_names.push(rcgen::SanType::IpAddress(
+        std::net::Ipv4Addr::LOCALHOST.into(),
+    ));
+    serving
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "kctrl-testenv-webhook");
+    let key = rcgen::KeyPair::generate().map_err(fail)?;
+    let cert = serving.signed_by(&key, &issuer).map_err(fail)?;
+    Ok((ca_pem, cert.pem(), key.serialize_pem()))
+}
+
+/// A test's webhook server, running and registered; see the [module docs](self).
+///
+/// [`uninstall`](Self::uninstall) deletes the configurations and stops the server. Dropping it
+/// only stops the server: the configurations stay, and with failure policy `Fail` they then
+/// refuse the requests they match, so a test sharing its environment should uninstall.
+#[derive(Debug)]
+pub struct InstalledWebhooks {
+    server: Option<RunningServer>,
+    cancel: CancellationToken,
+    client_config: ClientConfig,
+    ca_pem: String,
+    name: String,
+    client: Client,
+}
+
+impl InstalledWebhooks {
+    /// The server's address on loopback.
+    pub fn local_addr(&self) -> std::net::SocketAddr {
+        self.server
+            .as_ref()
+            .map(RunningServer::local_addr)
+            .unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
+    }
+
+    /// The running server (its metrics and certificates).
+    pub fn server(&self) -> Option<&RunningServer> {
+        self.server.as_ref()
+    }
+
+    /// How the API server reaches the server (a URL on loopback, with the CA bundle).
+    pub fn client_config(&self) -> &ClientConfig {
+        &self.client_config
+    }
+
+    /// The CA that signed the serving certificate (PEM).
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
+    /// The name of both configurations.
+    pub fn configuration_name(&self) -> &str {
+        &self.name
+    }
+
+    /// Deletes the configurations, then stops the server and waits until it has.
+    pub async fn uninstall(mut self) -> Result<(), Error> {
+        let params = DeleteParams::default();
+        let mutating: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
+        let validating: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
+        let deleted = async {
+            if let Err(e) = mutating.delete(&self.name, &params).await
+                && !e.is_not_found()
+            {
+                return Err(Error::from(e));
+            }
+            if let Err(e) = validating.delete(&self.name, &params).await
+                && !e.is_not_found()
+            {
+                return Err(Error::from(e));
+            }
+            Ok(())
+        }
+        .await;
+        self.cancel.cancel();
+        if let Some(server) = self.server.take() {
+            server.stopped().await;
+        }
+        deleted
+    }
+}
+
+impl Drop for InstalledWebhooks {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+/// Starts `server` on `127.0.0.1:0` with a fresh CA and serving certificate, registers it with
+/// the API server `client` talks to, points the conversion of those of `crds` whose kinds it
+/// converts at it, and waits until the API server calls its admission webhooks. See the
+/// [module docs](self).
+pub async fn install(
+    client: &Client,
+    server: ServerBuilder,
+    crds: impl IntoIterator<Item = CustomResourceDefinition>,
+) -> Result<InstalledWebhooks, Error> {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let name = format!(
+        "kctrl-testenv-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    let (ca_pem, cert_pem, key_pem) = certificates()?;
+    let (mutated, validated) = (Probe::default(), Probe::default());
+    let selector = LabelSelector {
+        match_labels: Some([(PROBE_LABEL.to_owned(), name.clone())].into()),
+        ..LabelSelector::default()
+    };
+    let probe = |w: Webhook, path: &str, webhook_name: &str| {
+        w.path(path)
+            .name(webhook_name)
+            .operations([Operation::Create])
+            .failure_policy(FailurePolicy::Ignore)
+            .object_selector(selector.clone())
+    };
+    let server = server
+        .webhook(probe(
+            Webhook::defaulting::<ConfigMap, _>(mutated.clone()),
+            "/kctrl-testenv-probe-mutate",
+            "probe-mutate.testenv.kctrl.dev",
+        ))
+        .webhook(probe(
+            Webhook::validating::<ConfigMap, _>(validated.clone()),
+            "/kctrl-testenv-probe-validate",
+            "probe-validate.testenv.kctrl.dev",
+        ))
+        .conversion(conversion_probe::conversion())
+        .host(std::net::Ipv4Addr::LOCALHOST.into())
+        .port(0)
+        .tls_pem(cert_pem, key_pem)
+        .build()
+        .map_err(|e| Error::Webhook(e.to_string()))?;
+    let cancel = CancellationToken::new();
+    let running = server
+        .start(cancel.clone())
+        .await
+        .map_err(|e| Error::Webhook(e.to_string()))?;
+    let config = ClientConfig::url(format!("https://127.0.0.1:{}", running.local_addr().port()))
+        .ca_bundle(ca_pem.clone());
+    let installed = InstalledWebhooks {
+        server: Some(running),
+        cancel,
+        client_config: config.clone(),
+        ca_pem: ca_pem.clone(),
+        name: name.clone(),
+        client: client.clone(),
+    };
+    let registered = async {
+        if let Some(m) = server.mutating_configuration(&name, &config) {
+            Api::<MutatingWebhookConfiguration>::all(client.clone())
+                .create(&PostParams::default(), &m)
+                .await?;
+        }
+        if let Some(v) = server.validating_configuration(&name, &config) {
+            Api::<ValidatingWebhookConfiguration>::all(client.clone())
+                .create(&PostParams::default(), &v)
+                .await?;
+        }
+        let converted = server.converted_kinds();
+        let mut conversions = false;
+        for mut crd in crds {
+            let ours = converted
+                .iter()
+                .any(|(g, k)| *g == crd.spec.group && *k == crd.spec.names.kind);
+            if ours {
+                crd.spec.conversion = Some(kctrl_webhook::configuration::crd_conversion(&config));
+                set_conversion(client, &crd).await?;
+                conversions = true;
+            }
+            crate::crd::install(client, crd, READY_TIMEOUT).await?;
+        }
+        wait_until_called(client, &name, &mutated, &validated).await?;
+        if conversions && let Some(running) = installed.server.as_ref() {
+            conversion_probe::wait_until_called(client, &name, &config, running, READY_TIMEOUT)
+                .await?;
+        }
+        Ok(())
+    }
+    .await;
+    match registered {
+        Ok(()) => Ok(installed),
+        Err(e) => {
+            // What was created goes; the error is the one to report.
+            let _ = installed.uninstall().await;
+            Err(e)
+        }
+    }
+}
+
+/// Creates `crd`, or gives the existing one `crd`'s conversion.
+async fn set_conversion(client: &Client, crd: &CustomResourceDefinition) -> Result<(), Error> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    loop {
+        match api.get_opt(&name).await? {
+            None => match api.create(&PostParams::default(), crd).await {
+                Ok(_) => return Ok(()),
+                Err(e) if e.is_already_exists() => continue,
+                Err(e) => return Err(e.into()),
+            },
+            Some(mut existing) => {
+                existing.spec.conversion = crd.spec.conversion.clone();
+                match api.update(&PostParams::default(), &existing).await {
+                    Ok(_) => return Ok(()),
+                    Err(e) if e.is_conflict() => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+    }
+}
+
+/// Dry-run creates of a probe ConfigMap until the API server has called both probes.
+async fn wait_until_called(
+    client: &Client,
+    name: &str,
+    mutated: &Probe,
+    validated: &Probe,
+) -> Result<(), Error> {
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let probe = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(format!("{name}-probe")),
+            labels: Some([(PROBE_LABEL.to_owned(), name.to_owned())].into()),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    };
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+    loop {
+        configmaps.create(&dry_run, &probe).await?;
+        let calls = (
+            mutated.0.load(Ordering::Relaxed),
+            validated.0.load(Ordering::Relaxed),
+        );
+        if calls.0 > 0 && calls.1 > 0 {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(Error::Webhook(format!(
+                "the API server did not call the webhooks of {name} within {READY_TIMEOUT:?} \
+                 (mutating probe called {} times, validating {}): can it reach 127.0.0.1 of \
+                 this machine? (an API server in a container or VM cannot)",
+                calls.0, calls.1
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

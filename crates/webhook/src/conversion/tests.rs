@@ -1,0 +1,175 @@
+use kctrl_client::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::*;
+
+use crate::test_widgets::{v1, v2};
+
+mod v3 {
+    use super::*;
+    #[derive(CustomResource, Clone, Debug, Serialize, Deserialize, JsonSchema)]
+    #[resource(
+        group = "webhook.kctrl.dev",
+        version = "v3",
+        kind = "Widget",
+        namespaced
+    )]
+    pub(crate) struct WidgetSpec {
+        pub(crate) area: i32,
+    }
+}
+
+mod other {
+    use super::*;
+    #[derive(CustomResource, Clone, Debug, Serialize, Deserialize, JsonSchema)]
+    #[resource(
+        group = "other.example.com",
+        version = "v1",
+        kind = "Gadget",
+        namespaced
+    )]
+    pub(crate) struct GadgetSpec {
+        pub(crate) size: String,
+    }
+}
+
+impl Spoke<v2::Widget> for v3::Widget {
+    fn to_hub(self) -> Result<v2::Widget, ConversionError> {
+        Ok(v2::Widget {
+            metadata: self.metadata,
+            spec: v2::WidgetSpec {
+                width: self.spec.area,
+                height: 1,
+            },
+        })
+    }
+    fn from_hub(hub: v2::Widget) -> Result<Self, ConversionError> {
+        Ok(v3::Widget {
+            metadata: hub.metadata,
+            spec: v3::WidgetSpec {
+                area: hub.spec.width * hub.spec.height,
+            },
+        })
+    }
+}
+
+impl Spoke<v2::Widget> for other::Gadget {
+    fn to_hub(self) -> Result<v2::Widget, ConversionError> {
+        Err(ConversionError::new("never"))
+    }
+    fn from_hub(_: v2::Widget) -> Result<Self, ConversionError> {
+        Err(ConversionError::new("never"))
+    }
+}
+
+fn converters() -> Converters {
+    let mut c = Converters::default();
+    c.add(
+        Conversion::<v2::Widget>::new()
+            .spoke::<v1::Widget>()
+            .spoke::<v3::Widget>()
+            .erase(),
+    );
+    c
+}
+
+fn widget(version: &str, spec: serde_json::Value) -> serde_json::Value {
+    json!({"apiVersion": format!("webhook.kctrl.dev/{version}"), "kind": "Widget",
+           "metadata": {"name": "w", "namespace": "default", "uid": "u1", "labels": {"a": "b"}}, "spec": spec})
+}
+
+#[test]
+fn spoke_to_spoke_goes_through_the_hub_keeping_metadata() {
+    let response = converters().handle(ConversionRequest {
+        uid: "abc".into(),
+        desired_api_version: "webhook.kctrl.dev/v3".into(),
+        objects: vec![
+            widget("v1", json!({"size": "3x4"})),
+            widget("v2", json!({"width": 2, "height": 5})),
+            widget("v3", json!({"area": 7})),
+        ],
+    });
+    assert_eq!(response.uid, "abc");
+    assert_eq!(response.result.status.as_deref(), Some("Success"));
+    assert_eq!(
+        response.converted_objects,
+        [
+            widget("v3", json!({"area": 12})),
+            widget("v3", json!({"area": 10})),
+            widget("v3", json!({"area": 7}))
+        ]
+    );
+    let back = converters().handle(ConversionRequest {
+        uid: "abc".into(),
+        desired_api_version: "webhook.kctrl.dev/v1".into(),
+        objects: vec![widget("v2", json!({"width": 2, "height": 5}))],
+    });
+    assert_eq!(
+        back.converted_objects,
+        [widget("v1", json!({"size": "2x5"}))]
+    );
+}
+
+#[test]
+fn failures_name_the_object_kind_and_version() {
+    let fail = |objects: Vec<serde_json::Value>, desired: &str| {
+        let r = converters().handle(ConversionRequest {
+            uid: "u".into(),
+            desired_api_version: desired.into(),
+            objects,
+        });
+        assert_eq!(r.result.status.as_deref(), Some("Failure"));
+        assert!(r.converted_objects.is_empty());
+        r.result.message.unwrap()
+    };
+    let m = fail(
+        vec![widget("v1", json!({"size": "big"}))],
+        "webhook.kctrl.dev/v2",
+    );
+    assert_eq!(
+        m,
+        "converting Widget \"w\" to webhook.kctrl.dev/v2: size \"big\" is not WxH"
+    );
+    let m = fail(vec![widget("v9", json!({}))], "webhook.kctrl.dev/v2");
+    assert_eq!(
+        m,
+        "converting Widget \"w\" to webhook.kctrl.dev/v2: version v9 of Widget.webhook.kctrl.dev is not registered for conversion (registered: v1, v2, v3)"
+    );
+    let m = fail(
+        vec![widget("v1", json!({"size": "1x1"}))],
+        "webhook.kctrl.dev/v7",
+    );
+    assert!(
+        m.contains("version v7 of Widget.webhook.kctrl.dev is not registered"),
+        "{m}"
+    );
+    let m = fail(
+        vec![
+            json!({"apiVersion": "other.example.com/v1", "kind": "Gadget", "metadata": {"name": "g"}}),
+        ],
+        "other.example.com/v2",
+    );
+    assert_eq!(
+        m,
+        "no conversion is registered for kind \"Gadget\" of group \"other.example.com\" (object \"g\"); registered: Widget.webhook.kctrl.dev"
+    );
+    let m = fail(
+        vec![widget("v1", json!({"size": "1x1"}))],
+        "other.example.com/v1",
+    );
+    assert!(m.contains("another API group"), "{m}");
+}
+
+#[test]
+fn registration_mistakes_are_collected() {
+    let c = Conversion::<v2::Widget>::new()
+        .spoke::<v1::Widget>()
+        .spoke::<v1::Widget>()
+        .spoke::<other::Gadget>();
+    let k = c.erase();
+    assert_eq!(k.errors().len(), 2, "{:?}", k.errors());
+    assert!(k.errors()[0].contains("registered twice"));
+    assert!(k.errors()[1].contains("not of the hub's group and kind"));
+}

@@ -1,0 +1,558 @@
+//! The HTTPS server the API server calls: admission webhooks at their paths, conversions at
+//! `/convert`, `/healthz`, `/readyz` and `/metrics` beside them (controller-runtime's
+//! `webhook.Server`).
+//!
+//! * TLS: `tls.crt` and `tls.key` in a certificate directory (controller-runtime's defaults:
+//!   `<temp dir>/k8s-webhook-server/serving-certs`, port 9443), reloaded when they change
+//!   ([`CertWatcher`]); or an identity in memory.
+//! * Limits: a TLS handshake within 10 s, request headers within 10 s, a body of at most
+//!   7 MiB (controller-runtime's), an answer within 30 s (the API server waits at most 30 s).
+//! * A request that is not a review (not JSON, another kind or version, no `request`) is
+//!   answered `400 Bad Request` with a message saying what is wrong; `413` for a body too
+//!   large; `404` for an unknown path.
+//! * Shutdown: when the [`CancellationToken`] fires the listener closes, connections finish
+//!   the requests they have (HTTP/2 `GOAWAY`, HTTP/1 `Connection: close`) for up to
+//!   [`shutdown_timeout`](ServerBuilder::shutdown_timeout), and [`RunningServer::stopped`]
+//!   returns.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::Request;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::Error;
+use crate::certwatcher::CertWatcher;
+use crate::configuration::{self, ClientConfig};
+use crate::conversion::{Conversion, Converters};
+use crate::metrics::WebhookMetrics;
+use crate::webhook::{Webhook, WebhookType};
+
+/// controller-runtime's default port.
+pub const DEFAULT_PORT: u16 = 9443;
+/// The certificate's file name in the certificate directory.
+pub const DEFAULT_CERT_NAME: &str = "tls.crt";
+/// The key's file name in the certificate directory.
+pub const DEFAULT_KEY_NAME: &str = "tls.key";
+/// The path of conversions.
+pub const CONVERSION_PATH: &str = "/convert";
+/// The largest request body accepted (controller-runtime's: 7 MiB).
+pub const MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
+
+/// controller-runtime's default certificate directory: `<temp dir>/k8s-webhook-server/serving-certs`.
+pub fn default_cert_dir() -> PathBuf {
+    std::env::temp_dir()
+        .join("k8s-webhook-server")
+        .join("serving-certs")
+}
+
+/// Where the serving identity comes from.
+#[derive(Clone, Debug)]
+enum Tls {
+    Dir {
+        dir: PathBuf,
+        cert_name: String,
+        key_name: String,
+    },
+    Pem {
+        cert: Vec<u8>,
+        key: Vec<u8>,
+    },
+}
+
+/// Builds a [`WebhookServer`]; from [`WebhookServer::builder`].
+#[derive(Debug)]
+pub struct ServerBuilder {
+    webhooks: Vec<Webhook>,
+    conversions: Converters,
+    host: IpAddr,
+    port: u16,
+    tls: Tls,
+    cert_poll_interval: Duration,
+    max_body_bytes: usize,
+    request_timeout: Duration,
+    handshake_timeout: Duration,
+    header_read_timeout: Duration,
+    shutdown_timeout: Duration,
+    metrics: Option<WebhookMetrics>,
+    metrics_registry: Option<Arc<Registry>>,
+}
+
+impl Default for ServerBuilder {
+    fn default() -> Self {
+        ServerBuilder {
+            webhooks: Vec::new(),
+            conversions: Converters::default(),
+            host: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            port: DEFAULT_PORT,
+            tls: Tls::Dir {
+                dir: default_cert_dir(),
+                cert_name: DEFAULT_CERT_NAME.to_owned(),
+                key_name: DEFAULT_KEY_NAME.to_owned(),
+            },
+            cert_poll_interval: Duration::from_secs(10),
+            max_body_bytes: MAX_BODY_BYTES,
+            request_timeout: Duration::from_secs(30),
+            handshake_timeout: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(10),
+            shutdown_timeout: Duration::from_secs(30),
+            metrics: None,
+            metrics_registry: None,
+        }
+    }
+}
+
+impl ServerBuilder {
+    /// Serves `webhook` (at its path).
+    pub fn webhook(mut self, webhook: Webhook) -> Self {
+        self.webhooks.push(webhook);
+        self
+    }
+
+    /// Serves the conversions of `conversion`'s kind at `/convert`.
+    pub fn conversion<H>(mut self, conversion: Conversion<H>) -> Self
+    where
+        H: k8s_openapi::Resource + serde::Serialize + serde::de::DeserializeOwned + 'static,
+    {
+        self.conversions.add(conversion.erase());
+        self
+    }
+
+    /// The address to listen on (all interfaces by default).
+    pub fn host(mut self, host: IpAddr) -> Self {
+        self.host = host;
+        self
+    }
+
+    /// The port, 9443 by default; 0 picks a free one ([`RunningServer::local_addr`] says which).
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+
+    /// Read `tls.crt` and `tls.key` from `dir` (and reload them when they change).
+    pub fn cert_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        let dir = dir.into();
+        self.tls = match self.tls {
+            Tls::Dir {
+                cert_name,
+                key_name,
+                ..
+            } => Tls::Dir {
+                dir,
+                cert_name,
+                key_name,
+            },
+            Tls::Pem { .. } => Tls::Dir {
+                dir,
+                cert_name: DEFAULT_CERT_NAME.to_owned(),
+                key_name: DEFAULT_KEY_NAME.to_owned(),
+            },
+        };
+        self
+    }
+
+    /// Other file names in the certificate directory than `tls.crt` and `tls.key`.
+    pub fn cert_names(mut self, cert_name: impl Into<String>, key_name: impl Into<String>) -> Self {
+        let dir = match self.tls {
+            Tls::Dir { dir, .. } => dir,
+            Tls::Pem { .. } => default_cert_dir(),
+        };
+        self.tls = Tls::Dir {
+            dir,
+            cert_name: cert_name.into(),
+            key_name: key_name.into(),
+        };
+        self
+    }
+
+    /// Serve with this certificate chain and key (PEM) instead of files; never reloaded.
+    pub fn tls_pem(mut self, cert_pem: impl Into<Vec<u8>>, key_pem: impl Into<Vec<u8>>) -> Self {
+        self.tls = Tls::Pem {
+            cert: cert_pem.into(),
+            key: key_pem.into(),
+        };
+        self
+    }
+
+    /// How often the certificate files are checked for changes (10 s by default).
+    pub fn cert_poll_interval(mut self, interval: Duration) -> Self {
+        self.cert_poll_interval = interval;
+        self
+    }
+
+    /// The largest request body accepted (7 MiB by default); larger ones get `413`.
+    pub fn max_body_bytes(mut self, bytes: usize) -> Self {
+        self.max_body_bytes = bytes;
+        self
+    }
+
+    /// How long reading a request's body and answering it may take (30 s by default).
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// How long a connection's TLS handshake, and reading a request's headers, may take
+    /// (10 s each by default).
+    pub fn connection_timeouts(mut self, handshake: Duration, headers: Duration) -> Self {
+        self.handshake_timeout = handshake;
+        self.header_read_timeout = headers;
+        self
+    }
+
+    /// How long open connections may take to finish after the cancellation (30 s by default).
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.shutdown_timeout = timeout;
+        self
+    }
+
+    /// Record the request metrics in `metrics` (registered in a registry of yours) instead
+    /// of the server's own registry; `/metrics` then serves nothing unless
+    /// [`serve_metrics`](Self::serve_metrics) gives it a registry.
+    pub fn metrics(mut self, metrics: WebhookMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Serve `registry` at `/metrics`.
+    pub fn serve_metrics(mut self, registry: Arc<Registry>) -> Self {
+        self.metrics_registry = Some(registry);
+        self
+    }
+
+    /// Checks the registrations and loads the serving certificate.
+    pub fn build(self) -> Result<WebhookServer, Error> {
+        let mut problems = Vec::new();
+        let mut paths: BTreeMap<&str, &Webhook> = BTreeMap::new();
+        for w in &self.webhooks {
+            if !w.path.starts_with('/') {
+                problems.push(format!(
+                    "the path {:?} of webhook {} does not start with '/'",
+                    w.path, w.name
+                ));
+            }
+            if matches!(
+                w.path.as_str(),
+                "/healthz" | "/readyz" | "/metrics" | CONVERSION_PATH
+            ) {
+                problems.push(format!(
+                    "the path {} of webhook {} is reserved",
+                    w.path, w.name
+                ));
+            }
+            if let Some(other) = paths.insert(&w.path, w) {
+                problems.push(format!(
+                    "webhooks {} and {} are both at {}; give one another path with .path(...)",
+                    other.name, w.name, w.path
+                ));
+            }
+        }
+        let mut kinds = Vec::new();
+        for c in self.conversions.kinds() {
+            problems.extend(c.errors().iter().cloned());
+            if kinds.contains(&(c.group(), c.kind())) {
+                problems.push(format!(
+                    "the conversions of {}.{} are registered twice",
+                    c.kind(),
+                    c.group()
+                ));
+            }
+            kinds.push((c.group(), c.kind()));
+        }
+        if !problems.is_empty() {
+            return Err(Error::Registration(problems.join("; ")));
+        }
+        let certs = match &self.tls {
+            Tls::Dir {
+                dir,
+                cert_name,
+                key_name,
+            } => CertWatcher::from_files(dir.join(cert_name), dir.join(key_name))?,
+            Tls::Pem { cert, key } => CertWatcher::from_pem(cert, key)?,
+        };
+        let (metrics, registry) = match (self.metrics, self.metrics_registry) {
+            (Some(m), r) => (m, r),
+            (None, r) => {
+                let mut registry = Registry::default();
+                let m = WebhookMetrics::new(&mut registry);
+                (m, Some(r.unwrap_or_else(|| Arc::new(registry))))
+            }
+        };
+        Ok(WebhookServer {
+            webhooks: self.webhooks,
+            conversions: self.conversions,
+            address: SocketAddr::new(self.host, self.port),
+            certs: Arc::new(certs),
+            cert_poll_interval: self.cert_poll_interval,
+            max_body_bytes: self.max_body_bytes,
+            request_timeout: self.request_timeout,
+            handshake_timeout: self.handshake_timeout,
+            header_read_timeout: self.header_read_timeout,
+            shutdown_timeout: self.shutdown_timeout,
+            metrics,
+            registry,
+        })
+    }
+}
+
+/// A webhook server, built and ready to [`start`](Self::start). It also makes the
+/// configurations that register its webhooks with the API server.
+#[derive(Debug)]
+pub struct WebhookServer {
+    webhooks: Vec<Webhook>,
+    conversions: Converters,
+    address: SocketAddr,
+    certs: Arc<CertWatcher>,
+    cert_poll_interval: Duration,
+    max_body_bytes: usize,
+    request_timeout: Duration,
+    handshake_timeout: Duration,
+    header_read_timeout: Duration,
+    shutdown_timeout: Duration,
+    metrics: WebhookMetrics,
+    registry: Option<Arc<Registry>>,
+}
+
+/// A started server; see [`WebhookServer::start`].
+#[derive(Debug)]
+pub struct RunningServer {
+    local_addr: SocketAddr,
+    metrics: WebhookMetrics,
+    certs: Arc<CertWatcher>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RunningServer {
+    /// The address it listens on (with the port picked when 0 was asked for).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Its request metrics.
+    pub fn metrics(&self) -> &WebhookMetrics {
+        &self.metrics
+    }
+
+    /// Its serving identity.
+    pub fn certificates(&self) -> &Arc<CertWatcher> {
+        &self.certs
+    }
+
+    /// Waits until it has stopped: the cancellation fired and the connections finished (or
+    /// the shutdown timeout passed).
+    pub async fn stopped(self) {
+        let _ = self.task.await;
+    }
+}
+
+/// What every connection's requests need.
+struct State {
+    /// The admission webhooks by path.
+    admission: BTreeMap<String, Webhook>,
+    conversions: Converters,
+    metrics: WebhookMetrics,
+    /// Served at `/metrics`, if any.
+    registry: Option<Arc<Registry>>,
+    max_body_bytes: usize,
+    request_timeout: Duration,
+}
+
+impl WebhookServer {
+    /// A builder with controller-runtime's defaults (port 9443, `tls.crt`/`tls.key` in
+    /// [`default_cert_dir`]).
+    pub fn builder() -> ServerBuilder {
+        ServerBuilder::default()
+    }
+
+    /// The admission webhooks it serves.
+    pub fn webhooks(&self) -> &[Webhook] {
+        &self.webhooks
+    }
+
+    /// The `(group, kind)` of each kind it converts.
+    pub fn converted_kinds(&self) -> Vec<(&'static str, &'static str)> {
+        self.conversions
+            .kinds()
+            .iter()
+            .map(|c| (c.group(), c.kind()))
+            .collect()
+    }
+
+    /// The `MutatingWebhookConfiguration` named `name` registering its mutating webhooks,
+    /// called as `client` says; `None` if it has none.
+    pub fn mutating_configuration(
+        &self,
+        name: &str,
+        client: &ClientConfig,
+    ) -> Option<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> {
+        self.webhooks
+            .iter()
+            .any(|w| w.type_ == WebhookType::Mutating)
+            .then(|| configuration::mutating(name, &self.webhooks, client))
+    }
+
+    /// The `ValidatingWebhookConfiguration` named `name` registering its validating
+    /// webhooks, called as `client` says; `None` if it has none.
+    pub fn validating_configuration(
+        &self,
+        name: &str,
+        client: &ClientConfig,
+    ) -> Option<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> {
+        self.webhooks
+            .iter()
+            .any(|w| w.type_ == WebhookType::Validating)
+            .then(|| configuration::validating(name, &self.webhooks, client))
+    }
+
+    /// The request metrics.
+    pub fn metrics(&self) -> &WebhookMetrics {
+        &self.metrics
+    }
+
+    /// Binds the address and serves until `cancel` fires. Returns once listening (a bind
+    /// failure is returned); serving goes on in a task. The server stays usable for its
+    /// configurations (with the port now known, [`RunningServer::local_addr`]).
+    pub async fn start(&self, cancel: CancellationToken) -> Result<RunningServer, Error> {
+        let listener = TcpListener::bind(self.address)
+            .await
+            .map_err(|source| Error::Bind {
+                address: self.address,
+                source,
+            })?;
+        let local_addr = listener.local_addr().map_err(|source| Error::Bind {
+            address: self.address,
+            source,
+        })?;
+        let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Tls(e.to_string()))?
+        .with_no_client_auth()
+        .with_cert_resolver(self.certs.clone());
+        tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let acceptor = TlsAcceptor::from(Arc::new(tls));
+        tokio::spawn(
+            self.certs
+                .clone()
+                .watch(self.cert_poll_interval, cancel.child_token()),
+        );
+        let state = Arc::new(State {
+            admission: self
+                .webhooks
+                .iter()
+                .map(|w| (w.path.clone(), w.clone()))
+                .collect(),
+            conversions: self.conversions.clone(),
+            metrics: self.metrics.clone(),
+            registry: self.registry.clone(),
+            max_body_bytes: self.max_body_bytes,
+            request_timeout: self.request_timeout,
+        });
+        let mut http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+        http.http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.header_read_timeout);
+        http.http2().timer(TokioTimer::new());
+        let http = Arc::new(http);
+        let paths: Vec<&str> = self.webhooks.iter().map(|w| w.path.as_str()).collect();
+        info!(
+            address = %local_addr,
+            webhooks = ?paths,
+            conversions = !self.conversions.is_empty(),
+            "serving webhooks over HTTPS"
+        );
+        let (handshake_timeout, shutdown_timeout) = (self.handshake_timeout, self.shutdown_timeout);
+        let task = tokio::spawn(async move {
+            let mut connections = JoinSet::new();
+            loop {
+                // Reap finished connections, so the set only holds open ones.
+                while connections.try_join_next().is_some() {}
+                let (stream, peer) = tokio::select! {
+                    () = cancel.cancelled() => break,
+                    accepted = listener.accept() => match accepted {
+                        Ok(pair) => pair,
+                        Err(e) => {
+                            warn!(%e, "accepting a connection failed");
+                            tokio::select! {
+                                () = cancel.cancelled() => break,
+                                () = tokio::time::sleep(Duration::from_millis(100)) => continue,
+                            }
+                        }
+                    },
+                };
+                let (acceptor, state, http, cancel) = (
+                    acceptor.clone(),
+                    state.clone(),
+                    http.clone(),
+                    cancel.clone(),
+                );
+                connections.spawn(async move {
+                    let tls = match tokio::time::timeout(handshake_timeout, acceptor.accept(stream))
+                        .await
+                    {
+                        Ok(Ok(tls)) => tls,
+                        Ok(Err(e)) => {
+                            debug!(%peer, %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            debug!(%peer, "TLS handshake timed out");
+                            return;
+                        }
+                    };
+                    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+                        let state = state.clone();
+                        async move { Ok::<_, Infallible>(answer::route(&state, request).await) }
+                    });
+                    let connection = http.serve_connection(TokioIo::new(tls), service);
+                    tokio::pin!(connection);
+                    tokio::select! {
+                        served = connection.as_mut() => {
+                            if let Err(e) = served {
+                                debug!(%peer, %e, "connection ended with an error");
+                            }
+                        }
+                        () = cancel.cancelled() => {
+                            connection.as_mut().graceful_shutdown();
+                            let _ = connection.await;
+                        }
+                    }
+                });
+            }
+            drop(listener);
+            let drained = tokio::time::timeout(shutdown_timeout, async {
+                while connections.join_next().await.is_some() {}
+            })
+            .await;
+            if drained.is_err() {
+                warn!(open = connections.len(), timeout = ?shutdown_timeout, "connections still open at the end of the shutdown; closing them");
+                connections.abort_all();
+            }
+            info!("webhook server stopped");
+        });
+        Ok(RunningServer {
+            local_addr,
+            metrics: self.metrics.clone(),
+            certs: self.certs.clone(),
+            task,
+        })
+    }
+}
+
+mod answer;
+
+#[cfg(test)]
+mod tests;

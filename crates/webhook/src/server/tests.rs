@@ -1,0 +1,494 @@
+use std::net::Ipv4Addr;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, ServerName};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::*;
+use crate::admission::{Defaulter, Validator, Warnings};
+use crate::denial::Denied;
+use crate::review::AdmissionRequest;
+use crate::review::{AdmissionReview, ConversionReview};
+
+struct Labeller;
+
+impl Defaulter<ConfigMap> for Labeller {
+    async fn set_defaults(&self, _: &AdmissionRequest, cm: &mut ConfigMap) -> Result<(), Denied> {
+        cm.data
+            .get_or_insert_with(Default::default)
+            .insert("defaulted".into(), "yes".into());
+        Ok(())
+    }
+}
+
+struct NoFoo;
+
+impl Validator<ConfigMap> for NoFoo {
+    async fn validate_create(
+        &self,
+        _: &AdmissionRequest,
+        cm: &ConfigMap,
+    ) -> Result<Warnings, Denied> {
+        if cm.data.as_ref().is_some_and(|d| d.contains_key("foo")) {
+            return Err(Denied::forbidden("foo is not welcome"));
+        }
+        Ok(Vec::new())
+    }
+    async fn validate_update(
+        &self,
+        r: &AdmissionRequest,
+        _: &ConfigMap,
+        new: &ConfigMap,
+    ) -> Result<Warnings, Denied> {
+        self.validate_create(r, new).await
+    }
+}
+
+/// A self-signed certificate for 127.0.0.1, as (cert PEM, key PEM).
+fn identity(cn: &str) -> (String, String) {
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    params
+        .subject_alt_names
+        .push(rcgen::SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cn);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+async fn start(builder: ServerBuilder) -> (RunningServer, CancellationToken) {
+    let cancel = CancellationToken::new();
+    let server = builder
+        .host(IpAddr::V4(Ipv4Addr::LOCALHOST))
+        .port(0)
+        .build()
+        .unwrap();
+    (server.start(cancel.clone()).await.unwrap(), cancel)
+}
+
+fn pem_server() -> (ServerBuilder, String) {
+    let (cert, key) = identity("webhook");
+    let b = WebhookServer::builder()
+        .webhook(crate::Webhook::defaulting::<ConfigMap, _>(Labeller))
+        .webhook(crate::Webhook::validating::<ConfigMap, _>(NoFoo))
+        .tls_pem(cert.clone(), key);
+    (b, cert)
+}
+
+/// Opens a TLS connection trusting `trusted` (PEM certificates); returns it and the server's
+/// certificate.
+async fn connect(
+    addr: SocketAddr,
+    trusted: &[&str],
+) -> std::io::Result<(
+    tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+    CertificateDer<'static>,
+)> {
+    let mut roots = rustls::RootCertStore::empty();
+    for pem in trusted {
+        roots
+            .add(CertificateDer::from_pem_slice(pem.as_bytes()).unwrap())
+            .unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::IpAddress(Ipv4Addr::LOCALHOST.into()), tcp)
+        .await?;
+    let peer = tls.get_ref().1.peer_certificates().unwrap()[0]
+        .clone()
+        .into_owned();
+    Ok((tls, peer))
+}
+
+/// One HTTP/1.1 request; the status and body of the answer.
+async fn call(
+    addr: SocketAddr,
+    ca: &str,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &[u8],
+) -> (u16, String) {
+    let (mut tls, _) = connect(addr, &[ca]).await.unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    tls.write_all(head.as_bytes()).await.unwrap();
+    tls.write_all(body).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tls.read_to_end(&mut answer).await;
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer[9..12].parse().unwrap();
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+fn review(operation: &str, data: serde_json::Value) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "5f3c1d92-1f37-4c4a-9b1e-5b2c8d0e7a61",
+            "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+            "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+            "name": "cm", "namespace": "default", "operation": operation,
+            "userInfo": {"username": "admin"},
+            "object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}, "data": data},
+        },
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn admission_reviews_are_answered_with_the_uid_over_https() {
+    let (b, ca) = pem_server();
+    let (running, cancel) = start(b).await;
+    let addr = running.local_addr();
+    let (status, body) = call(
+        addr,
+        &ca,
+        "POST",
+        "/mutate--v1-configmap",
+        "application/json",
+        &review("CREATE", json!({"a": "1"})),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let answer: AdmissionReview = serde_json::from_str(&body).unwrap();
+    let response = answer.response.unwrap();
+    assert_eq!(
+        (answer.api_version.as_str(), answer.kind.as_str()),
+        ("admission.k8s.io/v1", "AdmissionReview")
+    );
+    assert_eq!(response.uid, "5f3c1d92-1f37-4c4a-9b1e-5b2c8d0e7a61");
+    assert!(response.allowed);
+    assert_eq!(
+        response.patch.as_deref(),
+        Some("W3sib3AiOiJhZGQiLCJwYXRoIjoiL2RhdGEvZGVmYXVsdGVkIiwidmFsdWUiOiJ5ZXMifV0=")
+    );
+
+    let (status, body) = call(
+        addr,
+        &ca,
+        "POST",
+        "/validate--v1-configmap",
+        "application/json",
+        &review("CREATE", json!({"foo": "1"})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let response = serde_json::from_str::<AdmissionReview>(&body)
+        .unwrap()
+        .response
+        .unwrap();
+    assert!(!response.allowed);
+    assert_eq!(
+        response.status.unwrap().message.as_deref(),
+        Some("foo is not welcome")
+    );
+
+    // The request counters, by path and HTTP code.
+    assert_eq!(running.metrics().requests("/mutate--v1-configmap", 200), 1);
+    let (status, metrics) = call(addr, &ca, "GET", "/metrics", "text/plain", b"").await;
+    assert_eq!(status, 200);
+    assert!(metrics.contains("controller_runtime_webhook_requests_total{webhook=\"/validate--v1-configmap\",code=\"200\"} 1"), "{metrics}");
+    assert!(
+        metrics.contains(
+            "controller_runtime_webhook_requests_in_flight{webhook=\"/validate--v1-configmap\"} 0"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            "controller_runtime_webhook_latency_seconds_count{webhook=\"/mutate--v1-configmap\"} 1"
+        ),
+        "{metrics}"
+    );
+    for probe in ["/healthz", "/readyz"] {
+        assert_eq!(
+            call(addr, &ca, "GET", probe, "text/plain", b"").await,
+            (200, "ok".to_owned())
+        );
+    }
+    cancel.cancel();
+    running.stopped().await;
+}
+
+#[tokio::test]
+async fn bad_requests_get_400_with_a_message() {
+    let (b, ca) = pem_server();
+    let (running, cancel) = start(b.max_body_bytes(64 * 1024)).await;
+    let addr = running.local_addr();
+    let path = "/validate--v1-configmap";
+    let cases: [(&str, &[u8], &str); 6] = [
+        ("application/json", b"{not json", "decoding the AdmissionReview: "),
+        ("text/plain", b"{}", "the content type is \"text/plain\"; webhooks take application/json"),
+        ("application/json", b"", "the request body is empty"),
+        ("application/json", br#"{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}"#, "the AdmissionReview has no request"),
+        ("application/json", br#"{"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": null}"#, "expected an AdmissionReview of admission.k8s.io/v1, got kind \"AdmissionReview\" of apiVersion \"admission.k8s.io/v1beta1\""),
+        ("application/json", br#"{"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview"}"#, "expected an AdmissionReview of admission.k8s.io/v1, got kind \"ConversionReview\""),
+    ];
+    for (content_type, body, expected) in cases {
+        let (status, text) = call(addr, &ca, "POST", path, content_type, body).await;
+        assert_eq!(status, 400, "{text}");
+        assert!(
+            text.starts_with(expected),
+            "{text:?} does not start with {expected:?}"
+        );
+    }
+    let big = vec![b' '; 65 * 1024];
+    assert_eq!(
+        call(addr, &ca, "POST", path, "application/json", &big)
+            .await
+            .0,
+        413
+    );
+    let (status, text) = call(addr, &ca, "POST", "/nowhere", "application/json", b"{}").await;
+    assert_eq!(status, 404);
+    assert!(
+        text.contains("/mutate--v1-configmap, /validate--v1-configmap"),
+        "{text}"
+    );
+    assert_eq!(
+        call(addr, &ca, "GET", path, "application/json", b"")
+            .await
+            .0,
+        405
+    );
+    // No conversions registered: /convert is not served.
+    assert_eq!(
+        call(addr, &ca, "POST", "/convert", "application/json", b"{}").await,
+        (
+            404,
+            "/convert not found: this server converts no kind\n".to_owned()
+        )
+    );
+    assert_eq!(running.metrics().requests(path, 400), 6);
+    cancel.cancel();
+    running.stopped().await;
+}
+
+#[tokio::test]
+async fn the_next_handshake_sees_a_rotated_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = identity("first");
+    std::fs::write(dir.path().join("tls.crt"), &first.0).unwrap();
+    std::fs::write(dir.path().join("tls.key"), &first.1).unwrap();
+    let builder = WebhookServer::builder()
+        .webhook(crate::Webhook::validating::<ConfigMap, _>(NoFoo))
+        .cert_dir(dir.path())
+        // Not polled during the test: the reload is triggered below.
+        .cert_poll_interval(Duration::from_secs(3600));
+    let (running, cancel) = start(builder).await;
+    let addr = running.local_addr();
+    let (_, seen) = connect(addr, &[&first.0]).await.unwrap();
+    assert_eq!(
+        seen,
+        CertificateDer::from_pem_slice(first.0.as_bytes()).unwrap()
+    );
+
+    let second = identity("second");
+    std::fs::write(dir.path().join("tls.crt"), &second.0).unwrap();
+    std::fs::write(dir.path().join("tls.key"), &second.1).unwrap();
+    assert!(running.certificates().reload().unwrap());
+    let (_, seen) = connect(addr, &[&first.0, &second.0]).await.unwrap();
+    assert_eq!(
+        seen,
+        CertificateDer::from_pem_slice(second.0.as_bytes()).unwrap()
+    );
+    // A client trusting only the old certificate no longer connects.
+    assert!(connect(addr, &[&first.0]).await.is_err());
+
+    // A bad pair keeps the second one.
+    std::fs::write(dir.path().join("tls.key"), &first.1).unwrap();
+    assert!(running.certificates().reload().is_err());
+    let (_, seen) = connect(addr, &[&second.0]).await.unwrap();
+    assert_eq!(
+        seen,
+        CertificateDer::from_pem_slice(second.0.as_bytes()).unwrap()
+    );
+    cancel.cancel();
+    running.stopped().await;
+}
+
+#[tokio::test]
+async fn cancellation_stops_listening_and_the_server_returns() {
+    let (b, ca) = pem_server();
+    let (running, cancel) = start(b).await;
+    let addr = running.local_addr();
+    // An idle open connection does not hold the shutdown back past its graceful close.
+    let (idle, _) = connect(addr, &[&ca]).await.unwrap();
+    cancel.cancel();
+    tokio::time::timeout(Duration::from_secs(20), running.stopped())
+        .await
+        .expect("stopped");
+    drop(idle);
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "still listening"
+    );
+}
+
+#[test]
+fn registration_mistakes_are_reported_together() {
+    let (cert, key) = identity("x");
+    let err = WebhookServer::builder()
+        .webhook(crate::Webhook::validating::<ConfigMap, _>(NoFoo))
+        .webhook(crate::Webhook::validating::<ConfigMap, _>(NoFoo).name("other.kb.io"))
+        .webhook(crate::Webhook::defaulting::<ConfigMap, _>(Labeller).path("healthz"))
+        .tls_pem(cert, key)
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(
+            "webhooks vconfigmap-v1.kb.io and other.kb.io are both at /validate--v1-configmap"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("does not start with '/'"), "{err}");
+    let err = WebhookServer::builder()
+        .cert_dir("/nonexistent/certs")
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("reading /nonexistent/certs/tls.crt"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn conversion_reviews_of_the_api_server_are_converted() {
+    let (cert, key) = identity("convert");
+    let builder = WebhookServer::builder()
+        .conversion(
+            crate::Conversion::<crate::test_widgets::v2::Widget>::new()
+                .spoke::<crate::test_widgets::v1::Widget>(),
+        )
+        .tls_pem(cert.clone(), key);
+    let (running, cancel) = start(builder).await;
+    let addr = running.local_addr();
+    for (body, expected) in [
+        (
+            include_str!("../review/testdata/conversion-to-v2.json"),
+            json!({"width": 3, "height": 4}),
+        ),
+        (
+            include_str!("../review/testdata/conversion-to-v1.json"),
+            json!({"size": "30x40"}),
+        ),
+    ] {
+        let (status, answer) = call(
+            addr,
+            &cert,
+            "POST",
+            "/convert",
+            "application/json",
+            body.as_bytes(),
+        )
+        .await;
+        assert_eq!(status, 200, "{answer}");
+        let answer: ConversionReview = serde_json::from_str(&answer).unwrap();
+        let request: serde_json::Value = serde_json::from_str(body).unwrap();
+        let response = answer.response.unwrap();
+        assert_eq!(response.uid, request["request"]["uid"].as_str().unwrap());
+        assert_eq!(response.result.status.as_deref(), Some("Success"));
+        let converted = &response.converted_objects[0];
+        assert_eq!(converted["spec"], expected);
+        assert_eq!(
+            converted["apiVersion"],
+            request["request"]["desiredAPIVersion"]
+        );
+        // Metadata as it came.
+        assert_eq!(
+            converted["metadata"],
+            request["request"]["objects"][0]["metadata"]
+        );
+    }
+    let (status, text) = call(
+        addr,
+        &cert,
+        "POST",
+        "/convert",
+        "application/json",
+        br#"{"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview"}"#,
+    )
+    .await;
+    assert_eq!(
+        (status, text.as_str()),
+        (400, "the ConversionReview has no request\n")
+    );
+    cancel.cancel();
+    running.stopped().await;
+}
+
+struct Panics;
+
+impl Validator<ConfigMap> for Panics {
+    async fn validate_create(
+        &self,
+        _: &AdmissionRequest,
+        _: &ConfigMap,
+    ) -> Result<Warnings, Denied> {
+        panic!("a bug in the handler")
+    }
+    async fn validate_update(
+        &self,
+        _: &AdmissionRequest,
+        _: &ConfigMap,
+        _: &ConfigMap,
+    ) -> Result<Warnings, Denied> {
+        Ok(Vec::new())
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_handler_refuses_with_500_and_the_server_goes_on() {
+    let (cert, key) = identity("panics");
+    let builder = WebhookServer::builder()
+        .webhook(crate::Webhook::validating::<ConfigMap, _>(Panics))
+        .tls_pem(cert.clone(), key);
+    let (running, cancel) = start(builder).await;
+    let addr = running.local_addr();
+    for _ in 0..2 {
+        let (status, body) = call(
+            addr,
+            &cert,
+            "POST",
+            "/validate--v1-configmap",
+            "application/json",
+            &review("CREATE", json!({})),
+        )
+        .await;
+        assert_eq!(status, 200);
+        let response = serde_json::from_str::<AdmissionReview>(&body)
+            .unwrap()
+            .response
+            .unwrap();
+        assert!(!response.allowed);
+        assert_eq!(response.uid, "5f3c1d92-1f37-4c4a-9b1e-5b2c8d0e7a61");
+        let status = response.status.unwrap();
+        assert_eq!(status.code, Some(500));
+        assert_eq!(
+            status.message.as_deref(),
+            Some("the webhook's handler panicked: a bug in the handler")
+        );
+    }
+    cancel.cancel();
+    running.stopped().await;
+}
