@@ -276,6 +276,11 @@ pub(crate) fn parse_version(output: &str) -> Option<KubeVersion> {
 
 /// Runs `<binary> --version` and parses it.
 fn binary_version(binary: &Path) -> Result<KubeVersion, Error> {
+    binary_version_within(binary, VERSION_TIMEOUT)
+}
+
+/// [`binary_version`] with `timeout` instead of [`VERSION_TIMEOUT`].
+fn binary_version_within(binary: &Path, timeout: Duration) -> Result<KubeVersion, Error> {
     let failed = |why: String| {
         Error::Assets(format!(
             "could not tell which Kubernetes version {} is: {why}",
@@ -293,12 +298,10 @@ fn binary_version(binary: &Path) -> Result<KubeVersion, Error> {
     loop {
         match child.try_wait() {
             Ok(Some(_)) => break,
-            Ok(None) if t0.elapsed() > VERSION_TIMEOUT => {
+            Ok(None) if t0.elapsed() > timeout => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(failed(format!(
-                    "`--version` did not answer within {VERSION_TIMEOUT:?}"
-                )));
+                return Err(failed(format!("`--version` did not answer within {timeout:?}")));
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),
             Err(e) => return Err(failed(e.to_string())),
@@ -341,9 +344,24 @@ fn release_arch() -> Option<&'static str> {
     }
 }
 
+/// Builds `wanted` into `cache` (kctrl's build from upstream's Go modules).
+pub(crate) type BuildFn = fn(&Cache, &[Binary]) -> Result<(), Error>;
+
+/// The real build: [`toolchain::ensure_built_only`].
+fn build_from_source(cache: &Cache, wanted: &[Binary]) -> Result<(), Error> {
+    toolchain::ensure_built_only(cache, wanted)
+        .map(drop)
+        .map_err(|e| Error::Build(format!("{e:#}")))
+}
+
 /// Finds every binary the plane needs (see the module documentation); downloads or builds
 /// what is missing when allowed. Blocking work runs on Tokio's blocking threads.
 pub(crate) async fn resolve(inputs: Inputs) -> Result<Resolved, Error> {
+    resolve_with(inputs, build_from_source).await
+}
+
+/// [`resolve`] with `build` as the build (tests give one that builds nothing).
+pub(crate) async fn resolve_with(inputs: Inputs, build: BuildFn) -> Result<Resolved, Error> {
     let mut origins: Vec<ResolvedBinary> = Vec::new();
     // 1. The user's binaries.
     if let Some((dir, from)) = &inputs.assets
@@ -487,10 +505,9 @@ pub(crate) async fn resolve(inputs: Inputs) -> Result<Resolved, Error> {
         && let Some(cache) = &build_cache
     {
         let (building, wanted) = (cache.clone(), missing.clone());
-        tokio::task::spawn_blocking(move || toolchain::ensure_built_only(&building, &wanted))
+        tokio::task::spawn_blocking(move || build(&building, &wanted))
             .await
-            .map_err(|e| Error::Build(format!("the build task failed: {e}")))?
-            .map_err(|e| Error::Build(format!("{e:#}")))?;
+            .map_err(|e| Error::Build(format!("the build task failed: {e}")))??;
         for b in std::mem::take(&mut missing) {
             origins.push(ResolvedBinary {
                 name: b.file_name(),
