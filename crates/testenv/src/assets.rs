@@ -792,7 +792,7 @@ fn missing_error(
 static NEXT_LINK_DIR: AtomicU32 = AtomicU32::new(0);
 
 /// The directory the plane runs its binaries from: the cache directory itself when every
-/// binary is there (as `bin/<name>`), else a directory of symlinks under
+/// binary is there under its own name (as `bin/<name>`), else a directory of symlinks under
 /// `<cache base>/testenv-bins/<hash of the targets>/` (kept: tiny, shared by every
 /// environment with the same binaries, and what the plane recognises its processes by).
 fn binary_root(
@@ -800,9 +800,14 @@ fn binary_root(
     cache_base: &Path,
     kwok_share: Option<PathBuf>,
 ) -> Result<PathBuf, Error> {
+    // `<root>/bin/<name>` for each binary, under its own name: a file of another name (a
+    // `TEST_ASSET_*` naming `/x/bin/etcd-3.6`) is reached only through a link.
     let roots: Vec<Option<&Path>> = origins
         .iter()
         .map(|o| {
+            if o.path.file_name()? != o.name {
+                return None;
+            }
             let bin = o.path.parent()?;
             (bin.file_name()? == "bin").then_some(bin.parent()?)
         })
