@@ -361,7 +361,10 @@ pub(crate) async fn resolve(inputs: Inputs) -> Result<Resolved, Error> {
 }
 
 /// [`resolve`] with `build` as the build (tests give one that builds nothing).
-pub(crate) async fn resolve_with(inputs: Inputs, build: BuildFn) -> Result<Resolved, Error> {
+pub(crate) async fn resolve_with(mut inputs: Inputs, build: BuildFn) -> Result<Resolved, Error> {
+    // Every path below the cache ends up as a symlink's target or the plane's root, and a
+    // relative one (`KCTRL_CACHE_DIR=.cache`) would point nowhere from there.
+    inputs.cache_base = absolute(&inputs.cache_base)?;
     let mut origins: Vec<ResolvedBinary> = Vec::new();
     // 1. The user's binaries.
     if let Some((dir, from)) = &inputs.assets
