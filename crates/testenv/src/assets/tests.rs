@@ -693,9 +693,18 @@ async fn for_another_patch_a_download_of_that_patch_is_preferred_to_the_pinned_b
     let downloaded = base.join(format!("k8s-{patch}/bin/kube-controller-manager"));
     let body = fake(&patch, 10);
     write_exe(&downloaded, &body);
+    // (Recorded as a download from the mirror `inputs` names, as resolving expects.)
+    let url = format!(
+        "http://127.0.0.1:9{}",
+        k8s_path(&patch, "kube-controller-manager")
+    );
     Record {
-        url: "http://mirror/kube-controller-manager".into(),
-        checksum_url: "http://mirror/kube-controller-manager.sha256".into(),
+        source: download::Source {
+            checksum_url: format!("{url}.sha256"),
+            url,
+            version: patch.clone(),
+            archive: None,
+        },
         sha256: sha256(&body),
         downloaded_at: "2026-11-30T09:00:00Z".into(),
     }
@@ -884,7 +893,11 @@ fn a_version_check_reads_more_output_than_a_pipe_holds() {
 /// Whether process `pid` runs (a zombie does not).
 fn alive(pid: u32) -> bool {
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next()) != Some('Z'),
+        Ok(stat) => {
+            stat.rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next())
+                != Some('Z')
+        }
         Err(_) => false,
     }
 }
@@ -940,7 +953,7 @@ async fn a_failed_download_falls_back_to_the_allowed_build() {
     }
     assert!(
         !mirror
-            .requests(&k8s_path(r.kubernetes, "kubectl.sha256"))
+            .requests(&k8s_path(r.kubernetes, "kube-controller-manager.sha256"))
             .is_empty(),
         "the download was tried first"
     );
@@ -1054,6 +1067,30 @@ async fn credentials_in_a_mirror_url_are_never_shown_or_recorded() {
 }
 
 #[test]
+fn only_versions_of_published_releases_are_downloadable() {
+    for yes in [
+        "v1.37.2",
+        "v1.37.0-rc.1",
+        "v1.38.0-alpha.3",
+        "v1.36.0-beta.0",
+    ] {
+        assert!(is_published_release(yes), "{yes}");
+    }
+    for no in [
+        "v1.37.2-dirty",
+        "v1.37.2+k3s1",
+        "v1.37.0-alpha.1.123+abcdef",
+        "v1.37",
+        "v1.37.x",
+        "v2.0.0",
+        "1.37.2",
+        "v1.37.0-rc.",
+    ] {
+        assert!(!is_published_release(no), "{no}");
+    }
+}
+
+#[test]
 fn a_version_with_unexpected_characters_is_refused() {
     assert_eq!(parse_version("Kubernetes v1.37.2;rm"), None);
     assert_eq!(parse_version("Kubernetes v1.37.2/../../x"), None);
@@ -1075,8 +1112,12 @@ fn writing_a_record_leaves_the_build_s_temporary_file_alone() {
     let go_tmp = tmp.path().join(".kube-apiserver.tmp");
     fs::write(&go_tmp, b"go build output").unwrap();
     Record {
-        url: "http://mirror/kube-apiserver".into(),
-        checksum_url: "http://mirror/kube-apiserver.sha256".into(),
+        source: download::Source {
+            url: "http://mirror/kube-apiserver".into(),
+            checksum_url: "http://mirror/kube-apiserver.sha256".into(),
+            version: "v1.37.2".into(),
+            archive: None,
+        },
         sha256: sha256(b"x"),
         downloaded_at: "2026-11-30T09:00:00Z".into(),
     }
