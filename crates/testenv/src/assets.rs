@@ -165,6 +165,19 @@ fn env_nonempty(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
+/// `$name` when it is set. Set but empty is an error (`what` says what it should name): as in
+/// controller-runtime's envtest, a set `TEST_ASSET_*` or `KUBEBUILDER_ASSETS` wins over every
+/// later source, so an empty one is a mistake to report, not a variable to skip.
+fn env_set(name: &str, what: &str) -> Result<Option<String>, Error> {
+    match std::env::var_os(name) {
+        None => Ok(None),
+        Some(v) if v.to_string_lossy().trim().is_empty() => Err(Error::Assets(format!(
+            "${name} is set but empty: point it at {what}, or unset it"
+        ))),
+        Some(v) => Ok(Some(v.to_string_lossy().into_owned())),
+    }
+}
+
 impl Inputs {
     /// The inputs of `b`'s start, with the environment as it is now.
     pub(crate) fn from_builder(b: &TestEnvBuilder) -> Result<Inputs, Error> {
@@ -177,15 +190,17 @@ impl Inputs {
         };
         let mut wanted: Vec<Binary> = b.components().iter().map(|c| c.binary()).collect();
         wanted.push(Binary::Kubectl);
-        let overrides = wanted
-            .iter()
-            .filter(|b| **b != Binary::Kwok)
-            .filter_map(|b| {
-                let var = override_variable(*b);
-                env_nonempty(&var).map(|p| (*b, var, PathBuf::from(p)))
-            })
-            .collect();
-        let assets = match env_nonempty(KUBEBUILDER_ASSETS_ENV) {
+        let mut overrides = Vec::new();
+        for b in wanted.iter().filter(|b| **b != Binary::Kwok) {
+            let var = override_variable(*b);
+            let what = format!("the {} binary", b.file_name());
+            if let Some(p) = env_set(&var, &what)? {
+                overrides.push((*b, var, PathBuf::from(p)));
+            }
+        }
+        let assets_what = "a directory holding etcd, kube-apiserver and kubectl \
+                           (setup-envtest's layout)";
+        let assets = match env_set(KUBEBUILDER_ASSETS_ENV, assets_what)? {
             Some(dir) => Some((PathBuf::from(dir), format!("${KUBEBUILDER_ASSETS_ENV}"))),
             None => b
                 .binary_assets
