@@ -620,18 +620,21 @@ pub(crate) async fn resolve_with(mut inputs: Inputs, build: BuildFn) -> Result<R
             origins.push(o);
         }
     }
+    // Kubernetes' binaries only of a published release (not `-dirty`, `+k3s1`); etcd's
+    // archive (of the version the release pins) and never KWOK.
+    let published = is_published_release(&version);
     let downloadable = |b: &Binary| match b {
         Binary::Kwok => false,
         Binary::Etcd => release.is_some(),
-        _ => true,
+        _ => published,
     };
     let can_build = inputs.build && build_cache.is_some();
-    let published = is_published_release(&version);
-    if !missing.is_empty() && inputs.download && missing.iter().any(downloadable) {
+    if !missing.is_empty() && inputs.download {
         if !published {
-            tracing::info!(%version, "not a published release; nothing is downloaded");
-        } else {
-            let to_fetch: Vec<Binary> = missing.iter().copied().filter(downloadable).collect();
+            tracing::info!(%version, "not a published release; its binaries are not downloaded");
+        }
+        let to_fetch: Vec<Binary> = missing.iter().copied().filter(downloadable).collect();
+        if !to_fetch.is_empty() {
             let mut fetched = Vec::new();
             let outcome = download_all(
                 &plan,

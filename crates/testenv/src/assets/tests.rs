@@ -964,6 +964,15 @@ async fn a_version_that_is_no_published_release_is_not_downloaded() {
     let tmp = tempfile::tempdir().unwrap();
     let mirror = Mirror::start();
     let dir = assets_dir(tmp.path(), "v1.37.2-dirty");
+    // etcd, which the assets lack, is of the version kctrl pins: that one is downloaded.
+    fs::remove_file(dir.join("etcd")).unwrap();
+    let r = DEFAULT_RELEASE;
+    serve_etcd(
+        &mirror,
+        r.etcd,
+        &fake("v0-etcd", 1_000),
+        &tmp.path().join("scratch"),
+    );
     let mut inp = inputs(
         &tmp.path().join("cache"),
         &[
@@ -976,7 +985,12 @@ async fn a_version_that_is_no_published_release_is_not_downloaded() {
     inp.assets = Some((dir, "$KUBEBUILDER_ASSETS".into()));
     inp.download = true;
     inp.kubernetes_url = mirror.url.clone();
+    inp.etcd_url = mirror.url.clone();
     let err = resolve(inp).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::Assets(m) if m.contains("lacks kube-scheduler ")),
+        "only kube-scheduler is missing: {err}"
+    );
     let message = err.to_string();
     assert!(
         message.contains("v1.37.2-dirty") && message.contains("not a published release"),
