@@ -842,12 +842,13 @@ impl DownloadPlan {
     }
 }
 
-/// Warns (once per host) that a download over plain HTTP from another machine is verified
-/// only against a checksum that came over the same unauthenticated connection.
-fn warn_if_plain_http(url: &str, warned: &mut Vec<String>) {
+/// Warns (once per host: `warned` holds those warned about) that a download over plain HTTP
+/// from another machine is verified only against a checksum that came over the same
+/// unauthenticated connection. Whether it warned.
+fn warn_if_plain_http(url: &str, warned: &mut Vec<String>) -> bool {
     let shown = download::without_userinfo(url);
     if !shown.starts_with("http://") || download::is_loopback(url) {
-        return;
+        return false;
     }
     let host = shown["http://".len()..]
         .split(['/', '?', '#'])
@@ -855,7 +856,7 @@ fn warn_if_plain_http(url: &str, warned: &mut Vec<String>) {
         .unwrap_or_default()
         .to_owned();
     if warned.contains(&host) {
-        return;
+        return false;
     }
     tracing::warn!(%host, "downloading over plain HTTP: the checksum is no protection against tampering");
     eprintln!(
@@ -864,6 +865,7 @@ fn warn_if_plain_http(url: &str, warned: &mut Vec<String>) {
          tampering (use an https:// mirror)"
     );
     warned.push(host);
+    true
 }
 
 /// Downloads `binaries` into `root/bin` under the cache's build lock (so that parallel test

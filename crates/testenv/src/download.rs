@@ -331,16 +331,16 @@ pub(crate) async fn download_verified(
                     .get(CONTENT_RANGE)
                     .and_then(|v| v.to_str().ok())
                     .unwrap_or("");
-                let parsed = parse_content_range(range);
-                let continues = parsed.is_some_and(|(first, _, total)| {
-                    first == have
+                // The continuation asked for, of a file of the length an earlier answer
+                // gave (another length: another file).
+                let continuation = parse_content_range(range).filter(|(first, _, total)| {
+                    *first == have
                         && match (total, total_len) {
-                            // The file changed length since an earlier answer: another file.
-                            (Some(t), Some(known)) => t == known,
+                            (Some(t), Some(known)) => *t == known,
                             _ => true,
                         }
                 });
-                if !continues {
+                let Some((_, range_last, total)) = continuation else {
                     // Not the continuation asked for: start over.
                     tracing::warn!(url = %shown, range, have, "unexpected Content-Range; restarting");
                     let _ = fs::remove_file(&partial);
@@ -350,8 +350,7 @@ pub(crate) async fn download_verified(
                     );
                     total_len = None;
                     continue;
-                }
-                let (_, range_last, total) = parsed.expect("checked above");
+                };
                 total_len = total.or(total_len);
                 part_end = Some(range_last + 1);
                 tracing::info!(url = %shown, from = have, "resuming the download");

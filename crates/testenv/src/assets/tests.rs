@@ -1173,3 +1173,21 @@ async fn a_body_cut_short_without_a_length_is_downloaded_again() {
     assert_eq!(requests, [None, None]);
     assert_eq!(fs::read(tmp.path().join("kube-apiserver")).unwrap(), body);
 }
+
+#[test]
+fn plain_http_from_another_machine_is_warned_about_once_per_host() {
+    let mut warned = Vec::new();
+    assert!(warn_if_plain_http("http://mirror.example/a", &mut warned));
+    assert!(!warn_if_plain_http("http://mirror.example/b", &mut warned));
+    assert!(!warn_if_plain_http(
+        "https://dl.k8s.io/release/x",
+        &mut warned
+    ));
+    assert!(!warn_if_plain_http("http://127.0.0.1:8080/x", &mut warned));
+    assert!(!warn_if_plain_http("http://localhost/x", &mut warned));
+    assert!(warn_if_plain_http(
+        "http://user:s3cret@other.example:8080/x",
+        &mut warned
+    ));
+    assert_eq!(warned, ["mirror.example", "other.example:8080"]);
+}
