@@ -5,10 +5,13 @@
 //!    [`TestEnvBuilder::binary_assets`] (setup-envtest's layout: `etcd`, `kube-apiserver`,
 //!    `kubectl` directly in it), for the binaries they hold;
 //! 2. the version-keyed cache (`~/.cache/kctrl/k8s-<version>`): a build of kctrl's, or a
-//!    download recorded there whose SHA-256 still matches;
+//!    download recorded there whose SHA-256 still matches and whose record names the URL and
+//!    version that would be downloaded now;
 //! 3. a download of the official release binaries, verified against the published checksums,
-//!    when allowed ([`TestEnvBuilder::download`], `$KCTRL_TESTENV_DOWNLOAD`);
-//! 4. a build from upstream's Go modules, when allowed ([`TestEnvBuilder::build_if_missing`]).
+//!    when allowed ([`TestEnvBuilder::download`], `$KCTRL_TESTENV_DOWNLOAD`) and the version
+//!    is a published release;
+//! 4. a build from upstream's Go modules, when allowed ([`TestEnvBuilder::build_if_missing`]),
+//!    also after a failed download.
 //!
 //! When kube-apiserver comes from step 1, its `--version` decides the Kubernetes version of
 //! the whole plane; otherwise the release asked for (or the default) does.
@@ -339,6 +342,7 @@ fn read_in_background(pipe: Option<impl Read + Send + 'static>) -> mpsc::Receive
                 let mut buf = [0u8; 8192];
                 loop {
                     match pipe.read(&mut buf) {
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                         Ok(0) | Err(_) => break,
                         Ok(n) => {
                             kept.extend_from_slice(&buf[..n]);
