@@ -5,19 +5,25 @@
 //!    [`TestEnvBuilder::binary_assets`] (setup-envtest's layout: `etcd`, `kube-apiserver`,
 //!    `kubectl` directly in it), for the binaries they hold;
 //! 2. the version-keyed cache (`~/.cache/kctrl/k8s-<version>`): a build of kctrl's, or a
-//!    download recorded there whose SHA-256 still matches;
+//!    download recorded there whose SHA-256 still matches and whose record names the URL and
+//!    version that would be downloaded now;
 //! 3. a download of the official release binaries, verified against the published checksums,
-//!    when allowed ([`TestEnvBuilder::download`], `$KCTRL_TESTENV_DOWNLOAD`);
-//! 4. a build from upstream's Go modules, when allowed ([`TestEnvBuilder::build_if_missing`]).
+//!    when allowed ([`TestEnvBuilder::download`], `$KCTRL_TESTENV_DOWNLOAD`) and the version
+//!    is a published release;
+//! 4. a build from upstream's Go modules, when allowed ([`TestEnvBuilder::build_if_missing`]),
+//!    also after a failed download.
 //!
 //! When kube-apiserver comes from step 1, its `--version` decides the Kubernetes version of
 //! the whole plane; otherwise the release asked for (or the default) does.
 
+use std::io::Read;
 use std::ops::RangeInclusive;
 use std::os::unix::fs::symlink;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use kctrl_cluster::plane::Binaries;
@@ -162,6 +168,19 @@ fn env_nonempty(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
+/// `$name` when it is set. Set but empty is an error (`what` says what it should name): as in
+/// controller-runtime's envtest, a set `TEST_ASSET_*` or `KUBEBUILDER_ASSETS` wins over every
+/// later source, so an empty one is a mistake to report, not a variable to skip.
+fn env_set(name: &str, what: &str) -> Result<Option<String>, Error> {
+    match std::env::var_os(name) {
+        None => Ok(None),
+        Some(v) if v.to_string_lossy().trim().is_empty() => Err(Error::Assets(format!(
+            "${name} is set but empty: point it at {what}, or unset it"
+        ))),
+        Some(v) => Ok(Some(v.to_string_lossy().into_owned())),
+    }
+}
+
 impl Inputs {
     /// The inputs of `b`'s start, with the environment as it is now.
     pub(crate) fn from_builder(b: &TestEnvBuilder) -> Result<Inputs, Error> {
@@ -174,15 +193,17 @@ impl Inputs {
         };
         let mut wanted: Vec<Binary> = b.components().iter().map(|c| c.binary()).collect();
         wanted.push(Binary::Kubectl);
-        let overrides = wanted
-            .iter()
-            .filter(|b| **b != Binary::Kwok)
-            .filter_map(|b| {
-                let var = override_variable(*b);
-                env_nonempty(&var).map(|p| (*b, var, PathBuf::from(p)))
-            })
-            .collect();
-        let assets = match env_nonempty(KUBEBUILDER_ASSETS_ENV) {
+        let mut overrides = Vec::new();
+        for b in wanted.iter().filter(|b| **b != Binary::Kwok) {
+            let var = override_variable(*b);
+            let what = format!("the {} binary", b.file_name());
+            if let Some(p) = env_set(&var, &what)? {
+                overrides.push((*b, var, PathBuf::from(p)));
+            }
+        }
+        let assets_what = "a directory holding etcd, kube-apiserver and kubectl \
+                           (setup-envtest's layout)";
+        let assets = match env_set(KUBEBUILDER_ASSETS_ENV, assets_what)? {
             Some(dir) => Some((PathBuf::from(dir), format!("${KUBEBUILDER_ASSETS_ENV}"))),
             None => b
                 .binary_assets
@@ -258,24 +279,121 @@ pub(crate) struct KubeVersion {
     pub(crate) minor: u32,
 }
 
-/// Parses `Kubernetes v1.34.1` (what `kube-apiserver --version` prints).
+/// Parses `Kubernetes v1.34.1` (what `kube-apiserver --version` prints). What follows
+/// `v1.<minor>.<patch>` may only be a pre-release or build suffix of `[0-9A-Za-z.+-]`
+/// (`-rc.1`, `-dirty`, `+k3s1`): the version names cache directories and URLs.
 pub(crate) fn parse_version(output: &str) -> Option<KubeVersion> {
     let text = output
         .split_whitespace()
         .find(|w| w.starts_with("v1.") || w.starts_with("v2."))?;
-    let mut parts = text.trim_start_matches('v').split('.');
+    if !text
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'-'))
+    {
+        return None;
+    }
+    let mut parts = text.trim_start_matches('v').splitn(3, '.');
     let major: u32 = parts.next()?.parse().ok()?;
     let minor: u32 = parts.next()?.parse().ok()?;
     let patch = parts.next()?;
     let digits: String = patch.chars().take_while(char::is_ascii_digit).collect();
-    (major == 1 && !digits.is_empty()).then(|| KubeVersion {
+    let suffix = &patch[digits.len()..];
+    let suffix_ok = suffix.is_empty() || suffix.starts_with(['-', '+']);
+    (major == 1 && !digits.is_empty() && suffix_ok).then(|| KubeVersion {
         text: text.to_owned(),
         minor,
     })
 }
 
+/// Whether `version` looks like a release Kubernetes publishes binaries of: `v1.N.M` or
+/// `v1.N.M-alpha.K` / `-beta.K` / `-rc.K`. A local build's `-dirty` or a distribution's
+/// `+k3s1` is not one.
+pub(crate) fn is_published_release(version: &str) -> bool {
+    let numeric = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let Some(rest) = version.strip_prefix("v1.") else {
+        return false;
+    };
+    let (core, pre) = match rest.split_once('-') {
+        Some((core, pre)) => (core, Some(pre)),
+        None => (rest, None),
+    };
+    let core_ok = core
+        .split_once('.')
+        .is_some_and(|(minor, patch)| numeric(minor) && numeric(patch));
+    let pre_ok = pre.is_none_or(|pre| {
+        pre.split_once('.')
+            .is_some_and(|(kind, n)| matches!(kind, "alpha" | "beta" | "rc") && numeric(n))
+    });
+    core_ok && pre_ok
+}
+
+/// How much of `--version`'s output is kept (the rest is read and dropped).
+const MAX_VERSION_OUTPUT: usize = 64 * 1024;
+
+/// Reads `pipe` to its end on a thread of its own (so that a child printing more than a pipe
+/// holds never blocks), keeping the last [`MAX_VERSION_OUTPUT`] bytes (a wrapper's chatter
+/// comes before the version).
+fn read_in_background(pipe: Option<impl Read + Send + 'static>) -> mpsc::Receiver<Vec<u8>> {
+    let (tx, rx) = mpsc::channel();
+    match pipe {
+        Some(mut pipe) => {
+            std::thread::spawn(move || {
+                let mut kept = Vec::new();
+                let mut buf = [0u8; 8192];
+                loop {
+                    match pipe.read(&mut buf) {
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            kept.extend_from_slice(&buf[..n]);
+                            if kept.len() > 2 * MAX_VERSION_OUTPUT {
+                                kept.drain(..kept.len() - MAX_VERSION_OUTPUT);
+                            }
+                        }
+                    }
+                }
+                if kept.len() > MAX_VERSION_OUTPUT {
+                    kept.drain(..kept.len() - MAX_VERSION_OUTPUT);
+                }
+                let _ = tx.send(kept);
+            });
+        }
+        None => {
+            let _ = tx.send(Vec::new());
+        }
+    }
+    rx
+}
+
+/// Sends SIGKILL to the process group `pgid` (a wrapper script and whatever it started).
+fn kill_group(pgid: u32) {
+    let _ = Command::new("kill")
+        .args(["-s", "KILL", "--", &format!("-{pgid}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// The end of `text`, at most 300 characters of it, for an error message.
+fn tail(text: &str) -> String {
+    let chars = text.chars().count();
+    if chars <= 300 {
+        text.to_owned()
+    } else {
+        format!("…{}", text.chars().skip(chars - 300).collect::<String>())
+    }
+}
+
 /// Runs `<binary> --version` and parses it.
 fn binary_version(binary: &Path) -> Result<KubeVersion, Error> {
+    binary_version_within(binary, VERSION_TIMEOUT)
+}
+
+/// [`binary_version`] with `timeout` instead of [`VERSION_TIMEOUT`]. The binary runs in a
+/// process group of its own, its output is read while it runs, and on timeout the whole
+/// group is killed (a wrapper script's children too).
+fn binary_version_within(binary: &Path, timeout: Duration) -> Result<KubeVersion, Error> {
     let failed = |why: String| {
         Error::Assets(format!(
             "could not tell which Kubernetes version {} is: {why}",
@@ -287,38 +405,54 @@ fn binary_version(binary: &Path) -> Result<KubeVersion, Error> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .process_group(0)
         .spawn()
         .map_err(|e| failed(format!("running it failed: {e}")))?;
+    let pgid = child.id();
+    let stdout = read_in_background(child.stdout.take());
+    let stderr = read_in_background(child.stderr.take());
     let t0 = Instant::now();
-    loop {
+    let status = loop {
         match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if t0.elapsed() > VERSION_TIMEOUT => {
+            Ok(Some(status)) => break status,
+            Ok(None) if t0.elapsed() > timeout => {
+                kill_group(pgid);
                 let _ = child.kill();
                 let _ = child.wait();
                 return Err(failed(format!(
-                    "`--version` did not answer within {VERSION_TIMEOUT:?}"
+                    "`--version` did not answer within {timeout:?}"
                 )));
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => return Err(failed(e.to_string())),
+            Err(e) => {
+                kill_group(pgid);
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(failed(e.to_string()));
+            }
         }
-    }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| failed(e.to_string()))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
+    };
+    // The pipes close when the last process holding them ends; one the binary left behind
+    // (still in its group) is killed rather than waited for.
+    let collect = |rx: &mpsc::Receiver<Vec<u8>>| {
+        rx.recv_timeout(Duration::from_secs(2)).or_else(|_| {
+            kill_group(pgid);
+            rx.recv_timeout(Duration::from_secs(2))
+        })
+    };
+    let out = collect(&stdout).unwrap_or_default();
+    let err = collect(&stderr).unwrap_or_default();
+    let text = String::from_utf8_lossy(&out);
+    if !status.success() {
         return Err(failed(format!(
-            "`--version` exited with {}: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
+            "`--version` exited with {status}: {}",
+            tail(String::from_utf8_lossy(&err).trim())
         )));
     }
     parse_version(&text).ok_or_else(|| {
         failed(format!(
             "`--version` printed {:?}, not `Kubernetes v1.<minor>.<patch>`",
-            text.trim()
+            tail(text.trim())
         ))
     })
 }
@@ -341,9 +475,27 @@ fn release_arch() -> Option<&'static str> {
     }
 }
 
+/// Builds `wanted` into `cache` (kctrl's build from upstream's Go modules).
+pub(crate) type BuildFn = fn(&Cache, &[Binary]) -> Result<(), Error>;
+
+/// The real build: [`toolchain::ensure_built_only`].
+fn build_from_source(cache: &Cache, wanted: &[Binary]) -> Result<(), Error> {
+    toolchain::ensure_built_only(cache, wanted)
+        .map(drop)
+        .map_err(|e| Error::Build(format!("{e:#}")))
+}
+
 /// Finds every binary the plane needs (see the module documentation); downloads or builds
 /// what is missing when allowed. Blocking work runs on Tokio's blocking threads.
 pub(crate) async fn resolve(inputs: Inputs) -> Result<Resolved, Error> {
+    resolve_with(inputs, build_from_source).await
+}
+
+/// [`resolve`] with `build` as the build (tests give one that builds nothing).
+pub(crate) async fn resolve_with(mut inputs: Inputs, build: BuildFn) -> Result<Resolved, Error> {
+    // Every path below the cache ends up as a symlink's target or the plane's root, and a
+    // relative one (`KCTRL_CACHE_DIR=.cache`) would point nowhere from there.
+    inputs.cache_base = absolute(&inputs.cache_base)?;
     let mut origins: Vec<ResolvedBinary> = Vec::new();
     // 1. The user's binaries.
     if let Some((dir, from)) = &inputs.assets
@@ -446,12 +598,23 @@ pub(crate) async fn resolve(inputs: Inputs) -> Result<Resolved, Error> {
         .copied()
         .filter(|b| !origins.iter().any(|o| o.name == b.file_name()))
         .collect();
+    let plan = DownloadPlan {
+        kubernetes_url: inputs.kubernetes_url.clone(),
+        etcd_url: inputs.etcd_url.clone(),
+        version: version.clone(),
+        etcd: release.map(|r| r.etcd),
+        arch: release_arch(),
+    };
     if !missing.is_empty() {
         let cached = {
-            let (missing, download_root, build_cache) =
-                (missing.clone(), download_root.clone(), build_cache.clone());
+            let (missing, download_root, build_cache, plan) = (
+                missing.clone(),
+                download_root.clone(),
+                build_cache.clone(),
+                plan.clone(),
+            );
             tokio::task::spawn_blocking(move || {
-                cached(&missing, &download_root, build_cache.as_ref())
+                cached(&missing, &download_root, build_cache.as_ref(), &plan)
             })
             .await
             .map_err(|e| Error::Build(format!("checking the cache failed: {e}")))?
@@ -461,25 +624,44 @@ pub(crate) async fn resolve(inputs: Inputs) -> Result<Resolved, Error> {
             origins.push(o);
         }
     }
+    // Kubernetes' binaries only of a published release (not `-dirty`, `+k3s1`); etcd's
+    // archive (of the version the release pins) and never KWOK.
+    let published = is_published_release(&version);
     let downloadable = |b: &Binary| match b {
         Binary::Kwok => false,
         Binary::Etcd => release.is_some(),
-        _ => true,
+        _ => published,
     };
-    if !missing.is_empty() && inputs.download && missing.iter().any(downloadable) {
+    let can_build = inputs.build && build_cache.is_some();
+    if !missing.is_empty() && inputs.download {
+        if !published {
+            tracing::info!(%version, "not a published release; its binaries are not downloaded");
+        }
         let to_fetch: Vec<Binary> = missing.iter().copied().filter(downloadable).collect();
-        let fetched = download_all(
-            &inputs,
-            &version,
-            release,
-            &download_root,
-            build_cache.as_ref(),
-            &to_fetch,
-        )
-        .await?;
-        for o in fetched {
-            missing.retain(|b| b.file_name() != o.name);
-            origins.push(o);
+        if !to_fetch.is_empty() {
+            let mut fetched = Vec::new();
+            let outcome = download_all(
+                &plan,
+                release,
+                &download_root,
+                build_cache.as_ref(),
+                &to_fetch,
+                &mut fetched,
+            )
+            .await;
+            for o in fetched {
+                missing.retain(|b| b.file_name() != o.name);
+                origins.push(o);
+            }
+            match outcome {
+                Ok(()) => {}
+                // The build is allowed: it provides what the download did not.
+                Err(e) if can_build => {
+                    tracing::warn!(error = %e, "the download failed; building instead");
+                    eprintln!("kctrl-testenv: {e}; building instead (build_if_missing)");
+                }
+                Err(e) => return Err(e),
+            }
         }
     }
     if !missing.is_empty()
@@ -487,10 +669,9 @@ pub(crate) async fn resolve(inputs: Inputs) -> Result<Resolved, Error> {
         && let Some(cache) = &build_cache
     {
         let (building, wanted) = (cache.clone(), missing.clone());
-        tokio::task::spawn_blocking(move || toolchain::ensure_built_only(&building, &wanted))
+        tokio::task::spawn_blocking(move || build(&building, &wanted))
             .await
-            .map_err(|e| Error::Build(format!("the build task failed: {e}")))?
-            .map_err(|e| Error::Build(format!("{e:#}")))?;
+            .map_err(|e| Error::Build(format!("the build task failed: {e}")))??;
         for b in std::mem::take(&mut missing) {
             origins.push(ResolvedBinary {
                 name: b.file_name(),
@@ -557,6 +738,7 @@ fn cached(
     missing: &[Binary],
     download_root: &Path,
     build_cache: Option<&Cache>,
+    plan: &DownloadPlan,
 ) -> Vec<ResolvedBinary> {
     let exact_first = build_cache.is_none_or(|c| c.root != download_root);
     let mut found = Vec::new();
@@ -570,13 +752,15 @@ fn cached(
                     source: BinarySource::Built,
                 })
         };
+        // Only a download of what would be downloaded now (same mirror, version, archive).
         let from_download = || {
             let path = Cache::binary_in(download_root, b);
-            download::recorded(&path).map(|record| ResolvedBinary {
+            let expected = plan.of(b)?.source;
+            download::recorded(&path, &expected).map(|record| ResolvedBinary {
                 name: b.file_name(),
                 path,
                 source: BinarySource::Downloaded {
-                    url: record.url,
+                    url: record.source.url,
                     sha256: record.sha256,
                 },
             })
@@ -591,23 +775,121 @@ fn cached(
     found
 }
 
+/// Where the binaries of one version would be downloaded from, as the inputs say now.
+#[derive(Clone, Debug)]
+pub(crate) struct DownloadPlan {
+    kubernetes_url: String,
+    etcd_url: String,
+    /// The Kubernetes version.
+    version: String,
+    /// etcd's version (of the release), if known.
+    etcd: Option<&'static str>,
+    /// The architecture in release file names.
+    arch: Option<&'static str>,
+}
+
+/// One file to download: the URLs to fetch (with any user-info, for the request only), what
+/// is recorded of it, and for etcd the member of the archive that is the binary.
+struct Fetch {
+    url: String,
+    checksum_url: String,
+    source: download::Source,
+    member: Option<String>,
+}
+
+impl DownloadPlan {
+    /// The download of `binary`, if it can be downloaded at all (KWOK cannot; etcd only for a
+    /// release kctrl knows; nothing without a release architecture).
+    fn of(&self, binary: Binary) -> Option<Fetch> {
+        let arch = self.arch?;
+        match binary {
+            Binary::Kwok => None,
+            Binary::Etcd => {
+                let etcd = self.etcd?;
+                let base = self.etcd_url.trim_end_matches('/');
+                let archive = format!("etcd-{etcd}-linux-{arch}.tar.gz");
+                let url = format!("{base}/{etcd}/{archive}");
+                let checksum_url = format!("{base}/{etcd}/SHA256SUMS");
+                Some(Fetch {
+                    source: download::Source {
+                        url: download::without_userinfo(&url),
+                        checksum_url: download::without_userinfo(&checksum_url),
+                        version: etcd.to_owned(),
+                        archive: Some(archive),
+                    },
+                    url,
+                    checksum_url,
+                    member: Some(format!("etcd-{etcd}-linux-{arch}/etcd")),
+                })
+            }
+            _ => {
+                let base = self.kubernetes_url.trim_end_matches('/');
+                let url = format!(
+                    "{base}/{}/bin/linux/{arch}/{}",
+                    self.version,
+                    binary.file_name()
+                );
+                let checksum_url = format!("{url}.sha256");
+                Some(Fetch {
+                    source: download::Source {
+                        url: download::without_userinfo(&url),
+                        checksum_url: download::without_userinfo(&checksum_url),
+                        version: self.version.clone(),
+                        archive: None,
+                    },
+                    url,
+                    checksum_url,
+                    member: None,
+                })
+            }
+        }
+    }
+}
+
+/// Warns (once per host: `warned` holds those warned about) that a download over plain HTTP
+/// from another machine is verified only against a checksum that came over the same
+/// unauthenticated connection. Whether it warned.
+fn warn_if_plain_http(url: &str, warned: &mut Vec<String>) -> bool {
+    let shown = download::without_userinfo(url);
+    if !shown.starts_with("http://") || download::is_loopback(url) {
+        return false;
+    }
+    let host = shown["http://".len()..]
+        .split(['/', '?', '#'])
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    if warned.contains(&host) {
+        return false;
+    }
+    tracing::warn!(%host, "downloading over plain HTTP: the checksum is no protection against tampering");
+    eprintln!(
+        "kctrl-testenv: warning: downloading from http://{host} over plain HTTP; the checksum \
+         comes over the same unauthenticated connection, so it detects corruption but not \
+         tampering (use an https:// mirror)"
+    );
+    warned.push(host);
+    true
+}
+
 /// Downloads `binaries` into `root/bin` under the cache's build lock (so that parallel test
-/// binaries download each file once).
+/// binaries download each file once), adding each one that arrived to `out` (also when a later
+/// one fails).
 async fn download_all(
-    inputs: &Inputs,
-    version: &str,
+    plan: &DownloadPlan,
     release: Option<&'static Release>,
     root: &Path,
     build_cache: Option<&Cache>,
     binaries: &[Binary],
-) -> Result<Vec<ResolvedBinary>, Error> {
-    let Some(arch) = release_arch() else {
+    out: &mut Vec<ResolvedBinary>,
+) -> Result<(), Error> {
+    if plan.arch.is_none() {
         return Err(Error::Assets(format!(
             "no release binaries are published for this machine's architecture ({}); build \
              them instead (`build_if_missing(true)`)",
             std::env::consts::ARCH
         )));
-    };
+    }
     if std::env::consts::OS != "linux" {
         return Err(Error::Assets(format!(
             "release binaries are downloaded for Linux only, not {}",
@@ -630,60 +912,57 @@ async fn download_all(
         .map_err(|e| Error::Build(format!("{e:#}")))?;
     // Another process may have fetched (or built) them while this one waited.
     let again = {
-        let (binaries, root, build_cache) =
-            (binaries.to_vec(), root.to_path_buf(), build_cache.cloned());
-        tokio::task::spawn_blocking(move || cached(&binaries, &root, build_cache.as_ref()))
+        let (binaries, root, build_cache, plan) = (
+            binaries.to_vec(),
+            root.to_path_buf(),
+            build_cache.cloned(),
+            plan.clone(),
+        );
+        tokio::task::spawn_blocking(move || cached(&binaries, &root, build_cache.as_ref(), &plan))
             .await
             .map_err(|e| Error::Build(format!("checking the cache failed: {e}")))?
     };
     let shared = download::client()?;
-    let mut out = Vec::new();
+    let mut warned = Vec::new();
     for &b in binaries {
         if let Some(o) = again.iter().find(|o| o.name == b.file_name()) {
             out.push(o.clone());
             continue;
         }
+        let Some(fetch) = plan.of(b) else {
+            continue;
+        };
         let dest = Cache::binary_in(root, b);
         let t0 = Instant::now();
-        let (url, checksum_url) = if b == Binary::Etcd {
-            let etcd = release
-                .expect("etcd is downloadable only with a release")
-                .etcd;
-            let base = inputs.etcd_url.trim_end_matches('/');
-            let archive_name = format!("etcd-{etcd}-linux-{arch}.tar.gz");
-            let url = format!("{base}/{etcd}/{archive_name}");
-            let checksum_url = format!("{base}/{etcd}/SHA256SUMS");
-            let client = download::client_for(&url, &shared)?;
-            eprintln!("kctrl-testenv: downloading {url}");
-            let digest =
-                download::fetch_checksum(&client, &checksum_url, Some(&archive_name)).await?;
-            let archive = root.join("downloads").join(&archive_name);
-            std::fs::create_dir_all(archive.parent().expect("has a parent")).map_err(|source| {
-                Error::Io {
-                    context: format!("creating {}", root.join("downloads").display()),
+        let shown = fetch.source.url.clone();
+        let client = download::client_for(&fetch.url, &shared)?;
+        warn_if_plain_http(&fetch.url, &mut warned);
+        eprintln!("kctrl-testenv: downloading {shown}");
+        match (&fetch.source.archive, &fetch.member) {
+            (Some(archive_name), Some(member)) => {
+                let digest =
+                    download::fetch_checksum(&client, &fetch.checksum_url, Some(archive_name))
+                        .await?;
+                let downloads = root.join("downloads");
+                std::fs::create_dir_all(&downloads).map_err(|source| Error::Io {
+                    context: format!("creating {}", downloads.display()),
                     source,
-                }
-            })?;
-            download::download_verified(&client, &url, &digest, &archive, 0o644).await?;
-            let member = format!("etcd-{etcd}-linux-{arch}/etcd");
-            let (a, d) = (archive.clone(), dest.clone());
-            let extracted =
-                tokio::task::spawn_blocking(move || download::extract_member(&a, &member, &d))
-                    .await
-                    .map_err(|e| Error::Build(format!("extracting etcd failed: {e}")))?;
-            let _ = std::fs::remove_file(&archive);
-            extracted?;
-            (url, checksum_url)
-        } else {
-            let base = inputs.kubernetes_url.trim_end_matches('/');
-            let url = format!("{base}/{version}/bin/linux/{arch}/{}", b.file_name());
-            let checksum_url = format!("{url}.sha256");
-            let client = download::client_for(&url, &shared)?;
-            eprintln!("kctrl-testenv: downloading {url}");
-            let digest = download::fetch_checksum(&client, &checksum_url, None).await?;
-            download::download_verified(&client, &url, &digest, &dest, 0o755).await?;
-            (url, checksum_url)
-        };
+                })?;
+                let archive = downloads.join(archive_name);
+                download::download_verified(&client, &fetch.url, &digest, &archive, 0o644).await?;
+                let (a, d, m) = (archive.clone(), dest.clone(), member.clone());
+                let extracted =
+                    tokio::task::spawn_blocking(move || download::extract_member(&a, &m, &d))
+                        .await
+                        .map_err(|e| Error::Build(format!("extracting etcd failed: {e}")))?;
+                let _ = std::fs::remove_file(&archive);
+                extracted?;
+            }
+            _ => {
+                let digest = download::fetch_checksum(&client, &fetch.checksum_url, None).await?;
+                download::download_verified(&client, &fetch.url, &digest, &dest, 0o755).await?;
+            }
+        }
         let d = dest.clone();
         let sha256 = tokio::task::spawn_blocking(move || download::sha256_file(&d))
             .await
@@ -693,13 +972,12 @@ async fn download_all(
                 source,
             })?;
         let record = Record {
-            url: url.clone(),
-            checksum_url,
+            source: fetch.source,
             sha256: sha256.clone(),
             downloaded_at: toolchain::utc_now_rfc3339(),
         };
         record.write(&dest)?;
-        tracing::info!(binary = b.file_name(), %url, %sha256, elapsed = ?t0.elapsed(), "downloaded");
+        tracing::info!(binary = b.file_name(), url = %shown, %sha256, elapsed = ?t0.elapsed(), "downloaded");
         eprintln!(
             "kctrl-testenv: {} downloaded and verified in {} (sha256 {sha256})",
             b.file_name(),
@@ -708,10 +986,10 @@ async fn download_all(
         out.push(ResolvedBinary {
             name: b.file_name(),
             path: dest,
-            source: BinarySource::Downloaded { url, sha256 },
+            source: BinarySource::Downloaded { url: shown, sha256 },
         });
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The error for binaries no source had, naming every way to provide them.
@@ -737,17 +1015,59 @@ fn missing_error(
             .display()
             .to_string(),
     );
-    match release.filter(|r| r.kubernetes == version) {
-        Some(r) => Error::NotBuilt {
+    if let Some(r) = release
+        && r.kubernetes != version
+    {
+        // The pinned patch's build of the same minor, which would be used.
+        looked.push(
+            Cache::under(&inputs.cache_base, r)
+                .root
+                .display()
+                .to_string(),
+        );
+    }
+    let downloading = if missing.contains(&Binary::Kwok) {
+        "kwok is never downloaded (it publishes no checksums)".to_owned()
+    } else if !is_published_release(version) {
+        format!("{version} is not a published release, so its binaries cannot be downloaded")
+    } else if inputs.download {
+        String::new()
+    } else {
+        format!(
+            "allow downloading the {version} release binaries with {DOWNLOAD_ENV}=1 or \
+             `TestEnv::builder().download(true)`"
+        )
+    };
+    match release {
+        Some(r) if r.kubernetes == version => Error::NotBuilt {
             release: r.kubernetes.to_owned(),
             cache: Cache::under(&inputs.cache_base, r).root,
             missing: names,
             looked_in: looked.join(", "),
         },
+        // Another patch of a minor kctrl builds: the pinned patch's build fills in.
+        Some(r) => Error::Assets(format!(
+            "Kubernetes {version} (the version of the kube-apiserver given) lacks {names} \
+             (looked in: {}). Any one of these provides them: put {names} beside \
+             kube-apiserver (or name each with {TEST_ASSET_ENV_PREFIX}<NAME>); {}use kctrl's \
+             build of {pinned}, the patch of 1.{minor} kctrl pins, by building it once with \
+             `cargo xtask cluster build --kube-version {pinned}` in a kctrl checkout (set \
+             KCTRL_CACHE_DIR if the cache lives elsewhere than {base}) or by letting the \
+             environment build it with `TestEnv::builder().build_if_missing(true)`",
+            looked.join(", "),
+            if downloading.is_empty() {
+                String::new()
+            } else {
+                format!("{downloading}; ")
+            },
+            pinned = r.kubernetes,
+            minor = r.minor,
+            base = inputs.cache_base.display(),
+        )),
         None => Error::Assets(format!(
             "Kubernetes {version} (the version of the kube-apiserver given) lacks {names}, and \
-             kctrl builds no {version} (looked in: {}); put {names} beside kube-apiserver (or \
-             name each with {TEST_ASSET_ENV_PREFIX}<NAME>){}",
+             kctrl builds no release of its minor (looked in: {}); put {names} beside \
+             kube-apiserver (or name each with {TEST_ASSET_ENV_PREFIX}<NAME>){}",
             looked.join(", "),
             if missing.contains(&Binary::Kwok) {
                 format!(
@@ -759,13 +1079,10 @@ fn missing_error(
                         .collect::<Vec<_>>()
                         .join(", ")
                 )
-            } else if inputs.download {
+            } else if downloading.is_empty() {
                 String::new()
             } else {
-                format!(
-                    ", or allow downloading the release binaries with {DOWNLOAD_ENV}=1 or \
-                     `TestEnv::builder().download(true)`"
-                )
+                format!("; {downloading}")
             }
         )),
     }
@@ -775,7 +1092,7 @@ fn missing_error(
 static NEXT_LINK_DIR: AtomicU32 = AtomicU32::new(0);
 
 /// The directory the plane runs its binaries from: the cache directory itself when every
-/// binary is there (as `bin/<name>`), else a directory of symlinks under
+/// binary is there under its own name (as `bin/<name>`), else a directory of symlinks under
 /// `<cache base>/testenv-bins/<hash of the targets>/` (kept: tiny, shared by every
 /// environment with the same binaries, and what the plane recognises its processes by).
 fn binary_root(
@@ -783,9 +1100,14 @@ fn binary_root(
     cache_base: &Path,
     kwok_share: Option<PathBuf>,
 ) -> Result<PathBuf, Error> {
+    // `<root>/bin/<name>` for each binary, under its own name: a file of another name (a
+    // `TEST_ASSET_*` naming `/x/bin/etcd-3.6`) is reached only through a link.
     let roots: Vec<Option<&Path>> = origins
         .iter()
         .map(|o| {
+            if o.path.file_name()? != o.name {
+                return None;
+            }
             let bin = o.path.parent()?;
             (bin.file_name()? == "bin").then_some(bin.parent()?)
         })

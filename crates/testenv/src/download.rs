@@ -7,12 +7,16 @@
 //! request; a server that answers the range with the whole file (200) is read from the start
 //! again. Only once the whole file's digest equals the published one is it made executable
 //! and renamed to its final name, with a record of where it came from (`.<name>.download`:
-//! URL, checksum URL, digest, time) beside it; a mismatch removes the file and fails naming
-//! the URL and both digests. The final name therefore only ever holds a complete, verified
-//! file.
+//! URL, checksum URL, version, archive, digest, time) beside it; a mismatch removes the file
+//! and fails naming the URL and both digests. The final name therefore only ever holds a
+//! complete, verified file.
 //!
 //! A binary recorded as downloaded is used only while its digest still equals the recorded
-//! one ([`recorded`]).
+//! one and the record names what would be downloaded now: the same URL (so the same mirror),
+//! version and archive ([`recorded`]). A moved etcd pin or another mirror downloads again.
+//!
+//! A URL's user-info (`https://user:token@mirror/…`) is used for the request only: every URL
+//! shown, logged, recorded or returned is [`without_userinfo`].
 
 use std::fs;
 use std::io::{Read as _, Write as _};
@@ -76,7 +80,16 @@ fn download_setup(reason: String) -> Error {
 /// The client for `url`: `shared` (from [`client`]), or one that bypasses proxies when the
 /// host is loopback.
 pub(crate) fn client_for(url: &str, shared: &reqwest::Client) -> Result<reqwest::Client, Error> {
-    let loopback = reqwest::Url::parse(url)
+    if is_loopback(url) {
+        build_client(true)
+    } else {
+        Ok(shared.clone())
+    }
+}
+
+/// Whether `url`'s host is this machine (`localhost` or a loopback address).
+pub(crate) fn is_loopback(url: &str) -> bool {
+    reqwest::Url::parse(url)
         .ok()
         .and_then(|u| u.host_str().map(str::to_owned))
         .is_some_and(|h| {
@@ -85,12 +98,7 @@ pub(crate) fn client_for(url: &str, shared: &reqwest::Client) -> Result<reqwest:
                     .trim_end_matches(']')
                     .parse::<std::net::IpAddr>()
                     .is_ok_and(|ip| ip.is_loopback())
-        });
-    if loopback {
-        build_client(true)
-    } else {
-        Ok(shared.clone())
-    }
+        })
 }
 
 /// The SHA-256 of the file at `path`, in lower-case hex.
@@ -141,7 +149,7 @@ pub(crate) async fn fetch_checksum(
     name: Option<&str>,
 ) -> Result<String, Error> {
     let failed = |reason: String| Error::Download {
-        url: url.to_owned(),
+        url: without_userinfo(url),
         reason,
     };
     let mut last = String::new();
@@ -152,7 +160,7 @@ pub(crate) async fn fetch_checksum(
         let response = match client.get(url).send().await {
             Ok(r) => r,
             Err(e) => {
-                last = error_chain(&e);
+                last = scrub(&error_chain(&e), url);
                 continue;
             }
         };
@@ -167,7 +175,7 @@ pub(crate) async fn fetch_checksum(
         let body = match response.bytes().await {
             Ok(b) => b,
             Err(e) => {
-                last = error_chain(&e);
+                last = scrub(&error_chain(&e), url);
                 continue;
             }
         };
@@ -219,6 +227,48 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     h
 }
 
+/// `url` without its user-info (`https://user:token@host/…` -> `https://host/…`): what is
+/// shown, logged and recorded of a URL.
+pub(crate) fn without_userinfo(url: &str) -> String {
+    match userinfo(url) {
+        Some((start, userinfo)) => {
+            format!("{}{}", &url[..start], &url[start + userinfo.len() + 1..])
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// Where `url`'s user-info starts and what it is (without the `@` that ends it).
+fn userinfo(url: &str) -> Option<(usize, &str)> {
+    let start = url.find("://")? + 3;
+    let rest = &url[start..];
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    authority.rfind('@').map(|at| (start, &authority[..at]))
+}
+
+/// `text` (an error from a request to `url`) with `url`'s user-info removed wherever it
+/// appears.
+fn scrub(text: &str, url: &str) -> String {
+    match userinfo(url) {
+        Some((_, info)) => text
+            .replace(url, &without_userinfo(url))
+            .replace(&format!("{info}@"), ""),
+        None => text.to_owned(),
+    }
+}
+
+/// `bytes <first>-<last>/<total>` of a `Content-Range` header (`total` may be `*`).
+fn parse_content_range(value: &str) -> Option<(u64, u64, Option<u64>)> {
+    let (range, total) = value.strip_prefix("bytes ")?.split_once('/')?;
+    let (first, last) = range.split_once('-')?;
+    let (first, last) = (first.trim().parse().ok()?, last.trim().parse().ok()?);
+    let total = match total.trim() {
+        "*" => None,
+        t => Some(t.parse().ok()?),
+    };
+    (first <= last && total.is_none_or(|t| last < t)).then_some((first, last, total))
+}
+
 /// Downloads `url` to `dest` and checks that its SHA-256 is `expected` (hex), resuming an
 /// interrupted transfer with a `Range` request (see the module documentation). On success
 /// `dest` holds the verified file with `mode`; on failure it is untouched and no partial file
@@ -230,9 +280,10 @@ pub(crate) async fn download_verified(
     dest: &Path,
     mode: u32,
 ) -> Result<(), Error> {
-    let partial = partial_path(dest, url);
+    let shown = without_userinfo(url);
+    let partial = partial_path(dest, &shown);
     let failed = |reason: String| Error::Download {
-        url: url.to_owned(),
+        url: shown.clone(),
         reason,
     };
     let io = |context: String| {
@@ -243,9 +294,13 @@ pub(crate) async fn download_verified(
     };
     let mut last = String::new();
     let mut attempt = 0;
-    // A partial file of an earlier run whose bytes turn out wrong is dropped once and the
-    // download started from zero; a fresh download that does not match is an error.
+    // A partial file of an earlier run whose bytes turn out wrong (or a body that ended early
+    // without a length to tell) is dropped once and the download started from zero; a fresh
+    // download that does not match is an error.
     let mut restarted_after_mismatch = false;
+    // The file's length, once a response told it (Content-Length of a 200, or the total of a
+    // Content-Range).
+    let mut total_len: Option<u64> = None;
     loop {
         if attempt == ATTEMPTS {
             return Err(failed(format!("{last} ({ATTEMPTS} tries)")));
@@ -262,11 +317,13 @@ pub(crate) async fn download_verified(
         let mut response = match request.send().await {
             Ok(r) => r,
             Err(e) => {
-                last = error_chain(&e);
+                last = scrub(&error_chain(&e), url);
                 continue;
             }
         };
         let status = response.status();
+        // Where the file ends (when known) once this response's body is written.
+        let part_end: Option<u64>;
         let mut file = match status {
             StatusCode::PARTIAL_CONTENT if have > 0 => {
                 let range = response
@@ -274,14 +331,29 @@ pub(crate) async fn download_verified(
                     .get(CONTENT_RANGE)
                     .and_then(|v| v.to_str().ok())
                     .unwrap_or("");
-                if !range.starts_with(&format!("bytes {have}-")) {
+                // The continuation asked for, of a file of the length an earlier answer
+                // gave (another length: another file).
+                let continuation = parse_content_range(range).filter(|(first, _, total)| {
+                    *first == have
+                        && match (total, total_len) {
+                            (Some(t), Some(known)) => *t == known,
+                            _ => true,
+                        }
+                });
+                let Some((_, range_last, total)) = continuation else {
                     // Not the continuation asked for: start over.
-                    tracing::warn!(url, range, have, "unexpected Content-Range; restarting");
+                    tracing::warn!(url = %shown, range, have, "unexpected Content-Range; restarting");
                     let _ = fs::remove_file(&partial);
-                    last = format!("the server resumed at {range:?} instead of byte {have}");
+                    last = format!(
+                        "the server resumed with {range:?} instead of from byte {have}{}",
+                        total_len.map_or(String::new(), |t| format!(" of {t}"))
+                    );
+                    total_len = None;
                     continue;
-                }
-                tracing::info!(url, from = have, "resuming the download");
+                };
+                total_len = total.or(total_len);
+                part_end = Some(range_last + 1);
+                tracing::info!(url = %shown, from = have, "resuming the download");
                 fs::OpenOptions::new()
                     .append(true)
                     .open(&partial)
@@ -289,14 +361,16 @@ pub(crate) async fn download_verified(
             }
             StatusCode::OK => {
                 if have > 0 {
-                    tracing::info!(url, "the server ignores Range; downloading from the start");
+                    tracing::info!(url = %shown, "the server ignores Range; downloading from the start");
                 }
+                total_len = response.content_length();
+                part_end = total_len;
                 fs::File::create(&partial).map_err(io(format!("creating {}", partial.display())))?
             }
             StatusCode::RANGE_NOT_SATISFIABLE if have > 0 => {
                 // The partial file may already be whole (the last try died after the body);
                 // the digest decides.
-                tracing::info!(url, have, "range not satisfiable; checking what is there");
+                tracing::info!(url = %shown, have, "range not satisfiable; checking what is there");
                 match verify_and_install_off_thread(&partial, expected, dest, mode).await {
                     Ok(()) => return Ok(()),
                     Err(_) => {
@@ -315,16 +389,20 @@ pub(crate) async fn download_verified(
             }
         };
         let resumed = status == StatusCode::PARTIAL_CONTENT;
+        // Without a length, a body cut short looks complete: only the digest can tell.
+        let unsized_body = response.content_length().is_none();
         // The body, chunk by chunk; a broken connection keeps what arrived for the next try.
+        let mut received = 0u64;
         let body_ok = loop {
             match response.chunk().await {
                 Ok(Some(bytes)) => {
                     file.write_all(&bytes)
                         .map_err(io(format!("writing {}", partial.display())))?;
+                    received += bytes.len() as u64;
                 }
                 Ok(None) => break true,
                 Err(e) => {
-                    last = format!("the transfer broke: {}", error_chain(&e));
+                    last = format!("the transfer broke: {}", scrub(&error_chain(&e), url));
                     break false;
                 }
             }
@@ -333,7 +411,20 @@ pub(crate) async fn download_verified(
             .map_err(io(format!("writing {}", partial.display())))?;
         drop(file);
         if !body_ok {
-            tracing::warn!(url, reason = %last, "download interrupted; will resume");
+            tracing::warn!(url = %shown, reason = %last, "download interrupted; will resume");
+            continue;
+        }
+        // A correct answer for a shorter range than asked (`bytes N-M/T` with M+1 < T): the
+        // file is still partial, so ask for the rest. Progress was made, so this is no failed
+        // try.
+        let now = fs::metadata(&partial).map(|m| m.len()).unwrap_or(0);
+        if let (Some(end), Some(total)) = (part_end, total_len)
+            && end < total
+            && now == end
+            && received > 0
+        {
+            tracing::info!(url = %shown, have = now, total, "the server sent part of the rest; asking for more");
+            attempt = 0;
             continue;
         }
         match verify_and_install_off_thread(&partial, expected, dest, mode).await {
@@ -341,14 +432,21 @@ pub(crate) async fn download_verified(
             Err(VerifyError::Io(e)) => return Err(e),
             Err(VerifyError::Mismatch(actual)) => {
                 let _ = fs::remove_file(&partial);
-                if resumed && !restarted_after_mismatch {
-                    tracing::warn!(url, "the resumed file does not match; downloading it again");
+                if (resumed || unsized_body) && !restarted_after_mismatch {
+                    tracing::warn!(
+                        url = %shown,
+                        resumed,
+                        unsized_body,
+                        "the file does not match (resumed from a stale part, or cut short \
+                         without a length); downloading it again"
+                    );
                     restarted_after_mismatch = true;
+                    total_len = None;
                     attempt = 0;
                     continue;
                 }
                 return Err(Error::ChecksumMismatch {
-                    url: url.to_owned(),
+                    url: shown,
                     expected: expected.to_owned(),
                     actual,
                 });
@@ -410,13 +508,25 @@ fn verify_and_install(
     Ok(())
 }
 
+/// What a download is of: written into its record, and compared with what would be
+/// downloaded now before a recorded file is used again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Source {
+    /// What is downloaded (the binary, or the archive it is taken from), without user-info.
+    pub(crate) url: String,
+    /// The checksum file it is verified against, without user-info.
+    pub(crate) checksum_url: String,
+    /// The version of what is downloaded: Kubernetes' (`v1.37.2`), or etcd's for etcd.
+    pub(crate) version: String,
+    /// The archive the binary is taken from (etcd's), if any.
+    pub(crate) archive: Option<String>,
+}
+
 /// Where a downloaded binary came from, kept beside it as `.<name>.download`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Record {
-    /// What was downloaded (the binary, or the archive it was taken from).
-    pub(crate) url: String,
-    /// The checksum file it was verified against.
-    pub(crate) checksum_url: String,
+    /// What was downloaded.
+    pub(crate) source: Source,
     /// The SHA-256 of the binary as installed.
     pub(crate) sha256: String,
     /// When (RFC 3339, UTC).
@@ -434,9 +544,17 @@ pub(crate) fn record_path(binary: &Path) -> PathBuf {
 
 impl Record {
     fn to_text(&self) -> String {
+        let s = &self.source;
         format!(
-            "url {}\nchecksum-url {}\nsha256 {}\ndownloaded-at {}\n",
-            self.url, self.checksum_url, self.sha256, self.downloaded_at
+            "url {}\nchecksum-url {}\nversion {}\n{}sha256 {}\ndownloaded-at {}\n",
+            without_userinfo(&s.url),
+            without_userinfo(&s.checksum_url),
+            s.version,
+            s.archive
+                .as_ref()
+                .map_or(String::new(), |a| format!("archive {a}\n")),
+            self.sha256,
+            self.downloaded_at
         )
     }
 
@@ -448,17 +566,30 @@ impl Record {
             })
         };
         Some(Record {
-            url: field("url")?,
-            checksum_url: field("checksum-url")?,
+            source: Source {
+                url: field("url")?,
+                checksum_url: field("checksum-url")?,
+                // A record of an older kctrl has no version: it is downloaded again.
+                version: field("version")?,
+                archive: field("archive"),
+            },
             sha256: field("sha256").filter(|d| is_digest(d))?,
             downloaded_at: field("downloaded-at")?,
         })
     }
 
-    /// Writes the record of `binary` (through a temporary file and a rename).
+    /// Writes the record of `binary` (through a temporary file and a rename). The temporary
+    /// file's name is its own (`.<name>.download.<pid>.tmp`): never the `.<name>.tmp` that the
+    /// build writes its binary to.
     pub(crate) fn write(&self, binary: &Path) -> Result<(), Error> {
         let path = record_path(binary);
-        let tmp = path.with_extension("tmp");
+        let tmp = path.with_file_name(format!(
+            "{}.{}.tmp",
+            path.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            std::process::id()
+        ));
         let write = || -> std::io::Result<()> {
             let mut f = fs::File::create(&tmp)?;
             f.write_all(self.to_text().as_bytes())?;
@@ -472,11 +603,40 @@ impl Record {
     }
 }
 
-/// The record of the downloaded binary at `binary`, if it has one and the file's digest still
-/// equals the recorded one; a changed file (or a missing one) gives `None`, with a warning when
-/// the file was there but changed.
-pub(crate) fn recorded(binary: &Path) -> Option<Record> {
+/// The record of the downloaded binary at `binary`, if it has one, it is a download of
+/// `expected` (the same URL, version and archive: a moved pin or another mirror is not), and
+/// the file's digest still equals the recorded one; otherwise `None`, with a warning when the
+/// file was there but is not what is expected now.
+pub(crate) fn recorded(binary: &Path, expected: &Source) -> Option<Record> {
     let record = Record::parse(&fs::read_to_string(record_path(binary)).ok()?)?;
+    let expected = Source {
+        url: without_userinfo(&expected.url),
+        checksum_url: without_userinfo(&expected.checksum_url),
+        ..expected.clone()
+    };
+    if record.source.url != expected.url
+        || record.source.version != expected.version
+        || record.source.archive != expected.archive
+    {
+        tracing::info!(
+            binary = %binary.display(),
+            recorded_url = %record.source.url,
+            recorded_version = %record.source.version,
+            expected_url = %expected.url,
+            expected_version = %expected.version,
+            "a cached download is of another version or mirror than expected now; not using it"
+        );
+        eprintln!(
+            "kctrl-testenv: {} was downloaded from {} ({}), but {} ({}) is expected now; not \
+             using it",
+            binary.display(),
+            record.source.url,
+            record.source.version,
+            expected.url,
+            expected.version
+        );
+        return None;
+    }
     let actual = sha256_file(binary).ok()?;
     if actual == record.sha256 {
         Some(record)
@@ -570,17 +730,33 @@ mod tests {
         fs::create_dir_all(&dir).unwrap();
         let bin = dir.join("kube-apiserver");
         fs::write(&bin, b"#!/bin/sh\necho hi\n").unwrap();
-        let record = Record {
+        let source = Source {
             url: "http://127.0.0.1:1/kube-apiserver".into(),
             checksum_url: "http://127.0.0.1:1/kube-apiserver.sha256".into(),
+            version: "v1.37.2".into(),
+            archive: None,
+        };
+        let record = Record {
+            source: source.clone(),
             sha256: sha256_file(&bin).unwrap(),
             downloaded_at: "2026-11-30T09:00:00Z".into(),
         };
         record.write(&bin).unwrap();
         assert_eq!(record_path(&bin), dir.join(".kube-apiserver.download"));
-        assert_eq!(recorded(&bin), Some(record));
+        assert_eq!(recorded(&bin, &source), Some(record.clone()));
+        // Another version or archive than expected now.
+        let other = Source {
+            version: "v1.37.3".into(),
+            ..source.clone()
+        };
+        assert_eq!(recorded(&bin, &other), None);
+        let archived = Source {
+            archive: Some("etcd-v3.6.8-linux-amd64.tar.gz".into()),
+            ..source.clone()
+        };
+        assert_eq!(recorded(&bin, &archived), None);
         fs::write(&bin, b"#!/bin/sh\necho changed\n").unwrap();
-        assert_eq!(recorded(&bin), None);
+        assert_eq!(recorded(&bin, &source), None);
         fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -598,6 +774,46 @@ mod tests {
                 .starts_with(".kubectl.")
         );
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn user_info_is_removed_from_urls_and_errors() {
+        assert_eq!(
+            without_userinfo("https://user:tok@en@mirror.example/a/b?c=d@e"),
+            "https://mirror.example/a/b?c=d@e"
+        );
+        assert_eq!(
+            without_userinfo("http://token@127.0.0.1:8080"),
+            "http://127.0.0.1:8080"
+        );
+        assert_eq!(
+            without_userinfo("https://dl.k8s.io/release/v1.37.2/x@y"),
+            "https://dl.k8s.io/release/v1.37.2/x@y"
+        );
+        assert_eq!(without_userinfo("not a url"), "not a url");
+        let url = "https://user:s3cret@mirror/kubectl";
+        let text = format!(
+            "error sending request for url ({url}): connecting to user:s3cret@mirror failed"
+        );
+        let clean = scrub(&text, url);
+        assert!(!clean.contains("s3cret"), "{clean}");
+        assert!(clean.contains("https://mirror/kubectl"), "{clean}");
+    }
+
+    #[test]
+    fn content_ranges_are_read_and_checked() {
+        assert_eq!(
+            parse_content_range("bytes 100-199/1000"),
+            Some((100, 199, Some(1000)))
+        );
+        assert_eq!(
+            parse_content_range("bytes 100-199/*"),
+            Some((100, 199, None))
+        );
+        assert_eq!(parse_content_range("bytes 100-1000/1000"), None);
+        assert_eq!(parse_content_range("bytes 200-100/1000"), None);
+        assert_eq!(parse_content_range("bytes */1000"), None);
+        assert_eq!(parse_content_range(""), None);
     }
 
     #[test]

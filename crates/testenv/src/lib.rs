@@ -38,6 +38,8 @@
 //!    [`TestEnvBuilder::binary_assets`]. The directory has setup-envtest's layout (`etcd`,
 //!    `kube-apiserver`, `kubectl` directly in it), so the directory a Go project's CI already
 //!    caches works as it is (`export KUBEBUILDER_ASSETS=$(setup-envtest use 1.37 -p path)`).
+//!    A variable set but empty is an error naming it (as in envtest, a set variable is the
+//!    answer, so an empty one does not fall through to the next source).
 //!    When kube-apiserver comes from here, its `--version` decides the Kubernetes version of
 //!    the plane (printed on stderr with where it came from): one outside 1.33–1.37, what kctrl
 //!    supports, is refused with [`Error::UnsupportedVersion`] naming it, and so is one whose
@@ -45,7 +47,9 @@
 //!    ([`kube_version`](TestEnvBuilder::kube_version) or `$KCTRL_KUBE_VERSION`).
 //! 2. **The cache** (`~/.cache/kctrl/k8s-<version>`, or `$KCTRL_CACHE_DIR`), keyed by
 //!    version: kctrl's own build of the release, or an earlier download recorded there whose
-//!    SHA-256 still matches the record (a changed file is never used).
+//!    SHA-256 still matches the record (a changed file is never used) and whose record names
+//!    what would be downloaded now (the same URL, so the same mirror, and version: a download
+//!    from another mirror or of an etcd kctrl no longer pins is downloaded again).
 //! 3. **A download** of the official release binaries, only when allowed with
 //!    [`TestEnvBuilder::download`] or `KCTRL_TESTENV_DOWNLOAD=1` ([`DOWNLOAD_ENV`]):
 //!    Kubernetes' from `<base>/<version>/bin/linux/<arch>/<name>` (base
@@ -57,12 +61,18 @@
 //!    broken transfer (or restarted when the server ignores ranges), and is made executable
 //!    and renamed into place only once its digest matches; a wrong digest fails with
 //!    [`Error::ChecksumMismatch`] (URL, both digests) and removes the file. Each download is
-//!    recorded beside the binary (`.<name>.download`: URL, checksum file, digest, time). KWOK
-//!    is never downloaded: its releases publish no checksums.
+//!    recorded beside the binary (`.<name>.download`: URL, checksum file, version, archive,
+//!    digest, time). A URL's user-info (`https://user:token@mirror/…`) is sent, but never
+//!    shown, logged or recorded. Only published releases are downloaded (`v1.N.M`, or with
+//!    `-alpha.K`, `-beta.K`, `-rc.K`), not a local build's `-dirty` or a `+k3s1`. KWOK is
+//!    never downloaded: its releases publish no checksums.
 //! 4. **A build** from upstream's Go modules into the cache, only with
 //!    [`TestEnvBuilder::build_if_missing`] (Go on `PATH` and the Go module proxy needed, 20
-//!    minutes or more on a cold cache, progress on stderr). In a kctrl checkout,
-//!    `cargo xtask cluster build` fills the cache the same way.
+//!    minutes or more on a cold cache, progress on stderr); also when a download was allowed
+//!    but failed. In a kctrl checkout, `cargo xtask cluster build` fills the cache the same
+//!    way. For a kube-apiserver of another patch than kctrl pins, the other components come
+//!    from the pinned patch's build of the same minor when no download of the exact patch is
+//!    there.
 //!
 //! Found nowhere, the start fails with [`Error::NotBuilt`], whose message names every way to
 //! provide the missing binaries. [`TestEnv::binaries`] says where each one came from.

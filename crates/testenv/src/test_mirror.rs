@@ -17,6 +17,10 @@ pub(crate) struct Behaviour {
     /// For this many more requests, close the connection after sending this many body
     /// bytes (the headers announce the full length).
     pub(crate) drop_after: Option<(usize, u32)>,
+    /// Answer a range with at most this many bytes (a correct 206 for a shorter range).
+    pub(crate) max_range_len: Option<usize>,
+    /// Send no `Content-Length`: the body ends where the connection closes.
+    pub(crate) no_length: bool,
 }
 
 #[derive(Default)]
@@ -162,19 +166,30 @@ fn serve(conn: TcpStream, state: &Mutex<State>) {
             );
             return;
         }
-        Some(from) => format!(
-            "HTTP/1.1 206 Partial Content\r\ncontent-range: bytes {from}-{}/{}\r\n\
-             content-length: {}\r\nconnection: close\r\n\r\n",
-            body.len() - 1,
-            body.len(),
-            body.len() - from
-        ),
+        Some(from) => {
+            let len = behaviour
+                .max_range_len
+                .map_or(body.len() - from, |m| m.min(body.len() - from));
+            format!(
+                "HTTP/1.1 206 Partial Content\r\ncontent-range: bytes {from}-{}/{}\r\n\
+                 content-length: {len}\r\nconnection: close\r\n\r\n",
+                from + len - 1,
+                body.len(),
+            )
+        }
+        None if behaviour.no_length => "HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n".to_owned(),
         None => format!(
             "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
             body.len()
         ),
     };
-    let part = &body[from.unwrap_or(0)..];
+    let end = match from {
+        Some(from) => behaviour
+            .max_range_len
+            .map_or(body.len(), |m| (from + m).min(body.len())),
+        None => body.len(),
+    };
+    let part = &body[from.unwrap_or(0)..end];
     let _ = out.write_all(head.as_bytes());
     match behaviour.drop_after {
         Some((bytes, n)) if n > 0 => {

@@ -141,7 +141,8 @@ type Case<'a> = (&'a str, &'a std::path::Path, &'a [(&'a str, &'a str)]);
 
 /// What goes wrong with the user's binaries is reported through the public API, as read from
 /// the environment: a component the assets directory lacks (nothing else has it), a release
-/// kctrl does not support, a per-binary override naming nothing, a malformed download setting.
+/// kctrl does not support, a per-binary override naming nothing, a malformed download setting,
+/// a variable set but empty.
 /// Needs no plane (nothing starts), so it runs in every `cargo test`.
 #[tokio::test]
 async fn problems_with_the_users_binaries_are_named() {
@@ -165,11 +166,15 @@ async fn problems_with_the_users_binaries_are_named() {
                 };
                 assert_eq!(missing, "kube-controller-manager");
                 assert!(looked_in.contains(&dir), "{looked_in}");
+                let build = format!(
+                    "cargo xtask cluster build --kube-version {}",
+                    DEFAULT_RELEASE.kubernetes
+                );
                 for option in [
                     "KUBEBUILDER_ASSETS",
                     "TEST_ASSET_<NAME>",
                     "KCTRL_TESTENV_DOWNLOAD=1",
-                    "cargo xtask cluster build --kube-version v1.37.2",
+                    build.as_str(),
                     "build_if_missing(true)",
                 ] {
                     assert!(message.contains(option), "{option}: {message}");
@@ -189,6 +194,18 @@ async fn problems_with_the_users_binaries_are_named() {
                 assert!(matches!(err, kctrl_testenv::Error::Assets(_)), "{err}");
                 assert!(
                     message.contains("TEST_ASSET_KUBE_APISERVER") && message.contains("/nowhere"),
+                    "{message}"
+                );
+            }
+            "empty-override" | "empty-assets" => {
+                let var = if case == "empty-override" {
+                    "$TEST_ASSET_KUBE_APISERVER"
+                } else {
+                    "$KUBEBUILDER_ASSETS"
+                };
+                assert!(matches!(err, kctrl_testenv::Error::Assets(_)), "{err}");
+                assert!(
+                    message.contains(var) && message.contains("set but empty"),
                     "{message}"
                 );
             }
@@ -215,7 +232,7 @@ async fn problems_with_the_users_binaries_are_named() {
     let current = fake_assets("current", DEFAULT_RELEASE.kubernetes);
     let old = fake_assets("old", "v1.30.2");
     let empty_cache = scratch.path().join("empty-cache");
-    let cases: [Case<'_>; 4] = [
+    let cases: [Case<'_>; 6] = [
         ("lacks-kcm", &current, &[]),
         ("too-old", &old, &[]),
         (
@@ -228,6 +245,14 @@ async fn problems_with_the_users_binaries_are_named() {
             &current,
             &[("KCTRL_TESTENV_DOWNLOAD", "maybe")],
         ),
+        // Set but empty: an error naming the variable (envtest, too, takes a set variable
+        // as the answer), not a silent fall-through to the next source.
+        (
+            "empty-override",
+            &current,
+            &[("TEST_ASSET_KUBE_APISERVER", "")],
+        ),
+        ("empty-assets", &current, &[("KUBEBUILDER_ASSETS", "")]),
     ];
     for (case, assets, extra) in cases {
         let mut cmd = Command::new(std::env::current_exe().unwrap());

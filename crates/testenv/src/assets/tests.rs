@@ -361,6 +361,7 @@ async fn a_connection_dropped_mid_body_is_resumed() {
     let behaviour = Behaviour {
         honour_range: true,
         drop_after: Some((100_000, 2)),
+        ..Default::default()
     };
     let (result, requests, body, tmp) = download_with_partial(behaviour, 0, None).await;
     result.unwrap();
@@ -382,6 +383,7 @@ async fn a_connection_dropped_mid_body_without_range_support_starts_over() {
     let behaviour = Behaviour {
         honour_range: false,
         drop_after: Some((100_000, 1)),
+        ..Default::default()
     };
     let (result, requests, body, tmp) = download_with_partial(behaviour, 0, None).await;
     result.unwrap();
@@ -394,6 +396,7 @@ async fn a_download_that_keeps_breaking_fails_and_installs_nothing() {
     let behaviour = Behaviour {
         honour_range: false,
         drop_after: Some((50_000, 100)),
+        ..Default::default()
     };
     let (result, requests, _, tmp) = download_with_partial(behaviour, 0, None).await;
     let err = result.unwrap_err();
@@ -690,9 +693,18 @@ async fn for_another_patch_a_download_of_that_patch_is_preferred_to_the_pinned_b
     let downloaded = base.join(format!("k8s-{patch}/bin/kube-controller-manager"));
     let body = fake(&patch, 10);
     write_exe(&downloaded, &body);
+    // (Recorded as a download from the mirror `inputs` names, as resolving expects.)
+    let url = format!(
+        "http://127.0.0.1:9{}",
+        k8s_path(&patch, "kube-controller-manager")
+    );
     Record {
-        url: "http://mirror/kube-controller-manager".into(),
-        checksum_url: "http://mirror/kube-controller-manager.sha256".into(),
+        source: download::Source {
+            checksum_url: format!("{url}.sha256"),
+            url,
+            version: patch.clone(),
+            archive: None,
+        },
         sha256: sha256(&body),
         downloaded_at: "2026-11-30T09:00:00Z".into(),
     }
@@ -728,4 +740,454 @@ async fn for_another_patch_a_download_of_that_patch_is_preferred_to_the_pinned_b
         kcm(&resolved).path,
         cache.binary(Binary::KubeControllerManager)
     );
+}
+
+/// A build that compiles nothing: fake binaries of the cache's release, with their recipes.
+fn fake_build(cache: &Cache, wanted: &[Binary]) -> Result<(), Error> {
+    for &b in wanted {
+        write_exe(&cache.binary(b), &fake(cache.release.kubernetes, 10));
+        fs::write(
+            cache.bin_dir().join(format!(".{}.recipe", b.file_name())),
+            b.recipe(cache.release),
+        )
+        .unwrap();
+    }
+    Ok(())
+}
+
+const PLANE: [Binary; 3] = [Binary::Etcd, Binary::KubeApiserver, Binary::Kubectl];
+
+#[tokio::test]
+async fn overrides_whose_file_names_differ_are_the_files_that_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("cache");
+    let bin = tmp.path().join("x/bin");
+    let custom = |b: Binary| bin.join(format!("{}-custom", b.file_name()));
+    let mut inp = inputs(&base, &PLANE);
+    for b in PLANE {
+        write_exe(&custom(b), &fake(DEFAULT_RELEASE.kubernetes, 10));
+        // Files of the canonical names beside them, which must not run.
+        write_exe(&bin.join(b.file_name()), b"#!/bin/sh\necho decoy\n");
+        inp.overrides.push((b, override_variable(b), custom(b)));
+    }
+    let resolved = resolve(inp).await.unwrap();
+    assert_ne!(resolved.binaries.root, tmp.path().join("x"));
+    for b in PLANE {
+        let link = resolved.binaries.root.join("bin").join(b.file_name());
+        assert_eq!(
+            fs::canonicalize(&link).unwrap(),
+            fs::canonicalize(custom(b)).unwrap(),
+            "{}",
+            b.file_name()
+        );
+    }
+}
+
+/// `path` (absolute) as a path relative to the current directory.
+fn relative_to_cwd(path: &Path) -> PathBuf {
+    let cwd = std::env::current_dir().unwrap();
+    let mut rel = PathBuf::new();
+    for _ in cwd.components().skip(1) {
+        rel.push("..");
+    }
+    rel.join(path.strip_prefix("/").unwrap())
+}
+
+#[tokio::test]
+async fn a_relative_cache_directory_gives_links_that_resolve() {
+    let tmp = tempfile::tempdir().unwrap();
+    let absolute_base = tmp.path().join("cache");
+    let base = relative_to_cwd(&absolute_base);
+    let r = DEFAULT_RELEASE;
+    let dir = assets_dir(tmp.path(), r.kubernetes);
+    let cache = Cache::under(&absolute_base, r);
+    fake_build(&cache, &[Binary::KubeControllerManager]).unwrap();
+    let mut inp = inputs(
+        &base,
+        &[
+            Binary::Etcd,
+            Binary::KubeApiserver,
+            Binary::KubeControllerManager,
+            Binary::Kubectl,
+        ],
+    );
+    inp.assets = Some((dir, "$KUBEBUILDER_ASSETS".into()));
+    let resolved = resolve(inp).await.unwrap();
+    assert!(
+        resolved.binaries.root.is_absolute(),
+        "{}",
+        resolved.binaries.root.display()
+    );
+    let link = resolved.binaries.root.join("bin/kube-controller-manager");
+    let target = fs::read_link(&link).unwrap();
+    assert!(target.is_absolute(), "{}", target.display());
+    assert_eq!(
+        fs::canonicalize(&link).unwrap(),
+        fs::canonicalize(cache.binary(Binary::KubeControllerManager)).unwrap()
+    );
+}
+
+#[tokio::test]
+async fn a_recorded_download_of_another_mirror_or_etcd_is_not_used() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("cache");
+    let r = DEFAULT_RELEASE;
+    let (first, second) = (Mirror::start(), Mirror::start());
+    let kubectl = fake(r.kubernetes, 1_000);
+    let etcd = fake("v0-etcd", 1_000);
+    for (i, m) in [&first, &second].into_iter().enumerate() {
+        serve_k8s(m, r.kubernetes, "kubectl", &kubectl, None);
+        serve_etcd(m, r.etcd, &etcd, &tmp.path().join(format!("scratch-{i}")));
+    }
+    let mut inp = inputs(&base, &[Binary::Etcd, Binary::Kubectl]);
+    inp.download = true;
+    inp.kubernetes_url = first.url.clone();
+    inp.etcd_url = first.url.clone();
+    resolve(inp.clone()).await.unwrap();
+    // The same mirror, downloads off: from the cache.
+    inp.download = false;
+    resolve(inp.clone()).await.unwrap();
+    // Another mirror: the records name the first one, so the files are not used…
+    inp.kubernetes_url = second.url.clone();
+    inp.etcd_url = second.url.clone();
+    let err = resolve(inp.clone()).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::NotBuilt { missing, .. } if missing == "etcd, kubectl"),
+        "{err}"
+    );
+    // …but replaced by downloads from the new one when allowed.
+    inp.download = true;
+    let resolved = resolve(inp.clone()).await.unwrap();
+    for o in &resolved.origins {
+        assert!(
+            matches!(&o.source, BinarySource::Downloaded { url, .. } if url.starts_with(&second.url)),
+            "{o:?}"
+        );
+    }
+    // A recorded etcd of another etcd release (the pin moved since) is not used either.
+    let record = download::record_path(&Cache::under(&base, r).binary(Binary::Etcd));
+    let text = fs::read_to_string(&record).unwrap();
+    assert!(text.contains(r.etcd), "{text}");
+    fs::write(&record, text.replace(r.etcd, "v3.0.0")).unwrap();
+    inp.download = false;
+    let err = resolve(inp).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::NotBuilt { missing, .. } if missing == "etcd"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_version_check_reads_more_output_than_a_pipe_holds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("kube-apiserver");
+    write_exe(
+        &path,
+        b"#!/bin/sh\nhead -c 300000 /dev/zero | tr '\\0' x >&2\n\
+          head -c 300000 /dev/zero | tr '\\0' x\necho\necho 'Kubernetes v1.37.2'\n",
+    );
+    let v = binary_version_within(&path, Duration::from_secs(10)).unwrap();
+    assert_eq!(v.text, "v1.37.2");
+}
+
+/// Whether process `pid` runs (a zombie does not).
+fn alive(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            stat.rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next())
+                != Some('Z')
+        }
+        Err(_) => false,
+    }
+}
+
+#[test]
+fn a_version_check_that_hangs_is_killed_with_its_children() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("kube-apiserver");
+    let pid_file = tmp.path().join("child.pid");
+    write_exe(
+        &path,
+        format!(
+            "#!/bin/sh\nsleep 300 &\necho $! > {}\nwait\n",
+            pid_file.display()
+        )
+        .as_bytes(),
+    );
+    let t0 = Instant::now();
+    let err = binary_version_within(&path, Duration::from_millis(500)).unwrap_err();
+    assert!(err.to_string().contains("did not answer"), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    let pid: u32 = fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while alive(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "the wrapper's child {pid} still runs"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test]
+async fn a_failed_download_falls_back_to_the_allowed_build() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mirror = Mirror::start();
+    let r = DEFAULT_RELEASE;
+    let mut inp = inputs(
+        &tmp.path().join("cache"),
+        &[Binary::KubeControllerManager, Binary::Kubectl],
+    );
+    inp.download = true;
+    inp.build = true;
+    // The mirror has nothing: every download fails (404).
+    inp.kubernetes_url = mirror.url.clone();
+    let resolved = resolve_with(inp, fake_build).await.unwrap();
+    for o in &resolved.origins {
+        assert_eq!(o.source, BinarySource::Built, "{o:?}");
+    }
+    assert!(
+        !mirror
+            .requests(&k8s_path(r.kubernetes, "kube-controller-manager.sha256"))
+            .is_empty(),
+        "the download was tried first"
+    );
+}
+
+#[tokio::test]
+async fn a_version_that_is_no_published_release_is_not_downloaded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mirror = Mirror::start();
+    let dir = assets_dir(tmp.path(), "v1.37.2-dirty");
+    // etcd, which the assets lack, is of the version kctrl pins: that one is downloaded.
+    fs::remove_file(dir.join("etcd")).unwrap();
+    let r = DEFAULT_RELEASE;
+    serve_etcd(
+        &mirror,
+        r.etcd,
+        &fake("v0-etcd", 1_000),
+        &tmp.path().join("scratch"),
+    );
+    let mut inp = inputs(
+        &tmp.path().join("cache"),
+        &[
+            Binary::Etcd,
+            Binary::KubeApiserver,
+            Binary::KubeScheduler,
+            Binary::Kubectl,
+        ],
+    );
+    inp.assets = Some((dir, "$KUBEBUILDER_ASSETS".into()));
+    inp.download = true;
+    inp.kubernetes_url = mirror.url.clone();
+    inp.etcd_url = mirror.url.clone();
+    let err = resolve(inp).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::Assets(m) if m.contains("lacks kube-scheduler ")),
+        "only kube-scheduler is missing: {err}"
+    );
+    let message = err.to_string();
+    assert!(
+        message.contains("v1.37.2-dirty") && message.contains("not a published release"),
+        "{message}"
+    );
+    assert!(
+        mirror
+            .requests(&k8s_path("v1.37.2-dirty", "kube-scheduler.sha256"))
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn for_another_patch_the_missing_error_offers_the_pinned_build() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("cache");
+    let r = DEFAULT_RELEASE;
+    let patch = format!("v1.{}.0", r.minor);
+    let dir = assets_dir(tmp.path(), &patch);
+    let mut inp = inputs(
+        &base,
+        &[
+            Binary::Etcd,
+            Binary::KubeApiserver,
+            Binary::KubeControllerManager,
+            Binary::Kubectl,
+        ],
+    );
+    inp.assets = Some((dir, "$KUBEBUILDER_ASSETS".into()));
+    let message = resolve(inp).await.unwrap_err().to_string();
+    let build = format!("cargo xtask cluster build --kube-version {}", r.kubernetes);
+    let pinned = Cache::under(&base, r).root.display().to_string();
+    let exact = base.join(format!("k8s-{patch}")).display().to_string();
+    for part in [
+        "kube-controller-manager",
+        "build_if_missing(true)",
+        "KCTRL_TESTENV_DOWNLOAD=1",
+        build.as_str(),
+        pinned.as_str(),
+        exact.as_str(),
+    ] {
+        assert!(message.contains(part), "{part}: {message}");
+    }
+}
+
+#[tokio::test]
+async fn credentials_in_a_mirror_url_are_never_shown_or_recorded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mirror = Mirror::start();
+    let r = DEFAULT_RELEASE;
+    let body = fake(r.kubernetes, 1_000);
+    serve_k8s(&mirror, r.kubernetes, "kubectl", &body, None);
+    serve_k8s(
+        &mirror,
+        r.kubernetes,
+        "kube-scheduler",
+        &body,
+        Some(&"f".repeat(64)),
+    );
+    let secret_url = mirror.url.replacen("http://", "http://user:s3cret@", 1);
+    let with = |dir: &str, b: Binary| {
+        let mut inp = inputs(&tmp.path().join(dir), &[b]);
+        inp.download = true;
+        inp.kubernetes_url = secret_url.clone();
+        inp
+    };
+    let resolved = resolve(with("a", Binary::Kubectl)).await.unwrap();
+    let o = &resolved.origins[0];
+    assert!(
+        matches!(&o.source, BinarySource::Downloaded { url, .. } if url.starts_with(&mirror.url)),
+        "{o:?}"
+    );
+    let record = fs::read_to_string(download::record_path(&o.path)).unwrap();
+    assert!(!record.contains("s3cret"), "{record}");
+    // Used again from the cache with the same URL.
+    let mut again = with("a", Binary::Kubectl);
+    again.download = false;
+    resolve(again).await.unwrap();
+    // Nor in errors: a wrong digest, a missing file.
+    let err = resolve(with("b", Binary::KubeScheduler)).await.unwrap_err();
+    assert!(matches!(err, Error::ChecksumMismatch { .. }), "{err}");
+    assert!(!format!("{err} {err:?}").contains("s3cret"), "{err:?}");
+    let err = resolve(with("c", Binary::KubeControllerManager))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Download { .. }), "{err}");
+    assert!(!format!("{err} {err:?}").contains("s3cret"), "{err:?}");
+}
+
+#[test]
+fn only_versions_of_published_releases_are_downloadable() {
+    for yes in [
+        "v1.37.2",
+        "v1.37.0-rc.1",
+        "v1.38.0-alpha.3",
+        "v1.36.0-beta.0",
+    ] {
+        assert!(is_published_release(yes), "{yes}");
+    }
+    for no in [
+        "v1.37.2-dirty",
+        "v1.37.2+k3s1",
+        "v1.37.0-alpha.1.123+abcdef",
+        "v1.37",
+        "v1.37.x",
+        "v2.0.0",
+        "1.37.2",
+        "v1.37.0-rc.",
+    ] {
+        assert!(!is_published_release(no), "{no}");
+    }
+}
+
+#[test]
+fn a_version_with_unexpected_characters_is_refused() {
+    assert_eq!(parse_version("Kubernetes v1.37.2;rm"), None);
+    assert_eq!(parse_version("Kubernetes v1.37.2/../../x"), None);
+    assert_eq!(parse_version("Kubernetes v1.37.2\u{1b}[0m"), None);
+    for ok in ["v1.37.2+k3s1", "v1.37.2-dirty", "v1.37.0-rc.1", "v1.37.2"] {
+        assert_eq!(
+            parse_version(&format!("Kubernetes {ok}")).map(|v| v.text),
+            Some(ok.to_owned())
+        );
+    }
+}
+
+#[test]
+fn writing_a_record_leaves_the_build_s_temporary_file_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bin = tmp.path().join("kube-apiserver");
+    fs::write(&bin, b"x").unwrap();
+    // What `go build` writes before renaming it to kube-apiserver.
+    let go_tmp = tmp.path().join(".kube-apiserver.tmp");
+    fs::write(&go_tmp, b"go build output").unwrap();
+    Record {
+        source: download::Source {
+            url: "http://mirror/kube-apiserver".into(),
+            checksum_url: "http://mirror/kube-apiserver.sha256".into(),
+            version: "v1.37.2".into(),
+            archive: None,
+        },
+        sha256: sha256(b"x"),
+        downloaded_at: "2026-11-30T09:00:00Z".into(),
+    }
+    .write(&bin)
+    .unwrap();
+    assert_eq!(fs::read(&go_tmp).unwrap(), b"go build output");
+}
+
+#[tokio::test]
+async fn a_short_partial_answer_is_continued_not_restarted() {
+    let behaviour = Behaviour {
+        honour_range: true,
+        max_range_len: Some(100_000),
+        ..Default::default()
+    };
+    let (result, requests, body, tmp) = download_with_partial(behaviour, 123_456, None).await;
+    result.unwrap();
+    assert_eq!(
+        requests,
+        [
+            Some("bytes=123456-".to_owned()),
+            Some("bytes=223456-".to_owned()),
+            Some("bytes=323456-".to_owned())
+        ]
+    );
+    assert_eq!(fs::read(tmp.path().join("kube-apiserver")).unwrap(), body);
+    assert_no_leftovers(tmp.path());
+}
+
+#[tokio::test]
+async fn a_body_cut_short_without_a_length_is_downloaded_again() {
+    let behaviour = Behaviour {
+        drop_after: Some((100_000, 1)),
+        no_length: true,
+        ..Default::default()
+    };
+    let (result, requests, body, tmp) = download_with_partial(behaviour, 0, None).await;
+    result.unwrap();
+    assert_eq!(requests, [None, None]);
+    assert_eq!(fs::read(tmp.path().join("kube-apiserver")).unwrap(), body);
+}
+
+#[test]
+fn plain_http_from_another_machine_is_warned_about_once_per_host() {
+    let mut warned = Vec::new();
+    assert!(warn_if_plain_http("http://mirror.example/a", &mut warned));
+    assert!(!warn_if_plain_http("http://mirror.example/b", &mut warned));
+    assert!(!warn_if_plain_http(
+        "https://dl.k8s.io/release/x",
+        &mut warned
+    ));
+    assert!(!warn_if_plain_http("http://127.0.0.1:8080/x", &mut warned));
+    assert!(!warn_if_plain_http("http://localhost/x", &mut warned));
+    assert!(warn_if_plain_http(
+        "http://user:s3cret@other.example:8080/x",
+        &mut warned
+    ));
+    assert_eq!(warned, ["mirror.example", "other.example:8080"]);
 }
