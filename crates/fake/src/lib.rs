@@ -174,6 +174,13 @@
 //!   stops the tracking. Objects seeded with [`FakeApi::add`] carry the managedFields given
 //!   (none by default) and, like objects the apiserver never tracked, stay untracked until
 //!   an apply, which first records all their fields as owned by `before-first-apply`.
+//! * **No CEL**: the validation rules of a CustomResourceDefinition
+//!   (`x-kubernetes-validations`, e.g. from kctrl-client's `rule!`) are not evaluated.
+//!   [`FakeApi::register_crd`] accepts a definition with rules, and every write the rest of
+//!   the fake accepts is stored, also one kube-apiserver would refuse with `422 Invalid`
+//!   (`spec.minReplicas: Invalid value: "object": ...`). Nor are a rule's form, its CEL or its
+//!   cost checked (kube-apiserver refuses the definition itself then). Test what your rules
+//!   refuse against a real API server (kctrl-testenv); test your controller here.
 //! * **Schema, for apply**: the fake knows no OpenAPI schemas, only a small table.
 //!   Objects are maps of fields, except label selectors (`spec.selector`, `labelSelector`,
 //!   `namespaceSelector`, `podSelector`) and owner references, which are atomic (replaced
@@ -325,7 +332,8 @@ impl FakeApi {
     /// subresource where the version has it, its selectable fields as field labels, and its
     /// schema's say over a `null` in a written object ([`ResourceSpec::openapi_schema`]). Until
     /// then, requests for the resource fail as on a server without the definition (404, "is
-    /// its CustomResourceDefinition installed?").
+    /// its CustomResourceDefinition installed?"). Its CEL validation rules
+    /// (`x-kubernetes-validations`) are not evaluated: see the crate docs.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

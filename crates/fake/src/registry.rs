@@ -159,7 +159,8 @@ impl ResourceSpec {
     /// patch prune a `null` field that is not nullable (or give it the field's default); a
     /// server-side apply refuses it with a 422 (`spec.replicas in body must be of type
     /// integer: "null"`); a `null` kept (nullable field, array item) is refused where the
-    /// schema has an `enum` or is not nullable. Nothing else of the schema is enforced.
+    /// schema has an `enum` or is not nullable. Nothing else of the schema is enforced, its
+    /// CEL validation rules (`x-kubernetes-validations`) included.
     pub fn openapi_schema(mut self, schema: JSONSchemaProps) -> Self {
         self.schema = Some(Arc::new(schema));
         self

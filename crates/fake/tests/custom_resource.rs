@@ -199,3 +199,44 @@ async fn without_a_status_subresource_status_is_an_ordinary_field() {
     assert_eq!(seeded.spec.size, 4);
     assert_eq!(fake.objects::<Widget>().len(), 2);
 }
+
+/// A resource with CEL validation rules, which the fake does not evaluate.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[resource(group = "example.com", version = "v1", kind = "Span", namespaced)]
+#[schemars(transform = kctrl_client::rule!("self.low <= self.high", message = "low must not exceed high"))]
+struct SpanSpec {
+    low: i32,
+    #[schemars(transform = kctrl_client::rule!("self == oldSelf", reason = FieldValueForbidden))]
+    high: i32,
+}
+
+#[tokio::test]
+async fn a_crd_with_cel_rules_is_served_and_its_rules_are_not_evaluated() {
+    let fake = FakeApi::new();
+    let crd = Span::crd();
+    let spec = &crd.spec.versions[0]
+        .schema
+        .as_ref()
+        .and_then(|s| s.open_api_v3_schema.as_ref())
+        .and_then(|s| s.properties.as_ref())
+        .unwrap()["spec"];
+    assert!(spec.x_kubernetes_validations.is_some());
+    fake.register_crd(&crd);
+    let spans: Api<Span> = Api::namespaced(fake.client(), "default");
+    // Both would be refused by kube-apiserver (tests/e2e/cel.rs): the fake stores them, as
+    // its crate docs say.
+    let created = spans
+        .create(
+            &PostParams::default(),
+            &Span::new("s", SpanSpec { low: 5, high: 1 }),
+        )
+        .await
+        .unwrap();
+    let mut changed = created.clone();
+    changed.spec.high = 9;
+    let replaced = spans
+        .update(&PostParams::default(), &changed)
+        .await
+        .unwrap();
+    assert_eq!(replaced.spec, SpanSpec { low: 5, high: 9 });
+}

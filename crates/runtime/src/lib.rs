@@ -100,6 +100,7 @@
 //! | `controllerutil.AddFinalizer` / `RemoveFinalizer` around cleanup | `finalizer::finalizer` | [`finalizer::finalizer`] |
 //! | `mgr.GetFieldIndexer().IndexField(ctx, &Job{}, key, f)`, then `List(ctx, &jobs, client.MatchingFields{key: v})` | — | [`Controller::index`]`::<Job>(key, f)`, then [`Controller::cache`]`::<Job>().by_index(key, v)`; a controller's owned objects: [`index::controlled_by`] |
 //! | `meta.SetStatusCondition` and friends (apimachinery) | — | [`conditions::set_status_condition`] and the rest of [`conditions`] |
+//! | a reconciler test on the fake client, `envtest` | a reconcile called against a mocked client (`tower_test::mock`) | `kctrl_harness::TestHarness` on `kctrl_fake::FakeApi` (waits, events, a paused clock, a clean stop); `kctrl-testenv` |
 //!
 //! A guide from an empty crate to a tested controller of a custom resource:
 //! `docs/writing-a-controller.md` in the kctrl repository.

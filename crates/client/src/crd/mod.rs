@@ -59,8 +59,8 @@
 //! `Debug`. `JsonSchema` is schemars 1's (add `schemars = "1"` to your dependencies, or write
 //! `#[schemars(crate = "kctrl_client::schemars")]` with the derive re-exported here as
 //! [`schemars::JsonSchema`]); schemars' own attributes
-//! (`#[schemars(range(min = 1))]`, `length`, `regex`, `extend("x-kubernetes-validations" =
-//! ...)`) become validations the API server enforces. The derive's output itself names serde
+//! (`#[schemars(range(min = 1))]`, `length`, `regex`, `transform = rule!(...)`) become
+//! validations the API server enforces ([validation rules](#validation-rules-cel)). The derive's output itself names serde
 //! and k8s-openapi only through kctrl-client.
 //!
 //! # `#[resource(...)]`
@@ -151,6 +151,117 @@
 //! string-or-object), [`crd`](CustomResourceExt::crd) accepts any value there instead and
 //! [`try_crd`](CustomResourceExt::try_crd) reports each such place as an error.
 //!
+//! # Validation rules (CEL)
+//!
+//! A rule in `x-kubernetes-validations` is a CEL expression the API server evaluates on every
+//! write: what the schema's keywords cannot say (one field against another, a value that may
+//! not change). Write it as a schemars transform, `#[schemars(transform = rule!(...))]`, on a
+//! struct (rules about several fields: `self` is the object) or on a field (`self` is the
+//! field's value). It works on any type with `JsonSchema`, the spec, the status and every type
+//! nested in them, list items and map values included, and several rules may sit on one node.
+//! [`rule!`](crate::rule) takes the expression and `message`, `message_expression`, `reason`
+//! ([`Reason`]: `FieldValueInvalid`, the default, `FieldValueForbidden`, `FieldValueRequired`,
+//! `FieldValueDuplicate`), `field_path` and `optional_old_self`, and checks at compile time
+//! what it can (an empty rule or message, an unknown reason or key, a `field_path` without
+//! its leading dot, `optional_old_self` without `oldSelf`); [`Rule`] is the same without the
+//! compile-time check (for rules made at run time; the schema conversion then reports those
+//! mistakes, and [`try_crd`](CustomResourceExt::try_crd) refuses them).
+//!
+//! ```
+//! use kctrl_client::{CustomResource, rule};
+//! use schemars::JsonSchema;
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(CustomResource, Clone, Debug, Serialize, Deserialize, JsonSchema)]
+//! #[resource(group = "example.com", version = "v1", kind = "Autoscaler", namespaced)]
+//! #[serde(rename_all = "camelCase")]
+//! // About several fields: on the struct.
+//! #[schemars(transform = rule!("self.minReplicas <= self.maxReplicas",
+//!     message = "minReplicas must not exceed maxReplicas", field_path = ".minReplicas"))]
+//! pub struct AutoscalerSpec {
+//!     pub min_replicas: i32,
+//!     pub max_replicas: i32,
+//!     // A transition rule: `oldSelf` is the value before the update.
+//!     #[schemars(transform = rule!("self == oldSelf", message = "target is immutable",
+//!         reason = FieldValueForbidden))]
+//!     pub target: String,
+//!     // The message computed from the value.
+//!     #[schemars(transform = rule!("self % 10 == 0",
+//!         message_expression = "'step must be a multiple of 10, not %d'.format([self])"))]
+//!     pub step: Option<i64>,
+//!     // Lists bounded for the cost budget (see below); the item type has its own rule.
+//!     #[schemars(length(max = 16))]
+//!     pub windows: Vec<Window>,
+//! }
+//!
+//! #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+//! #[schemars(transform = rule!("self.start < self.end", message = "a window must not end before it starts"))]
+//! pub struct Window {
+//!     pub start: i32,
+//!     pub end: i32,
+//! }
+//!
+//! use kctrl_client::crd::CustomResourceExt;
+//! let crd = Autoscaler::try_crd().unwrap();
+//! let schema = crd.spec.versions[0].schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap();
+//! let spec = &schema.properties.as_ref().unwrap()["spec"];
+//! let rules = |node: &kctrl_client::k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps| {
+//!     node.x_kubernetes_validations.iter().flatten().map(|r| r.rule.clone()).collect::<Vec<_>>()
+//! };
+//! assert_eq!(rules(spec), ["self.minReplicas <= self.maxReplicas"]);
+//! let props = spec.properties.as_ref().unwrap();
+//! assert_eq!(rules(&props["target"]), ["self == oldSelf"]);
+//! assert_eq!(props["target"].x_kubernetes_validations.as_ref().unwrap()[0].reason.as_deref(),
+//!            Some("FieldValueForbidden"));
+//! // A rule on an `Option` field stays on the (nullable) field.
+//! assert_eq!(rules(&props["step"]), ["self % 10 == 0"]);
+//! assert_eq!(props["step"].nullable, Some(true));
+//! // The item type's rule is on the list's items.
+//! let windows = &props["windows"];
+//! assert_eq!(windows.max_items, Some(16));
+//! use kctrl_client::k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaPropsOrArray;
+//! let Some(JSONSchemaPropsOrArray::Schema(item)) = &windows.items else { panic!() };
+//! assert_eq!(rules(item), ["self.start < self.end"]);
+//! ```
+//!
+//! What the API server does with them (`tests/e2e/cel.rs` checks each on kube-apiserver
+//! v1.37.2):
+//!
+//! * A failing rule refuses the write with 422 `Invalid`, and the client's error names the
+//!   place (the rule's node, or its `field_path`), the reason and the message, with the value
+//!   for a scalar: `Autoscaler.example.com "a" is invalid: spec.minReplicas: Invalid value:
+//!   minReplicas must not exceed maxReplicas`, `spec.step: Invalid value: 15: step must be a
+//!   multiple of 10, not 15`, `spec.target: Forbidden: target is immutable`. Without a message
+//!   it is `failed rule: <rule>`. Every failing rule of the object is listed.
+//! * A transition rule (one using `oldSelf`) is only checked on updates, where the old value
+//!   exists; with `optional_old_self = true` also on creates, `oldSelf` then being an
+//!   optional (`oldSelf.hasValue()`, `oldSelf.value()`). Under a list that is not a map or set
+//!   list (an atomic list, the default for a `Vec` of structs) there is no old value to
+//!   compare with and the API server refuses the rule (`oldSelf cannot be used on the
+//!   uncorrelatable portion of the schema`).
+//! * A rule is not evaluated on a `null`: a rule on an `Option` field (nullable, see above)
+//!   holds for `None`, so write the rule for the value it has when set.
+//! * A rule whose CEL does not compile makes the API server refuse the whole
+//!   CustomResourceDefinition with 422; the client's error names the place, the rule and the
+//!   compiler's message: `spec.validation.openAPIV3Schema.properties[spec].properties[name]
+//!   .x-kubernetes-validations[0].rule: Invalid value: {"Rule":"self.size( \u003e 1",...}:
+//!   compilation failed: ERROR: <input>:1:12: Syntax error: ...` followed by the rule with a
+//!   caret under the error.
+//! * **Cost budget.** The API server estimates each rule's worst-case cost from the schema
+//!   and refuses the definition when it is too high (`estimated rule cost exceeds budget by
+//!   factor of ... (try simplifying the rule, or adding maxItems, maxProperties, and maxLength
+//!   where arrays, maps, and strings are declared)`): a rule iterating over a list or a map,
+//!   or calling a string function, on a list of unbounded length or strings of unbounded size
+//!   is costed at the largest request the server takes. Bound them: `#[schemars(length(max =
+//!   16))]` on a `Vec` or a map gives `maxItems`/`maxProperties`, on a `String` `maxLength`,
+//!   and `#[schemars(inner(length(max = 64)))]` bounds a `Vec<String>`'s items. A
+//!   `messageExpression` that converts with `string(x)` is costed as a string of any size and
+//!   refused whatever the bounds: write `'not %d'.format([self])` instead.
+//!
+//! kctrl-fake does not evaluate rules (no CEL interpreter): it accepts the definition and
+//! every object the rest of the schema accepts. Test rules against a real API server
+//! (kctrl-testenv).
+//!
 //! # Embedded Kubernetes types keep their merge semantics
 //!
 //! A k8s-openapi type in a spec or status (a `PodSpec`, a `JobTemplateSpec`, a
@@ -193,6 +304,7 @@
 
 mod descriptions;
 mod merge_semantics;
+mod rules;
 mod schema;
 
 use std::borrow::Cow;
@@ -214,6 +326,7 @@ use serde::{Deserialize, Serialize};
 use crate::resource::{ResourceRef, Scope};
 
 pub use descriptions::cap_descriptions;
+pub use rules::{Reason, Rule};
 pub use schema::{Relaxed, structural_schema};
 
 /// An additional printer column: what `kubectl get` shows besides the name and age.

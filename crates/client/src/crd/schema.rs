@@ -45,6 +45,11 @@
 //!   rules for them: a map list's keys are required or defaulted (an optional key takes
 //!   upstream's default and is not nullable), its items not nullable; a set's items are
 //!   non-nullable scalars; a type already there is kept. See the `crd` module docs.
+//! * **Validation rules** (`x-kubernetes-validations`, written with `rule!`) stay on their
+//!   node; a field's rules and its type's add up (an `Option<T>` field's rules beside `T`'s).
+//!   A malformed entry (no `rule`, an unknown `reason` or key, an empty message...) is dropped
+//!   and reported; rules on an enum's variants cannot survive the folding of the variants
+//!   and are dropped and reported (put them on the enum).
 //! * **`items` is one schema**: a tuple of one type is an array of it; of mixed types,
 //!   relaxed.
 //! * Keywords OpenAPI v3 does not have are dropped (`$schema`, `readOnly`, ...), a number
@@ -63,6 +68,7 @@ use schemars::transform::{
 use serde_json::{Map, Value, json};
 
 use super::merge_semantics::{self, Placements};
+use super::rules::{self, VALIDATIONS};
 
 /// A place where the generated schema could not say what the Rust type accepts and accepts
 /// more instead (`x-kubernetes-preserve-unknown-fields`, or a dropped keyword).
@@ -231,7 +237,6 @@ const KEPT: &[&str] = &[
     "x-kubernetes-list-type",
     "x-kubernetes-map-type",
     "x-kubernetes-preserve-unknown-fields",
-    "x-kubernetes-validations",
 ];
 
 /// Keywords dropped without loss: annotations OpenAPI v3 schemas in a CRD do not have.
@@ -361,6 +366,26 @@ impl Converter {
             path: path.to_owned(),
             reason: reason.into(),
         });
+    }
+
+    /// The well-formed entries of an `x-kubernetes-validations` list; each other one is
+    /// dropped and reported.
+    fn rules(&mut self, value: &Value, path: &str) -> Vec<Value> {
+        let Value::Array(entries) = value else {
+            self.relax(
+                path,
+                format!("`{VALIDATIONS}` must be a list of rules, not {value}: dropped"),
+            );
+            return Vec::new();
+        };
+        let mut kept = Vec::new();
+        for entry in entries {
+            match rules::entry_problem(entry) {
+                None => kept.push(entry.clone()),
+                Some(problem) => self.relax(path, format!("{problem}: this rule is dropped")),
+            }
+        }
+        kept
     }
 
     /// The structural form of `v` at `place`.
@@ -565,6 +590,12 @@ impl Converter {
                         out.insert("items".to_owned(), Value::Object(child));
                     }
                 },
+                VALIDATIONS => {
+                    let rules = self.rules(value, path);
+                    if !rules.is_empty() {
+                        out.insert(VALIDATIONS.to_owned(), Value::Array(rules));
+                    }
+                }
                 "uniqueItems" => {
                     if value == &Value::Bool(true) {
                         out.insert("uniqueItems".to_owned(), Value::Bool(true));
@@ -748,6 +779,17 @@ impl Converter {
                         }
                     }
                 }
+                // Both the node's rules and its parts' hold (a field's rules and its
+                // type's, through the `anyOf` of an `Option`).
+                (VALIDATIONS, Some(Value::Array(ar))) => {
+                    if let Value::Array(br) = bv {
+                        for r in br {
+                            if !ar.contains(&r) {
+                                ar.push(r);
+                            }
+                        }
+                    }
+                }
                 ("type", Some(at)) if *at != bv => {
                     self.relax(
                         path,
@@ -790,6 +832,14 @@ impl Converter {
         path: &str,
         exclusive: bool,
     ) -> Map<String, Value> {
+        if alts.iter().any(|a| a.contains_key(VALIDATIONS)) {
+            self.relax(
+                path,
+                "validation rules on an enum's variants cannot be kept when the variants are \
+                 folded into one schema: they are dropped; put them on the enum instead (with \
+                 `self` the whole value)",
+            );
+        }
         if alts
             .iter()
             .any(|a| flag(a, PRESERVE) && !a.contains_key("type"))

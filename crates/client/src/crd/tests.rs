@@ -554,3 +554,192 @@ fn capped_descriptions_fit_a_client_side_apply() {
             .contains("\"description\"")
     );
 }
+
+mod cel {
+    //! Validation rules written with `rule!` / `Rule`, through the structural conversion.
+
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+        JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
+    };
+    use schemars::JsonSchema;
+    use serde::{Deserialize, Serialize};
+
+    use crate::crd::{CrdError, CustomResourceExt, Reason, Rule, structural_schema};
+    use crate::{CustomResource, rule};
+
+    #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+    #[schemars(transform = rule!("self.low <= self.high", message = "low must not exceed high"))]
+    struct Band {
+        low: i32,
+        high: i32,
+    }
+
+    #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+    #[serde(rename_all = "camelCase")]
+    #[schemars(transform = rule!("!has(self.band) || self.band.high <= 100", reason = FieldValueForbidden))]
+    struct Spec {
+        // A field rule on an Option of a type with its own rule: both hold.
+        #[schemars(transform = rule!("self.high - self.low >= 1", message = "band too narrow"))]
+        band: Option<Band>,
+        // Items and map values carry their type's rule; the list and the map their own.
+        #[schemars(length(max = 8))]
+        #[schemars(transform = rule!("self.all(b, b.low >= 0)", message = "no negative band"))]
+        bands: Vec<Band>,
+        #[schemars(transform = rule!("size(self) <= 4"))]
+        by_name: BTreeMap<String, Band>,
+        // A transition rule on a scalar Option.
+        #[schemars(transform = Rule::new("self == oldSelf").message("zone is immutable"))]
+        zone: Option<String>,
+    }
+
+    fn rules(node: &JSONSchemaProps) -> Vec<(String, Option<String>)> {
+        node.x_kubernetes_validations
+            .iter()
+            .flatten()
+            .map(|r| (r.rule.clone(), r.message.clone()))
+            .collect()
+    }
+
+    fn r(rule: &str, message: Option<&str>) -> (String, Option<String>) {
+        (rule.to_owned(), message.map(str::to_owned))
+    }
+
+    #[test]
+    fn rules_land_on_their_nodes_through_options_lists_and_maps() {
+        let (spec, relaxed) = structural_schema::<Spec>("spec");
+        assert!(relaxed.is_empty(), "{relaxed:?}");
+        assert_eq!(
+            rules(&spec),
+            [r("!has(self.band) || self.band.high <= 100", None)]
+        );
+        assert_eq!(
+            spec.x_kubernetes_validations.as_ref().unwrap()[0]
+                .reason
+                .as_deref(),
+            Some(Reason::FieldValueForbidden.as_str())
+        );
+        let props = spec.properties.as_ref().unwrap();
+        let band = &props["band"];
+        assert_eq!(band.nullable, Some(true));
+        assert_eq!(band.type_.as_deref(), Some("object"));
+        assert_eq!(
+            rules(band),
+            [
+                r("self.low <= self.high", Some("low must not exceed high")),
+                r("self.high - self.low >= 1", Some("band too narrow")),
+            ]
+        );
+        let bands = &props["bands"];
+        assert_eq!(bands.max_items, Some(8));
+        assert_eq!(
+            rules(bands),
+            [r("self.all(b, b.low >= 0)", Some("no negative band"))]
+        );
+        let Some(JSONSchemaPropsOrArray::Schema(item)) = &bands.items else {
+            panic!("{bands:?}")
+        };
+        assert_eq!(
+            rules(item),
+            [r("self.low <= self.high", Some("low must not exceed high"))]
+        );
+        let by_name = &props["byName"];
+        assert_eq!(rules(by_name), [r("size(self) <= 4", None)]);
+        let Some(JSONSchemaPropsOrBool::Schema(value)) = &by_name.additional_properties else {
+            panic!("{by_name:?}")
+        };
+        assert_eq!(
+            rules(value),
+            [r("self.low <= self.high", Some("low must not exceed high"))]
+        );
+        let zone = &props["zone"];
+        assert_eq!(
+            (zone.type_.as_deref(), zone.nullable),
+            (Some("string"), Some(true))
+        );
+        assert_eq!(
+            rules(zone),
+            [r("self == oldSelf", Some("zone is immutable"))]
+        );
+    }
+
+    #[derive(CustomResource, Clone, Debug, Serialize, Deserialize, JsonSchema)]
+    #[resource(
+        group = "example.com",
+        version = "v1",
+        kind = "Gadget",
+        crate = "crate"
+    )]
+    struct GadgetSpec {
+        // Written by hand, with a reason the API server does not know, and a good one.
+        #[schemars(extend("x-kubernetes-validations" = [
+            {"rule": "self > 0", "reason": "FieldValueTooLarge"},
+            {"rule": "self < 10"},
+        ]))]
+        size: i32,
+        // Made at run time, with a form the API server refuses.
+        #[schemars(transform = Rule::new("self != ''").optional_old_self(true))]
+        name: String,
+    }
+
+    #[test]
+    fn malformed_rules_are_refused_by_try_crd_and_dropped_by_crd() {
+        let err = Gadget::try_crd().unwrap_err();
+        let CrdError::NotStructural { relaxed, .. } = &err else {
+            panic!("{err}");
+        };
+        let places: Vec<&str> = relaxed.iter().map(|r| r.path.as_str()).collect();
+        assert_eq!(places, ["spec.name", "spec.size"]);
+        let text = err.to_string();
+        assert!(
+            text.contains("unknown reason `FieldValueTooLarge` in rule `self > 0`"),
+            "{text}"
+        );
+        assert!(
+            text.contains("optionalOldSelf is only for transition rules"),
+            "{text}"
+        );
+        let crd = Gadget::crd();
+        let schema = crd.spec.versions[0]
+            .schema
+            .as_ref()
+            .unwrap()
+            .open_api_v3_schema
+            .as_ref()
+            .unwrap();
+        let props = schema.properties.as_ref().unwrap()["spec"]
+            .properties
+            .clone()
+            .unwrap();
+        assert_eq!(rules(&props["size"]), [r("self < 10", None)]);
+        assert_eq!(props["name"].x_kubernetes_validations, None);
+    }
+
+    #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+    #[serde(tag = "kind")]
+    #[schemars(transform = rule!("self.kind != 'Disk' || self.size > 0"))]
+    enum Volume {
+        Disk {
+            size: i32,
+        },
+        #[schemars(transform = rule!("self.path != '/'"))]
+        Host {
+            path: String,
+        },
+    }
+
+    #[test]
+    fn rules_on_enum_variants_are_reported_and_the_enums_kept() {
+        let (schema, relaxed) = structural_schema::<Volume>("spec");
+        assert_eq!(
+            rules(&schema),
+            [r("self.kind != 'Disk' || self.size > 0", None)]
+        );
+        assert_eq!(relaxed.len(), 1, "{relaxed:?}");
+        assert!(
+            relaxed[0].reason.contains("put them on the enum"),
+            "{relaxed:?}"
+        );
+    }
+}
