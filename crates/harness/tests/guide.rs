@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kctrl_client::{Api, Client, CustomResource, PatchParams, PostParams};
+use kctrl_controller_ref::Owner;
 use kctrl_harness::TestHarness;
 use kctrl_runtime::{Action, Controller, Predicate};
 use schemars::JsonSchema;
@@ -50,14 +51,9 @@ const MANAGER: &str = "widget-controller";
 async fn reconcile(w: Arc<Widget>, client: Arc<Client>) -> Result<Action, Error> {
     let name = w.metadata.name.clone().unwrap_or_default();
     let ns = w.metadata.namespace.clone().unwrap_or_default();
-    let owner = OwnerReference {
-        api_version: "example.com/v1".into(),
-        kind: "Widget".into(),
-        name: name.clone(),
-        uid: w.metadata.uid.clone().unwrap_or_default(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    };
+    // The Widget as controller owner: apiVersion, kind, name, uid, controller and
+    // blockOwnerDeletion from the object itself (never a hand-built OwnerReference).
+    let owner = Owner::of(w.as_ref()).controller_ref();
     let cm = ConfigMap {
         metadata: ObjectMeta {
             name: Some(format!("{name}-color")),
@@ -67,7 +63,8 @@ async fn reconcile(w: Arc<Widget>, client: Arc<Client>) -> Result<Action, Error>
         data: Some(BTreeMap::from([("color".into(), w.spec.color.clone())])),
         ..Default::default()
     };
-    let apply = PatchParams::apply(MANAGER);
+    // Forced: fields this controller states are its own, whoever wrote them last.
+    let apply = PatchParams::apply(MANAGER).force();
     Api::<ConfigMap>::namespaced((*client).clone(), &ns)
         .apply(&apply, &cm)
         .await?;
