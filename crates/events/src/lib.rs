@@ -60,7 +60,7 @@
 //! | `record.NewBroadcaster()`                         | [`EventBroadcaster::new`]                     |
 //! | `WithCorrelatorOptions`, `WithSleepDuration`, `WithContext` | [`BroadcasterOptions`] fields, [`EventBroadcaster::with_options`] |
 //! | `NewRecorder(scheme, v1.EventSource{Component})`  | [`EventBroadcaster::new_recorder`]`(`[`EventSource::new`]`(..))` |
-//! | `EventRecorder.Event` / `Eventf`                  | [`EventRecorder::event`] (with `format!`)     |
+//! | `EventRecorder.Event` / `Eventf`                  | [`EventRecorderExt::event_for`] on the object, [`EventRecorder::event`] on a reference (with `format!`) |
 //! | `AnnotatedEventf`                                 | [`Recorder::annotated_event`]                 |
 //! | `v1.EventTypeNormal` / `v1.EventTypeWarning`      | [`EventType::Normal`] / [`EventType::Warning`] |
 //! | `reference.GetReference(scheme, obj)`             | [`object_reference`]                          |
@@ -122,7 +122,8 @@ pub use event::{
 /// kctrl ([`kctrl_client::clock`]); re-exported here so `kctrl_events::Clock` keeps working.
 pub use kctrl_client::clock::{Clock, FakeClock, IntervalClock, SystemClock};
 pub use recorder::{
-    EventRecorder, EventType, RecordedEvent, RecordingEventRecorder, TracingEventRecorder,
+    EventRecorder, EventRecorderExt, EventType, RecordedEvent, RecordingEventRecorder,
+    TracingEventRecorder,
 };
 pub use sink::{
     ApiEventSink, DEFAULT_SLEEP_DURATION, EventSink, MAX_TRIES_PER_EVENT,

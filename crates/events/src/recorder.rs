@@ -10,6 +10,8 @@ use std::str::FromStr;
 use std::sync::Mutex;
 
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::{Metadata, Resource};
 
 use crate::error::Error;
 
@@ -63,6 +65,36 @@ pub trait EventRecorder: Send + Sync {
     /// Records one event about `object`.
     fn event(&self, object: &ObjectReference, type_: EventType, reason: &str, message: &str);
 }
+
+/// Recording an event about an object itself rather than a reference to it, as client-go's
+/// `EventRecorder.Event(object, ...)` takes the object: the reference is built with
+/// [`object_reference`](crate::object_reference). Implemented for every [`EventRecorder`],
+/// `dyn EventRecorder` included.
+///
+/// ```
+/// use k8s_openapi::api::apps::v1::Deployment;
+/// use kctrl_events::{EventRecorderExt, EventType, RecordingEventRecorder};
+///
+/// let recorder = RecordingEventRecorder::new();
+/// let mut d = Deployment::default();
+/// d.metadata.name = Some("web".into());
+/// d.metadata.namespace = Some("default".into());
+/// recorder.event_for(&d, EventType::Normal, "Synced", "Deployment synced");
+/// assert_eq!(recorder.strings(), ["Normal Synced Deployment synced"]);
+/// assert_eq!(recorder.events()[0].object.kind.as_deref(), Some("Deployment"));
+/// ```
+pub trait EventRecorderExt: EventRecorder {
+    /// Records one event about `obj` (its apiVersion, kind, namespace, name, uid and
+    /// resourceVersion as the event's involved object).
+    fn event_for<K>(&self, obj: &K, type_: EventType, reason: &str, message: &str)
+    where
+        K: Resource + Metadata<Ty = ObjectMeta>,
+    {
+        self.event(&crate::object_reference(obj), type_, reason, message);
+    }
+}
+
+impl<R: EventRecorder + ?Sized> EventRecorderExt for R {}
 
 /// One recorded event.
 #[derive(Clone, Debug, PartialEq)]

@@ -17,8 +17,8 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kctrl_client::{Api, Client, CustomResource, PatchParams};
-use kctrl_controller_ref::Owner;
-use kctrl_events::{EventRecorder, EventType, object_reference};
+use kctrl_controller_ref::{Owner, is_controlled_by};
+use kctrl_events::{EventRecorder, EventRecorderExt, EventType};
 use kctrl_informer::{SharedInformerFactory, Store};
 use kctrl_runtime::{Action, Controller};
 use schemars::JsonSchema;
@@ -84,26 +84,18 @@ pub(crate) async fn reconcile(obj: Arc<Foo>, ctx: Arc<Ctx>) -> Result<Action, Er
         tracing::error!(foo = ?obj.metadata.name, "deployment name must be specified");
         return Ok(Action::await_change());
     }
-    let owner = Owner::of(obj.as_ref());
-    if let Some(d) = ctx.deployments.get_namespaced(ns, name) {
-        let ours = kctrl_controller_ref::get_controller_of(&d.metadata)
-            .is_some_and(|r| r.uid == owner.uid);
-        if !ours {
-            let err = Error::NotOurs(name.clone());
-            let reference = object_reference(obj.as_ref());
-            let message = err.to_string();
-            ctx.recorder.event(
-                &reference,
-                EventType::Warning,
-                "ErrResourceExists",
-                &message,
-            );
-            return Err(err);
-        }
+    if let Some(d) = ctx.deployments.get_namespaced(ns, name)
+        && !is_controlled_by(&d.metadata, &obj.metadata)
+    {
+        let err = Error::NotOurs(name.clone());
+        let (warning, message) = (EventType::Warning, err.to_string());
+        ctx.recorder
+            .event_for(obj.as_ref(), warning, "ErrResourceExists", &message);
+        return Err(err);
     }
     let apply = PatchParams::apply(MANAGER).force();
     let deployment = Api::<Deployment>::namespaced(ctx.client.clone(), ns)
-        .apply(&apply, &new_deployment(&obj, owner))
+        .apply(&apply, &new_deployment(&obj, Owner::of(obj.as_ref())))
         .await?;
     let mut status = Foo::new(
         obj.metadata.name.as_deref().unwrap_or_default(),
@@ -118,9 +110,8 @@ pub(crate) async fn reconcile(obj: Arc<Foo>, ctx: Arc<Ctx>) -> Result<Action, Er
     Api::<Foo>::namespaced(ctx.client.clone(), ns)
         .apply_status(&apply, &status)
         .await?;
-    let reference = object_reference(obj.as_ref());
-    ctx.recorder.event(
-        &reference,
+    ctx.recorder.event_for(
+        obj.as_ref(),
         EventType::Normal,
         "Synced",
         "Foo synced successfully",
