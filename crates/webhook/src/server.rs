@@ -186,7 +186,8 @@ impl ServerBuilder {
         self
     }
 
-    /// How often the certificate files are checked for changes (10 s by default).
+    /// How often the certificate files are checked for changes (10 s by default); zero is
+    /// refused by [`build`](Self::build).
     pub fn cert_poll_interval(mut self, interval: Duration) -> Self {
         self.cert_poll_interval = interval;
         self
@@ -235,8 +236,30 @@ impl ServerBuilder {
     /// Checks the registrations and loads the serving certificate.
     pub fn build(self) -> Result<WebhookServer, Error> {
         let mut problems = Vec::new();
+        if self.cert_poll_interval.is_zero() {
+            problems.push(
+                "the certificate poll interval is zero; give .cert_poll_interval(...) a positive \
+                 duration (10 s by default)"
+                    .to_owned(),
+            );
+        }
         let mut paths: BTreeMap<&str, &Webhook> = BTreeMap::new();
+        // The API server refuses a configuration whose webhooks share a name; the names are
+        // per configuration, so per type.
+        let mut names: std::collections::HashMap<(WebhookType, &str), &Webhook> =
+            std::collections::HashMap::new();
         for w in &self.webhooks {
+            if let Some(other) = names.insert((w.type_, &w.name), w) {
+                let config = match w.type_ {
+                    WebhookType::Mutating => "MutatingWebhookConfiguration",
+                    WebhookType::Validating => "ValidatingWebhookConfiguration",
+                };
+                problems.push(format!(
+                    "the webhooks at {} and {} are both named {} in the {config}, which the API \
+                     server refuses; give one another name with .name(...)",
+                    other.path, w.path, w.name
+                ));
+            }
             if !w.path.starts_with('/') {
                 problems.push(format!(
                     "the path {:?} of webhook {} does not start with '/'",

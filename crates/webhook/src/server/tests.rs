@@ -372,6 +372,58 @@ fn registration_mistakes_are_reported_together() {
     );
 }
 
+#[test]
+fn two_webhooks_of_one_type_with_one_name_are_refused() {
+    let (cert, key) = identity("x");
+    let err = WebhookServer::builder()
+        .webhook(crate::Webhook::validating::<ConfigMap, _>(NoFoo))
+        .webhook(crate::Webhook::validating::<ConfigMap, _>(NoFoo).path("/validate-again"))
+        .tls_pem(cert.clone(), key.clone())
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(
+            "the webhooks at /validate--v1-configmap and /validate-again are both named \
+             vconfigmap-v1.kb.io in the ValidatingWebhookConfiguration"
+        ) && err.contains(".name(...)"),
+        "{err}"
+    );
+    // One name in each configuration is fine, and so are two names in one.
+    WebhookServer::builder()
+        .webhook(crate::Webhook::validating::<ConfigMap, _>(NoFoo).name("same.kb.io"))
+        .webhook(crate::Webhook::defaulting::<ConfigMap, _>(Labeller).name("same.kb.io"))
+        .webhook(
+            crate::Webhook::validating::<ConfigMap, _>(NoFoo)
+                .path("/validate-again")
+                .name("again.kb.io"),
+        )
+        .tls_pem(cert, key)
+        .build()
+        .unwrap();
+}
+
+#[test]
+fn a_zero_cert_poll_interval_is_refused() {
+    let (cert, key) = identity("x");
+    let err = WebhookServer::builder()
+        .cert_poll_interval(Duration::ZERO)
+        .tls_pem(cert.clone(), key.clone())
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("the certificate poll interval is zero")
+            && err.contains(".cert_poll_interval(...)"),
+        "{err}"
+    );
+    WebhookServer::builder()
+        .cert_poll_interval(Duration::from_millis(1))
+        .tls_pem(cert, key)
+        .build()
+        .unwrap();
+}
+
 #[tokio::test]
 async fn conversion_reviews_of_the_api_server_are_converted() {
     let (cert, key) = identity("convert");
