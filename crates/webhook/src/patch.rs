@@ -134,11 +134,7 @@ fn walk_array(
     ops: &mut Vec<PatchOperation>,
 ) {
     let shortest = before.len().min(after.len());
-    let prefix = before
-        .iter()
-        .zip(after)
-        .take_while(|(b, a)| b == a)
-        .count();
+    let prefix = before.iter().zip(after).take_while(|(b, a)| b == a).count();
     let suffix = before[prefix..]
         .iter()
         .rev()

@@ -544,3 +544,141 @@ async fn a_panicking_handler_refuses_with_500_and_the_server_goes_on() {
     cancel.cancel();
     running.stopped().await;
 }
+
+/// A server with `headers` as the header timeout and `idle` as the idle timeout; its address,
+/// CA and cancellation.
+async fn limited(headers: Duration, idle: Duration) -> (RunningServer, String, CancellationToken) {
+    let (builder, ca) = pem_server();
+    let (server, cancel) = start(
+        builder
+            .connection_timeouts(Duration::from_secs(5), headers)
+            .idle_timeout(idle),
+    )
+    .await;
+    (server, ca, cancel)
+}
+
+/// Reads `tls` until the server closes it, at most `bound`; how long that took, or `None`
+/// if it stayed open.
+async fn closed_within(
+    tls: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+    bound: Duration,
+) -> Option<Duration> {
+    let started = std::time::Instant::now();
+    let mut sink = Vec::new();
+    match tokio::time::timeout(bound, tls.read_to_end(&mut sink)).await {
+        Ok(_) => Some(started.elapsed()),
+        Err(_) => None,
+    }
+}
+
+/// Each way of holding a connection without a request: it is closed after the header timeout
+/// (300 ms here; the bound of 5 s only keeps a failing test from hanging).
+#[tokio::test]
+async fn connections_without_a_request_are_closed_after_the_header_timeout() {
+    let timeout = Duration::from_millis(300);
+    let (server, ca, cancel) = limited(timeout, Duration::from_secs(60)).await;
+    let addr = server.local_addr();
+    let rows: [(&str, &[u8]); 3] = [
+        ("nothing sent", b""),
+        (
+            "an HTTP/2 preface only",
+            b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+        ),
+        (
+            "partial HTTP/1 headers",
+            b"POST /convert HTTP/1.1\r\nHost: 127.0.0.1\r\n",
+        ),
+    ];
+    for (row, sent) in rows {
+        let (mut tls, _) = connect(addr, &[&ca]).await.unwrap();
+        tls.write_all(sent).await.unwrap();
+        tls.flush().await.unwrap();
+        let took = closed_within(&mut tls, Duration::from_secs(5)).await;
+        let took = took.unwrap_or_else(|| panic!("{row}: the connection is still open after 5 s"));
+        assert!(
+            took >= timeout / 2,
+            "{row}: closed after {took:?}, before the timeout"
+        );
+    }
+    cancel.cancel();
+    server.stopped().await;
+}
+
+#[tokio::test]
+async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
+    let idle = Duration::from_millis(300);
+    // The header timeout is long: what closes the connection is the idle timeout.
+    let (server, ca, cancel) = limited(Duration::from_secs(30), idle).await;
+    let (mut tls, _) = connect(server.local_addr(), &[&ca]).await.unwrap();
+    tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
+    // The answer (`ok`, with its length), the connection kept alive.
+    let mut answer = Vec::new();
+    while !answer.ends_with(b"\r\n\r\nok") {
+        let mut chunk = [0u8; 512];
+        let n = tls.read(&mut chunk).await.unwrap();
+        assert!(
+            n > 0,
+            "closed before answering: {}",
+            String::from_utf8_lossy(&answer)
+        );
+        answer.extend_from_slice(&chunk[..n]);
+    }
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    let took = closed_within(&mut tls, Duration::from_secs(5))
+        .await
+        .expect("the idle connection is still open after 5 s");
+    assert!(
+        took >= idle / 2,
+        "closed after {took:?}, before the idle timeout"
+    );
+    cancel.cancel();
+    server.stopped().await;
+}
+
+#[tokio::test]
+async fn connections_past_the_cap_wait_until_one_ends() {
+    let (builder, ca) = pem_server();
+    let (server, cancel) = start(builder.max_connections(1)).await;
+    let addr = server.local_addr();
+    let (first, _) = connect(addr, &[&ca]).await.unwrap();
+    // The second is not accepted (its handshake gets no answer) while the first is open.
+    let second = tokio::time::timeout(Duration::from_millis(500), connect(addr, &[&ca])).await;
+    assert!(
+        second.is_err(),
+        "a second connection was served past the cap of 1"
+    );
+    drop(first);
+    let third = tokio::time::timeout(Duration::from_secs(5), connect(addr, &[&ca]))
+        .await
+        .expect("no connection served after the first ended");
+    third.unwrap();
+    cancel.cancel();
+    server.stopped().await;
+}
+
+#[test]
+fn zero_limits_are_refused() {
+    let (cert, key) = identity("x");
+    let err = WebhookServer::builder()
+        .idle_timeout(Duration::ZERO)
+        .http2_keep_alive(Duration::from_secs(1), Duration::ZERO)
+        .max_connections(0)
+        .tls_pem(cert, key)
+        .build()
+        .unwrap_err()
+        .to_string();
+    for wanted in [
+        "the idle timeout is zero",
+        "the HTTP/2 keep-alive timeout is zero",
+        "max_connections is zero",
+    ] {
+        assert!(err.contains(wanted), "{wanted}: {err}");
+    }
+}
