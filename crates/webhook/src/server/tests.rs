@@ -541,6 +541,69 @@ async fn a_panicking_handler_refuses_with_500_and_the_server_goes_on() {
             Some("the webhook's handler panicked: a bug in the handler")
         );
     }
+    assert_eq!(running.metrics().panics(), 2);
+    let (status, metrics) = call(addr, &cert, "GET", "/metrics", "text/plain", b"").await;
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains("\ncontroller_runtime_webhook_panics_total 2\n")
+            && metrics.contains("\ncontroller_runtime_conversion_webhook_panics_total 0\n"),
+        "{metrics}"
+    );
+    cancel.cancel();
+    running.stopped().await;
+}
+
+/// A v1 Widget whose conversion to the hub panics.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct PanickyV1 {
+    metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+}
+
+impl k8s_openapi::Resource for PanickyV1 {
+    const API_VERSION: &'static str = "webhook.kctrl.dev/v1";
+    const GROUP: &'static str = "webhook.kctrl.dev";
+    const KIND: &'static str = "Widget";
+    const VERSION: &'static str = "v1";
+    const URL_PATH_SEGMENT: &'static str = "widgets";
+    type Scope = k8s_openapi::NamespaceResourceScope;
+}
+
+impl crate::Spoke<crate::test_widgets::v2::Widget> for PanickyV1 {
+    fn to_hub(self) -> Result<crate::test_widgets::v2::Widget, crate::ConversionError> {
+        panic!("a bug in the conversion")
+    }
+    fn from_hub(_: crate::test_widgets::v2::Widget) -> Result<Self, crate::ConversionError> {
+        panic!("a bug in the conversion")
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_conversion_fails_the_review_and_is_counted() {
+    let (cert, key) = identity("panics");
+    let builder = WebhookServer::builder()
+        .conversion(
+            crate::Conversion::<crate::test_widgets::v2::Widget>::new().spoke::<PanickyV1>(),
+        )
+        .tls_pem(cert.clone(), key);
+    let (running, cancel) = start(builder).await;
+    let addr = running.local_addr();
+    let (status, answer) = call(
+        addr,
+        &cert,
+        "POST",
+        "/convert",
+        "application/json",
+        include_str!("../review/testdata/conversion-to-v2.json").as_bytes(),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let response = serde_json::from_str::<ConversionReview>(&answer)
+        .unwrap()
+        .response
+        .unwrap();
+    assert_eq!(response.result.status.as_deref(), Some("Failure"));
+    assert_eq!(running.metrics().conversion_panics(), 1);
+    assert_eq!(running.metrics().panics(), 0);
     cancel.cancel();
     running.stopped().await;
 }
