@@ -144,14 +144,15 @@ fn cronjob(name: &str, schedule: &str) -> CronJob {
     c
 }
 
-/// Runs kubectl with `stdin`; (success, stdout, stderr).
-fn kubectl(
-    cluster: &kctrl_e2e::Cluster,
-    args: &[&str],
-    stdin: &str,
-) -> Option<(bool, String, String)> {
+/// Runs kubectl with `stdin`; (success, stdout, stderr). The suite's kubectl (that of the
+/// cluster's release, `$KCTRL_KUBECTL` or the test plane's) must exist: a missing one fails
+/// the test rather than skipping what it checks.
+fn kubectl(cluster: &kctrl_e2e::Cluster, args: &[&str], stdin: &str) -> (bool, String, String) {
     use std::io::Write;
-    let binary = cluster.kubectl_binary()?;
+    let binary = cluster.kubectl_binary().expect(
+        "no kubectl: set KCTRL_KUBECTL to the kubectl of the cluster's release (cargo xtask e2e \
+         and KCTRL_E2E_TESTENV=1 provide one)",
+    );
     let mut child = std::process::Command::new(binary)
         .arg("--kubeconfig")
         .arg(&cluster.kubeconfig)
@@ -168,11 +169,11 @@ fn kubectl(
         .write_all(stdin.as_bytes())
         .unwrap();
     let out = child.wait_with_output().unwrap();
-    Some((
+    (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
-    ))
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -345,11 +346,12 @@ async fn cronjob_defaults_and_validation_through_the_api_server() {
         })
         .to_string()
     };
-    if let Some((ok, _, stderr)) = kubectl(
-        &cluster,
-        &["create", "-f", "-"],
-        &manifest("by-kubectl", "* * *"),
-    ) {
+    {
+        let (ok, _, stderr) = kubectl(
+            &cluster,
+            &["create", "-f", "-"],
+            &manifest("by-kubectl", "* * *"),
+        );
         assert!(!ok);
         // kubectl prints an Invalid status from its causes (not its message): the kind, the
         // name and each field error as the handler wrote it.
@@ -358,13 +360,23 @@ async fn cronjob_defaults_and_validation_through_the_api_server() {
             "The CronJob \"by-kubectl\" is invalid: spec.schedule: Invalid value: \"* * *\": a schedule has 5 fields (minute hour day-of-month month day-of-week), this one has 3"
         );
         let risky = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "risky", "namespace": ns.name}, "data": {"risky": "1"}}).to_string();
-        let (ok, _, stderr) = kubectl(&cluster, &["create", "-f", "-"], &risky).unwrap();
+        let (ok, _, stderr) = kubectl(&cluster, &["create", "-f", "-"], &risky);
         assert!(ok, "{stderr}");
         assert!(
             stderr.contains("Warning: the key \"risky\" will be refused next release"),
             "{stderr}"
         );
-        let (ok, stdout, stderr) = kubectl(&cluster, &["create", "-f", "-", "-o", "jsonpath={.spec.concurrencyPolicy} {.spec.suspend} {.spec.successfulJobsHistoryLimit} {.spec.failedJobsHistoryLimit}"], &manifest("by-kubectl", "0 * * * *")).unwrap();
+        let (ok, stdout, stderr) = kubectl(
+            &cluster,
+            &[
+                "create",
+                "-f",
+                "-",
+                "-o",
+                "jsonpath={.spec.concurrencyPolicy} {.spec.suspend} {.spec.successfulJobsHistoryLimit} {.spec.failedJobsHistoryLimit}",
+            ],
+            &manifest("by-kubectl", "0 * * * *"),
+        );
         assert!(ok, "{stderr}");
         assert_eq!(stdout, "Allow false 3 1");
     }
@@ -453,7 +465,8 @@ async fn widgets_convert_between_versions_and_migrate_to_a_new_storage_version()
         conversions() > before,
         "a read at v2 of an object stored at v1 calls /convert"
     );
-    // A bad v1 object is refused by the conversion, with its message.
+    // A bad v1 object is accepted (written at the storage version, nothing to convert), but
+    // the conversion refuses it, with its message, when it is read at v2.
     let err = v1
         .create(
             &PostParams::default(),
@@ -465,7 +478,6 @@ async fn widgets_convert_between_versions_and_migrate_to_a_new_storage_version()
             ),
         )
         .await;
-    // Stored at v1 without conversion; reading it at v2 fails with the webhook's reason.
     err.unwrap();
     let err = v2.get("odd").await.unwrap_err().to_string();
     assert!(
@@ -523,6 +535,46 @@ async fn widgets_convert_between_versions_and_migrate_to_a_new_storage_version()
     crds.update_status(&PostParams::default(), &current)
         .await
         .unwrap();
+
+    installed.uninstall().await.unwrap();
+    // The conversion is the CRD's own again (none: install_crd created it without one), so
+    // with the server gone an object still reads at the version it is not stored at (v1
+    // now), only its apiVersion changed.
+    let restored = crds.get(&crd_name).await.unwrap().spec.conversion;
+    assert_eq!(
+        restored.as_ref().map(|c| c.strategy.as_str()),
+        Some("None"),
+        "{restored:?}"
+    );
+    let resource = ResourceRef::of::<widget::v1::Widget>();
+    let small =
+        Api::<kctrl_client::DynamicObject>::namespaced_dynamic(client.clone(), &ns.name, &resource)
+            .get("small")
+            .await
+            .unwrap();
+    assert_eq!(small.api_version, "webhook.kctrl.dev/v1");
+    // Not converted: the stored v2 fields, pruned by v1's schema (which knows only size).
+    assert_eq!(
+        small.data["spec"],
+        serde_json::json!({}),
+        "{:?}",
+        small.data
+    );
+    // A second installation converting the CRD while another is live is refused.
+    let installed = install(&client, widget::server(), vec![crd.clone()])
+        .await
+        .unwrap();
+    let err = kctrl_testenv::webhook::install(&client, widget::server(), vec![crd.clone()])
+        .await
+        .expect_err("a second installation converting the Widget CRD was accepted")
+        .to_string();
+    assert!(
+        err.contains(&format!(
+            "the conversion of the CRD {crd_name} is already pointed at the webhook server of the installation {}",
+            installed.configuration_name()
+        )),
+        "{err}"
+    );
 
     installed.uninstall().await.unwrap();
     ns.delete().await;

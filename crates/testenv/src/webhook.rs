@@ -18,6 +18,13 @@
 //! `conversion_probe.rs`: a CRD's conversion is only called for an object of it, and
 //! `install` knows none of the test's). That CRD, `conversionprobes.testenv.kctrl.dev`, stays
 //! in the API server afterwards, without objects.
+//!
+//! Each CRD whose conversion it points at the server has its previous `spec.conversion`
+//! remembered, and written back by [`InstalledWebhooks::uninstall`] (and when `install`
+//! fails), so objects of the CRD stay readable at every version once the server is gone. One
+//! CRD (one object of the API server, by UID) is converted by one live installation at a
+//! time: a second `install` converting it fails, naming the first, until that one is
+//! uninstalled or dropped.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -27,7 +34,9 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceConversion, CustomResourceDefinition,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kctrl_client::{Api, Client, DeleteParams, PostParams};
 use kctrl_webhook::{
@@ -105,11 +114,32 @@ fn certificates() -> Result<(String, String, String), Error> {
     Ok((ca_pem, cert.pem(), key.serialize_pem()))
 }
 
+/// The CRDs (by UID) whose conversion a live installation points at its server, with the
+/// installation's name.
+static CONVERTING: std::sync::Mutex<std::collections::BTreeMap<String, String>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+fn converting() -> std::sync::MutexGuard<'static, std::collections::BTreeMap<String, String>> {
+    CONVERTING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A CRD whose conversion an installation changed, and what it was before.
+#[derive(Debug)]
+struct TouchedCrd {
+    name: String,
+    uid: String,
+    previous: Option<CustomResourceConversion>,
+}
+
 /// A test's webhook server, running and registered; see the [module docs](self).
 ///
-/// [`uninstall`](Self::uninstall) deletes the configurations and stops the server. Dropping it
-/// only stops the server: the configurations stay, and with failure policy `Fail` they then
-/// refuse the requests they match, so a test sharing its environment should uninstall.
+/// [`uninstall`](Self::uninstall) deletes the configurations, gives the CRDs back their
+/// previous conversion and stops the server. Dropping it stops the server and lets another
+/// installation convert its CRDs, but changes nothing in the API server (that needs an
+/// `await`): the configurations stay, and with failure policy `Fail` they then refuse the
+/// requests they match, and the CRDs' conversion still names the stopped server, so reading
+/// their objects at another version than the stored one fails. A test sharing its
+/// environment should uninstall.
 #[derive(Debug)]
 pub struct InstalledWebhooks {
     server: Option<RunningServer>,
@@ -118,6 +148,7 @@ pub struct InstalledWebhooks {
     ca_pem: String,
     name: String,
     client: Client,
+    touched: Vec<TouchedCrd>,
 }
 
 impl InstalledWebhooks {
@@ -149,36 +180,75 @@ impl InstalledWebhooks {
         &self.name
     }
 
-    /// Deletes the configurations, then stops the server and waits until it has.
+    /// Deletes the configurations, gives each CRD whose conversion it changed its previous
+    /// conversion back, then stops the server and waits until it has. Every step is tried
+    /// even when one fails; the first failure is returned.
     pub async fn uninstall(mut self) -> Result<(), Error> {
         let params = DeleteParams::default();
+        let mut first_error = None;
+        let mut failed = |e: Error| {
+            tracing::warn!(installation = %self.name, error = %e, "uninstalling webhooks");
+            first_error.get_or_insert(e);
+        };
         let mutating: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
-        let validating: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
-        let deleted = async {
-            if let Err(e) = mutating.delete(&self.name, &params).await
-                && !e.is_not_found()
-            {
-                return Err(Error::from(e));
-            }
-            if let Err(e) = validating.delete(&self.name, &params).await
-                && !e.is_not_found()
-            {
-                return Err(Error::from(e));
-            }
-            Ok(())
+        if let Err(e) = mutating.delete(&self.name, &params).await
+            && !e.is_not_found()
+        {
+            failed(e.into());
         }
-        .await;
+        let validating: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
+        if let Err(e) = validating.delete(&self.name, &params).await
+            && !e.is_not_found()
+        {
+            failed(e.into());
+        }
+        for touched in std::mem::take(&mut self.touched) {
+            if let Err(e) = restore_conversion(&self.client, &touched).await {
+                failed(e);
+            }
+            converting().remove(&touched.uid);
+        }
         self.cancel.cancel();
         if let Some(server) = self.server.take() {
             server.stopped().await;
         }
-        deleted
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 }
 
 impl Drop for InstalledWebhooks {
     fn drop(&mut self) {
         self.cancel.cancel();
+        let mut converting = converting();
+        for touched in &self.touched {
+            converting.remove(&touched.uid);
+        }
+    }
+}
+
+/// Writes `touched`'s previous conversion back into its CRD, if the CRD is still the one
+/// changed (same UID).
+async fn restore_conversion(client: &Client, touched: &TouchedCrd) -> Result<(), Error> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    loop {
+        let Some(mut crd) = api.get_opt(&touched.name).await? else {
+            return Ok(());
+        };
+        if crd.metadata.uid.as_deref() != Some(touched.uid.as_str()) {
+            return Ok(());
+        }
+        crd.spec.conversion = touched.previous.clone();
+        match api.update(&PostParams::default(), &crd).await {
+            Ok(_) => {
+                tracing::debug!(crd = %touched.name, "conversion restored");
+                return Ok(());
+            }
+            Err(e) if e.is_conflict() => continue,
+            Err(e) => return Err(e.into()),
+        }
     }
 }
 
@@ -234,14 +304,16 @@ pub async fn install(
         .map_err(|e| Error::Webhook(e.to_string()))?;
     let config = ClientConfig::url(format!("https://127.0.0.1:{}", running.local_addr().port()))
         .ca_bundle(ca_pem.clone());
-    let installed = InstalledWebhooks {
+    let mut installed = InstalledWebhooks {
         server: Some(running),
         cancel,
         client_config: config.clone(),
         ca_pem: ca_pem.clone(),
         name: name.clone(),
         client: client.clone(),
+        touched: Vec::new(),
     };
+    let mut touched = Vec::new();
     let registered = async {
         if let Some(m) = server.mutating_configuration(&name, &config) {
             Api::<MutatingWebhookConfiguration>::all(client.clone())
@@ -261,7 +333,7 @@ pub async fn install(
                 .any(|(g, k)| *g == crd.spec.group && *k == crd.spec.names.kind);
             if ours {
                 crd.spec.conversion = Some(kctrl_webhook::configuration::crd_conversion(&config));
-                set_conversion(client, &crd).await?;
+                point_conversion(client, &crd, &name, &mut touched).await?;
                 conversions = true;
             }
             crate::crd::install(client, crd, READY_TIMEOUT).await?;
@@ -274,6 +346,7 @@ pub async fn install(
         Ok(())
     }
     .await;
+    installed.touched = touched;
     match registered {
         Ok(()) => Ok(installed),
         Err(e) => {
@@ -282,6 +355,62 @@ pub async fn install(
             Err(e)
         }
     }
+}
+
+/// Creates `crd`, or gives the existing one `crd`'s conversion, for the installation `name`:
+/// the CRD is recorded in `touched` with its previous conversion, or refused when another
+/// live installation converts it.
+async fn point_conversion(
+    client: &Client,
+    crd: &CustomResourceDefinition,
+    name: &str,
+    touched: &mut Vec<TouchedCrd>,
+) -> Result<(), Error> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd_name = crd.metadata.name.clone().unwrap_or_default();
+    let reserve = |uid: &str| {
+        let mut converting = converting();
+        match converting.get(uid) {
+            Some(other) if other != name => Err(Error::Webhook(format!(
+                "the conversion of the CRD {crd_name} is already pointed at the webhook server \
+                 of the installation {other}, which is still live; two installations \
+                 converting one CRD would override each other: uninstall (or drop) {other} \
+                 first"
+            ))),
+            _ => {
+                converting.insert(uid.to_owned(), name.to_owned());
+                Ok(())
+            }
+        }
+    };
+    let existing = loop {
+        match api.get_opt(&crd_name).await? {
+            Some(existing) => break existing,
+            None => match api.create(&PostParams::default(), crd).await {
+                Ok(created) => {
+                    let uid = created.metadata.uid.clone().unwrap_or_default();
+                    reserve(&uid)?;
+                    // Created here: without a conversion of its own, which is `None`.
+                    touched.push(TouchedCrd {
+                        name: crd_name,
+                        uid,
+                        previous: None,
+                    });
+                    return Ok(());
+                }
+                Err(e) if e.is_already_exists() => continue,
+                Err(e) => return Err(e.into()),
+            },
+        }
+    };
+    let uid = existing.metadata.uid.clone().unwrap_or_default();
+    reserve(&uid)?;
+    touched.push(TouchedCrd {
+        name: crd_name,
+        uid,
+        previous: existing.spec.conversion.clone(),
+    });
+    set_conversion(client, crd).await
 }
 
 /// Creates `crd`, or gives the existing one `crd`'s conversion.
@@ -346,5 +475,144 @@ async fn wait_until_called(
             )));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinitionSpec;
+    use kctrl_client::ResourceRef;
+    use kctrl_fake::{FakeApi, Reaction, ResourceSpec, errors};
+
+    use super::*;
+
+    /// A fake API server serving the configurations and CRDs, holding a validating
+    /// configuration named `name` and the CRD `widgets.example.com` with a webhook conversion.
+    fn fake(name: &str) -> FakeApi {
+        let fake = FakeApi::new();
+        for resource in [
+            ResourceRef::of::<MutatingWebhookConfiguration>(),
+            ResourceRef::of::<ValidatingWebhookConfiguration>(),
+            ResourceRef::of::<CustomResourceDefinition>(),
+        ] {
+            fake.register(ResourceSpec::builtin(resource));
+        }
+        fake.add(&ValidatingWebhookConfiguration {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                ..ObjectMeta::default()
+            },
+            webhooks: None,
+        })
+        .unwrap();
+        fake.add(&CustomResourceDefinition {
+            metadata: ObjectMeta {
+                name: Some("widgets.example.com".to_owned()),
+                ..ObjectMeta::default()
+            },
+            spec: CustomResourceDefinitionSpec {
+                group: "example.com".to_owned(),
+                conversion: Some(kctrl_webhook::configuration::crd_conversion(
+                    &ClientConfig::url("https://127.0.0.1:1"),
+                )),
+                ..CustomResourceDefinitionSpec::default()
+            },
+            status: None,
+        })
+        .unwrap();
+        fake
+    }
+
+    fn installed(fake: &FakeApi, name: &str, touched: Vec<TouchedCrd>) -> InstalledWebhooks {
+        InstalledWebhooks {
+            server: None,
+            cancel: CancellationToken::new(),
+            client_config: ClientConfig::url("https://127.0.0.1:1"),
+            ca_pem: String::new(),
+            name: name.to_owned(),
+            client: fake.client(),
+            touched,
+        }
+    }
+
+    fn crd(fake: &FakeApi) -> CustomResourceDefinition {
+        fake.object(None, "widgets.example.com").unwrap()
+    }
+
+    #[tokio::test]
+    async fn uninstall_tries_every_step_and_reports_the_first_failure() {
+        let name = "kctrl-testenv-uninstall";
+        let fake = fake(name);
+        // The mutating configuration cannot be deleted (not a 404: a server error).
+        fake.prepend_reactor("delete", "mutatingwebhookconfigurations", |_| {
+            Reaction::Error(errors::internal_error("etcd is down"))
+        });
+        let uid = crd(&fake).metadata.uid.unwrap();
+        converting().insert(uid.clone(), name.to_owned());
+        let touched = TouchedCrd {
+            name: "widgets.example.com".to_owned(),
+            uid: uid.clone(),
+            previous: None,
+        };
+        let err = installed(&fake, name, vec![touched])
+            .uninstall()
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("etcd is down"), "{err}");
+        // The rest was done all the same.
+        assert!(
+            fake.object::<ValidatingWebhookConfiguration>(None, name)
+                .is_none(),
+            "the validating configuration is left"
+        );
+        assert_eq!(crd(&fake).spec.conversion, None);
+        assert!(!converting().contains_key(&uid));
+    }
+
+    #[tokio::test]
+    async fn a_crd_is_converted_by_one_live_installation() {
+        let fake = fake("unused");
+        let client = fake.client();
+        let mut wanted = crd(&fake);
+        wanted.spec.conversion = Some(kctrl_webhook::configuration::crd_conversion(
+            &ClientConfig::url("https://127.0.0.1:2"),
+        ));
+        let previous = crd(&fake).spec.conversion;
+        let mut first = Vec::new();
+        point_conversion(&client, &wanted, "first", &mut first)
+            .await
+            .unwrap();
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].previous, previous);
+        assert_eq!(crd(&fake).spec.conversion, wanted.spec.conversion);
+        let mut second = Vec::new();
+        let err = point_conversion(&client, &wanted, "second", &mut second)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(
+                "the conversion of the CRD widgets.example.com is already pointed at the \
+                 webhook server of the installation first"
+            ),
+            "{err}"
+        );
+        assert!(second.is_empty());
+        // Dropping the first frees the CRD (and changes nothing in the API server).
+        drop(installed(&fake, "first", first));
+        assert_eq!(crd(&fake).spec.conversion, wanted.spec.conversion);
+        let mut third = Vec::new();
+        let mut again = wanted.clone();
+        again.spec.conversion = Some(kctrl_webhook::configuration::crd_conversion(
+            &ClientConfig::url("https://127.0.0.1:3"),
+        ));
+        point_conversion(&client, &again, "third", &mut third)
+            .await
+            .unwrap();
+        assert_eq!(crd(&fake).spec.conversion, again.spec.conversion);
+        // Uninstalling gives back what the third found: the first's, never restored.
+        installed(&fake, "third", third).uninstall().await.unwrap();
+        assert_eq!(crd(&fake).spec.conversion, wanted.spec.conversion);
     }
 }

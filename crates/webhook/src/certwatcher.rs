@@ -160,10 +160,17 @@ impl CertWatcher {
     }
 
     /// Polls the files every `interval` until `cancel` fires, logging each change and each
-    /// unusable pair. Returns at once for an identity from memory.
+    /// unusable pair. Returns at once for an identity from memory. A zero `interval` (which
+    /// the server builder refuses) is taken as 10 s, with a warning.
     pub async fn watch(self: Arc<Self>, interval: Duration, cancel: CancellationToken) {
         let Some((cert, key)) = self.files.clone() else {
             return;
+        };
+        let interval = if interval.is_zero() {
+            tracing::warn!(cert = %cert.display(), "a zero certificate poll interval; polling every 10 s");
+            Duration::from_secs(10)
+        } else {
+            interval
         };
         let mut ticks = tokio::time::interval(interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

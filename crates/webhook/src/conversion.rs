@@ -196,7 +196,8 @@ where
     }
 
     /// `object` (of this kind, any registered version) at `desired_api_version`
-    /// (`<group>/<version>`).
+    /// (`<group>/<version>`). The result's `apiVersion` is `desired_api_version`: set when the
+    /// spoke's type serialized none, an error naming it when it serialized another.
     pub fn convert(
         &self,
         object: Value,
@@ -304,10 +305,32 @@ impl KindConversion {
             Some(step) => step(object)?,
             None => object,
         };
-        match &target.from_hub {
-            Some(step) => step(hub),
-            None => Ok(hub),
+        let mut converted = match &target.from_hub {
+            Some(step) => step(hub)?,
+            None => hub,
+        };
+        // The API server wants each object at exactly the version it asked for: one the
+        // type serialized without an apiVersion gets it, one with another is a bug of the
+        // conversion, refused rather than passed on.
+        let Some(fields) = converted.as_object_mut() else {
+            return Err(ConversionError::new(format!(
+                "the conversion to {desired_api_version} did not produce a JSON object"
+            )));
+        };
+        match fields.get("apiVersion") {
+            None | Some(Value::Null) => {
+                fields.insert("apiVersion".to_owned(), desired_api_version.into());
+            }
+            Some(Value::String(got)) if got == desired_api_version => {}
+            Some(got) => {
+                return Err(ConversionError::new(format!(
+                    "the conversion to {desired_api_version} produced an object of apiVersion \
+                     {got}; its from_hub (or the type's serialization) must give \
+                     {desired_api_version}"
+                )));
+            }
         }
+        Ok(converted)
     }
 }
 

@@ -78,7 +78,7 @@
 //! | `conversion.Hub`, `conversion.Convertible` (`ConvertTo`/`ConvertFrom`) | [`Conversion`]`::<Hub>::new().spoke::<V>()`, [`Spoke`] (`to_hub`/`from_hub`) |
 //! | `/convert` | [`server::CONVERSION_PATH`] |
 //! | `certwatcher.CertWatcher` | [`CertWatcher`] |
-//! | `controller_runtime_webhook_requests_total`, `_latency_seconds`, `_requests_in_flight` | [`metrics::WebhookMetrics`] |
+//! | `controller_runtime_webhook_requests_total`, `_latency_seconds`, `_requests_in_flight`, `_panics_total`, `controller_runtime_conversion_webhook_panics_total` | [`metrics::WebhookMetrics`] |
 //! | envtest's `WebhookInstallOptions` | `kctrl_testenv::TestEnv::install_webhooks` |
 //! | `+kubebuilder:webhook` markers → `manifests.yaml` | [`WebhookServer::mutating_configuration`], [`WebhookServer::validating_configuration`] |
 

@@ -5,6 +5,8 @@
 //! | `controller_runtime_webhook_requests_total` | counter | `webhook` (the path), `code` (the HTTP status code) |
 //! | `controller_runtime_webhook_latency_seconds` | histogram | `webhook` |
 //! | `controller_runtime_webhook_requests_in_flight` | gauge | `webhook` |
+//! | `controller_runtime_webhook_panics_total` | counter | none (admission handlers that panicked) |
+//! | `controller_runtime_conversion_webhook_panics_total` | counter | none (conversions that panicked) |
 //!
 //! The histogram has Prometheus' default buckets, as controller-runtime's.
 
@@ -51,6 +53,8 @@ pub struct WebhookMetrics {
     total: Family<CodeLabels, Counter>,
     latency: Family<WebhookLabel, Histogram, fn() -> Histogram>,
     in_flight: Family<WebhookLabel, Gauge>,
+    panics: Counter,
+    conversion_panics: Counter,
 }
 
 impl WebhookMetrics {
@@ -60,6 +64,8 @@ impl WebhookMetrics {
             total: Family::default(),
             latency: Family::new_with_constructor(latency_histogram),
             in_flight: Family::default(),
+            panics: Counter::default(),
+            conversion_panics: Counter::default(),
         };
         registry.register(
             "controller_runtime_webhook_requests",
@@ -76,7 +82,37 @@ impl WebhookMetrics {
             "Current number of admission requests being served.",
             m.in_flight.clone(),
         );
+        registry.register(
+            "controller_runtime_webhook_panics",
+            "Total number of webhook panics",
+            m.panics.clone(),
+        );
+        registry.register(
+            "controller_runtime_conversion_webhook_panics",
+            "Total number of conversion webhook panics",
+            m.conversion_panics.clone(),
+        );
         m
+    }
+
+    /// An admission handler panicked.
+    pub(crate) fn panicked(&self) {
+        self.panics.inc();
+    }
+
+    /// A conversion panicked.
+    pub(crate) fn conversion_panicked(&self) {
+        self.conversion_panics.inc();
+    }
+
+    /// How many admission handlers panicked (for tests and probes).
+    pub fn panics(&self) -> u64 {
+        self.panics.get()
+    }
+
+    /// How many conversions panicked (for tests and probes).
+    pub fn conversion_panics(&self) -> u64 {
+        self.conversion_panics.get()
     }
 
     /// A request to `webhook` starts; the guard counts it in flight until dropped, when it

@@ -9,6 +9,10 @@
 //! touched; paths are checked against the request's raw object, so an operation never names a
 //! field the raw object lacks (`add` instead of `replace`, no `remove` of what is not there).
 //! A field the handler set to `None`, serialized as `null`, is removed.
+//!
+//! Arrays are matched element by element where the handler changed elements in place, inserted
+//! or removed a run of them; otherwise (see `walk_array`) the whole array is replaced, and the
+//! unknown fields of its elements are lost.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -95,31 +99,96 @@ fn walk(
             }
         }
         (Some(Value::Array(raw)), Value::Array(b), Value::Array(a)) if raw.len() == b.len() => {
-            let common = b.len().min(a.len());
-            for i in 0..common {
-                let len = path.len();
-                path.push('/');
-                path.push_str(&i.to_string());
-                walk(raw.get(i), &b[i], &a[i], path, ops);
-                path.truncate(len);
-            }
-            // Removed from the end backwards, so each index is still valid when applied.
-            for i in (common..b.len()).rev() {
-                ops.push(PatchOperation::Remove {
-                    path: format!("{path}/{i}"),
-                });
-            }
-            for (i, value) in a.iter().enumerate().skip(common) {
-                ops.push(PatchOperation::Add {
-                    path: format!("{path}/{i}"),
-                    value: without_nulls(value),
-                });
-            }
+            walk_array(raw, b, a, path, ops)
         }
         // Any other change (a scalar, a type change, a subtree the raw object lacks or
         // holds differently): `after`'s value as a whole.
         _ => set(raw, after, path, ops),
     }
+}
+
+/// Appends to `ops` what turns the array `raw` (as long as `before`) into it with the changes
+/// from `before` to `after`.
+///
+/// Array elements have no identity but their position, so which element of `after` is which
+/// element of `before` is inferred from the elements the handler left unchanged (compared as
+/// the type serializes them): the longest run equal at the start and at the end. What lies
+/// between is
+///
+/// * nothing in `after`: elements removed there (a `remove` each), or nothing in `before`:
+///   elements inserted there (an `add` each); every other element keeps its raw value, the
+///   fields the type does not know included;
+/// * as many elements on both sides, none of which moved (no element of one side equals an
+///   element of the other at another position) and none renamed (objects at one index with
+///   different `name` members, the key of most Kubernetes lists: containers, volumes, env):
+///   elements changed in place, each diffed with the raw element at its index;
+/// * anything else (elements inserted *and* removed, reordered, or changed and moved): the
+///   array is replaced by `after`'s whole, and the fields the type does not know of all its
+///   elements are lost, since which raw element an element of `after` came from cannot be
+///   told.
+fn walk_array(
+    raw: &[Value],
+    before: &[Value],
+    after: &[Value],
+    path: &mut String,
+    ops: &mut Vec<PatchOperation>,
+) {
+    let shortest = before.len().min(after.len());
+    let prefix = before.iter().zip(after).take_while(|(b, a)| b == a).count();
+    let suffix = before[prefix..]
+        .iter()
+        .rev()
+        .zip(after[prefix..].iter().rev())
+        .take(shortest - prefix)
+        .take_while(|(b, a)| b == a)
+        .count();
+    let old = &before[prefix..before.len() - suffix];
+    let new = &after[prefix..after.len() - suffix];
+    if new.is_empty() {
+        // Removed from the last backwards, so each index is still valid when applied.
+        for i in (prefix..prefix + old.len()).rev() {
+            ops.push(PatchOperation::Remove {
+                path: format!("{path}/{i}"),
+            });
+        }
+    } else if old.is_empty() {
+        for (i, value) in new.iter().enumerate() {
+            ops.push(PatchOperation::Add {
+                path: format!("{path}/{}", prefix + i),
+                value: without_nulls(value),
+            });
+        }
+    } else if old.len() == new.len() && !moved(old, new) && !renamed(old, new) {
+        for (i, (b, a)) in old.iter().zip(new).enumerate() {
+            let len = path.len();
+            path.push('/');
+            path.push_str(&(prefix + i).to_string());
+            walk(raw.get(prefix + i), b, a, path, ops);
+            path.truncate(len);
+        }
+    } else {
+        let whole = Value::Array(raw.to_vec());
+        set(Some(&whole), &Value::Array(after.to_vec()), path, ops);
+    }
+}
+
+/// Whether an element of `new` equals an element of `old` at another index: the handler moved
+/// elements rather than changing them in place.
+fn moved(old: &[Value], new: &[Value]) -> bool {
+    new.iter()
+        .enumerate()
+        .any(|(i, n)| old.iter().enumerate().any(|(j, o)| i != j && o == n))
+}
+
+/// Whether objects at one index of `old` and `new` have different `name` members: one element
+/// replaced by another rather than changed.
+fn renamed(old: &[Value], new: &[Value]) -> bool {
+    old.iter()
+        .zip(new)
+        .any(|(o, n)| match (o.get("name"), n.get("name")) {
+            (Some(o), Some(n)) => o != n,
+            _ => false,
+        })
 }
 
 /// The operation that puts `value` at `path`, given what the raw object has there.

@@ -5,8 +5,13 @@
 //! * TLS: `tls.crt` and `tls.key` in a certificate directory (controller-runtime's defaults:
 //!   `<temp dir>/k8s-webhook-server/serving-certs`, port 9443), reloaded when they change
 //!   ([`CertWatcher`]); or an identity in memory.
-//! * Limits: a TLS handshake within 10 s, request headers within 10 s, a body of at most
-//!   7 MiB (controller-runtime's), an answer within 30 s (the API server waits at most 30 s).
+//! * Limits: a TLS handshake within 10 s; the first request's headers within 10 s of it, for
+//!   the whole connection (whatever the client sends or not: nothing, an HTTP/2 preface alone,
+//!   part of an HTTP/1 request), then each HTTP/1 request's headers within 10 s; a body of at
+//!   most 7 MiB (controller-runtime's); an answer within 30 s (the API server waits at most
+//!   30 s). A connection with no request in progress for 120 s is closed, HTTP/2 connections
+//!   are pinged every 30 s and closed when a ping goes unanswered for 10 s, and at most 128
+//!   connections are served at once (more wait in the kernel's accept queue until one ends).
 //! * A request that is not a review (not JSON, another kind or version, no `request`) is
 //!   answered `400 Bad Request` with a message saying what is wrong; `413` for a body too
 //!   large; `404` for an unknown path.
@@ -84,6 +89,9 @@ pub struct ServerBuilder {
     request_timeout: Duration,
     handshake_timeout: Duration,
     header_read_timeout: Duration,
+    idle_timeout: Duration,
+    http2_keep_alive: (Duration, Duration),
+    max_connections: usize,
     shutdown_timeout: Duration,
     metrics: Option<WebhookMetrics>,
     metrics_registry: Option<Arc<Registry>>,
@@ -106,6 +114,9 @@ impl Default for ServerBuilder {
             request_timeout: Duration::from_secs(30),
             handshake_timeout: Duration::from_secs(10),
             header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(120),
+            http2_keep_alive: (Duration::from_secs(30), Duration::from_secs(10)),
+            max_connections: 128,
             shutdown_timeout: Duration::from_secs(30),
             metrics: None,
             metrics_registry: None,
@@ -186,7 +197,8 @@ impl ServerBuilder {
         self
     }
 
-    /// How often the certificate files are checked for changes (10 s by default).
+    /// How often the certificate files are checked for changes (10 s by default); zero is
+    /// refused by [`build`](Self::build).
     pub fn cert_poll_interval(mut self, interval: Duration) -> Self {
         self.cert_poll_interval = interval;
         self
@@ -205,10 +217,33 @@ impl ServerBuilder {
     }
 
     /// How long a connection's TLS handshake, and reading a request's headers, may take
-    /// (10 s each by default).
+    /// (10 s each by default). The first request's headers must arrive within `headers` of
+    /// the handshake whatever the protocol, or the connection is closed.
     pub fn connection_timeouts(mut self, handshake: Duration, headers: Duration) -> Self {
         self.handshake_timeout = handshake;
         self.header_read_timeout = headers;
+        self
+    }
+
+    /// How long a connection may stay open with no request in progress (120 s by default,
+    /// longer than the 90 s after which Go clients, the API server among them, drop idle
+    /// connections themselves); it is then shut down gracefully.
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = timeout;
+        self
+    }
+
+    /// How often an HTTP/2 connection is pinged, and how long a ping may go unanswered
+    /// before the connection is closed (30 s and 10 s by default).
+    pub fn http2_keep_alive(mut self, interval: Duration, timeout: Duration) -> Self {
+        self.http2_keep_alive = (interval, timeout);
+        self
+    }
+
+    /// How many connections are served at once (128 by default); further ones wait in the
+    /// kernel's accept queue until one ends.
+    pub fn max_connections(mut self, connections: usize) -> Self {
+        self.max_connections = connections;
         self
     }
 
@@ -235,8 +270,51 @@ impl ServerBuilder {
     /// Checks the registrations and loads the serving certificate.
     pub fn build(self) -> Result<WebhookServer, Error> {
         let mut problems = Vec::new();
+        if self.cert_poll_interval.is_zero() {
+            problems.push(
+                "the certificate poll interval is zero; give .cert_poll_interval(...) a positive \
+                 duration (10 s by default)"
+                    .to_owned(),
+            );
+        }
+        for (what, value) in [
+            ("TLS handshake timeout", self.handshake_timeout),
+            ("header read timeout", self.header_read_timeout),
+            ("idle timeout", self.idle_timeout),
+            ("HTTP/2 keep-alive interval", self.http2_keep_alive.0),
+            ("HTTP/2 keep-alive timeout", self.http2_keep_alive.1),
+            ("request timeout", self.request_timeout),
+        ] {
+            if value.is_zero() {
+                problems.push(format!(
+                    "the {what} is zero; give it a positive duration (see the ServerBuilder method setting it)"
+                ));
+            }
+        }
+        if self.max_connections == 0 {
+            problems.push(
+                "max_connections is zero, which would serve no connection; give \
+                 .max_connections(...) at least 1 (128 by default)"
+                    .to_owned(),
+            );
+        }
         let mut paths: BTreeMap<&str, &Webhook> = BTreeMap::new();
+        // The API server refuses a configuration whose webhooks share a name; the names are
+        // per configuration, so per type.
+        let mut names: std::collections::HashMap<(WebhookType, &str), &Webhook> =
+            std::collections::HashMap::new();
         for w in &self.webhooks {
+            if let Some(other) = names.insert((w.type_, &w.name), w) {
+                let config = match w.type_ {
+                    WebhookType::Mutating => "MutatingWebhookConfiguration",
+                    WebhookType::Validating => "ValidatingWebhookConfiguration",
+                };
+                problems.push(format!(
+                    "the webhooks at {} and {} are both named {} in the {config}, which the API \
+                     server refuses; give one another name with .name(...)",
+                    other.path, w.path, w.name
+                ));
+            }
             if !w.path.starts_with('/') {
                 problems.push(format!(
                     "the path {:?} of webhook {} does not start with '/'",
@@ -300,6 +378,11 @@ impl ServerBuilder {
             request_timeout: self.request_timeout,
             handshake_timeout: self.handshake_timeout,
             header_read_timeout: self.header_read_timeout,
+            limits: ConnectionLimits {
+                idle_timeout: self.idle_timeout,
+                http2_keep_alive: self.http2_keep_alive,
+                max_connections: self.max_connections,
+            },
             shutdown_timeout: self.shutdown_timeout,
             metrics,
             registry,
@@ -320,9 +403,69 @@ pub struct WebhookServer {
     request_timeout: Duration,
     handshake_timeout: Duration,
     header_read_timeout: Duration,
+    limits: ConnectionLimits,
     shutdown_timeout: Duration,
     metrics: WebhookMetrics,
     registry: Option<Arc<Registry>>,
+}
+
+/// The limits of connections besides the handshake and header timeouts.
+#[derive(Clone, Copy, Debug)]
+struct ConnectionLimits {
+    idle_timeout: Duration,
+    http2_keep_alive: (Duration, Duration),
+    max_connections: usize,
+}
+
+/// The requests of one connection in progress, and when the last one ended, for the idle
+/// timeout.
+#[derive(Debug)]
+struct Activity {
+    in_flight: std::sync::atomic::AtomicUsize,
+    /// Whether a request's headers ever arrived.
+    seen: std::sync::atomic::AtomicBool,
+    /// When the last request ended (or the connection started).
+    last: std::sync::Mutex<tokio::time::Instant>,
+    /// Woken when a request ends, so the connection's deadline is computed again.
+    changed: tokio::sync::Notify,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Activity {
+            in_flight: 0.into(),
+            seen: false.into(),
+            last: std::sync::Mutex::new(tokio::time::Instant::now()),
+            changed: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// A request arrived; it is in progress until the guard drops.
+    fn begin(self: &Arc<Self>) -> RequestGuard {
+        self.seen.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.in_flight
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        RequestGuard(self.clone())
+    }
+
+    /// When the connection becomes idle too long, if no request is in progress.
+    fn idle_deadline(&self, idle_timeout: Duration) -> Option<tokio::time::Instant> {
+        (self.in_flight.load(std::sync::atomic::Ordering::SeqCst) == 0)
+            .then(|| *self.last.lock().unwrap_or_else(|e| e.into_inner()) + idle_timeout)
+    }
+}
+
+/// A request in progress (see [`Activity::begin`]).
+struct RequestGuard(Arc<Activity>);
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        *self.0.last.lock().unwrap_or_else(|e| e.into_inner()) = tokio::time::Instant::now();
+        self.0
+            .in_flight
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        self.0.changed.notify_one();
+    }
 }
 
 /// A started server; see [`WebhookServer::start`].
@@ -465,7 +608,10 @@ impl WebhookServer {
         http.http1()
             .timer(TokioTimer::new())
             .header_read_timeout(self.header_read_timeout);
-        http.http2().timer(TokioTimer::new());
+        http.http2()
+            .timer(TokioTimer::new())
+            .keep_alive_interval(self.limits.http2_keep_alive.0)
+            .keep_alive_timeout(self.limits.http2_keep_alive.1);
         let http = Arc::new(http);
         let paths: Vec<&str> = self.webhooks.iter().map(|w| w.path.as_str()).collect();
         info!(
@@ -474,18 +620,33 @@ impl WebhookServer {
             conversions = !self.conversions.is_empty(),
             "serving webhooks over HTTPS"
         );
-        let (handshake_timeout, shutdown_timeout) = (self.handshake_timeout, self.shutdown_timeout);
+        let (handshake_timeout, header_timeout, shutdown_timeout, limits) = (
+            self.handshake_timeout,
+            self.header_read_timeout,
+            self.shutdown_timeout,
+            self.limits,
+        );
+        let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
         let task = tokio::spawn(async move {
             let mut connections = JoinSet::new();
             loop {
                 // Reap finished connections, so the set only holds open ones.
                 while connections.try_join_next().is_some() {}
+                // A free slot first: at the cap, new connections wait in the accept queue.
+                let permit = tokio::select! {
+                    () = cancel.cancelled() => break,
+                    permit = permits.clone().acquire_owned() => match permit {
+                        Ok(permit) => permit,
+                        Err(_) => break,
+                    },
+                };
                 let (stream, peer) = tokio::select! {
                     () = cancel.cancelled() => break,
                     accepted = listener.accept() => match accepted {
                         Ok(pair) => pair,
                         Err(e) => {
                             warn!(%e, "accepting a connection failed");
+                            drop(permit);
                             tokio::select! {
                                 () = cancel.cancelled() => break,
                                 () = tokio::time::sleep(Duration::from_millis(100)) => continue,
@@ -500,6 +661,7 @@ impl WebhookServer {
                     cancel.clone(),
                 );
                 connections.spawn(async move {
+                    let _permit = permit;
                     let tls = match tokio::time::timeout(handshake_timeout, acceptor.accept(stream))
                         .await
                     {
@@ -513,21 +675,62 @@ impl WebhookServer {
                             return;
                         }
                     };
+                    let activity = Arc::new(Activity::new());
+                    let requests = activity.clone();
                     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
                         let state = state.clone();
-                        async move { Ok::<_, Infallible>(answer::route(&state, request).await) }
+                        let guard = requests.begin();
+                        async move {
+                            let answer = answer::route(&state, request).await;
+                            drop(guard);
+                            Ok::<_, Infallible>(answer)
+                        }
                     });
                     let connection = http.serve_connection(TokioIo::new(tls), service);
                     tokio::pin!(connection);
-                    tokio::select! {
-                        served = connection.as_mut() => {
-                            if let Err(e) = served {
-                                debug!(%peer, %e, "connection ended with an error");
+                    // Until the first request's headers, the whole connection has the header
+                    // timeout (hyper's protocol detection and HTTP/2 have none); then it is
+                    // closed once idle for the idle timeout.
+                    let first_request = tokio::time::Instant::now() + header_timeout;
+                    loop {
+                        let seen = activity.seen.load(std::sync::atomic::Ordering::SeqCst);
+                        let deadline = if seen {
+                            activity.idle_deadline(limits.idle_timeout)
+                        } else {
+                            Some(first_request)
+                        };
+                        // With a request in progress, the deadline is looked at again
+                        // after a while (the request timeout bounds it).
+                        let wake = deadline.unwrap_or_else(|| {
+                            tokio::time::Instant::now() + limits.idle_timeout
+                        });
+                        tokio::select! {
+                            () = activity.changed.notified() => {}
+                            served = connection.as_mut() => {
+                                if let Err(e) = served {
+                                    debug!(%peer, %e, "connection ended with an error");
+                                }
+                                return;
                             }
-                        }
-                        () = cancel.cancelled() => {
-                            connection.as_mut().graceful_shutdown();
-                            let _ = connection.await;
+                            () = cancel.cancelled() => {
+                                connection.as_mut().graceful_shutdown();
+                                let _ = connection.await;
+                                return;
+                            }
+                            () = tokio::time::sleep_until(wake) => {
+                                let now = tokio::time::Instant::now();
+                                if !activity.seen.load(std::sync::atomic::Ordering::SeqCst) {
+                                    debug!(%peer, timeout = ?header_timeout, "no request within the header timeout; closing the connection");
+                                    return;
+                                }
+                                if activity.idle_deadline(limits.idle_timeout).is_some_and(|d| d <= now) {
+                                    debug!(%peer, timeout = ?limits.idle_timeout, "connection idle; closing it");
+                                    connection.as_mut().graceful_shutdown();
+                                    // A client that does not take the hint is cut off.
+                                    let _ = tokio::time::timeout(header_timeout, connection.as_mut()).await;
+                                    return;
+                                }
+                            }
                         }
                     }
                 });

@@ -173,3 +173,64 @@ fn registration_mistakes_are_collected() {
     assert!(k.errors()[0].contains("registered twice"));
     assert!(k.errors()[1].contains("not of the hub's group and kind"));
 }
+
+/// A v1 Widget as a type that writes whatever apiVersion it is given (none when `None`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct LooseV1 {
+    #[serde(rename = "apiVersion", skip_serializing_if = "Option::is_none")]
+    api_version: Option<String>,
+    kind: String,
+    metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    spec: serde_json::Value,
+}
+
+impl k8s_openapi::Resource for LooseV1 {
+    const API_VERSION: &'static str = "webhook.kctrl.dev/v1";
+    const GROUP: &'static str = "webhook.kctrl.dev";
+    const KIND: &'static str = "Widget";
+    const VERSION: &'static str = "v1";
+    const URL_PATH_SEGMENT: &'static str = "widgets";
+    type Scope = k8s_openapi::NamespaceResourceScope;
+}
+
+/// What `from_hub` puts in `apiVersion`, per test.
+static LOOSE_API_VERSION: std::sync::Mutex<Option<&'static str>> = std::sync::Mutex::new(None);
+
+impl Spoke<v2::Widget> for LooseV1 {
+    fn to_hub(self) -> Result<v2::Widget, ConversionError> {
+        Err(ConversionError::new("not used"))
+    }
+    fn from_hub(hub: v2::Widget) -> Result<Self, ConversionError> {
+        Ok(LooseV1 {
+            api_version: LOOSE_API_VERSION.lock().unwrap().map(str::to_owned),
+            kind: "Widget".to_owned(),
+            metadata: hub.metadata,
+            spec: json!({"size": format!("{}x{}", hub.spec.width, hub.spec.height)}),
+        })
+    }
+}
+
+#[test]
+fn converted_objects_are_at_the_desired_api_version_or_refused() {
+    let conversion = Conversion::<v2::Widget>::new().spoke::<LooseV1>();
+    let hub = widget("v2", json!({"width": 3, "height": 4}));
+    // Without an apiVersion of its own: given the desired one.
+    *LOOSE_API_VERSION.lock().unwrap() = None;
+    let converted = conversion
+        .convert(hub.clone(), "webhook.kctrl.dev/v1")
+        .unwrap();
+    assert_eq!(converted["apiVersion"], "webhook.kctrl.dev/v1");
+    assert_eq!(converted["spec"], json!({"size": "3x4"}));
+    // With another one: refused, naming it.
+    *LOOSE_API_VERSION.lock().unwrap() = Some("webhook.kctrl.dev/v2");
+    let err = conversion
+        .convert(hub, "webhook.kctrl.dev/v1")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(
+            "the conversion to webhook.kctrl.dev/v1 produced an object of apiVersion \"webhook.kctrl.dev/v2\""
+        ),
+        "{err}"
+    );
+}

@@ -163,12 +163,22 @@ fn fields_set_to_none_are_removed() {
 fn arrays_grow_shrink_and_change_in_place() {
     let raw = json!({"l": [{"n": 1, "x": "kept"}, {"n": 2}, {"n": 3}]});
     let before = json!({"l": [{"n": 1}, {"n": 2}, {"n": 3}]});
+    // Changed in place: each element diffed with its raw one.
+    let after = json!({"l": [{"n": 1}, {"n": 20}, {"n": 3}]});
+    round_trip(
+        raw.clone(),
+        before.clone(),
+        after,
+        json!({"l": [{"n": 1, "x": "kept"}, {"n": 20}, {"n": 3}]}),
+    );
+    // Three elements become one unlike any of them: which is which cannot be told, the array
+    // is replaced.
     let after = json!({"l": [{"n": 10}]});
     round_trip(
         raw.clone(),
         before.clone(),
         after,
-        json!({"l": [{"n": 10, "x": "kept"}]}),
+        json!({"l": [{"n": 10}]}),
     );
     let after = json!({"l": [{"n": 1}, {"n": 2}, {"n": 3}, {"n": 4, "z": null}, 5]});
     let ops = round_trip(
@@ -211,6 +221,135 @@ fn round_trips_on_generated_objects() {
                 patched,
                 without_nulls(after),
                 "{before} -> {after}: {ops:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_element_prepended_leaves_the_unknown_fields_with_their_elements() {
+    let raw = json!({"c": [{"name": "a", "unknown": "A"}, {"name": "b", "unknown": "B"}]});
+    let before = json!({"c": [{"name": "a"}, {"name": "b"}]});
+    let after = json!({"c": [{"name": "side"}, {"name": "a"}, {"name": "b"}]});
+    let ops = round_trip(
+        raw.clone(),
+        before.clone(),
+        after,
+        json!({"c": [{"name": "side"}, {"name": "a", "unknown": "A"}, {"name": "b", "unknown": "B"}]}),
+    );
+    assert_eq!(
+        ops,
+        [PatchOperation::Add {
+            path: "/c/0".into(),
+            value: json!({"name": "side"})
+        }]
+    );
+    // Removing the first one removes it, not the last.
+    let after = json!({"c": [{"name": "b"}]});
+    round_trip(
+        raw,
+        before,
+        after,
+        json!({"c": [{"name": "b", "unknown": "B"}]}),
+    );
+}
+
+/// A small deterministic generator (xorshift64*), so a failure is reproducible from its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n.max(1)
+    }
+}
+
+#[test]
+fn unknown_fields_stay_with_their_element_through_random_edits() {
+    // Elements are typed `{"name", "value"}` (names unique, so an element's identity is its
+    // name); the raw object adds `unknown: "U-<name>"` to each, which the type does not know.
+    let typed = |name: usize, value: usize| json!({"name": format!("e{name}"), "value": value});
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut next_name = 1000;
+    for round in 0..5000 {
+        let len = rng.below(6);
+        let before: Vec<Value> = (0..len).map(|i| typed(i, rng.below(3))).collect();
+        let mut after = before.clone();
+        // 0: insert a run, 1: remove a run, 2: change values in place, 3: two of those.
+        let edit = rng.below(4);
+        let edits = if edit == 3 {
+            vec![rng.below(3), rng.below(3)]
+        } else {
+            vec![edit]
+        };
+        for e in &edits {
+            match e {
+                0 => {
+                    let at = rng.below(after.len() + 1);
+                    for _ in 0..1 + rng.below(3) {
+                        next_name += 1;
+                        after.insert(at, typed(next_name, rng.below(3)));
+                    }
+                }
+                1 if !after.is_empty() => {
+                    let at = rng.below(after.len());
+                    let n = 1 + rng.below(after.len() - at);
+                    after.drain(at..at + n);
+                }
+                _ => {
+                    for item in after.iter_mut() {
+                        if rng.below(2) == 0 {
+                            item["value"] = json!(rng.below(3) + 10);
+                        }
+                    }
+                }
+            }
+        }
+        let raw_items: Vec<Value> = before
+            .iter()
+            .map(|b| {
+                let mut r = b.clone();
+                r["unknown"] = json!(format!("U-{}", b["name"].as_str().unwrap()));
+                r
+            })
+            .collect();
+        let raw = json!({"spec": {"items": raw_items}});
+        let ops = diff(
+            &raw,
+            &json!({"spec": {"items": before}}),
+            &json!({"spec": {"items": after}}),
+        );
+        let mut patched = raw.clone();
+        apply(&mut patched, &ops)
+            .unwrap_or_else(|e| panic!("round {round}: {before:?} -> {after:?}: {ops:?}: {e}"));
+        let items = patched["spec"]["items"].as_array().unwrap();
+        assert_eq!(items.len(), after.len(), "round {round}: {ops:?}");
+        let mut kept = 0;
+        for (got, want) in items.iter().zip(&after) {
+            let name = want["name"].as_str().unwrap();
+            assert_eq!(got["name"], want["name"], "round {round}: {ops:?}");
+            assert_eq!(got["value"], want["value"], "round {round}: {ops:?}");
+            if let Some(u) = got.get("unknown") {
+                assert_eq!(
+                    u,
+                    &json!(format!("U-{name}")),
+                    "round {round}: {before:?} -> {after:?}: {ops:?} moved an unknown field"
+                );
+                kept += 1;
+            }
+        }
+        // A single insert, remove or change in place keeps every surviving element's unknown
+        // fields; only a replaced array (two kinds of edit at once) may lose them.
+        let survivors = after
+            .iter()
+            .filter(|a| before.iter().any(|b| b["name"] == a["name"]))
+            .count();
+        if edits.len() == 1 {
+            assert_eq!(
+                kept, survivors,
+                "round {round}: {before:?} -> {after:?}: {ops:?} lost unknown fields"
             );
         }
     }

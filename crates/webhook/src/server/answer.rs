@@ -207,6 +207,7 @@ async fn review(state: &State, path: &str, request: Request<Incoming>) -> Respon
         .await;
     let mut response = handled.unwrap_or_else(|panic| {
         let why = panic_message(panic.as_ref());
+        state.metrics.panicked();
         tracing::error!(
             webhook = %webhook.name,
             namespace = request.namespace.as_deref().unwrap_or_default(),
@@ -271,6 +272,7 @@ fn conversion(state: &State, path: &str, body: &[u8]) -> Response<Full<Bytes>> {
     }))
     .unwrap_or_else(|panic| {
         let why = panic_message(panic.as_ref());
+        state.metrics.conversion_panicked();
         tracing::error!(panic = %why, "a conversion panicked");
         ConversionResponse::failure(uid, format!("the conversion panicked: {why}"))
     });

@@ -372,6 +372,58 @@ fn registration_mistakes_are_reported_together() {
     );
 }
 
+#[test]
+fn two_webhooks_of_one_type_with_one_name_are_refused() {
+    let (cert, key) = identity("x");
+    let err = WebhookServer::builder()
+        .webhook(crate::Webhook::validating::<ConfigMap, _>(NoFoo))
+        .webhook(crate::Webhook::validating::<ConfigMap, _>(NoFoo).path("/validate-again"))
+        .tls_pem(cert.clone(), key.clone())
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(
+            "the webhooks at /validate--v1-configmap and /validate-again are both named \
+             vconfigmap-v1.kb.io in the ValidatingWebhookConfiguration"
+        ) && err.contains(".name(...)"),
+        "{err}"
+    );
+    // One name in each configuration is fine, and so are two names in one.
+    WebhookServer::builder()
+        .webhook(crate::Webhook::validating::<ConfigMap, _>(NoFoo).name("same.kb.io"))
+        .webhook(crate::Webhook::defaulting::<ConfigMap, _>(Labeller).name("same.kb.io"))
+        .webhook(
+            crate::Webhook::validating::<ConfigMap, _>(NoFoo)
+                .path("/validate-again")
+                .name("again.kb.io"),
+        )
+        .tls_pem(cert, key)
+        .build()
+        .unwrap();
+}
+
+#[test]
+fn a_zero_cert_poll_interval_is_refused() {
+    let (cert, key) = identity("x");
+    let err = WebhookServer::builder()
+        .cert_poll_interval(Duration::ZERO)
+        .tls_pem(cert.clone(), key.clone())
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("the certificate poll interval is zero")
+            && err.contains(".cert_poll_interval(...)"),
+        "{err}"
+    );
+    WebhookServer::builder()
+        .cert_poll_interval(Duration::from_millis(1))
+        .tls_pem(cert, key)
+        .build()
+        .unwrap();
+}
+
 #[tokio::test]
 async fn conversion_reviews_of_the_api_server_are_converted() {
     let (cert, key) = identity("convert");
@@ -489,6 +541,218 @@ async fn a_panicking_handler_refuses_with_500_and_the_server_goes_on() {
             Some("the webhook's handler panicked: a bug in the handler")
         );
     }
+    assert_eq!(running.metrics().panics(), 2);
+    let (status, metrics) = call(addr, &cert, "GET", "/metrics", "text/plain", b"").await;
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains("\ncontroller_runtime_webhook_panics_total 2\n")
+            && metrics.contains("\ncontroller_runtime_conversion_webhook_panics_total 0\n"),
+        "{metrics}"
+    );
     cancel.cancel();
     running.stopped().await;
+}
+
+/// A v1 Widget whose conversion to the hub panics.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct PanickyV1 {
+    metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+}
+
+impl k8s_openapi::Resource for PanickyV1 {
+    const API_VERSION: &'static str = "webhook.kctrl.dev/v1";
+    const GROUP: &'static str = "webhook.kctrl.dev";
+    const KIND: &'static str = "Widget";
+    const VERSION: &'static str = "v1";
+    const URL_PATH_SEGMENT: &'static str = "widgets";
+    type Scope = k8s_openapi::NamespaceResourceScope;
+}
+
+impl crate::Spoke<crate::test_widgets::v2::Widget> for PanickyV1 {
+    fn to_hub(self) -> Result<crate::test_widgets::v2::Widget, crate::ConversionError> {
+        panic!("a bug in the conversion")
+    }
+    fn from_hub(_: crate::test_widgets::v2::Widget) -> Result<Self, crate::ConversionError> {
+        panic!("a bug in the conversion")
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_conversion_fails_the_review_and_is_counted() {
+    let (cert, key) = identity("panics");
+    let builder = WebhookServer::builder()
+        .conversion(
+            crate::Conversion::<crate::test_widgets::v2::Widget>::new().spoke::<PanickyV1>(),
+        )
+        .tls_pem(cert.clone(), key);
+    let (running, cancel) = start(builder).await;
+    let addr = running.local_addr();
+    let (status, answer) = call(
+        addr,
+        &cert,
+        "POST",
+        "/convert",
+        "application/json",
+        include_str!("../review/testdata/conversion-to-v2.json").as_bytes(),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let response = serde_json::from_str::<ConversionReview>(&answer)
+        .unwrap()
+        .response
+        .unwrap();
+    assert_eq!(response.result.status.as_deref(), Some("Failure"));
+    assert_eq!(running.metrics().conversion_panics(), 1);
+    assert_eq!(running.metrics().panics(), 0);
+    cancel.cancel();
+    running.stopped().await;
+}
+
+/// A server with `headers` as the header timeout and `idle` as the idle timeout; its address,
+/// CA and cancellation.
+async fn limited(headers: Duration, idle: Duration) -> (RunningServer, String, CancellationToken) {
+    let (builder, ca) = pem_server();
+    let (server, cancel) = start(
+        builder
+            .connection_timeouts(Duration::from_secs(5), headers)
+            .idle_timeout(idle),
+    )
+    .await;
+    (server, ca, cancel)
+}
+
+/// Reads `tls` until the server closes it, at most `bound`; how long that took, or `None`
+/// if it stayed open.
+async fn closed_within(
+    tls: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+    bound: Duration,
+) -> Option<Duration> {
+    let started = std::time::Instant::now();
+    let mut sink = Vec::new();
+    match tokio::time::timeout(bound, tls.read_to_end(&mut sink)).await {
+        Ok(_) => Some(started.elapsed()),
+        Err(_) => None,
+    }
+}
+
+/// Each way of holding a connection without a request: it is closed after the header timeout
+/// (300 ms here; the bound of 5 s only keeps a failing test from hanging).
+#[tokio::test]
+async fn connections_without_a_request_are_closed_after_the_header_timeout() {
+    let timeout = Duration::from_millis(300);
+    let (server, ca, cancel) = limited(timeout, Duration::from_secs(60)).await;
+    let addr = server.local_addr();
+    let rows: [(&str, &[u8]); 3] = [
+        ("nothing sent", b""),
+        (
+            "an HTTP/2 preface only",
+            b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+        ),
+        (
+            "partial HTTP/1 headers",
+            b"POST /convert HTTP/1.1\r\nHost: 127.0.0.1\r\n",
+        ),
+    ];
+    // Each row on its own connection, at once; every row's outcome is reported.
+    let outcomes = futures::future::join_all(rows.into_iter().map(|(row, sent)| {
+        let ca = ca.clone();
+        async move {
+            let (mut tls, _) = connect(addr, &[&ca]).await.unwrap();
+            tls.write_all(sent).await.unwrap();
+            tls.flush().await.unwrap();
+            (row, closed_within(&mut tls, Duration::from_secs(5)).await)
+        }
+    }))
+    .await;
+    let wrong: Vec<String> = outcomes
+        .iter()
+        .filter_map(|(row, took)| match took {
+            None => Some(format!("{row}: still open after 5 s")),
+            Some(t) if *t < timeout / 2 => {
+                Some(format!("{row}: closed after {t:?}, before the timeout"))
+            }
+            Some(_) => None,
+        })
+        .collect();
+    assert!(wrong.is_empty(), "{wrong:?}");
+    cancel.cancel();
+    server.stopped().await;
+}
+
+#[tokio::test]
+async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
+    let idle = Duration::from_millis(300);
+    // The header timeout is long: what closes the connection is the idle timeout.
+    let (server, ca, cancel) = limited(Duration::from_secs(30), idle).await;
+    let (mut tls, _) = connect(server.local_addr(), &[&ca]).await.unwrap();
+    tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
+    // The answer (`ok`, with its length), the connection kept alive.
+    let mut answer = Vec::new();
+    while !answer.ends_with(b"\r\n\r\nok") {
+        let mut chunk = [0u8; 512];
+        let n = tls.read(&mut chunk).await.unwrap();
+        assert!(
+            n > 0,
+            "closed before answering: {}",
+            String::from_utf8_lossy(&answer)
+        );
+        answer.extend_from_slice(&chunk[..n]);
+    }
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    let took = closed_within(&mut tls, Duration::from_secs(5))
+        .await
+        .expect("the idle connection is still open after 5 s");
+    assert!(
+        took >= idle / 2,
+        "closed after {took:?}, before the idle timeout"
+    );
+    cancel.cancel();
+    server.stopped().await;
+}
+
+#[tokio::test]
+async fn connections_past_the_cap_wait_until_one_ends() {
+    let (builder, ca) = pem_server();
+    let (server, cancel) = start(builder.max_connections(1)).await;
+    let addr = server.local_addr();
+    let (first, _) = connect(addr, &[&ca]).await.unwrap();
+    // The second is not accepted (its handshake gets no answer) while the first is open.
+    let second = tokio::time::timeout(Duration::from_millis(500), connect(addr, &[&ca])).await;
+    assert!(
+        second.is_err(),
+        "a second connection was served past the cap of 1"
+    );
+    drop(first);
+    let third = tokio::time::timeout(Duration::from_secs(5), connect(addr, &[&ca]))
+        .await
+        .expect("no connection served after the first ended");
+    third.unwrap();
+    cancel.cancel();
+    server.stopped().await;
+}
+
+#[test]
+fn zero_limits_are_refused() {
+    let (cert, key) = identity("x");
+    let err = WebhookServer::builder()
+        .idle_timeout(Duration::ZERO)
+        .http2_keep_alive(Duration::from_secs(1), Duration::ZERO)
+        .max_connections(0)
+        .tls_pem(cert, key)
+        .build()
+        .unwrap_err()
+        .to_string();
+    for wanted in [
+        "the idle timeout is zero",
+        "the HTTP/2 keep-alive timeout is zero",
+        "max_connections is zero",
+    ] {
+        assert!(err.contains(wanted), "{wanted}: {err}");
+    }
 }
