@@ -168,8 +168,9 @@
 //! [`rule!`](crate::rule) takes the expression and `message`, `message_expression`, `reason`
 //! ([`Reason`]: `FieldValueInvalid`, the default, `FieldValueForbidden`, `FieldValueRequired`,
 //! `FieldValueDuplicate`), `field_path` and `optional_old_self`, and checks at compile time
-//! what it can (an empty rule or message, an unknown reason or key, a `field_path` without
-//! its leading dot, `optional_old_self` without `oldSelf`); [`Rule`] is the same without the
+//! what it can (an empty rule or message, an unknown reason or key, a `field_path` starting
+//! with neither `.` nor `[`, `optional_old_self` without `oldSelf`; white space around the
+//! text is trimmed first, as the API server does); [`Rule`] is the same without the
 //! compile-time check (for rules made at run time; the schema conversion then reports those
 //! mistakes, and [`try_crd`](CustomResourceExt::try_crd) refuses them). Rules written by
 //! hand, `#[schemars(extend("x-kubernetes-validations" = [...]))]`, may sit beside them on one
