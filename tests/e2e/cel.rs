@@ -2,8 +2,12 @@
 //! spec struct (several fields), a field rule with message and reason, a transition rule
 //! (an immutable field), a `messageExpression`, a rule on a list's item type, a rule on an
 //! `Option` field that holds for `None`, `optionalOldSelf` on creates; a rule whose CEL does
-//! not compile refused with its text; the cost budget on unbounded lists and the bounds that
-//! satisfy it. kctrl-fake accepts the same definition (and, evaluating no CEL, the objects
+//! not compile refused with its text; the cost budget on unbounded lists and maps and the
+//! bounds that satisfy it (`maxProperties` through `extend` for a map); rules on nodes
+//! without a type refused by the API server, so dropped by the conversion; a rule about an
+//! optionally flattened type with `has()` guards; a field path in array notation, rule and
+//! message text trimmed of line breaks, a message of white space refused; optionalOldSelf
+//! false without oldSelf refused. kctrl-fake accepts the same definition (and, evaluating no CEL, the objects
 //! the rules refuse: documented in its crate docs).
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -349,4 +353,303 @@ async fn the_cost_budget_needs_bounded_lists() {
     );
     ns.delete().await;
     uninstall_crd(&client, &Bounded::crd_name()).await;
+}
+
+/// Rules on nodes without a `type`: the API server refuses a definition with any of them, so
+/// the conversion drops and reports them.
+#[derive(CustomResource, Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[resource(
+    group = "cel.e2e.kctrl.dev",
+    version = "v1",
+    kind = "Loose",
+    namespaced
+)]
+struct LooseSpec {
+    #[schemars(transform = rule!("has(self.x)"))]
+    anything: serde_json::Value,
+    #[schemars(transform = rule!("size(self) > 0"))]
+    mixed: Mixed,
+    next: Option<Box<Node>>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+enum Mixed {
+    Name(String),
+    Parts { a: i32 },
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+struct Node {
+    value: i32,
+    // The recursion point.
+    #[schemars(transform = rule!("size(self) < 3"))]
+    next: Option<Box<Node>>,
+}
+
+#[tokio::test]
+async fn rules_on_typeless_nodes_are_dropped_and_the_crd_accepted() {
+    let cluster = require_cluster!();
+    let client = cluster.admin();
+    let err = Loose::try_crd().unwrap_err().to_string();
+    for place in ["spec.anything", "spec.mixed", "spec.next.next"] {
+        assert!(
+            err.contains(&format!(
+                "{place}: validation rules on a node without a type"
+            )),
+            "{place} not reported: {err}"
+        );
+    }
+    // The same rule kept by hand on the Value: the whole definition is refused.
+    let mut kept = Loose::crd();
+    let spec = kept.spec.versions[0]
+        .schema
+        .as_mut()
+        .and_then(|s| s.open_api_v3_schema.as_mut())
+        .and_then(|s| s.properties.as_mut())
+        .and_then(|p| p.get_mut("spec"))
+        .unwrap();
+    let anything = spec
+        .properties
+        .as_mut()
+        .unwrap()
+        .get_mut("anything")
+        .unwrap();
+    assert_eq!(anything.type_, None);
+    anything.x_kubernetes_validations = Some(vec![rule!("has(self.x)").to_validation_rule()]);
+    let text = crd_refused(&client, &kept).await;
+    assert!(
+        text.contains("unable to convert structural schema to CEL declarations"),
+        "{text}"
+    );
+    // What crd() makes, without them, is accepted.
+    let crd = Loose::crd();
+    install_crd(&client, &crd, &ResourceRef::of::<Loose>()).await;
+    uninstall_crd(&client, &Loose::crd_name()).await;
+}
+
+/// A type flattened as an `Option`: its rules land where its fields are optional.
+#[derive(CustomResource, Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[resource(group = "cel.e2e.kctrl.dev", version = "v1", kind = "Flat", namespaced)]
+// The documented workaround: on the outer struct, guarded with has().
+#[schemars(transform = rule!("!has(self.low) || !has(self.high) || self.low <= self.high",
+    message = "low must not exceed high"))]
+struct FlatSpec {
+    #[serde(flatten)]
+    limits: Option<Limits>,
+    name: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+struct Limits {
+    low: i32,
+    high: i32,
+}
+
+#[tokio::test]
+async fn a_rule_about_an_optionally_flattened_type_needs_has_guards() {
+    let cluster = require_cluster!();
+    let client = cluster.admin();
+    let flat = |name: &str, limits: Option<Limits>| {
+        Flat::new(
+            name,
+            FlatSpec {
+                limits,
+                name: "x".into(),
+            },
+        )
+    };
+    // Unguarded, as the rule on `Limits` would land: an object without limits is refused.
+    let mut unguarded = Flat::try_crd().unwrap();
+    let spec = unguarded.spec.versions[0]
+        .schema
+        .as_mut()
+        .and_then(|s| s.open_api_v3_schema.as_mut())
+        .and_then(|s| s.properties.as_mut())
+        .and_then(|p| p.get_mut("spec"))
+        .unwrap();
+    spec.x_kubernetes_validations = Some(vec![rule!("self.low <= self.high").to_validation_rule()]);
+    install_crd(&client, &unguarded, &ResourceRef::of::<Flat>()).await;
+    let ns = TestNamespace::create(&client, "cel-flat").await;
+    let flats: Api<Flat> = Api::namespaced(client.clone(), &ns.name);
+    let pp = PostParams::default();
+    let text = refused(
+        "no limits, unguarded",
+        flats.create(&pp, &flat("none", None)),
+    )
+    .await;
+    assert!(text.contains("no such key: low"), "{text}");
+
+    // Guarded: without limits accepted, with bad limits refused.
+    let crd = Flat::try_crd().unwrap();
+    install_crd(&client, &crd, &ResourceRef::of::<Flat>()).await;
+    flats.create(&pp, &flat("none", None)).await.unwrap();
+    flats
+        .create(&pp, &flat("ok", Some(Limits { low: 1, high: 2 })))
+        .await
+        .unwrap();
+    let text = refused(
+        "low > high",
+        flats.create(&pp, &flat("bad", Some(Limits { low: 3, high: 2 }))),
+    )
+    .await;
+    assert!(text.contains("low must not exceed high"), "{text}");
+    ns.delete().await;
+    uninstall_crd(&client, &Flat::crd_name()).await;
+}
+
+/// A field path in array notation, rules and messages with line breaks around them, a
+/// message of white space. (In CEL a dot in a field's name is written `__dot__`.)
+#[derive(CustomResource, Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[resource(
+    group = "cel.e2e.kctrl.dev",
+    version = "v1",
+    kind = "Surge",
+    namespaced
+)]
+#[schemars(transform = rule!("self.max__dot__surge <= self.limit\n",
+    message = "\n  max.surge must not exceed limit\n", field_path = "['max.surge']"))]
+struct SurgeSpec {
+    #[serde(rename = "max.surge")]
+    max_surge: i32,
+    limit: i32,
+}
+
+#[tokio::test]
+async fn array_notation_field_paths_and_trimmed_text_are_accepted() {
+    let cluster = require_cluster!();
+    let client = cluster.admin();
+    let crd = Surge::try_crd().unwrap();
+    install_crd(&client, &crd, &ResourceRef::of::<Surge>()).await;
+    let ns = TestNamespace::create(&client, "cel-surge").await;
+    let surges: Api<Surge> = Api::namespaced(client.clone(), &ns.name);
+    let pp = PostParams::default();
+    let surge = |name: &str, max_surge| {
+        Surge::new(
+            name,
+            SurgeSpec {
+                max_surge,
+                limit: 2,
+            },
+        )
+    };
+    surges.create(&pp, &surge("ok", 1)).await.unwrap();
+    let text = refused("surge 3", surges.create(&pp, &surge("bad", 3))).await;
+    assert!(
+        text.contains("spec.max.surge: Invalid value: max.surge must not exceed limit"),
+        "{text}"
+    );
+    ns.delete().await;
+    uninstall_crd(&client, &Surge::crd_name()).await;
+
+    // A message of Unicode white space (no-break space) is blank to the API server.
+    let mut blank = crd.clone();
+    blank.spec.versions[0]
+        .schema
+        .as_mut()
+        .and_then(|s| s.open_api_v3_schema.as_mut())
+        .and_then(|s| s.properties.as_mut())
+        .and_then(|p| p.get_mut("spec"))
+        .and_then(|s| s.x_kubernetes_validations.as_mut())
+        .unwrap()[0]
+        .message = Some("\u{a0}".into());
+    let text = crd_refused(&client, &blank).await;
+    assert!(text.contains("must be non-empty if specified"), "{text}");
+}
+
+#[tokio::test]
+async fn optional_old_self_false_without_old_self_is_refused() {
+    let cluster = require_cluster!();
+    let client = cluster.admin();
+    // What rule!(..., optional_old_self = false) refuses at compile time, written by hand.
+    let mut crd = Broken::crd();
+    let schema = crd.spec.versions[0]
+        .schema
+        .as_mut()
+        .and_then(|s| s.open_api_v3_schema.as_mut())
+        .unwrap();
+    let name = schema.properties.as_mut().unwrap().get_mut("spec").unwrap();
+    let name = name.properties.as_mut().unwrap().get_mut("name").unwrap();
+    let rules = name.x_kubernetes_validations.as_mut().unwrap();
+    rules[0].rule = "self.size() > 1".into();
+    rules[0].optional_old_self = Some(false);
+    let text = crd_refused(&client, &crd).await;
+    assert!(
+        text.contains("may not be set if oldSelf is not used in rule"),
+        "{text}"
+    );
+}
+
+#[derive(CustomResource, Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[resource(
+    group = "cel.e2e.kctrl.dev",
+    version = "v1",
+    kind = "UnboundedMap",
+    namespaced
+)]
+struct UnboundedMapSpec {
+    // schemars' length does nothing on a map.
+    #[schemars(length(max = 16))]
+    #[schemars(transform = rule!("self.all(a, self.all(b, a == b || self[a] != self[b]))",
+        message = "counts must differ"))]
+    counts: std::collections::BTreeMap<String, i64>,
+}
+
+#[derive(CustomResource, Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[resource(
+    group = "cel.e2e.kctrl.dev",
+    version = "v1",
+    kind = "BoundedMap",
+    namespaced
+)]
+struct BoundedMapSpec {
+    #[schemars(extend("maxProperties" = 16))]
+    #[schemars(transform = rule!("self.all(a, self.all(b, a == b || self[a] != self[b]))",
+        message = "counts must differ"))]
+    counts: std::collections::BTreeMap<String, i64>,
+}
+
+#[tokio::test]
+async fn the_cost_budget_needs_bounded_maps() {
+    let cluster = require_cluster!();
+    let client = cluster.admin();
+    let unbounded = UnboundedMap::try_crd().unwrap();
+    let counts = |crd: &CustomResourceDefinition| {
+        crd.spec.versions[0]
+            .schema
+            .as_ref()
+            .and_then(|s| s.open_api_v3_schema.as_ref())
+            .and_then(|s| s.properties.as_ref())
+            .map(|p| p["spec"].properties.as_ref().unwrap()["counts"].clone())
+            .unwrap()
+    };
+    assert_eq!(counts(&unbounded).max_properties, None);
+    let text = crd_refused(&client, &unbounded).await;
+    assert!(
+        text.contains("estimated rule cost exceeds budget"),
+        "{text}"
+    );
+
+    let crd = BoundedMap::try_crd().unwrap();
+    assert_eq!(counts(&crd).max_properties, Some(16));
+    install_crd(&client, &crd, &ResourceRef::of::<BoundedMap>()).await;
+    let ns = TestNamespace::create(&client, "cel-map").await;
+    let maps: Api<BoundedMap> = Api::namespaced(client.clone(), &ns.name);
+    let pp = PostParams::default();
+    let map = |name: &str, v: i64| {
+        BoundedMap::new(
+            name,
+            BoundedMapSpec {
+                counts: [("a".to_owned(), 1), ("b".to_owned(), v)].into(),
+            },
+        )
+    };
+    maps.create(&pp, &map("ok", 2)).await.unwrap();
+    let text = refused("equal counts", maps.create(&pp, &map("bad", 1))).await;
+    assert!(
+        text.contains("spec.counts: Invalid value: counts must differ"),
+        "{text}"
+    );
+    ns.delete().await;
+    uninstall_crd(&client, &BoundedMap::crd_name()).await;
 }

@@ -7,7 +7,10 @@
 //! [`wait_until`](TestHarness::wait_until) polls a condition on the fake's objects and the
 //! recorded events until it holds, failing after a timeout with the last state the condition
 //! saw; [`stop`](TestHarness::stop) cancels the controllers, waits for them, shuts the
-//! informers and the broadcaster down, and reports a controller that failed.
+//! informers and the broadcaster down, and reports a controller that failed. A reconcile
+//! that panics is caught by the controller (which retries its key), so nothing else would
+//! show it: the harness notes each panic ([`panics`](TestHarness::panics)), a timed-out wait
+//! lists them, and `stop` fails with [`HarnessError::Panicked`].
 //!
 //! Everything waits on Tokio's clock: under `#[tokio::test(start_paused = true)]` (Tokio's
 //! `test-util` feature) time only moves when every task is idle, and then jumps to the next
@@ -81,8 +84,10 @@
 
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use k8s_openapi::Resource;
@@ -123,7 +128,9 @@ pub enum HarnessError {
     Events(#[from] kctrl_events::Error),
     /// The condition did not hold within the timeout.
     #[error(
-        "timed out after {after:?} waiting for {what}; last seen: {last_seen}; events recorded: {events}"
+        "timed out after {after:?} waiting for {what}; last seen: {last_seen}; events recorded: {events}{}{}",
+        panics_note(.panics),
+        dropped_note(*.dropped_events)
     )]
     Timeout {
         /// What was waited for.
@@ -134,6 +141,22 @@ pub enum HarnessError {
         last_seen: String,
         /// The events recorded so far, as `<type> <reason> <message>`, or `none`.
         events: String,
+        /// The reconciles (and error policies) that panicked so far, as `<controller>:
+        /// <namespace>/<name>: <panic message>`: the controller catches a panic, logs it and
+        /// retries the key, so a wait sees only that nothing happens.
+        panics: Vec<String>,
+        /// Events the broadcaster dropped ([`EventBroadcaster::dropped_events`]): missing
+        /// from `events`.
+        dropped_events: u64,
+    },
+    /// Reconciles of a controller panicked (at [`TestHarness::stop`]); the controller itself
+    /// caught them, retried the keys and ended cleanly.
+    #[error("{} reconcile(s) of controller {controller} panicked: {}", .panics.len(), .panics.join("; "))]
+    Panicked {
+        /// The controller's name.
+        controller: String,
+        /// Each panic, as `<namespace>/<name>: <panic message>`.
+        panics: Vec<String>,
     },
     /// A controller returned while the test still expected it to run.
     #[error("controller {controller} stopped while waiting for {what}: {outcome}")]
@@ -162,6 +185,24 @@ pub enum HarnessError {
         /// The panic or the abort.
         reason: String,
     },
+}
+
+/// The end of a [`HarnessError::Timeout`]'s message about panics.
+fn panics_note(panics: &[String]) -> String {
+    if panics.is_empty() {
+        String::new()
+    } else {
+        format!("; reconciles panicked: {}", panics.join("; "))
+    }
+}
+
+/// The end of a [`HarnessError::Timeout`]'s message about dropped events.
+fn dropped_note(dropped: u64) -> String {
+    if dropped == 0 {
+        String::new()
+    } else {
+        format!("; {dropped} events dropped by the broadcaster (not in the list)")
+    }
 }
 
 /// How often a wait wakes up in real time, whatever Tokio's clock does.
@@ -205,8 +246,63 @@ impl Drop for RealTicker {
 /// A controller's task and, once it has returned, how.
 struct Running {
     name: String,
+    /// Until [`TestHarness::stop`] has joined it (a stop cut short leaves it here, for
+    /// [`Drop`] to abort).
     task: Option<JoinHandle<()>>,
     outcome: Arc<Mutex<Option<Result<(), RunError>>>>,
+    /// The reconciles and error policies that panicked, as `<namespace>/<name>: <message>`.
+    panics: Arc<Mutex<Vec<String>>>,
+}
+
+/// The message of a panic's payload.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic without a message")
+}
+
+/// Runs `f`; should it panic, records the panic in `panics` (under `key`) and panics on
+/// with the same payload, for the controller to catch as it does any reconcile's.
+fn noting_panics<T>(panics: &Mutex<Vec<String>>, key: &str, f: impl FnOnce() -> T) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(payload) => {
+            panics
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(format!("{key}: {}", panic_message(payload.as_ref())));
+            std::panic::resume_unwind(payload)
+        }
+    }
+}
+
+/// A reconcile's future whose panics are recorded (see [`noting_panics`]).
+struct NotingPanics<F> {
+    inner: Pin<Box<F>>,
+    panics: Arc<Mutex<Vec<String>>>,
+    key: String,
+}
+
+impl<F: Future> Future for NotingPanics<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = &mut *self;
+        let inner = &mut this.inner;
+        noting_panics(&this.panics, &this.key, || inner.as_mut().poll(cx))
+    }
+}
+
+/// `namespace/name` of an object, or `name` for a cluster-scoped one.
+fn key_of<K: Object>(obj: &K) -> String {
+    let meta = obj.metadata();
+    let name = meta.name.as_deref().unwrap_or_default();
+    match meta.namespace.as_deref() {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.to_owned(),
+    }
 }
 
 /// Controllers on an in-memory API server, for tests; see the [module docs](self).
@@ -266,7 +362,8 @@ impl TestHarness {
         })
     }
 
-    /// The same harness waiting at most `timeout` in [`wait_until`](Self::wait_until).
+    /// The same harness waiting at most `timeout` in [`wait_until`](Self::wait_until)
+    /// ([`Duration::MAX`]: without limit).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -322,6 +419,11 @@ impl TestHarness {
 
     /// Runs `controller` in a task until [`stop`](Self::stop), with the arguments of
     /// [`Controller::run`]. Build it on [`factory`](Self::factory).
+    ///
+    /// A reconcile or error policy that panics is caught by the controller (logged, the key
+    /// retried rate-limited); the harness notes each such panic, which a
+    /// [`wait_until`](Self::wait_until) timing out reports and makes
+    /// [`stop`](Self::stop) fail with [`HarnessError::Panicked`].
     pub fn start<K, Ctx, E, R, Fut, P>(
         &mut self,
         controller: Controller<K>,
@@ -339,6 +441,21 @@ impl TestHarness {
         let name = controller.name().to_owned();
         let outcome = Arc::new(Mutex::new(None));
         let slot = outcome.clone();
+        let panics = Arc::new(Mutex::new(Vec::new()));
+        let (in_reconcile, in_policy) = (panics.clone(), panics.clone());
+        let reconcile = move |obj: Arc<K>, ctx: Arc<Ctx>| {
+            let key = key_of(&*obj);
+            let fut = noting_panics(&in_reconcile, &key, || reconcile(obj, ctx));
+            NotingPanics {
+                inner: Box::pin(fut),
+                panics: in_reconcile.clone(),
+                key,
+            }
+        };
+        let error_policy = move |obj: Arc<K>, err: &E, ctx: Arc<Ctx>| {
+            let key = format!("{} (error policy)", key_of(&*obj));
+            noting_panics(&in_policy, &key, || error_policy(obj, err, ctx))
+        };
         let run = controller.run(reconcile, error_policy, ctx, self.cancel.child_token());
         let task = tokio::spawn(async move {
             let result = run.await;
@@ -348,6 +465,7 @@ impl TestHarness {
             name,
             task: Some(task),
             outcome,
+            panics,
         });
     }
 
@@ -364,10 +482,11 @@ impl TestHarness {
         what: &str,
         mut check: impl FnMut(&Self) -> Result<T, String>,
     ) -> Result<T, HarnessError> {
-        let deadline = tokio::time::Instant::now() + self.timeout;
+        // `None`: a timeout too large for a point in time, no deadline.
+        let deadline = tokio::time::Instant::now().checked_add(self.timeout);
         // A controller that never idles (one that reconciles its own writes in a loop) keeps
         // a paused clock from advancing: the same timeout in real time ends that wait too.
-        let real_deadline = std::time::Instant::now() + self.timeout;
+        let real_deadline = std::time::Instant::now().checked_add(self.timeout);
         let ticker = RealTicker::start();
         let mut interval = POLL_INTERVAL;
         let mut seen = self.change_marker();
@@ -379,8 +498,9 @@ impl TestHarness {
             if let Some(stopped) = self.stopped_controller(what) {
                 return Err(stopped);
             }
-            if tokio::time::Instant::now() >= deadline || std::time::Instant::now() >= real_deadline
-            {
+            let passed = deadline.is_some_and(|d| tokio::time::Instant::now() >= d)
+                || real_deadline.is_some_and(|d| std::time::Instant::now() >= d);
+            if passed {
                 let events = self.events();
                 return Err(HarnessError::Timeout {
                     what: what.to_owned(),
@@ -395,6 +515,8 @@ impl TestHarness {
                             .collect::<Vec<_>>()
                             .join(", ")
                     },
+                    panics: self.panics(),
+                    dropped_events: self.broadcaster.dropped_events(),
                 });
             }
             // Whichever comes first: the poll interval on Tokio's clock, or a tick of real
@@ -411,6 +533,21 @@ impl TestHarness {
             };
             seen = now;
         }
+    }
+
+    /// The reconciles and error policies of the controllers started here that panicked so
+    /// far, as `<controller>: <namespace>/<name>: <panic message>`.
+    pub fn panics(&self) -> Vec<String> {
+        self.running
+            .iter()
+            .flat_map(|r| {
+                let panics = r.panics.lock().unwrap_or_else(|p| p.into_inner());
+                panics
+                    .iter()
+                    .map(|p| format!("{}: {p}", r.name))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
     }
 
     /// What changes when the fake's objects or the recorded events do.
@@ -469,15 +606,20 @@ impl TestHarness {
     /// Stops every controller started here (as on a shutdown signal: the reconciles in
     /// flight finish, within each controller's shutdown timeout) and waits for them, then
     /// shuts the informers and the event broadcaster down and waits for their tasks. Returns
-    /// the first controller's error, if one failed. Call it at the end of every test: a
-    /// harness dropped without it only cancels and aborts what it can (see [`Drop`]).
+    /// the first controller's error, if one failed, or [`HarnessError::Panicked`] if one's
+    /// reconciles panicked. Call it at the end of every test: a harness dropped without it
+    /// only cancels and aborts what it can (see [`Drop`]); so is one whose `stop` is cut
+    /// short (a timeout around it): the controllers still running are aborted.
     pub async fn stop(mut self) -> Result<(), HarnessError> {
-        self.stopped = true;
         self.cancel.cancel();
         let mut first_error = None;
         for r in &mut self.running {
-            let Some(task) = r.task.take() else { continue };
+            // Awaited in place: should this future be dropped, Drop still finds the task.
+            let Some(task) = r.task.as_mut() else {
+                continue;
+            };
             let joined = task.await;
+            r.task = None;
             let outcome = r.outcome.lock().unwrap_or_else(|p| p.into_inner()).take();
             let error = match (joined, outcome) {
                 (Ok(()), Some(Ok(()))) => None,
@@ -494,6 +636,13 @@ impl TestHarness {
                     reason: e.to_string(),
                 }),
             };
+            let panics = r.panics.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let error = error.or_else(|| {
+                (!panics.is_empty()).then(|| HarnessError::Panicked {
+                    controller: r.name.clone(),
+                    panics,
+                })
+            });
             if first_error.is_none() {
                 first_error = error;
             }
@@ -501,6 +650,8 @@ impl TestHarness {
         self.factory.shutdown().await;
         self.watcher.stop();
         self.broadcaster.shutdown().await;
+        // Only now: a stop cut short before this point leaves Drop to abort what runs.
+        self.stopped = true;
         match first_error {
             Some(e) => Err(e),
             None => Ok(()),
@@ -509,9 +660,9 @@ impl TestHarness {
 }
 
 impl Drop for TestHarness {
-    /// Without [`stop`](TestHarness::stop) (a test that failed early): cancels the
-    /// controllers and aborts their tasks; the informers and the event watcher end with the
-    /// test's runtime.
+    /// Without [`stop`](TestHarness::stop) (a test that failed early), or with a stop cut
+    /// short: cancels the controllers and aborts the tasks still running; the informers and
+    /// the event watcher end with the test's runtime.
     fn drop(&mut self) {
         if !self.stopped {
             self.cancel.cancel();

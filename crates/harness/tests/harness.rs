@@ -265,3 +265,151 @@ async fn stop_leaves_no_task_behind() {
     }
     assert_eq!(metrics.num_alive_tasks(), before);
 }
+
+/// Sets a flag when dropped: tells whether a reconcile's future was dropped (its task
+/// aborted) or still lives.
+struct DropFlag(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stop_cut_short_still_aborts_the_controllers() {
+    let mut h = TestHarness::new().unwrap();
+    // Waits for its reconciles without limit once cancelled.
+    let controller = Controller::<Deployment>::new(h.factory()).shutdown_timeout(Duration::MAX);
+    let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let started = Arc::new(AtomicU32::new(0));
+    let ctx = Arc::new((dropped.clone(), started.clone()));
+    h.start(
+        controller,
+        |_d: Arc<Deployment>, ctx: Arc<(Arc<std::sync::atomic::AtomicBool>, Arc<AtomicU32>)>| async move {
+            let _flag = DropFlag(ctx.0.clone());
+            ctx.1.fetch_add(1, Ordering::SeqCst);
+            // A reconcile that never ends.
+            std::future::pending::<()>().await;
+            Ok::<_, kctrl_client::Error>(Action::await_change())
+        },
+        |_d, _err, _ctx| Action::rate_limited(),
+        ctx,
+    );
+    Api::<Deployment>::namespaced(h.client(), "default")
+        .create(&PostParams::default(), &deployment("app"))
+        .await
+        .unwrap();
+    h.wait_until("the reconcile to start", |_| {
+        if started.load(Ordering::SeqCst) > 0 {
+            Ok(())
+        } else {
+            Err("not started".to_owned())
+        }
+    })
+    .await
+    .unwrap();
+    // The stop waits for the reconcile for ever: the timeout cuts it short.
+    let cut = tokio::time::timeout(Duration::from_secs(5), h.stop()).await;
+    assert!(cut.is_err(), "the stop should not finish: {cut:?}");
+    // The harness, dropped with the stop, aborted the controller: its reconcile is gone.
+    for _ in 0..100 {
+        if dropped.load(Ordering::SeqCst) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(dropped.load(Ordering::SeqCst), "the reconcile still runs");
+}
+
+#[tokio::test(start_paused = true)]
+async fn reconcile_panics_show_in_a_timeout_and_fail_stop() {
+    let mut h = TestHarness::new().unwrap().timeout(Duration::from_secs(60));
+    let controller = Controller::<Deployment>::new(h.factory());
+    h.start(
+        controller,
+        |d: Arc<Deployment>, _ctx: Arc<()>| async move {
+            if d.metadata.name.as_deref() == Some("app") {
+                panic!(
+                    "no replicas in {}",
+                    d.metadata.name.as_deref().unwrap_or_default()
+                );
+            }
+            Ok::<_, kctrl_client::Error>(Action::await_change())
+        },
+        |_d, _err, _ctx| Action::rate_limited(),
+        Arc::new(()),
+    );
+    Api::<Deployment>::namespaced(h.client(), "default")
+        .create(&PostParams::default(), &deployment("app"))
+        .await
+        .unwrap();
+    let err = h
+        .wait_for_object::<ConfigMap>(Some("default"), "app-count", "a count", |_| true)
+        .await
+        .unwrap_err();
+    let HarnessError::Timeout { panics, .. } = &err else {
+        panic!("{err}");
+    };
+    assert!(!panics.is_empty(), "{err}");
+    assert!(
+        err.to_string()
+            .contains("reconciles panicked: deployment: default/app: no replicas in app"),
+        "{err}"
+    );
+    assert_eq!(h.panics()[0], "deployment: default/app: no replicas in app");
+    // The controller caught them and ended cleanly; stop still fails.
+    let err = h.stop().await.unwrap_err();
+    assert!(matches!(err, HarnessError::Panicked { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .contains("of controller deployment panicked: default/app: no replicas in app"),
+        "{err}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unlimited_timeout_has_no_deadline() {
+    let h = TestHarness::new().unwrap().timeout(Duration::MAX);
+    let mut checks = 0;
+    h.wait_until("a third check", |_| {
+        checks += 1;
+        if checks >= 3 {
+            Ok(())
+        } else {
+            Err(format!("{checks} checks"))
+        }
+    })
+    .await
+    .unwrap();
+    h.stop().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timeout_counts_the_events_the_broadcaster_dropped() {
+    let h = TestHarness::new().unwrap().timeout(Duration::from_secs(1));
+    let recorder = h
+        .broadcaster()
+        .new_recorder(kctrl_events::EventSource::new("burst"));
+    let object = kctrl_events::object_reference(&deployment("app"));
+    // On this single-threaded runtime the harness's watcher cannot run until we yield: its
+    // queue takes MAX_QUEUED_EVENTS, the rest are dropped.
+    let extra = 5;
+    for i in 0..kctrl_events::MAX_QUEUED_EVENTS + extra {
+        recorder.event(&object, EventType::Normal, "Burst", &i.to_string());
+    }
+    let err = h
+        .wait_until("nothing", |_| Err::<(), _>("never".to_owned()))
+        .await
+        .unwrap_err();
+    let HarnessError::Timeout { dropped_events, .. } = &err else {
+        panic!("{err}");
+    };
+    assert_eq!(*dropped_events, extra as u64);
+    assert!(
+        err.to_string()
+            .ends_with("; 5 events dropped by the broadcaster (not in the list)"),
+        "{err}"
+    );
+    h.stop().await.unwrap();
+}

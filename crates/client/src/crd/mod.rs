@@ -157,15 +157,33 @@
 //! write: what the schema's keywords cannot say (one field against another, a value that may
 //! not change). Write it as a schemars transform, `#[schemars(transform = rule!(...))]`, on a
 //! struct (rules about several fields: `self` is the object) or on a field (`self` is the
-//! field's value). It works on any type with `JsonSchema`, the spec, the status and every type
-//! nested in them, list items and map values included, and several rules may sit on one node.
+//! field's value). It works on every node the schema gives a `type` (or that is
+//! int-or-string): the spec, the status and every struct, list, map and scalar nested in
+//! them, list items and map values included, and several rules may sit on one node. A node
+//! without a type cannot carry a rule (CEL needs the type; the API server refuses the whole
+//! definition, `unable to convert structural schema to CEL declarations`): rules on a
+//! `serde_json::Value`, at the place a recursive type recurses or on an enum of mixed JSON
+//! types are dropped and reported ([`try_crd`](CustomResourceExt::try_crd) refuses them;
+//! write them on the enclosing struct).
 //! [`rule!`](crate::rule) takes the expression and `message`, `message_expression`, `reason`
 //! ([`Reason`]: `FieldValueInvalid`, the default, `FieldValueForbidden`, `FieldValueRequired`,
 //! `FieldValueDuplicate`), `field_path` and `optional_old_self`, and checks at compile time
-//! what it can (an empty rule or message, an unknown reason or key, a `field_path` without
-//! its leading dot, `optional_old_self` without `oldSelf`); [`Rule`] is the same without the
+//! what it can (an empty rule or message, an unknown reason or key, a `field_path` starting
+//! with neither `.` nor `[`, `optional_old_self` without `oldSelf`; white space around the
+//! text is trimmed first, as the API server does); [`Rule`] is the same without the
 //! compile-time check (for rules made at run time; the schema conversion then reports those
-//! mistakes, and [`try_crd`](CustomResourceExt::try_crd) refuses them).
+//! mistakes, and [`try_crd`](CustomResourceExt::try_crd) refuses them). Rules written by
+//! hand, `#[schemars(extend("x-kubernetes-validations" = [...]))]`, may sit beside them on one
+//! node: both are kept, the hand-written ones first.
+//!
+//! With `#[serde(flatten)]`, the rules on the flattened struct's type move to the struct it
+//! is flattened into (several flattened structs' rules all do), `self` then being the outer
+//! object. Two things do not work there: schemars ignores attributes on the flattened field
+//! itself (a `transform` there is lost: put the rule on the type or the outer struct), and a
+//! type flattened as an `Option<T>` leaves `T`'s fields optional in the outer object, where
+//! a rule written for `T` (`self.a > 0`) fails every object without them (`no such key: a`):
+//! such rules are dropped and reported. Write them on the outer struct, guarded with
+//! `has()`: `rule!("!has(self.a) || self.a > 0")`.
 //!
 //! ```
 //! use kctrl_client::{CustomResource, rule};
@@ -253,8 +271,10 @@
 //!   where arrays, maps, and strings are declared)`): a rule iterating over a list or a map,
 //!   or calling a string function, on a list of unbounded length or strings of unbounded size
 //!   is costed at the largest request the server takes. Bound them: `#[schemars(length(max =
-//!   16))]` on a `Vec` or a map gives `maxItems`/`maxProperties`, on a `String` `maxLength`,
-//!   and `#[schemars(inner(length(max = 64)))]` bounds a `Vec<String>`'s items. A
+//!   16))]` on a `Vec` gives `maxItems`, on a `String` `maxLength`, and
+//!   `#[schemars(inner(length(max = 64)))]` bounds a `Vec<String>`'s items. On a map
+//!   (`BTreeMap`, `HashMap`) `length` does nothing (schemars applies it to strings and
+//!   arrays only): write `#[schemars(extend("maxProperties" = 16))]`. A
 //!   `messageExpression` that converts with `string(x)` is costed as a string of any size and
 //!   refused whatever the bounds: write `'not %d'.format([self])` instead.
 //!

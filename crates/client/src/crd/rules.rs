@@ -1,18 +1,26 @@
 //! CEL validation rules (`x-kubernetes-validations`) written as attributes on the Rust types.
 //!
 //! A [`Rule`] is a schemars transform: `#[schemars(transform = rule!("self.min <= self.max"))]`
-//! on a struct, an enum or a field appends the rule to that node's `x-kubernetes-validations`,
-//! wherever the type is used (the spec's own fields, nested types, list items, map values).
+//! on a struct, an enum or a field puts the rule on that node, wherever the type is used
+//! (the spec's own fields, nested types, list items, map values): schemars' schema holds it
+//! under a key of its own (`x-kctrl-rule-...`), which the structural conversion turns into
+//! the node's `x-kubernetes-validations` (after any written there by hand).
 //! [`rule!`](crate::rule) builds it in a `const` block, so what can be checked before the API
 //! server sees it is a compile error; [`Rule::new`] builds one at run time, and the schema
 //! conversion reports the same mistakes then ([`Relaxed`](super::Relaxed), refused by
 //! [`try_crd`](super::CustomResourceExt::try_crd)).
+
+use std::hash::{Hash, Hasher};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::ValidationRule;
 use serde_json::{Map, Value};
 
 /// The key under which a schema node keeps its rules.
 pub(super) const VALIDATIONS: &str = "x-kubernetes-validations";
+
+/// The start of the key under which a [`Rule`] writes itself on a schemars node (see its
+/// `Transform`); the schema conversion gathers them into [`VALIDATIONS`].
+pub(super) const RULE_KEY_PREFIX: &str = "x-kctrl-rule-";
 
 /// The reason the API server gives a client when a rule fails (the `reason` of the
 /// `Status` cause, and the word in the message: `Invalid value`, `Forbidden`...).
@@ -103,8 +111,8 @@ impl Rule {
         self
     }
 
-    /// The field the failure is reported at, relative to the node, e.g. `.max` (default: the
-    /// node itself).
+    /// The field the failure is reported at, relative to the node, e.g. `.max`, or
+    /// `['max.surge']` for a name a dot cannot follow (default: the node itself).
     pub const fn field_path(mut self, path: &'static str) -> Self {
         self.field_path = Some(path);
         self
@@ -112,6 +120,7 @@ impl Rule {
 
     /// For a transition rule: also evaluate it when there is no old value (a create, or a
     /// field being set), with `oldSelf` an optional (`oldSelf.hasValue()`, `oldSelf.value()`).
+    /// Only on a rule using `oldSelf`: the API server refuses it elsewhere, `false` too.
     pub const fn optional_old_self(mut self, optional: bool) -> Self {
         self.optional_old_self = Some(optional);
         self
@@ -179,15 +188,33 @@ impl Rule {
 }
 
 impl schemars::transform::Transform for Rule {
-    /// Appends the rule to the node's `x-kubernetes-validations`.
+    /// Writes the rule on the node under a key of its own, `x-kctrl-rule-<n>-<hash>` (the
+    /// node's `n`-th rule, the hash of its text), with the node's `required` list as it is
+    /// now; the schema conversion gathers these keys into `x-kubernetes-validations`.
+    ///
+    /// Not `x-kubernetes-validations` itself: schemars' `#[serde(flatten)]` keeps only the
+    /// first flattened struct's value of a key the parent already has, so the rules of a
+    /// second flattened struct would vanish; keys of their own all survive. The `required`
+    /// list tells the conversion whether the fields the rule was written for are still
+    /// required where it lands (not so when flattened from an `Option`).
     fn transform(&mut self, schema: &mut schemars::Schema) {
         let node = schema.ensure_object();
-        match node.get_mut(VALIDATIONS) {
-            Some(Value::Array(rules)) => rules.push(self.to_value()),
-            _ => {
-                node.insert(VALIDATIONS.to_owned(), Value::Array(vec![self.to_value()]));
-            }
-        }
+        let n = node
+            .keys()
+            .filter(|k| k.starts_with(RULE_KEY_PREFIX))
+            .count();
+        let rule = self.to_value();
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        rule.to_string().hash(&mut hasher);
+        let key = format!("{RULE_KEY_PREFIX}{n:03}-{:016x}", hasher.finish());
+        let required = node
+            .get("required")
+            .cloned()
+            .unwrap_or_else(|| Value::Array(Vec::new()));
+        let mut entry = Map::new();
+        entry.insert("rule".to_owned(), rule);
+        entry.insert("required".to_owned(), required);
+        node.insert(key, Value::Object(entry));
     }
 }
 
@@ -238,7 +265,9 @@ pub(super) fn entry_problem(v: &Value) -> Option<String> {
     problem.map(|p| format!("{p} (rule `{rule}`)"))
 }
 
-/// [`Rule::problem`] for text that is not `'static`.
+/// [`Rule::problem`] for text that is not `'static`. As the API server, it judges the rule,
+/// the message and the messageExpression with the whitespace around them trimmed (Go's
+/// `strings.TrimSpace`: Unicode white space), so a trailing line break is no line break.
 const fn form_problem(
     rule: &str,
     message: Option<&str>,
@@ -246,11 +275,16 @@ const fn form_problem(
     field_path: Option<&str>,
     optional_old_self: Option<bool>,
 ) -> Option<&'static str> {
-    if is_blank(rule) {
+    let rule = trimmed(rule);
+    if rule.0 == rule.1 {
         return Some("a CEL validation rule must not be empty");
     }
+    let message = match message {
+        Some(m) => Some(trimmed(m)),
+        None => None,
+    };
     match message {
-        Some(m) if is_blank(m) => {
+        Some((start, end, _)) if start == end => {
             return Some("a rule's message must not be empty: leave it out instead");
         }
         Some(m) if has_line_break(m) => return Some("a rule's message must be one line"),
@@ -259,42 +293,123 @@ const fn form_problem(
         }
         _ => {}
     }
-    if let Some(e) = message_expression
-        && is_blank(e)
-    {
-        return Some("a rule's messageExpression must not be empty: leave it out instead");
+    if let Some(e) = message_expression {
+        let (start, end, _) = trimmed(e);
+        if start == end {
+            return Some("a rule's messageExpression must not be empty: leave it out instead");
+        }
     }
-    if let Some(p) = field_path
-        && (p.is_empty() || p.as_bytes()[0] != b'.')
-    {
-        return Some(
-            "a rule's fieldPath is a path relative to the node that starts with a dot, e.g. `.max`",
-        );
+    if let Some(p) = field_path {
+        let b = p.as_bytes();
+        if b.is_empty() || (b[0] != b'.' && b[0] != b'[') {
+            return Some(
+                "a rule's fieldPath is a path relative to the node that starts with a dot or a \
+                 bracket, e.g. `.max` or `['max']`",
+            );
+        }
+        if has_line_break((0, b.len(), b)) {
+            return Some("a rule's fieldPath must be one line");
+        }
     }
-    if let Some(true) = optional_old_self
-        && !contains(rule, "oldSelf")
-    {
+    // The API server refuses optionalOldSelf, true or false, on a rule without oldSelf.
+    if optional_old_self.is_some() && !contains(rule, b"oldSelf") {
         return Some("optionalOldSelf is only for transition rules: the rule must use oldSelf");
     }
     None
 }
 
-const fn is_blank(s: &str) -> bool {
+/// The bytes of `s` from `.0` to `.1`, Unicode white space trimmed at both ends, and `s`.
+const fn trimmed(s: &str) -> (usize, usize, &[u8]) {
     let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if !b[i].is_ascii_whitespace() {
+    let mut start = 0;
+    loop {
+        let n = space_at(b, start);
+        if n == 0 {
+            break;
+        }
+        start += n;
+    }
+    let mut end = b.len();
+    while end > start {
+        let n = space_before(b, end);
+        if n == 0 {
+            break;
+        }
+        end -= n;
+    }
+    (start, end, b)
+}
+
+/// The UTF-8 encodings of the characters Go's `unicode.IsSpace` (and Rust's
+/// `char::is_whitespace`) call white space, but the ASCII ones.
+const WIDE_SPACES: &[&[u8]] = &[
+    "\u{85}".as_bytes(),
+    "\u{a0}".as_bytes(),
+    "\u{1680}".as_bytes(),
+    "\u{2000}".as_bytes(),
+    "\u{2001}".as_bytes(),
+    "\u{2002}".as_bytes(),
+    "\u{2003}".as_bytes(),
+    "\u{2004}".as_bytes(),
+    "\u{2005}".as_bytes(),
+    "\u{2006}".as_bytes(),
+    "\u{2007}".as_bytes(),
+    "\u{2008}".as_bytes(),
+    "\u{2009}".as_bytes(),
+    "\u{200a}".as_bytes(),
+    "\u{2028}".as_bytes(),
+    "\u{2029}".as_bytes(),
+    "\u{202f}".as_bytes(),
+    "\u{205f}".as_bytes(),
+    "\u{3000}".as_bytes(),
+];
+
+/// The length of the white-space character starting at byte `i` of `b`, or 0.
+const fn space_at(b: &[u8], i: usize) -> usize {
+    if i >= b.len() {
+        return 0;
+    }
+    if matches!(b[i], b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c) {
+        return 1;
+    }
+    let mut k = 0;
+    while k < WIDE_SPACES.len() {
+        let w = WIDE_SPACES[k];
+        if i + w.len() <= b.len() && bytes_at(b, i, w) {
+            return w.len();
+        }
+        k += 1;
+    }
+    0
+}
+
+/// The length of the white-space character ending before byte `end` of `b`, or 0.
+const fn space_before(b: &[u8], end: usize) -> usize {
+    let mut len = 1;
+    while len <= 3 && len <= end {
+        if space_at(b, end - len) == len {
+            return len;
+        }
+        len += 1;
+    }
+    0
+}
+
+/// Whether `b` holds `w` at byte `i`.
+const fn bytes_at(b: &[u8], i: usize, w: &[u8]) -> bool {
+    let mut j = 0;
+    while j < w.len() {
+        if i + j >= b.len() || b[i + j] != w[j] {
             return false;
         }
-        i += 1;
+        j += 1;
     }
     true
 }
 
-const fn has_line_break(s: &str) -> bool {
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
+const fn has_line_break((start, end, b): (usize, usize, &[u8])) -> bool {
+    let mut i = start;
+    while i < end {
         if b[i] == b'\n' || b[i] == b'\r' {
             return true;
         }
@@ -303,18 +418,10 @@ const fn has_line_break(s: &str) -> bool {
     false
 }
 
-const fn contains(haystack: &str, needle: &str) -> bool {
-    let (h, n) = (haystack.as_bytes(), needle.as_bytes());
-    if n.len() > h.len() {
-        return false;
-    }
-    let mut i = 0;
-    while i + n.len() <= h.len() {
-        let mut j = 0;
-        while j < n.len() && h[i + j] == n[j] {
-            j += 1;
-        }
-        if j == n.len() {
+const fn contains((start, end, h): (usize, usize, &[u8]), needle: &[u8]) -> bool {
+    let mut i = start;
+    while i + needle.len() <= end {
+        if bytes_at(h, i, needle) {
             return true;
         }
         i += 1;
@@ -328,9 +435,10 @@ const fn contains(haystack: &str, needle: &str) -> bool {
 /// The CEL expression first, then any of `message = "..."`, `message_expression = "..."`,
 /// `reason = FieldValueForbidden` (or `FieldValueInvalid`, `FieldValueRequired`,
 /// `FieldValueDuplicate`), `field_path = ".x"`, `optional_old_self = true`. An empty rule, an
-/// empty or multi-line message, a multi-line rule without a message, a `field_path` not
-/// starting with a dot, `optional_old_self` on a rule without `oldSelf`, an unknown reason
-/// or key: each is a compile error. Whether the CEL compiles only the API server knows (it
+/// empty or multi-line message, a multi-line rule without a message (judged, as the API
+/// server does, with the white space around them trimmed), a `field_path` starting with
+/// neither a dot nor a bracket, `optional_old_self` (`true` or `false`) on a rule without
+/// `oldSelf`, an unknown reason or key: each is a compile error. Whether the CEL compiles only the API server knows (it
 /// refuses the CustomResourceDefinition with the rule and the compiler's message).
 ///
 /// ```
@@ -356,6 +464,18 @@ const fn contains(haystack: &str, needle: &str) -> bool {
 /// ```compile_fail
 /// // error: optionalOldSelf is only for transition rules: the rule must use oldSelf
 /// const OLD: kctrl_client::crd::Rule = kctrl_client::rule!("self > 0", optional_old_self = true);
+/// ```
+///
+/// ```compile_fail
+/// // error: optionalOldSelf is only for transition rules: the rule must use oldSelf
+/// const OLD: kctrl_client::crd::Rule = kctrl_client::rule!("self > 0", optional_old_self = false);
+/// ```
+///
+/// ```
+/// // Line breaks around the text are trimmed, as the API server does; a leading bracket is a
+/// // field path too.
+/// const TRIMMED: kctrl_client::crd::Rule = kctrl_client::rule!("\n  self.a > 0\n",
+///     message = "a must be positive\n", field_path = "['a']");
 /// ```
 #[macro_export]
 macro_rules! rule {
@@ -427,24 +547,57 @@ mod tests {
         assert_eq!(typed, R.to_value());
     }
 
+    /// The keys a transform wrote on `schema`, in order, with their entries.
+    fn rule_keys(schema: &schemars::Schema) -> Vec<(String, Value)> {
+        schema
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(k, _)| k.starts_with(RULE_KEY_PREFIX))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
     #[test]
-    fn the_transform_appends_to_the_rules_already_there() {
+    fn the_transform_writes_each_rule_under_a_key_of_its_own() {
         let mut schema = schemars::json_schema!({
             "type": "object",
+            "required": ["a"],
             "x-kubernetes-validations": [{"rule": "size(self) > 0"}],
         });
         let mut r = Rule::new("self.a <= self.b");
+        let mut s = Rule::new("self.a > 0");
         schemars::transform::Transform::transform(&mut r, &mut schema);
+        schemars::transform::Transform::transform(&mut s, &mut schema);
+        // What was written by hand stays as it is.
         assert_eq!(
             schema.get(VALIDATIONS),
-            Some(&json!([{"rule": "size(self) > 0"}, {"rule": "self.a <= self.b"}]))
+            Some(&json!([{"rule": "size(self) > 0"}]))
         );
+        let keys = rule_keys(&schema);
+        assert_eq!(keys.len(), 2, "{keys:?}");
+        // In the order they were written, each with the node's required fields.
+        assert!(keys[0].0.starts_with("x-kctrl-rule-000-"), "{keys:?}");
+        assert!(keys[1].0.starts_with("x-kctrl-rule-001-"), "{keys:?}");
+        assert_eq!(
+            keys[0].1,
+            json!({"rule": {"rule": "self.a <= self.b"}, "required": ["a"]})
+        );
+        assert_eq!(
+            keys[1].1,
+            json!({"rule": {"rule": "self.a > 0"}, "required": ["a"]})
+        );
+        // The same rule on another node gets another key than a different rule would: two
+        // flattened structs' rules do not collide.
+        let mut other = schemars::json_schema!({"type": "object"});
+        schemars::transform::Transform::transform(&mut s, &mut other);
+        assert_ne!(rule_keys(&other)[0].0, keys[0].0);
         // A boolean schema (anything) becomes an object carrying the rule.
         let mut any = schemars::Schema::from(true);
         schemars::transform::Transform::transform(&mut r, &mut any);
         assert_eq!(
-            any.get(VALIDATIONS),
-            Some(&json!([{"rule": "self.a <= self.b"}]))
+            rule_keys(&any)[0].1,
+            json!({"rule": {"rule": "self.a <= self.b"}, "required": []})
         );
     }
 
@@ -471,14 +624,52 @@ mod tests {
             ),
             (
                 Rule::new("self.a > 0").field_path("a"),
-                Some("starts with a dot"),
+                Some("starts with a dot or a bracket"),
+            ),
+            // Array notation first, as the API server takes it.
+            (Rule::new("self.a > 0").field_path("['a.b']"), None),
+            (
+                Rule::new("self.a > 0").field_path(".a\n"),
+                Some("fieldPath must be one line"),
             ),
             (
                 Rule::new("self > 0").optional_old_self(true),
                 Some("must use oldSelf"),
             ),
             (Rule::new("self == oldSelf").optional_old_self(true), None),
-            (Rule::new("self > 0").optional_old_self(false), None),
+            // false too: the API server refuses optionalOldSelf set at all without oldSelf.
+            (
+                Rule::new("self > 0").optional_old_self(false),
+                Some("must use oldSelf"),
+            ),
+            (Rule::new("self == oldSelf").optional_old_self(false), None),
+            // Line breaks only around the text are trimmed, as the API server does.
+            (Rule::new("self > 0\n"), None),
+            (Rule::new("\r\n  self > 0 \n"), None),
+            (Rule::new("self > 0").message("positive\n"), None),
+            (
+                Rule::new("self > 0").message("\u{a0}\u{2028}positive\u{3000}\n"),
+                None,
+            ),
+            // Unicode white space alone is blank.
+            (
+                Rule::new("self > 0").message("\u{a0}"),
+                Some("message must not be empty"),
+            ),
+            (Rule::new("\u{2003}\u{85}"), Some("rule must not be empty")),
+            (
+                Rule::new("self > 0").message_expression("\u{3000}"),
+                Some("messageExpression"),
+            ),
+            // A line break inside still counts.
+            (
+                Rule::new("self > 0").message("\na\nb\n"),
+                Some("must be one line"),
+            ),
+            (
+                Rule::new("\nself > 0 &&\n self < 9\n"),
+                Some("needs a message"),
+            ),
         ];
         for (rule, want) in cases {
             let got = rule.problem();

@@ -45,11 +45,16 @@
 //!   rules for them: a map list's keys are required or defaulted (an optional key takes
 //!   upstream's default and is not nullable), its items not nullable; a set's items are
 //!   non-nullable scalars; a type already there is kept. See the `crd` module docs.
-//! * **Validation rules** (`x-kubernetes-validations`, written with `rule!`) stay on their
-//!   node; a field's rules and its type's add up (an `Option<T>` field's rules beside `T`'s).
-//!   A malformed entry (no `rule`, an unknown `reason` or key, an empty message...) is dropped
-//!   and reported; rules on an enum's variants cannot survive the folding of the variants
-//!   and are dropped and reported (put them on the enum).
+//! * **Validation rules** (`x-kubernetes-validations`, written with `rule!` or by hand with
+//!   `#[schemars(extend(...))]`) stay on their node; a field's rules and its type's add up
+//!   (an `Option<T>` field's rules beside `T`'s), and so do those written by hand and by
+//!   `rule!` on one node (by hand first). A malformed entry (no `rule`, an unknown `reason`
+//!   or key, an empty message...) is dropped and reported; so are rules on a node left
+//!   without a `type` (`serde_json::Value`, a recursion point, an enum of mixed JSON
+//!   types: the API server refuses the whole definition for them, CEL needs the type), the
+//!   rules of a type flattened as an `Option` (its fields are not required where they
+//!   land), and rules on an enum's variants, which cannot survive the folding of the
+//!   variants (put them on the enum).
 //! * **`items` is one schema**: a tuple of one type is an array of it; of mixed types,
 //!   relaxed.
 //! * Keywords OpenAPI v3 does not have are dropped (`$schema`, `readOnly`, ...), a number
@@ -68,7 +73,7 @@ use schemars::transform::{
 use serde_json::{Map, Value, json};
 
 use super::merge_semantics::{self, Placements};
-use super::rules::{self, VALIDATIONS};
+use super::rules::{self, RULE_KEY_PREFIX, VALIDATIONS};
 
 /// A place where the generated schema could not say what the Rust type accepts and accepts
 /// more instead (`x-kubernetes-preserve-unknown-fields`, or a dropped keyword).
@@ -388,6 +393,86 @@ impl Converter {
         kept
     }
 
+    /// The rules a [`Rule`](super::Rule) transform wrote on the raw node `o`, each under a
+    /// key of its own (see its `Transform`), in the order they were written. A rule whose
+    /// node's required fields are not all required here came through an
+    /// `Option<T>` flattened with `#[serde(flatten)]` (or a defaulted flatten): written
+    /// for `T`, it would fail every object without `T`'s fields, so it is dropped and
+    /// reported; so is a malformed one.
+    fn gathered_rules(&mut self, o: &Map<String, Value>, path: &str) -> Vec<Value> {
+        let required: BTreeSet<&str> = o
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let mut kept = Vec::new();
+        // A `Map` is ordered by key: the n in `x-kctrl-rule-<n>-` keeps a node's order.
+        for (key, entry) in o.iter().filter(|(k, _)| k.starts_with(RULE_KEY_PREFIX)) {
+            let Some(rule) = entry.get("rule") else {
+                self.relax(
+                    path,
+                    format!("`{key}` is not a rule written by `rule!` ({entry}): dropped"),
+                );
+                continue;
+            };
+            if let Some(problem) = rules::entry_problem(rule) {
+                self.relax(path, format!("{problem}: this rule is dropped"));
+                continue;
+            }
+            let missing: Vec<&str> = entry
+                .get("required")
+                .and_then(Value::as_array)
+                .map(|r| {
+                    r.iter()
+                        .filter_map(Value::as_str)
+                        .filter(|f| !required.contains(f))
+                        .collect()
+                })
+                .unwrap_or_default();
+            if !missing.is_empty() {
+                let text = rule.get("rule").and_then(Value::as_str).unwrap_or_default();
+                self.relax(
+                    path,
+                    format!(
+                        "the rule `{text}` was written on a type whose fields {} are required, \
+                         but they are optional here (the type is flattened as an `Option` or \
+                         with a default), where the API server would refuse every object \
+                         without them (`no such key`): the rule is dropped; write it on the \
+                         outer struct instead, guarding each field with `has(self.field)`",
+                        missing.join(", ")
+                    ),
+                );
+                continue;
+            }
+            kept.push(rule.clone());
+        }
+        kept
+    }
+
+    /// Reports `rules`, which sat on a node without a type and are dropped.
+    fn drop_typeless_rules(&mut self, rules: Vec<Value>, path: &str) {
+        if rules.is_empty() {
+            return;
+        }
+        let texts: Vec<String> = rules
+            .iter()
+            .map(|r| {
+                let text = r.get("rule").and_then(Value::as_str).unwrap_or_default();
+                format!("`{text}`")
+            })
+            .collect();
+        self.relax(
+            path,
+            format!(
+                "validation rules on a node without a type (one that accepts any value) make \
+                 the API server refuse the whole CustomResourceDefinition (unable to convert \
+                 the schema to CEL declarations): {} dropped; put them on a typed node, e.g. \
+                 the enclosing struct",
+                texts.join(", ")
+            ),
+        );
+    }
+
     /// The structural form of `v` at `place`.
     fn node(&mut self, v: &Value, path: &str, place: Place) -> Map<String, Value> {
         let (mut out, nullable) = self.convert(v, path);
@@ -435,6 +520,12 @@ impl Converter {
             if let Some(d) = o.get("description") {
                 out.insert("description".to_owned(), d.clone());
             }
+            let mut dropped = o
+                .get(VALIDATIONS)
+                .map(|v| self.rules(v, path))
+                .unwrap_or_default();
+            dropped.extend(self.gathered_rules(o, path));
+            self.drop_typeless_rules(dropped, path);
             return (out, false);
         }
 
@@ -625,10 +716,27 @@ impl Converter {
                     out.insert(k.to_owned(), value.clone());
                 }
                 k if DROPPED.contains(&k) => {}
+                // Gathered below, in order.
+                k if k.starts_with(RULE_KEY_PREFIX) => {}
                 k => self.relax(
                     path,
                     format!("the keyword `{k}` is not OpenAPI v3's and is dropped"),
                 ),
+            }
+        }
+
+        // The rules `rule!` wrote, after those written by hand.
+        let gathered = self.gathered_rules(o, path);
+        if !gathered.is_empty() {
+            let list = out
+                .entry(VALIDATIONS.to_owned())
+                .or_insert_with(|| Value::Array(Vec::new()));
+            if let Value::Array(list) = list {
+                for r in gathered {
+                    if !list.contains(&r) {
+                        list.push(r);
+                    }
+                }
             }
         }
 
@@ -666,7 +774,7 @@ impl Converter {
             out = self.merge_all(out, merged, path);
         }
 
-        self.finish(&mut out, closed);
+        self.finish(&mut out, closed, path);
         if let Some(defs) = self.placed.get(path) {
             for def in defs.iter().filter_map(|d| merge_semantics::lookup(d)) {
                 merge_semantics::apply(&mut out, def);
@@ -677,7 +785,7 @@ impl Converter {
 
     /// Fills in the type, turns `uniqueItems` into a list type, and makes opaque objects keep
     /// their content.
-    fn finish(&mut self, out: &mut Map<String, Value>, closed: bool) {
+    fn finish(&mut self, out: &mut Map<String, Value>, closed: bool, path: &str) {
         if let Some(format) = out.get("format").and_then(Value::as_str) {
             let known = match out.get("type").and_then(Value::as_str) {
                 Some("integer") => INTEGER_FORMATS,
@@ -742,6 +850,11 @@ impl Converter {
         if flag(out, INT_OR_STRING) {
             out.remove("type");
             out.remove(PRESERVE);
+        } else if !out.contains_key("type")
+            && let Some(Value::Array(rules)) = out.remove(VALIDATIONS)
+        {
+            // CEL needs the node's type: the API server refuses the whole definition.
+            self.drop_typeless_rules(rules, path);
         }
     }
 

@@ -742,4 +742,125 @@ mod cel {
             "{relaxed:?}"
         );
     }
+    /// A node of every kind that ends up without a `type`, each with a rule.
+    #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+    struct Typeless {
+        #[schemars(transform = rule!("has(self.x)"))]
+        anything: serde_json::Value,
+        #[schemars(transform = rule!("self.size() > 0"))]
+        mixed: Mixed,
+        #[schemars(transform = rule!("size(self) < 3"))]
+        next: Option<Box<Typeless>>,
+        // int-or-string has no type either, but CEL takes it.
+        #[schemars(transform = rule!("type(self) == int || self.endsWith('%')"))]
+        surge: k8s_openapi::apimachinery::pkg::util::intstr::IntOrString,
+    }
+
+    #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+    #[serde(untagged)]
+    enum Mixed {
+        Name(String),
+        Parts { a: i32 },
+    }
+
+    #[test]
+    fn rules_on_nodes_without_a_type_are_dropped_and_reported() {
+        let (schema, relaxed) = structural_schema::<Typeless>("spec");
+        let props = schema.properties.unwrap();
+        for name in ["anything", "mixed", "next"] {
+            assert_eq!(props[name].x_kubernetes_validations, None, "{name}");
+            assert_eq!(props[name].type_, None, "{name}");
+            let reported = relaxed.iter().find(|r| {
+                r.path == format!("spec.{name}")
+                    && r.reason
+                        .contains("validation rules on a node without a type")
+            });
+            assert!(reported.is_some(), "{name}: {relaxed:?}");
+        }
+        assert!(
+            relaxed.iter().any(|r| r.reason.contains("`has(self.x)`")),
+            "{relaxed:?}"
+        );
+        assert_eq!(
+            rules(&props["surge"]),
+            [r("type(self) == int || self.endsWith('%')", None)]
+        );
+    }
+
+    #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+    #[schemars(transform = rule!("self.a > 0"))]
+    struct FlatA {
+        a: i32,
+    }
+
+    #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+    #[schemars(transform = rule!("self.b > 0"))]
+    #[schemars(transform = rule!("self.b < 100"))]
+    struct FlatB {
+        b: i32,
+    }
+
+    #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+    #[schemars(transform = rule!("self.c > 0"))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self.c < 10"}]))]
+    struct TwoFlattened {
+        #[serde(flatten)]
+        a: FlatA,
+        #[serde(flatten)]
+        b: FlatB,
+        c: i32,
+    }
+
+    #[test]
+    fn the_rules_of_every_flattened_struct_survive() {
+        let (schema, relaxed) = structural_schema::<TwoFlattened>("spec");
+        assert!(relaxed.is_empty(), "{relaxed:?}");
+        let mut got: Vec<String> = rules(&schema).into_iter().map(|(r, _)| r).collect();
+        // The hand-written rule comes first; the others in an order of their keys.
+        assert_eq!(got[0], "self.c < 10");
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                "self.a > 0",
+                "self.b < 100",
+                "self.b > 0",
+                "self.c < 10",
+                "self.c > 0"
+            ]
+        );
+    }
+
+    #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+    struct OptionallyFlattened {
+        #[serde(flatten)]
+        a: Option<FlatA>,
+        c: i32,
+    }
+
+    #[test]
+    fn the_rules_of_a_type_flattened_as_an_option_are_reported() {
+        let (schema, relaxed) = structural_schema::<OptionallyFlattened>("spec");
+        assert_eq!(schema.x_kubernetes_validations, None);
+        assert_eq!(relaxed.len(), 1, "{relaxed:?}");
+        assert!(
+            relaxed[0].reason.contains("fields a are required")
+                && relaxed[0].reason.contains("has(self.field)"),
+            "{relaxed:?}"
+        );
+    }
+
+    #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+    #[schemars(transform = Rule::new("self.a > 0").field_path("['a']"))]
+    struct Bracketed {
+        a: i32,
+    }
+
+    #[test]
+    fn a_field_path_in_array_notation_is_kept() {
+        let (schema, relaxed) = structural_schema::<Bracketed>("spec");
+        assert!(relaxed.is_empty(), "{relaxed:?}");
+        let rules = schema.x_kubernetes_validations.unwrap();
+        assert_eq!(rules[0].field_path.as_deref(), Some("['a']"));
+    }
 }
