@@ -547,6 +547,30 @@ pub struct DeleteParams {
 }
 
 impl DeleteParams {
+    /// Dependents are deleted by the garbage collector after the owner is gone
+    /// (`propagationPolicy: Background`, kube-rs's `DeleteParams::background`).
+    pub fn background() -> Self {
+        Self::with_policy(PropagationPolicy::Background)
+    }
+
+    /// The owner stays, with the `foregroundDeletion` finalizer, until the garbage collector
+    /// has deleted its blocking dependents (`propagationPolicy: Foreground`).
+    pub fn foreground() -> Self {
+        Self::with_policy(PropagationPolicy::Foreground)
+    }
+
+    /// Dependents are kept and lose their owner reference (`propagationPolicy: Orphan`).
+    pub fn orphan() -> Self {
+        Self::with_policy(PropagationPolicy::Orphan)
+    }
+
+    fn with_policy(policy: PropagationPolicy) -> Self {
+        Self {
+            propagation_policy: Some(policy),
+            ..Self::default()
+        }
+    }
+
     /// The `DeleteOptions` object sent as the request body.
     pub fn to_body(&self) -> serde_json::Value {
         let mut body = serde_json::json!({"kind": "DeleteOptions", "apiVersion": "v1"});
@@ -687,6 +711,23 @@ mod tests {
         assert!(body["preconditions"].get("resourceVersion").is_none());
         assert_eq!(body["propagationPolicy"], "Foreground");
         assert_eq!(body["kind"], "DeleteOptions");
+    }
+
+    #[test]
+    fn delete_policy_constructors_set_only_the_policy() {
+        for (params, policy) in [
+            (DeleteParams::background(), "Background"),
+            (DeleteParams::foreground(), "Foreground"),
+            (DeleteParams::orphan(), "Orphan"),
+        ] {
+            let body = params.to_body();
+            assert_eq!(body["propagationPolicy"], policy);
+            assert_eq!(
+                body.as_object().map(|o| o.len()),
+                Some(3),
+                "kind, apiVersion and the policy only: {body}"
+            );
+        }
     }
 
     #[test]
