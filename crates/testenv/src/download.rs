@@ -249,12 +249,24 @@ fn userinfo(url: &str) -> Option<(usize, &str)> {
 /// `text` (an error from a request to `url`) with `url`'s user-info removed wherever it
 /// appears.
 fn scrub(text: &str, url: &str) -> String {
-    match userinfo(url) {
+    let mut clean = match userinfo(url) {
         Some((_, info)) => text
             .replace(url, &without_userinfo(url))
             .replace(&format!("{info}@"), ""),
-        None => text.to_owned(),
+        None => return text.to_owned(),
+    };
+    // The HTTP client shows the URL as it parsed it, with the user-info percent-encoded
+    // (`tok=` becomes `tok%3D`): that form goes too.
+    if let Ok(parsed) = reqwest::Url::parse(url) {
+        let encoded = match parsed.password() {
+            Some(password) => format!("{}:{password}@", parsed.username()),
+            None => format!("{}@", parsed.username()),
+        };
+        if encoded != "@" {
+            clean = clean.replace(&encoded, "");
+        }
     }
+    clean
 }
 
 /// `bytes <first>-<last>/<total>` of a `Content-Range` header (`total` may be `*`).
@@ -797,6 +809,14 @@ mod tests {
         );
         let clean = scrub(&text, url);
         assert!(!clean.contains("s3cret"), "{clean}");
+        assert!(clean.contains("https://mirror/kubectl"), "{clean}");
+        // A token with characters the URL parser percent-encodes, in the form the HTTP
+        // client's errors show.
+        let url = "https://ci:dG9rZW4=@mirror/kubectl";
+        let shown = reqwest::Url::parse(url).unwrap().to_string();
+        assert!(shown.contains("dG9rZW4%3D"), "{shown}");
+        let clean = scrub(&format!("error sending request for url ({shown})"), url);
+        assert!(!clean.contains("dG9rZW4"), "{clean}");
         assert!(clean.contains("https://mirror/kubectl"), "{clean}");
     }
 

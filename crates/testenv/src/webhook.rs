@@ -313,7 +313,10 @@ pub async fn install(
         client: client.clone(),
         touched: Vec::new(),
     };
-    let mut touched = Vec::new();
+    // Recorded straight into `installed`, so that a cancelled or panicking install (its future
+    // dropped half-way) still releases its CRDs' reservations when `installed` is dropped.
+    let touched = &mut installed.touched;
+    let running = installed.server.as_ref();
     let registered = async {
         if let Some(m) = server.mutating_configuration(&name, &config) {
             Api::<MutatingWebhookConfiguration>::all(client.clone())
@@ -333,20 +336,19 @@ pub async fn install(
                 .any(|(g, k)| *g == crd.spec.group && *k == crd.spec.names.kind);
             if ours {
                 crd.spec.conversion = Some(kctrl_webhook::configuration::crd_conversion(&config));
-                point_conversion(client, &crd, &name, &mut touched).await?;
+                point_conversion(client, &crd, &name, touched).await?;
                 conversions = true;
             }
             crate::crd::install(client, crd, READY_TIMEOUT).await?;
         }
         wait_until_called(client, &name, &mutated, &validated).await?;
-        if conversions && let Some(running) = installed.server.as_ref() {
+        if conversions && let Some(running) = running {
             conversion_probe::wait_until_called(client, &name, &config, running, READY_TIMEOUT)
                 .await?;
         }
         Ok(())
     }
     .await;
-    installed.touched = touched;
     match registered {
         Ok(()) => Ok(installed),
         Err(e) => {
@@ -485,6 +487,7 @@ mod tests {
     use kctrl_fake::{FakeApi, Reaction, ResourceSpec, errors};
 
     use super::*;
+    use kctrl_webhook::WebhookServer;
 
     /// A fake API server serving the configurations and CRDs, holding a validating
     /// configuration named `name` and the CRD `widgets.example.com` with a webhook conversion.
@@ -568,6 +571,29 @@ mod tests {
         );
         assert_eq!(crd(&fake).spec.conversion, None);
         assert!(!converting().contains_key(&uid));
+    }
+
+    /// An install whose future is dropped half-way (a test's timeout around it, a panic)
+    /// releases the CRDs it had reserved: the next installation may convert them.
+    #[tokio::test]
+    async fn a_cancelled_install_releases_its_crds() {
+        let fake = fake("unused");
+        let probe = conversion_probe::crd(&ClientConfig::url("https://127.0.0.1:3"));
+        let probe_name = probe.metadata.name.clone().unwrap();
+        // The probe's CRD is one the server converts, so the install reserves it; the fake
+        // calls no webhook, so the install then waits until the timeout drops it.
+        let client = fake.client();
+        let install = install(&client, WebhookServer::builder(), [probe]);
+        let dropped = tokio::time::timeout(Duration::from_secs(3), install).await;
+        assert!(dropped.is_err(), "the install finished: {dropped:?}");
+        let uid = fake
+            .object::<CustomResourceDefinition>(None, &probe_name)
+            .and_then(|crd| crd.metadata.uid)
+            .expect("the install created the probe's CRD");
+        assert!(
+            !converting().contains_key(&uid),
+            "the CRD is still reserved by the dropped install"
+        );
     }
 
     #[tokio::test]

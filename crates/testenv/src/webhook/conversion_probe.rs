@@ -80,7 +80,7 @@ pub(super) fn conversion() -> Conversion<ProbeV2> {
 }
 
 /// The probe CRD, converted as `client` says.
-fn crd(client: &ClientConfig) -> CustomResourceDefinition {
+pub(super) fn crd(client: &ClientConfig) -> CustomResourceDefinition {
     let version = |name: &str, storage: bool| CustomResourceDefinitionVersion {
         name: name.to_owned(),
         served: true,
