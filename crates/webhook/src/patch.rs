@@ -10,9 +10,14 @@
 //! field the raw object lacks (`add` instead of `replace`, no `remove` of what is not there).
 //! A field the handler set to `None`, serialized as `null`, is removed.
 //!
-//! Arrays are matched element by element where the handler changed elements in place, inserted
-//! or removed a run of them; otherwise (see `walk_array`) the whole array is replaced, and the
-//! unknown fields of its elements are lost.
+//! Arrays are matched element by element (by `name` where every element has a unique one,
+//! by index otherwise), so edits, inserts, removals and renames keep the unknown fields of the
+//! elements that stay; only a reorder (see `walk_array`) replaces the whole array, and then
+//! the unknown fields of its elements are lost.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -111,21 +116,26 @@ fn walk(
 /// from `before` to `after`.
 ///
 /// Array elements have no identity but their position, so which element of `after` is which
-/// element of `before` is inferred from the elements the handler left unchanged (compared as
-/// the type serializes them): the longest run equal at the start and at the end. What lies
+/// element of `before` is inferred. First the longest runs the handler left unchanged
+/// (compared as the type serializes them) at the start and at the end are set aside. What lies
 /// between is
 ///
 /// * nothing in `after`: elements removed there (a `remove` each), or nothing in `before`:
-///   elements inserted there (an `add` each); every other element keeps its raw value, the
-///   fields the type does not know included;
-/// * as many elements on both sides, none of which moved (no element of one side equals an
-///   element of the other at another position) and none renamed (objects at one index with
-///   different `name` members, the key of most Kubernetes lists: containers, volumes, env):
-///   elements changed in place, each diffed with the raw element at its index;
-/// * anything else (elements inserted *and* removed, reordered, or changed and moved): the
-///   array is replaced by `after`'s whole, and the fields the type does not know of all its
-///   elements are lost, since which raw element an element of `after` came from cannot be
-///   told.
+///   elements inserted there (an `add` each);
+/// * objects that all have a string `name` (the key of most Kubernetes lists: containers,
+///   volumes, env), unique on each side: elements are matched by name. If the matched ones
+///   kept their order and every one kept its index (as many elements on both sides), the
+///   elements are changed in place, each diffed with the raw element at its index, so a
+///   renamed element keeps its raw fields; otherwise the vanished ones are removed, the new
+///   ones added at their indexes, and the matched ones diffed with their raw elements;
+/// * anything else: elements changed in place at the indexes both sides have, then the ones
+///   past the shorter side's end removed or added.
+///
+/// Every element diffed keeps the fields the type does not know. Only a reorder (matched names
+/// in another order, or without names an element equal to one of the other side at another
+/// index) replaces the whole array, and then those fields of all its elements are lost, since
+/// which raw element an element of `after` came from cannot be told. The work is linear in the
+/// number of elements (plus hashing each once).
 fn walk_array(
     raw: &[Value],
     before: &[Value],
@@ -158,37 +168,168 @@ fn walk_array(
                 value: without_nulls(value),
             });
         }
-    } else if old.len() == new.len() && !moved(old, new) && !renamed(old, new) {
-        for (i, (b, a)) in old.iter().zip(new).enumerate() {
-            let len = path.len();
-            path.push('/');
-            path.push_str(&(prefix + i).to_string());
-            walk(raw.get(prefix + i), b, a, path, ops);
-            path.truncate(len);
+    } else if let (Some(old_names), Some(new_names)) = (names(old), names(new)) {
+        let old_names: HashMap<&str, usize> = old_names
+            .into_iter()
+            .enumerate()
+            .map(|(j, name)| (name, j))
+            .collect();
+        // For each element of `new`, the index in `old` of the element of the same name.
+        let matches: Vec<Option<usize>> = new_names
+            .iter()
+            .map(|name| old_names.get(name).copied())
+            .collect();
+        let mut last = None;
+        let in_order = matches.iter().flatten().all(|&j| {
+            let ok = last.is_none_or(|l| j > l);
+            last = Some(j);
+            ok
+        });
+        if !in_order {
+            return replace_whole(raw, after, path, ops);
         }
+        let in_place = old.len() == new.len()
+            && matches
+                .iter()
+                .enumerate()
+                .all(|(i, j)| j.is_none_or(|j| j == i));
+        if in_place {
+            diff_in_place(raw, old, new, prefix, path, ops);
+            return;
+        }
+        let kept: HashSet<usize> = matches.iter().flatten().copied().collect();
+        // Removed from the last backwards, then added in ascending order: the matched elements
+        // keep their relative order, so after the adds up to an index everything before it
+        // is in its final place.
+        for j in (0..old.len()).rev().filter(|j| !kept.contains(j)) {
+            ops.push(PatchOperation::Remove {
+                path: format!("{path}/{}", prefix + j),
+            });
+        }
+        for (i, value) in new.iter().enumerate() {
+            if matches[i].is_none() {
+                ops.push(PatchOperation::Add {
+                    path: format!("{path}/{}", prefix + i),
+                    value: without_nulls(value),
+                });
+            }
+        }
+        // The matched ones, at their final indexes, each with the raw element it came from.
+        for (i, j) in matches.iter().enumerate() {
+            if let Some(j) = *j {
+                let len = path.len();
+                path.push('/');
+                path.push_str(&(prefix + i).to_string());
+                walk(raw.get(prefix + j), &old[j], &new[i], path, ops);
+                path.truncate(len);
+            }
+        }
+    } else if moved(old, new) {
+        replace_whole(raw, after, path, ops);
     } else {
-        let whole = Value::Array(raw.to_vec());
-        set(Some(&whole), &Value::Array(after.to_vec()), path, ops);
+        let common = old.len().min(new.len());
+        diff_in_place(raw, &old[..common], &new[..common], prefix, path, ops);
+        for j in (common..old.len()).rev() {
+            ops.push(PatchOperation::Remove {
+                path: format!("{path}/{}", prefix + j),
+            });
+        }
+        for (i, value) in new.iter().enumerate().skip(common) {
+            ops.push(PatchOperation::Add {
+                path: format!("{path}/{}", prefix + i),
+                value: without_nulls(value),
+            });
+        }
     }
+}
+
+/// Appends to `ops` the changes from `old` to `new` (as long) element by element, each diffed
+/// with the raw element at its index (`offset` plus its index in `old`).
+fn diff_in_place(
+    raw: &[Value],
+    old: &[Value],
+    new: &[Value],
+    offset: usize,
+    path: &mut String,
+    ops: &mut Vec<PatchOperation>,
+) {
+    for (i, (b, a)) in old.iter().zip(new).enumerate() {
+        let len = path.len();
+        path.push('/');
+        path.push_str(&(offset + i).to_string());
+        walk(raw.get(offset + i), b, a, path, ops);
+        path.truncate(len);
+    }
+}
+
+/// Replaces the array `raw` at `path` by `after` as a whole.
+fn replace_whole(raw: &[Value], after: &[Value], path: &str, ops: &mut Vec<PatchOperation>) {
+    let whole = Value::Array(raw.to_vec());
+    set(Some(&whole), &Value::Array(after.to_vec()), path, ops);
+}
+
+/// The `name` members of `items` in order, if every element is an
+/// object with a string `name` and no two share one; `None` otherwise.
+fn names(items: &[Value]) -> Option<Vec<&str>> {
+    let mut seen = HashSet::with_capacity(items.len());
+    items
+        .iter()
+        .map(|item| {
+            let name = item.get("name")?.as_str()?;
+            seen.insert(name).then_some(name)
+        })
+        .collect()
 }
 
 /// Whether an element of `new` equals an element of `old` at another index: the handler moved
 /// elements rather than changing them in place.
+///
+/// Elements are looked up by a hash of their content, and at most two candidates of one hash
+/// are compared, so the work stays linear even for long lists of equal elements.
 fn moved(old: &[Value], new: &[Value]) -> bool {
-    new.iter()
-        .enumerate()
-        .any(|(i, n)| old.iter().enumerate().any(|(j, o)| i != j && o == n))
+    let mut by_hash: HashMap<u64, Vec<usize>> = HashMap::with_capacity(old.len());
+    for (j, o) in old.iter().enumerate() {
+        by_hash.entry(content_hash(o)).or_default().push(j);
+    }
+    new.iter().enumerate().any(|(i, n)| {
+        by_hash.get(&content_hash(n)).is_some_and(|candidates| {
+            candidates
+                .iter()
+                .filter(|&&j| j != i)
+                .take(2)
+                .any(|&j| old[j] == *n)
+        })
+    })
 }
 
-/// Whether objects at one index of `old` and `new` have different `name` members: one element
-/// replaced by another rather than changed.
-fn renamed(old: &[Value], new: &[Value]) -> bool {
-    old.iter()
-        .zip(new)
-        .any(|(o, n)| match (o.get("name"), n.get("name")) {
-            (Some(o), Some(n)) => o != n,
-            _ => false,
-        })
+/// A hash of `value` consistent with its equality (object members hashed in key order).
+fn content_hash(value: &Value) -> u64 {
+    fn feed(value: &Value, h: &mut DefaultHasher) {
+        match value {
+            Value::Null => 0u8.hash(h),
+            Value::Bool(b) => (1u8, b).hash(h),
+            Value::Number(n) => (2u8, n.to_string()).hash(h),
+            Value::String(s) => (3u8, s).hash(h),
+            Value::Array(items) => {
+                (4u8, items.len()).hash(h);
+                for item in items {
+                    feed(item, h);
+                }
+            }
+            Value::Object(map) => {
+                (5u8, map.len()).hash(h);
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort_unstable();
+                for key in keys {
+                    key.hash(h);
+                    feed(&map[key], h);
+                }
+            }
+        }
+    }
+    let mut h = DefaultHasher::new();
+    feed(value, &mut h);
+    h.finish()
 }
 
 /// The operation that puts `value` at `path`, given what the raw object has there.
