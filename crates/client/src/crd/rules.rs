@@ -10,8 +10,6 @@
 //! conversion reports the same mistakes then ([`Relaxed`](super::Relaxed), refused by
 //! [`try_crd`](super::CustomResourceExt::try_crd)).
 
-use std::hash::{Hash, Hasher};
-
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::ValidationRule;
 use serde_json::{Map, Value};
 
@@ -204,9 +202,7 @@ impl schemars::transform::Transform for Rule {
             .filter(|k| k.starts_with(RULE_KEY_PREFIX))
             .count();
         let rule = self.to_value();
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        rule.to_string().hash(&mut hasher);
-        let key = format!("{RULE_KEY_PREFIX}{n:03}-{:016x}", hasher.finish());
+        let key = rule_key(n, &rule);
         let required = node
             .get("required")
             .cloned()
@@ -216,6 +212,21 @@ impl schemars::transform::Transform for Rule {
         entry.insert("required".to_owned(), required);
         node.insert(key, Value::Object(entry));
     }
+}
+
+/// The key of a node's `n`-th rule: `x-kctrl-rule-<n, 6 digits>-<FNV-1a 64 of its JSON>`. The
+/// digits keep a node's rules in their order (a map is ordered by key) up to a million rules;
+/// the hash is a fixed function of the text, so a generated CRD does not change with the Rust
+/// release (std's `DefaultHasher` promises no such thing), and rules at the same position of
+/// two flattened structs get distinct keys, ordered by their text.
+fn rule_key(n: usize, rule: &Value) -> String {
+    let hash = rule
+        .to_string()
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+    format!("{RULE_KEY_PREFIX}{n:06}-{hash:016x}")
 }
 
 /// What is wrong with one entry of an `x-kubernetes-validations` list as written in a schema
@@ -559,6 +570,18 @@ mod tests {
     }
 
     #[test]
+    fn rule_keys_are_a_fixed_function_of_position_and_text() {
+        // FNV-1a 64 of `"a"` (the JSON text, quotes included); of `a` alone it is
+        // af63dc4c8601ec8c, the function's published test vector.
+        assert_eq!(
+            rule_key(7, &json!("a")),
+            "x-kctrl-rule-000007-d4272417d7c77eea"
+        );
+        // Position first: the thousandth rule still sorts after the ninth.
+        assert!(rule_key(9, &json!("z")) < rule_key(1000, &json!("a")));
+    }
+
+    #[test]
     fn the_transform_writes_each_rule_under_a_key_of_its_own() {
         let mut schema = schemars::json_schema!({
             "type": "object",
@@ -577,8 +600,8 @@ mod tests {
         let keys = rule_keys(&schema);
         assert_eq!(keys.len(), 2, "{keys:?}");
         // In the order they were written, each with the node's required fields.
-        assert!(keys[0].0.starts_with("x-kctrl-rule-000-"), "{keys:?}");
-        assert!(keys[1].0.starts_with("x-kctrl-rule-001-"), "{keys:?}");
+        assert!(keys[0].0.starts_with("x-kctrl-rule-000000-"), "{keys:?}");
+        assert!(keys[1].0.starts_with("x-kctrl-rule-000001-"), "{keys:?}");
         assert_eq!(
             keys[0].1,
             json!({"rule": {"rule": "self.a <= self.b"}, "required": ["a"]})
