@@ -330,6 +330,21 @@ impl KindConversion {
                 )));
             }
         }
+        // Likewise its kind: a type that serializes no apiVersion usually serializes no kind
+        // either, and the API server refuses an object whose kind is missing or another.
+        match fields.get("kind") {
+            None | Some(Value::Null) => {
+                fields.insert("kind".to_owned(), self.kind.into());
+            }
+            Some(Value::String(got)) if got == self.kind => {}
+            Some(got) => {
+                return Err(ConversionError::new(format!(
+                    "the conversion to {desired_api_version} produced an object of kind {got}; \
+                     its from_hub (or the type's serialization) must give kind {}",
+                    self.kind
+                )));
+            }
+        }
         Ok(converted)
     }
 }

@@ -12,6 +12,8 @@
 //!   30 s). A connection with no request in progress for 120 s is closed, HTTP/2 connections
 //!   are pinged every 30 s and closed when a ping goes unanswered for 10 s, and at most 128
 //!   connections are served at once (more wait in the kernel's accept queue until one ends).
+//!   Every duration may be as long as `Duration::MAX` (beyond about 30 years: never); the
+//!   connection cap may be at most [`MAX_CONNECTIONS`].
 //! * A request that is not a review (not JSON, another kind or version, no `request`) is
 //!   answered `400 Bad Request` with a message saying what is wrong; `413` for a body too
 //!   large; `404` for an unknown path.
@@ -54,6 +56,25 @@ pub const DEFAULT_KEY_NAME: &str = "tls.key";
 pub const CONVERSION_PATH: &str = "/convert";
 /// The largest request body accepted (controller-runtime's: 7 MiB).
 pub const MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
+/// The most connections [`ServerBuilder::max_connections`] accepts (tokio's semaphore limit).
+pub const MAX_CONNECTIONS: usize = tokio::sync::Semaphore::MAX_PERMITS;
+
+/// A span that stands for "never": about 30 years (tokio's own far future). Longer durations
+/// (up to `Duration::MAX`) are cut to it where a clock's instant is computed from them, since
+/// adding them to an instant overflows.
+const NEVER: Duration = Duration::from_secs(30 * 365 * 24 * 60 * 60);
+
+/// `duration`, at most [`NEVER`]: what is handed to hyper and tokio's interval, which add
+/// it to an instant unchecked.
+fn capped(duration: Duration) -> Duration {
+    duration.min(NEVER)
+}
+
+/// `start + duration`, or an instant [`NEVER`] away when that overflows (no deadline, in
+/// effect).
+fn deadline_after(start: tokio::time::Instant, duration: Duration) -> tokio::time::Instant {
+    start.checked_add(duration).unwrap_or_else(|| start + NEVER)
+}
 
 /// controller-runtime's default certificate directory: `<temp dir>/k8s-webhook-server/serving-certs`.
 pub fn default_cert_dir() -> PathBuf {
@@ -227,7 +248,9 @@ impl ServerBuilder {
 
     /// How long a connection may stay open with no request in progress (120 s by default,
     /// longer than the 90 s after which Go clients, the API server among them, drop idle
-    /// connections themselves); it is then shut down gracefully.
+    /// connections themselves); it is then shut down gracefully. Like every duration of the
+    /// builder, it may be as long as `Duration::MAX`: anything beyond about 30 years means
+    /// never.
     pub fn idle_timeout(mut self, timeout: Duration) -> Self {
         self.idle_timeout = timeout;
         self
@@ -241,7 +264,8 @@ impl ServerBuilder {
     }
 
     /// How many connections are served at once (128 by default); further ones wait in the
-    /// kernel's accept queue until one ends.
+    /// kernel's accept queue until one ends. Zero, or more than [`MAX_CONNECTIONS`], is
+    /// refused by [`build`](Self::build).
     pub fn max_connections(mut self, connections: usize) -> Self {
         self.max_connections = connections;
         self
@@ -297,6 +321,13 @@ impl ServerBuilder {
                  .max_connections(...) at least 1 (128 by default)"
                     .to_owned(),
             );
+        }
+        if self.max_connections > MAX_CONNECTIONS {
+            problems.push(format!(
+                "max_connections is {}, more than the {MAX_CONNECTIONS} connections a server \
+                 can count; give .max_connections(...) at most {MAX_CONNECTIONS} (128 by default)",
+                self.max_connections
+            ));
         }
         let mut paths: BTreeMap<&str, &Webhook> = BTreeMap::new();
         // The API server refuses a configuration whose webhooks share a name; the names are
@@ -450,8 +481,12 @@ impl Activity {
 
     /// When the connection becomes idle too long, if no request is in progress.
     fn idle_deadline(&self, idle_timeout: Duration) -> Option<tokio::time::Instant> {
-        (self.in_flight.load(std::sync::atomic::Ordering::SeqCst) == 0)
-            .then(|| *self.last.lock().unwrap_or_else(|e| e.into_inner()) + idle_timeout)
+        (self.in_flight.load(std::sync::atomic::Ordering::SeqCst) == 0).then(|| {
+            deadline_after(
+                *self.last.lock().unwrap_or_else(|e| e.into_inner()),
+                idle_timeout,
+            )
+        })
     }
 }
 
@@ -590,7 +625,7 @@ impl WebhookServer {
         tokio::spawn(
             self.certs
                 .clone()
-                .watch(self.cert_poll_interval, cancel.child_token()),
+                .watch(capped(self.cert_poll_interval), cancel.child_token()),
         );
         let state = Arc::new(State {
             admission: self
@@ -607,11 +642,11 @@ impl WebhookServer {
         let mut http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
         http.http1()
             .timer(TokioTimer::new())
-            .header_read_timeout(self.header_read_timeout);
+            .header_read_timeout(capped(self.header_read_timeout));
         http.http2()
             .timer(TokioTimer::new())
-            .keep_alive_interval(self.limits.http2_keep_alive.0)
-            .keep_alive_timeout(self.limits.http2_keep_alive.1);
+            .keep_alive_interval(capped(self.limits.http2_keep_alive.0))
+            .keep_alive_timeout(capped(self.limits.http2_keep_alive.1));
         let http = Arc::new(http);
         let paths: Vec<&str> = self.webhooks.iter().map(|w| w.path.as_str()).collect();
         info!(
@@ -691,7 +726,8 @@ impl WebhookServer {
                     // Until the first request's headers, the whole connection has the header
                     // timeout (hyper's protocol detection and HTTP/2 have none); then it is
                     // closed once idle for the idle timeout.
-                    let first_request = tokio::time::Instant::now() + header_timeout;
+                    let first_request =
+                        deadline_after(tokio::time::Instant::now(), header_timeout);
                     loop {
                         let seen = activity.seen.load(std::sync::atomic::Ordering::SeqCst);
                         let deadline = if seen {
@@ -702,7 +738,7 @@ impl WebhookServer {
                         // With a request in progress, the deadline is looked at again
                         // after a while (the request timeout bounds it).
                         let wake = deadline.unwrap_or_else(|| {
-                            tokio::time::Instant::now() + limits.idle_timeout
+                            deadline_after(tokio::time::Instant::now(), limits.idle_timeout)
                         });
                         tokio::select! {
                             () = activity.changed.notified() => {}

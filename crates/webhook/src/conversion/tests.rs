@@ -234,3 +234,72 @@ fn converted_objects_are_at_the_desired_api_version_or_refused() {
         "{err}"
     );
 }
+
+/// A v1 Widget as a type that serializes only metadata and spec, unless a kind is given.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct BareV1 {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kind: Option<String>,
+    metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    spec: serde_json::Value,
+}
+
+impl k8s_openapi::Resource for BareV1 {
+    const API_VERSION: &'static str = "webhook.kctrl.dev/v1";
+    const GROUP: &'static str = "webhook.kctrl.dev";
+    const KIND: &'static str = "Widget";
+    const VERSION: &'static str = "v1";
+    const URL_PATH_SEGMENT: &'static str = "widgets";
+    type Scope = k8s_openapi::NamespaceResourceScope;
+}
+
+/// What `from_hub` puts in `kind`, per test.
+static BARE_KIND: std::sync::Mutex<Option<&'static str>> = std::sync::Mutex::new(None);
+
+impl Spoke<v2::Widget> for BareV1 {
+    fn to_hub(self) -> Result<v2::Widget, ConversionError> {
+        Err(ConversionError::new("not used"))
+    }
+    fn from_hub(hub: v2::Widget) -> Result<Self, ConversionError> {
+        Ok(BareV1 {
+            kind: BARE_KIND.lock().unwrap().map(str::to_owned),
+            metadata: hub.metadata,
+            spec: json!({"size": format!("{}x{}", hub.spec.width, hub.spec.height)}),
+        })
+    }
+}
+
+#[test]
+fn converted_objects_get_the_kind_or_are_refused_for_another() {
+    let mut converters = Converters::default();
+    converters.add(Conversion::<v2::Widget>::new().spoke::<BareV1>().erase());
+    let request = || ConversionRequest {
+        uid: "k1".into(),
+        desired_api_version: "webhook.kctrl.dev/v1".into(),
+        objects: vec![widget("v2", json!({"width": 3, "height": 4}))],
+    };
+    // Only metadata and spec serialized: given the desired apiVersion and the kind.
+    *BARE_KIND.lock().unwrap() = None;
+    let response = converters.handle(request());
+    assert_eq!(
+        response.result.status.as_deref(),
+        Some("Success"),
+        "{:?}",
+        response.result.message
+    );
+    assert_eq!(
+        response.converted_objects,
+        [widget("v1", json!({"size": "3x4"}))]
+    );
+    // Another kind: the review fails, naming it.
+    *BARE_KIND.lock().unwrap() = Some("Gadget");
+    let response = converters.handle(request());
+    assert_eq!(response.result.status.as_deref(), Some("Failure"));
+    let message = response.result.message.unwrap_or_default();
+    assert!(
+        message.contains("produced an object of kind \"Gadget\"")
+            && message.contains("must give kind Widget"),
+        "{message}"
+    );
+    assert!(response.converted_objects.is_empty());
+}

@@ -756,3 +756,132 @@ fn zero_limits_are_refused() {
         assert!(err.contains(wanted), "{wanted}: {err}");
     }
 }
+
+/// Reads HTTP/2 frames from `tls` until a PING acknowledgement; false if the connection
+/// ends first.
+async fn ping_acknowledged(
+    tls: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+) -> bool {
+    loop {
+        let mut header = [0u8; 9];
+        if tls.read_exact(&mut header).await.is_err() {
+            return false;
+        }
+        let len =
+            usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]);
+        let mut payload = vec![0u8; len];
+        if tls.read_exact(&mut payload).await.is_err() {
+            return false;
+        }
+        // PING (type 6) with the ACK flag.
+        if header[3] == 6 && header[4] & 1 == 1 {
+            return true;
+        }
+    }
+}
+
+/// Every duration at `Duration::MAX` (never, in effect): requests are served as usual, over
+/// HTTP/1 (a second request on the connection once the first ended) and HTTP/2, with no
+/// overflow in the connection's deadlines.
+#[tokio::test]
+async fn durations_of_duration_max_serve_requests_normally() {
+    let (builder, ca) = pem_server();
+    let (server, cancel) = start(
+        builder
+            .connection_timeouts(Duration::MAX, Duration::MAX)
+            .idle_timeout(Duration::MAX)
+            .http2_keep_alive(Duration::MAX, Duration::MAX)
+            .request_timeout(Duration::MAX)
+            .cert_poll_interval(Duration::MAX)
+            .shutdown_timeout(Duration::MAX),
+    )
+    .await;
+    let addr = server.local_addr();
+
+    let (mut tls, _) = connect(addr, &[&ca]).await.unwrap();
+    for round in ["first", "second"] {
+        tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        while !answer.ends_with(b"\r\n\r\nok") {
+            let mut chunk = [0u8; 512];
+            let n = tokio::time::timeout(Duration::from_secs(5), tls.read(&mut chunk))
+                .await
+                .unwrap_or_else(|_| panic!("{round} request: no answer within 5 s"))
+                .unwrap_or(0);
+            assert!(
+                n > 0,
+                "{round} request: closed before answering: {:?}",
+                String::from_utf8_lossy(&answer)
+            );
+            answer.extend_from_slice(&chunk[..n]);
+        }
+        assert!(
+            answer.starts_with(b"HTTP/1.1 200"),
+            "{round} request: {}",
+            String::from_utf8_lossy(&answer)
+        );
+    }
+
+    // HTTP/2: the preface, empty SETTINGS, then a PING the server must acknowledge.
+    let (mut tls, _) = connect(addr, &[&ca]).await.unwrap();
+    let mut frames = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    frames.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+    frames.extend_from_slice(&[0, 0, 8, 6, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]);
+    tls.write_all(&frames).await.unwrap();
+    tls.flush().await.unwrap();
+    let acked = tokio::time::timeout(Duration::from_secs(5), ping_acknowledged(&mut tls))
+        .await
+        .expect("no HTTP/2 PING acknowledgement within 5 s");
+    assert!(
+        acked,
+        "the HTTP/2 connection ended before acknowledging the PING"
+    );
+
+    cancel.cancel();
+    drop(tls);
+    tokio::time::timeout(Duration::from_secs(5), server.stopped())
+        .await
+        .expect("the server did not stop within 5 s");
+}
+
+#[test]
+fn more_connections_than_a_semaphore_counts_are_refused() {
+    let (cert, key) = identity("x");
+    let err = WebhookServer::builder()
+        .max_connections(usize::MAX)
+        .tls_pem(cert.clone(), key.clone())
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!("max_connections is {}", usize::MAX))
+            && err.contains(&format!("at most {MAX_CONNECTIONS}")),
+        "{err}"
+    );
+    // The limit itself is accepted.
+    WebhookServer::builder()
+        .max_connections(MAX_CONNECTIONS)
+        .tls_pem(cert, key)
+        .build()
+        .unwrap();
+}
+
+#[tokio::test]
+async fn the_largest_connection_cap_serves_requests() {
+    let (builder, ca) = pem_server();
+    let (server, cancel) = start(builder.max_connections(MAX_CONNECTIONS)).await;
+    let (status, body) = call(
+        server.local_addr(),
+        &ca,
+        "GET",
+        "/healthz",
+        "text/plain",
+        b"",
+    )
+    .await;
+    assert_eq!((status, body.as_str()), (200, "ok"));
+    cancel.cancel();
+    server.stopped().await;
+}
