@@ -174,7 +174,7 @@ pub fn spawn_with_env(
 }
 
 /// Sends `signal` (e.g. `TERM`, `KILL`) to process group `pgid`, falling back to the single pid.
-fn signal_group(pgid: u32, signal: &str) {
+pub fn signal_group(pgid: u32, signal: &str) {
     let group = Command::new("kill")
         .args([&format!("-{signal}"), "--", &format!("-{pgid}")])
         .stderr(Stdio::null())

@@ -365,16 +365,6 @@ fn read_in_background(pipe: Option<impl Read + Send + 'static>) -> mpsc::Receive
     rx
 }
 
-/// Sends SIGKILL to the process group `pgid` (a wrapper script and whatever it started).
-fn kill_group(pgid: u32) {
-    let _ = Command::new("kill")
-        .args(["-s", "KILL", "--", &format!("-{pgid}")])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-}
-
 /// The end of `text`, at most 300 characters of it, for an error message.
 fn tail(text: &str) -> String {
     let chars = text.chars().count();
@@ -416,7 +406,7 @@ fn binary_version_within(binary: &Path, timeout: Duration) -> Result<KubeVersion
         match child.try_wait() {
             Ok(Some(status)) => break status,
             Ok(None) if t0.elapsed() > timeout => {
-                kill_group(pgid);
+                kctrl_cluster::process::signal_group(pgid, "KILL");
                 let _ = child.kill();
                 let _ = child.wait();
                 return Err(failed(format!(
@@ -425,7 +415,7 @@ fn binary_version_within(binary: &Path, timeout: Duration) -> Result<KubeVersion
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),
             Err(e) => {
-                kill_group(pgid);
+                kctrl_cluster::process::signal_group(pgid, "KILL");
                 let _ = child.kill();
                 let _ = child.wait();
                 return Err(failed(e.to_string()));
@@ -436,7 +426,7 @@ fn binary_version_within(binary: &Path, timeout: Duration) -> Result<KubeVersion
     // (still in its group) is killed rather than waited for.
     let collect = |rx: &mpsc::Receiver<Vec<u8>>| {
         rx.recv_timeout(Duration::from_secs(2)).or_else(|_| {
-            kill_group(pgid);
+            kctrl_cluster::process::signal_group(pgid, "KILL");
             rx.recv_timeout(Duration::from_secs(2))
         })
     };
@@ -1133,7 +1123,7 @@ fn binary_root(
         key.push_str(&format!("{}={}\n", link.display(), target.display()));
     }
     let parent = cache_base.join("testenv-bins");
-    let dir = parent.join(format!("{:016x}", fnv1a(key.as_bytes())));
+    let dir = parent.join(format!("{:016x}", kctrl_client::sharding::hash_field(&key)));
     let matches = |dir: &Path| {
         links
             .iter()
@@ -1203,15 +1193,6 @@ fn prune_dangling(parent: &Path, keep: &Path) {
             let _ = std::fs::remove_dir_all(&dir);
         }
     }
-}
-
-fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
 }
 
 #[cfg(test)]

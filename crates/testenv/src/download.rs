@@ -215,16 +215,10 @@ pub(crate) fn partial_path(dest: &Path, url: &str) -> PathBuf {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    dest.with_file_name(format!(".{name}.{:016x}.part", fnv1a(url.as_bytes())))
-}
-
-fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
+    dest.with_file_name(format!(
+        ".{name}.{:016x}.part",
+        kctrl_client::sharding::hash_field(url)
+    ))
 }
 
 /// `url` without its user-info (`https://user:token@host/…` -> `https://host/…`): what is
@@ -675,7 +669,7 @@ pub(crate) fn extract_member(archive: &Path, member: &str, dest: &Path) -> Resul
     let dir = dest.with_file_name(format!(
         ".extract-{}-{}",
         std::process::id(),
-        fnv1a(member.as_bytes())
+        kctrl_client::sharding::hash_field(member)
     ));
     let _ = fs::remove_dir_all(&dir);
     let io = |context: String| move |source: std::io::Error| Error::Io { context, source };

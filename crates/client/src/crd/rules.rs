@@ -220,12 +220,7 @@ impl schemars::transform::Transform for Rule {
 /// release (std's `DefaultHasher` promises no such thing), and rules at the same position of
 /// two flattened structs get distinct keys, ordered by their text.
 fn rule_key(n: usize, rule: &Value) -> String {
-    let hash = rule
-        .to_string()
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-        });
+    let hash = crate::sharding::hash_field(&rule.to_string());
     format!("{RULE_KEY_PREFIX}{n:06}-{hash:016x}")
 }
 
