@@ -241,6 +241,7 @@ mod managed;
 mod metadata;
 mod nulls;
 mod patch;
+pub use patch::json_patch;
 mod registry;
 mod select;
 mod store;

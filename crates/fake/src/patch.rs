@@ -193,8 +193,11 @@ fn merge_list(slot: &mut Value, items: &[Value], path: &mut Vec<String>) -> Resu
     Ok(())
 }
 
-/// Applies an RFC 6902 JSON patch (`add`, `remove`, `replace`, `move`, `copy`, `test`).
-pub(crate) fn json_patch(target: &mut Value, ops: &Value) -> Result<(), String> {
+/// Applies an RFC 6902 JSON patch (`add`, `remove`, `replace`, `move`, `copy`, `test`) to
+/// `target`, as the fake's `patch` with [`Patch::Json`](kctrl_client::Patch) does: an error
+/// names the operation that could not apply (a path that does not exist where the RFC
+/// requires one, an index past the end, a failed `test`).
+pub fn json_patch(target: &mut Value, ops: &Value) -> Result<(), String> {
     let Value::Array(ops) = ops else {
         return Err("a JSON patch must be an array of operations".to_owned());
     };

@@ -2,74 +2,11 @@ use serde_json::json;
 
 use super::*;
 
-/// Applies `ops` to `doc` as the API server does (RFC 6902 `add`, `remove`, `replace`), failing
-/// on a path that does not exist where the RFC requires one.
+/// Applies `ops` to `doc` with kctrl-fake's RFC 6902 implementation (its JSON-patch endpoint),
+/// failing on a path that does not exist where the RFC requires one.
 fn apply(doc: &mut Value, ops: &[PatchOperation]) -> Result<(), String> {
-    fn unescape(token: &str) -> String {
-        token.replace("~1", "/").replace("~0", "~")
-    }
-    fn parent<'a>(doc: &'a mut Value, path: &str) -> Result<(&'a mut Value, String), String> {
-        let mut tokens: Vec<String> = path.split('/').skip(1).map(unescape).collect();
-        let last = tokens.pop().ok_or_else(|| format!("empty path {path:?}"))?;
-        let mut node = doc;
-        for t in tokens {
-            node = match node {
-                Value::Object(m) => m.get_mut(&t),
-                Value::Array(a) => t.parse::<usize>().ok().and_then(|i| a.get_mut(i)),
-                _ => None,
-            }
-            .ok_or_else(|| format!("{path}: no {t:?}"))?;
-        }
-        Ok((node, last))
-    }
-    for op in ops {
-        match op {
-            PatchOperation::Add { path, value } => match parent(doc, path)? {
-                (Value::Object(m), key) => {
-                    m.insert(key, value.clone());
-                }
-                (Value::Array(a), key) => {
-                    let i = if key == "-" {
-                        a.len()
-                    } else {
-                        key.parse().map_err(|_| format!("{path}: index"))?
-                    };
-                    if i > a.len() {
-                        return Err(format!("{path}: index past the end"));
-                    }
-                    a.insert(i, value.clone());
-                }
-                _ => return Err(format!("{path}: parent is not a container")),
-            },
-            PatchOperation::Remove { path } => match parent(doc, path)? {
-                (Value::Object(m), key) => {
-                    m.remove(&key)
-                        .ok_or_else(|| format!("{path}: nothing to remove"))?;
-                }
-                (Value::Array(a), key) => {
-                    let i: usize = key.parse().map_err(|_| format!("{path}: index"))?;
-                    if i >= a.len() {
-                        return Err(format!("{path}: nothing to remove"));
-                    }
-                    a.remove(i);
-                }
-                _ => return Err(format!("{path}: parent is not a container")),
-            },
-            PatchOperation::Replace { path, value } => match parent(doc, path)? {
-                (Value::Object(m), key) => {
-                    *m.get_mut(&key)
-                        .ok_or_else(|| format!("{path}: nothing to replace"))? = value.clone();
-                }
-                (Value::Array(a), key) => {
-                    let i: usize = key.parse().map_err(|_| format!("{path}: index"))?;
-                    *a.get_mut(i)
-                        .ok_or_else(|| format!("{path}: nothing to replace"))? = value.clone();
-                }
-                _ => return Err(format!("{path}: parent is not a container")),
-            },
-        }
-    }
-    Ok(())
+    let ops = serde_json::to_value(ops).map_err(|e| e.to_string())?;
+    kctrl_fake::json_patch(doc, &ops)
 }
 
 /// Diffs, applies to `raw`, and checks the result is `expected`.
