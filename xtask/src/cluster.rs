@@ -104,6 +104,7 @@ pub(crate) fn run(args: ClusterArgs) -> Result<()> {
                 nodes,
                 apiserver_args,
                 feature_gates,
+                scheduler_args: Vec::new(),
                 controller_manager_args: Vec::new(),
                 deployment_controller: false,
                 replicaset_controller: !own_replicaset_controller,

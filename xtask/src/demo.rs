@@ -68,6 +68,7 @@ pub(crate) fn run(args: DemoArgs) -> Result<()> {
         nodes: 3,
         apiserver_args: Vec::new(),
         feature_gates: Vec::new(),
+        scheduler_args: Vec::new(),
         controller_manager_args: Vec::new(),
         deployment_controller: false,
         // Ours runs the ReplicaSets too.

@@ -178,6 +178,7 @@ pub(crate) fn run(args: E2eArgs) -> Result<()> {
                 nodes: 3,
                 apiserver_args: LOCAL_APISERVER_ARGS.iter().map(|s| s.to_string()).collect(),
                 feature_gates: Vec::new(),
+                scheduler_args: Vec::new(),
                 controller_manager_args: Vec::new(),
                 deployment_controller: false,
                 replicaset_controller: true,

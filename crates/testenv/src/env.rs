@@ -333,6 +333,7 @@ impl TestEnv {
             nodes: b.kwok_nodes,
             apiserver_args: b.apiserver_args.clone(),
             feature_gates: b.feature_gates.clone(),
+            scheduler_args: Vec::new(),
             controller_manager_args: Vec::new(),
             // kube-controller-manager's own Deployment controller: never (ours, if any, is
             // started below as the plane's only one).

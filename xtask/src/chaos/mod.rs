@@ -433,6 +433,7 @@ pub(crate) fn run(args: ChaosArgs) -> Result<()> {
             nodes: 3,
             apiserver_args: APISERVER_ARGS.iter().map(|s| s.to_string()).collect(),
             feature_gates: Vec::new(),
+            scheduler_args: Vec::new(),
             controller_manager_args: CONTROLLER_MANAGER_ARGS
                 .iter()
                 .map(|s| s.to_string())

@@ -365,6 +365,7 @@ pub(crate) fn run(args: ConformanceArgs) -> Result<()> {
             nodes: 3,
             apiserver_args: Vec::new(),
             feature_gates: Vec::new(),
+            scheduler_args: Vec::new(),
             controller_manager_args: Vec::new(),
             deployment_controller: args.controller == Contender::Upstream,
             replicaset_controller: args.suite == Suite::Deployment

@@ -20,6 +20,7 @@ impl Clusters {
                     nodes: 3,
                     apiserver_args: Vec::new(),
                     feature_gates: Vec::new(),
+                    scheduler_args: Vec::new(),
                     controller_manager_args: Vec::new(),
                     deployment_controller: false,
                     replicaset_controller: *kcm_replicasets,

@@ -188,6 +188,9 @@ struct State {
     feature_gates: Vec<String>,
     #[serde(default)]
     controller_manager_args: Vec<String>,
+    /// Extra kube-scheduler flags, as [`UpOptions::scheduler_args`].
+    #[serde(default)]
+    scheduler_args: Vec<String>,
     /// kube-controller-manager runs its Deployment controller (see [`UpOptions`]).
     #[serde(default)]
     deployment_controller: bool,
@@ -500,6 +503,9 @@ pub struct UpOptions {
     pub feature_gates: Vec<String>,
     /// Extra kube-controller-manager flags, appended after ours (later flags win).
     pub controller_manager_args: Vec<String>,
+    /// Extra kube-scheduler flags, appended after ours (later flags win), e.g.
+    /// `--kube-api-qps=1000` so that binding Pods never sets the pace of a benchmark.
+    pub scheduler_args: Vec<String>,
     /// Whether kube-controller-manager runs its own Deployment controller (upstream's, as a
     /// baseline). Off by default: ours replaces it, and the two must never run together.
     pub deployment_controller: bool,

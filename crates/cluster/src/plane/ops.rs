@@ -213,6 +213,7 @@ pub fn kill_and_restart(name: &str, c: Component) -> Result<Duration> {
             );
             argv.extend(state.controller_manager_args.iter().cloned());
         }
+        Component::Scheduler => argv.extend(state.scheduler_args.iter().cloned()),
         _ => {}
     }
     let log = layout.log(c);

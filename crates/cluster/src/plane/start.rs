@@ -98,6 +98,7 @@ pub(super) fn start(
         apiserver_args: opts.apiserver_args.clone(),
         feature_gates: opts.feature_gates.clone(),
         controller_manager_args: opts.controller_manager_args.clone(),
+        scheduler_args: opts.scheduler_args.clone(),
         deployment_controller: opts.deployment_controller,
         replicaset_controller: opts.replicaset_controller,
         ports,
@@ -122,6 +123,9 @@ pub(super) fn start(
         if c == Component::ControllerManager {
             args = with_controllers(args, opts.deployment_controller, opts.replicaset_controller);
             args.extend(opts.controller_manager_args.iter().cloned());
+        }
+        if c == Component::Scheduler {
+            args.extend(opts.scheduler_args.iter().cloned());
         }
         let log = layout.log(c);
         let (child, ProcRecord { pid, .. }) =
@@ -292,6 +296,9 @@ pub(super) fn args(
             "--initial-cluster-state=new".into(),
             // Throw-away test data: no fsync (much faster on shared disks).
             "--unsafe-no-fsync=true".into(),
+            // Room for the benchmarks' largest states (150,000 Pods and their revisions between
+            // compactions come near etcd's default 2 GiB quota, past which it refuses writes).
+            "--quota-backend-bytes=8589934592".into(),
         ],
         Component::Apiserver => vec![
             format!("--etcd-servers=http://127.0.0.1:{}", ports.etcd_client),

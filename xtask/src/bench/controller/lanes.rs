@@ -155,6 +155,7 @@ pub(crate) fn run(args: LanesArgs) -> Result<()> {
         Duration::from_secs(3600),
         None,
         (args.kube.release, super::Measured::Deployment),
+        super::CLUSTER_KCM_QPS,
     )?;
     let machine = Machine::detect(&env.info.kubernetes_version);
     let mut runs = Vec::new();

@@ -10,21 +10,33 @@ use k8s_openapi::api::core::v1::Pod;
 use kctrl_client::{Api, Client, ListParams, Patch, PatchParams, PostParams};
 use xtask_contender::parse::{self, Counts};
 
-use super::running::{apiserver_requests, audit_len, audit_since, probe, start};
+use super::running::{apiserver_requests, audit_len, audit_since, cluster_rss, probe, start};
 use super::workload::*;
 use super::{
-    Env, Measured, NAMESPACE_PREFIX, Phase, PhaseRun, QPS, REPLICAS, SETUP_QPS, Side, TAIL,
-    admin_client,
+    AT_REST_PER_NAMESPACE, Env, IDLE_CPU_SHARE, IDLE_WINDOW, Measured, NAMESPACE_PREFIX, Phase,
+    PhaseRun, SETUP_QPS, Side, TAIL, admin_client,
 };
+
+/// Phase e's preparation of one size.
+#[derive(Clone, Debug)]
+pub(in crate::bench::controller) struct Setup {
+    /// Deployments in the cluster afterwards.
+    pub(in crate::bench::controller) total: usize,
+    /// Deployments this size added.
+    pub(in crate::bench::controller) added: usize,
+    /// Seconds from the first create until every Deployment was complete.
+    pub(in crate::bench::controller) seconds: f64,
+}
 use crate::kube::delete_namespace;
 
 pub(super) async fn measure(
     env: &Env,
     sizes: &[usize],
-    at_rest: usize,
+    at_rest: &[usize],
     rounds: usize,
     settle_secs: u64,
     runs: &mut Vec<PhaseRun>,
+    setups: &mut Vec<Setup>,
 ) -> Result<()> {
     let client = admin_client(env)?;
     let sides: Vec<Side> = if env.callgrind {
@@ -59,8 +71,11 @@ pub(super) async fn measure(
             }
         }
     }
-    if at_rest > 0 {
-        measure_at_rest(env, &client, at_rest, rounds, settle_secs, runs).await?;
+    let mut built = 0;
+    for &m in at_rest {
+        setups.push(prepare_at_rest(env, &client, built, m).await?);
+        built = m;
+        measure_at_rest(env, &client, m, rounds, settle_secs, runs).await?;
     }
     Ok(())
 }
@@ -75,7 +90,7 @@ async fn run_round(
 ) -> Result<Vec<PhaseRun>> {
     let namespace = format!("{NAMESPACE_PREFIX}-{n}-r{round}-{}", side.slug());
     crate::kube::ensure_namespace(client, &namespace, &[]).await?;
-    let mut controller = start(env, side, &format!("{n}-r{round}"), QPS)?;
+    let mut controller = start(env, side, &format!("{n}-r{round}"), env.qps)?;
     let sync_timeout = if env.callgrind { 900 } else { 120 };
     controller
         .wait_synced(Duration::from_secs(sync_timeout))
@@ -83,6 +98,7 @@ async fn run_round(
     let api = Api::<Deployment>::namespaced(client.clone(), &namespace);
     let mut runs = Vec::new();
     controller.dump_profile(env, "startup")?;
+    let mut replicas = env.replicas;
     for &phase in &env.phases {
         controller.reset_peak(env);
         let before = probe(env, &controller)?;
@@ -95,7 +111,7 @@ async fn run_round(
                     move |i| {
                         let api = api.clone();
                         async move {
-                            api.create(&PostParams::default(), &deployment(i)?)
+                            api.create(&PostParams::default(), &deployment_with(i, replicas)?)
                                 .await
                                 .with_context(|| format!("creating {}", name(i)))?;
                             Ok(())
@@ -103,22 +119,22 @@ async fn run_round(
                     }
                 })
                 .await?;
-                Some(REPLICAS)
+                Some(replicas)
             }
             Phase::Rollout => {
                 patch_all(&api, n, image_patch("b")).await?;
-                Some(REPLICAS)
+                Some(replicas)
             }
             Phase::ScaleMidRollout => {
                 patch_all(&api, n, image_patch("c")).await?;
                 wait_observed(&api, n.div_ceil(2), started, env.phase_timeout).await?;
-                patch_all(
-                    &api,
-                    n,
-                    serde_json::json!({"spec": {"replicas": REPLICAS * 2}}),
-                )
-                .await?;
-                Some(REPLICAS * 2)
+                replicas = env.replicas * 2;
+                patch_all(&api, n, serde_json::json!({"spec": {"replicas": replicas}})).await?;
+                Some(replicas)
+            }
+            Phase::Recreate => {
+                patch_all(&api, n, recreate_patch("f")).await?;
+                Some(replicas)
             }
             Phase::Delete => {
                 delete_namespace(client, &namespace, env.phase_timeout).await?;
@@ -176,6 +192,8 @@ async fn run_round(
             apiserver: parse::delta(&before.apiserver, &after.apiserver),
             synced: None,
             first_write: None,
+            idle: None,
+            cluster_rss: None,
         });
     }
     controller.stop(env)?;
@@ -200,7 +218,9 @@ pub(super) fn round_phases(letters: &[String], callgrind: bool) -> Result<Vec<Ph
             "b" => Phase::Rollout,
             "c" => Phase::ScaleMidRollout,
             "d" => Phase::Delete,
-            other => bail!("--phases: unknown phase {other:?} (expected a, b, c or d)"),
+            "f" => Phase::Recreate,
+            "e" => bail!("--phases: e (at rest) runs alone (`--phases e`) or after the others"),
+            other => bail!("--phases: unknown phase {other:?} (expected a, b, c, f or d)"),
         };
         if !phases.contains(&phase) {
             phases.push(phase);
@@ -213,31 +233,37 @@ pub(super) fn round_phases(letters: &[String], callgrind: bool) -> Result<Vec<Ph
     Ok(phases)
 }
 
-/// Phase e: M Deployments at rest; per round and side a fresh process after one template was
-/// changed while no controller ran.
-async fn measure_at_rest(
-    env: &Env,
-    client: &Client,
-    m: usize,
-    rounds: usize,
-    settle_secs: u64,
-    runs: &mut Vec<PhaseRun>,
-) -> Result<()> {
-    let namespace = format!("{NAMESPACE_PREFIX}-rest-{m}");
-    crate::kube::ensure_namespace(client, &namespace, &[]).await?;
-    let api = Api::<Deployment>::namespaced(client.clone(), &namespace);
+/// Phase e's namespace of Deployment `i`: [`AT_REST_PER_NAMESPACE`] to a namespace.
+fn rest_namespace(i: usize) -> String {
+    format!("{NAMESPACE_PREFIX}-rest-{:03}", i / AT_REST_PER_NAMESPACE)
+}
+
+/// Grows phase e's Deployments from `built` to `m` (each in [`rest_namespace`]) with ours at
+/// [`SETUP_QPS`], until every one of them is complete; not measured.
+async fn prepare_at_rest(env: &Env, client: &Client, built: usize, m: usize) -> Result<Setup> {
+    let added = m - built;
     eprintln!(
-        "preparing {m} Deployments x {REPLICAS} at rest in {namespace} (ours, QPS {SETUP_QPS:?})…"
+        "preparing {m} Deployments x {} at rest ({added} added, ours at QPS {SETUP_QPS:?})…",
+        env.replicas
     );
+    let namespaces: BTreeSet<String> = (built..m).map(rest_namespace).collect();
+    for namespace in &namespaces {
+        crate::kube::ensure_namespace(client, namespace, &[]).await?;
+    }
     let mut setup = start(env, Side::Ours, &format!("rest-{m}-setup"), SETUP_QPS)?;
-    setup.wait_synced(Duration::from_secs(120)).await?;
+    setup.wait_synced(Duration::from_secs(600)).await?;
     let started = Instant::now();
-    concurrently(m, {
-        let api = api.clone();
-        move |i| {
-            let api = api.clone();
+    let replicas = env.replicas;
+    concurrently(added, {
+        let client = client.clone();
+        move |j| {
+            let i = built + j;
+            let api = Api::<Deployment>::namespaced(client.clone(), &rest_namespace(i));
             async move {
-                match api.create(&PostParams::default(), &deployment(i)?).await {
+                match api
+                    .create(&PostParams::default(), &deployment_with(i, replicas)?)
+                    .await
+                {
                     Ok(_) => Ok(()),
                     Err(e) if e.is_already_exists() => Ok(()),
                     Err(e) => Err(anyhow!("creating {}: {e}", name(i))),
@@ -246,20 +272,100 @@ async fn measure_at_rest(
         }
     })
     .await?;
-    let timeout = env.phase_timeout.max(Duration::from_secs(3600));
-    wait_complete(&api, m, REPLICAS, started, timeout, &mut setup).await?;
     eprintln!(
-        "  {m} Deployments complete after {:.0} s",
+        "  {added} Deployments created in {:.0} s",
         started.elapsed().as_secs_f64()
     );
+    let timeout = env
+        .phase_timeout
+        .max(Duration::from_secs(3600).max(Duration::from_millis(added as u64 * 100)));
+    wait_all_complete(client, m, env.replicas, started, timeout, &mut setup).await?;
+    let seconds = started.elapsed().as_secs_f64();
+    eprintln!("  {m} Deployments complete after {seconds:.0} s");
     setup.stop(env)?;
+    Ok(Setup {
+        total: m,
+        added,
+        seconds,
+    })
+}
 
-    let replica_sets = Api::<ReplicaSet>::namespaced(client.clone(), &namespace);
-    let pods = Api::<Pod>::namespaced(client.clone(), &namespace);
+/// Waits until the `m` Deployments of phase e's namespaces are complete at `want` replicas,
+/// listing them in pages.
+async fn wait_all_complete(
+    client: &Client,
+    m: usize,
+    want: i32,
+    started: Instant,
+    timeout: Duration,
+    controller: &mut super::running::Controller,
+) -> Result<()> {
+    let all = Api::<Deployment>::all(client.clone());
+    let prefix = format!("{NAMESPACE_PREFIX}-rest-");
+    let mut last_report = Instant::now();
+    loop {
+        let mut complete = 0;
+        let mut params = ListParams {
+            limit: Some(1000),
+            ..Default::default()
+        };
+        loop {
+            let page = all.list(&params).await?;
+            complete += page
+                .items
+                .iter()
+                .filter(|d| {
+                    d.metadata
+                        .namespace
+                        .as_deref()
+                        .is_some_and(|ns| ns.starts_with(&prefix))
+                        && rollout_state(d).complete(want)
+                })
+                .count();
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params.continue_token = Some(token),
+                None => break,
+            }
+        }
+        if complete >= m {
+            return Ok(());
+        }
+        if let Some(why) = controller.exited() {
+            bail!(why);
+        }
+        if started.elapsed() > timeout {
+            bail!("only {complete}/{m} Deployments complete at {want} replicas after {timeout:?}");
+        }
+        if last_report.elapsed() > Duration::from_secs(30) {
+            eprintln!(
+                "  {complete}/{m} complete after {:.0} s",
+                started.elapsed().as_secs_f64()
+            );
+            last_report = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis((m as u64 / 4).clamp(500, 10_000))).await;
+    }
+}
+
+/// Phase e at `m` Deployments at rest: per round and side a fresh process after one template
+/// was changed while no controller ran.
+async fn measure_at_rest(
+    env: &Env,
+    client: &Client,
+    m: usize,
+    rounds: usize,
+    settle_secs: u64,
+    runs: &mut Vec<PhaseRun>,
+) -> Result<()> {
+    let limit = Duration::from_secs((m as u64 / 10).max(600));
     for round in 0..rounds {
         for side in Side::order(round) {
             let index = (round * 2 + side as usize) % m;
             let target = name(index);
+            let namespace = rest_namespace(index);
+            let api = Api::<Deployment>::namespaced(client.clone(), &namespace);
+            let replica_sets = Api::<ReplicaSet>::namespaced(client.clone(), &namespace);
+            let pods = Api::<Pod>::namespaced(client.clone(), &namespace);
             let selector = ListParams {
                 label_selector: Some(format!("app={target}")),
                 ..Default::default()
@@ -270,25 +376,26 @@ async fn measure_at_rest(
             api.patch(
                 &target,
                 &PatchParams::default(),
-                &Patch::Merge(image_patch(&format!("rest-{round}-{}", side.slug()))),
+                &Patch::Merge(image_patch(&format!("rest-{m}-{round}-{}", side.slug()))),
             )
             .await
             .with_context(|| format!("patching {target}"))?;
             eprintln!(
-                "at rest, round {}/{rounds}: {} ({target} changed)",
+                "at rest, {m} Deployments, round {}/{rounds}: {} ({namespace}/{target} changed)",
                 round + 1,
                 side.slug()
             );
             let audit_from = audit_len(env);
             let api_before = apiserver_requests(env)?;
-            let mut c = start(env, side, &format!("rest-{m}-r{round}"), QPS)?;
+            let mut c = start(env, side, &format!("rest-{m}-r{round}"), env.qps)?;
             let (mut synced, mut first_write) = (None, None);
-            while synced.is_none() || first_write.is_none() {
+            let mut idle = IdleWatch::default();
+            while synced.is_none() || first_write.is_none() || idle.found.is_none() {
+                let now = c.spawned().elapsed().as_secs_f64();
                 if synced.is_none() && c.synced() {
-                    synced = Some(c.spawned().elapsed().as_secs_f64());
+                    synced = Some(now);
                 }
                 if first_write.is_none() {
-                    let now = c.spawned().elapsed().as_secs_f64();
                     let now_written = written(env, &replica_sets, &pods, &selector).await?;
                     if now_written.difference(&before).next().is_some() {
                         first_write = Some(now);
@@ -297,10 +404,18 @@ async fn measure_at_rest(
                 if let Some(why) = c.exited() {
                     bail!(why);
                 }
-                if c.spawned().elapsed() > Duration::from_secs(600) {
+                let (cpu, _) = c.usage()?;
+                idle.sample(
+                    c.spawned().elapsed().as_secs_f64(),
+                    cpu.seconds(env.ticks_per_second),
+                    synced.is_some() && first_write.is_some(),
+                );
+                if c.spawned().elapsed() > limit {
                     bail!(
-                        "{}: no caches synced or no new ReplicaSet for {target} within 600 s",
-                        side.slug()
+                        "{}: caches synced {synced:?} s, new ReplicaSet for {target} {first_write:?} \
+                         s, idle {:?}: not all within {limit:?}",
+                        side.slug(),
+                        idle.found
                     );
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -313,6 +428,9 @@ async fn measure_at_rest(
                 .unwrap_or_default();
             let api_after = apiserver_requests(env)?;
             let wall = c.spawned().elapsed().as_secs_f64();
+            let cluster = cluster_rss(env)
+                .map_err(|e| eprintln!("  warning: the cluster's RSS: {e:#}"))
+                .ok();
             runs.push(PhaseRun {
                 side,
                 round,
@@ -330,11 +448,16 @@ async fn measure_at_rest(
                 apiserver: parse::delta(&api_before, &api_after),
                 synced,
                 first_write,
+                idle: idle.found,
+                cluster_rss: cluster,
             });
             eprintln!(
-                "  synced {:.2} s, first write {:.2} s, steady RSS {} MiB, peak {} MiB, cpu {:.2} s",
+                "  synced {:.2} s, first write {:.2} s, idle {:.2} s at {:.2} CPU-s, steady RSS \
+                 {} MiB, peak {} MiB, cpu {:.2} s",
                 synced.unwrap_or(f64::NAN),
                 first_write.unwrap_or(f64::NAN),
+                idle.found.map_or(f64::NAN, |(at, _)| at),
+                idle.found.map_or(f64::NAN, |(_, cpu)| cpu),
                 memory.rss >> 20,
                 memory.peak >> 20,
                 cpu.seconds(env.ticks_per_second)
@@ -343,6 +466,42 @@ async fn measure_at_rest(
         }
     }
     Ok(())
+}
+
+/// Finds the first [`IDLE_WINDOW`] in which a process used less than [`IDLE_CPU_SHARE`] of a
+/// core, from samples of (seconds since spawn, CPU-seconds) taken every few milliseconds.
+#[derive(Default)]
+struct IdleWatch {
+    /// Samples since the process became eligible (see [`IdleWatch::sample`]).
+    samples: std::collections::VecDeque<(f64, f64)>,
+    /// The window's start: seconds since spawn and CPU-seconds spent until then.
+    found: Option<(f64, f64)>,
+}
+
+impl IdleWatch {
+    /// Adds a sample; `eligible` says whether the window may start here (caches synced and the
+    /// first write seen: before that an idle second is waiting, not done).
+    fn sample(&mut self, at: f64, cpu: f64, eligible: bool) {
+        if self.found.is_some() {
+            return;
+        }
+        if !eligible {
+            self.samples.clear();
+            return;
+        }
+        self.samples.push_back((at, cpu));
+        let window = IDLE_WINDOW.as_secs_f64();
+        // The latest sample at least a window back is the candidate start.
+        while self.samples.len() >= 2 && at - self.samples[1].0 >= window {
+            self.samples.pop_front();
+        }
+        if let Some(&(start, start_cpu)) = self.samples.front()
+            && at - start >= window
+            && cpu - start_cpu < IDLE_CPU_SHARE * (at - start)
+        {
+            self.found = Some((start, start_cpu));
+        }
+    }
 }
 
 /// What the first write of a freshly started side makes visible, for the Deployment `selector`
@@ -377,4 +536,46 @@ async fn written(
                 .collect(),
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Samples every 100 ms of a process that uses `rate` of a core until `busy_until`, then
+    /// nothing; eligible from `eligible_from`.
+    fn watch(rate: f64, busy_until: f64, eligible_from: f64) -> Option<(f64, f64)> {
+        let mut idle = IdleWatch::default();
+        for tenth in 0..100 {
+            let at = f64::from(tenth) / 10.0;
+            let cpu = rate * at.min(busy_until);
+            idle.sample(at, cpu, at >= eligible_from);
+        }
+        idle.found
+    }
+
+    #[test]
+    fn idle_is_the_start_of_the_first_quiet_second_after_eligibility() {
+        let (at, cpu) = watch(1.0, 3.0, 1.0).unwrap();
+        assert!((at - 3.0).abs() < 0.01, "{at}");
+        assert!((cpu - 3.0).abs() < 0.01, "{cpu}");
+        // Quiet before the caches synced does not count: the window starts at eligibility.
+        let (at, _) = watch(0.0, 0.0, 2.0).unwrap();
+        assert!((at - 2.0).abs() < 0.01, "{at}");
+        // Busy at a tenth of a core throughout: never idle.
+        assert_eq!(watch(0.1, 100.0, 0.0), None);
+        // Just under the threshold counts as idle.
+        assert!(watch(IDLE_CPU_SHARE * 0.5, 100.0, 0.0).is_some());
+    }
+
+    #[test]
+    fn rest_namespaces_hold_a_hundred_deployments_each() {
+        assert_eq!(rest_namespace(0), format!("{NAMESPACE_PREFIX}-rest-000"));
+        assert_eq!(rest_namespace(99), format!("{NAMESPACE_PREFIX}-rest-000"));
+        assert_eq!(rest_namespace(100), format!("{NAMESPACE_PREFIX}-rest-001"));
+        assert_eq!(
+            rest_namespace(29_999),
+            format!("{NAMESPACE_PREFIX}-rest-299")
+        );
+    }
 }

@@ -17,6 +17,12 @@
 //! with M Deployments x 4 Pods at rest: time from process start to caches synced and to the
 //! first write for a template changed while no controller ran, and steady RSS. Parsing lives in
 //! [`parse`], tables and the markdown in [`report`].
+//!
+//! `--scale` is the same measurement where the controller, not the client's rate limit, sets
+//! the pace and the caches dominate the process: both controllers and the cluster's own
+//! components at client limits no phase reaches, 1,000 Deployments x 5 Pods through phases
+//! a-c, a Recreate (f) and d, and phase e at several sizes up to 5,000-node density, built one
+//! on top of the other (docs/benchmarks/scale.md).
 
 pub(crate) mod lanes;
 mod measure;
@@ -51,8 +57,11 @@ use self::workload::{deployment, image_patch};
 /// The side of the comparison: ours or upstream, the contender layer's one type.
 pub(super) use xtask_contender::Contender as Side;
 
-/// Replicas of every benchmark Deployment.
+/// Replicas of every benchmark Deployment unless `--replicas` says otherwise.
 const REPLICAS: i32 = 4;
+/// Deployments per namespace of phase e (its sizes reach tens of thousands; a cluster of that
+/// size spreads them over hundreds of namespaces).
+const AT_REST_PER_NAMESPACE: usize = 100;
 /// Namespace prefix of the benchmark's workloads.
 const NAMESPACE_PREFIX: &str = "kctrl-bench-ctl";
 /// Concurrent requests of the driver's create and patch loads (its client is not throttled).
@@ -62,12 +71,19 @@ const CONCURRENCY: usize = 16;
 const TAIL: Duration = Duration::from_secs(3);
 /// Client QPS / burst of the controllers (kube-controller-manager's defaults).
 const QPS: (u32, u32) = (20, 30);
-/// Client QPS / burst of our controller while it prepares the at-rest namespace (not measured).
-const SETUP_QPS: (u32, u32) = (400, 600);
+/// Client QPS / burst of our controller while it prepares the at-rest namespaces (not measured).
+const SETUP_QPS: (u32, u32) = (2000, 4000);
 /// Client QPS / burst of the cluster's kube-controller-manager (ReplicaSet controller, garbage
 /// collector, namespace controller): high enough that the Deployment controller is the
 /// bottleneck of every phase, for both sides alike.
 const CLUSTER_KCM_QPS: (u32, u32) = (200, 400);
+/// `--scale`'s client QPS / burst of both controllers measured and of the cluster's
+/// kube-controller-manager and kube-scheduler: limits none of them reaches (KWOK's client has
+/// no limit).
+const SCALE_QPS: (u32, u32) = (5000, 10000);
+/// `--scale`'s phase e sizes (Deployments x 5 Pods): 30,000 is 150,000 Pods, the Pods of
+/// Kubernetes' 5,000-node scalability envelope.
+const SCALE_AT_REST: [usize; 3] = [3000, 10000, 30000];
 
 /// Arguments of `cargo xtask bench controller`.
 #[derive(clap::Args)]
@@ -75,10 +91,28 @@ pub(crate) struct ControllerArgs {
     /// Deployments per round of phases a-d, comma-separated (default 100,500; 10 with --quick).
     #[arg(long, value_delimiter = ',')]
     deployments: Vec<usize>,
-    /// Deployments (x 4 Pods) in the cluster for the at-rest phase e (default 2000; 40 with
-    /// --quick); 0 skips phase e.
+    /// Deployments (x 4 Pods) in the cluster for the at-rest phase e, comma-separated and
+    /// ascending; each size is built on the one before (default 2000; 40 with --quick;
+    /// 3000,10000,30000 with --scale); 0 skips phase e.
+    #[arg(long, value_delimiter = ',')]
+    at_rest: Vec<usize>,
+    /// Replicas of every Deployment (default 4; 5 with --scale).
     #[arg(long)]
-    at_rest: Option<usize>,
+    replicas: Option<i32>,
+    /// Client QPS,burst of both controllers measured (default 20,30: kube-controller-manager's
+    /// defaults; 5000,10000 with --scale).
+    #[arg(long, value_delimiter = ',')]
+    qps: Vec<u32>,
+    /// Client QPS,burst of the cluster's kube-controller-manager and kube-scheduler (default
+    /// 200,400; 5000,10000 with --scale).
+    #[arg(long, value_delimiter = ',')]
+    cluster_qps: Vec<u32>,
+    /// The measurement of issue [scale]: the controllers' and the cluster's client limits out
+    /// of the way, 1,000 Deployments x 5 Pods through phases a, b, c, f (Recreate) and d, two
+    /// rounds, phase e at 3,000, 10,000 and 30,000 Deployments; writes
+    /// docs/benchmarks/scale.md. Explicit options override each part.
+    #[arg(long)]
+    scale: bool,
     /// Rounds; each runs both controllers once per size, alternating which goes first (default
     /// 3; 1 with --quick).
     #[arg(long)]
@@ -92,9 +126,10 @@ pub(crate) struct ControllerArgs {
     /// Small sizes and one round: a smoke run, not numbers to publish.
     #[arg(long)]
     quick: bool,
-    /// Phases of each round to measure, comma-separated letters (default a,b,c,d; a,b,c with
-    /// --callgrind). The namespace of a round is deleted unmeasured when d is left out. A
-    /// subset is not written to the docs.
+    /// Phases of each round to measure, comma-separated letters: a create, b rollout, c scale
+    /// x2 mid-rollout, f Recreate, d namespace deletion (default a,b,c,d; a,b,c,f,d with
+    /// --scale; a,b,c with --callgrind); `e` alone measures only phase e. The namespace of a
+    /// round is deleted unmeasured when d is left out. A subset is not written to the docs.
     #[arg(long, value_delimiter = ',')]
     phases: Vec<String>,
     /// Profile ours instead: phases a-c under `valgrind --tool=callgrind` (one round, ours only,
@@ -139,6 +174,8 @@ pub(super) enum Phase {
     Rollout,
     /// (c) a second template change, every Deployment scaled x2 mid-rollout.
     ScaleMidRollout,
+    /// (f) the strategy changed to Recreate with a third template change.
+    Recreate,
     /// (d) the namespace deleted until gone.
     Delete,
     /// (e) a fresh process with M Deployments at rest.
@@ -160,6 +197,7 @@ impl Phase {
             Phase::Create => "phase-a-create",
             Phase::Rollout => "phase-b-rollout",
             Phase::ScaleMidRollout => "phase-c-scale",
+            Phase::Recreate => "phase-f-recreate",
             Phase::Delete => "phase-d-delete",
             Phase::AtRest => "phase-e-at-rest",
         }
@@ -171,6 +209,7 @@ impl Phase {
             Phase::Create => "(a) create",
             Phase::Rollout => "(b) rollout",
             Phase::ScaleMidRollout => "(c) scale x2 mid-rollout",
+            Phase::Recreate => "(f) Recreate",
             Phase::Delete => "(d) namespace deletion",
             Phase::AtRest => "(e) at rest",
         }
@@ -209,7 +248,20 @@ pub(super) struct PhaseRun {
     pub(super) synced: Option<f64>,
     /// Phase e: seconds from process start to the changed Deployment's new ReplicaSet.
     pub(super) first_write: Option<f64>,
+    /// Phase e: seconds from process start to the first second without work (after caches
+    /// synced and the first write: less than [`IDLE_CPU_SHARE`] of a core for
+    /// [`IDLE_WINDOW`]), and the CPU-seconds spent until then.
+    pub(super) idle: Option<(f64, f64)>,
+    /// Phase e: resident set of kube-apiserver and etcd at the end (the cluster's, for scale).
+    pub(super) cluster_rss: Option<(u64, u64)>,
 }
+
+/// Phase e's idle detection: the controller is idle once its CPU use stays below this share
+/// of one core for [`IDLE_WINDOW`], read from `/proc` (scraping its metrics would cost the
+/// measured process work of its own).
+pub(super) const IDLE_CPU_SHARE: f64 = 0.05;
+/// See [`IDLE_CPU_SHARE`].
+pub(super) const IDLE_WINDOW: Duration = Duration::from_secs(1);
 
 /// Everything the measurement needs.
 struct Env {
@@ -231,6 +283,10 @@ struct Env {
     peak_reset_works: std::sync::atomic::AtomicBool,
     /// KWOK nodes of the cluster.
     nodes: usize,
+    /// Replicas of every Deployment.
+    replicas: i32,
+    /// Client QPS / burst of the controllers measured.
+    qps: (u32, u32),
 }
 
 fn target_dir(root: &Path) -> PathBuf {
@@ -253,25 +309,80 @@ rules:
 
 pub(crate) fn run(args: ControllerArgs) -> Result<()> {
     let root = crate::workspace_root();
-    let sizes = if !args.deployments.is_empty() {
+    let scale = args.scale && !args.quick;
+    if args.scale && (args.quick || args.callgrind) {
+        bail!("--scale is a full measurement: drop --quick and --callgrind");
+    }
+    let phase_letters: Vec<String> = if args.phases.is_empty() && scale {
+        ["a", "b", "c", "f", "d"].map(str::to_owned).to_vec()
+    } else {
+        args.phases.clone()
+    };
+    let only_at_rest = phase_letters.len() == 1 && phase_letters[0].trim() == "e";
+    let sizes = if only_at_rest {
+        Vec::new()
+    } else if !args.deployments.is_empty() {
         args.deployments.clone()
     } else if args.quick || args.callgrind {
         vec![if args.callgrind { 20 } else { 10 }]
+    } else if scale {
+        vec![1000]
     } else {
         vec![100, 500]
     };
     if sizes.contains(&0) {
         bail!("--deployments: sizes must be positive");
     }
-    let at_rest = if args.callgrind {
-        0
+    let at_rest: Vec<usize> = if args.callgrind {
+        Vec::new()
+    } else if !args.at_rest.is_empty() {
+        args.at_rest.iter().copied().filter(|&m| m > 0).collect()
+    } else if args.quick {
+        vec![40]
+    } else if scale {
+        SCALE_AT_REST.to_vec()
     } else {
-        args.at_rest.unwrap_or(if args.quick { 40 } else { 2000 })
+        vec![2000]
     };
+    if at_rest.windows(2).any(|w| w[0] >= w[1]) {
+        bail!("--at-rest {at_rest:?}: sizes must be ascending (each is built on the one before)");
+    }
+    if only_at_rest && at_rest.is_empty() {
+        bail!("--phases e measures phase e only: give it a size (--at-rest)");
+    }
+    let replicas = args.replicas.unwrap_or(if scale { 5 } else { REPLICAS });
+    if !(1..=100).contains(&replicas) {
+        bail!("--replicas {replicas}: expected 1 to 100");
+    }
+    let pair = |flag: &str, given: &[u32], default: (u32, u32)| -> Result<(u32, u32)> {
+        match given {
+            [] => Ok(default),
+            [qps, burst] if *qps > 0 && burst >= qps => Ok((*qps, *burst)),
+            _ => bail!(
+                "{flag} {given:?}: expected QPS,BURST with 0 < QPS <= BURST (e.g. {},{})",
+                default.0,
+                default.1
+            ),
+        }
+    };
+    let qps = pair("--qps", &args.qps, if scale { SCALE_QPS } else { QPS })?;
+    let cluster_qps = pair(
+        "--cluster-qps",
+        &args.cluster_qps,
+        if scale { SCALE_QPS } else { CLUSTER_KCM_QPS },
+    )?;
     let rounds = if args.callgrind {
         1
     } else {
-        args.rounds.unwrap_or(if args.quick { 1 } else { 3 }).max(1)
+        args.rounds
+            .unwrap_or(if args.quick {
+                1
+            } else if scale {
+                2
+            } else {
+                3
+            })
+            .max(1)
     };
     if args.callgrind && !command_works("valgrind", &["--version"]) {
         bail!("--callgrind needs valgrind on PATH");
@@ -279,18 +390,29 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
     if let Some(bad) = args.ours_env.iter().find(|kv| !kv.contains('=')) {
         bail!("--ours-env {bad:?}: expected KEY=VALUE");
     }
-    let phases = round_phases(&args.phases, args.callgrind)?;
-    let subset = phases != Phase::ROUND;
+    let phases = if only_at_rest {
+        Vec::new()
+    } else {
+        round_phases(&phase_letters, args.callgrind)?
+    };
+    let subset = if scale {
+        phases != round_phases(&["a", "b", "c", "f", "d"].map(str::to_owned), false)?
+    } else {
+        phases != Phase::ROUND
+    };
     let variant = args.ours_binary.is_some() || !args.ours_env.is_empty();
     if !args.ours_env.is_empty() && args.callgrind {
         // valgrind would profile the `env` wrapper, not the controller.
         bail!("--callgrind profiles the controller binary itself: drop --ours-env");
     }
 
-    // Room for every Pod: a KWOK node takes 110. Phase c peaks at 8 replicas plus surge; the
-    // at-rest Pods come after the last round's namespace is gone.
-    let pods =
-        (at_rest * REPLICAS as usize + 10).max(sizes.iter().max().copied().unwrap_or(0) * 10) + 100;
+    // Room for every Pod: a KWOK node takes 110. Phase c peaks at twice the replicas plus
+    // surge; the at-rest Pods come after the last round's namespace is gone.
+    let largest_at_rest = at_rest.last().copied().unwrap_or(0);
+    let per_deployment = replicas as usize;
+    let pods = (largest_at_rest * per_deployment + 10)
+        .max(sizes.iter().max().copied().unwrap_or(0) * per_deployment * 5 / 2)
+        + 100;
     let mut env = prepare(
         &args.name,
         pods,
@@ -299,12 +421,16 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
         Duration::from_secs(args.phase_timeout_secs),
         args.ours_binary.as_deref(),
         (args.kube.release, args.measured),
+        cluster_qps,
     )?;
     env.ours_env = args.ours_env.clone();
     env.phases = phases;
+    env.replicas = replicas;
+    env.qps = qps;
     let nodes = env.nodes;
     let machine = report::Machine::detect(&env.info.kubernetes_version);
     let mut runs = Vec::new();
+    let mut setups = Vec::new();
     let result = (|| -> Result<()> {
         xtask_contender::rbac::grant_deploy_rbac(&env.info.kubectl, &env.info.admin_kubeconfig)?;
         check_cluster_kcm(&env)?;
@@ -315,10 +441,11 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
         runtime.block_on(measure(
             &env,
             &sizes,
-            at_rest,
+            &at_rest,
             rounds,
             args.settle_secs,
             &mut runs,
+            &mut setups,
         ))
     })();
     let machine = machine.finish();
@@ -341,7 +468,11 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
         peak_reset: env
             .peak_reset_works
             .load(std::sync::atomic::Ordering::Relaxed),
-        cluster_kcm_qps: CLUSTER_KCM_QPS,
+        cluster_kcm_qps: cluster_qps,
+        qps,
+        replicas,
+        scale,
+        setups,
         measured: args.measured,
         incomplete: result.as_ref().err().map(|e| format!("{e:#}")),
     };
@@ -355,7 +486,11 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
     } else if subset {
         eprintln!("(not written to the docs: a subset of the phases, --phases)");
     } else if !args.no_doc {
-        let doc = root.join(args.measured.doc());
+        let doc = root.join(if scale {
+            "docs/benchmarks/scale.md"
+        } else {
+            args.measured.doc()
+        });
         fs::create_dir_all(doc.parent().expect("has a parent"))?;
         let existing = fs::read_to_string(&doc).unwrap_or_default();
         fs::write(
@@ -380,6 +515,7 @@ fn prepare(
     phase_timeout: Duration,
     ours_binary: Option<&Path>,
     (release, measured): (&'static Release, Measured),
+    cluster_qps: (u32, u32),
 ) -> Result<Env> {
     let ours = match ours_binary {
         Some(binary) => fs::canonicalize(binary)
@@ -423,9 +559,14 @@ fn prepare(
                 "--audit-log-format=json".into(),
                 "--audit-log-maxsize=0".into(),
             ],
+            // Binding Pods must not set the pace either.
+            scheduler_args: vec![
+                format!("--kube-api-qps={}", cluster_qps.0),
+                format!("--kube-api-burst={}", cluster_qps.1),
+            ],
             controller_manager_args: vec![
-                format!("--kube-api-qps={}", CLUSTER_KCM_QPS.0),
-                format!("--kube-api-burst={}", CLUSTER_KCM_QPS.1),
+                format!("--kube-api-qps={}", cluster_qps.0),
+                format!("--kube-api-burst={}", cluster_qps.1),
             ],
             deployment_controller: measured.cluster_runs().0,
             replicaset_controller: measured.cluster_runs().1,
@@ -452,6 +593,8 @@ fn prepare(
         phase_timeout,
         peak_reset_works: std::sync::atomic::AtomicBool::new(true),
         nodes,
+        replicas: REPLICAS,
+        qps: QPS,
     })
 }
 
@@ -500,188 +643,4 @@ fn check_cluster_kcm(env: &Env) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use kctrl_client::versioned::Versioned;
-
-    #[test]
-    fn audit_policy_records_only_the_two_controller_identities() {
-        let policy: serde_yaml_ng::Value = serde_yaml_ng::from_str(&audit_policy()).unwrap();
-        assert_eq!(policy["kind"], "Policy");
-        assert_eq!(policy["apiVersion"], "audit.k8s.io/v1");
-        let rules = policy["rules"].as_sequence().unwrap();
-        assert_eq!(rules.len(), 2);
-        assert_eq!(rules[0]["level"], "Metadata");
-        let users: Vec<&str> = rules[0]["users"]
-            .as_sequence()
-            .unwrap()
-            .iter()
-            .map(|u| u.as_str().unwrap())
-            .collect();
-        assert_eq!(users, [OURS_USER, UPSTREAM_USER, UPSTREAM_REPLICASET_USER]);
-        assert_eq!(rules[1]["level"], "None");
-        let omitted = policy["omitStages"].as_sequence().unwrap();
-        assert!(omitted.iter().any(|s| s == "ResponseStarted"));
-    }
-
-    #[test]
-    fn sides_alternate_by_round() {
-        assert_eq!(Side::order(0), [Side::Ours, Side::Upstream]);
-        assert_eq!(Side::order(1), [Side::Upstream, Side::Ours]);
-        assert_eq!(Side::order(2), [Side::Ours, Side::Upstream]);
-    }
-
-    #[test]
-    fn phases_are_named_by_letter_and_kept_in_round_order() {
-        let letters = |s: &str| s.split(',').map(str::to_owned).collect::<Vec<_>>();
-        assert_eq!(round_phases(&[], false).unwrap(), Phase::ROUND.to_vec());
-        assert_eq!(round_phases(&[], true).unwrap(), Phase::ROUND[..3].to_vec());
-        assert_eq!(
-            round_phases(&letters("c,a,a"), false).unwrap(),
-            [Phase::Create, Phase::ScaleMidRollout]
-        );
-        let unknown = round_phases(&letters("a,e"), false).unwrap_err();
-        assert!(unknown.to_string().contains("\"e\""), "{unknown}");
-        let without_a = round_phases(&letters("b"), false).unwrap_err();
-        assert!(without_a.to_string().contains("include a"), "{without_a}");
-    }
-
-    #[test]
-    fn arguments_parse() {
-        use clap::Parser;
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            args: ControllerArgs,
-        }
-        let cli = Cli::try_parse_from([
-            "x",
-            "--deployments",
-            "100,500",
-            "--at-rest",
-            "0",
-            "--rounds",
-            "2",
-        ])
-        .unwrap();
-        assert_eq!(cli.args.deployments, [100, 500]);
-        assert_eq!(cli.args.at_rest, Some(0));
-        assert_eq!(cli.args.rounds, Some(2));
-        assert_eq!(cli.args.name, "bench-controller");
-        assert!(Cli::try_parse_from(["x", "--deployments", "many"]).is_err());
-    }
-
-    #[test]
-    fn workload_objects() {
-        let d = deployment(7).unwrap();
-        assert_eq!(d.metadata.name.as_deref(), Some("d-0007"));
-        let spec = d.spec.into_value().unwrap();
-        assert_eq!(spec.replicas, Some(REPLICAS));
-        assert_eq!(
-            spec.selector.match_labels.unwrap()["app"],
-            "d-0007".to_string()
-        );
-        let patch = image_patch("b");
-        assert_eq!(
-            patch["spec"]["template"]["spec"]["containers"][0]["image"],
-            "registry.k8s.io/pause:b"
-        );
-    }
-
-    /// An environment whose "cluster" is a scratch directory and whose controller is `ours`.
-    fn scratch_env(name: &str, ours: &str) -> (PathBuf, Env) {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!(
-            "kctrl-bench-controller-{name}-{}",
-            std::process::id()
-        ));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(dir.join("bin")).unwrap();
-        fs::create_dir_all(dir.join("bench/logs")).unwrap();
-        let binary = dir.join("bin/deployment-controller");
-        fs::write(&binary, format!("#!/bin/sh\n{ours}\n")).unwrap();
-        fs::set_permissions(&binary, fs::Permissions::from_mode(0o755)).unwrap();
-        let cluster = dir.join("cluster");
-        let env = Env {
-            measured: Measured::Deployment,
-            ours: binary,
-            ours_env: Vec::new(),
-            kcm: PathBuf::from("/nonexistent/kube-controller-manager"),
-            info: ClusterInfo {
-                name: name.to_owned(),
-                dir: cluster.clone(),
-                admin_kubeconfig: cluster.join("kubeconfig/admin.kubeconfig"),
-                controller_kubeconfig: cluster.join("kubeconfig/deployment-controller.kubeconfig"),
-                apiserver_url: "https://127.0.0.1:1".into(),
-                etcd_endpoint: "http://127.0.0.1:2".into(),
-                kubectl: PathBuf::from("kubectl"),
-                kubernetes_version: "v1.36.5".into(),
-            },
-            dir: dir.join("bench"),
-            audit_log: dir.join("bench/audit.log"),
-            ticks_per_second: 100,
-            callgrind: false,
-            phases: Phase::ROUND.to_vec(),
-            phase_timeout: Duration::from_secs(10),
-            peak_reset_works: std::sync::atomic::AtomicBool::new(true),
-            nodes: 3,
-        };
-        (dir, env)
-    }
-
-    #[test]
-    fn a_second_controller_is_refused_and_a_stopped_one_is_gone() {
-        let (dir, env) = scratch_env(
-            "alone",
-            "trap 'exit 0' TERM\necho 'INFO Caches are synced for deployment'\nwhile :; do sleep 0.1; done",
-        );
-        ensure_no_deployment_controller(&env).unwrap();
-        let mut first = start(&env, Side::Ours, "t1", QPS).unwrap();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let synced = runtime
-            .block_on(first.wait_synced(Duration::from_secs(10)))
-            .unwrap();
-        assert!(synced < 10.0);
-        let log = fs::read_to_string(&first.log).unwrap_or_default();
-        assert!(log.contains("Caches are synced"), "{log}");
-        // The process is found by its command line (it names the cluster's kubeconfig).
-        let running = xtask_contender::fresh::deployment_controllers(&env.info.dir);
-        assert_eq!(running.len(), 1, "{running:?}");
-        assert_eq!(running[0].0, first.pid());
-        let err = start(&env, Side::Ours, "t2", QPS)
-            .err()
-            .expect("a second controller must be refused")
-            .to_string();
-        assert!(err.contains("already runs"), "{err}");
-        let (cpu, memory) = first.usage().unwrap();
-        assert!(memory.rss > 0 && memory.peak >= memory.rss);
-        assert!(cpu.seconds(100) >= 0.0);
-        first.reset_peak(&env);
-        let pid = first.pid();
-        first.stop(&env).unwrap();
-        assert!(!Path::new(&format!("/proc/{pid}")).exists());
-        ensure_no_deployment_controller(&env).unwrap();
-        fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn a_controller_that_exits_before_syncing_is_an_error_naming_its_log() {
-        let (dir, env) = scratch_env("early", "echo 'cannot reach the API server'; exit 1");
-        let mut c = start(&env, Side::Ours, "t", QPS).unwrap();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let err = runtime
-            .block_on(c.wait_synced(Duration::from_secs(10)))
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("exited"), "{err}");
-        assert!(err.contains("cannot reach the API server"), "{err}");
-        c.stop(&env).unwrap();
-        fs::remove_dir_all(&dir).unwrap();
-    }
-}
+mod tests;

@@ -17,7 +17,8 @@ pub(super) const KEEP_MARKER: &str =
 /// How the run was configured.
 pub(super) struct Settings {
     pub(super) sizes: Vec<usize>,
-    pub(super) at_rest: usize,
+    /// Phase e's sizes, ascending.
+    pub(super) at_rest: Vec<usize>,
     pub(super) rounds: usize,
     pub(super) settle_secs: u64,
     pub(super) quick: bool,
@@ -25,6 +26,14 @@ pub(super) struct Settings {
     /// Whether VmHWM could be reset per phase (`/proc/<pid>/clear_refs`).
     pub(super) peak_reset: bool,
     pub(super) cluster_kcm_qps: (u32, u32),
+    /// Client QPS / burst of the controllers measured.
+    pub(super) qps: (u32, u32),
+    /// Replicas of every Deployment.
+    pub(super) replicas: i32,
+    /// `--scale`: the issue's targets at scale instead of the defaults'.
+    pub(super) scale: bool,
+    /// Phase e's preparation per size: Deployments added, seconds until all complete.
+    pub(super) setups: Vec<super::measure::Setup>,
     /// The controllers measured.
     pub(super) measured: super::Measured,
     /// Why the run stopped early, if it did (the report then holds what was measured).
@@ -46,14 +55,18 @@ fn total(c: &Counts) -> f64 {
     c.values().sum()
 }
 
-fn metrics(phase: Phase) -> Vec<Metric> {
+/// The rows of `phase`'s table; `scale` takes the targets of issue [scale] (rollouts: wall time
+/// <= 0.8x with writes <= 1.0x; at rest: synced and CPU to idle <= 0.5x, peak RSS <= 0.25x)
+/// instead of the defaults'.
+fn metrics(phase: Phase, scale: bool) -> Vec<Metric> {
     let mut out = Vec::new();
+    let unless_scale = |t: f64| (!scale).then_some(t);
     if phase == Phase::AtRest {
         out.push(Metric {
             name: "time to caches synced (s)",
             get: |r| r.synced,
             decimals: 2,
-            target: Some(1.0),
+            target: Some(if scale { 0.5 } else { 1.0 }),
         });
         out.push(Metric {
             name: "time to first write (s)",
@@ -61,12 +74,24 @@ fn metrics(phase: Phase) -> Vec<Metric> {
             decimals: 2,
             target: None,
         });
+        out.push(Metric {
+            name: "time to idle (s)",
+            get: |r| r.idle.map(|(at, _)| at),
+            decimals: 2,
+            target: None,
+        });
+        out.push(Metric {
+            name: "CPU-seconds to idle",
+            get: |r| r.idle.map(|(_, cpu)| cpu),
+            decimals: 2,
+            target: scale.then_some(0.5),
+        });
     } else {
         out.push(Metric {
             name: "wall time (s)",
             get: |r| Some(r.wall),
             decimals: 1,
-            target: Some(1.0),
+            target: Some(if scale { 0.8 } else { 1.0 }),
         });
         if phase != Phase::Delete {
             out.push(Metric {
@@ -91,7 +116,7 @@ fn metrics(phase: Phase) -> Vec<Metric> {
         },
         get: |r| Some(r.cpu),
         decimals: 2,
-        target: Some(0.5),
+        target: unless_scale(0.5),
     });
     out.push(Metric {
         name: "of which in the kernel (stime)",
@@ -103,7 +128,11 @@ fn metrics(phase: Phase) -> Vec<Metric> {
         name: "peak RSS (MiB)",
         get: |r| Some(r.peak_rss as f64 / MIB),
         decimals: 1,
-        target: Some(0.3),
+        target: match (phase == Phase::AtRest, scale) {
+            (true, true) => Some(0.25),
+            (false, true) => None,
+            (_, false) => Some(0.3),
+        },
     });
     out.push(Metric {
         name: "steady RSS (MiB)",
@@ -129,6 +158,20 @@ fn metrics(phase: Phase) -> Vec<Metric> {
         decimals: 0,
         target: None,
     });
+    if phase == Phase::AtRest {
+        out.push(Metric {
+            name: "kube-apiserver RSS at the end (MiB)",
+            get: |r| r.cluster_rss.map(|(apiserver, _)| apiserver as f64 / MIB),
+            decimals: 0,
+            target: None,
+        });
+        out.push(Metric {
+            name: "etcd RSS at the end (MiB)",
+            get: |r| r.cluster_rss.map(|(_, etcd)| etcd as f64 / MIB),
+            decimals: 0,
+            target: None,
+        });
+    }
     out
 }
 
@@ -173,9 +216,9 @@ fn groups(runs: &[PhaseRun]) -> Vec<(usize, Phase)> {
     out
 }
 
-fn heading(size: usize, phase: Phase) -> String {
+fn heading(size: usize, phase: Phase, replicas: i32) -> String {
     if phase == Phase::AtRest {
-        format!("{}: {size} Deployments x 4 Pods", phase.title())
+        format!("{}: {size} Deployments x {replicas} Pods", phase.title())
     } else {
         format!("{}: N = {size}", phase.title())
     }
@@ -186,11 +229,11 @@ pub(super) fn text(runs: &[PhaseRun], settings: &Settings) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "bench controller: sizes {:?}, at rest {}, {} round(s); median (min–max), ours / upstream",
+        "bench controller: sizes {:?}, at rest {:?}, {} round(s); median (min–max), ours / upstream",
         settings.sizes, settings.at_rest, settings.rounds
     );
     for (size, phase) in groups(runs) {
-        let _ = writeln!(out, "\n{}", heading(size, phase));
+        let _ = writeln!(out, "\n{}", heading(size, phase, settings.replicas));
         let (o, u) = (
             select(runs, Side::Ours, size, phase),
             select(runs, Side::Upstream, size, phase),
@@ -207,7 +250,7 @@ pub(super) fn text(runs: &[PhaseRun], settings: &Settings) -> String {
             .width(6)
             .left("")
             .width(0);
-        for m in metrics(phase) {
+        for m in metrics(phase, settings.scale) {
             let (so, su) = (spread_of(&o, m.get), spread_of(&u, m.get));
             let r = ratio(so, su);
             t.row([
@@ -316,11 +359,11 @@ pub(super) fn markdown(
             select(runs, Side::Ours, size, phase),
             select(runs, Side::Upstream, size, phase),
         );
-        for m in metrics(phase) {
+        for m in metrics(phase, settings.scale) {
             let Some(target) = m.target else { continue };
             let r = ratio(spread_of(&o, m.get), spread_of(&u, m.get));
             targets.row([
-                heading(size, phase),
+                heading(size, phase, settings.replicas),
                 m.name.to_owned(),
                 r.map_or("-".into(), |r| format!("{r:.2}")),
                 format!("<= {target}"),
@@ -332,7 +375,7 @@ pub(super) fn markdown(
 
     let _ = writeln!(out, "\n## Results\n");
     for (size, phase) in groups(runs) {
-        let _ = writeln!(out, "### {}\n", heading(size, phase));
+        let _ = writeln!(out, "### {}\n", heading(size, phase, settings.replicas));
         let (o, u) = (
             select(runs, Side::Ours, size, phase),
             select(runs, Side::Upstream, size, phase),
@@ -343,7 +386,7 @@ pub(super) fn markdown(
             .right("upstream")
             .right("ratio")
             .left("target");
-        for m in metrics(phase) {
+        for m in metrics(phase, settings.scale) {
             let (so, su) = (spread_of(&o, m.get), spread_of(&u, m.get));
             let r = ratio(so, su);
             t.row([
@@ -401,7 +444,7 @@ pub(super) fn markdown(
     ordered.sort_by_key(|r| (r.phase == Phase::AtRest, r.size, r.phase, r.round, r.side));
     for r in ordered {
         every.row([
-            heading(r.size, r.phase),
+            heading(r.size, r.phase, settings.replicas),
             (r.round + 1).to_string(),
             r.side.slug().to_owned(),
             fmt(r.wall, 1),
@@ -428,16 +471,22 @@ pub(super) fn markdown(
         out,
         "{sides}\
 - Per round and N, each controller in a fresh process and a fresh namespace (order alternating \
-by round): (a) N Deployments x 4 replicas (RollingUpdate 25%/25%) created, until each is \
+by round): (a) N Deployments x {replicas} replicas (RollingUpdate 25%/25%) created, until each is \
 complete (observedGeneration >= generation, replicas = updated = available = spec); (b) every \
 image changed; (c) every image changed again and, once half of the Deployments observed that \
-change, every Deployment scaled to 8; (d) the namespace deleted, until it is gone. Completion \
+change, every Deployment scaled to {doubled}; (f, when measured) the strategy changed to Recreate \
+with a third image; (d) the namespace deleted, until it is gone. Completion \
 times are seen by the driver listing the Deployments every 250 ms (500 ms above 200).\n\
-- (e) {m} Deployments x 4 Pods prepared once (by ours at a high QPS, not measured); per round \
+- (e) at {m} Deployments x {replicas} Pods, {per_namespace} per namespace, each size built on \
+the one before by ours at QPS {setup_qps} with the cluster's components as above (not \
+measured; times under Setup); per round \
 and controller one Deployment's image is changed while no controller runs, then the controller \
 starts: time from spawn to its caches-synced log line (ours: `Caches are synced for`; upstream: \
-`\"Caches are synced\" controller=\"deployment\"`, `controller=\"replicaset\"`) and to the \
-{first_write}, polled every 20 ms; RSS {settle} s after that.\n\
+`\"Caches are synced\" controller=\"deployment\"`, `controller=\"replicaset\"`), to the \
+{first_write}, polled every 20 ms, and to idle: the first {window} s after both in which it used \
+less than {idle_share}% of a core (read from /proc at each 20 ms poll, so that it costs \
+the measured process nothing); CPU-seconds to idle are those spent until that window began. \
+RSS {settle} s after the first write and idle; the cluster's kube-apiserver and etcd RSS then too.\n\
 - CPU-seconds: utime + stime of /proc/<pid>/stat over the phase (phase e: since start), \
 including a 3 s tail after the last completion. Peak RSS: VmHWM, {reset}; steady RSS: VmRSS at \
 the end of the phase. Writes: create/update/patch/delete requests of the controller's user in \
@@ -450,7 +499,18 @@ the apiserver's audit log (Metadata level for the controller identities only).\n
         } else {
             "changed Deployment's new ReplicaSet (its first write)"
         },
-        m = settings.at_rest,
+        m = settings
+            .at_rest
+            .iter()
+            .map(usize::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+        replicas = settings.replicas,
+        doubled = settings.replicas * 2,
+        per_namespace = super::AT_REST_PER_NAMESPACE,
+        setup_qps = format!("{} / burst {}", super::SETUP_QPS.0, super::SETUP_QPS.1),
+        window = super::IDLE_WINDOW.as_secs_f64(),
+        idle_share = super::IDLE_CPU_SHARE * 100.0,
         settle = settings.settle_secs,
         reset = if settings.peak_reset {
             "reset at the start of each phase through /proc/<pid>/clear_refs"
@@ -458,6 +518,35 @@ the apiserver's audit log (Metadata level for the controller identities only).\n
             "since process start (resetting it through /proc/<pid>/clear_refs failed)"
         },
     );
+
+    if !settings.setups.is_empty() {
+        let _ = writeln!(out, "\n## Setup of phase e\n");
+        let mut t = Table::new()
+            .right("Deployments")
+            .right("Pods")
+            .right("added")
+            .right("until all complete (s)")
+            .right("objects per second");
+        for setup in &settings.setups {
+            t.row([
+                setup.total.to_string(),
+                (setup.total * settings.replicas as usize).to_string(),
+                setup.added.to_string(),
+                fmt(setup.seconds, 0),
+                fmt(
+                    (setup.added * (2 + settings.replicas as usize)) as f64
+                        / setup.seconds.max(0.001),
+                    0,
+                ),
+            ]);
+        }
+        out.push_str(&t.markdown());
+        let _ = writeln!(
+            out,
+            "\nObjects per second count the Deployments, ReplicaSets and Pods added; each also \
+             has its status written (KWOK marks every Pod running and ready)."
+        );
+    }
 
     let _ = writeln!(out, "\n{KEEP_MARKER}");
     if let Some(kept) = kept_part(existing) {
@@ -509,7 +598,10 @@ is checked: none may run it; after it stops, its pid must be gone.\n\
 shipped (profile `dist`: release with whole-program optimisation; default features, so mimalloc \
 as the allocator; one runtime thread, its default) with {ours}, as \
 `kube-system:kctrl-deployment-controller` with deploy/'s RBAC, `--leader-elect=false`. Both: \
-`--kube-api-qps=20 --kube-api-burst=30 {syncs}`.\n",
+`--kube-api-qps={q} --kube-api-burst={b} {syncs}`. kube-scheduler at the cluster's \
+kube-controller-manager's QPS; KWOK's client has no limit.\n",
+        q = settings.qps.0,
+        b = settings.qps.1,
         nodes = settings.nodes,
         kq = settings.cluster_kcm_qps.0,
         kb = settings.cluster_kcm_qps.1,
@@ -543,13 +635,19 @@ mod tests {
             apiserver: Counts::new(),
             synced: None,
             first_write: None,
+            idle: None,
+            cluster_rss: None,
         }
     }
 
     fn settings() -> Settings {
         Settings {
             sizes: vec![10],
-            at_rest: 0,
+            at_rest: Vec::new(),
+            qps: (20, 30),
+            replicas: 4,
+            scale: false,
+            setups: Vec::new(),
             rounds: 3,
             settle_secs: 20,
             quick: false,
@@ -624,13 +722,20 @@ mod tests {
                 at_rest.size = 50;
                 at_rest.synced = Some(1.25 * k);
                 at_rest.first_write = Some(1.5 * k);
+                at_rest.idle = Some((2.0 * k, 0.4 * k));
+                at_rest.cluster_rss = Some((900 << 20, 120 << 20));
                 at_rest.apiserver = [("list pods".to_string(), 3.0)].into();
                 runs.push(at_rest);
             }
         }
         let machine = Machine::sample();
         let mut settings = settings();
-        settings.at_rest = 50;
+        settings.at_rest = vec![50];
+        settings.setups = vec![super::super::measure::Setup {
+            total: 50,
+            added: 50,
+            seconds: 12.5,
+        }];
         let golden = |name: &str| {
             std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("src/bench/controller/golden")
@@ -640,6 +745,38 @@ mod tests {
         xtask_report::golden::check(
             &golden("controller.md"),
             &markdown(&runs, &settings, &machine, ""),
+        );
+    }
+
+    #[test]
+    fn scale_takes_the_issues_targets() {
+        let targets = |phase, scale| -> Vec<(&'static str, f64)> {
+            metrics(phase, scale)
+                .into_iter()
+                .filter_map(|m| Some((m.name, m.target?)))
+                .collect()
+        };
+        assert_eq!(
+            targets(Phase::Rollout, true),
+            [("wall time (s)", 0.8), ("writes (audit log)", 1.0)]
+        );
+        assert_eq!(
+            targets(Phase::AtRest, true),
+            [
+                ("time to caches synced (s)", 0.5),
+                ("CPU-seconds to idle", 0.5),
+                ("peak RSS (MiB)", 0.25),
+                ("writes (audit log)", 1.0)
+            ]
+        );
+        assert_eq!(
+            targets(Phase::AtRest, false),
+            [
+                ("time to caches synced (s)", 1.0),
+                ("CPU-seconds since start", 0.5),
+                ("peak RSS (MiB)", 0.3),
+                ("writes (audit log)", 1.0)
+            ]
         );
     }
 

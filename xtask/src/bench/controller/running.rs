@@ -258,6 +258,26 @@ pub(super) fn apiserver_requests(env: &Env) -> Result<Counts> {
     parse::apiserver_requests(&String::from_utf8_lossy(&out.stdout))
 }
 
+/// The resident set (VmRSS) of the cluster's kube-apiserver and etcd.
+pub(super) fn cluster_rss(env: &Env) -> Result<(u64, u64)> {
+    use kctrl_cluster::plane::{Component, Layout};
+    let layout = Layout::new(&env.info.name);
+    let rss = |component: Component| -> Result<u64> {
+        let record = kctrl_cluster::process::read_pid_file(&layout.pid_file(component))
+            .with_context(|| format!("the cluster's {} has no pid file", component.name()))?;
+        let status =
+            fs::read_to_string(format!("/proc/{}/status", record.pid)).with_context(|| {
+                format!(
+                    "reading the status of {} ({})",
+                    component.name(),
+                    record.pid
+                )
+            })?;
+        Ok(parse::parse_status(&status)?.rss)
+    };
+    Ok((rss(Component::Apiserver)?, rss(Component::Etcd)?))
+}
+
 pub(super) fn audit_len(env: &Env) -> u64 {
     fs::metadata(&env.audit_log).map(|m| m.len()).unwrap_or(0)
 }

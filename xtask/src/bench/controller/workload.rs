@@ -9,8 +9,10 @@ use anyhow::{Context, Result, bail};
 use k8s_openapi::api::apps::v1::Deployment;
 use kctrl_client::{Api, ListParams, Patch, PatchParams};
 
+use super::CONCURRENCY;
+#[cfg(test)]
+use super::REPLICAS;
 use super::running::Controller;
-use super::{CONCURRENCY, REPLICAS};
 #[cfg(test)]
 use crate::kube::RolloutState;
 pub(super) use crate::kube::rollout_state;
@@ -19,6 +21,7 @@ pub(super) fn name(i: usize) -> String {
     format!("d-{i:04}")
 }
 
+#[cfg(test)]
 pub(super) fn deployment(i: usize) -> Result<Deployment> {
     deployment_with(i, REPLICAS)
 }
@@ -45,6 +48,13 @@ pub(super) fn image_patch(tag: &str) -> serde_json::Value {
     serde_json::json!({"spec": {"template": {"spec": {"containers": [
         {"name": "app", "image": format!("registry.k8s.io/pause:{tag}")}
     ]}}}})
+}
+
+/// A template change with the strategy switched to Recreate (`rollingUpdate` must go with it).
+pub(super) fn recreate_patch(tag: &str) -> serde_json::Value {
+    let mut patch = image_patch(tag);
+    patch["spec"]["strategy"] = serde_json::json!({"type": "Recreate", "rollingUpdate": null});
+    patch
 }
 
 pub(super) async fn patch_all(
@@ -178,6 +188,17 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recreate_patch_switches_the_strategy_and_the_image() {
+        let patch = recreate_patch("f");
+        assert_eq!(patch["spec"]["strategy"]["type"], "Recreate");
+        assert!(patch["spec"]["strategy"]["rollingUpdate"].is_null());
+        assert_eq!(
+            patch["spec"]["template"]["spec"]["containers"][0]["image"],
+            "registry.k8s.io/pause:f"
+        );
+    }
 
     #[test]
     fn rollout_completion() {

@@ -284,6 +284,7 @@ pub(crate) fn run(args: InformerArgs) -> Result<()> {
         name: args.name.clone(),
         nodes: 1,
         apiserver_args: Vec::new(),
+        scheduler_args: Vec::new(),
         controller_manager_args: Vec::new(),
         deployment_controller: false,
         replicaset_controller: true,

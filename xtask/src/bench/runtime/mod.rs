@@ -50,6 +50,9 @@ const DRIVER_USER_AGENT: &str = "kctrl-bench-runtime/driver";
 /// The kube-rs peer's user agent (bench/runtime-kube-rs sets it).
 const KUBE_RS_USER_AGENT: &str = "kctrl-bench-runtime/kube-rs";
 
+/// Widgets per run unless `--objects` says otherwise.
+const DEFAULT_OBJECTS: usize = 1_000;
+
 /// Arguments of `cargo xtask bench runtime`.
 #[derive(clap::Args)]
 pub(crate) struct RuntimeArgs {
@@ -80,7 +83,8 @@ pub(crate) struct RuntimeArgs {
     /// metadata only; writes docs/benchmarks/runtime-lean.md).
     #[arg(long, default_value = "defaults", value_parser = parse_configuration)]
     configuration: Configuration,
-    /// Do not rewrite the report (docs/benchmarks/runtime.md or runtime-lean.md).
+    /// Do not rewrite the report (docs/benchmarks/runtime.md or runtime-lean.md; with
+    /// `--objects` other than 1000, runtime-<objects>.md or runtime-lean-<objects>.md).
     #[arg(long)]
     no_doc: bool,
     /// Kubernetes release of the cluster.
@@ -181,7 +185,7 @@ pub(crate) fn run(args: RuntimeArgs) -> Result<()> {
     let reps = args.reps.unwrap_or(if args.quick { 1 } else { 3 }).max(1);
     let objects = args
         .objects
-        .unwrap_or(if args.quick { 200 } else { 1_000 })
+        .unwrap_or(if args.quick { 200 } else { DEFAULT_OBJECTS })
         .max(1);
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     eprintln!("building the kube-rs peer (release, own lock file)…");
@@ -207,7 +211,13 @@ pub(crate) fn run(args: RuntimeArgs) -> Result<()> {
             "--audit-log-format=json".into(),
             "--audit-log-maxsize=0".into(),
         ],
-        controller_manager_args: Vec::new(),
+        scheduler_args: Vec::new(),
+        // The garbage collector removes each run's ConfigMaps when its namespace goes: at the
+        // default 20 QPS that alone would take 17 minutes at 20,000 objects.
+        controller_manager_args: vec![
+            format!("--kube-api-qps={}", CLUSTER_KCM_QPS.0),
+            format!("--kube-api-burst={}", CLUSTER_KCM_QPS.1),
+        ],
         deployment_controller: false,
         replicaset_controller: true,
         release: args.kube.release,
@@ -258,15 +268,31 @@ pub(crate) fn run(args: RuntimeArgs) -> Result<()> {
     let summary = report::summarize(&runs, args.configuration);
     println!("{}", report::text_table(&summary));
     if !args.no_doc {
-        let doc = root.join(match args.configuration {
-            Configuration::Defaults => "docs/benchmarks/runtime.md",
-            Configuration::Lean => "docs/benchmarks/runtime-lean.md",
-        });
+        let doc = root.join(doc_path(args.configuration, objects));
         fs::write(&doc, report::markdown(&summary, &runs, &machine, &settings))
             .with_context(|| format!("writing {}", doc.display()))?;
         eprintln!("wrote {}", doc.display());
     }
     Ok(())
+}
+
+/// Client QPS / burst of the cluster's kube-controller-manager (its garbage collector deletes
+/// the ConfigMaps of every finished run).
+const CLUSTER_KCM_QPS: (u32, u32) = (500, 1000);
+
+/// The report of `configuration` at `objects` Widgets per run: runtime.md or runtime-lean.md at
+/// the default 1,000, runtime-<objects>.md or runtime-lean-<objects>.md at any other size, so
+/// the reports of several sizes stand side by side.
+fn doc_path(configuration: Configuration, objects: usize) -> String {
+    let stem = match configuration {
+        Configuration::Defaults => "runtime",
+        Configuration::Lean => "runtime-lean",
+    };
+    if objects == DEFAULT_OBJECTS {
+        format!("docs/benchmarks/{stem}.md")
+    } else {
+        format!("docs/benchmarks/{stem}-{objects}.md")
+    }
 }
 
 /// What the measurements need.
@@ -743,5 +769,25 @@ mod tests {
         // A kernel without the split says which field is missing.
         let err = status_memory("VmHWM:\t1 kB\n").err().unwrap();
         assert!(err.to_string().contains("RssAnon"), "{err}");
+    }
+
+    #[test]
+    fn reports_of_other_sizes_get_their_own_file() {
+        assert_eq!(
+            doc_path(Configuration::Defaults, DEFAULT_OBJECTS),
+            "docs/benchmarks/runtime.md"
+        );
+        assert_eq!(
+            doc_path(Configuration::Lean, DEFAULT_OBJECTS),
+            "docs/benchmarks/runtime-lean.md"
+        );
+        assert_eq!(
+            doc_path(Configuration::Defaults, 20_000),
+            "docs/benchmarks/runtime-20000.md"
+        );
+        assert_eq!(
+            doc_path(Configuration::Lean, 5_000),
+            "docs/benchmarks/runtime-lean-5000.md"
+        );
     }
 }

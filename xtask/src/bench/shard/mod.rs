@@ -256,6 +256,7 @@ fn one_cluster(
             nodes,
             apiserver_args: Vec::new(),
             feature_gates: vec![format!("ShardedListAndWatch={gate}")],
+            scheduler_args: Vec::new(),
             controller_manager_args: vec![
                 format!("--kube-api-qps={}", CLUSTER_KCM_QPS.0),
                 format!("--kube-api-burst={}", CLUSTER_KCM_QPS.1),

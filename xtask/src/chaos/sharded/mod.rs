@@ -270,6 +270,7 @@ fn one_setting(
             apiserver_args: audit.apiserver_args(),
             feature_gates: vec![format!("ShardedListAndWatch={gate}")],
             // Room for creating and deleting a Pod per Deployment and rollout.
+            scheduler_args: Vec::new(),
             controller_manager_args: vec![
                 "--kube-api-qps=100".to_owned(),
                 "--kube-api-burst=200".to_owned(),
