@@ -154,8 +154,11 @@ pub(crate) fn run(args: LanesArgs) -> Result<()> {
         false,
         Duration::from_secs(3600),
         None,
-        (args.kube.release, super::Measured::Deployment),
-        super::CLUSTER_KCM_QPS,
+        (
+            args.kube.release,
+            super::Measured::Deployment,
+            super::CLUSTER_KCM_QPS,
+        ),
     )?;
     let machine = Machine::detect(&env.info.kubernetes_version);
     let mut runs = Vec::new();

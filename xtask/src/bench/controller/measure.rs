@@ -1,5 +1,5 @@
-//! The measurement: per round and size phases a-d for each side in a fresh namespace, then
-//! phase e at rest.
+//! The measurement: per round and size phases a-d (and f) for each side in a fresh namespace,
+//! then phase e at rest.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -10,7 +10,9 @@ use k8s_openapi::api::core::v1::Pod;
 use kctrl_client::{Api, Client, ListParams, Patch, PatchParams, PostParams};
 use xtask_contender::parse::{self, Counts};
 
-use super::running::{apiserver_requests, audit_len, audit_since, cluster_rss, probe, start};
+use super::running::{
+    MachineCpu, apiserver_requests, audit_len, audit_since, cluster_rss, probe, start,
+};
 use super::workload::*;
 use super::{
     AT_REST_PER_NAMESPACE, Env, IDLE_CPU_SHARE, IDLE_WINDOW, Measured, NAMESPACE_PREFIX, Phase,
@@ -80,7 +82,7 @@ pub(super) async fn measure(
     Ok(())
 }
 
-/// Phases a-d for one side in a fresh namespace.
+/// Phases a-d (and f) for one side in a fresh namespace.
 async fn run_round(
     env: &Env,
     client: &Client,
@@ -102,6 +104,7 @@ async fn run_round(
     for &phase in &env.phases {
         controller.reset_peak(env);
         let before = probe(env, &controller)?;
+        let machine_before = MachineCpu::read().ok();
         let started = Instant::now();
         // Each phase's writes, then the replicas every Deployment must reach (none: deletion).
         let target = match phase {
@@ -162,6 +165,9 @@ async fn run_round(
             bail!(why);
         }
         let after = probe(env, &controller)?;
+        let machine_busy = machine_before
+            .zip(MachineCpu::read().ok())
+            .and_then(|(before, after)| after.busy_share_since(before));
         let (_, memory) = controller.usage()?;
         controller.dump_profile(env, phase.slug())?;
         let per_deployment = phase != Phase::Delete;
@@ -194,6 +200,7 @@ async fn run_round(
             first_write: None,
             idle: None,
             cluster_rss: None,
+            machine_busy,
         });
     }
     controller.stop(env)?;
@@ -204,7 +211,7 @@ async fn run_round(
     Ok(runs)
 }
 
-/// The phases `--phases` names (`a`-`d`), in round order; all four by default, a-c under
+/// The phases `--phases` names (`a`-`d`, `f`), in round order; a-d by default, a-c under
 /// `--callgrind`.
 pub(super) fn round_phases(letters: &[String], callgrind: bool) -> Result<Vec<Phase>> {
     if letters.is_empty() {
@@ -243,14 +250,16 @@ fn rest_namespace(i: usize) -> String {
 async fn prepare_at_rest(env: &Env, client: &Client, built: usize, m: usize) -> Result<Setup> {
     let added = m - built;
     eprintln!(
-        "preparing {m} Deployments x {} at rest ({added} added, ours at QPS {SETUP_QPS:?})…",
+        "preparing {m} Deployments x {} at rest ({added} added)…",
         env.replicas
     );
     let namespaces: BTreeSet<String> = (built..m).map(rest_namespace).collect();
     for namespace in &namespaces {
         crate::kube::ensure_namespace(client, namespace, &[]).await?;
     }
-    let mut setup = start(env, Side::Ours, &format!("rest-{m}-setup"), SETUP_QPS)?;
+    // Never slower than the controllers measured get.
+    let setup_qps = (SETUP_QPS.0.max(env.qps.0), SETUP_QPS.1.max(env.qps.1));
+    let mut setup = start(env, Side::Ours, &format!("rest-{m}-setup"), setup_qps)?;
     setup.wait_synced(Duration::from_secs(600)).await?;
     let started = Instant::now();
     let replicas = env.replicas;
@@ -258,7 +267,7 @@ async fn prepare_at_rest(env: &Env, client: &Client, built: usize, m: usize) -> 
         let client = client.clone();
         move |j| {
             let i = built + j;
-            let api = Api::<Deployment>::namespaced(client.clone(), &rest_namespace(i));
+            let api = Api::<Deployment>::namespaced(client.clone(), rest_namespace(i));
             async move {
                 match api
                     .create(&PostParams::default(), &deployment_with(i, replicas)?)
@@ -276,9 +285,12 @@ async fn prepare_at_rest(env: &Env, client: &Client, built: usize, m: usize) -> 
         "  {added} Deployments created in {:.0} s",
         started.elapsed().as_secs_f64()
     );
+    // Generous: 50 ms per Pod added is several times what this machine needs.
+    let pods = (added * env.replicas.max(1) as usize) as u64;
     let timeout = env
         .phase_timeout
-        .max(Duration::from_secs(3600).max(Duration::from_millis(added as u64 * 100)));
+        .max(Duration::from_secs(3600))
+        .max(Duration::from_millis(pods * 50));
     wait_all_complete(client, m, env.replicas, started, timeout, &mut setup).await?;
     let seconds = started.elapsed().as_secs_f64();
     eprintln!("  {m} Deployments complete after {seconds:.0} s");
@@ -309,8 +321,17 @@ async fn wait_all_complete(
             limit: Some(1000),
             ..Default::default()
         };
+        let mut failed = None;
         loop {
-            let page = all.list(&params).await?;
+            let page = match all.list(&params).await {
+                Ok(page) => page,
+                // An hour of setup is not lost to one failed LIST (a busy apiserver's timeout,
+                // an expired continue token): the next poll lists again.
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            };
             complete += page
                 .items
                 .iter()
@@ -327,7 +348,9 @@ async fn wait_all_complete(
                 None => break,
             }
         }
-        if complete >= m {
+        if let Some(e) = failed {
+            eprintln!("  listing the Deployments failed ({e}); listing again");
+        } else if complete >= m {
             return Ok(());
         }
         if let Some(why) = controller.exited() {
@@ -390,7 +413,20 @@ async fn measure_at_rest(
             let mut c = start(env, side, &format!("rest-{m}-r{round}"), env.qps)?;
             let (mut synced, mut first_write) = (None, None);
             let mut idle = IdleWatch::default();
+            // A side that never goes quiet is reported as not idle rather than failing the
+            // run: the wait for idle ends this long after the caches synced and the first write.
+            let idle_limit = (m as f64 / 50.0).max(300.0);
+            let mut eligible_at = None;
             while synced.is_none() || first_write.is_none() || idle.found.is_none() {
+                if let Some(since) = eligible_at
+                    && c.spawned().elapsed().as_secs_f64() - since > idle_limit
+                {
+                    eprintln!(
+                        "  {} did not go idle within {idle_limit:.0} s of its first write",
+                        side.slug()
+                    );
+                    break;
+                }
                 let now = c.spawned().elapsed().as_secs_f64();
                 if synced.is_none() && c.synced() {
                     synced = Some(now);
@@ -405,12 +441,13 @@ async fn measure_at_rest(
                     bail!(why);
                 }
                 let (cpu, _) = c.usage()?;
-                idle.sample(
-                    c.spawned().elapsed().as_secs_f64(),
-                    cpu.seconds(env.ticks_per_second),
-                    synced.is_some() && first_write.is_some(),
-                );
-                if c.spawned().elapsed() > limit {
+                let eligible = synced.is_some() && first_write.is_some();
+                let at = c.spawned().elapsed().as_secs_f64();
+                if eligible {
+                    eligible_at.get_or_insert(at);
+                }
+                idle.sample(at, cpu.seconds(env.ticks_per_second), eligible);
+                if eligible_at.is_none() && c.spawned().elapsed() > limit {
                     bail!(
                         "{}: caches synced {synced:?} s, new ReplicaSet for {target} {first_write:?} \
                          s, idle {:?}: not all within {limit:?}",
@@ -450,6 +487,7 @@ async fn measure_at_rest(
                 first_write,
                 idle: idle.found,
                 cluster_rss: cluster,
+                machine_busy: None,
             });
             eprintln!(
                 "  synced {:.2} s, first write {:.2} s, idle {:.2} s at {:.2} CPU-s, steady RSS \

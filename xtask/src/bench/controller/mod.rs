@@ -4,7 +4,7 @@
 //! The two controllers take turns, each alone against the cluster: ours is `deployment-controller`
 //! as shipped (the `dist` profile); upstream's is a second kube-controller-manager from the cached build
 //! running only `--controllers=deployment-controller`. Both run with leader election off, QPS 20,
-//! burst 30 and 5 concurrent syncs (kube-controller-manager's defaults), each as its own
+//! burst 30 (`--qps`) and 5 concurrent syncs (kube-controller-manager's defaults), each as its own
 //! ServiceAccount (ours with `deploy/`'s RBAC, upstream's through
 //! `--use-service-account-credentials` as `kube-system:deployment-controller`), so the
 //! apiserver's audit log attributes every request to one of them. The cluster's own
@@ -84,6 +84,8 @@ const SCALE_QPS: (u32, u32) = (5000, 10000);
 /// `--scale`'s phase e sizes (Deployments x 5 Pods): 30,000 is 150,000 Pods, the Pods of
 /// Kubernetes' 5,000-node scalability envelope.
 const SCALE_AT_REST: [usize; 3] = [3000, 10000, 30000];
+/// `--scale`'s phases of each round.
+const SCALE_PHASES: [&str; 5] = ["a", "b", "c", "f", "d"];
 
 /// Arguments of `cargo xtask bench controller`.
 #[derive(clap::Args)]
@@ -91,7 +93,7 @@ pub(crate) struct ControllerArgs {
     /// Deployments per round of phases a-d, comma-separated (default 100,500; 10 with --quick).
     #[arg(long, value_delimiter = ',')]
     deployments: Vec<usize>,
-    /// Deployments (x 4 Pods) in the cluster for the at-rest phase e, comma-separated and
+    /// Deployments (x --replicas Pods) in the cluster for the at-rest phase e, comma-separated and
     /// ascending; each size is built on the one before (default 2000; 40 with --quick;
     /// 3000,10000,30000 with --scale); 0 skips phase e.
     #[arg(long, value_delimiter = ',')]
@@ -117,7 +119,7 @@ pub(crate) struct ControllerArgs {
     /// 3; 1 with --quick).
     #[arg(long)]
     rounds: Option<usize>,
-    /// Seconds between the first write and the steady RSS reading of phase e.
+    /// Seconds between phase e's first write and idle and its steady RSS reading.
     #[arg(long, default_value_t = 20)]
     settle_secs: u64,
     /// Give up when a phase takes longer than this many seconds.
@@ -149,7 +151,8 @@ pub(crate) struct ControllerArgs {
     /// Leave the cluster running at the end.
     #[arg(long)]
     keep: bool,
-    /// Do not rewrite docs/benchmarks/controller.md.
+    /// Do not rewrite the report (docs/benchmarks/controller.md, replicaset.md,
+    /// controller-pair.md or, with --scale, scale.md).
     #[arg(long)]
     no_doc: bool,
     /// Run this binary as ours instead of the workspace's `dist` build (an A/B experiment
@@ -254,6 +257,10 @@ pub(super) struct PhaseRun {
     pub(super) idle: Option<(f64, f64)>,
     /// Phase e: resident set of kube-apiserver and etcd at the end (the cluster's, for scale).
     pub(super) cluster_rss: Option<(u64, u64)>,
+    /// Phases a-d and f: the share of the machine's CPU time (all cores) that was busy over
+    /// the phase, whoever used it; near 1 the control plane's CPU, not a controller, set the
+    /// pace.
+    pub(super) machine_busy: Option<f64>,
 }
 
 /// Phase e's idle detection: the controller is idle once its CPU use stays below this share
@@ -314,7 +321,7 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
         bail!("--scale is a full measurement: drop --quick and --callgrind");
     }
     let phase_letters: Vec<String> = if args.phases.is_empty() && scale {
-        ["a", "b", "c", "f", "d"].map(str::to_owned).to_vec()
+        SCALE_PHASES.map(str::to_owned).to_vec()
     } else {
         args.phases.clone()
     };
@@ -395,69 +402,111 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
     } else {
         round_phases(&phase_letters, args.callgrind)?
     };
-    let subset = if scale {
-        phases != round_phases(&["a", "b", "c", "f", "d"].map(str::to_owned), false)?
+    // What keeps the run out of the docs (their figures are for the documented settings).
+    let unpublished = if args.ours_binary.is_some() || !args.ours_env.is_empty() {
+        Some("ours ran as a variant, --ours-binary/--ours-env")
+    } else if scale
+        && (phases != round_phases(&SCALE_PHASES.map(str::to_owned), false)?
+            || args.measured != Measured::Deployment
+            || !args.deployments.is_empty()
+            || !args.at_rest.is_empty()
+            || args.rounds.is_some()
+            || args.replicas.is_some()
+            || !args.qps.is_empty()
+            || !args.cluster_qps.is_empty())
+    {
+        Some(
+            "--scale with settings of its own (phases, sizes, rounds, replicas, QPS or controllers)",
+        )
+    } else if !scale && phases != Phase::ROUND {
+        Some("other phases than a,b,c,d (--phases)")
     } else {
-        phases != Phase::ROUND
+        None
     };
-    let variant = args.ours_binary.is_some() || !args.ours_env.is_empty();
     if !args.ours_env.is_empty() && args.callgrind {
         // valgrind would profile the `env` wrapper, not the controller.
         bail!("--callgrind profiles the controller binary itself: drop --ours-env");
     }
 
-    // Room for every Pod: a KWOK node takes 110. Phase c peaks at twice the replicas plus
-    // surge; the at-rest Pods come after the last round's namespace is gone.
-    let largest_at_rest = at_rest.last().copied().unwrap_or(0);
-    let per_deployment = replicas as usize;
-    let pods = (largest_at_rest * per_deployment + 10)
-        .max(sizes.iter().max().copied().unwrap_or(0) * per_deployment * 5 / 2)
-        + 100;
-    let mut env = prepare(
-        &args.name,
-        pods,
-        args.keep,
-        args.callgrind,
-        Duration::from_secs(args.phase_timeout_secs),
-        args.ours_binary.as_deref(),
-        (args.kube.release, args.measured),
-        cluster_qps,
-    )?;
-    env.ours_env = args.ours_env.clone();
-    env.phases = phases;
-    env.replicas = replicas;
-    env.qps = qps;
-    let nodes = env.nodes;
-    let machine = report::Machine::detect(&env.info.kubernetes_version);
+    // Under --scale phases a-f and phase e each get a cluster of their own, with the KWOK
+    // nodes that stage needs: the 1,365 nodes of 150,000 Pods (their leases, the scheduler
+    // filtering them) would otherwise load the machine during the rollouts.
+    let stages: Vec<(Vec<usize>, Vec<usize>)> = if scale && !sizes.is_empty() && !at_rest.is_empty()
+    {
+        vec![(sizes.clone(), Vec::new()), (Vec::new(), at_rest.clone())]
+    } else {
+        vec![(sizes.clone(), at_rest.clone())]
+    };
     let mut runs = Vec::new();
     let mut setups = Vec::new();
-    let result = (|| -> Result<()> {
-        xtask_contender::rbac::grant_deploy_rbac(&env.info.kubectl, &env.info.admin_kubeconfig)?;
-        check_cluster_kcm(&env)?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()?;
-        runtime.block_on(measure(
-            &env,
-            &sizes,
-            &at_rest,
-            rounds,
-            args.settle_secs,
-            &mut runs,
-            &mut setups,
-        ))
-    })();
-    let machine = machine.finish();
-    xtask_contender::fresh::down_unless_kept(&args.name, args.keep);
-    if args.callgrind {
-        result?;
-        eprintln!(
-            "callgrind output in {}: callgrind_annotate --inclusive=yes <file>",
-            env.dir.display()
+    let mut nodes = Vec::new();
+    let mut machine = None;
+    let mut peak_reset = true;
+    let mut result = Ok(());
+    for (stage_sizes, stage_at_rest) in &stages {
+        let pods = pods_needed(stage_sizes, stage_at_rest, replicas);
+        let prepared = prepare(
+            &args.name,
+            pods,
+            args.keep,
+            args.callgrind,
+            Duration::from_secs(args.phase_timeout_secs),
+            args.ours_binary.as_deref(),
+            (args.kube.release, args.measured, cluster_qps),
         );
-        return Ok(());
+        let mut env = match prepared {
+            Ok(env) => env,
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
+        };
+        env.ours_env = args.ours_env.clone();
+        env.phases = phases.clone();
+        env.replicas = replicas;
+        env.qps = qps;
+        nodes.push(env.nodes);
+        machine.get_or_insert_with(|| report::Machine::detect(&env.info.kubernetes_version));
+        result = (|| -> Result<()> {
+            xtask_contender::rbac::grant_deploy_rbac(
+                &env.info.kubectl,
+                &env.info.admin_kubeconfig,
+            )?;
+            check_cluster_kcm(&env)?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()?;
+            runtime.block_on(measure(
+                &env,
+                stage_sizes,
+                stage_at_rest,
+                rounds,
+                args.settle_secs,
+                &mut runs,
+                &mut setups,
+            ))
+        })();
+        peak_reset &= env
+            .peak_reset_works
+            .load(std::sync::atomic::Ordering::Relaxed);
+        xtask_contender::fresh::down_unless_kept(&args.name, args.keep);
+        if args.callgrind {
+            result?;
+            eprintln!(
+                "callgrind output in {}: callgrind_annotate --inclusive=yes <file>",
+                env.dir.display()
+            );
+            return Ok(());
+        }
+        if result.is_err() {
+            break;
+        }
     }
+    let Some(machine) = machine else {
+        return result;
+    };
+    let machine = machine.finish();
     let settings = report::Settings {
         sizes,
         at_rest,
@@ -465,9 +514,7 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
         settle_secs: args.settle_secs,
         quick: args.quick,
         nodes,
-        peak_reset: env
-            .peak_reset_works
-            .load(std::sync::atomic::Ordering::Relaxed),
+        peak_reset,
         cluster_kcm_qps: cluster_qps,
         qps,
         replicas,
@@ -481,10 +528,8 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
     }
     let text = report::text(&runs, &settings);
     println!("{text}");
-    if variant {
-        eprintln!("(not written to the docs: ours ran as a variant, --ours-binary/--ours-env)");
-    } else if subset {
-        eprintln!("(not written to the docs: a subset of the phases, --phases)");
+    if let Some(why) = unpublished {
+        eprintln!("(not written to the docs: {why})");
     } else if !args.no_doc {
         let doc = root.join(if scale {
             "docs/benchmarks/scale.md"
@@ -503,6 +548,17 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
     result
 }
 
+/// Pods the cluster must have room for: phase c peaks at twice the replicas plus a quarter
+/// surge (rounded up), with 10 Deployments per size of phases a-d at most in flight; phase e's
+/// Pods come after the last round's namespace is gone. A little headroom on top.
+fn pods_needed(sizes: &[usize], at_rest: &[usize], replicas: i32) -> usize {
+    let replicas = replicas.max(1) as usize;
+    let peak_per_deployment = 2 * replicas + (2 * replicas).div_ceil(4);
+    let rounds = sizes.iter().max().copied().unwrap_or(0) * peak_per_deployment;
+    let rest = at_rest.last().copied().unwrap_or(0) * replicas + 10;
+    rounds.max(rest) + 100
+}
+
 /// Builds our binary (`dist` profile) unless `ours_binary` names one, starts cluster `name`
 /// afresh on `release` (audit log of the controller identities on, KWOK nodes for `pods`
 /// Pods, the cluster's kube-controller-manager without the `measured` controllers) and returns
@@ -514,8 +570,7 @@ fn prepare(
     callgrind: bool,
     phase_timeout: Duration,
     ours_binary: Option<&Path>,
-    (release, measured): (&'static Release, Measured),
-    cluster_qps: (u32, u32),
+    (release, measured, cluster_qps): (&'static Release, Measured, (u32, u32)),
 ) -> Result<Env> {
     let ours = match ours_binary {
         Some(binary) => fs::canonicalize(binary)

@@ -3,7 +3,8 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use super::{Phase, PhaseRun, Side};
+use super::measure::Setup;
+use super::{Measured, Phase, PhaseRun, Side};
 use xtask_contender::parse::{self, Counts};
 pub(super) use xtask_report::machine::Machine;
 use xtask_report::markdown::Table;
@@ -22,7 +23,9 @@ pub(super) struct Settings {
     pub(super) rounds: usize,
     pub(super) settle_secs: u64,
     pub(super) quick: bool,
-    pub(super) nodes: usize,
+    /// KWOK nodes of each cluster the run started (`--scale`: one for phases a-f, a fresh
+    /// one for phase e).
+    pub(super) nodes: Vec<usize>,
     /// Whether VmHWM could be reset per phase (`/proc/<pid>/clear_refs`).
     pub(super) peak_reset: bool,
     pub(super) cluster_kcm_qps: (u32, u32),
@@ -33,9 +36,9 @@ pub(super) struct Settings {
     /// `--scale`: the issue's targets at scale instead of the defaults'.
     pub(super) scale: bool,
     /// Phase e's preparation per size: Deployments added, seconds until all complete.
-    pub(super) setups: Vec<super::measure::Setup>,
+    pub(super) setups: Vec<Setup>,
     /// The controllers measured.
-    pub(super) measured: super::Measured,
+    pub(super) measured: Measured,
     /// Why the run stopped early, if it did (the report then holds what was measured).
     pub(super) incomplete: Option<String>,
 }
@@ -55,9 +58,9 @@ fn total(c: &Counts) -> f64 {
     c.values().sum()
 }
 
-/// The rows of `phase`'s table; `scale` takes the targets of issue [scale] (rollouts: wall time
-/// <= 0.8x with writes <= 1.0x; at rest: synced and CPU to idle <= 0.5x, peak RSS <= 0.25x)
-/// instead of the defaults'.
+/// The rows of `phase`'s table; `scale` takes the targets of issue [scale] (phases a-d and f:
+/// wall time <= 0.8x with writes <= 1.0x; at rest: synced and CPU to idle <= 0.5x, peak RSS
+/// <= 0.25x) instead of the defaults'.
 fn metrics(phase: Phase, scale: bool) -> Vec<Metric> {
     let mut out = Vec::new();
     let unless_scale = |t: f64| (!scale).then_some(t);
@@ -158,6 +161,14 @@ fn metrics(phase: Phase, scale: bool) -> Vec<Metric> {
         decimals: 0,
         target: None,
     });
+    if phase != Phase::AtRest {
+        out.push(Metric {
+            name: "machine CPU busy (share of all cores)",
+            get: |r| r.machine_busy,
+            decimals: 2,
+            target: None,
+        });
+    }
     if phase == Phase::AtRest {
         out.push(Metric {
             name: "kube-apiserver RSS at the end (MiB)",
@@ -312,7 +323,7 @@ fn counts_table(
     out.push_str(&t.markdown());
 }
 
-/// The whole docs/benchmarks/controller.md; the hand-written part of `existing` (from
+/// The whole report (docs/benchmarks/controller.md and its siblings); the hand-written part of `existing` (from
 /// [`KEEP_MARKER`] on) is kept.
 pub(super) fn markdown(
     runs: &[PhaseRun],
@@ -327,7 +338,13 @@ pub(super) fn markdown(
         "Written by `{}{}` on {} (finished {}). Each cell: median \
          over {} round(s) (min–max); ratio = ours / upstream of the medians.{}\n",
         settings.measured.command(),
-        if settings.quick { " --quick" } else { "" },
+        if settings.quick {
+            " --quick"
+        } else if settings.scale {
+            " --scale"
+        } else {
+            ""
+        },
         machine.started(),
         machine.finished(),
         settings.rounds,
@@ -476,9 +493,11 @@ complete (observedGeneration >= generation, replicas = updated = available = spe
 image changed; (c) every image changed again and, once half of the Deployments observed that \
 change, every Deployment scaled to {doubled}; (f, when measured) the strategy changed to Recreate \
 with a third image; (d) the namespace deleted, until it is gone. Completion \
-times are seen by the driver listing the Deployments every 250 ms (500 ms above 200).\n\
+times are seen by the driver listing the Deployments every 250 ms (500 ms above 200, 1 s from \
+1,000). Machine CPU busy: the share of all cores' time /proc/stat counts as neither idle nor \
+iowait over the phase (every process: near 1, the machine, not a controller, set the pace).\n\
 - (e) at {m} Deployments x {replicas} Pods, {per_namespace} per namespace, each size built on \
-the one before by ours at QPS {setup_qps} with the cluster's components as above (not \
+the one before by ours at QPS {setup_q} / burst {setup_b} (or the controllers' QPS if higher) with the cluster's components as above (not \
 measured; times under Setup); per round \
 and controller one Deployment's image is changed while no controller runs, then the controller \
 starts: time from spawn to its caches-synced log line (ours: `Caches are synced for`; upstream: \
@@ -508,7 +527,8 @@ the apiserver's audit log (Metadata level for the controller identities only).\n
         replicas = settings.replicas,
         doubled = settings.replicas * 2,
         per_namespace = super::AT_REST_PER_NAMESPACE,
-        setup_qps = format!("{} / burst {}", super::SETUP_QPS.0, super::SETUP_QPS.1),
+        setup_q = super::SETUP_QPS.0,
+        setup_b = super::SETUP_QPS.1,
         window = super::IDLE_WINDOW.as_secs_f64(),
         idle_share = super::IDLE_CPU_SHARE * 100.0,
         settle = settings.settle_secs,
@@ -588,7 +608,7 @@ fn sides_method(settings: &Settings, machine: &Machine) -> String {
     };
     let syncs = settings.measured.concurrency_flags().join(" ");
     format!(
-        "- Local control plane (`cargo xtask cluster`, {nodes} KWOK nodes), the cluster's own \
+        "- Local control plane (`cargo xtask cluster`, {nodes}), the cluster's own \
 kube-controller-manager with {cluster_runs} and client QPS {kq} / burst {kb} (so that the \
 controllers not measured, garbage collector and namespace controller are not the bottleneck). \
 Before a measured controller starts, every process with the cluster's files on its command line \
@@ -602,7 +622,20 @@ as the allocator; one runtime thread, its default) with {ours}, as \
 kube-controller-manager's QPS; KWOK's client has no limit.\n",
         q = settings.qps.0,
         b = settings.qps.1,
-        nodes = settings.nodes,
+        nodes = match settings.nodes.as_slice() {
+            [rounds, rest] => format!(
+                "{rounds} KWOK nodes for phases a-f, then a fresh one with {rest} KWOK nodes of \
+                 110 Pods each for phase e"
+            ),
+            nodes => format!(
+                "{} KWOK nodes",
+                nodes
+                    .iter()
+                    .map(usize::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        },
         kq = settings.cluster_kcm_qps.0,
         kb = settings.cluster_kcm_qps.1,
         k8s = machine.kubernetes(),
@@ -610,179 +643,5 @@ kube-controller-manager's QPS; KWOK's client has no limit.\n",
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn run(side: Side, round: usize, wall: f64, cpu: f64, writes: f64) -> PhaseRun {
-        PhaseRun {
-            side,
-            round,
-            size: 10,
-            phase: Phase::Create,
-            wall,
-            p50: Some(wall / 2.0),
-            p99: Some(wall),
-            cpu,
-            cpu_system: cpu / 4.0,
-            peak_rss: 30 << 20,
-            steady_rss: 20 << 20,
-            client: [("PUT".to_string(), writes)].into(),
-            audit: [
-                ("update deployments/status".to_string(), writes),
-                ("list pods".to_string(), 1.0),
-            ]
-            .into(),
-            apiserver: Counts::new(),
-            synced: None,
-            first_write: None,
-            idle: None,
-            cluster_rss: None,
-        }
-    }
-
-    fn settings() -> Settings {
-        Settings {
-            sizes: vec![10],
-            at_rest: Vec::new(),
-            qps: (20, 30),
-            replicas: 4,
-            scale: false,
-            setups: Vec::new(),
-            rounds: 3,
-            settle_secs: 20,
-            quick: false,
-            nodes: 3,
-            peak_reset: true,
-            cluster_kcm_qps: (200, 400),
-            measured: super::super::Measured::Deployment,
-            incomplete: None,
-        }
-    }
-
-    #[test]
-    fn spreads_ratios_and_verdicts() {
-        let s = Spread::of(&[3.0, 1.0, 2.0]).unwrap();
-        assert_eq!((s.median, s.min, s.max), (2.0, 1.0, 3.0));
-        assert_eq!(Spread::of(&[]), None);
-        let u = Spread::of(&[4.0]).unwrap();
-        assert_eq!(ratio(Some(s), Some(u)), Some(0.5));
-        assert_eq!(ratio(Some(s), None), None);
-        assert_eq!(verdict(Some(0.5), 0.5), "met");
-        assert_eq!(verdict(Some(0.51), 0.5), "**not met**");
-        assert_eq!(verdict(None, 0.5), "-");
-        assert_eq!(fmt_spread(Some(s), 1), "2.0 (1.0–3.0)");
-        assert_eq!(fmt_spread(Some(u), 1), "4.0");
-    }
-
-    #[test]
-    fn markdown_has_medians_targets_and_keeps_the_hand_written_part() {
-        let runs = vec![
-            run(Side::Ours, 0, 10.0, 1.0, 100.0),
-            run(Side::Ours, 1, 12.0, 3.0, 110.0),
-            run(Side::Ours, 2, 11.0, 2.0, 90.0),
-            run(Side::Upstream, 0, 10.0, 4.0, 100.0),
-            run(Side::Upstream, 1, 10.0, 4.0, 100.0),
-            run(Side::Upstream, 2, 10.0, 4.0, 100.0),
-        ];
-        let machine = Machine::detect("v1.36.5").finish();
-        let existing = format!("# old\nold numbers\n{KEEP_MARKER}\n## Profile\nfinding\n");
-        let md = markdown(&runs, &settings(), &machine, &existing);
-        assert!(
-            md.contains("| CPU-seconds | 2.00 (1.00–3.00) | 4.00 | 0.50 | <= 0.5: met |"),
-            "{md}"
-        );
-        assert!(
-            md.contains("| of which in the kernel (stime) | 0.50 (0.25–0.75) | 1.00 | 0.50 |  |"),
-            "{md}"
-        );
-        assert!(
-            md.contains("| wall time (s) | 11.0 (10.0–12.0) | 10.0 | 1.10 | <= 1: **not met** |"),
-            "{md}"
-        );
-        assert!(
-            md.contains("| update deployments/status | 100 | 100 |"),
-            "{md}"
-        );
-        assert!(md.ends_with("## Profile\nfinding\n"), "{md}");
-        assert!(!md.contains("old numbers"));
-        assert_eq!(md.matches(KEEP_MARKER).count(), 1);
-        let fresh = markdown(&runs, &settings(), &machine, "");
-        assert!(fresh.trim_end().ends_with(KEEP_MARKER));
-    }
-
-    #[test]
-    fn the_tables_are_rendered_as_before() {
-        let mut runs = Vec::new();
-        for (i, side) in [Side::Ours, Side::Upstream].into_iter().enumerate() {
-            for round in 0..2 {
-                let k = (i + 1) as f64 + round as f64 / 4.0;
-                runs.push(run(side, round, 10.0 * k, 1.5 * k, 100.0 * k));
-                let mut at_rest = run(side, round, 3.0 * k, 0.5 * k, 2.0);
-                at_rest.phase = Phase::AtRest;
-                at_rest.size = 50;
-                at_rest.synced = Some(1.25 * k);
-                at_rest.first_write = Some(1.5 * k);
-                at_rest.idle = Some((2.0 * k, 0.4 * k));
-                at_rest.cluster_rss = Some((900 << 20, 120 << 20));
-                at_rest.apiserver = [("list pods".to_string(), 3.0)].into();
-                runs.push(at_rest);
-            }
-        }
-        let machine = Machine::sample();
-        let mut settings = settings();
-        settings.at_rest = vec![50];
-        settings.setups = vec![super::super::measure::Setup {
-            total: 50,
-            added: 50,
-            seconds: 12.5,
-        }];
-        let golden = |name: &str| {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("src/bench/controller/golden")
-                .join(name)
-        };
-        xtask_report::golden::check(&golden("text.txt"), &text(&runs, &settings));
-        xtask_report::golden::check(
-            &golden("controller.md"),
-            &markdown(&runs, &settings, &machine, ""),
-        );
-    }
-
-    #[test]
-    fn scale_takes_the_issues_targets() {
-        let targets = |phase, scale| -> Vec<(&'static str, f64)> {
-            metrics(phase, scale)
-                .into_iter()
-                .filter_map(|m| Some((m.name, m.target?)))
-                .collect()
-        };
-        assert_eq!(
-            targets(Phase::Rollout, true),
-            [("wall time (s)", 0.8), ("writes (audit log)", 1.0)]
-        );
-        assert_eq!(
-            targets(Phase::AtRest, true),
-            [
-                ("time to caches synced (s)", 0.5),
-                ("CPU-seconds to idle", 0.5),
-                ("peak RSS (MiB)", 0.25),
-                ("writes (audit log)", 1.0)
-            ]
-        );
-        assert_eq!(
-            targets(Phase::AtRest, false),
-            [
-                ("time to caches synced (s)", 1.0),
-                ("CPU-seconds since start", 0.5),
-                ("peak RSS (MiB)", 0.3),
-                ("writes (audit log)", 1.0)
-            ]
-        );
-    }
-
-    #[test]
-    fn kept_part_is_what_follows_the_marker() {
-        assert_eq!(kept_part("no marker"), None);
-        assert_eq!(kept_part(&format!("a\n{KEEP_MARKER}\nb\n")), Some("b\n"));
-    }
-}
+#[path = "report_tests.rs"]
+mod tests;

@@ -278,6 +278,53 @@ pub(super) fn cluster_rss(env: &Env) -> Result<(u64, u64)> {
     Ok((rss(Component::Apiserver)?, rss(Component::Etcd)?))
 }
 
+/// The machine's CPU time from the first line of `/proc/stat`, in clock ticks.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct MachineCpu {
+    busy: u64,
+    total: u64,
+}
+
+impl MachineCpu {
+    pub(super) fn read() -> Result<MachineCpu> {
+        MachineCpu::parse(&fs::read_to_string("/proc/stat").context("reading /proc/stat")?)
+    }
+
+    /// The `cpu` line: user nice system idle iowait irq softirq steal ...; idle and iowait
+    /// are not busy, guest time is already counted in user.
+    fn parse(stat: &str) -> Result<MachineCpu> {
+        let line = stat
+            .lines()
+            .find(|l| l.starts_with("cpu "))
+            .context("/proc/stat has no cpu line")?;
+        let fields: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .take(8)
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .with_context(|| format!("parsing /proc/stat's {line:?}"))?;
+        if fields.len() < 5 {
+            bail!(
+                "/proc/stat's cpu line has {} fields: {line:?}",
+                fields.len()
+            );
+        }
+        let total: u64 = fields.iter().sum();
+        Ok(MachineCpu {
+            busy: total - fields[3] - fields[4],
+            total,
+        })
+    }
+
+    /// The busy share of the CPU time since `earlier` (0 to 1), `None` if no time passed.
+    pub(super) fn busy_share_since(self, earlier: MachineCpu) -> Option<f64> {
+        let total = self.total.checked_sub(earlier.total).filter(|t| *t > 0)?;
+        let busy = self.busy.saturating_sub(earlier.busy);
+        Some(busy as f64 / total as f64)
+    }
+}
+
 pub(super) fn audit_len(env: &Env) -> u64 {
     fs::metadata(&env.audit_log).map(|m| m.len()).unwrap_or(0)
 }
@@ -318,4 +365,19 @@ pub(super) fn probe(env: &Env, c: &Controller) -> Result<Probe> {
         apiserver: apiserver_requests(env)?,
         audit_offset: audit_len(env),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn machine_cpu_counts_everything_but_idle_and_iowait_as_busy() {
+        let before = MachineCpu::parse("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3 4 5\n").unwrap();
+        let after = MachineCpu::parse("cpu  250 0 100 850 50 0 0 0 0 0\n").unwrap();
+        assert_eq!(after.busy_share_since(before), Some(0.8));
+        assert_eq!(after.busy_share_since(after), None);
+        assert!(MachineCpu::parse("intr 1 2\n").is_err());
+        assert!(MachineCpu::parse("cpu  1 x 3 4 5\n").is_err());
+    }
 }

@@ -78,7 +78,10 @@ pub(super) async fn patch_all(
 
 /// How often the driver lists the Deployments while it waits.
 pub(super) fn poll_interval(n: usize) -> Duration {
-    if n > 200 {
+    if n >= 1000 {
+        // Decoding the list costs the driver (a debug build) CPU the controllers share.
+        Duration::from_secs(1)
+    } else if n > 200 {
         Duration::from_millis(500)
     } else {
         Duration::from_millis(250)

@@ -68,7 +68,7 @@ pub(crate) struct RuntimeArgs {
     /// Seconds a phase may take before the run fails.
     #[arg(long, default_value_t = 600)]
     timeout_s: u64,
-    /// Small size and one repetition: a smoke run, not numbers to publish.
+    /// Small size and one repetition: a smoke run, not numbers to publish (no report written).
     #[arg(long)]
     quick: bool,
     /// Cluster name (see `cargo xtask cluster`); started afresh with an audit log.
@@ -267,7 +267,9 @@ pub(crate) fn run(args: RuntimeArgs) -> Result<()> {
     };
     let summary = report::summarize(&runs, args.configuration);
     println!("{}", report::text_table(&summary));
-    if !args.no_doc {
+    if args.quick {
+        eprintln!("(not written to the docs: a --quick smoke run)");
+    } else if !args.no_doc {
         let doc = root.join(doc_path(args.configuration, objects));
         fs::write(&doc, report::markdown(&summary, &runs, &machine, &settings))
             .with_context(|| format!("writing {}", doc.display()))?;

@@ -401,6 +401,15 @@ pub(super) fn markdown(rows: &[Row], runs: &[Run], machine: &Machine, s: &Settin
         s.reps,
         2 * s.objects
     );
+    // The other configuration's report of the same size.
+    let sibling = super::doc_path(
+        if lean {
+            kctrl_bench_runtime::Configuration::Defaults
+        } else {
+            kctrl_bench_runtime::Configuration::Lean
+        },
+        s.objects,
+    );
     let configuration = if lean {
         "Configuration `lean`: each library as its documentation recommends for a controller \
          that does not read what it owns. kctrl: the factory's informers and the reconcile's \
@@ -411,15 +420,15 @@ pub(super) fn markdown(rows: &[Row], runs: &[Run], machine: &Machine, s: &Settin
          reflected into the store `Controller::for_stream` reads), and the ConfigMaps are \
          watched as metadata only (`owns_stream` of a watcher on \
          `Api<PartialObjectMeta<ConfigMap>>`); kube has no way to skip the answers' \
-         managedFields. Each library as it comes: docs/benchmarks/runtime.md."
+         managedFields. Each library as it comes:"
     } else {
         "Configuration `defaults`: each library as it comes: `Controller::new(..).owns(..)` \
          on both sides. kube-runtime's `owns` keeps no cache of the ConfigMaps (their events \
          only trigger reconciles); kctrl-runtime's keeps a full informer cache of them, which a \
          reconcile can list. Both keep the objects' managedFields. Both as their documentation \
-         recommends for a controller that reads little: docs/benchmarks/runtime-lean.md."
+         recommends for a controller that reads little:"
     };
-    let _ = writeln!(out, "{configuration}\n");
+    let _ = writeln!(out, "{configuration} {sibling}.\n");
     let _ = writeln!(out, "## Results\n");
     out.push_str(&results(rows, false).markdown());
     let _ = writeln!(
