@@ -57,6 +57,7 @@ pub fn command_output(program: &str, args: &[&str]) -> String {
 }
 
 /// The machine and its load.
+#[derive(Clone, Debug)]
 pub struct Machine {
     cpus: usize,
     cpu_model: String,
