@@ -19,6 +19,16 @@ use super::{
     PhaseRun, SETUP_QPS, Side, TAIL, admin_client,
 };
 
+/// What a run measured.
+#[derive(Default)]
+pub(super) struct Results {
+    pub(super) runs: Vec<PhaseRun>,
+    pub(super) setups: Vec<Setup>,
+}
+
+/// Called with each size of phase e once it is measured.
+pub(super) type AfterSize<'a> = dyn FnMut(usize, &Results) + 'a;
+
 /// Phase e's preparation of one size.
 #[derive(Clone, Debug)]
 pub(in crate::bench::controller) struct Setup {
@@ -37,8 +47,8 @@ pub(super) async fn measure(
     at_rest: &[usize],
     rounds: usize,
     settle_secs: u64,
-    runs: &mut Vec<PhaseRun>,
-    setups: &mut Vec<Setup>,
+    results: &mut Results,
+    after_size: &mut AfterSize<'_>,
 ) -> Result<()> {
     let client = admin_client(env)?;
     let sides: Vec<Side> = if env.callgrind {
@@ -69,15 +79,18 @@ pub(super) async fn measure(
                         parse::writes(&r.audit)
                     );
                 }
-                runs.extend(done);
+                results.runs.extend(done);
             }
         }
     }
     let mut built = 0;
     for &m in at_rest {
-        setups.push(prepare_at_rest(env, &client, built, m).await?);
+        results
+            .setups
+            .push(prepare_at_rest(env, &client, built, m).await?);
         built = m;
-        measure_at_rest(env, &client, m, rounds, settle_secs, runs).await?;
+        measure_at_rest(env, &client, m, rounds, settle_secs, &mut results.runs).await?;
+        after_size(m, results);
     }
     Ok(())
 }
@@ -366,7 +379,9 @@ async fn wait_all_complete(
             );
             last_report = Instant::now();
         }
-        tokio::time::sleep(Duration::from_millis((m as u64 / 4).clamp(500, 10_000))).await;
+        // Each poll decodes all m Deployments in the driver (a debug build) on the machine the
+        // cluster runs on: rarely.
+        tokio::time::sleep(Duration::from_millis((m as u64).clamp(1_000, 15_000))).await;
     }
 }
 
