@@ -359,7 +359,7 @@ pub(super) fn markdown(
         let _ = writeln!(
             out,
             "**Incomplete run**: it stopped with `{}`; the tables hold what was measured before.\n",
-            why.replace('`', "'").replace('\n', " ")
+            incomplete_reason(why)
         );
     }
 
@@ -576,6 +576,19 @@ the apiserver's audit log (Metadata level for the controller identities only).\n
     }
     out
 }
+
+/// `why` a run stopped, on one line and at most [`REASON_CHARS`] characters (an error can
+/// carry a controller's whole log; the log file it names holds the rest).
+fn incomplete_reason(why: &str) -> String {
+    let line = why.replace('`', "'").replace('\n', " ");
+    match line.char_indices().nth(REASON_CHARS) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None => line,
+    }
+}
+
+/// See [`incomplete_reason`].
+const REASON_CHARS: usize = 400;
 
 /// The hand-written part of an earlier report: everything after [`KEEP_MARKER`].
 pub(super) fn kept_part(existing: &str) -> Option<&str> {

@@ -171,6 +171,15 @@ fn scale_takes_the_issues_targets() {
 }
 
 #[test]
+fn a_long_reason_is_cut_to_one_short_line() {
+    assert_eq!(incomplete_reason("a `b`\nc"), "a 'b' c");
+    let long = format!("ours exited; log:\n{}", "WARN x\n".repeat(500));
+    let cut = incomplete_reason(&long);
+    assert_eq!(cut.chars().count(), REASON_CHARS + 1);
+    assert!(cut.ends_with('…') && !cut.contains('\n'), "{cut}");
+}
+
+#[test]
 fn kept_part_is_what_follows_the_marker() {
     assert_eq!(kept_part("no marker"), None);
     assert_eq!(kept_part(&format!("a\n{KEEP_MARKER}\nb\n")), Some("b\n"));
