@@ -456,22 +456,38 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
             args.measured.doc()
         })
     });
+    // One binary for every stage, built before the first (a stage can last an hour, and the
+    // workspace may change meanwhile).
+    let ours = match &args.ours_binary {
+        Some(binary) => fs::canonicalize(binary)
+            .with_context(|| format!("--ours-binary {}", binary.display()))?,
+        None => xtask_contender::supervisor::build_dist()?,
+    };
+    let mut errors: Vec<String> = Vec::new();
     for (stage_sizes, stage_at_rest) in &stages {
+        // Each stage's cluster keeps its own logs (and --keep keeps each).
+        let name = if stages.len() > 1 && !stage_at_rest.is_empty() {
+            format!("{}-rest", args.name)
+        } else {
+            args.name.clone()
+        };
         let pods = pods_needed(stage_sizes, stage_at_rest, replicas);
         let prepared = prepare(
-            &args.name,
+            &name,
             pods,
             args.keep,
             args.callgrind,
             Duration::from_secs(args.phase_timeout_secs),
-            args.ours_binary.as_deref(),
+            Some(&ours),
             (args.kube.release, args.measured, cluster_qps),
         );
         let mut env = match prepared {
             Ok(env) => env,
             Err(e) => {
+                // The next stage (its own cluster) may still measure.
+                errors.push(format!("{e:#}"));
                 result = Err(e);
-                break;
+                continue;
             }
         };
         env.ours_env = args.ours_env.clone();
@@ -483,6 +499,8 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
         // What is measured so far is written after each size of phase e, in case the rest does
         // not finish (150,000 Pods take this machine over an hour to build); the end of the run
         // writes the report again.
+        let peak_reset_so_far = peak_reset;
+        let peak_reset_works = &env.peak_reset_works;
         let mut after_size = |m: usize, so_far: &measure::Results| {
             let (Some(doc), Some(machine)) = (&doc, &machine) else {
                 return;
@@ -494,7 +512,8 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
                 settle_secs: args.settle_secs,
                 quick: args.quick,
                 nodes: nodes.clone(),
-                peak_reset,
+                peak_reset: peak_reset_so_far
+                    && peak_reset_works.load(std::sync::atomic::Ordering::Relaxed),
                 cluster_kcm_qps: cluster_qps,
                 qps,
                 replicas,
@@ -502,8 +521,9 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
                 setups: so_far.setups.clone(),
                 measured: args.measured,
                 incomplete: Some(format!(
-                    "written after phase e at {m} Deployments while the run went on; the end \
-                     of the run replaces it"
+                    "in progress: written after phase e at {m} Deployments while the run went on \
+                     to the rest, whose end rewrites this report (if this line is still here, \
+                     the run stopped before its end)"
                 )),
             };
             if let Err(e) = write_report(doc, &so_far.runs, &settings, &machine.clone().finish()) {
@@ -533,7 +553,7 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
         peak_reset &= env
             .peak_reset_works
             .load(std::sync::atomic::Ordering::Relaxed);
-        xtask_contender::fresh::down_unless_kept(&args.name, args.keep);
+        xtask_contender::fresh::down_unless_kept(&name, args.keep);
         if args.callgrind {
             result?;
             eprintln!(
@@ -542,9 +562,13 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
             );
             return Ok(());
         }
-        if result.is_err() {
-            break;
+        if let Err(e) = &result {
+            // The next stage (its own cluster) may still measure.
+            errors.push(format!("{e:#}"));
         }
+    }
+    if let Some(first) = errors.first() {
+        result = Err(anyhow!("{first}"));
     }
     let Some(machine) = machine else {
         return result;
@@ -565,7 +589,7 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
         scale,
         setups,
         measured: args.measured,
-        incomplete: result.as_ref().err().map(|e| format!("{e:#}")),
+        incomplete: (!errors.is_empty()).then(|| errors.join("; then ")),
     };
     if runs.is_empty() {
         return result;
@@ -596,8 +620,8 @@ fn write_report(
 }
 
 /// Pods the cluster must have room for: phase c peaks at twice the replicas plus a quarter
-/// surge (rounded up), with 10 Deployments per size of phases a-d at most in flight; phase e's
-/// Pods come after the last round's namespace is gone. A little headroom on top.
+/// surge (rounded up), every Deployment of the largest size at once; phase e's Pods come after
+/// the last round's namespace is gone. A little headroom on top.
 fn pods_needed(sizes: &[usize], at_rest: &[usize], replicas: i32) -> usize {
     let replicas = replicas.max(1) as usize;
     let peak_per_deployment = 2 * replicas + (2 * replicas).div_ceil(4);

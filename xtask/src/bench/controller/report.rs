@@ -23,8 +23,8 @@ pub(super) struct Settings {
     pub(super) rounds: usize,
     pub(super) settle_secs: u64,
     pub(super) quick: bool,
-    /// KWOK nodes of each cluster the run started (`--scale`: one for phases a-f, a fresh
-    /// one for phase e).
+    /// KWOK nodes of each cluster the run started, in order (`--scale`: one for phase e, then
+    /// a fresh one for phases a-d and f).
     pub(super) nodes: Vec<usize>,
     /// Whether VmHWM could be reset per phase (`/proc/<pid>/clear_refs`).
     pub(super) peak_reset: bool,
@@ -79,13 +79,14 @@ fn metrics(phase: Phase, scale: bool) -> Vec<Metric> {
         });
         out.push(Metric {
             name: "time to idle (s)",
-            get: |r| r.idle.map(|(at, _)| at),
+            // inf: not idle within the give-up time (a median with it is not met).
+            get: |r| Some(r.idle.map_or(f64::INFINITY, |(at, _)| at)),
             decimals: 2,
             target: None,
         });
         out.push(Metric {
             name: "CPU-seconds to idle",
-            get: |r| r.idle.map(|(_, cpu)| cpu),
+            get: |r| Some(r.idle.map_or(f64::INFINITY, |(_, cpu)| cpu)),
             decimals: 2,
             target: scale.then_some(0.5),
         });
@@ -495,16 +496,19 @@ change, every Deployment scaled to {doubled}; (f, when measured) the strategy ch
 with a third image; (d) the namespace deleted, until it is gone. Completion \
 times are seen by the driver listing the Deployments every 250 ms (500 ms above 200, 1 s from \
 1,000). Machine CPU busy: the share of all cores' time /proc/stat counts as neither idle nor \
-iowait over the phase (every process: near 1, the machine, not a controller, set the pace).\n\
+iowait (steal included) over the phase (every process: near 1, the machine, not a controller, \
+set the pace).\n\
 - (e) at {m} Deployments x {replicas} Pods, {per_namespace} per namespace, each size built on \
-the one before by ours at QPS {setup_q} / burst {setup_b} (or the controllers' QPS if higher) with the cluster's components as above (not \
+the one before by ours at QPS {setup_q} / burst {setup_b} with the cluster's components as above (not \
 measured; times under Setup); per round \
 and controller one Deployment's image is changed while no controller runs, then the controller \
 starts: time from spawn to its caches-synced log line (ours: `Caches are synced for`; upstream: \
 `\"Caches are synced\" controller=\"deployment\"`, `controller=\"replicaset\"`), to the \
 {first_write}, polled every 20 ms, and to idle: the first {window} s after both in which it used \
 less than {idle_share}% of a core (read from /proc at each 20 ms poll, so that it costs \
-the measured process nothing); CPU-seconds to idle are those spent until that window began. \
+the measured process nothing); CPU-seconds to idle are those spent until that window began; \
+`-` when a side was not idle within max(300 s, M/50 s) of both (counted as never: ratio \
+`inf`, not met; RSS is then read at that point). \
 RSS {settle} s after the first write and idle; the cluster's kube-apiserver and etcd RSS then too.\n\
 - CPU-seconds: utime + stime of /proc/<pid>/stat over the phase (phase e: since start), \
 including a 3 s tail after the last completion. Peak RSS: VmHWM, {reset}; steady RSS: VmRSS at \
@@ -527,8 +531,8 @@ the apiserver's audit log (Metadata level for the controller identities only).\n
         replicas = settings.replicas,
         doubled = settings.replicas * 2,
         per_namespace = super::AT_REST_PER_NAMESPACE,
-        setup_q = super::SETUP_QPS.0,
-        setup_b = super::SETUP_QPS.1,
+        setup_q = super::SETUP_QPS.0.max(settings.qps.0),
+        setup_b = super::SETUP_QPS.1.max(settings.qps.1),
         window = super::IDLE_WINDOW.as_secs_f64(),
         idle_share = super::IDLE_CPU_SHARE * 100.0,
         settle = settings.settle_secs,
@@ -577,18 +581,26 @@ the apiserver's audit log (Metadata level for the controller identities only).\n
     out
 }
 
-/// `why` a run stopped, on one line and at most [`REASON_CHARS`] characters (an error can
-/// carry a controller's whole log; the log file it names holds the rest).
+/// `why` a run stopped, on one line and at most about [`REASON_CHARS`] characters: its start
+/// (what exited, which log) and its end (an exited controller's last lines say why); the log
+/// file it names holds the rest.
 fn incomplete_reason(why: &str) -> String {
     let line = why.replace('`', "'").replace('\n', " ");
-    match line.char_indices().nth(REASON_CHARS) {
-        Some((cut, _)) => format!("{}…", &line[..cut]),
-        None => line,
+    let chars: Vec<char> = line.chars().collect();
+    if chars.len() <= REASON_CHARS {
+        return line;
     }
+    let head: String = chars[..REASON_HEAD].iter().collect();
+    let tail: String = chars[chars.len() - (REASON_CHARS - REASON_HEAD)..]
+        .iter()
+        .collect();
+    format!("{head} … {tail}")
 }
 
 /// See [`incomplete_reason`].
 const REASON_CHARS: usize = 400;
+/// The part of [`REASON_CHARS`] taken from the start.
+const REASON_HEAD: usize = 150;
 
 /// The hand-written part of an earlier report: everything after [`KEEP_MARKER`].
 pub(super) fn kept_part(existing: &str) -> Option<&str> {
@@ -622,8 +634,10 @@ fn sides_method(settings: &Settings, machine: &Machine) -> String {
     let syncs = settings.measured.concurrency_flags().join(" ");
     format!(
         "- Local control plane (`cargo xtask cluster`, {nodes}), the cluster's own \
-kube-controller-manager with {cluster_runs} and client QPS {kq} / burst {kb} (so that the \
-controllers not measured, garbage collector and namespace controller are not the bottleneck). \
+kube-controller-manager with {cluster_runs}, client QPS {kq} / burst {kb} (so that the \
+controllers not measured, garbage collector and namespace controller are not the bottleneck) \
+and `--node-monitor-grace-period=1h` (KWOK nodes whose Leases fall behind on a loaded machine \
+are not called NotReady and emptied). \
 Before a measured controller starts, every process with the cluster's files on its command line \
 is checked: none may run it; after it stops, its pid must be gone.\n\
 - upstream: a second kube-controller-manager ({k8s}) with only {upstream}, `--leader-elect=false`, \
@@ -636,9 +650,9 @@ kube-controller-manager's QPS; KWOK's client has no limit.\n",
         q = settings.qps.0,
         b = settings.qps.1,
         nodes = match settings.nodes.as_slice() {
-            [rounds, rest] => format!(
-                "{rounds} KWOK nodes for phases a-f, then a fresh one with {rest} KWOK nodes of \
-                 110 Pods each for phase e"
+            [rest, rounds] if settings.scale => format!(
+                "{rest} KWOK nodes of 110 Pods each for phase e, then a fresh cluster with \
+                 {rounds} for phases a-d and f"
             ),
             nodes => format!(
                 "{} KWOK nodes",

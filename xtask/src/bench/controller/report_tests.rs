@@ -171,12 +171,45 @@ fn scale_takes_the_issues_targets() {
 }
 
 #[test]
+fn scale_runs_name_phase_e_cluster_first_and_count_a_side_never_idle_as_not_met() {
+    let mut settings = settings();
+    settings.scale = true;
+    settings.nodes = vec![1365, 37];
+    let mut runs = Vec::new();
+    for (side, idle) in [(Side::Ours, None), (Side::Upstream, Some((2.0, 1.0)))] {
+        for round in 0..2 {
+            let mut r = run(side, round, 3.0, 0.5, 2.0);
+            r.phase = Phase::AtRest;
+            r.size = 50;
+            r.synced = Some(1.0);
+            r.first_write = Some(1.0);
+            r.idle = idle;
+            runs.push(r);
+        }
+    }
+    let md = markdown(&runs, &settings, &Machine::sample(), "");
+    assert!(
+        md.contains("1365 KWOK nodes of 110 Pods each for phase e, then a fresh cluster with 37"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| CPU-seconds to idle | - | 1.00 | inf | <= 0.5: **not met** |"),
+        "{md}"
+    );
+}
+
+#[test]
 fn a_long_reason_is_cut_to_one_short_line() {
     assert_eq!(incomplete_reason("a `b`\nc"), "a 'b' c");
-    let long = format!("ours exited; log:\n{}", "WARN x\n".repeat(500));
+    let long = format!(
+        "ours exited; log x.log:\n{}received SIGTERM; stopped",
+        "WARN é\n".repeat(500)
+    );
     let cut = incomplete_reason(&long);
-    assert_eq!(cut.chars().count(), REASON_CHARS + 1);
-    assert!(cut.ends_with('…') && !cut.contains('\n'), "{cut}");
+    assert_eq!(cut.chars().count(), REASON_CHARS + 3);
+    assert!(cut.starts_with("ours exited; log x.log:"), "{cut}");
+    assert!(cut.ends_with("received SIGTERM; stopped"), "{cut}");
+    assert!(cut.contains(" … ") && !cut.contains('\n'), "{cut}");
 }
 
 #[test]
