@@ -153,7 +153,7 @@ pub(crate) fn run(args: LanesArgs) -> Result<()> {
         args.keep,
         false,
         Duration::from_secs(3600),
-        None,
+        super::resolve_ours(None)?,
         (
             args.kube.release,
             super::Measured::Deployment,

@@ -456,7 +456,7 @@ async fn measure_at_rest(
                 if let Some(why) = c.exited() {
                     bail!(why);
                 }
-                let (cpu, _) = c.usage()?;
+                let cpu = xtask_contender::probe::process_cpu(c.pid())?;
                 let eligible = synced.is_some() && first_write.is_some();
                 let at = c.spawned().elapsed().as_secs_f64();
                 if eligible {

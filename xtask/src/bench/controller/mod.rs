@@ -458,10 +458,23 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
     });
     // One binary for every stage, built before the first (a stage can last an hour, and the
     // workspace may change meanwhile).
-    let ours = match &args.ours_binary {
-        Some(binary) => fs::canonicalize(binary)
-            .with_context(|| format!("--ours-binary {}", binary.display()))?,
-        None => xtask_contender::supervisor::build_dist()?,
+    let ours = resolve_ours(args.ours_binary.as_deref())?;
+    // What every report of this run says; each write fills in what it has measured so far.
+    let base = report::Settings {
+        sizes: sizes.clone(),
+        at_rest: at_rest.clone(),
+        rounds,
+        settle_secs: args.settle_secs,
+        quick: args.quick,
+        nodes: Vec::new(),
+        peak_reset: true,
+        cluster_kcm_qps: cluster_qps,
+        qps,
+        replicas,
+        scale,
+        setups: Vec::new(),
+        measured: args.measured,
+        incomplete: None,
     };
     let mut errors: Vec<String> = Vec::new();
     for (stage_sizes, stage_at_rest) in &stages {
@@ -478,7 +491,7 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
             args.keep,
             args.callgrind,
             Duration::from_secs(args.phase_timeout_secs),
-            Some(&ours),
+            ours.clone(),
             (args.kube.release, args.measured, cluster_qps),
         );
         let mut env = match prepared {
@@ -506,25 +519,16 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
                 return;
             };
             let settings = report::Settings {
-                sizes: sizes.clone(),
-                at_rest: at_rest.clone(),
-                rounds,
-                settle_secs: args.settle_secs,
-                quick: args.quick,
                 nodes: nodes.clone(),
                 peak_reset: peak_reset_so_far
                     && peak_reset_works.load(std::sync::atomic::Ordering::Relaxed),
-                cluster_kcm_qps: cluster_qps,
-                qps,
-                replicas,
-                scale,
                 setups: so_far.setups.clone(),
-                measured: args.measured,
                 incomplete: Some(format!(
                     "in progress: written after phase e at {m} Deployments while the run went on \
                      to the rest, whose end rewrites this report (if this line is still here, \
                      the run stopped before its end)"
                 )),
+                ..base.clone()
             };
             if let Err(e) = write_report(doc, &so_far.runs, &settings, &machine.clone().finish()) {
                 eprintln!("  warning: writing the report so far: {e:#}");
@@ -576,20 +580,11 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
     let measure::Results { runs, setups } = results;
     let machine = machine.finish();
     let settings = report::Settings {
-        sizes,
-        at_rest,
-        rounds,
-        settle_secs: args.settle_secs,
-        quick: args.quick,
         nodes,
         peak_reset,
-        cluster_kcm_qps: cluster_qps,
-        qps,
-        replicas,
-        scale,
         setups,
-        measured: args.measured,
         incomplete: (!errors.is_empty()).then(|| errors.join("; then ")),
+        ..base
     };
     if runs.is_empty() {
         return result;
@@ -630,24 +625,28 @@ fn pods_needed(sizes: &[usize], at_rest: &[usize], replicas: i32) -> usize {
     rounds.max(rest) + 100
 }
 
-/// Builds our binary (`dist` profile) unless `ours_binary` names one, starts cluster `name`
-/// afresh on `release` (audit log of the controller identities on, KWOK nodes for `pods`
-/// Pods, the cluster's kube-controller-manager without the `measured` controllers) and returns
-/// what the measurements need.
+/// Our binary: `binary` (`--ours-binary`) or the workspace's `dist` build, built now.
+fn resolve_ours(binary: Option<&Path>) -> Result<PathBuf> {
+    match binary {
+        Some(binary) => {
+            fs::canonicalize(binary).with_context(|| format!("--ours-binary {}", binary.display()))
+        }
+        None => xtask_contender::supervisor::build_dist(),
+    }
+}
+
+/// Starts cluster `name` afresh on `release` (audit log of the controller identities on, KWOK
+/// nodes for `pods` Pods, the cluster's kube-controller-manager without the `measured`
+/// controllers) and returns what the measurements need, with `ours` as our binary.
 fn prepare(
     name: &str,
     pods: usize,
     keep: bool,
     callgrind: bool,
     phase_timeout: Duration,
-    ours_binary: Option<&Path>,
+    ours: PathBuf,
     (release, measured, cluster_qps): (&'static Release, Measured, (u32, u32)),
 ) -> Result<Env> {
-    let ours = match ours_binary {
-        Some(binary) => fs::canonicalize(binary)
-            .with_context(|| format!("--ours-binary {}", binary.display()))?,
-        None => xtask_contender::supervisor::build_dist()?,
-    };
     let cache = Cache::locate(release)?;
     let missing = cache.missing();
     if !missing.is_empty() {

@@ -16,6 +16,7 @@ pub(super) const KEEP_MARKER: &str =
     "<!-- Written by hand from here on; `cargo xtask bench controller` keeps this part. -->";
 
 /// How the run was configured.
+#[derive(Clone)]
 pub(super) struct Settings {
     pub(super) sizes: Vec<usize>,
     /// Phase e's sizes, ascending.
