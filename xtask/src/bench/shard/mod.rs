@@ -13,15 +13,21 @@
 //! limits. Then per round, the two sides take turns (the order alternates), each alone:
 //! 1. start (one process, or three at once) until ready: caches synced, and for the shards
 //!    every one of the 64 buckets active on one of them;
-//! 2. a rollout of every Deployment (a template change) until all are complete;
+//!    and the bytes kube-apiserver wrote to reach it (below);
+//! 2. a rollout (a template change) of every Deployment, or with `--rollout N` of the first N
+//!    (one per namespace before a second in any), until all are complete;
 //! 3. per-replica peak RSS (VmHWM since start) and CPU-seconds since start;
 //! 4. shards only: `kill -9` of one shard, then the time until the two others hold all 64
 //!    buckets (the handover, bounded below by the 15 s lease duration);
 //! 5. every process stopped and checked gone.
 //!
-//! Bytes transferred are not measured: the API server's size metrics miss lists streamed
-//! through a watch (what our informers do), and /proc/<pid>/io does not count socket reads
-//! made with recv(2).
+//! Bytes to ready: kube-apiserver's own count of what it wrote for Deployments, ReplicaSets
+//! and Pods, on watches (`apiserver_watch_events_sizes_sum`, every event of a list streamed
+//! through a watch included, which is how our informers list) and in LIST responses
+//! (`apiserver_response_sizes_sum`), from before the spawn to ready. The counters are the
+//! whole server's, so each side starts only once they stood still for 2 s (the previous
+//! rollout's Pods gone, nothing else watching them changing). /proc/<pid>/io would not do: it
+//! does not count socket reads made with recv(2).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -68,6 +74,10 @@ pub(crate) struct ShardArgs {
     /// Deployments in the cluster (default 300; 30 with --quick).
     #[arg(long)]
     deployments: Option<usize>,
+    /// Deployments each rollout changes: the first N, spread over the namespaces (default:
+    /// all). At the density of issue [scale] a rollout of all at QPS 20 takes most of an hour.
+    #[arg(long)]
+    rollout: Option<usize>,
     /// Pods per Deployment.
     #[arg(long, default_value_t = 4)]
     replicas: i32,
@@ -152,6 +162,9 @@ struct Run {
     cpu: Vec<f64>,
     /// Sharded: seconds from the kill to the two others holding every bucket.
     handover: Option<f64>,
+    /// Bytes kube-apiserver wrote for the workload resources (watch events and LIST
+    /// responses) from before the spawn to ready, all replicas together.
+    bytes_to_ready: f64,
 }
 
 impl Run {
@@ -174,6 +187,8 @@ struct Env<'a> {
     timeout: Duration,
     /// (namespace, name) of every Deployment.
     deployments: Vec<(String, String)>,
+    /// Deployments a rollout changes (the first of `deployments`).
+    rollout: usize,
     replicas: i32,
 }
 
@@ -189,6 +204,10 @@ pub(crate) fn run(args: ShardArgs) -> Result<()> {
     if namespaces > deployments {
         bail!("--namespaces {namespaces}: more than the {deployments} Deployments");
     }
+    let rollout = args.rollout.unwrap_or(deployments);
+    if rollout == 0 || rollout > deployments {
+        bail!("--rollout {rollout}: give 1 to the {deployments} Deployments");
+    }
     let binary = supervisor::build_dist()?;
     let machine = Machine::detect(args.kube.release.kubernetes);
     let dir = crate::workspace_root().join("target/kctrl-bench-shard");
@@ -203,7 +222,7 @@ pub(crate) fn run(args: ShardArgs) -> Result<()> {
             gate,
             &binary,
             &dir,
-            (deployments, namespaces, rounds),
+            (deployments, namespaces, rounds, rollout),
             &mut runs,
         );
         fresh::down_unless_kept(&name, args.keep);
@@ -217,9 +236,16 @@ pub(crate) fn run(args: ShardArgs) -> Result<()> {
         return result;
     }
     let settings = format!(
-        "{deployments} Deployments x {} Pods in {namespaces} namespaces, {rounds} round(s); \
-         every replica QPS {}/burst {}, 5 concurrent syncs",
-        args.replicas, QPS.0, QPS.1
+        "{deployments} Deployments x {} Pods in {namespaces} namespaces, {rounds} round(s), \
+         each rollout changing {rolled}; every replica QPS {}/burst {}, 5 concurrent syncs",
+        args.replicas,
+        QPS.0,
+        QPS.1,
+        rolled = if rollout == deployments {
+            "all".to_owned()
+        } else {
+            format!("{rollout} (one per namespace first)")
+        }
     );
     let tables = report(&runs);
     println!("{settings}\n\n{tables}");
@@ -244,7 +270,7 @@ fn one_cluster(
     gate: bool,
     binary: &Path,
     dir: &Path,
-    (deployments, namespaces, rounds): (usize, usize, usize),
+    (deployments, namespaces, rounds, rollout): (usize, usize, usize, usize),
     runs: &mut Vec<Run>,
 ) -> Result<()> {
     let pods = deployments * args.replicas as usize * 2 + 100;
@@ -256,7 +282,11 @@ fn one_cluster(
             nodes,
             apiserver_args: Vec::new(),
             feature_gates: vec![format!("ShardedListAndWatch={gate}")],
-            scheduler_args: Vec::new(),
+            // Binding 30,000 Pods at kube-scheduler's default QPS 50 would set the set-up's pace.
+            scheduler_args: vec![
+                format!("--kube-api-qps={}", CLUSTER_KCM_QPS.0),
+                format!("--kube-api-burst={}", CLUSTER_KCM_QPS.1),
+            ],
             controller_manager_args: vec![
                 format!("--kube-api-qps={}", CLUSTER_KCM_QPS.0),
                 format!("--kube-api-burst={}", CLUSTER_KCM_QPS.1),
@@ -286,6 +316,7 @@ fn one_cluster(
             ticks: xtask_contender::probe::clock_ticks(),
             timeout: Duration::from_secs(args.step_timeout_secs),
             deployments: Vec::new(),
+            rollout,
             replicas: args.replicas,
         };
         fs::create_dir_all(&env.dir)?;
@@ -295,8 +326,9 @@ fn one_cluster(
                 eprintln!("==> round {}, {}", round + 1, side.title());
                 let run = measure(&env, gate, side, &format!("r{round}")).await?;
                 eprintln!(
-                    "    ready {:.1} s, rollout {:.1} s, peak RSS {:.0} MiB, CPU {:.1} s{}",
+                    "    ready {:.1} s ({:.1} MiB sent), rollout {:.1} s, peak RSS {:.0} MiB, CPU {:.1} s{}",
                     run.ready,
+                    run.bytes_to_ready / 1048576.0,
                     run.rollout,
                     run.max_peak_rss() / 1048576.0,
                     run.max_cpu(),
@@ -533,14 +565,14 @@ where
     Ok(())
 }
 
-/// Changes every Deployment's template (unthrottled).
+/// Changes the template of the first `env.rollout` Deployments (unthrottled).
 async fn roll_all(env: &Env<'_>, tag: &str) -> Result<()> {
     let patch = serde_json::json!({"spec": {"template": {"metadata": {"annotations": {
         "bench.kctrl.io/round": tag
     }}}}});
     let (admin, all) = (env.admin.clone(), env.deployments.clone());
     let patch = std::sync::Arc::new(Patch::Merge(patch));
-    for_each(all.len(), move |i| {
+    for_each(env.rollout, move |i| {
         let (admin, (ns, name), patch) = (admin.clone(), all[i].clone(), patch.clone());
         async move {
             Api::<Deployment>::namespaced(admin, &ns)
@@ -564,6 +596,7 @@ async fn measure(env: &Env<'_>, gate: bool, side: Side, round: &str) -> Result<R
             "sharded"
         }
     );
+    let before = quiet_bytes(&env.info).await?;
     let mut replicas = Vec::new();
     for i in 0..side.replicas() {
         let shard = (side == Side::Sharded).then_some(i);
@@ -575,7 +608,7 @@ async fn measure(env: &Env<'_>, gate: bool, side: Side, round: &str) -> Result<R
             }
         }
     }
-    let result = measure_running(env, gate, side, &tag, &mut replicas).await;
+    let result = measure_running(env, (gate, before), side, &tag, &mut replicas).await;
     let stopped = stop_all(replicas);
     let run = result?;
     stopped?;
@@ -584,12 +617,13 @@ async fn measure(env: &Env<'_>, gate: bool, side: Side, round: &str) -> Result<R
 
 async fn measure_running(
     env: &Env<'_>,
-    gate: bool,
+    (gate, before): (bool, f64),
     side: Side,
     tag: &str,
     replicas: &mut Vec<Replica>,
 ) -> Result<Run> {
     let ready = wait_ready(env, side, replicas).await?;
+    let bytes_to_ready = apiserver_bytes(&env.info)? - before;
     let started = Instant::now();
     roll_all(env, tag).await?;
     let mut refs: Vec<&mut Replica> = replicas.iter_mut().collect();
@@ -615,7 +649,75 @@ async fn measure_running(
         peak_rss,
         cpu,
         handover,
+        bytes_to_ready,
     })
+}
+
+/// Bytes kube-apiserver has written for Deployments, ReplicaSets and Pods: the sums of its
+/// `apiserver_watch_events_sizes` and of its LIST `apiserver_response_sizes`.
+fn apiserver_bytes(info: &ClusterInfo) -> Result<f64> {
+    let out = std::process::Command::new(&info.kubectl)
+        .arg("--kubeconfig")
+        .arg(&info.admin_kubeconfig)
+        .args(["get", "--raw", "/metrics"])
+        .output()
+        .context("running kubectl get --raw /metrics")?;
+    if !out.status.success() {
+        bail!(
+            "kubectl get --raw /metrics failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    workload_bytes(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// [`apiserver_bytes`] of one scrape.
+fn workload_bytes(metrics: &str) -> Result<f64> {
+    let workload = |s: &parse::Sample| {
+        matches!(
+            s.labels.get("resource").map(String::as_str),
+            Some("deployments" | "replicasets" | "pods")
+        ) && s.labels.get("subresource").is_none_or(String::is_empty)
+    };
+    let watch = parse::parse_samples(metrics, "apiserver_watch_events_sizes_sum")?;
+    let list = parse::parse_samples(metrics, "apiserver_response_sizes_sum")?;
+    let is_list = |s: &parse::Sample| s.labels.get("verb").is_some_and(|v| v == "LIST");
+    Ok(watch
+        .iter()
+        .filter(|s| workload(s))
+        .map(|s| s.value)
+        .sum::<f64>()
+        + list
+            .iter()
+            .filter(|s| workload(s) && is_list(s))
+            .map(|s| s.value)
+            .sum::<f64>())
+}
+
+/// [`apiserver_bytes`] once it stood still for 2 s (nothing else is being sent, so what
+/// follows is the measured side's); after 120 s without that, the last reading, with a
+/// warning.
+async fn quiet_bytes(info: &ClusterInfo) -> Result<f64> {
+    let started = Instant::now();
+    let mut last = apiserver_bytes(info)?;
+    let mut still_since = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = apiserver_bytes(info)?;
+        if now != last {
+            last = now;
+            still_since = Instant::now();
+        } else if still_since.elapsed() >= Duration::from_secs(2) {
+            return Ok(now);
+        }
+        if started.elapsed() > Duration::from_secs(120) {
+            eprintln!(
+                "    warning: kube-apiserver still sending workload objects after 120 s; \
+                 bytes to ready include that traffic"
+            );
+            return Ok(now);
+        }
+    }
 }
 
 /// `kill -9` of the first shard; seconds until the others hold every bucket.
@@ -662,5 +764,23 @@ mod tests {
         assert_eq!(cli.args.gate, Gate::Both);
         assert_eq!(cli.args.name, "bench-shard");
         assert!(Cli::try_parse_from(["x", "--gate", "maybe"]).is_err());
+        let cli = Cli::try_parse_from(["x", "--rollout", "300"]).unwrap();
+        assert_eq!(cli.args.rollout, Some(300));
+    }
+
+    #[test]
+    fn workload_bytes_add_watch_events_and_lists_of_the_three_resources() {
+        let metrics = r#"
+# HELP apiserver_watch_events_sizes Watch event size distribution in bytes
+apiserver_watch_events_sizes_bucket{group="",resource="pods",version="v1",le="1024"} 3
+apiserver_watch_events_sizes_sum{group="",resource="pods",version="v1"} 1000
+apiserver_watch_events_sizes_sum{group="apps",resource="replicasets",version="v1"} 200
+apiserver_watch_events_sizes_sum{group="coordination.k8s.io",resource="leases",version="v1"} 7000
+apiserver_response_sizes_sum{component="apiserver",group="apps",resource="deployments",scope="cluster",subresource="",verb="LIST",version="v1"} 30
+apiserver_response_sizes_sum{component="apiserver",group="apps",resource="deployments",scope="resource",subresource="",verb="GET",version="v1"} 4000
+apiserver_response_sizes_sum{component="apiserver",group="",resource="pods",scope="namespace",subresource="log",verb="LIST",version="v1"} 5000
+"#;
+        assert_eq!(workload_bytes(metrics).unwrap(), 1230.0);
+        assert!(workload_bytes("apiserver_response_sizes_sum{verb=\"LIST\"} x").is_err());
     }
 }
