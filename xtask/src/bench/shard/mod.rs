@@ -4,15 +4,17 @@
 //!
 //! Every replica, single or shard, has the same client limits (QPS 20, burst 30, 5 concurrent
 //! syncs): the question is what three replicas at the per-replica budget of one buy. The
-//! cluster's kube-controller-manager (ReplicaSet controller, garbage collector) runs with
-//! raised limits (QPS 200, burst 400) so that it is not what a rollout waits for.
+//! cluster's kube-controller-manager (ReplicaSet controller, garbage collector) and
+//! kube-scheduler run with raised limits (QPS 200, burst 400) so that neither is what a
+//! rollout waits for.
 //!
 //! Set-up, unmeasured: D Deployments x R replicas in N namespaces whose names vary at their
 //! start (FNV-1a moves only the low bits of the hash for a change at the end of a name, so
 //! `ns-01`, `ns-02`... would all land in one bucket), rolled out by one replica with raised
 //! limits. Then per round, the two sides take turns (the order alternates), each alone:
 //! 1. start (one process, or three at once) until ready: caches synced, and for the shards
-//!    every one of the 64 buckets active on one of them;
+//!    each seeing all three members, each ready (`shard_member_ready`) and every one of the
+//!    64 buckets active on one of them;
 //!    and the bytes kube-apiserver wrote to reach it (below);
 //! 2. a rollout (a template change) of every Deployment, or with `--rollout N` of the first N
 //!    (one per namespace before a second in any), until all are complete;
@@ -23,11 +25,13 @@
 //!
 //! Bytes to ready: kube-apiserver's own count of what it wrote for Deployments, ReplicaSets
 //! and Pods, on watches (`apiserver_watch_events_sizes_sum`, every event of a list streamed
-//! through a watch included, which is how our informers list) and in LIST responses
-//! (`apiserver_response_sizes_sum`), from before the spawn to ready. The counters are the
-//! whole server's, so each side starts only once they stood still for 2 s (the previous
-//! rollout's Pods gone, nothing else watching them changing). /proc/<pid>/io would not do: it
-//! does not count socket reads made with recv(2).
+//! through a watch included, which is how our informers list; uncompressed, and our client
+//! asks for no compression) and in LIST responses (`apiserver_response_sizes_sum`), from
+//! before the spawn to ready. The counters are the whole server's: each side starts only once
+//! they stood still for 2 s (the previous rollout's Pods gone), and a write to those resources
+//! between the spawn and ready (which every watcher of them is then sent) is counted from
+//! `apiserver_request_total` and shown beside the figure. /proc/<pid>/io would not do: it does
+//! not count socket reads made with recv(2).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -48,9 +52,11 @@ use xtask_contender::{Contender, rbac};
 use xtask_report::machine::Machine;
 
 use self::report::{markdown, report};
+use self::traffic::{Traffic, apiserver_traffic, quiet_traffic};
 use crate::kube::rollout_state;
 
 mod report;
+mod traffic;
 use crate::kube::{Gate, namespace_names};
 
 /// Shards of the sharded side.
@@ -165,6 +171,9 @@ struct Run {
     /// Bytes kube-apiserver wrote for the workload resources (watch events and LIST
     /// responses) from before the spawn to ready, all replicas together.
     bytes_to_ready: f64,
+    /// Writes to those resources by any client from before the spawn to ready: each was sent
+    /// to every watcher of its resource, counted in `bytes_to_ready` too (0 in a clean run).
+    writes_to_ready: f64,
 }
 
 impl Run {
@@ -247,7 +256,7 @@ pub(crate) fn run(args: ShardArgs) -> Result<()> {
             format!("{rollout} (one per namespace first)")
         }
     );
-    let tables = report(&runs);
+    let tables = report(&runs, (rollout, deployments));
     println!("{settings}\n\n{tables}");
     if let Err(e) = &result {
         eprintln!("(incomplete: {e:#}; not written to the docs)");
@@ -282,7 +291,8 @@ fn one_cluster(
             nodes,
             apiserver_args: Vec::new(),
             feature_gates: vec![format!("ShardedListAndWatch={gate}")],
-            // Binding 30,000 Pods at kube-scheduler's default QPS 50 would set the set-up's pace.
+            // Binding the set-up's Pods (15,000 at 3,000 Deployments x 5) at kube-scheduler's
+            // default QPS 50 would set its pace, and a rollout's too.
             scheduler_args: vec![
                 format!("--kube-api-qps={}", CLUSTER_KCM_QPS.0),
                 format!("--kube-api-burst={}", CLUSTER_KCM_QPS.1),
@@ -468,8 +478,13 @@ fn zombie(pid: u32) -> bool {
 
 /// The value of `shard_member_buckets` a replica reports, `None` if unreadable.
 fn held_buckets(r: &Replica) -> Option<usize> {
+    gauge(r, "shard_member_buckets")
+}
+
+/// The value of a gauge of the shard group a replica reports, `None` if unreadable.
+fn gauge(r: &Replica, name: &str) -> Option<usize> {
     let text = curl(&format!("https://127.0.0.1:{}/metrics", r.port)).ok()?;
-    parse::parse_samples(&text, "shard_member_buckets")
+    parse::parse_samples(&text, name)
         .ok()?
         .first()
         .map(|s| s.value as usize)
@@ -518,8 +533,15 @@ async fn wait_complete(
             );
             last_report = Instant::now();
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(poll_interval(n)).await;
     }
+}
+
+/// How often [`wait_complete`] lists every Deployment: every 500 ms up to 1,000 of them, then
+/// half a second more per 1,000 (a LIST of 3,000 full Deployments twice a second would load
+/// the apiserver the measured replicas share).
+fn poll_interval(deployments: usize) -> Duration {
+    Duration::from_millis(500 * deployments.div_ceil(1000).max(1) as u64)
 }
 
 /// Waits until `replicas` are ready: synced, and sharded, holding every bucket between them.
@@ -534,7 +556,12 @@ async fn wait_ready(env: &Env<'_>, side: Side, replicas: &mut [Replica]) -> Resu
         let ready = synced
             && match side {
                 Side::Single => true,
-                Side::Sharded => replicas.iter().filter_map(held_buckets).sum::<usize>() == BUCKETS,
+                Side::Sharded => {
+                    replicas.iter().all(|r| {
+                        gauge(r, "shard_members") == Some(SHARDS)
+                            && gauge(r, "shard_member_ready") == Some(1)
+                    }) && replicas.iter().filter_map(held_buckets).sum::<usize>() == BUCKETS
+                }
             };
         if ready {
             return Ok(spawned.elapsed().as_secs_f64());
@@ -596,7 +623,7 @@ async fn measure(env: &Env<'_>, gate: bool, side: Side, round: &str) -> Result<R
             "sharded"
         }
     );
-    let before = quiet_bytes(&env.info).await?;
+    let before = quiet_traffic(&env.info).await?;
     let mut replicas = Vec::new();
     for i in 0..side.replicas() {
         let shard = (side == Side::Sharded).then_some(i);
@@ -617,13 +644,21 @@ async fn measure(env: &Env<'_>, gate: bool, side: Side, round: &str) -> Result<R
 
 async fn measure_running(
     env: &Env<'_>,
-    (gate, before): (bool, f64),
+    (gate, before): (bool, Traffic),
     side: Side,
     tag: &str,
     replicas: &mut Vec<Replica>,
 ) -> Result<Run> {
     let ready = wait_ready(env, side, replicas).await?;
-    let bytes_to_ready = apiserver_bytes(&env.info)? - before;
+    let after = apiserver_traffic(&env.info)?;
+    let (bytes_to_ready, writes_to_ready) =
+        (after.bytes - before.bytes, after.writes - before.writes);
+    if writes_to_ready > 0.0 {
+        eprintln!(
+            "    note: {writes_to_ready} write(s) to Deployments, ReplicaSets or Pods before ready; \
+             what they sent every watcher is in the bytes"
+        );
+    }
     let started = Instant::now();
     roll_all(env, tag).await?;
     let mut refs: Vec<&mut Replica> = replicas.iter_mut().collect();
@@ -650,74 +685,8 @@ async fn measure_running(
         cpu,
         handover,
         bytes_to_ready,
+        writes_to_ready,
     })
-}
-
-/// Bytes kube-apiserver has written for Deployments, ReplicaSets and Pods: the sums of its
-/// `apiserver_watch_events_sizes` and of its LIST `apiserver_response_sizes`.
-fn apiserver_bytes(info: &ClusterInfo) -> Result<f64> {
-    let out = std::process::Command::new(&info.kubectl)
-        .arg("--kubeconfig")
-        .arg(&info.admin_kubeconfig)
-        .args(["get", "--raw", "/metrics"])
-        .output()
-        .context("running kubectl get --raw /metrics")?;
-    if !out.status.success() {
-        bail!(
-            "kubectl get --raw /metrics failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    workload_bytes(&String::from_utf8_lossy(&out.stdout))
-}
-
-/// [`apiserver_bytes`] of one scrape.
-fn workload_bytes(metrics: &str) -> Result<f64> {
-    let workload = |s: &parse::Sample| {
-        matches!(
-            s.labels.get("resource").map(String::as_str),
-            Some("deployments" | "replicasets" | "pods")
-        ) && s.labels.get("subresource").is_none_or(String::is_empty)
-    };
-    let watch = parse::parse_samples(metrics, "apiserver_watch_events_sizes_sum")?;
-    let list = parse::parse_samples(metrics, "apiserver_response_sizes_sum")?;
-    let is_list = |s: &parse::Sample| s.labels.get("verb").is_some_and(|v| v == "LIST");
-    Ok(watch
-        .iter()
-        .filter(|s| workload(s))
-        .map(|s| s.value)
-        .sum::<f64>()
-        + list
-            .iter()
-            .filter(|s| workload(s) && is_list(s))
-            .map(|s| s.value)
-            .sum::<f64>())
-}
-
-/// [`apiserver_bytes`] once it stood still for 2 s (nothing else is being sent, so what
-/// follows is the measured side's); after 120 s without that, the last reading, with a
-/// warning.
-async fn quiet_bytes(info: &ClusterInfo) -> Result<f64> {
-    let started = Instant::now();
-    let mut last = apiserver_bytes(info)?;
-    let mut still_since = Instant::now();
-    loop {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let now = apiserver_bytes(info)?;
-        if now != last {
-            last = now;
-            still_since = Instant::now();
-        } else if still_since.elapsed() >= Duration::from_secs(2) {
-            return Ok(now);
-        }
-        if started.elapsed() > Duration::from_secs(120) {
-            eprintln!(
-                "    warning: kube-apiserver still sending workload objects after 120 s; \
-                 bytes to ready include that traffic"
-            );
-            return Ok(now);
-        }
-    }
 }
 
 /// `kill -9` of the first shard; seconds until the others hold every bucket.
@@ -769,18 +738,9 @@ mod tests {
     }
 
     #[test]
-    fn workload_bytes_add_watch_events_and_lists_of_the_three_resources() {
-        let metrics = r#"
-# HELP apiserver_watch_events_sizes Watch event size distribution in bytes
-apiserver_watch_events_sizes_bucket{group="",resource="pods",version="v1",le="1024"} 3
-apiserver_watch_events_sizes_sum{group="",resource="pods",version="v1"} 1000
-apiserver_watch_events_sizes_sum{group="apps",resource="replicasets",version="v1"} 200
-apiserver_watch_events_sizes_sum{group="coordination.k8s.io",resource="leases",version="v1"} 7000
-apiserver_response_sizes_sum{component="apiserver",group="apps",resource="deployments",scope="cluster",subresource="",verb="LIST",version="v1"} 30
-apiserver_response_sizes_sum{component="apiserver",group="apps",resource="deployments",scope="resource",subresource="",verb="GET",version="v1"} 4000
-apiserver_response_sizes_sum{component="apiserver",group="",resource="pods",scope="namespace",subresource="log",verb="LIST",version="v1"} 5000
-"#;
-        assert_eq!(workload_bytes(metrics).unwrap(), 1230.0);
-        assert!(workload_bytes("apiserver_response_sizes_sum{verb=\"LIST\"} x").is_err());
+    fn large_sets_are_polled_less_often() {
+        assert_eq!(poll_interval(300), Duration::from_millis(500));
+        assert_eq!(poll_interval(1000), Duration::from_millis(500));
+        assert_eq!(poll_interval(3000), Duration::from_millis(1500));
     }
 }
