@@ -34,6 +34,24 @@ pub fn curl_within(url: &str, seconds: u32) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// kube-apiserver's own /metrics (Prometheus text), read with the cluster's `kubectl` as its
+/// admin.
+pub fn apiserver_metrics(info: &kctrl_cluster::plane::ClusterInfo) -> Result<String> {
+    let out = Command::new(&info.kubectl)
+        .arg("--kubeconfig")
+        .arg(&info.admin_kubeconfig)
+        .args(["get", "--raw", "/metrics"])
+        .output()
+        .context("running kubectl get --raw /metrics")?;
+    if !out.status.success() {
+        bail!(
+            "kubectl get --raw /metrics failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// CPU time process `pid` has used so far (`/proc/<pid>/stat`).
 pub fn process_cpu(pid: u32) -> Result<CpuTicks> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))

@@ -243,19 +243,7 @@ impl Controller {
 
 /// The apiserver's `apiserver_request_total` for the workload resources.
 pub(super) fn apiserver_requests(env: &Env) -> Result<Counts> {
-    let out = Command::new(&env.info.kubectl)
-        .arg("--kubeconfig")
-        .arg(&env.info.admin_kubeconfig)
-        .args(["get", "--raw", "/metrics"])
-        .output()
-        .context("running kubectl get --raw /metrics")?;
-    if !out.status.success() {
-        bail!(
-            "kubectl get --raw /metrics failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    parse::apiserver_requests(&String::from_utf8_lossy(&out.stdout))
+    parse::apiserver_requests(&xtask_contender::probe::apiserver_metrics(&env.info)?)
 }
 
 /// The resident set (VmRSS) of the cluster's kube-apiserver and etcd.

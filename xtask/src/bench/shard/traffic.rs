@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use kctrl_cluster::plane::ClusterInfo;
 use xtask_contender::parse;
 
@@ -20,19 +20,7 @@ pub(super) struct Traffic {
 
 /// [`Traffic`] from kube-apiserver's /metrics.
 pub(super) fn apiserver_traffic(info: &ClusterInfo) -> Result<Traffic> {
-    let out = std::process::Command::new(&info.kubectl)
-        .arg("--kubeconfig")
-        .arg(&info.admin_kubeconfig)
-        .args(["get", "--raw", "/metrics"])
-        .output()
-        .context("running kubectl get --raw /metrics")?;
-    if !out.status.success() {
-        bail!(
-            "kubectl get --raw /metrics failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    workload_traffic(&String::from_utf8_lossy(&out.stdout))
+    workload_traffic(&xtask_contender::probe::apiserver_metrics(info)?)
 }
 
 /// [`Traffic`] of one scrape.
