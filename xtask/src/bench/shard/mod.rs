@@ -478,16 +478,33 @@ fn zombie(pid: u32) -> bool {
 
 /// The value of `shard_member_buckets` a replica reports, `None` if unreadable.
 fn held_buckets(r: &Replica) -> Option<usize> {
-    gauge(r, "shard_member_buckets")
+    member_gauges(r).map(|g| g.buckets)
 }
 
-/// The value of a gauge of the shard group a replica reports, `None` if unreadable.
-fn gauge(r: &Replica, name: &str) -> Option<usize> {
+/// A replica's shard gauges, from one scrape of its /metrics.
+struct MemberGauges {
+    /// `shard_members`: live members it sees, itself included.
+    members: usize,
+    /// `shard_member_ready`: 1 while ready.
+    ready: usize,
+    /// `shard_member_buckets`: buckets it holds active.
+    buckets: usize,
+}
+
+/// [`MemberGauges`] of replica `r`, `None` if its /metrics is unreadable or lacks one.
+fn member_gauges(r: &Replica) -> Option<MemberGauges> {
     let text = curl(&format!("https://127.0.0.1:{}/metrics", r.port)).ok()?;
-    parse::parse_samples(&text, name)
-        .ok()?
-        .first()
-        .map(|s| s.value as usize)
+    let gauge = |name: &str| {
+        parse::parse_samples(&text, name)
+            .ok()?
+            .first()
+            .map(|s| s.value as usize)
+    };
+    Some(MemberGauges {
+        members: gauge("shard_members")?,
+        ready: gauge("shard_member_ready")?,
+        buckets: gauge("shard_member_buckets")?,
+    })
 }
 
 /// Fails with the exit message of the first replica that exited.
@@ -557,10 +574,12 @@ async fn wait_ready(env: &Env<'_>, side: Side, replicas: &mut [Replica]) -> Resu
             && match side {
                 Side::Single => true,
                 Side::Sharded => {
-                    replicas.iter().all(|r| {
-                        gauge(r, "shard_members") == Some(SHARDS)
-                            && gauge(r, "shard_member_ready") == Some(1)
-                    }) && replicas.iter().filter_map(held_buckets).sum::<usize>() == BUCKETS
+                    let gauges: Option<Vec<MemberGauges>> =
+                        replicas.iter().map(member_gauges).collect();
+                    gauges.is_some_and(|g| {
+                        g.iter().all(|m| m.members == SHARDS && m.ready == 1)
+                            && g.iter().map(|m| m.buckets).sum::<usize>() == BUCKETS
+                    })
                 }
             };
         if ready {
