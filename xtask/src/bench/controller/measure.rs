@@ -16,7 +16,7 @@ use super::running::{
 use super::workload::*;
 use super::{
     AT_REST_PER_NAMESPACE, Env, IDLE_CPU_SHARE, IDLE_WINDOW, Measured, NAMESPACE_PREFIX, Phase,
-    PhaseRun, SETUP_QPS, Side, TAIL, admin_client,
+    PhaseRun, Side, TAIL, admin_client,
 };
 
 /// What a run measured.
@@ -259,7 +259,7 @@ fn rest_namespace(i: usize) -> String {
 }
 
 /// Grows phase e's Deployments from `built` to `m` (each in [`rest_namespace`]) with ours at
-/// [`SETUP_QPS`], until every one of them is complete; not measured.
+/// [`super::setup_qps`], until every one of them is complete; not measured.
 async fn prepare_at_rest(env: &Env, client: &Client, built: usize, m: usize) -> Result<Setup> {
     let added = m - built;
     eprintln!(
@@ -271,7 +271,7 @@ async fn prepare_at_rest(env: &Env, client: &Client, built: usize, m: usize) -> 
         crate::kube::ensure_namespace(client, namespace, &[]).await?;
     }
     // Never slower than the controllers measured get.
-    let setup_qps = (SETUP_QPS.0.max(env.qps.0), SETUP_QPS.1.max(env.qps.1));
+    let setup_qps = super::setup_qps(env.qps);
     let mut setup = start(env, Side::Ours, &format!("rest-{m}-setup"), setup_qps)?;
     setup.wait_synced(Duration::from_secs(600)).await?;
     let started = Instant::now();

@@ -73,6 +73,12 @@ const TAIL: Duration = Duration::from_secs(3);
 const QPS: (u32, u32) = (20, 30);
 /// Client QPS / burst of our controller while it prepares the at-rest namespaces (not measured).
 const SETUP_QPS: (u32, u32) = (2000, 4000);
+
+/// The client QPS / burst of phase e's set-up when the measured controllers run at `qps`:
+/// [`SETUP_QPS`], or `qps` where that is higher.
+fn setup_qps(qps: (u32, u32)) -> (u32, u32) {
+    (SETUP_QPS.0.max(qps.0), SETUP_QPS.1.max(qps.1))
+}
 /// Client QPS / burst of the cluster's kube-controller-manager (ReplicaSet controller, garbage
 /// collector, namespace controller): high enough that the Deployment controller is the
 /// bottleneck of every phase, for both sides alike.
@@ -477,8 +483,8 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
         incomplete: None,
     };
     let mut errors: Vec<String> = Vec::new();
-    for (stage_sizes, stage_at_rest) in &stages {
-        // Each stage's cluster keeps its own logs (and --keep keeps each).
+    for (i, (stage_sizes, stage_at_rest)) in stages.iter().enumerate() {
+        // Each stage's cluster keeps its own logs.
         let name = if stages.len() > 1 && !stage_at_rest.is_empty() {
             format!("{}-rest", args.name)
         } else {
@@ -557,7 +563,10 @@ pub(crate) fn run(args: ControllerArgs) -> Result<()> {
         peak_reset &= env
             .peak_reset_works
             .load(std::sync::atomic::Ordering::Relaxed);
-        xtask_contender::fresh::down_unless_kept(&name, args.keep);
+        // --keep keeps the last stage's cluster only: an earlier one left running (phase e's
+        // 1,365 nodes and 150,000 Pods) would load the machine while the next is measured.
+        let last = i + 1 == stages.len();
+        xtask_contender::fresh::down_unless_kept(&name, args.keep && last);
         if args.callgrind {
             result?;
             eprintln!(

@@ -56,14 +56,24 @@ fn workload_traffic(metrics: &str) -> Result<Traffic> {
 
 /// [`apiserver_traffic`] once its bytes stood still for 2 s (nothing else is being sent, so
 /// what follows is the measured side's); after 120 s without that, the last reading, with a
-/// warning.
+/// warning. A failed reading within the 120 s is retried.
 pub(super) async fn quiet_traffic(info: &ClusterInfo) -> Result<Traffic> {
     let started = Instant::now();
     let mut last = apiserver_traffic(info)?;
     let mut still_since = Instant::now();
     loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let now = apiserver_traffic(info)?;
+        // One failed scrape (a loaded apiserver) is not the end of the run: poll again, and
+        // let the 120 s bound decide.
+        let now = match apiserver_traffic(info) {
+            Ok(now) => now,
+            Err(e) if started.elapsed() <= Duration::from_secs(120) => {
+                eprintln!("    warning: reading kube-apiserver's /metrics: {e:#}; again");
+                still_since = Instant::now();
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         if now.bytes != last.bytes {
             last = now;
             still_since = Instant::now();
