@@ -177,6 +177,80 @@ async fn stored_container_capacity(compact_objects: bool) -> [usize; 2] {
     })
 }
 
+/// Re-packing moves managedFields across instead of copying them: the stored Pod holds the
+/// very `fieldsV1` trees and strings it was decoded with (their addresses are unchanged),
+/// equal to what was sent, with the list of entries sized to its length; the rest of the
+/// object is still re-packed.
+#[tokio::test(start_paused = true)]
+async fn managed_fields_are_moved_not_copied_when_repacking() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
+    let entry = |manager: &str| ManagedFieldsEntry {
+        manager: Some(manager.into()),
+        operation: Some("Apply".into()),
+        fields_type: Some("FieldsV1".into()),
+        fields_v1: Some(FieldsV1(serde_json::json!({
+            "f:spec": {"f:containers": {"k:{\"name\":\"app\"}": {".": {}, "f:image": {}}}}
+        }))),
+        ..Default::default()
+    };
+    let mut managed = Vec::with_capacity(8);
+    managed.extend([entry("kubectl"), entry("controller")]);
+    let mut containers = Vec::with_capacity(16);
+    containers.push(Container {
+        name: "app".into(),
+        ..Default::default()
+    });
+    let mut sent = Pod {
+        spec: Some(PodSpec {
+            containers,
+            ..Default::default()
+        }),
+        ..pod("watched", "2")
+    };
+    sent.metadata.managed_fields = Some(managed);
+    let expected = sent.clone();
+    let address = |p: &Pod| {
+        let fields = p.metadata.managed_fields.as_ref().unwrap();
+        let tree = fields[1].fields_v1.as_ref().unwrap().0.as_object().unwrap();
+        (
+            fields[0].manager.as_ref().unwrap().as_ptr() as usize,
+            tree.keys().next().unwrap().as_ptr() as usize,
+        )
+    };
+    let before = address(&sent);
+
+    let (tx, mut watchers) = mpsc::unbounded_channel();
+    let lw = ScriptedLw::new(|_| Ok(pod_list("1", None, vec![])), watch_via(tx));
+    let store = RecordingStore::new();
+    let r = reflector(&lw, &store, options(false));
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn({
+        let r = r.clone();
+        let cancel = cancel.clone();
+        async move { r.run(cancel).await }
+    });
+    let fw = watchers.recv().await.unwrap();
+    fw.add(sent);
+    store.wait_ops(2).await;
+    cancel.cancel();
+    task.await.unwrap();
+    let (stored, after, capacities) = store
+        .inspect("watched", |p| {
+            (
+                p.clone(),
+                address(p),
+                (
+                    p.metadata.managed_fields.as_ref().unwrap().capacity(),
+                    p.spec.as_ref().unwrap().containers.capacity(),
+                ),
+            )
+        })
+        .expect("watched Pod not stored");
+    assert_eq!(stored, expected);
+    assert_eq!(after, before, "managedFields were copied, not moved");
+    assert_eq!(capacities, (2, 1));
+}
+
 #[tokio::test(start_paused = true)]
 async fn reflector_watch_handler() {
     let cancel = Arc::new(Mutex::new(CancellationToken::new()));

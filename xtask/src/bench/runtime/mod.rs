@@ -78,8 +78,8 @@ pub(crate) struct RuntimeArgs {
     #[arg(long)]
     keep: bool,
     /// How both peers build their controllers: `defaults` (each library as it comes; writes
-    /// docs/benchmarks/runtime.md) or `lean` (each as its documentation recommends for a
-    /// controller that reads little: managedFields dropped, owned ConfigMaps watched as
+    /// docs/benchmarks/runtime.md) or `lean` (the same caches on both sides, as documented for
+    /// a controller that reads little: managedFields dropped, owned ConfigMaps cached as
     /// metadata only; writes docs/benchmarks/runtime-lean.md).
     #[arg(long, default_value = "defaults", value_parser = parse_configuration)]
     configuration: Configuration,
