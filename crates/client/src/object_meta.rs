@@ -3,9 +3,7 @@
 //! The informer machinery needs four things from a cached object's metadata: its name and
 //! namespace (the cache key), its resourceVersion and its labels (selectors). [`ObjectMetaAccess`]
 //! names them, so a cache can hold any metadata type, as client-go's caches work on the
-//! `metav1.Object` interface rather than on one struct. It also gives the informer's
-//! re-packing copy a way to move managedFields across instead of copying them
-//! ([`ObjectMetaAccess::managed_fields_mut`]).
+//! `metav1.Object` interface rather than on one struct.
 //!
 //! Two types implement it:
 //!
@@ -47,15 +45,6 @@ pub trait ObjectMetaAccess {
     fn uid(&self) -> Option<&str> {
         None
     }
-
-    /// `metadata.managedFields` where the type holds them as k8s-openapi's entries, to move
-    /// them (`None` for other types: their managed fields, if any, are copied with the rest).
-    /// An informer re-packing a decoded object (`ReflectorOptions::compact_objects`) takes
-    /// them out, copies the rest and puts them back: their `fieldsV1` trees hold no spare
-    /// room, so copying them would only allocate every node of every tree a second time.
-    fn managed_fields_mut(&mut self) -> Option<&mut Option<Vec<ManagedFieldsEntry>>> {
-        None
-    }
 }
 
 impl ObjectMetaAccess for ObjectMeta {
@@ -77,10 +66,6 @@ impl ObjectMetaAccess for ObjectMeta {
 
     fn uid(&self) -> Option<&str> {
         self.uid.as_deref()
-    }
-
-    fn managed_fields_mut(&mut self) -> Option<&mut Option<Vec<ManagedFieldsEntry>>> {
-        Some(&mut self.managed_fields)
     }
 }
 

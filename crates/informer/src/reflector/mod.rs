@@ -18,9 +18,8 @@
 //! informer's transformer in its watch-list temporary store).
 //!
 //! Every object is then re-packed once (a clone, which allocates each `Vec` and `String` at
-//! exactly its length, where decoding left the spare capacity of doubling growth; its
-//! managedFields, if kept, are moved across rather than cloned) and moved into the `Arc` it
-//! will be cached in; from there on only pointers are collected, queued and
+//! exactly its length, where decoding left the spare capacity of doubling growth) and moved
+//! into the `Arc` it will be cached in; from there on only pointers are collected, queued and
 //! stored. On the benchmark's Pods this is a fifth less heap per object, and the initial list
 //! never holds a second copy of its objects. [`ReflectorOptions::compact_objects`] turns the
 //! re-packing off where it does not pay (objects already built at their size).
@@ -115,8 +114,7 @@ pub struct ReflectorOptions {
     /// reflector relists; zero relists at once (client-go's `MaxInternalErrorRetryDuration`).
     pub max_internal_error_retry_duration: Duration,
     /// Re-pack every decoded object before caching it (a clone, which sizes each `Vec` to
-    /// its length, managedFields moved across uncopied; see the [module docs](self)). Default
-    /// on. It pays for objects decoded
+    /// its length; see the [module docs](self)). Default on. It pays for objects decoded
     /// from JSON with lists in them (a fifth of a full Pod's heap); it does not for objects
     /// built at their exact size (views decoded from protobuf) nor for few large ones, where
     /// the copy costs more time than the bytes are worth: on the Deployment controller's
@@ -1383,27 +1381,8 @@ where
 /// front), so a decoded object carries unused capacity in every list it has; cloning
 /// allocates each `Vec` and `String` at exactly its length. On a typical Pod this saves about
 /// a fifth of its heap for the cost of one copy at ingestion (reads still never copy).
-///
-/// managedFields are moved across, not copied: their `fieldsV1` trees (maps of B-tree nodes)
-/// hold no spare room, and where an informer keeps them they are most of an object's heap
-/// (about two thirds of a small custom resource's in docs/benchmarks/scale.md's heap
-/// profile), so a copy would allocate every node of every tree a second time for nothing.
-/// Only their list is sized to its length.
-fn compact<K: Clone + Metadata<Ty: ObjectMetaAccess>>(mut obj: K) -> K {
-    let managed_fields = obj
-        .metadata_mut()
-        .managed_fields_mut()
-        .and_then(Option::take);
-    let mut packed = obj.clone();
-    drop(obj);
-    if let Some(mut fields) = managed_fields {
-        fields.shrink_to_fit();
-        // The same type's accessor: a slot for them exists, as it did in `obj`.
-        if let Some(slot) = packed.metadata_mut().managed_fields_mut() {
-            *slot = Some(fields);
-        }
-    }
-    packed
+fn compact<K: Clone>(obj: K) -> K {
+    obj.clone()
 }
 
 fn resource_version_of<K: Metadata<Ty: ObjectMetaAccess>>(obj: &K) -> String {
