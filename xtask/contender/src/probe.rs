@@ -21,31 +21,33 @@ pub fn curl(url: &str) -> Result<String> {
 /// [`curl`] given up after `seconds` (for an endpoint that may not answer, e.g. a stopped
 /// process's).
 pub fn curl_within(url: &str, seconds: u32) -> Result<String> {
-    let out = Command::new("curl")
-        .args(["-sSfk", "--max-time", &seconds.to_string(), url])
-        .output()
-        .context("running curl")?;
-    if !out.status.success() {
-        bail!(
-            "curl {url} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    stdout_of(
+        Command::new("curl").args(["-sSfk", "--max-time", &seconds.to_string(), url]),
+        &format!("curl {url}"),
+    )
 }
 
 /// kube-apiserver's own /metrics (Prometheus text), read with the cluster's `kubectl` as its
 /// admin.
 pub fn apiserver_metrics(info: &kctrl_cluster::plane::ClusterInfo) -> Result<String> {
-    let out = Command::new(&info.kubectl)
-        .arg("--kubeconfig")
-        .arg(&info.admin_kubeconfig)
-        .args(["get", "--raw", "/metrics"])
+    stdout_of(
+        Command::new(&info.kubectl)
+            .arg("--kubeconfig")
+            .arg(&info.admin_kubeconfig)
+            .args(["get", "--raw", "/metrics"]),
+        "kubectl get --raw /metrics",
+    )
+}
+
+/// Runs `command` and returns its standard output; fails naming `what` with its standard error
+/// if it could not run or exited unsuccessfully.
+fn stdout_of(command: &mut Command, what: &str) -> Result<String> {
+    let out = command
         .output()
-        .context("running kubectl get --raw /metrics")?;
+        .with_context(|| format!("running {what}"))?;
     if !out.status.success() {
         bail!(
-            "kubectl get --raw /metrics failed: {}",
+            "{what} failed: {}",
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }

@@ -486,6 +486,7 @@ pub(super) fn markdown(
     );
 
     let _ = writeln!(out, "\n## Method\n");
+    let setup = super::setup_qps(settings.qps);
     let _ = write!(
         out,
         "{sides}\
@@ -532,8 +533,8 @@ the apiserver's audit log (Metadata level for the controller identities only).\n
         replicas = settings.replicas,
         doubled = settings.replicas * 2,
         per_namespace = super::AT_REST_PER_NAMESPACE,
-        setup_q = super::setup_qps(settings.qps).0,
-        setup_b = super::setup_qps(settings.qps).1,
+        setup_q = setup.0,
+        setup_b = setup.1,
         window = super::IDLE_WINDOW.as_secs_f64(),
         idle_share = super::IDLE_CPU_SHARE * 100.0,
         settle = settings.settle_secs,

@@ -414,9 +414,8 @@ pub(super) fn markdown(rows: &[Row], runs: &[Run], machine: &Machine, s: &Settin
          ConfigMaps' metadata, both without managedFields, each as its library's \
          documentation recommends for a controller that reads little. kctrl: the factory's \
          informers and the reconcile's two `Api`s skip managedFields while decoding \
-         (`without_managed_fields`, as \
-         kube-controller-manager trims them from its informers), and the ConfigMaps are cached \
-         as metadata only (`owns_metadata`). kube-rs (feature `unstable-runtime`): the Widgets' \
+         (`without_managed_fields`, as kube-controller-manager trims them from its \
+         informers), and the ConfigMaps are cached as metadata only (`owns_metadata`). kube-rs (feature `unstable-runtime`): the Widgets' \
          managedFields are cleared before they reach the store (`watcher(..).modify(..)` \
          reflected into the store `Controller::for_stream` reads), and the ConfigMaps are \
          watched as metadata only (`owns_stream` of a watcher on \
